@@ -1,0 +1,339 @@
+//! ggml block formats: dequantize to f32 and quantize from f32.
+//!
+//! Layouts and rounding follow ggml's reference quantizers (`quantize_row_*_ref`): the block
+//! scale is computed in f32, stored as f16, and the codes are produced with the f32 inverse
+//! scale; Q8_0 rounds half away from zero, the 4/5-bit types truncate `x*id + offset + 0.5`.
+
+use super::GgmlType;
+use crate::{Error, Result};
+use half::{bf16, f16};
+
+const QK: usize = 32;
+
+/// Dequantizes `dst.len()` elements of type `ty` from `src`.
+pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
+    let n = dst.len();
+    check_len(ty, src.len(), n, "dequantize")?;
+    match ty {
+        GgmlType::F32 => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *d = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+            }
+        }
+        GgmlType::F16 => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = f16::from_le_bytes([s[0], s[1]]).to_f32();
+            }
+        }
+        GgmlType::BF16 => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = bf16::from_le_bytes([s[0], s[1]]).to_f32();
+            }
+        }
+        _ => {
+            let block_fn: fn(&[u8], &mut [f32]) = match ty {
+                GgmlType::Q8_0 => dequant_q8_0,
+                GgmlType::Q4_0 => dequant_q4_0,
+                GgmlType::Q4_1 => dequant_q4_1,
+                GgmlType::Q5_0 => dequant_q5_0,
+                GgmlType::Q5_1 => dequant_q5_1,
+                _ => unreachable!("checked by check_len"),
+            };
+            for (block, out) in src.chunks_exact(ty.type_size()).zip(dst.chunks_exact_mut(QK)) {
+                block_fn(block, out);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Quantizes `src` to `ty` with ggml's reference rounding.
+pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>> {
+    let n_bytes = ty
+        .bytes_for(src.len() as u64)
+        .ok_or_else(|| not_whole_blocks(ty, src.len()))?;
+    if !ty.is_supported() {
+        return Err(not_supported(ty, "quantize"));
+    }
+    let mut out = Vec::with_capacity(n_bytes as usize);
+    match ty {
+        GgmlType::F32 => src.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        GgmlType::F16 => src
+            .iter()
+            .for_each(|x| out.extend(f16::from_f32(*x).to_le_bytes())),
+        GgmlType::BF16 => src
+            .iter()
+            .for_each(|x| out.extend(bf16::from_f32(*x).to_le_bytes())),
+        _ => {
+            let block_fn: fn(&[f32; QK], &mut Vec<u8>) = match ty {
+                GgmlType::Q8_0 => quant_q8_0,
+                GgmlType::Q4_0 => quant_q4_0,
+                GgmlType::Q4_1 => quant_q4_1,
+                GgmlType::Q5_0 => quant_q5_0,
+                GgmlType::Q5_1 => quant_q5_1,
+                _ => unreachable!("is_supported covers the rest"),
+            };
+            for block in src.chunks_exact(QK) {
+                block_fn(block.try_into().expect("chunks of QK"), &mut out);
+            }
+        }
+    }
+    debug_assert_eq!(out.len() as u64, n_bytes);
+    Ok(out)
+}
+
+fn check_len(ty: GgmlType, src_len: usize, n: usize, op: &'static str) -> Result<()> {
+    if !ty.is_supported() {
+        return Err(not_supported(ty, op));
+    }
+    let need = ty.bytes_for(n as u64).ok_or_else(|| not_whole_blocks(ty, n))?;
+    if src_len as u64 != need {
+        return Err(Error::InvalidArgument(format!(
+            "{op}: {n} elements of {ty} take {need} bytes, got {src_len}"
+        )));
+    }
+    Ok(())
+}
+
+fn not_supported(ty: GgmlType, op: &'static str) -> Error {
+    Error::TypeNotSupported {
+        op,
+        ty: ty.to_string(),
+    }
+}
+
+fn not_whole_blocks(ty: GgmlType, n: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "{n} elements is not a whole number of {ty} blocks of {}",
+        ty.block_size()
+    ))
+}
+
+fn read_f16(b: &[u8]) -> f32 {
+    f16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+fn dequant_q8_0(b: &[u8], y: &mut [f32]) {
+    let d = read_f16(b);
+    for (y, q) in y.iter_mut().zip(&b[2..2 + QK]) {
+        *y = (*q as i8) as f32 * d;
+    }
+}
+
+fn dequant_q4_0(b: &[u8], y: &mut [f32]) {
+    let d = read_f16(b);
+    for (j, q) in b[2..2 + QK / 2].iter().enumerate() {
+        y[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
+        y[j + QK / 2] = ((q >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
+fn dequant_q4_1(b: &[u8], y: &mut [f32]) {
+    let (d, m) = (read_f16(b), read_f16(&b[2..]));
+    for (j, q) in b[4..4 + QK / 2].iter().enumerate() {
+        y[j] = (q & 0x0f) as f32 * d + m;
+        y[j + QK / 2] = (q >> 4) as f32 * d + m;
+    }
+}
+
+/// The 5th bits of the 32 codes, bit j for element j.
+fn read_qh(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn dequant_q5_0(b: &[u8], y: &mut [f32]) {
+    let d = read_f16(b);
+    let qh = read_qh(&b[2..]);
+    for (j, q) in b[6..6 + QK / 2].iter().enumerate() {
+        let hi0 = ((qh >> j) & 1) << 4;
+        let hi1 = ((qh >> (j + QK / 2)) & 1) << 4;
+        y[j] = (((q & 0x0f) as u32 | hi0) as i32 - 16) as f32 * d;
+        y[j + QK / 2] = (((q >> 4) as u32 | hi1) as i32 - 16) as f32 * d;
+    }
+}
+
+fn dequant_q5_1(b: &[u8], y: &mut [f32]) {
+    let (d, m) = (read_f16(b), read_f16(&b[2..]));
+    let qh = read_qh(&b[4..]);
+    for (j, q) in b[8..8 + QK / 2].iter().enumerate() {
+        let hi0 = ((qh >> j) & 1) << 4;
+        let hi1 = ((qh >> (j + QK / 2)) & 1) << 4;
+        y[j] = ((q & 0x0f) as u32 | hi0) as f32 * d + m;
+        y[j + QK / 2] = ((q >> 4) as u32 | hi1) as f32 * d + m;
+    }
+}
+
+fn inverse(d: f32) -> f32 {
+    if d != 0.0 {
+        1.0 / d
+    } else {
+        0.0
+    }
+}
+
+/// The element of largest magnitude, keeping its sign (the first one on ties).
+fn signed_absmax(x: &[f32; QK]) -> f32 {
+    let mut best = 0.0f32;
+    for &v in x {
+        if v.abs() > best.abs() {
+            best = v;
+        }
+    }
+    best
+}
+
+fn min_max(x: &[f32; QK]) -> (f32, f32) {
+    x.iter()
+        .fold((f32::MAX, -f32::MAX), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+}
+
+fn quant_q8_0(x: &[f32; QK], out: &mut Vec<u8>) {
+    let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = inverse(d);
+    out.extend(f16::from_f32(d).to_le_bytes());
+    // f32::round is half away from zero, like C's roundf.
+    out.extend(x.iter().map(|v| (v * id).round() as i8 as u8));
+}
+
+fn quant_q4_0(x: &[f32; QK], out: &mut Vec<u8>) {
+    let d = signed_absmax(x) / -8.0;
+    let id = inverse(d);
+    out.extend(f16::from_f32(d).to_le_bytes());
+    let code = |v: f32| ((v * id + 8.5) as i8).min(15) as u8;
+    out.extend((0..QK / 2).map(|j| code(x[j]) | (code(x[j + QK / 2]) << 4)));
+}
+
+fn quant_q4_1(x: &[f32; QK], out: &mut Vec<u8>) {
+    let (min, max) = min_max(x);
+    let d = (max - min) / 15.0;
+    let id = inverse(d);
+    out.extend(f16::from_f32(d).to_le_bytes());
+    out.extend(f16::from_f32(min).to_le_bytes());
+    let code = |v: f32| (((v - min) * id + 0.5) as i8).min(15) as u8;
+    out.extend((0..QK / 2).map(|j| code(x[j]) | (code(x[j + QK / 2]) << 4)));
+}
+
+fn push_5bit_codes(codes: [u8; QK], out: &mut Vec<u8>) {
+    let mut qh = 0u32;
+    for (j, c) in codes.iter().enumerate() {
+        qh |= ((*c as u32 >> 4) & 1) << j;
+    }
+    out.extend(qh.to_le_bytes());
+    out.extend((0..QK / 2).map(|j| (codes[j] & 0x0f) | ((codes[j + QK / 2] & 0x0f) << 4)));
+}
+
+fn quant_q5_0(x: &[f32; QK], out: &mut Vec<u8>) {
+    let d = signed_absmax(x) / -16.0;
+    let id = inverse(d);
+    out.extend(f16::from_f32(d).to_le_bytes());
+    push_5bit_codes(x.map(|v| ((v * id + 16.5) as i8).min(31) as u8), out);
+}
+
+fn quant_q5_1(x: &[f32; QK], out: &mut Vec<u8>) {
+    let (min, max) = min_max(x);
+    let d = (max - min) / 31.0;
+    let id = inverse(d);
+    out.extend(f16::from_f32(d).to_le_bytes());
+    out.extend(f16::from_f32(min).to_le_bytes());
+    push_5bit_codes(x.map(|v| ((v - min) * id + 0.5) as u8), out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect()
+    }
+
+    #[test]
+    fn q8_0_block_layout_by_hand() {
+        let mut x = [0.0f32; QK];
+        x[0] = 127.0;
+        x[1] = -63.5; // exactly half: rounds away from zero to -64
+        x[2] = 0.4;
+        let bytes = quantize(GgmlType::Q8_0, &x).unwrap();
+        assert_eq!(bytes.len(), 34);
+        assert_eq!(f16::from_le_bytes([bytes[0], bytes[1]]).to_f32(), 1.0);
+        assert_eq!(bytes[2] as i8, 127);
+        assert_eq!(bytes[3] as i8, -64);
+        assert_eq!(bytes[4] as i8, 0);
+    }
+
+    #[test]
+    fn q4_0_block_layout_by_hand() {
+        let mut x = [0.0f32; QK];
+        x[0] = -8.0; // largest magnitude, negative: d = -8 / -8 = 1
+        x[16] = 7.0;
+        x[1] = 3.0;
+        let bytes = quantize(GgmlType::Q4_0, &x).unwrap();
+        assert_eq!(read_f16(&bytes), 1.0);
+        // element 0 -> low nibble of byte 0, element 16 -> high nibble of byte 0
+        assert_eq!(bytes[2], 0x0 | (15 << 4));
+        assert_eq!(bytes[3], 11 | (8 << 4));
+        let mut y = [0.0f32; QK];
+        dequantize(GgmlType::Q4_0, &bytes, &mut y).unwrap();
+        assert_eq!((y[0], y[1], y[16], y[17]), (-8.0, 3.0, 7.0, 0.0));
+    }
+
+    #[test]
+    fn q5_high_bits_go_to_qh() {
+        let mut x = [0.0f32; QK];
+        x[0] = -16.0; // d = 1, code 0
+        x[5] = 15.0; // code 31: high bit set at bit 5
+        x[20] = 1.0; // code 17: high bit set at bit 20
+        let bytes = quantize(GgmlType::Q5_0, &x).unwrap();
+        let qh = read_qh(&bytes[2..]);
+        assert_eq!(qh & (1 << 0), 0);
+        assert_ne!(qh & (1 << 5), 0);
+        assert_ne!(qh & (1 << 20), 0);
+        let mut y = [0.0f32; QK];
+        dequantize(GgmlType::Q5_0, &bytes, &mut y).unwrap();
+        assert_eq!((y[0], y[5], y[20], y[1]), (-16.0, 15.0, 1.0, 0.0));
+    }
+
+    #[test]
+    fn round_trip_error_is_within_half_a_step() {
+        let x = ramp(QK * 5);
+        for ty in GgmlType::SUPPORTED {
+            let bytes = quantize(ty, &x).unwrap();
+            assert_eq!(bytes.len() as u64, ty.bytes_for(x.len() as u64).unwrap());
+            let mut y = vec![0.0; x.len()];
+            dequantize(ty, &bytes, &mut y).unwrap();
+            for (bx, by) in x.chunks(QK).zip(y.chunks(QK)) {
+                let (lo, hi) = bx.iter().fold((f32::MAX, f32::MIN), |(a, b), v| (a.min(*v), b.max(*v)));
+                let amax = lo.abs().max(hi.abs());
+                let step = match ty {
+                    GgmlType::F32 => 0.0,
+                    GgmlType::F16 => amax / 1024.0,
+                    GgmlType::BF16 => amax / 128.0,
+                    GgmlType::Q8_0 => amax / 127.0,
+                    GgmlType::Q4_0 => amax / 8.0,
+                    GgmlType::Q5_0 => amax / 16.0,
+                    GgmlType::Q4_1 => (hi - lo) / 15.0,
+                    GgmlType::Q5_1 => (hi - lo) / 31.0,
+                    _ => unreachable!(),
+                };
+                // Q4_0/Q5_0 span [-8d, 7d] (or [-16d, 15d]): the side opposite the largest
+                // magnitude clips by up to one step; elsewhere rounding costs half a step.
+                let clip = matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0);
+                let bound = if clip { step } else { step * 0.5 };
+                for (a, b) in bx.iter().zip(by) {
+                    // plus slack for the f16-rounded scale
+                    assert!((a - b).abs() <= bound + amax * 2e-3 + 1e-6, "{ty}: {a} vs {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_lengths_are_errors() {
+        assert!(quantize(GgmlType::Q8_0, &[0.0; 31]).is_err());
+        let mut y = [0.0; 32];
+        assert!(dequantize(GgmlType::Q8_0, &[0u8; 33], &mut y).is_err());
+        assert!(dequantize(GgmlType::Q2_K, &[0u8; 84], &mut [0.0; 256]).is_err());
+        let err = quantize(GgmlType::Q6_K, &[0.0; 256]).unwrap_err();
+        assert_eq!(err.to_string(), "quantize: type Q6_K is not supported");
+    }
+}

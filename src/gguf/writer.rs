@@ -1,0 +1,222 @@
+//! GGUF v3 writer.
+
+use super::reader::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
+use super::value::Value;
+use super::{quant, GgmlType, TensorInfo};
+use crate::{Error, Result};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::Path;
+
+/// Collects metadata and tensors, then writes a GGUF v3 file. Tensor data may be borrowed
+/// (e.g. from another mapped file) to avoid copies.
+#[derive(Default)]
+pub struct GgufWriter<'a> {
+    alignment: Option<u32>,
+    metadata: Vec<(String, Value)>,
+    keys: HashSet<String>,
+    tensors: Vec<(TensorInfo, Cow<'a, [u8]>)>,
+    names: HashSet<String>,
+}
+
+impl<'a> GgufWriter<'a> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a metadata entry. `general.alignment` (a power-of-two u32) also sets the
+    /// alignment of the data section.
+    pub fn add_metadata(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Result<()> {
+        let (key, value) = (key.into(), value.into());
+        value.check_homogeneous()?;
+        if key == ALIGNMENT_KEY {
+            match value {
+                Value::U32(a) if a.is_power_of_two() => self.alignment = Some(a),
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{ALIGNMENT_KEY} must be a power-of-two u32, got {} {value}",
+                        value.type_description()
+                    )))
+                }
+            }
+        }
+        if !self.keys.insert(key.clone()) {
+            return Err(Error::Duplicate {
+                kind: "metadata key",
+                name: key,
+            });
+        }
+        self.metadata.push((key, value));
+        Ok(())
+    }
+
+    /// Adds a tensor with `dims` in ggml order (`dims[0]` fastest) and its encoded bytes.
+    pub fn add_tensor(
+        &mut self,
+        name: impl Into<String>,
+        ty: GgmlType,
+        dims: &[u64],
+        data: impl Into<Cow<'a, [u8]>>,
+    ) -> Result<()> {
+        let (name, data) = (name.into(), data.into());
+        if dims.len() > MAX_DIMS {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?}: {} dimensions (at most {MAX_DIMS})",
+                dims.len()
+            )));
+        }
+        let n: Option<u64> = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+        let row_ok = dims.first().is_none_or(|d0| d0 % ty.block_size() as u64 == 0);
+        match n.and_then(|n| ty.bytes_for(n)) {
+            Some(need) if row_ok && need == data.len() as u64 => {}
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "tensor {name:?}: {} bytes do not hold a {ty} tensor of dims {dims:?}",
+                    data.len()
+                )))
+            }
+        }
+        if !self.names.insert(name.clone()) {
+            return Err(Error::Duplicate {
+                kind: "tensor",
+                name,
+            });
+        }
+        let info = TensorInfo {
+            name,
+            ty,
+            dims: dims.to_vec(),
+            offset: 0, // assigned when writing
+        };
+        self.tensors.push((info, data));
+        Ok(())
+    }
+
+    /// Encodes f32 values as `ty` (quantizing with ggml's reference rounding) and adds them.
+    pub fn add_f32(
+        &mut self,
+        name: impl Into<String>,
+        ty: GgmlType,
+        dims: &[u64],
+        values: &[f32],
+    ) -> Result<()> {
+        let name = name.into();
+        let n: u64 = dims.iter().product();
+        if n != values.len() as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?}: dims {dims:?} need {n} values, got {}",
+                values.len()
+            )));
+        }
+        let bytes = quant::quantize(ty, values)?;
+        self.add_tensor(name, ty, dims, bytes)
+    }
+
+    fn alignment(&self) -> u64 {
+        self.alignment.map_or(DEFAULT_ALIGNMENT, u64::from)
+    }
+
+    /// Writes the whole file.
+    pub fn write(&self, mut w: impl Write) -> Result<()> {
+        let align = self.alignment();
+        let mut header = Vec::new();
+        header.extend(GGUF_MAGIC);
+        header.extend(3u32.to_le_bytes());
+        header.extend((self.tensors.len() as u64).to_le_bytes());
+        header.extend((self.metadata.len() as u64).to_le_bytes());
+        for (key, value) in &self.metadata {
+            put_str(&mut header, key);
+            header.extend((value.value_type() as u32).to_le_bytes());
+            put_value(&mut header, value);
+        }
+        let mut offset = 0u64;
+        for (info, data) in &self.tensors {
+            put_str(&mut header, &info.name);
+            header.extend((info.dims.len() as u32).to_le_bytes());
+            for d in &info.dims {
+                header.extend(d.to_le_bytes());
+            }
+            header.extend(info.ty.id().to_le_bytes());
+            header.extend(offset.to_le_bytes());
+            offset = (offset + data.len() as u64).next_multiple_of(align);
+        }
+        pad(&mut header, align);
+        w.write_all(&header)?;
+        let zeros = vec![0u8; align as usize];
+        for (_, data) in &self.tensors {
+            w.write_all(data)?;
+            let padding = (data.len() as u64).next_multiple_of(align) - data.len() as u64;
+            w.write_all(&zeros[..padding as usize])?;
+        }
+        w.flush()?;
+        Ok(())
+    }
+
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.write(&mut out)?;
+        Ok(out)
+    }
+
+    /// Writes to `path` through a temporary file in the same folder, renamed into place
+    /// when complete, so a failed write never leaves a truncated model behind.
+    pub fn write_to_file(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let io_err = |source| Error::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(".partial");
+        let tmp = path.with_file_name(tmp_name);
+        let result = (|| {
+            let file = std::fs::File::create(&tmp)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+            self.write(&mut w).map_err(|e| match e {
+                Error::Write(io) => io,
+                other => std::io::Error::other(other.to_string()),
+            })?;
+            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result.map_err(io_err)
+    }
+}
+
+fn pad(buf: &mut Vec<u8>, align: u64) {
+    let len = (buf.len() as u64).next_multiple_of(align) as usize;
+    buf.resize(len, 0);
+}
+
+fn put_str(buf: &mut Vec<u8>, s: &str) {
+    buf.extend((s.len() as u64).to_le_bytes());
+    buf.extend(s.as_bytes());
+}
+
+fn put_value(buf: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => buf.push(*x),
+        Value::I8(x) => buf.push(*x as u8),
+        Value::U16(x) => buf.extend(x.to_le_bytes()),
+        Value::I16(x) => buf.extend(x.to_le_bytes()),
+        Value::U32(x) => buf.extend(x.to_le_bytes()),
+        Value::I32(x) => buf.extend(x.to_le_bytes()),
+        Value::U64(x) => buf.extend(x.to_le_bytes()),
+        Value::I64(x) => buf.extend(x.to_le_bytes()),
+        Value::F32(x) => buf.extend(x.to_le_bytes()),
+        Value::F64(x) => buf.extend(x.to_le_bytes()),
+        Value::Bool(x) => buf.push(u8::from(*x)),
+        Value::String(s) => put_str(buf, s),
+        Value::Array(elem, items) => {
+            buf.extend((*elem as u32).to_le_bytes());
+            buf.extend((items.len() as u64).to_le_bytes());
+            for item in items {
+                put_value(buf, item);
+            }
+        }
+    }
+}

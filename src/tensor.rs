@@ -1,0 +1,2 @@
+//! Tensor type (placeholder).
+pub struct Tensor;
