@@ -6,12 +6,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{}: {err}", path.display())]
+    Io { path: PathBuf, err: std::io::Error },
 
     #[error("write failed: {0}")]
     Write(#[from] std::io::Error),

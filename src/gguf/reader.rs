@@ -89,9 +89,9 @@ impl GgufFile {
     /// Memory-maps and parses `path`. The file must not be truncated while it is open.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let io_err = |source| Error::Io {
+        let io_err = |err| Error::Io {
             path: path.to_owned(),
-            source,
+            err,
         };
         let file = std::fs::File::open(path).map_err(io_err)?;
         // SAFETY: the map is read-only; we document that the file must not change under us.
@@ -237,7 +237,10 @@ impl Header {
         let mut r = Reader { buf, pos: 0 };
         let magic = r.take(4, "the magic")?;
         if magic != GGUF_MAGIC {
-            return Err(r.invalid(format!("not a GGUF file (magic {magic:02x?})")));
+            return Err(Error::InvalidGguf {
+                offset: 0,
+                reason: format!("not a GGUF file (starts with \"{}\")", magic.escape_ascii()),
+            });
         }
         let version = r.u32("the version")?;
         match version {

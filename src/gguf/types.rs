@@ -3,7 +3,7 @@
 use crate::{Error, Result};
 
 /// A ggml tensor element type. Ids are ggml's `enum ggml_type`; retired ids (4, 5, 31-33, 36-38)
-/// are not listed and load as [`Error::UnsupportedType`].
+/// and ids newer than ggml 0.26 are not listed and load as [`Error::UnsupportedType`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(non_camel_case_types)]
 pub enum GgmlType {
@@ -39,6 +39,8 @@ pub enum GgmlType {
     TQ1_0,
     TQ2_0,
     MXFP4,
+    NVFP4,
+    Q1_0,
 }
 
 /// (type, ggml id, elements per block, bytes per block, name as ggml prints it)
@@ -77,6 +79,8 @@ const TABLE: &[(GgmlType, u32, usize, usize, &str)] = {
         (TQ1_0, 34, 256, 54, "TQ1_0"),
         (TQ2_0, 35, 256, 66, "TQ2_0"),
         (MXFP4, 39, 32, 17, "MXFP4"),
+        (NVFP4, 40, 64, 36, "NVFP4"),
+        (Q1_0, 41, 128, 18, "Q1_0"),
     ]
 };
 
@@ -170,7 +174,7 @@ mod tests {
             assert_eq!(GgmlType::from_id(row.1).unwrap(), row.0);
             assert_eq!(GgmlType::from_name(row.4).unwrap(), row.0);
         }
-        for retired in [4, 5, 31, 32, 33, 36, 37, 38, 40, 1000] {
+        for retired in [4, 5, 31, 32, 33, 36, 37, 38, 42, 1000] {
             let err = GgmlType::from_id(retired).unwrap_err();
             assert_eq!(err.to_string(), format!("unsupported tensor type {retired}"));
         }

@@ -220,8 +220,8 @@ impl std::fmt::Display for Value {
             Value::I32(v) => write!(f, "{v}"),
             Value::U64(v) => write!(f, "{v}"),
             Value::I64(v) => write!(f, "{v}"),
-            Value::F32(v) => write!(f, "{v}"),
-            Value::F64(v) => write!(f, "{v}"),
+            Value::F32(v) => write!(f, "{v:?}"),
+            Value::F64(v) => write!(f, "{v:?}"),
             Value::Bool(v) => write!(f, "{v}"),
             Value::String(s) => write!(f, "{s:?}"),
             Value::Array(_, items) => {

@@ -163,9 +163,9 @@ impl<'a> GgufWriter<'a> {
     /// when complete, so a failed write never leaves a truncated model behind.
     pub fn write_to_file(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let io_err = |source| Error::Io {
+        let io_err = |err| Error::Io {
             path: path.to_owned(),
-            source,
+            err,
         };
         let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
         tmp_name.push(".partial");

@@ -1,1 +1,117 @@
-fn main() {}
+//! `vla-gguf`: inspect GGUF files.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use vla::gguf::GgufFile;
+
+#[derive(Parser)]
+#[command(name = "vla-gguf", version, about = "Inspect GGUF model files")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the header, every metadata entry and a table of tensors
+    /// (name, type, dims in ggml order with ne[0] first, bytes).
+    Info {
+        file: PathBuf,
+        /// Print arrays in full instead of their first items.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Write one tensor, dequantized, as raw little-endian f32 (row-major, ggml's ne[0]
+    /// fastest) to stdout or to --out.
+    Dequant {
+        file: PathBuf,
+        tensor: String,
+        /// Write here instead of stdout.
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info { file, full } => info(&file, full),
+        Command::Dequant { file, tensor, out } => dequant(&file, &tensor, out.as_deref()),
+    };
+    if let Err(e) = result {
+        // A closed pipe (`vla-gguf info f | head`) is not an error worth reporting.
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            std::process::exit(0);
+        }
+        eprintln!("vla-gguf: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn open(file: &std::path::Path) -> Result<GgufFile> {
+    GgufFile::open(file).with_context(|| format!("cannot read {}", file.display()))
+}
+
+fn info(file: &std::path::Path, full: bool) -> Result<()> {
+    let f = open(file)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    writeln!(
+        out,
+        "{}: GGUF v{}, {} metadata entries, {} tensors, alignment {}, data at byte {}, {} bytes",
+        file.display(),
+        f.version(),
+        f.metadata().len(),
+        f.tensors().len(),
+        f.alignment(),
+        f.data_offset(),
+        f.file_size()
+    )?;
+    writeln!(out, "\nmetadata:")?;
+    let key_width = f.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (key, value) in f.metadata() {
+        let shown = if full {
+            format!("{value:?}")
+        } else {
+            value.to_string()
+        };
+        writeln!(out, "  {key:key_width$}  {:<22} {shown}", value.type_description())?;
+    }
+    writeln!(out, "\ntensors:")?;
+    let name_width = f.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    writeln!(out, "  {:name_width$}  {:<7} {:<24} {:>12}", "name", "type", "dims", "bytes")?;
+    let mut total = 0u64;
+    for t in f.tensors() {
+        let dims = t.dims.iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
+        writeln!(out, "  {:name_width$}  {:<7} {dims:<24} {:>12}", t.name, t.ty.name(), t.n_bytes())?;
+        total += t.n_bytes();
+    }
+    let params: u64 = f.tensors().iter().map(|t| t.n_elements()).sum();
+    writeln!(out, "\n{} tensors, {params} elements, {total} bytes of tensor data", f.tensors().len())?;
+    out.flush()?;
+    Ok(())
+}
+
+fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) -> Result<()> {
+    let f = open(file)?;
+    let values = f
+        .dequantize(tensor)
+        .with_context(|| format!("cannot dequantize {tensor:?} from {}", file.display()))?;
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    match out {
+        Some(path) => std::fs::write(path, &bytes)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            if stdout.is_terminal() {
+                bail!("refusing to write binary f32 data to a terminal: redirect stdout or use --out FILE");
+            }
+            stdout.write_all(&bytes)?;
+            stdout.flush()?;
+        }
+    }
+    Ok(())
+}
