@@ -17,12 +17,14 @@
 #   VLA_SKIP_INSTALL=1    skip all package installs (no root needed)
 #   VLA_TEST_SKIP_CARGO=1 do everything except the final cargo test
 #   VLA_MESA=system       do not use bookworm-backports for Mesa
-#   VLA_REQUIRE_GPU_ADAPTER  set to 1 automatically when CI is set: GPU tests
-#                         then FAIL when no wgpu adapter is found instead of
-#                         skipping, so CI cannot silently lose GPU coverage.
-#                         Export VLA_REQUIRE_GPU_ADAPTER=0 to opt out.
+#
+# GPU tests FAIL when no wgpu adapter opens (lavapipe is installed above), so a
+# broken driver cannot silently drop GPU coverage; VLA_ALLOW_NO_GPU=1 makes them
+# warn loudly instead, for a machine without any Vulkan driver.
 #
 # Extra args go to cargo test: ./scripts/test.sh -p vla -- --nocapture
+# With none, `-- --show-output` is passed so the log shows the op harness table
+# (which adapter it ran on, NMSE per op).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -282,8 +284,6 @@ else
 fi
 
 if [[ -n "${CI:-}" ]]; then
-    # In CI a missing adapter is a failure, not a skip (see header).
-    export VLA_REQUIRE_GPU_ADAPTER="${VLA_REQUIRE_GPU_ADAPTER:-1}"
     # Fresh clone, one build: incremental artifacts are pure overhead.
     export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 fi
@@ -291,7 +291,11 @@ export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
 cargo_args=(test --workspace)
 [[ -f Cargo.lock ]] && cargo_args+=(--locked)
-cargo_args+=("$@")
+if (($#)); then
+    cargo_args+=("$@")
+else
+    cargo_args+=(-- --show-output)
+fi
 
 if [[ "${VLA_TEST_SKIP_CARGO:-}" == 1 ]]; then
     log "VLA_TEST_SKIP_CARGO=1: would run: cargo ${cargo_args[*]}"

@@ -47,6 +47,16 @@ pub enum Error {
 
     #[error("{0}")]
     InvalidArgument(String),
+
+    #[error("no adapter for backend {backend} (found: {found})")]
+    NoAdapter { backend: String, found: String },
+
+    /// A failure reported by the GPU API (device lost, validation, out of memory).
+    #[error("gpu: {0}")]
+    Gpu(String),
+
+    #[error("{op} is not implemented on the {backend} backend")]
+    NotImplemented { op: String, backend: &'static str },
 }
 
 impl Error {

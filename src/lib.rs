@@ -4,8 +4,10 @@
 //! CPU reference implementation of every op, [`graph`] (later) executes models on a
 //! backend, [`models`] (later) composes architectures.
 
+pub mod backend;
 pub mod error;
 pub mod gguf;
+pub mod graph;
 pub mod ops;
 pub mod tensor;
 

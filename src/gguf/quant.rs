@@ -15,21 +15,17 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
     let n = dst.len();
     check_len(ty, src.len(), n, "dequantize")?;
     match ty {
-        GgmlType::F32 => {
-            for (d, s) in dst.iter_mut().zip(src.chunks_exact(4)) {
-                *d = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+        GgmlType::F32 => match bytemuck::try_cast_slice::<u8, f32>(src) {
+            Ok(s) if cfg!(target_endian = "little") => dst.copy_from_slice(s),
+            _ => {
+                for (d, s) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                    *d = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                }
             }
-        }
-        GgmlType::F16 => {
-            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *d = f16::from_le_bytes([s[0], s[1]]).to_f32();
-            }
-        }
-        GgmlType::BF16 => {
-            for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *d = bf16::from_le_bytes([s[0], s[1]]).to_f32();
-            }
-        }
+        },
+        // vectorised (F16C/AVX2 where the CPU has it)
+        GgmlType::F16 => crate::ops::kernels::f16_to_f32(src, dst),
+        GgmlType::BF16 => crate::ops::kernels::bf16_to_f32(src, dst),
         _ => {
             let block_fn: fn(&[u8], &mut [f32]) = match ty {
                 GgmlType::Q8_0 => dequant_q8_0,

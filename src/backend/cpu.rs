@@ -1,0 +1,147 @@
+//! The reference backend: each node is one call into [`crate::ops`].
+
+use super::{match_inputs, Backend, ExecStats, Executable, WeightStore};
+use crate::graph::{AttentionMask, Graph, Op};
+use crate::ops::{self, Mask};
+use crate::{Error, Result, Tensor};
+
+pub struct CpuBackend;
+
+impl Backend for CpuBackend {
+    fn description(&self) -> String {
+        format!("cpu ({} threads)", rayon::current_num_threads())
+    }
+
+    fn compile<'w>(&self, graph: &Graph, weights: &'w dyn WeightStore) -> Result<Box<dyn Executable + 'w>> {
+        let mut resolved = Vec::with_capacity(graph.nodes().len());
+        let mut weight_bytes = 0;
+        for node in graph.nodes() {
+            resolved.push(match &node.op {
+                Op::Weight(name) => {
+                    let t = weights.weight(name)?;
+                    weight_bytes += t.raw_bytes().len() as u64;
+                    Some(t)
+                }
+                _ => None,
+            });
+        }
+        Ok(Box::new(CpuExecutable {
+            graph: graph.clone(),
+            weights: resolved,
+            last_use: graph.last_uses(),
+            weight_bytes,
+            peak: 0,
+        }))
+    }
+}
+
+struct CpuExecutable<'w> {
+    graph: Graph,
+    weights: Vec<Option<Tensor<'w>>>,
+    last_use: Vec<usize>,
+    weight_bytes: u64,
+    peak: u64,
+}
+
+impl Executable for CpuExecutable<'_> {
+    fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor<'static>>> {
+        let by_name = match_inputs(&self.graph, inputs)?;
+        let n = self.graph.nodes().len();
+        let mut values: Vec<Option<Tensor<'static>>> = (0..n).map(|_| None).collect();
+        let (mut live, mut peak) = (0u64, 0u64);
+        for (i, node) in self.graph.nodes().iter().enumerate() {
+            let get = |id: crate::graph::NodeId| -> &Tensor {
+                match &self.weights[id.0] {
+                    Some(w) => w,
+                    None => values[id.0].as_ref().expect("inputs are computed before use"),
+                }
+            };
+            let x = node.inputs.first().map(|&id| get(id));
+            let arg = |k: usize| get(node.inputs[k]);
+            let out = match &node.op {
+                Op::Weight(_) => continue,
+                Op::Input(name) => by_name[name].to_f32()?,
+                Op::MatMul => ops::matmul(arg(0), arg(1))?,
+                Op::Bmm { trans_b } => ops::bmm(arg(0), arg(1), *trans_b)?,
+                Op::Add => ops::add(arg(0), arg(1))?,
+                Op::Mul => ops::mul(arg(0), arg(1))?,
+                Op::Scale(s) => ops::scale(arg(0), *s)?,
+                Op::GeluTanh => ops::gelu_tanh(arg(0))?,
+                Op::GeluErf => ops::gelu_erf(arg(0))?,
+                Op::Silu => ops::silu(arg(0))?,
+                Op::Softmax => ops::softmax(arg(0))?,
+                Op::RmsNorm { eps, offset } => ops::rms_norm_offset(arg(0), arg(1), *eps, *offset)?,
+                Op::LayerNorm { eps } => ops::layer_norm(arg(0), arg(1), Some(arg(2)), *eps)?,
+                Op::Rope(cfg) => ops::rope(arg(0), arg(1).as_f32()?, cfg)?,
+                Op::Attention { mask, scale } => {
+                    let allowed: Vec<bool>;
+                    let m = match mask {
+                        AttentionMask::None => Mask::None,
+                        AttentionMask::Causal => Mask::Causal,
+                        AttentionMask::Allowed => {
+                            allowed = arg(3).as_f32()?.iter().map(|v| *v != 0.0).collect();
+                            Mask::Allowed(&allowed)
+                        }
+                    };
+                    ops::attention(arg(0), arg(1), arg(2), m, Some(*scale))?
+                }
+                Op::PatchEmbed => ops::patch_embed(arg(0), arg(1), Some(arg(2)))?,
+                Op::Concat { axis } => {
+                    let xs: Vec<&Tensor> = node.inputs.iter().map(|&id| get(id)).collect();
+                    ops::concat(&xs, *axis)?
+                }
+                Op::Slice { axis, start, len } => ops::slice(arg(0), *axis, *start, *len)?,
+                Op::Permute(perm) => ops::permute(arg(0), perm)?,
+                Op::Reshape(shape) => x.expect("reshape has an input").to_f32()?.reshape(shape.clone())?,
+                Op::Embedding => {
+                    let ids = ids_from_f32(arg(1).as_f32()?)?;
+                    ops::embedding(arg(0), &ids)?
+                }
+            };
+            if out.shape() != node.shape.as_slice() {
+                return Err(Error::shape(
+                    "cpu backend",
+                    format!("node {i} ({}) made {:?}, planned {:?}", node.op.kind(), out.shape(), node.shape),
+                ));
+            }
+            live += 4 * out.numel() as u64;
+            peak = peak.max(live);
+            values[i] = Some(out);
+            for &inp in &node.inputs {
+                if self.last_use[inp.0] == i && values[inp.0].take().is_some() {
+                    live -= 4 * self.graph.node(inp).numel() as u64;
+                }
+            }
+        }
+        self.peak = self.peak.max(peak);
+        self.graph
+            .outputs()
+            .iter()
+            .map(|o| match (&values[o.0], &self.weights[o.0]) {
+                (Some(v), _) => Ok(v.clone()),
+                _ => Err(Error::InvalidArgument(format!("output {} was not computed", o.0))),
+            })
+            .collect()
+    }
+
+    fn stats(&self) -> ExecStats {
+        ExecStats {
+            weight_bytes: self.weight_bytes,
+            peak_activation_bytes: self.peak,
+            dispatches: self.graph.nodes().iter().filter(|n| !matches!(n.op, Op::Weight(_))).count(),
+        }
+    }
+}
+
+/// Token ids travel as f32 holding exact non-negative integers.
+pub(crate) fn ids_from_f32(v: &[f32]) -> Result<Vec<u32>> {
+    v.iter()
+        .map(|&x| {
+            if x >= 0.0 && x.fract() == 0.0 && x < 16_777_216.0 {
+                Ok(x as u32)
+            } else {
+                Err(Error::InvalidArgument(format!("token id {x} is not a non-negative integer below 2^24")))
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,89 @@
+//! Backends run a [`Graph`]: `cpu` (the reference, [`crate::ops`]) and `wgpu`
+//! (WGSL kernels on Vulkan, Metal, DX12 or GL).
+
+mod cpu;
+pub mod wgpu;
+
+pub use cpu::CpuBackend;
+
+use crate::graph::Graph;
+use crate::gguf::GgufFile;
+use crate::{Error, Result, Tensor};
+use std::collections::HashMap;
+
+/// Where weight nodes get their data.
+pub trait WeightStore {
+    /// The named tensor, borrowed where possible (zero-copy from a mapped GGUF).
+    fn weight(&self, name: &str) -> Result<Tensor<'_>>;
+}
+
+impl WeightStore for GgufFile {
+    fn weight(&self, name: &str) -> Result<Tensor<'_>> {
+        let info = self.tensor_info(name)?;
+        Tensor::from_bytes(info.shape(), info.ty, self.tensor_bytes(info))
+    }
+}
+
+impl WeightStore for HashMap<String, Tensor<'static>> {
+    fn weight(&self, name: &str) -> Result<Tensor<'_>> {
+        self.get(name)
+            .map(Tensor::view)
+            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))
+    }
+}
+
+/// Figures an executable reports after compilation and runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExecStats {
+    /// Bytes of weights held by the backend (uploaded or borrowed).
+    pub weight_bytes: u64,
+    /// Peak bytes of activations alive at once under the backend's buffer plan.
+    pub peak_activation_bytes: u64,
+    /// Kernel dispatches (or op calls) per run.
+    pub dispatches: usize,
+}
+
+/// A graph compiled for one backend, with its weights in place.
+pub trait Executable {
+    /// Runs the graph on named f32 inputs; returns the graph's outputs in order.
+    fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor<'static>>>;
+    fn stats(&self) -> ExecStats;
+}
+
+pub trait Backend {
+    /// What runs the kernels, e.g. `cpu` or `vulkan: llvmpipe (LLVM 15.0.6, 256 bits)`.
+    fn description(&self) -> String;
+    fn compile<'w>(&self, graph: &Graph, weights: &'w dyn WeightStore) -> Result<Box<dyn Executable + 'w>>;
+}
+
+/// Checks run-time inputs against the graph: every input present once, with its shape.
+pub(crate) fn match_inputs<'i>(
+    graph: &Graph,
+    inputs: &[(&str, &'i Tensor<'i>)],
+) -> Result<HashMap<String, &'i Tensor<'i>>> {
+    let mut by_name = HashMap::new();
+    for (name, t) in inputs {
+        if by_name.insert(name.to_string(), *t).is_some() {
+            return Err(Error::InvalidArgument(format!("input {name:?} given twice")));
+        }
+    }
+    for node in graph.nodes() {
+        if let crate::graph::Op::Input(name) = &node.op {
+            let t = by_name
+                .get(name)
+                .ok_or_else(|| Error::InvalidArgument(format!("missing input {name:?}")))?;
+            if t.shape() != node.shape.as_slice() {
+                return Err(Error::InvalidArgument(format!(
+                    "input {name:?}: shape {:?}, the graph expects {:?}",
+                    t.shape(),
+                    node.shape
+                )));
+            }
+        }
+    }
+    let known: Vec<&str> = graph.input_names().collect();
+    if let Some(extra) = by_name.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(Error::InvalidArgument(format!("unknown input {extra:?} (graph inputs: {known:?})")));
+    }
+    Ok(by_name)
+}

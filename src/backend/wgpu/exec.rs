@@ -1,0 +1,340 @@
+//! Compiling a graph for wgpu: weight upload, activation buffer plan, recorded dispatches,
+//! and running it.
+
+use super::kernels::{self, Dispatch, NodeBuffers, TensorBuf};
+use super::GpuContext;
+use crate::backend::{match_inputs, ExecStats, Executable, WeightStore};
+use crate::graph::{Graph, NodeId, Op};
+use crate::{Error, Result, Tensor};
+use std::sync::Arc;
+
+/// One GPU buffer holding rows `[row_start, row_start + rows)` of a tensor.
+pub(crate) struct Chunk {
+    pub buffer: wgpu::Buffer,
+    pub row_start: usize,
+    pub rows: usize,
+}
+
+/// Where a node's value lives.
+enum Place {
+    /// An activation slot of the buffer plan.
+    Slot(usize),
+    /// A weight, uploaded in its stored dtype (chunked by rows) and/or as f32.
+    Weight { raw: Vec<Chunk>, f32: Option<wgpu::Buffer> },
+}
+
+pub(crate) struct WgpuExecutable {
+    ctx: Arc<GpuContext>,
+    graph: Graph,
+    places: Vec<Place>,
+    slots: Vec<wgpu::Buffer>,
+    dispatches: Vec<Dispatch>,
+    /// (output node, staging buffer)
+    readback: Vec<(NodeId, wgpu::Buffer)>,
+    stats: ExecStats,
+}
+
+/// Does this consumer read input `k` in its stored dtype (matmul weights, embedding tables)?
+fn reads_raw(op: &Op, k: usize) -> bool {
+    matches!((op, k), (Op::MatMul, 1) | (Op::Embedding, 0))
+}
+
+fn storage(ctx: &GpuContext, label: &str, size: u64, extra: wgpu::BufferUsages) -> wgpu::Buffer {
+    ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: size.max(4).next_multiple_of(4),
+        usage: wgpu::BufferUsages::STORAGE | extra,
+        mapped_at_creation: false,
+    })
+}
+
+fn upload(ctx: &GpuContext, label: &str, bytes: &[u8]) -> wgpu::Buffer {
+    let buf = storage(ctx, label, bytes.len() as u64, wgpu::BufferUsages::COPY_DST);
+    let whole = bytes.len() / 4 * 4;
+    ctx.queue.write_buffer(&buf, 0, &bytes[..whole]);
+    if whole < bytes.len() {
+        let mut tail = [0u8; 4];
+        tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+        ctx.queue.write_buffer(&buf, whole as u64, &tail);
+    }
+    buf
+}
+
+impl WgpuExecutable {
+    pub fn new(ctx: Arc<GpuContext>, graph: &Graph, weights: &dyn WeightStore) -> Result<Self> {
+        let nodes = graph.nodes();
+        let max_binding = u64::from(ctx.limits.max_storage_buffer_binding_size);
+        let mut raw_use = vec![false; nodes.len()];
+        let mut f32_use = vec![false; nodes.len()];
+        for n in nodes {
+            for (k, inp) in n.inputs.iter().enumerate() {
+                if reads_raw(&n.op, k) {
+                    raw_use[inp.0] = true;
+                } else {
+                    f32_use[inp.0] = true;
+                }
+            }
+        }
+
+        // Weights: upload once.
+        let mut weight_bytes = 0u64;
+        let mut places: Vec<Option<Place>> = (0..nodes.len()).map(|_| None).collect();
+        for (i, n) in nodes.iter().enumerate() {
+            let Op::Weight(name) = &n.op else { continue };
+            let t = weights.weight(name)?;
+            let mut raw = Vec::new();
+            if raw_use[i] {
+                raw = upload_rows(&ctx, name, &t, max_binding)?;
+                weight_bytes += t.raw_bytes().len() as u64;
+            }
+            let f32 = if f32_use[i] || (!raw_use[i] && !f32_use[i]) {
+                let v = t.to_vec_f32()?;
+                if 4 * v.len() as u64 > max_binding {
+                    return Err(Error::Gpu(format!(
+                        "weight {name:?} as f32 ({} bytes) exceeds the adapter's storage binding limit ({max_binding})",
+                        4 * v.len()
+                    )));
+                }
+                weight_bytes += 4 * v.len() as u64;
+                Some(upload(&ctx, name, bytemuck::cast_slice(&v)))
+            } else {
+                None
+            };
+            places[i] = Some(Place::Weight { raw, f32 });
+        }
+
+        // Activations: greedy best-fit reuse of slots freed after their last reader.
+        // A reshape shares its input's slot (it is a view), extending its lifetime.
+        let last_use = graph.last_uses();
+        let mut slot_sizes: Vec<u64> = Vec::new();
+        let mut refs: Vec<usize> = Vec::new(); // live nodes per slot
+        let mut free: Vec<usize> = Vec::new();
+        let mut slot_of: Vec<Option<usize>> = vec![None; nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            if places[i].is_some() {
+                continue;
+            }
+            let size = (4 * n.numel() as u64).max(4);
+            if size > max_binding {
+                return Err(Error::Gpu(format!(
+                    "node {i} ({}) needs {size} bytes, over the adapter's storage binding limit ({max_binding})",
+                    n.op.kind()
+                )));
+            }
+            let slot = match (&n.op, n.inputs.first().and_then(|x| slot_of[x.0])) {
+                (Op::Reshape(_), Some(s)) => s,
+                _ => {
+                    let best = free
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &s)| slot_sizes[s] >= size)
+                        .min_by_key(|(_, &s)| slot_sizes[s])
+                        .map(|(k, _)| k);
+                    match best {
+                        Some(k) => free.swap_remove(k),
+                        None => {
+                            slot_sizes.push(size);
+                            refs.push(0);
+                            slot_sizes.len() - 1
+                        }
+                    }
+                }
+            };
+            refs[slot] += 1;
+            slot_of[i] = Some(slot);
+            places[i] = Some(Place::Slot(slot));
+            // Inputs read for the last time here release their slots (after this node's
+            // output is assigned, so an op never writes the buffer it reads).
+            for inp in &n.inputs {
+                if last_use[inp.0] == i {
+                    if let Some(s) = slot_of[inp.0] {
+                        refs[s] -= 1;
+                        if refs[s] == 0 {
+                            free.push(s);
+                        }
+                    }
+                }
+            }
+            if last_use[i] == i && refs[slot] == 1 && !graph.outputs().contains(&NodeId(i)) {
+                // computed but never read: free at once
+                refs[slot] -= 1;
+                free.push(slot);
+            }
+        }
+        // Freed slots are reused, never released: the peak is the total size of all slots.
+        let peak: u64 = slot_sizes.iter().sum();
+        let slots: Vec<wgpu::Buffer> = slot_sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &s)| {
+                storage(&ctx, &format!("slot{k}"), s, wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC)
+            })
+            .collect();
+        let places: Vec<Place> = places.into_iter().map(|p| p.expect("every node placed")).collect();
+
+        // Record dispatches.
+        let mut dispatches = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if matches!(n.op, Op::Input(_) | Op::Weight(_) | Op::Reshape(_)) {
+                continue;
+            }
+            let inputs = n
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(k, id)| tensor_buf(&places, &slots, graph, *id, reads_raw(&n.op, k)))
+                .collect::<Result<Vec<_>>>()?;
+            let Place::Slot(out) = places[i] else { unreachable!("activations have slots") };
+            let bufs = NodeBuffers {
+                inputs,
+                output: &slots[out],
+            };
+            dispatches.extend(kernels::encode(&ctx, n, &bufs)?);
+        }
+
+        let readback = graph
+            .outputs()
+            .iter()
+            .map(|&o| {
+                let size = (4 * graph.node(o).numel() as u64).max(4);
+                let buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("readback"),
+                    size,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                (o, buf)
+            })
+            .collect();
+        let stats = ExecStats {
+            weight_bytes,
+            peak_activation_bytes: peak,
+            dispatches: dispatches.len(),
+        };
+        Ok(WgpuExecutable {
+            ctx,
+            graph: graph.clone(),
+            places,
+            slots,
+            dispatches,
+            readback,
+            stats,
+        })
+    }
+
+    fn slot(&self, id: NodeId) -> &wgpu::Buffer {
+        match &self.places[id.0] {
+            Place::Slot(s) => &self.slots[*s],
+            Place::Weight { .. } => unreachable!("only activations are written or read back"),
+        }
+    }
+}
+
+fn tensor_buf<'a>(
+    places: &'a [Place],
+    slots: &'a [wgpu::Buffer],
+    graph: &'a Graph,
+    id: NodeId,
+    raw: bool,
+) -> Result<TensorBuf<'a>> {
+    let node = graph.node(id);
+    Ok(match &places[id.0] {
+        Place::Slot(s) => TensorBuf::F32 {
+            buffer: &slots[*s],
+            shape: &node.shape,
+        },
+        Place::Weight { raw: chunks, f32 } => match (raw, f32) {
+            (true, _) => TensorBuf::Raw {
+                chunks,
+                shape: &node.shape,
+                dtype: node.dtype,
+            },
+            (false, Some(buffer)) => TensorBuf::F32 {
+                buffer,
+                shape: &node.shape,
+            },
+            (false, None) => unreachable!("f32 copies are made for every f32 reader"),
+        },
+    })
+}
+
+/// Uploads a weight in its stored dtype, split into row ranges that each fit one binding.
+fn upload_rows(ctx: &GpuContext, name: &str, t: &Tensor, max_binding: u64) -> Result<Vec<Chunk>> {
+    let bytes = t.raw_bytes();
+    let rows = t.shape().first().copied().unwrap_or(1).max(1);
+    let row_bytes = bytes.len() / rows;
+    // keep each chunk's start 4-byte aligned within its own buffer: every chunk is a new buffer
+    let rows_per_chunk = ((max_binding as usize).saturating_sub(4) / row_bytes.max(1)).max(1);
+    if row_bytes as u64 > max_binding {
+        return Err(Error::Gpu(format!(
+            "weight {name:?}: one row is {row_bytes} bytes, over the storage binding limit ({max_binding})"
+        )));
+    }
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    while start < rows {
+        let n = rows_per_chunk.min(rows - start);
+        let buffer = upload(ctx, name, &bytes[start * row_bytes..(start + n) * row_bytes]);
+        chunks.push(Chunk { buffer, row_start: start, rows: n });
+        start += n;
+    }
+    Ok(chunks)
+}
+
+impl Executable for WgpuExecutable {
+    fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor<'static>>> {
+        let by_name = match_inputs(&self.graph, inputs)?;
+        for (i, n) in self.graph.nodes().iter().enumerate() {
+            if let Op::Input(name) = &n.op {
+                let data = by_name[name].f32_cow()?;
+                if !data.is_empty() {
+                    self.ctx.queue.write_buffer(self.slot(NodeId(i)), 0, bytemuck::cast_slice(&data));
+                }
+            }
+        }
+        let mut enc = self.ctx.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            for d in &self.dispatches {
+                pass.set_pipeline(&d.pipeline);
+                pass.set_bind_group(0, &d.bind_group, &[]);
+                let [x, y, z] = d.workgroups;
+                pass.dispatch_workgroups(x, y, z);
+            }
+        }
+        for (o, staging) in &self.readback {
+            enc.copy_buffer_to_buffer(self.slot(*o), 0, staging, 0, staging.size());
+        }
+        let scope = self.ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        self.ctx.queue.submit([enc.finish()]);
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("submit: {e}")));
+        }
+        for (_, staging) in &self.readback {
+            staging.slice(..).map_async(wgpu::MapMode::Read, |_| {});
+        }
+        self.ctx
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("poll: {e}")))?;
+        let mut outs = Vec::with_capacity(self.readback.len());
+        for (o, staging) in &self.readback {
+            let shape = self.graph.node(*o).shape.clone();
+            let n: usize = shape.iter().product();
+            let data = {
+                let view = staging
+                    .slice(..)
+                    .get_mapped_range()
+                    .map_err(|e| Error::Gpu(format!("reading back node {}: {e}", o.0)))?;
+                bytemuck::cast_slice::<u8, f32>(&view)[..n].to_vec()
+            };
+            staging.unmap();
+            outs.push(Tensor::from_f32(shape, data)?);
+        }
+        Ok(outs)
+    }
+
+    fn stats(&self) -> ExecStats {
+        self.stats.clone()
+    }
+}

@@ -1,0 +1,127 @@
+//! From graph nodes to recorded dispatches. Each op family has a module here and a WGSL
+//! file in `shaders/`; `encode` routes a node to its family.
+
+mod elementwise;
+mod matmul;
+
+use super::exec::Chunk;
+use super::shader::Variant;
+use super::GpuContext;
+use crate::gguf::GgmlType;
+use crate::graph::{Node, Op};
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// One recorded compute dispatch.
+pub(crate) struct Dispatch {
+    pub pipeline: Arc<wgpu::ComputePipeline>,
+    pub bind_group: wgpu::BindGroup,
+    pub workgroups: [u32; 3],
+}
+
+/// A node input as the kernels see it.
+pub(crate) enum TensorBuf<'a> {
+    /// An f32 activation (or a weight converted to f32 at upload), contiguous row-major.
+    F32 { buffer: &'a wgpu::Buffer, shape: &'a [usize] },
+    /// A weight in its stored dtype, split by rows (dim 0) into buffers that each fit one
+    /// binding; rows are stored as in GGUF (ggml blocks along the last dim).
+    Raw { chunks: &'a [Chunk], shape: &'a [usize], dtype: GgmlType },
+}
+
+impl<'a> TensorBuf<'a> {
+    pub fn shape(&self) -> &'a [usize] {
+        match self {
+            TensorBuf::F32 { shape, .. } | TensorBuf::Raw { shape, .. } => shape,
+        }
+    }
+
+    /// The f32 buffer; raw weights only reach kernels that ask for them.
+    pub fn f32(&self) -> &'a wgpu::Buffer {
+        match self {
+            TensorBuf::F32 { buffer, .. } => buffer,
+            TensorBuf::Raw { .. } => unreachable!("exec gives f32 buffers to all but raw readers"),
+        }
+    }
+}
+
+pub(crate) struct NodeBuffers<'a> {
+    pub inputs: Vec<TensorBuf<'a>>,
+    pub output: &'a wgpu::Buffer,
+}
+
+/// Builds one dispatch: `params` go to a uniform at binding 0, `buffers` are
+/// `(binding, buffer)` storage bindings.
+pub(crate) fn dispatch(
+    ctx: &GpuContext,
+    variant: &Variant,
+    params: &[u32],
+    buffers: &[(u32, &wgpu::Buffer)],
+    workgroups: [u32; 3],
+) -> Result<Dispatch> {
+    let pipeline = ctx.pipelines.get(&ctx.device, variant)?;
+    let max = ctx.limits.max_compute_workgroups_per_dimension;
+    if workgroups.iter().any(|&w| w > max) {
+        return Err(Error::Gpu(format!("{}: grid {workgroups:?} exceeds {max} per dimension", variant.entry)));
+    }
+    let mut words = params.to_vec();
+    words.resize(params.len().next_multiple_of(4).max(4), 0);
+    let uniform = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(variant.entry),
+        size: 4 * words.len() as u64,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    ctx.queue.write_buffer(&uniform, 0, bytemuck::cast_slice(&words));
+    let mut entries = vec![wgpu::BindGroupEntry {
+        binding: 0,
+        resource: uniform.as_entire_binding(),
+    }];
+    entries.extend(buffers.iter().map(|(binding, b)| wgpu::BindGroupEntry {
+        binding: *binding,
+        resource: b.as_entire_binding(),
+    }));
+    let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(variant.entry),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &entries,
+    });
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(Error::Gpu(format!("bind group for {}: {e}", variant.entry)));
+    }
+    Ok(Dispatch {
+        pipeline,
+        bind_group,
+        workgroups,
+    })
+}
+
+/// Workgroups for `n` independent items, `per_group` per workgroup, folded into 2-D when
+/// one dimension is not enough. Kernels recover the index as
+/// `(wg.y * num_wg.x + wg.x) * per_group + local`.
+pub(crate) fn grid_1d(ctx: &GpuContext, n: usize, per_group: usize) -> [u32; 3] {
+    let groups = n.div_ceil(per_group).max(1) as u64;
+    let max = u64::from(ctx.limits.max_compute_workgroups_per_dimension);
+    if groups <= max {
+        [groups as u32, 1, 1]
+    } else {
+        [max as u32, groups.div_ceil(max) as u32, 1]
+    }
+}
+
+/// Checked conversion of a size to a kernel parameter.
+pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::Gpu(format!("{what} = {v} does not fit a u32 kernel parameter")))
+}
+
+pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
+    match &node.op {
+        Op::Add | Op::Mul => elementwise::binary(ctx, node, bufs),
+        Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu => elementwise::unary(ctx, node, bufs),
+        Op::MatMul => matmul::matmul(ctx, node, bufs),
+        op => Err(Error::NotImplemented {
+            op: op.kind().to_owned(),
+            backend: "wgpu",
+        }),
+    }
+}

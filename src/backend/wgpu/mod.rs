@@ -1,0 +1,154 @@
+//! The wgpu backend: hand-written WGSL kernels (`shaders/`) on Vulkan, Metal, DX12 or GL.
+
+mod exec;
+mod kernels;
+mod shader;
+
+use super::{Backend, Executable, WeightStore};
+use crate::graph::Graph;
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// Which graphics API to ask wgpu for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Vulkan,
+    Metal,
+    Dx12,
+    Gl,
+    /// Whatever wgpu finds first (a real GPU before a software one).
+    Any,
+}
+
+impl Api {
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Vulkan => "vulkan",
+            Api::Metal => "metal",
+            Api::Dx12 => "dx12",
+            Api::Gl => "gl",
+            Api::Any => "wgpu",
+        }
+    }
+
+    fn backends(self) -> wgpu::Backends {
+        match self {
+            Api::Vulkan => wgpu::Backends::VULKAN,
+            Api::Metal => wgpu::Backends::METAL,
+            Api::Dx12 => wgpu::Backends::DX12,
+            Api::Gl => wgpu::Backends::GL,
+            Api::Any => wgpu::Backends::all(),
+        }
+    }
+}
+
+/// Optional capabilities the kernels use when present. Each has a kill switch so every
+/// fallback path can be tested on any device: `VLA_WGPU_NO_F16=1`, `VLA_WGPU_NO_SUBGROUPS=1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    pub f16: bool,
+    pub subgroups: bool,
+}
+
+pub(crate) struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub caps: Caps,
+    pub pipelines: shader::PipelineCache,
+}
+
+/// A wgpu device with its kernels; cheap to clone.
+#[derive(Clone)]
+pub struct WgpuBackend {
+    ctx: Arc<GpuContext>,
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+impl WgpuBackend {
+    /// Opens the first adapter of `api`. Set `VLA_WGPU_FALLBACK=1` to prefer a software
+    /// adapter (lavapipe) even when a GPU is present.
+    pub fn new(api: Api) -> Result<Self> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = api.backends();
+        let instance = wgpu::Instance::new(desc);
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: env_flag("VLA_WGPU_FALLBACK"),
+            compatible_surface: None,
+            apply_limit_buckets: false,
+        }))
+        .map_err(|_| {
+            let found: Vec<String> = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+                .iter()
+                .map(|a| {
+                    let i = a.get_info();
+                    format!("{:?} {:?} {:?}", i.backend, i.device_type, i.name)
+                })
+                .collect();
+            Error::NoAdapter {
+                backend: api.name().to_owned(),
+                found: if found.is_empty() { "none".into() } else { found.join(", ") },
+            }
+        })?;
+        let available = adapter.features();
+        let mut features = wgpu::Features::empty();
+        let caps = Caps {
+            f16: available.contains(wgpu::Features::SHADER_F16) && !env_flag("VLA_WGPU_NO_F16"),
+            subgroups: available.contains(wgpu::Features::SUBGROUP) && !env_flag("VLA_WGPU_NO_SUBGROUPS"),
+        };
+        if caps.f16 {
+            features |= wgpu::Features::SHADER_F16;
+        }
+        if caps.subgroups {
+            features |= wgpu::Features::SUBGROUP;
+        }
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("vla"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::Gpu(format!("request_device: {e}")))?;
+        let info = adapter.get_info();
+        tracing::info!(adapter = %info.name, driver = %info.driver_info, ?caps, "wgpu device");
+        Ok(WgpuBackend {
+            ctx: Arc::new(GpuContext {
+                device,
+                queue,
+                info,
+                limits,
+                caps,
+                pipelines: shader::PipelineCache::default(),
+            }),
+        })
+    }
+
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.ctx.info
+    }
+
+    pub fn caps(&self) -> Caps {
+        self.ctx.caps
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn description(&self) -> String {
+        let i = &self.ctx.info;
+        format!(
+            "{:?}: {} ({:?}, driver {} {})",
+            i.backend, i.name, i.device_type, i.driver, i.driver_info
+        )
+        .to_lowercase()
+    }
+
+    fn compile<'w>(&self, graph: &Graph, weights: &'w dyn WeightStore) -> Result<Box<dyn Executable + 'w>> {
+        Ok(Box::new(exec::WgpuExecutable::new(self.ctx.clone(), graph, weights)?))
+    }
+}

@@ -1,0 +1,138 @@
+//! WGSL sources, their one template step, and the pipeline cache.
+//!
+//! Template step: a shader may contain lines `#if NAME`, `#else`, `#endif` (nestable);
+//! lines between are kept when NAME is among the variant's defines. Everything else
+//! (tile sizes, workgroup sizes) uses WGSL `override` constants. One file per op family,
+//! one variant per (defines, constants) pair, compiled once.
+
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A kernel variant: a family's source, an entry point, `#if` defines and override constants.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Variant {
+    pub family: &'static str,
+    pub source: &'static str,
+    pub entry: &'static str,
+    pub defines: Vec<&'static str>,
+    pub constants: Vec<(&'static str, f64)>,
+}
+
+impl Variant {
+    pub fn new(family: &'static str, source: &'static str, entry: &'static str) -> Self {
+        Variant {
+            family,
+            source,
+            entry,
+            defines: vec![],
+            constants: vec![],
+        }
+    }
+
+    pub fn define(mut self, name: &'static str, on: bool) -> Self {
+        if on {
+            self.defines.push(name);
+        }
+        self
+    }
+
+    pub fn constant(mut self, name: &'static str, value: f64) -> Self {
+        self.constants.push((name, value));
+        self
+    }
+
+    fn key(&self) -> String {
+        format!("{}:{}:{:?}:{:?}", self.family, self.entry, self.defines, self.constants)
+    }
+}
+
+/// Applies the `#if` / `#else` / `#endif` template step.
+pub(crate) fn preprocess(source: &str, defines: &[&str]) -> Result<String> {
+    let mut out = String::with_capacity(source.len());
+    // whether each open #if's current branch is kept
+    let mut stack: Vec<bool> = Vec::new();
+    let active = |stack: &[bool]| stack.iter().all(|on| *on);
+    for (i, line) in source.lines().enumerate() {
+        let t = line.trim();
+        let directive = t.starts_with("#if ") || t == "#else" || t == "#endif";
+        if directive || !active(&stack) {
+            out.push('\n'); // keep line numbers for naga's error messages
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if let Some(name) = t.strip_prefix("#if ") {
+            stack.push(defines.contains(&name.trim()));
+        } else if t == "#else" {
+            let top = stack.last_mut().ok_or_else(|| template_err(i, "#else without #if"))?;
+            *top = !*top;
+        } else if t == "#endif" {
+            stack.pop().ok_or_else(|| template_err(i, "#endif without #if"))?;
+        }
+    }
+    if !stack.is_empty() {
+        return Err(template_err(source.lines().count(), "unclosed #if"));
+    }
+    Ok(out)
+}
+
+fn template_err(line: usize, what: &str) -> Error {
+    Error::Gpu(format!("shader template line {}: {what}", line + 1))
+}
+
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl PipelineCache {
+    pub fn get(&self, device: &wgpu::Device, v: &Variant) -> Result<Arc<wgpu::ComputePipeline>> {
+        let key = v.key();
+        if let Some(p) = self.pipelines.lock().expect("no panics while locked").get(&key) {
+            return Ok(p.clone());
+        }
+        let code = preprocess(v.source, &v.defines)?;
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(v.family),
+            source: wgpu::ShaderSource::Wgsl(code.into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(v.entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(v.entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &v.constants.iter().map(|(k, x)| (*k, *x)).collect::<Vec<_>>(),
+                ..Default::default()
+            },
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu(format!("compiling {} ({}): {e}", v.family, key)));
+        }
+        let p = Arc::new(pipeline);
+        self.pipelines.lock().expect("no panics while locked").insert(key, p.clone());
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::preprocess;
+
+    #[test]
+    fn template_keeps_selected_branches() {
+        let src = "a\n#if F16\nb\n#if X\nc\n#else\nd\n#endif\n#else\ne\n#endif\nf\n";
+        let kept = |d: &[&str]| -> Vec<String> {
+            preprocess(src, d).unwrap().lines().filter(|l| !l.is_empty()).map(String::from).collect()
+        };
+        assert_eq!(kept(&[]), ["a", "e", "f"]);
+        assert_eq!(kept(&["F16"]), ["a", "b", "d", "f"]);
+        assert_eq!(kept(&["F16", "X"]), ["a", "b", "c", "f"]);
+        assert_eq!(preprocess(src, &[]).unwrap().lines().count(), src.lines().count());
+        assert!(preprocess("#if A\n", &[]).is_err());
+        assert!(preprocess("#endif\n", &[]).is_err());
+    }
+}

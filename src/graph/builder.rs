@@ -1,0 +1,271 @@
+//! Building a [`Graph`] with shape inference.
+
+use super::{AttentionMask, Graph, Node, NodeId, Op};
+use crate::backend::WeightStore;
+use crate::gguf::GgmlType;
+use crate::ops::{RopeConfig, RopeLayout};
+use crate::{Error, Result};
+
+/// Adds nodes one op at a time; each call checks its input shapes and returns the new node.
+pub struct GraphBuilder<'w> {
+    weights: &'w dyn WeightStore,
+    nodes: Vec<Node>,
+}
+
+fn err(op: &'static str, reason: String) -> Error {
+    Error::Shape { op, reason }
+}
+
+impl<'w> GraphBuilder<'w> {
+    /// `weights` answers the shapes and dtypes of [`Self::weight`] nodes.
+    pub fn new(weights: &'w dyn WeightStore) -> Self {
+        GraphBuilder {
+            weights,
+            nodes: Vec::new(),
+        }
+    }
+
+    pub fn shape(&self, id: NodeId) -> &[usize] {
+        &self.nodes[id.0].shape
+    }
+
+    fn push(&mut self, op: Op, inputs: Vec<NodeId>, shape: Vec<usize>, dtype: GgmlType) -> NodeId {
+        self.nodes.push(Node { op, inputs, shape, dtype });
+        NodeId(self.nodes.len() - 1)
+    }
+
+    fn activation(&mut self, op: Op, inputs: Vec<NodeId>, shape: Vec<usize>) -> NodeId {
+        self.push(op, inputs, shape, GgmlType::F32)
+    }
+
+    fn check_f32(&self, op: &'static str, id: NodeId) -> Result<()> {
+        match self.nodes[id.0].dtype {
+            GgmlType::F32 => Ok(()),
+            t => Err(err(op, format!("this input must be f32, node {} is {t}", id.0))),
+        }
+    }
+
+    pub fn input(&mut self, name: impl Into<String>, shape: &[usize]) -> NodeId {
+        self.activation(Op::Input(name.into()), vec![], shape.to_vec())
+    }
+
+    pub fn weight(&mut self, name: &str) -> Result<NodeId> {
+        let t = self.weights.weight(name)?;
+        let (shape, dtype) = (t.shape().to_vec(), t.dtype());
+        Ok(self.push(Op::Weight(name.to_owned()), vec![], shape, dtype))
+    }
+
+    pub fn matmul(&mut self, x: NodeId, w: NodeId) -> Result<NodeId> {
+        self.check_f32("matmul", x)?;
+        let (xs, ws) = (self.shape(x), self.shape(w));
+        if xs.is_empty() || ws.len() != 2 || xs[xs.len() - 1] != ws[1] {
+            return Err(err("matmul", format!("x {xs:?} @ w^T with w {ws:?}: need x [.., K], w [N, K]")));
+        }
+        let mut shape = xs.to_vec();
+        *shape.last_mut().expect("non-empty") = ws[0];
+        Ok(self.activation(Op::MatMul, vec![x, w], shape))
+    }
+
+    pub fn bmm(&mut self, a: NodeId, b: NodeId, trans_b: bool) -> Result<NodeId> {
+        self.check_f32("bmm", a)?;
+        self.check_f32("bmm", b)?;
+        let (as_, bs) = (self.shape(a), self.shape(b));
+        let (n, k) = if trans_b { (1, 2) } else { (2, 1) };
+        if as_.len() != 3 || bs.len() != 3 || as_[0] != bs[0] || as_[2] != bs[k] {
+            return Err(err("bmm", format!("a {as_:?}, b {bs:?} (trans_b {trans_b})")));
+        }
+        let shape = vec![as_[0], as_[1], bs[n]];
+        Ok(self.activation(Op::Bmm { trans_b }, vec![a, b], shape))
+    }
+
+    fn binary(&mut self, op: Op, a: NodeId, b: NodeId) -> Result<NodeId> {
+        let shape = crate::ops::broadcast_shape(self.shape(a), self.shape(b))?;
+        Ok(self.activation(op, vec![a, b], shape))
+    }
+
+    pub fn add(&mut self, a: NodeId, b: NodeId) -> Result<NodeId> {
+        self.binary(Op::Add, a, b)
+    }
+
+    pub fn mul(&mut self, a: NodeId, b: NodeId) -> Result<NodeId> {
+        self.binary(Op::Mul, a, b)
+    }
+
+    fn unary(&mut self, op: Op, x: NodeId) -> NodeId {
+        let shape = self.shape(x).to_vec();
+        self.activation(op, vec![x], shape)
+    }
+
+    pub fn scale(&mut self, x: NodeId, s: f32) -> NodeId {
+        self.unary(Op::Scale(s), x)
+    }
+
+    pub fn gelu_tanh(&mut self, x: NodeId) -> NodeId {
+        self.unary(Op::GeluTanh, x)
+    }
+
+    pub fn gelu_erf(&mut self, x: NodeId) -> NodeId {
+        self.unary(Op::GeluErf, x)
+    }
+
+    pub fn silu(&mut self, x: NodeId) -> NodeId {
+        self.unary(Op::Silu, x)
+    }
+
+    pub fn softmax(&mut self, x: NodeId) -> NodeId {
+        self.unary(Op::Softmax, x)
+    }
+
+    fn check_last_dim(&self, op: &'static str, x: NodeId, params: &[NodeId]) -> Result<()> {
+        let d = self.shape(x).last().copied().unwrap_or(0);
+        for p in params {
+            if self.shape(*p) != [d] {
+                return Err(err(op, format!("parameter {:?} must be [{d}] for x {:?}", self.shape(*p), self.shape(x))));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn rms_norm(&mut self, x: NodeId, w: NodeId, eps: f32, offset: f32) -> Result<NodeId> {
+        self.check_last_dim("rms_norm", x, &[w])?;
+        Ok(self.unary_with(Op::RmsNorm { eps, offset }, x, &[w]))
+    }
+
+    pub fn layer_norm(&mut self, x: NodeId, w: NodeId, b: NodeId, eps: f32) -> Result<NodeId> {
+        self.check_last_dim("layer_norm", x, &[w, b])?;
+        Ok(self.unary_with(Op::LayerNorm { eps }, x, &[w, b]))
+    }
+
+    fn unary_with(&mut self, op: Op, x: NodeId, extra: &[NodeId]) -> NodeId {
+        let shape = self.shape(x).to_vec();
+        let mut inputs = vec![x];
+        inputs.extend_from_slice(extra);
+        self.activation(op, inputs, shape)
+    }
+
+    pub fn rope(&mut self, x: NodeId, positions: NodeId, cfg: RopeConfig) -> Result<NodeId> {
+        let xs = self.shape(x);
+        let seq_axis = match cfg.layout {
+            RopeLayout::SeqHeadDim => 0,
+            RopeLayout::HeadSeqDim => 1,
+        };
+        let n_rot = cfg.n_rot.unwrap_or(xs.get(2).copied().unwrap_or(0));
+        if xs.len() != 3 || self.shape(positions) != [xs[seq_axis]] || n_rot % 2 != 0 || n_rot > xs[2] {
+            return Err(err("rope", format!("x {xs:?} with positions {:?}, n_rot {n_rot}", self.shape(positions))));
+        }
+        Ok(self.unary_with(Op::Rope(cfg), x, &[positions]))
+    }
+
+    /// `allowed`: an `[Sq, Sk]` tensor (nonzero = may attend) when `mask` is `Allowed`.
+    pub fn attention(
+        &mut self,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        mask: AttentionMask,
+        allowed: Option<NodeId>,
+        scale: Option<f32>,
+    ) -> Result<NodeId> {
+        let (qs, ks, vs) = (self.shape(q), self.shape(k), self.shape(v));
+        let ok = qs.len() == 3 && ks.len() == 3 && vs.len() == 3
+            && ks[2] == qs[2] && vs[..2] == ks[..2] && ks[0] > 0 && qs[0] % ks[0] == 0;
+        if !ok {
+            return Err(err("attention", format!("q {qs:?}, k {ks:?}, v {vs:?}")));
+        }
+        let shape = vec![qs[0], qs[1], vs[2]];
+        let scale = scale.unwrap_or(1.0 / (qs[2] as f32).sqrt());
+        let mut inputs = vec![q, k, v];
+        match (mask, allowed) {
+            (AttentionMask::Allowed, Some(m)) if self.shape(m) == [qs[1], ks[1]] => inputs.push(m),
+            (AttentionMask::Allowed, _) => {
+                return Err(err("attention", format!("an Allowed mask needs an [{}, {}] mask input", qs[1], ks[1])))
+            }
+            (_, Some(_)) => return Err(err("attention", "a mask input needs AttentionMask::Allowed".into())),
+            (_, None) => {}
+        }
+        Ok(self.activation(Op::Attention { mask, scale }, inputs, shape))
+    }
+
+    pub fn patch_embed(&mut self, image: NodeId, w: NodeId, b: NodeId) -> Result<NodeId> {
+        let (is, ws, bs) = (self.shape(image), self.shape(w), self.shape(b));
+        if is.len() != 3 || ws.len() != 4 || ws[1] != is[0] || bs != [ws[0]] || ws[2] == 0 || ws[3] == 0 {
+            return Err(err("patch_embed", format!("image {is:?}, w {ws:?}, b {bs:?}")));
+        }
+        let shape = vec![(is[1] / ws[2]) * (is[2] / ws[3]), ws[0]];
+        Ok(self.activation(Op::PatchEmbed, vec![image, w, b], shape))
+    }
+
+    pub fn concat(&mut self, xs: &[NodeId], axis: usize) -> Result<NodeId> {
+        let first = xs.first().map(|x| self.shape(*x).to_vec()).unwrap_or_default();
+        if axis >= first.len() {
+            return Err(err("concat", format!("axis {axis} for shape {first:?}")));
+        }
+        let mut shape = first.clone();
+        shape[axis] = 0;
+        for x in xs {
+            let s = self.shape(*x);
+            let same_rest = s.len() == first.len()
+                && s.iter().zip(&first).enumerate().all(|(i, (a, b))| i == axis || a == b);
+            if !same_rest {
+                return Err(err("concat", format!("{s:?} does not match {first:?} off axis {axis}")));
+            }
+            shape[axis] += s[axis];
+        }
+        Ok(self.activation(Op::Concat { axis }, xs.to_vec(), shape))
+    }
+
+    pub fn slice(&mut self, x: NodeId, axis: usize, start: usize, len: usize) -> Result<NodeId> {
+        let mut shape = self.shape(x).to_vec();
+        if axis >= shape.len() || start.checked_add(len).is_none_or(|end| end > shape[axis]) {
+            return Err(err("slice", format!("axis {axis} [{start}, +{len}) of {shape:?}")));
+        }
+        shape[axis] = len;
+        Ok(self.activation(Op::Slice { axis, start, len }, vec![x], shape))
+    }
+
+    pub fn permute(&mut self, x: NodeId, perm: &[usize]) -> Result<NodeId> {
+        let xs = self.shape(x);
+        let mut seen = vec![false; xs.len()];
+        let valid = perm.len() == xs.len()
+            && perm.iter().all(|&p| p < xs.len() && !std::mem::replace(&mut seen[p], true));
+        if !valid {
+            return Err(err("permute", format!("{perm:?} for shape {xs:?}")));
+        }
+        let shape = perm.iter().map(|&p| xs[p]).collect();
+        Ok(self.activation(Op::Permute(perm.to_vec()), vec![x], shape))
+    }
+
+    pub fn reshape(&mut self, x: NodeId, shape: &[usize]) -> Result<NodeId> {
+        let n: usize = self.shape(x).iter().product();
+        if shape.iter().product::<usize>() != n {
+            return Err(err("reshape", format!("{:?} to {shape:?}", self.shape(x))));
+        }
+        self.check_f32("reshape", x)?;
+        Ok(self.activation(Op::Reshape(shape.to_vec()), vec![x], shape.to_vec()))
+    }
+
+    pub fn embedding(&mut self, table: NodeId, ids: NodeId) -> Result<NodeId> {
+        let (ts, is) = (self.shape(table), self.shape(ids));
+        if ts.len() != 2 || is.len() != 1 {
+            return Err(err("embedding", format!("table {ts:?}, ids {is:?}")));
+        }
+        let shape = vec![is[0], ts[1]];
+        Ok(self.activation(Op::Embedding, vec![table, ids], shape))
+    }
+
+    /// Finishes the graph; `outputs` are read back after each run.
+    pub fn build(self, outputs: &[NodeId]) -> Result<Graph> {
+        for o in outputs {
+            if o.0 >= self.nodes.len() {
+                return Err(Error::InvalidArgument(format!("output node {} does not exist", o.0)));
+            }
+            if self.nodes[o.0].dtype != GgmlType::F32 {
+                return Err(Error::InvalidArgument(format!("output node {} is a non-f32 weight", o.0)));
+            }
+        }
+        Ok(Graph {
+            nodes: self.nodes,
+            outputs: outputs.to_vec(),
+        })
+    }
+}

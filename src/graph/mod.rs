@@ -1,0 +1,158 @@
+//! A small compute graph: built once per model, then compiled by a [`crate::backend`] into
+//! an executable that runs it many times.
+//!
+//! Nodes are in topological order by construction (an op can only name nodes built before
+//! it). Every node's shape is inferred when it is added, so a backend can plan buffers
+//! before any data exists. Activations are f32; weights keep their stored dtype.
+
+mod builder;
+
+pub use builder::GraphBuilder;
+
+use crate::gguf::GgmlType;
+use crate::ops::RopeConfig;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub(crate) usize);
+
+impl NodeId {
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+/// Which keys each query may attend to (see [`crate::ops::Mask`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AttentionMask {
+    None,
+    Causal,
+    /// The op's 4th input: an `[Sq, Sk]` f32 tensor, nonzero = may attend.
+    Allowed,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// An f32 tensor supplied at run time by name. Integer data (token ids, positions) is
+    /// passed as f32 holding exact integers.
+    Input(String),
+    /// A constant tensor from the weight store, in its stored dtype.
+    Weight(String),
+    /// `[x [.., M, K], w [N, K]]` -> `x @ w^T`.
+    MatMul,
+    /// `[a [B, M, K], b [B, N, K]]` (`trans_b`) or `b [B, K, N]` -> `[B, M, N]`.
+    Bmm { trans_b: bool },
+    /// Broadcasting elementwise ops, `[a, b]`.
+    Add,
+    Mul,
+    Scale(f32),
+    GeluTanh,
+    GeluErf,
+    Silu,
+    /// Over the last dimension.
+    Softmax,
+    /// `[x, w]`: `x / rms(x) * (w + offset)` over the last dim (offset 1 for Gemma).
+    RmsNorm { eps: f32, offset: f32 },
+    /// `[x, w, b]` over the last dim.
+    LayerNorm { eps: f32 },
+    /// `[x, positions [seq]]`.
+    Rope(RopeConfig),
+    /// `[q [Hq, Sq, D], k [Hkv, Sk, D], v [Hkv, Sk, Dv]]` (+ `allowed [Sq, Sk]`).
+    Attention { mask: AttentionMask, scale: f32 },
+    /// `[image [C, H, W], w [O, C, P, P], b [O]]` -> `[patches, O]`.
+    PatchEmbed,
+    /// All inputs, along `axis`.
+    Concat { axis: usize },
+    Slice { axis: usize, start: usize, len: usize },
+    Permute(Vec<usize>),
+    Reshape(Vec<usize>),
+    /// `[table [V, D], ids [n]]` -> `[n, D]`.
+    Embedding,
+}
+
+impl Op {
+    /// A short name for logs, pipeline caches and test reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::Input(_) => "input",
+            Op::Weight(_) => "weight",
+            Op::MatMul => "matmul",
+            Op::Bmm { .. } => "bmm",
+            Op::Add => "add",
+            Op::Mul => "mul",
+            Op::Scale(_) => "scale",
+            Op::GeluTanh => "gelu_tanh",
+            Op::GeluErf => "gelu_erf",
+            Op::Silu => "silu",
+            Op::Softmax => "softmax",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::Rope(_) => "rope",
+            Op::Attention { .. } => "attention",
+            Op::PatchEmbed => "patch_embed",
+            Op::Concat { .. } => "concat",
+            Op::Slice { .. } => "slice",
+            Op::Permute(_) => "permute",
+            Op::Reshape(_) => "reshape",
+            Op::Embedding => "embedding",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub op: Op,
+    pub inputs: Vec<NodeId>,
+    /// Row-major output shape.
+    pub shape: Vec<usize>,
+    /// F32 for every activation; a weight's stored dtype.
+    pub dtype: GgmlType,
+}
+
+impl Node {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// A finished graph: nodes in topological order and the nodes to read back.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) outputs: Vec<NodeId>,
+}
+
+impl Graph {
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0]
+    }
+
+    pub fn outputs(&self) -> &[NodeId] {
+        &self.outputs
+    }
+
+    /// Names of the run-time inputs, in node order.
+    pub fn input_names(&self) -> impl Iterator<Item = &str> {
+        self.nodes.iter().filter_map(|n| match &n.op {
+            Op::Input(name) => Some(name.as_str()),
+            _ => None,
+        })
+    }
+
+    /// For each node, the index of the last node that reads it (outputs live to the end).
+    pub fn last_uses(&self) -> Vec<usize> {
+        let mut last: Vec<usize> = (0..self.nodes.len()).collect();
+        for (i, n) in self.nodes.iter().enumerate() {
+            for inp in &n.inputs {
+                last[inp.0] = last[inp.0].max(i);
+            }
+        }
+        for o in &self.outputs {
+            last[o.0] = usize::MAX;
+        }
+        last
+    }
+}

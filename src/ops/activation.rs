@@ -1,0 +1,241 @@
+//! Activations (elementwise) and gated-MLP helpers. `erf` is computed in f64 here.
+
+use std::f64::consts::PI;
+
+use rayon::prelude::*;
+
+use super::{f32s, out};
+use crate::{Error, Result, Tensor};
+
+/// The error function, accurate to about 1e-15 (absolute) in f64.
+///
+/// `|x| < 2.5`: the series `erf x = 2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (2n+1)!!`, whose
+/// terms are all positive (no cancellation); otherwise `1 - erfc(x)` from the continued
+/// fraction.
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    if a < 2.5 {
+        erf_series(x)
+    } else {
+        (1.0 - erfc_cf(a)).copysign(x)
+    }
+}
+
+/// The complementary error function `1 - erf(x)`, with full relative accuracy for large x.
+pub fn erfc(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    if x.abs() < 2.5 {
+        1.0 - erf_series(x)
+    } else if x > 0.0 {
+        erfc_cf(x)
+    } else {
+        2.0 - erfc_cf(-x)
+    }
+}
+
+fn erf_series(x: f64) -> f64 {
+    let x2 = x * x;
+    let mut term = x;
+    let mut sum = x;
+    let mut n = 0.0f64;
+    loop {
+        n += 1.0;
+        term *= 2.0 * x2 / (2.0 * n + 1.0);
+        sum += term;
+        if term.abs() <= 1e-17 * sum.abs() || n > 200.0 {
+            break;
+        }
+    }
+    2.0 / PI.sqrt() * (-x2).exp() * sum
+}
+
+/// erfc for x >= 2.5: `e^(-x^2)/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...))))`.
+fn erfc_cf(x: f64) -> f64 {
+    let mut f = x;
+    for k in (1..=50).rev() {
+        f = x + (k as f64 * 0.5) / f;
+    }
+    (-x * x).exp() / PI.sqrt() / f
+}
+
+/// GELU with the exact erf: `0.5 x (1 + erf(x / sqrt 2))` (PyTorch `gelu`, `approximate="none"`).
+pub fn gelu_erf_f32(x: f32) -> f32 {
+    let x = x as f64;
+    (0.5 * x * erfc(-x / std::f64::consts::SQRT_2)) as f32
+}
+
+/// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`
+/// (PyTorch `approximate="tanh"`, HF `gelu_pytorch_tanh`, used by SigLIP and Gemma).
+pub fn gelu_tanh_f32(x: f32) -> f32 {
+    const C: f32 = std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2; // sqrt(2/pi)
+    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// SiLU / swish: `x * sigmoid(x)`.
+pub fn silu_f32(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+fn map(x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor<'static>> {
+    let mut v = f32s(x)?.into_owned();
+    v.par_chunks_mut(4096)
+        .for_each(|c| c.iter_mut().for_each(|a| *a = f(*a)));
+    out(x.shape().to_vec(), v)
+}
+
+/// Elementwise [`gelu_erf_f32`].
+pub fn gelu_erf(x: &Tensor) -> Result<Tensor<'static>> {
+    map(x, gelu_erf_f32)
+}
+
+/// Elementwise [`gelu_tanh_f32`].
+pub fn gelu_tanh(x: &Tensor) -> Result<Tensor<'static>> {
+    map(x, gelu_tanh_f32)
+}
+
+/// Elementwise [`silu_f32`].
+pub fn silu(x: &Tensor) -> Result<Tensor<'static>> {
+    map(x, silu_f32)
+}
+
+pub fn sigmoid(x: &Tensor) -> Result<Tensor<'static>> {
+    map(x, |a| 1.0 / (1.0 + (-a).exp()))
+}
+
+pub fn tanh(x: &Tensor) -> Result<Tensor<'static>> {
+    map(x, f32::tanh)
+}
+
+pub fn relu(x: &Tensor) -> Result<Tensor<'static>> {
+    map(x, |a| a.max(0.0))
+}
+
+fn gated(
+    op: &'static str,
+    gate: &Tensor,
+    up: &Tensor,
+    f: impl Fn(f32) -> f32 + Sync,
+) -> Result<Tensor<'static>> {
+    if gate.shape() != up.shape() {
+        return Err(Error::shape(
+            op,
+            format!("gate {:?} and up {:?} differ", gate.shape(), up.shape()),
+        ));
+    }
+    let mut g = f32s(gate)?.into_owned();
+    let u = f32s(up)?;
+    g.par_chunks_mut(4096)
+        .zip(u.par_chunks(4096))
+        .for_each(|(g, u)| g.iter_mut().zip(u).for_each(|(a, b)| *a = f(*a) * b));
+    out(gate.shape().to_vec(), g)
+}
+
+/// `silu(gate) * up` (Llama/SmolLM MLP), same shapes.
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor<'static>> {
+    gated("swiglu", gate, up, silu_f32)
+}
+
+/// `gelu_tanh(gate) * up` (Gemma's GeGLU MLP, `gelu_pytorch_tanh`), same shapes.
+pub fn geglu(gate: &Tensor, up: &Tensor) -> Result<Tensor<'static>> {
+    gated("geglu", gate, up, gelu_tanh_f32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_known_values() {
+        // Reference values (mpmath / Abramowitz-Stegun tables).
+        let cases = [
+            (0.0, 0.0),
+            (0.1, 0.1124629160182849),
+            (0.5, 0.5204998778130465),
+            (1.0, 0.8427007929497149),
+            (1.5, 0.9661051464753108),
+            (2.0, 0.9953222650189527),
+            (2.5, 0.999593047982555),
+            (3.0, 0.9999779095030014),
+            (-1.0, -0.8427007929497149),
+            (-3.0, -0.9999779095030014),
+            (6.0, 1.0),
+        ];
+        for (x, want) in cases {
+            assert!(
+                (erf(x) - want).abs() < 1e-13,
+                "erf({x}) = {} != {want}",
+                erf(x)
+            );
+        }
+        // erfc keeps relative accuracy in the tail.
+        for (x, want) in [
+            (3.0, 2.209049699858544e-05),
+            (5.0, 1.537_459_794_428_035e-12),
+            (1.0, 0.15729920705028513),
+        ] {
+            assert!(
+                ((erfc(x) - want) / want).abs() < 1e-12,
+                "erfc({x}) = {}",
+                erfc(x)
+            );
+        }
+        assert!((erfc(-1.0) - 1.8427007929497148).abs() < 1e-13);
+        // Odd symmetry and monotonicity on a grid.
+        let mut prev = -1.0;
+        for i in -400..=400 {
+            let x = i as f64 / 50.0;
+            assert!((erf(x) + erf(-x)).abs() < 1e-15);
+            assert!(erf(x) >= prev);
+            prev = erf(x);
+        }
+    }
+
+    #[test]
+    fn gelu_known_values() {
+        assert!((gelu_erf_f32(1.0) as f64 - 0.8413447460685429).abs() < 1e-7);
+        assert!((gelu_tanh_f32(1.0) as f64 - 0.8411919906082768).abs() < 1e-7);
+        assert!((gelu_erf_f32(-1.0) as f64 - -0.15865525393145707).abs() < 1e-7);
+        assert!((gelu_erf_f32(2.0) as f64 - 1.9544997361036416).abs() < 1e-6);
+        assert_eq!(gelu_erf_f32(0.0), 0.0);
+        // Far tail: tiny negative, not NaN.
+        let t = gelu_erf_f32(-10.0);
+        assert!(t <= 0.0 && t > -1e-20);
+        assert!((gelu_tanh_f32(-10.0)).abs() < 1e-6);
+        let x = Tensor::from_f32(vec![2], vec![1.0, -1.0]).unwrap();
+        let y = gelu_erf(&x).unwrap();
+        assert!((y.as_f32().unwrap()[1] - -0.158_655_25).abs() < 1e-6);
+    }
+
+    #[test]
+    fn silu_sigmoid_relu_values() {
+        // silu(1) = 1 / (1 + e^-1)
+        assert!((silu_f32(1.0) - 0.731_058_6).abs() < 1e-6);
+        assert_eq!(silu_f32(0.0), 0.0);
+        assert!(silu_f32(-100.0).abs() < 1e-30);
+        let x = Tensor::from_f32(vec![3], vec![-2.0, 0.0, 2.0]).unwrap();
+        let s = sigmoid(&x).unwrap();
+        let sv = s.as_f32().unwrap();
+        assert!((sv[0] + sv[2] - 1.0).abs() < 1e-6 && sv[1] == 0.5);
+        assert_eq!(relu(&x).unwrap().as_f32().unwrap(), &[0.0, 0.0, 2.0]);
+        assert!((tanh(&x).unwrap().as_f32().unwrap()[2] - 0.964_027_6).abs() < 1e-6);
+    }
+
+    #[test]
+    fn gated_helpers() {
+        let g = Tensor::from_f32(vec![2], vec![1.0, 2.0]).unwrap();
+        let u = Tensor::from_f32(vec![2], vec![3.0, -1.0]).unwrap();
+        let y = swiglu(&g, &u).unwrap();
+        let yv = y.as_f32().unwrap();
+        assert!((yv[0] - 3.0 * 0.731_058_6).abs() < 1e-5);
+        assert!((yv[1] + 2.0 / (1.0 + (-2.0f32).exp())).abs() < 1e-5);
+        let y = geglu(&g, &u).unwrap();
+        assert!((y.as_f32().unwrap()[0] - 3.0 * 0.841_192).abs() < 1e-5);
+        let bad = Tensor::from_f32(vec![1, 2], vec![0.0; 2]).unwrap();
+        assert!(swiglu(&g, &bad).is_err());
+    }
+}

@@ -1,0 +1,352 @@
+//! Scaled dot-product attention with GQA and masks.
+
+use rayon::prelude::*;
+
+use super::kernels::{axpy, dot};
+use super::softmax::softmax_row;
+use super::{f32s, out};
+use crate::{Error, Result, Tensor};
+
+/// Which keys each query may attend to.
+#[derive(Clone, Copy, Debug)]
+pub enum Mask<'m> {
+    /// Every query sees every key.
+    None,
+    /// Query `i` sees keys `j <= i + (Sk - Sq)` (queries are the last `Sq` positions of the
+    /// `Sk` keys, as with a KV cache).
+    Causal,
+    /// Row-major allowed-matrix, `[Sq, Sk]` (shared by all heads) or `[Hq, Sq, Sk]`;
+    /// `true` = may attend. Covers prefix-LM / block masks.
+    Allowed(&'m [bool]),
+    /// Additive float mask added to the scaled scores, `[Sq, Sk]` or `[Hq, Sq, Sk]`;
+    /// `-inf` entries are masked out.
+    Additive(&'m [f32]),
+}
+
+/// `softmax(q k^T * scale + mask) v` per head.
+///
+/// `q [Hq, Sq, D]`, `k [Hkv, Sk, D]`, `v [Hkv, Sk, Dv]` with `Hq` a multiple of `Hkv`
+/// (query head `h` uses kv head `h / (Hq / Hkv)`); `scale` defaults to `1 / sqrt(D)`.
+/// Returns `[Hq, Sq, Dv]`. A query that may attend to no key gets a zero output row.
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Mask<'_>,
+    scale: Option<f32>,
+) -> Result<Tensor<'static>> {
+    const OP: &str = "attention";
+    if q.rank() != 3 || k.rank() != 3 || v.rank() != 3 {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "q, k, v must be rank 3, got {:?}, {:?}, {:?}",
+                q.shape(),
+                k.shape(),
+                v.shape()
+            ),
+        ));
+    }
+    let (hq, sq, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
+    let (hkv, sk, dk) = (k.shape()[0], k.shape()[1], k.shape()[2]);
+    let (hv, sv, dv) = (v.shape()[0], v.shape()[1], v.shape()[2]);
+    if dk != d || hv != hkv || sv != sk {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "incompatible q {:?}, k {:?}, v {:?}",
+                q.shape(),
+                k.shape(),
+                v.shape()
+            ),
+        ));
+    }
+    if hkv == 0 || hq % hkv != 0 {
+        return Err(Error::shape(
+            OP,
+            format!("query heads {hq} are not a multiple of kv heads {hkv}"),
+        ));
+    }
+    let per_head = |len: usize, what: &str| -> Result<bool> {
+        if len == sq * sk {
+            Ok(false)
+        } else if len == hq * sq * sk {
+            Ok(true)
+        } else {
+            Err(Error::shape(
+                OP,
+                format!(
+                    "{what} mask has {len} entries; expected [{sq}, {sk}] or [{hq}, {sq}, {sk}]"
+                ),
+            ))
+        }
+    };
+    let mask_per_head = match mask {
+        Mask::Allowed(m) => per_head(m.len(), "allowed")?,
+        Mask::Additive(m) => per_head(m.len(), "additive")?,
+        _ => false,
+    };
+    let scale = scale.unwrap_or(1.0 / (d as f32).sqrt());
+    let group = hq / hkv;
+    let qd = f32s(q)?;
+    let kd = f32s(k)?;
+    let vd = f32s(v)?;
+    let mut o = vec![0.0f32; hq * sq * dv];
+    if dv == 0 || sq == 0 {
+        return out(vec![hq, sq, dv], o);
+    }
+    let offset = sk as i64 - sq as i64;
+    o.par_chunks_mut(dv)
+        .enumerate()
+        .for_each_init(Vec::<f32>::new, |scores, (r, orow)| {
+            let (h, i) = (r / sq, r % sq);
+            let kvh = h / group;
+            let qrow = &qd[r * d..(r + 1) * d];
+            let kh = &kd[kvh * sk * d..(kvh + 1) * sk * d];
+            let vh = &vd[kvh * sk * dv..(kvh + 1) * sk * dv];
+            // Keys 0..end are candidates (the causal limit); others are masked.
+            let end = match mask {
+                Mask::Causal => (i as i64 + offset + 1).clamp(0, sk as i64) as usize,
+                _ => sk,
+            };
+            let mrow = if mask_per_head { r * sk } else { i * sk };
+            scores.clear();
+            scores.resize(end, f32::NEG_INFINITY);
+            for (j, s) in scores.iter_mut().enumerate() {
+                let allowed = match mask {
+                    Mask::Allowed(m) => m[mrow + j],
+                    _ => true,
+                };
+                if allowed {
+                    *s = dot(qrow, &kh[j * d..(j + 1) * d]) * scale;
+                    if let Mask::Additive(m) = mask {
+                        *s += m[mrow + j];
+                    }
+                }
+            }
+            softmax_row(scores);
+            for (j, &p) in scores.iter().enumerate() {
+                if p != 0.0 {
+                    axpy(p, &vh[j * dv..(j + 1) * dv], orow);
+                }
+            }
+        });
+    out(vec![hq, sq, dv], o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::testutil::{assert_close, Rng};
+
+    fn t(shape: &[usize], v: Vec<f32>) -> Tensor<'static> {
+        Tensor::from_f32(shape.to_vec(), v).unwrap()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    /// Independent oracle for one head: explicit scores, softmax in f64, weighted sum.
+    fn naive_head(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        sq: usize,
+        sk: usize,
+        d: usize,
+        dv: usize,
+        scale: f32,
+        allowed: &dyn Fn(usize, usize) -> bool,
+    ) -> Vec<f32> {
+        let mut o = vec![0.0f32; sq * dv];
+        for i in 0..sq {
+            let s: Vec<Option<f64>> = (0..sk)
+                .map(|j| {
+                    allowed(i, j).then(|| {
+                        (0..d)
+                            .map(|p| q[i * d + p] as f64 * k[j * d + p] as f64)
+                            .sum::<f64>()
+                            * scale as f64
+                    })
+                })
+                .collect();
+            let m = s.iter().flatten().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+            if m == f64::NEG_INFINITY {
+                continue;
+            }
+            let z: f64 = s.iter().flatten().map(|x| (x - m).exp()).sum();
+            for j in 0..sk {
+                if let Some(x) = s[j] {
+                    let p = (x - m).exp() / z;
+                    for c in 0..dv {
+                        o[i * dv + c] += (p * v[j * dv + c] as f64) as f32;
+                    }
+                }
+            }
+        }
+        o
+    }
+
+    #[test]
+    fn one_key_returns_v() {
+        let mut r = Rng::new(1);
+        let q = t(&[2, 3, 4], r.vec(24));
+        let k = t(&[2, 1, 4], r.vec(8));
+        let vv = r.vec(10);
+        let v = t(&[2, 1, 5], vv.clone());
+        let o = attention(&q, &k, &v, Mask::None, None).unwrap();
+        assert_eq!(o.shape(), &[2, 3, 5]);
+        let ov = o.as_f32().unwrap();
+        for h in 0..2 {
+            for i in 0..3 {
+                assert_close(&ov[(h * 3 + i) * 5..][..5], &vv[h * 5..][..5], 1e-6);
+            }
+        }
+    }
+
+    #[test]
+    fn matches_oracle_causal_first_row_is_v0() {
+        let mut r = Rng::new(2);
+        let (h, s, d, dv) = (2, 7, 13, 5);
+        let (qv, kv, vv) = (r.vec(h * s * d), r.vec(h * s * d), r.vec(h * s * dv));
+        let (q, k, v) = (
+            t(&[h, s, d], qv.clone()),
+            t(&[h, s, d], kv.clone()),
+            t(&[h, s, dv], vv.clone()),
+        );
+        let scale = 1.0 / (d as f32).sqrt();
+        for (mask, f) in [
+            (
+                Mask::None,
+                &(|_: usize, _: usize| true) as &dyn Fn(usize, usize) -> bool,
+            ),
+            (Mask::Causal, &|i: usize, j: usize| j <= i),
+        ] {
+            let o = attention(&q, &k, &v, mask, None).unwrap();
+            let ov = o.as_f32().unwrap();
+            for hh in 0..h {
+                let want = naive_head(
+                    &qv[hh * s * d..],
+                    &kv[hh * s * d..],
+                    &vv[hh * s * dv..],
+                    s,
+                    s,
+                    d,
+                    dv,
+                    scale,
+                    f,
+                );
+                assert_close(&ov[hh * s * dv..][..s * dv], &want, 1e-5);
+            }
+        }
+        let o = attention(&q, &k, &v, Mask::Causal, None).unwrap();
+        assert_close(&o.as_f32().unwrap()[..dv], &vv[..dv], 1e-6);
+    }
+
+    #[test]
+    fn causal_offset_for_kv_cache() {
+        // Sq = 2 new queries over Sk = 5 keys: query 0 sees keys 0..=3, query 1 sees 0..=4.
+        let mut r = Rng::new(3);
+        let (sq, sk, d) = (2, 5, 4);
+        let (qv, kv, vv) = (r.vec(sq * d), r.vec(sk * d), r.vec(sk * d));
+        let o = attention(
+            &t(&[1, sq, d], qv.clone()),
+            &t(&[1, sk, d], kv.clone()),
+            &t(&[1, sk, d], vv.clone()),
+            Mask::Causal,
+            Some(0.3),
+        )
+        .unwrap();
+        let want = naive_head(&qv, &kv, &vv, sq, sk, d, d, 0.3, &|i, j| j <= i + 3);
+        assert_close(o.as_f32().unwrap(), &want, 1e-5);
+    }
+
+    #[test]
+    fn gqa_equals_repeated_kv_heads() {
+        let mut r = Rng::new(4);
+        let (hq, hkv, s, d) = (6, 2, 5, 8);
+        let q = t(&[hq, s, d], r.vec(hq * s * d));
+        let kv = r.vec(hkv * s * d);
+        let vv = r.vec(hkv * s * d);
+        let o = attention(
+            &q,
+            &t(&[hkv, s, d], kv.clone()),
+            &t(&[hkv, s, d], vv.clone()),
+            Mask::Causal,
+            None,
+        )
+        .unwrap();
+        // Repeat each kv head 3 times: [k0,k0,k0,k1,k1,k1].
+        let rep = |x: &[f32]| -> Vec<f32> {
+            (0..hq)
+                .flat_map(|h| x[(h / 3) * s * d..][..s * d].to_vec())
+                .collect()
+        };
+        let o2 = attention(
+            &q,
+            &t(&[hq, s, d], rep(&kv)),
+            &t(&[hq, s, d], rep(&vv)),
+            Mask::Causal,
+            None,
+        )
+        .unwrap();
+        assert_close(o.as_f32().unwrap(), o2.as_f32().unwrap(), 1e-6);
+        assert!(attention(
+            &q,
+            &t(&[4, s, d], vec![0.0; 4 * s * d]),
+            &t(&[4, s, d], vec![0.0; 4 * s * d]),
+            Mask::None,
+            None
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn allowed_and_additive_masks_and_fully_masked_rows() {
+        let mut r = Rng::new(5);
+        let (sq, sk, d) = (3, 4, 4);
+        let (qv, kv, vv) = (r.vec(sq * d), r.vec(sk * d), r.vec(sk * d));
+        let (q, k, v) = (
+            t(&[1, sq, d], qv.clone()),
+            t(&[1, sk, d], kv.clone()),
+            t(&[1, sk, d], vv.clone()),
+        );
+        // Prefix-LM style: keys 0..2 visible to all; row 2 sees nothing.
+        let allowed = [
+            true, true, false, false, true, true, true, false, false, false, false, false,
+        ];
+        let o = attention(&q, &k, &v, Mask::Allowed(&allowed), None).unwrap();
+        let want = naive_head(&qv, &kv, &vv, sq, sk, d, d, 0.5, &|i, j| {
+            allowed[i * sk + j]
+        });
+        assert_close(o.as_f32().unwrap(), &want, 1e-5);
+        assert_eq!(&o.as_f32().unwrap()[2 * d..], &[0.0; 4]);
+
+        let add: Vec<f32> = allowed
+            .iter()
+            .map(|&a| if a { 0.0 } else { f32::NEG_INFINITY })
+            .collect();
+        let o2 = attention(&q, &k, &v, Mask::Additive(&add), None).unwrap();
+        assert_close(o2.as_f32().unwrap(), &want, 1e-6);
+        assert!(o2.as_f32().unwrap().iter().all(|x| !x.is_nan()));
+
+        // A finite additive bias shifts the weights: +ln 2 on key 0 doubles its odds.
+        let mut bias = vec![0.0f32; sq * sk];
+        bias[0] = 2f32.ln();
+        let o3 = attention(
+            &t(&[1, 1, d], vec![0.0; d]),
+            &k,
+            &v,
+            Mask::Additive(&bias[..sk]),
+            None,
+        )
+        .unwrap();
+        let mut want3 = vec![0.0f32; d];
+        for j in 0..sk {
+            let p = if j == 0 { 2.0 / 5.0 } else { 1.0 / 5.0 };
+            for c in 0..d {
+                want3[c] += p * vv[j * d + c];
+            }
+        }
+        assert_close(o3.as_f32().unwrap(), &want3, 1e-6);
+        assert!(attention(&q, &k, &v, Mask::Allowed(&allowed[..5]), None).is_err());
+    }
+}

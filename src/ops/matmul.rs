@@ -1,0 +1,444 @@
+//! Matrix products: `matmul`/`linear` (activations times a `[N, K]` weight of any supported
+//! dtype) and batched `bmm`.
+
+use rayon::prelude::*;
+
+use super::kernels::{dot, dot4};
+use super::{f32s, out};
+use crate::{Error, Result, Tensor};
+
+/// Weight rows per task (also the dequantization block).
+const NB: usize = 16;
+/// Activation rows per task.
+const MB: usize = 64;
+
+/// Where the `[N, K]` weight rows come from.
+#[derive(Clone, Copy)]
+enum Weight<'w, 't> {
+    F32(&'w [f32]),
+    /// A non-f32 tensor, dequantized `NB` rows at a time.
+    Packed(&'w Tensor<'t>),
+}
+
+/// `out[m, n] = dot(x[m, :], w[n, :])` for `x [M, K]`, `w [N, K]`.
+fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Result<Vec<f32>> {
+    let mut res = vec![0.0f32; m * n];
+    if m == 0 || n == 0 || k == 0 {
+        return Ok(res);
+    }
+    let n_blocks = n.div_ceil(NB);
+    let m_blocks = m.div_ceil(MB);
+    let tiles: Vec<Vec<f32>> = (0..n_blocks * m_blocks)
+        .into_par_iter()
+        .map_init(Vec::<f32>::new, |scratch, t| -> Result<Vec<f32>> {
+            let (bn, bm) = (t % n_blocks, t / n_blocks);
+            let (n0, m0) = (bn * NB, bm * MB);
+            let nb = NB.min(n - n0);
+            let mb = MB.min(m - m0);
+            let rows: &[f32] = match w {
+                Weight::F32(wf) => &wf[n0 * k..(n0 + nb) * k],
+                Weight::Packed(wt) => {
+                    scratch.resize(nb * k, 0.0);
+                    wt.dequantize_rows(n0, &mut scratch[..nb * k])?;
+                    &scratch[..nb * k]
+                }
+            };
+            let row = |j: usize| &rows[j * k..(j + 1) * k];
+            // Tile [mb, nb], row-major.
+            let mut tile = vec![0.0f32; mb * nb];
+            for i in 0..mb {
+                let xr = &x[(m0 + i) * k..(m0 + i + 1) * k];
+                let tr = &mut tile[i * nb..(i + 1) * nb];
+                let mut j = 0;
+                while j + 4 <= nb {
+                    let d = dot4(xr, [row(j), row(j + 1), row(j + 2), row(j + 3)]);
+                    tr[j..j + 4].copy_from_slice(&d);
+                    j += 4;
+                }
+                while j < nb {
+                    tr[j] = dot(xr, row(j));
+                    j += 1;
+                }
+            }
+            Ok(tile)
+        })
+        .collect::<Result<_>>()?;
+    for (t, tile) in tiles.iter().enumerate() {
+        let (bn, bm) = (t % n_blocks, t / n_blocks);
+        let (n0, m0) = (bn * NB, bm * MB);
+        let nb = NB.min(n - n0);
+        for (i, tr) in tile.chunks_exact(nb).enumerate() {
+            let o = (m0 + i) * n + n0;
+            res[o..o + nb].copy_from_slice(tr);
+        }
+    }
+    Ok(res)
+}
+
+/// `x @ w^T`: `x [.., M, K]` (any leading dims, or just `[K]`) times a 2-D weight `w [N, K]`
+/// (out, in) of dtype F32, F16, BF16 or a block-quantized type (Q8_0, Q4_0, Q4_1, Q5_0,
+/// Q5_1, ...), giving `[.., M, N]`. Non-f32 weights are dequantized `NB` rows at a time.
+pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor<'static>> {
+    let xs = x.shape();
+    let Some(&k) = xs.last() else {
+        return Err(Error::shape("matmul", "x must have rank >= 1"));
+    };
+    if w.rank() != 2 {
+        return Err(Error::shape(
+            "matmul",
+            format!("weight must be 2-D [N, K], got {:?}", w.shape()),
+        ));
+    }
+    let (n, wk) = (w.shape()[0], w.shape()[1]);
+    if wk != k {
+        return Err(Error::shape(
+            "matmul",
+            format!("x {xs:?} and weight {:?} disagree on K", w.shape()),
+        ));
+    }
+    let m: usize = xs[..xs.len() - 1].iter().product();
+    let xd = f32s(x)?;
+    let wsrc = if w.is_f32() {
+        Weight::F32(w.as_f32()?)
+    } else {
+        Weight::Packed(w)
+    };
+    let res = gemm_xwt(&xd, m, k, wsrc, n)?;
+    let mut shape = xs.to_vec();
+    *shape.last_mut().expect("rank >= 1") = n;
+    out(shape, res)
+}
+
+/// `x @ w^T + bias`, with `bias` of shape `[N]` (any dtype).
+pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor<'static>> {
+    let mut y = matmul(x, w)?;
+    if let Some(b) = bias {
+        let n = w.shape()[0];
+        if b.numel() != n || b.rank() != 1 {
+            return Err(Error::shape(
+                "linear",
+                format!("bias {:?} does not match N = {n}", b.shape()),
+            ));
+        }
+        let bd = f32s(b)?;
+        if n > 0 {
+            y.as_f32_mut()?.par_chunks_mut(n).for_each(|row| {
+                for (r, bv) in row.iter_mut().zip(bd.iter()) {
+                    *r += bv;
+                }
+            });
+        }
+    }
+    Ok(y)
+}
+
+/// Batched matrix product of f32-convertible tensors.
+///
+/// `a [B, M, K]`; with `trans_b` `b` is `[B, N, K]` and the result is `a @ b^T` (e.g.
+/// `q @ k^T`), without it `b` is `[B, K, N]` and the result is `a @ b` (e.g. `p @ v`).
+/// Either batch may be 1 and is then broadcast. Result: `[max(Ba, Bb), M, N]`.
+pub fn bmm(a: &Tensor, b: &Tensor, trans_b: bool) -> Result<Tensor<'static>> {
+    if a.rank() != 3 || b.rank() != 3 {
+        return Err(Error::shape(
+            "bmm",
+            format!(
+                "expected rank-3 operands, got {:?} and {:?}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
+    let (ba, m, k) = (a.shape()[0], a.shape()[1], a.shape()[2]);
+    let (bb, n, kb) = if trans_b {
+        (b.shape()[0], b.shape()[1], b.shape()[2])
+    } else {
+        (b.shape()[0], b.shape()[2], b.shape()[1])
+    };
+    if kb != k {
+        return Err(Error::shape(
+            "bmm",
+            format!(
+                "inner dims disagree: {:?} and {:?} (trans_b={trans_b})",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    }
+    if ba != bb && ba != 1 && bb != 1 {
+        return Err(Error::shape(
+            "bmm",
+            format!("batch sizes {ba} and {bb} do not broadcast"),
+        ));
+    }
+    let batch = if ba == 1 { bb } else { ba };
+    let ad = f32s(a)?;
+    let bd = f32s(b)?;
+    let mut res = Vec::with_capacity(batch * m * n);
+    let mut bt = Vec::new();
+    for i in 0..batch {
+        let ai = if ba == 1 { 0 } else { i };
+        let bi = if bb == 1 { 0 } else { i };
+        let x = &ad[ai * m * k..(ai + 1) * m * k];
+        let bsl = &bd[bi * n * k..(bi + 1) * n * k];
+        let wrows: &[f32] = if trans_b {
+            bsl
+        } else {
+            // [K, N] -> [N, K]; reuse the transposed copy for a broadcast b.
+            if i == 0 || bb != 1 {
+                bt.clear();
+                bt.resize(n * k, 0.0);
+                for kk in 0..k {
+                    for nn in 0..n {
+                        bt[nn * k + kk] = bsl[kk * n + nn];
+                    }
+                }
+            }
+            &bt
+        };
+        res.extend(gemm_xwt(x, m, k, Weight::F32(wrows), n)?);
+    }
+    out(vec![batch, m, n], res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{quant, GgmlType};
+    use crate::ops::testutil::{assert_close, Rng};
+    use half::{bf16, f16};
+
+    /// Independent oracle: the textbook triple loop in f64.
+    fn naive_xwt(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut o = vec![0.0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0f64;
+                for p in 0..k {
+                    s += x[i * k + p] as f64 * w[j * k + p] as f64;
+                }
+                o[i * n + j] = s as f32;
+            }
+        }
+        o
+    }
+
+    #[test]
+    fn hand_computed_2x2() {
+        // x = [[1,2],[3,4]], w = [[5,6],[7,8]] -> x @ w^T = [[17,23],[39,53]]
+        let x = Tensor::from_f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        let w = Tensor::from_f32(vec![2, 2], vec![5.0, 6.0, 7.0, 8.0]).unwrap();
+        let y = matmul(&x, &w).unwrap();
+        assert_eq!(y.shape(), &[2, 2]);
+        assert_eq!(y.as_f32().unwrap(), &[17.0, 23.0, 39.0, 53.0]);
+    }
+
+    #[test]
+    fn f32_matches_naive_for_odd_shapes() {
+        let mut r = Rng::new(7);
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (1, 17, 13),
+            (7, 13, 17),
+            (3, 33, 5),
+            (65, 40, 19),
+            (130, 9, 33),
+            (2, 0, 3),
+        ] {
+            let x = r.vec(m * k);
+            let w = r.vec(n * k);
+            let xt = Tensor::from_f32(vec![m, k], x.clone()).unwrap();
+            let wt = Tensor::from_f32(vec![n, k], w.clone()).unwrap();
+            let y = matmul(&xt, &wt).unwrap();
+            assert_eq!(y.shape(), &[m, n]);
+            assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &w, m, k, n), 1e-5);
+        }
+    }
+
+    #[test]
+    fn leading_batch_dims_and_rank1() {
+        let mut r = Rng::new(3);
+        let (k, n) = (11, 6);
+        let x = r.vec(2 * 3 * k);
+        let w = r.vec(n * k);
+        let xt = Tensor::from_f32(vec![2, 3, k], x.clone()).unwrap();
+        let wt = Tensor::from_f32(vec![n, k], w.clone()).unwrap();
+        let y = matmul(&xt, &wt).unwrap();
+        assert_eq!(y.shape(), &[2, 3, n]);
+        assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &w, 6, k, n), 1e-5);
+        let x1 = Tensor::from_f32(vec![k], x[..k].to_vec()).unwrap();
+        let y1 = matmul(&x1, &wt).unwrap();
+        assert_eq!(y1.shape(), &[n]);
+        assert_close(y1.as_f32().unwrap(), &naive_xwt(&x[..k], &w, 1, k, n), 1e-5);
+    }
+
+    #[test]
+    fn shape_errors() {
+        let x = Tensor::from_f32(vec![2, 3], vec![0.0; 6]).unwrap();
+        let w = Tensor::from_f32(vec![4, 2], vec![0.0; 8]).unwrap();
+        assert!(matches!(matmul(&x, &w), Err(Error::Shape { .. })));
+        let w3 = Tensor::from_f32(vec![1, 4, 3], vec![0.0; 12]).unwrap();
+        assert!(matches!(matmul(&x, &w3), Err(Error::Shape { .. })));
+        let s = Tensor::scalar(1.0);
+        assert!(matmul(&s, &w).is_err());
+    }
+
+    #[test]
+    fn linear_adds_bias() {
+        let x = Tensor::from_f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        let w = Tensor::from_f32(vec![3, 2], vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0]).unwrap();
+        let b = Tensor::from_f32(vec![3], vec![10.0, 20.0, 30.0]).unwrap();
+        let y = linear(&x, &w, Some(&b)).unwrap();
+        assert_eq!(y.as_f32().unwrap(), &[11.0, 22.0, 33.0, 13.0, 24.0, 37.0]);
+        let bad = Tensor::from_f32(vec![2], vec![0.0; 2]).unwrap();
+        assert!(linear(&x, &w, Some(&bad)).is_err());
+    }
+
+    /// F16 / BF16 weights built with `half`: compare with the oracle on the rounded weights.
+    #[test]
+    fn f16_and_bf16_weights() {
+        let mut r = Rng::new(11);
+        let (m, k, n) = (70, 37, 21); // M > MB: several row tiles
+        let x = r.vec(m * k);
+        let w = r.vec(n * k);
+        let xt = Tensor::from_f32(vec![m, k], x.clone()).unwrap();
+
+        let wh: Vec<f32> = w.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+        let bytes: Vec<u8> = w
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+            .collect();
+        let wt = Tensor::from_bytes(vec![n, k], GgmlType::F16, bytes).unwrap();
+        let y = matmul(&xt, &wt).unwrap();
+        assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wh, m, k, n), 1e-5);
+
+        let wb: Vec<f32> = w.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
+        let bytes: Vec<u8> = w
+            .iter()
+            .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+            .collect();
+        let wt = Tensor::from_bytes(vec![n, k], GgmlType::BF16, bytes).unwrap();
+        let y = matmul(&xt, &wt).unwrap();
+        assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wb, m, k, n), 1e-5);
+        // Sanity: bf16 rounding is visible, so the oracle really used the rounded weights.
+        assert!(wb.iter().zip(&w).any(|(a, b)| a != b));
+    }
+
+    /// A hand-rolled Q8_0 encoder (ggml layout: f16 scale d = amax/127, then 32 i8 values
+    /// round(x/d)), independent of `gguf::quant`.
+    fn q8_0_encode(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
+        let mut bytes = Vec::new();
+        let mut deq = Vec::new();
+        for blk in x.chunks(32) {
+            let amax = blk.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let dh = f16::from_f32(d);
+            bytes.extend_from_slice(&dh.to_le_bytes());
+            for &v in blk {
+                let q = (v * id).round() as i8;
+                bytes.push(q as u8);
+                deq.push(q as f32 * dh.to_f32());
+            }
+        }
+        (bytes, deq)
+    }
+
+    /// Needs the real `gguf::quant::dequantize` (panics on the todo!() stub).
+    #[test]
+    fn q8_0_weight_matches_hand_encoder() {
+        let mut r = Rng::new(5);
+        let (m, k, n) = (3, 64, 35);
+        let x = r.vec(m * k);
+        let w = r.vec(n * k);
+        let (bytes, wdeq) = q8_0_encode(&w);
+        let xt = Tensor::from_f32(vec![m, k], x.clone()).unwrap();
+        let wt = Tensor::from_bytes(vec![n, k], GgmlType::Q8_0, bytes).unwrap();
+        let y = matmul(&xt, &wt).unwrap();
+        assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wdeq, m, k, n), 1e-4);
+    }
+
+    /// Needs the real `gguf::quant` (panics on the todo!() stubs): for every quantized type,
+    /// matmul against the packed weight equals the oracle on the dequantized weight.
+    #[test]
+    fn quantized_weights_match_dequantized_oracle() {
+        let mut r = Rng::new(9);
+        let (m, k, n) = (4, 96, 37);
+        let x = r.vec(m * k);
+        let w = r.vec(n * k);
+        let xt = Tensor::from_f32(vec![m, k], x.clone()).unwrap();
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+        ] {
+            let bytes = quant::quantize(ty, &w).unwrap();
+            let mut wdeq = vec![0.0f32; n * k];
+            quant::dequantize(ty, &bytes, &mut wdeq).unwrap();
+            let wt = Tensor::from_bytes(vec![n, k], ty, bytes).unwrap();
+            let y = matmul(&xt, &wt).unwrap();
+            assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wdeq, m, k, n), 1e-4);
+            // The quantization error is small but present: the weight was really packed.
+            let exact = naive_xwt(&x, &w, m, k, n);
+            let err = y
+                .as_f32()
+                .unwrap()
+                .iter()
+                .zip(&exact)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            // (4-bit steps are 1/8 of the block range; 96-term dots of values in [-1, 1].)
+            assert!(err > 0.0 && err < 2.0, "{ty}: {err}");
+        }
+    }
+
+    #[test]
+    fn bmm_both_layouts_and_broadcast() {
+        let mut r = Rng::new(13);
+        let (b, m, k, n) = (3, 5, 7, 4);
+        let a = r.vec(b * m * k);
+        let bt = r.vec(b * n * k); // [B, N, K]
+        let at = Tensor::from_f32(vec![b, m, k], a.clone()).unwrap();
+        let btt = Tensor::from_f32(vec![b, n, k], bt.clone()).unwrap();
+        let y = bmm(&at, &btt, true).unwrap();
+        assert_eq!(y.shape(), &[b, m, n]);
+        let mut want = Vec::new();
+        for i in 0..b {
+            want.extend(naive_xwt(
+                &a[i * m * k..][..m * k],
+                &bt[i * n * k..][..n * k],
+                m,
+                k,
+                n,
+            ));
+        }
+        assert_close(y.as_f32().unwrap(), &want, 1e-5);
+
+        // Same B as [B, K, N] without the transpose flag.
+        let mut bkn = vec![0.0f32; b * k * n];
+        for i in 0..b {
+            for nn in 0..n {
+                for kk in 0..k {
+                    bkn[i * k * n + kk * n + nn] = bt[i * n * k + nn * k + kk];
+                }
+            }
+        }
+        let bknt = Tensor::from_f32(vec![b, k, n], bkn).unwrap();
+        let y2 = bmm(&at, &bknt, false).unwrap();
+        assert_close(y2.as_f32().unwrap(), &want, 1e-5);
+
+        // Broadcast b with batch 1.
+        let b1 = Tensor::from_f32(vec![1, n, k], bt[..n * k].to_vec()).unwrap();
+        let y3 = bmm(&at, &b1, true).unwrap();
+        let mut want3 = Vec::new();
+        for i in 0..b {
+            want3.extend(naive_xwt(&a[i * m * k..][..m * k], &bt[..n * k], m, k, n));
+        }
+        assert_close(y3.as_f32().unwrap(), &want3, 1e-5);
+
+        let bad = Tensor::from_f32(vec![2, n, k], vec![0.0; 2 * n * k]).unwrap();
+        assert!(bmm(&at, &bad, true).is_err());
+        assert!(bmm(&at, &btt, false).is_err());
+    }
+}

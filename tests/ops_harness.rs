@@ -1,0 +1,207 @@
+//! Every op x dtype x shape on every backend against the CPU reference (like ggml's
+//! test-backend-ops): normalised MSE under a per-op bound, no NaN/Inf.
+//!
+//! GPU backends come from `VLA_TEST_BACKENDS` (comma-separated: vulkan, gl, metal, dx12,
+//! wgpu; default `vulkan`). A backend that cannot be opened FAILS the test, so CI on
+//! lavapipe never loses GPU coverage silently; `VLA_ALLOW_NO_GPU=1` turns that into a loud
+//! warning for machines without a Vulkan driver.
+
+use std::collections::HashMap;
+use vla::backend::wgpu::{Api, WgpuBackend};
+use vla::backend::{Backend, CpuBackend};
+use vla::gguf::{quant, GgmlType};
+use vla::graph::{Graph, GraphBuilder, NodeId};
+use vla::Tensor;
+
+struct Rng(u64);
+impl Rng {
+    fn f32(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+}
+
+/// One op instance: weights, run-time inputs, and how to build its graph.
+struct Case {
+    name: String,
+    weights: HashMap<String, Tensor<'static>>,
+    inputs: Vec<(String, Tensor<'static>)>,
+    build: Box<dyn Fn(&mut GraphBuilder) -> vla::Result<NodeId>>,
+    max_nmse: f64,
+}
+
+struct Cases {
+    rng: Rng,
+    list: Vec<Case>,
+}
+
+impl Cases {
+    fn tensor(&mut self, shape: &[usize]) -> Tensor<'static> {
+        let n = shape.iter().product();
+        Tensor::from_f32(shape.to_vec(), self.rng.vec(n)).unwrap()
+    }
+
+    fn weight(&mut self, shape: &[usize], ty: GgmlType) -> Tensor<'static> {
+        let n = shape.iter().product();
+        let bytes = quant::quantize(ty, &self.rng.vec(n)).unwrap();
+        Tensor::from_bytes(shape.to_vec(), ty, bytes).unwrap()
+    }
+
+    fn add(
+        &mut self,
+        name: String,
+        weights: Vec<(&str, Tensor<'static>)>,
+        inputs: Vec<(&str, Tensor<'static>)>,
+        max_nmse: f64,
+        build: impl Fn(&mut GraphBuilder) -> vla::Result<NodeId> + 'static,
+    ) {
+        self.list.push(Case {
+            name,
+            weights: weights.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            inputs: inputs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            build: Box::new(build),
+            max_nmse,
+        });
+    }
+}
+
+/// ggml's test-backend-ops bounds: 1e-7 by default, 5e-4 for matmul-like ops.
+const NMSE_DEFAULT: f64 = 1e-7;
+const NMSE_MATMUL: f64 = 5e-4;
+
+fn all_cases() -> Vec<Case> {
+    let mut c = Cases { rng: Rng(0x2545F4914F6CDD1D), list: Vec::new() };
+
+    for (a, b) in [
+        (vec![7, 13], vec![7, 13]),
+        (vec![3, 5, 17], vec![17]),
+        (vec![4, 1, 9], vec![1, 6, 9]),
+        (vec![1], vec![2, 3, 5, 7]),
+        (vec![1000, 3], vec![1000, 1]),
+    ] {
+        for op in ["add", "mul"] {
+            let (ta, tb) = (c.tensor(&a), c.tensor(&b));
+            c.add(format!("{op} {a:?} {b:?}"), vec![], vec![("a", ta), ("b", tb)], NMSE_DEFAULT, {
+                let (a, b) = (a.clone(), b.clone());
+                move |g| {
+                    let (x, y) = (g.input("a", &a), g.input("b", &b));
+                    if op == "add" { g.add(x, y) } else { g.mul(x, y) }
+                }
+            });
+        }
+    }
+
+    for shape in [vec![1], vec![5, 77], vec![3, 3, 257], vec![70000]] {
+        for op in ["scale", "gelu_tanh", "gelu_erf", "silu"] {
+            let mut t = c.tensor(&shape);
+            // cover the tails of the activations too
+            t.as_f32_mut().unwrap().iter_mut().for_each(|v| *v *= 8.0);
+            c.add(format!("{op} {shape:?}"), vec![], vec![("x", t)], NMSE_DEFAULT, {
+                let shape = shape.clone();
+                move |g| {
+                    let x = g.input("x", &shape);
+                    Ok(match op {
+                        "scale" => g.scale(x, -0.37),
+                        "gelu_tanh" => g.gelu_tanh(x),
+                        "gelu_erf" => g.gelu_erf(x),
+                        _ => g.silu(x),
+                    })
+                }
+            });
+        }
+    }
+
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        for (m, n, k) in [(1, 1, 1), (1, 67, 96), (7, 13, 17), (33, 65, 31), (64, 96, 128), (3, 2, 300)] {
+            let (x, w) = (c.tensor(&[m, k]), c.weight(&[n, k], ty));
+            c.add(format!("matmul {ty} m{m} n{n} k{k}"), vec![("w", w)], vec![("x", x)], NMSE_MATMUL, move |g| {
+                let x = g.input("x", &[m, k]);
+                let w = g.weight("w")?;
+                g.matmul(x, w)
+            });
+        }
+        let (x, w) = (c.tensor(&[2, 3, 40]), c.weight(&[9, 40], ty));
+        c.add(format!("matmul {ty} batched [2, 3, 40]"), vec![("w", w)], vec![("x", x)], NMSE_MATMUL, |g| {
+            let x = g.input("x", &[2, 3, 40]);
+            let w = g.weight("w")?;
+            g.matmul(x, w)
+        });
+    }
+    c.list
+}
+
+fn nmse(out: &[f32], reference: &[f32]) -> f64 {
+    let (mut err, mut norm) = (0.0f64, 0.0f64);
+    for (a, b) in out.iter().zip(reference) {
+        err += (f64::from(*a) - f64::from(*b)).powi(2);
+        norm += f64::from(*b).powi(2);
+    }
+    if norm == 0.0 { err } else { err / norm }
+}
+
+fn gpu_backends() -> Vec<WgpuBackend> {
+    let names = std::env::var("VLA_TEST_BACKENDS").unwrap_or_else(|_| "vulkan".into());
+    let allow_none = std::env::var("VLA_ALLOW_NO_GPU").is_ok_and(|v| v == "1");
+    let mut out = Vec::new();
+    for name in names.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let api = match name {
+            "vulkan" => Api::Vulkan,
+            "gl" => Api::Gl,
+            "metal" => Api::Metal,
+            "dx12" => Api::Dx12,
+            "wgpu" => Api::Any,
+            other => panic!("VLA_TEST_BACKENDS: unknown backend {other:?}"),
+        };
+        match WgpuBackend::new(api) {
+            Ok(b) => out.push(b),
+            Err(e) if allow_none => eprintln!("WARNING: VLA_ALLOW_NO_GPU=1: {e}: GPU ops NOT TESTED"),
+            Err(e) => panic!("{e}\n(scripts/test.sh installs lavapipe; VLA_ALLOW_NO_GPU=1 skips loudly)"),
+        }
+    }
+    out
+}
+
+fn run(backend: &dyn Backend, graph: &Graph, case: &Case) -> vla::Result<Vec<f32>> {
+    let mut exe = backend.compile(graph, &case.weights)?;
+    let inputs: Vec<(&str, &Tensor)> = case.inputs.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    Ok(exe.run(&inputs)?.remove(0).to_vec_f32()?)
+}
+
+#[test]
+fn op_harness() {
+    let backends = gpu_backends();
+    for b in &backends {
+        println!("op harness on {}", b.description());
+    }
+    let cases = all_cases();
+    let mut failures = Vec::new();
+    for case in &cases {
+        let graph = {
+            let mut g = GraphBuilder::new(&case.weights);
+            let out = (case.build)(&mut g).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            g.build(&[out]).unwrap()
+        };
+        let reference = run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
+        for b in &backends {
+            match run(b, &graph, case) {
+                Err(e) => failures.push(format!("{} on {}: {e}", case.name, b.adapter_info().name)),
+                Ok(out) => {
+                    let bad = out.iter().filter(|v| !v.is_finite()).count();
+                    let e = nmse(&out, &reference);
+                    let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
+                    println!("{:<48} nmse {e:9.2e} (max {:.0e}) {}", case.name, case.max_nmse, if ok { "ok" } else { "FAIL" });
+                    if !ok {
+                        failures.push(format!("{}: nmse {e:.3e} > {:.0e}, {bad} non-finite", case.name, case.max_nmse));
+                    }
+                }
+            }
+        }
+    }
+    println!("{} passed, {} failed", cases.len() * backends.len() - failures.len(), failures.len());
+    assert!(failures.is_empty(), "op harness failures:\n{}", failures.join("\n"));
+}
