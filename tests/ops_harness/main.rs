@@ -6,6 +6,8 @@
 //! lavapipe never loses GPU coverage silently; `VLA_ALLOW_NO_GPU=1` turns that into a loud
 //! warning for machines without a Vulkan driver.
 
+mod cases_basic;
+
 use std::collections::HashMap;
 use vla::backend::wgpu::{Api, WgpuBackend};
 use vla::backend::{Backend, CpuBackend};
@@ -13,21 +15,21 @@ use vla::gguf::{quant, GgmlType};
 use vla::graph::{Graph, GraphBuilder, NodeId};
 use vla::Tensor;
 
-struct Rng(u64);
+pub struct Rng(u64);
 impl Rng {
-    fn f32(&mut self) -> f32 {
+    pub fn f32(&mut self) -> f32 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.f32()).collect()
     }
 }
 
 /// One op instance: weights, run-time inputs, and how to build its graph.
-struct Case {
+pub struct Case {
     name: String,
     weights: HashMap<String, Tensor<'static>>,
     inputs: Vec<(String, Tensor<'static>)>,
@@ -35,24 +37,24 @@ struct Case {
     max_nmse: f64,
 }
 
-struct Cases {
-    rng: Rng,
+pub struct Cases {
+    pub rng: Rng,
     list: Vec<Case>,
 }
 
 impl Cases {
-    fn tensor(&mut self, shape: &[usize]) -> Tensor<'static> {
+    pub fn tensor(&mut self, shape: &[usize]) -> Tensor<'static> {
         let n = shape.iter().product();
         Tensor::from_f32(shape.to_vec(), self.rng.vec(n)).unwrap()
     }
 
-    fn weight(&mut self, shape: &[usize], ty: GgmlType) -> Tensor<'static> {
+    pub fn weight(&mut self, shape: &[usize], ty: GgmlType) -> Tensor<'static> {
         let n = shape.iter().product();
         let bytes = quant::quantize(ty, &self.rng.vec(n)).unwrap();
         Tensor::from_bytes(shape.to_vec(), ty, bytes).unwrap()
     }
 
-    fn add(
+    pub fn add(
         &mut self,
         name: String,
         weights: Vec<(&str, Tensor<'static>)>,
@@ -71,67 +73,12 @@ impl Cases {
 }
 
 /// ggml's test-backend-ops bounds: 1e-7 by default, 5e-4 for matmul-like ops.
-const NMSE_DEFAULT: f64 = 1e-7;
-const NMSE_MATMUL: f64 = 5e-4;
+pub const NMSE_DEFAULT: f64 = 1e-7;
+pub const NMSE_MATMUL: f64 = 5e-4;
 
 fn all_cases() -> Vec<Case> {
     let mut c = Cases { rng: Rng(0x2545F4914F6CDD1D), list: Vec::new() };
-
-    for (a, b) in [
-        (vec![7, 13], vec![7, 13]),
-        (vec![3, 5, 17], vec![17]),
-        (vec![4, 1, 9], vec![1, 6, 9]),
-        (vec![1], vec![2, 3, 5, 7]),
-        (vec![1000, 3], vec![1000, 1]),
-    ] {
-        for op in ["add", "mul"] {
-            let (ta, tb) = (c.tensor(&a), c.tensor(&b));
-            c.add(format!("{op} {a:?} {b:?}"), vec![], vec![("a", ta), ("b", tb)], NMSE_DEFAULT, {
-                let (a, b) = (a.clone(), b.clone());
-                move |g| {
-                    let (x, y) = (g.input("a", &a), g.input("b", &b));
-                    if op == "add" { g.add(x, y) } else { g.mul(x, y) }
-                }
-            });
-        }
-    }
-
-    for shape in [vec![1], vec![5, 77], vec![3, 3, 257], vec![70000]] {
-        for op in ["scale", "gelu_tanh", "gelu_erf", "silu"] {
-            let mut t = c.tensor(&shape);
-            // cover the tails of the activations too
-            t.as_f32_mut().unwrap().iter_mut().for_each(|v| *v *= 8.0);
-            c.add(format!("{op} {shape:?}"), vec![], vec![("x", t)], NMSE_DEFAULT, {
-                let shape = shape.clone();
-                move |g| {
-                    let x = g.input("x", &shape);
-                    Ok(match op {
-                        "scale" => g.scale(x, -0.37),
-                        "gelu_tanh" => g.gelu_tanh(x),
-                        "gelu_erf" => g.gelu_erf(x),
-                        _ => g.silu(x),
-                    })
-                }
-            });
-        }
-    }
-
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
-        for (m, n, k) in [(1, 1, 1), (1, 67, 96), (7, 13, 17), (33, 65, 31), (64, 96, 128), (3, 2, 300)] {
-            let (x, w) = (c.tensor(&[m, k]), c.weight(&[n, k], ty));
-            c.add(format!("matmul {ty} m{m} n{n} k{k}"), vec![("w", w)], vec![("x", x)], NMSE_MATMUL, move |g| {
-                let x = g.input("x", &[m, k]);
-                let w = g.weight("w")?;
-                g.matmul(x, w)
-            });
-        }
-        let (x, w) = (c.tensor(&[2, 3, 40]), c.weight(&[9, 40], ty));
-        c.add(format!("matmul {ty} batched [2, 3, 40]"), vec![("w", w)], vec![("x", x)], NMSE_MATMUL, |g| {
-            let x = g.input("x", &[2, 3, 40]);
-            let w = g.weight("w")?;
-            g.matmul(x, w)
-        });
-    }
+    cases_basic::add(&mut c);
     c.list
 }
 
