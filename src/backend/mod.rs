@@ -2,6 +2,7 @@
 //! (WGSL kernels on Vulkan, Metal, DX12 or GL).
 
 mod cpu;
+#[cfg(feature = "wgpu")]
 pub mod wgpu;
 
 pub use cpu::CpuBackend;
@@ -86,4 +87,35 @@ pub(crate) fn match_inputs<'i>(
         return Err(Error::InvalidArgument(format!("unknown input {extra:?} (graph inputs: {known:?})")));
     }
     Ok(by_name)
+}
+
+/// Backend names accepted by [`open`].
+pub const BACKEND_NAMES: &[&str] = &["cpu", "vulkan", "metal", "dx12", "gl", "wgpu"];
+
+/// Opens a backend by name: `cpu`, or a wgpu API (`vulkan`, `metal`, `dx12`, `gl`, or
+/// `wgpu` for whichever wgpu finds first).
+pub fn open(name: &str) -> Result<Box<dyn Backend>> {
+    #[cfg(feature = "wgpu")]
+    let api = match name {
+        "vulkan" => Some(wgpu::Api::Vulkan),
+        "metal" => Some(wgpu::Api::Metal),
+        "dx12" => Some(wgpu::Api::Dx12),
+        "gl" => Some(wgpu::Api::Gl),
+        "wgpu" => Some(wgpu::Api::Any),
+        _ => None,
+    };
+    #[cfg(feature = "wgpu")]
+    if let Some(api) = api {
+        return Ok(Box::new(wgpu::WgpuBackend::new(api)?));
+    }
+    match name {
+        "cpu" => Ok(Box::new(CpuBackend)),
+        _ if BACKEND_NAMES.contains(&name) => Err(Error::InvalidArgument(format!(
+            "backend {name:?} needs the `wgpu` cargo feature, which this build lacks"
+        ))),
+        _ => Err(Error::InvalidArgument(format!(
+            "unknown backend {name:?} (expected one of: {})",
+            BACKEND_NAMES.join(", ")
+        ))),
+    }
 }

@@ -1,0 +1,124 @@
+//! Op benchmarks at model shapes on every backend in one run, so their ratios can be quoted.
+//!
+//! `cargo bench --bench ops` (all), `cargo bench --bench ops -- matmul` (a filter).
+//! Throughput is reported as elements/s where one "element" is one FLOP (matmul,
+//! attention), so criterion's "Melem/s" reads as MFLOP/s. Backends: cpu plus
+//! `VLA_BENCH_BACKENDS` (default `vulkan`); one that cannot open is reported and skipped.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::collections::HashMap;
+use std::time::Duration;
+use vla::backend::wgpu::{Api, WgpuBackend};
+use vla::backend::{Backend, CpuBackend};
+use vla::gguf::{quant, GgmlType};
+use vla::graph::{AttentionMask, GraphBuilder};
+use vla::Tensor;
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn backends() -> Vec<Box<dyn Backend>> {
+    let mut out: Vec<Box<dyn Backend>> = vec![Box::new(CpuBackend)];
+    let names = std::env::var("VLA_BENCH_BACKENDS").unwrap_or_else(|_| "vulkan".into());
+    for name in names.split(',').filter(|s| !s.is_empty()) {
+        let api = match name {
+            "vulkan" => Api::Vulkan,
+            "gl" => Api::Gl,
+            "metal" => Api::Metal,
+            "dx12" => Api::Dx12,
+            _ => Api::Any,
+        };
+        match WgpuBackend::new(api) {
+            Ok(b) => out.push(Box::new(b)),
+            Err(e) => eprintln!("skipping {name}: {e}"),
+        }
+    }
+    for b in &out {
+        eprintln!("backend: {}", b.description());
+    }
+    out
+}
+
+fn short_name(b: &dyn Backend) -> String {
+    b.description().split(':').next().unwrap_or("?").to_owned()
+}
+
+/// y = x @ w^T with x [m, k] and w [n, k] of `ty`.
+fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
+    let mut group = c.benchmark_group("matmul");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    for &(m, n, k) in &[(50, 2560, 960), (1, 2560, 960), (50, 16384, 2048)] {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
+            let w = Tensor::from_bytes(vec![n, k], ty, quant::quantize(ty, &values(n * k, 7)).unwrap()).unwrap();
+            let weights = HashMap::from([("w".to_owned(), w)]);
+            let mut g = GraphBuilder::new(&weights);
+            let xi = g.input("x", &[m, k]);
+            let wi = g.weight("w").unwrap();
+            let y = g.matmul(xi, wi).unwrap();
+            let graph = g.build(&[y]).unwrap();
+            let x = Tensor::from_f32(vec![m, k], values(m * k, 3)).unwrap();
+            group.throughput(Throughput::Elements((2 * m * n * k) as u64));
+            for b in backends {
+                let Ok(mut exe) = b.compile(&graph, &weights) else { continue };
+                if let Err(e) = exe.run(&[("x", &x)]) {
+                    eprintln!("matmul {ty} on {}: {e}", short_name(b.as_ref()));
+                    continue;
+                }
+                let id = BenchmarkId::new(format!("{}/{ty}", short_name(b.as_ref())), format!("m{m}_n{n}_k{k}"));
+                group.bench_function(id, |bench| bench.iter(|| exe.run(&[("x", &x)]).unwrap()));
+            }
+        }
+    }
+    group.finish();
+}
+
+/// SmolVLA-like expert attention: 15 query heads over 5 kv heads, head dim 64.
+fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
+    let mut group = c.benchmark_group("attention");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    let weights: HashMap<String, Tensor<'static>> = HashMap::new();
+    for &(sq, sk) in &[(50, 350), (300, 300)] {
+        let (hq, hkv, d) = (15, 5, 64);
+        let mut g = GraphBuilder::new(&weights);
+        let q = g.input("q", &[hq, sq, d]);
+        let k = g.input("k", &[hkv, sk, d]);
+        let v = g.input("v", &[hkv, sk, d]);
+        let Ok(o) = g.attention(q, k, v, AttentionMask::Causal, None, None) else { continue };
+        let graph = g.build(&[o]).unwrap();
+        let inputs = [
+            Tensor::from_f32(vec![hq, sq, d], values(hq * sq * d, 1)).unwrap(),
+            Tensor::from_f32(vec![hkv, sk, d], values(hkv * sk * d, 2)).unwrap(),
+            Tensor::from_f32(vec![hkv, sk, d], values(hkv * sk * d, 3)).unwrap(),
+        ];
+        let named = [("q", &inputs[0]), ("k", &inputs[1]), ("v", &inputs[2])];
+        group.throughput(Throughput::Elements((4 * hq * sq * sk * d) as u64));
+        for b in backends {
+            let Ok(mut exe) = b.compile(&graph, &weights) else { continue };
+            if let Err(e) = exe.run(&named) {
+                eprintln!("attention on {}: {e}", short_name(b.as_ref()));
+                continue;
+            }
+            let id = BenchmarkId::new(short_name(b.as_ref()), format!("sq{sq}_sk{sk}"));
+            group.bench_function(id, |bench| bench.iter(|| exe.run(&named).unwrap()));
+        }
+    }
+    group.finish();
+}
+
+fn all(c: &mut Criterion) {
+    let backends = backends();
+    bench_matmul(c, &backends);
+    bench_attention(c, &backends);
+}
+
+criterion_group!(benches, all);
+criterion_main!(benches);
