@@ -62,3 +62,18 @@ pub fn add(c: &mut Cases) {
     }
 }
 
+
+/// Graphs whose buffer plan reuses slots: an input declared after other nodes must not
+/// share a slot that an earlier node still reads (all inputs are written before the pass).
+pub fn add_planner(c: &mut Cases) {
+    let (a, b, d) = (c.tensor(&[64]), c.tensor(&[64]), c.tensor(&[64]));
+    c.add("planner: late input".into(), vec![], vec![("a", a), ("b", b), ("d", d)], NMSE_DEFAULT, |g| {
+        let a = g.input("a", &[64]);
+        let s = g.scale(a, 2.0);
+        let t = g.silu(s); // a and s are free from here on
+        let b = g.input("b", &[64]);
+        let u = g.mul(t, b)?;
+        let d = g.input("d", &[64]);
+        g.add(u, d)
+    });
+}

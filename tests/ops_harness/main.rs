@@ -79,6 +79,7 @@ pub const NMSE_MATMUL: f64 = 5e-4;
 fn all_cases() -> Vec<Case> {
     let mut c = Cases { rng: Rng(0x2545F4914F6CDD1D), list: Vec::new() };
     cases_basic::add(&mut c);
+    cases_basic::add_planner(&mut c);
     c.list
 }
 

@@ -121,17 +121,20 @@ impl WgpuExecutable {
                     n.op.kind()
                 )));
             }
+            // Inputs are all written before the pass starts, so an input never takes a
+            // slot that an earlier node may still be using.
+            let reusable = if matches!(n.op, Op::Input(_)) { &mut Vec::new() } else { &mut free };
             let slot = match (&n.op, n.inputs.first().and_then(|x| slot_of[x.0])) {
                 (Op::Reshape(_), Some(s)) => s,
                 _ => {
-                    let best = free
+                    let best = reusable
                         .iter()
                         .enumerate()
                         .filter(|(_, &s)| slot_sizes[s] >= size)
                         .min_by_key(|(_, &s)| slot_sizes[s])
                         .map(|(k, _)| k);
                     match best {
-                        Some(k) => free.swap_remove(k),
+                        Some(k) => reusable.swap_remove(k),
                         None => {
                             slot_sizes.push(size);
                             refs.push(0);
