@@ -82,7 +82,7 @@ struct Row {
     end: u32,      // keys [0, end) are candidates
 }
 
-// Loads the scaled-later q row into workgroup memory and returns the row's addressing.
+// Loads the (unscaled) q row into workgroup memory and returns the row's addressing.
 fn start(row: u32) -> Row {
     let h = row / p.sq;
     let i = row % p.sq;

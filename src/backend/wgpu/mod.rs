@@ -52,7 +52,9 @@ pub struct Caps {
 
 /// With [`WgpuOptions::flash_attn`] unset, attention over more keys than this uses the
 /// flash-style kernel (the score-row kernel keeps `4 * Sk` bytes of scores in workgroup
-/// memory per query row, which lowers occupancy on GPUs as `Sk` grows).
+/// memory per query row, which lowers occupancy on GPUs as `Sk` grows: 4 KiB at 1024 keys).
+/// Not tuned on a GPU yet; on lavapipe the score-row kernel is 1.5-1.9x faster at every Sk
+/// it fits (350..4096, fewer barriers), so there the threshold only trades speed for memory.
 pub const FLASH_ATTN_MIN_SK: usize = 1024;
 
 /// Run-time choices between kernel variants (not device capabilities).
