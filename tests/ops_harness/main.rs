@@ -6,6 +6,7 @@
 //! lavapipe never loses GPU coverage silently; `VLA_ALLOW_NO_GPU=1` turns that into a loud
 //! warning for machines without a Vulkan driver.
 
+mod cases_attention;
 mod cases_basic;
 
 use std::collections::HashMap;
@@ -80,6 +81,7 @@ fn all_cases() -> Vec<Case> {
     let mut c = Cases { rng: Rng(0x2545F4914F6CDD1D), list: Vec::new() };
     cases_basic::add(&mut c);
     cases_basic::add_planner(&mut c);
+    cases_attention::add(&mut c);
     c.list
 }
 

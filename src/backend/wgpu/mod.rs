@@ -50,12 +50,41 @@ pub struct Caps {
     pub subgroups: bool,
 }
 
+/// With [`WgpuOptions::flash_attn`] unset, attention over more keys than this uses the
+/// flash-style kernel (the score-row kernel keeps `4 * Sk` bytes of scores in workgroup
+/// memory per query row, which lowers occupancy on GPUs as `Sk` grows: 4 KiB at 1024 keys).
+/// Not tuned on a GPU yet; on lavapipe the score-row kernel is 1.5-1.9x faster at every Sk
+/// it fits (350..4096, fewer barriers), so there the threshold only trades speed for memory.
+pub const FLASH_ATTN_MIN_SK: usize = 1024;
+
+/// Run-time choices between kernel variants (not device capabilities).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WgpuOptions {
+    /// Attention kernel: `Some(true)` always the fused flash-style one (online softmax over
+    /// key tiles), `Some(false)` the score-row one where it fits workgroup memory, `None`
+    /// (default) flash when `Sk` exceeds [`FLASH_ATTN_MIN_SK`]. Env:
+    /// `VLA_WGPU_FLASH_ATTN=1` / `=0`.
+    pub flash_attn: Option<bool>,
+}
+
+impl WgpuOptions {
+    /// Defaults overridden by the environment (`VLA_WGPU_FLASH_ATTN`).
+    pub fn from_env() -> Self {
+        let flash_attn = std::env::var("VLA_WGPU_FLASH_ATTN")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(|v| v != "0");
+        WgpuOptions { flash_attn }
+    }
+}
+
 pub(crate) struct GpuContext {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub caps: Caps,
+    pub options: WgpuOptions,
     pub pipelines: shader::PipelineCache,
 }
 
@@ -71,8 +100,14 @@ fn env_flag(name: &str) -> bool {
 
 impl WgpuBackend {
     /// Opens the first adapter of `api`. Set `VLA_WGPU_FALLBACK=1` to prefer a software
-    /// adapter (lavapipe) even when a GPU is present.
+    /// adapter (lavapipe) even when a GPU is present. Options come from the environment
+    /// ([`WgpuOptions::from_env`]).
     pub fn new(api: Api) -> Result<Self> {
+        Self::with_options(api, WgpuOptions::from_env())
+    }
+
+    /// Like [`Self::new`] with explicit options (the environment is not read for them).
+    pub fn with_options(api: Api, options: WgpuOptions) -> Result<Self> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = api.backends();
         let instance = wgpu::Instance::new(desc);
@@ -116,7 +151,7 @@ impl WgpuBackend {
         }))
         .map_err(|e| Error::Gpu(format!("request_device: {e}")))?;
         let info = adapter.get_info();
-        tracing::info!(adapter = %info.name, driver = %info.driver_info, ?caps, "wgpu device");
+        tracing::info!(adapter = %info.name, driver = %info.driver_info, ?caps, ?options, "wgpu device");
         Ok(WgpuBackend {
             ctx: Arc::new(GpuContext {
                 device,
@@ -124,9 +159,30 @@ impl WgpuBackend {
                 info,
                 limits,
                 caps,
+                options,
                 pipelines: shader::PipelineCache::default(),
             }),
         })
+    }
+
+    /// The same device with other options (its own pipeline cache).
+    pub fn reconfigured(&self, options: WgpuOptions) -> Self {
+        let c = &self.ctx;
+        WgpuBackend {
+            ctx: Arc::new(GpuContext {
+                device: c.device.clone(),
+                queue: c.queue.clone(),
+                info: c.info.clone(),
+                limits: c.limits.clone(),
+                caps: c.caps,
+                options,
+                pipelines: shader::PipelineCache::default(),
+            }),
+        }
+    }
+
+    pub fn options(&self) -> WgpuOptions {
+        self.ctx.options
     }
 
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {

@@ -1,8 +1,12 @@
 //! From graph nodes to recorded dispatches. Each op family has a module here and a WGSL
 //! file in `shaders/`; `encode` routes a node to its family.
 
+mod attention;
+mod bmm;
 mod elementwise;
 mod matmul;
+mod norm;
+mod rope;
 
 use super::exec::Chunk;
 use super::shader::Variant;
@@ -119,6 +123,10 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Add | Op::Mul => elementwise::binary(ctx, node, bufs),
         Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu => elementwise::unary(ctx, node, bufs),
         Op::MatMul => matmul::matmul(ctx, node, bufs),
+        Op::Bmm { .. } => bmm::bmm(ctx, node, bufs),
+        Op::Softmax | Op::RmsNorm { .. } | Op::LayerNorm { .. } => norm::row_op(ctx, node, bufs),
+        Op::Rope(_) => rope::rope(ctx, node, bufs),
+        Op::Attention { .. } => attention::attention(ctx, node, bufs),
         op => Err(Error::NotImplemented {
             op: op.kind().to_owned(),
             backend: "wgpu",

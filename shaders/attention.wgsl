@@ -1,0 +1,202 @@
+// Scaled dot-product attention, one workgroup per (query head h, query row i):
+// o[h, i] = softmax(q[h, i] . k[kvh, j] * scale over allowed j) @ v[kvh], kvh = h / group.
+// Keys j >= end are never visited (end = i + Sk - Sq + 1 under CAUSAL, else Sk); ALLOWED
+// also skips keys whose mask[i, j] is 0. A row with no allowed key gets zeros.
+// Template: ROWS = score-row kernel (`attn_rows`: all Sk scores in workgroup memory,
+// array size SK_CAP, exact max then exp then P@V); otherwise the fused flash-style kernel
+// (`attn_flash`: online softmax over tiles of WG keys, running max / sum / output
+// rescaled per tile, no Sk-sized storage). SUBGROUPS as in norm.wgsl.
+
+struct Params {
+    rows: u32,     // Hq * Sq
+    sq: u32,
+    sk: u32,
+    d: u32,
+    dv: u32,
+    group: u32,    // Hq / Hkv
+    scale: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> k: array<f32>;
+@group(0) @binding(3) var<storage, read> v: array<f32>;
+#if ALLOWED
+@group(0) @binding(4) var<storage, read> mask: array<f32>;
+#endif
+@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+
+override WG: u32 = 64u;
+const D_MAX: u32 = 256u;
+// output columns per invocation: Dv <= ACC * WG
+const ACC: u32 = 4u;
+// scores of masked keys; no real score reaches it
+const NEG_MAX: f32 = -3.4028235e38;
+
+var<workgroup> red: array<f32, WG>;
+var<workgroup> qs: array<f32, D_MAX>;
+#if ROWS
+override SK_CAP: u32 = 1024u;
+var<workgroup> probs: array<f32, SK_CAP>;
+#else
+var<workgroup> probs: array<f32, WG>;
+#endif
+var<private> lid: u32;
+#if SUBGROUPS
+var<private> sg_lane: u32;
+var<private> sg_size: u32;
+#endif
+
+fn combine(a: f32, c: f32, is_max: bool) -> f32 {
+    return select(a + c, max(a, c), is_max);
+}
+
+fn reduce(x: f32, is_max: bool) -> f32 {
+#if SUBGROUPS
+    let s = select(subgroupAdd(x), subgroupMax(x), is_max);
+    let n_sg = (WG + sg_size - 1u) / sg_size;
+    if (sg_lane == 0u) { red[lid / sg_size] = s; }
+    workgroupBarrier();
+    var r = red[0];
+    for (var i = 1u; i < n_sg; i++) { r = combine(r, red[i], is_max); }
+    workgroupBarrier();
+    return r;
+#else
+    red[lid] = x;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) { red[lid] = combine(red[lid], red[lid + s], is_max); }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+#endif
+}
+
+struct Row {
+    i: u32,
+    k_base: u32,   // first element of this kv head in k
+    v_base: u32,   // ... in v
+    end: u32,      // keys [0, end) are candidates
+}
+
+// Loads the (unscaled) q row into workgroup memory and returns the row's addressing.
+fn start(row: u32) -> Row {
+    let h = row / p.sq;
+    let i = row % p.sq;
+    let kvh = h / p.group;
+    for (var c = lid; c < p.d; c += WG) { qs[c] = q[row * p.d + c]; }
+    workgroupBarrier();
+    var end = p.sk;
+#if CAUSAL
+    end = u32(clamp(i32(i) + i32(p.sk) - i32(p.sq) + 1, 0, i32(p.sk)));
+#endif
+    return Row(i, kvh * p.sk * p.d, kvh * p.sk * p.dv, end);
+}
+
+// The scaled score of key j (< end), NEG_MAX when masked.
+fn score(r: Row, j: u32) -> f32 {
+#if ALLOWED
+    if (mask[r.i * p.sk + j] == 0.0) { return NEG_MAX; }
+#endif
+    let kb = r.k_base + j * p.d;
+    var s = 0.0;
+    for (var c = 0u; c < p.d; c++) { s = fma(qs[c], k[kb + c], s); }
+    return s * p.scale;
+}
+
+#if ROWS
+@compute @workgroup_size(WG)
+fn attn_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) l: u32
+#if SUBGROUPS
+             , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32
+#endif
+) {
+    lid = l;
+#if SUBGROUPS
+    sg_lane = lane;
+    sg_size = size;
+#endif
+    let row = wg.y * nwg.x + wg.x;
+    if (row >= p.rows) { return; }
+    let r = start(row);
+    var m = NEG_MAX;
+    for (var j = lid; j < r.end; j += WG) {
+        let s = score(r, j);
+        probs[j] = s;
+        m = max(m, s);
+    }
+    m = reduce(m, true);
+    var l_sum = 0.0;
+    for (var j = lid; j < r.end; j += WG) {
+        let s = probs[j];
+        let e = select(exp(s - m), 0.0, s <= NEG_MAX);
+        probs[j] = e;
+        l_sum += e;
+    }
+    // (reduce's barriers also publish probs)
+    l_sum = reduce(l_sum, false);
+    let inv = select(1.0 / l_sum, 0.0, l_sum == 0.0);
+    for (var c = lid; c < p.dv; c += WG) {
+        var acc = 0.0;
+        var vi = r.v_base + c;
+        for (var j = 0u; j < r.end; j++) {
+            acc = fma(probs[j], v[vi], acc);
+            vi += p.dv;
+        }
+        o[row * p.dv + c] = acc * inv;
+    }
+}
+#else
+@compute @workgroup_size(WG)
+fn attn_flash(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) l: u32
+#if SUBGROUPS
+              , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32
+#endif
+) {
+    lid = l;
+#if SUBGROUPS
+    sg_lane = lane;
+    sg_size = size;
+#endif
+    let row = wg.y * nwg.x + wg.x;
+    if (row >= p.rows) { return; }
+    let r = start(row);
+    var m = NEG_MAX;       // running max (uniform across the workgroup)
+    var l_sum = 0.0;       // running sum of exp(s - m)
+    var acc: array<f32, ACC>;
+    for (var t0 = 0u; t0 < r.end; t0 += WG) {
+        let j = t0 + lid;
+        var s = NEG_MAX;
+        if (j < r.end) { s = score(r, j); }
+        let m_new = max(m, reduce(s, true));
+        let e = select(exp(s - m_new), 0.0, s <= NEG_MAX);
+        probs[lid] = e;
+        let alpha = exp(m - m_new);
+        l_sum = l_sum * alpha + reduce(e, false);
+        m = m_new;
+        let n = min(WG, r.end - t0);
+        for (var a = 0u; a < ACC; a++) {
+            let c = lid + a * WG;
+            if (c < p.dv) {
+                var t = acc[a] * alpha;
+                var vi = r.v_base + t0 * p.dv + c;
+                for (var jj = 0u; jj < n; jj++) {
+                    t = fma(probs[jj], v[vi], t);
+                    vi += p.dv;
+                }
+                acc[a] = t;
+            }
+        }
+    }
+    let inv = select(1.0 / l_sum, 0.0, l_sum == 0.0);
+    for (var a = 0u; a < ACC; a++) {
+        let c = lid + a * WG;
+        if (c < p.dv) { o[row * p.dv + c] = acc[a] * inv; }
+    }
+}
+#endif

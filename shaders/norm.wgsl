@@ -1,0 +1,147 @@
+// Row-wise reductions over the last dim, one workgroup per row (rows of any length; each
+// invocation strides over the row): `softmax`, `rms_norm` (x / rms(x) * (w + offset)),
+// `layer_norm` ((x - mean) / sqrt(var + eps) * w + b; two passes, biased variance).
+// Template: SUBGROUPS reduces within subgroups first (subgroupAdd / subgroupMax), then
+// across the per-subgroup partials; otherwise a workgroup-memory tree. WG (override) must
+// be a power of two.
+
+struct Params {
+    rows: u32,
+    d: u32,
+    eps: f32,
+    offset: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> b: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+override WG: u32 = 256u;
+const NEG_MAX: f32 = -3.4028235e38;
+
+var<workgroup> red: array<f32, WG>;
+var<private> lid: u32;
+#if SUBGROUPS
+var<private> sg_lane: u32;
+var<private> sg_size: u32;
+#endif
+
+fn combine(a: f32, c: f32, is_max: bool) -> f32 {
+    return select(a + c, max(a, c), is_max);
+}
+
+// The sum (or max) of `v` over the workgroup, returned to every invocation.
+fn reduce(v: f32, is_max: bool) -> f32 {
+#if SUBGROUPS
+    // both, so no subgroup op sits under a branch
+    let s = select(subgroupAdd(v), subgroupMax(v), is_max);
+    let n_sg = (WG + sg_size - 1u) / sg_size;
+    if (sg_lane == 0u) { red[lid / sg_size] = s; }
+    workgroupBarrier();
+    var r = red[0];
+    for (var i = 1u; i < n_sg; i++) { r = combine(r, red[i], is_max); }
+    workgroupBarrier();
+    return r;
+#else
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) { red[lid] = combine(red[lid], red[lid + s], is_max); }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+#endif
+}
+
+fn setup(l: u32
+#if SUBGROUPS
+, lane: u32, size: u32
+#endif
+) {
+    lid = l;
+#if SUBGROUPS
+    sg_lane = lane;
+    sg_size = size;
+#endif
+}
+
+@compute @workgroup_size(WG)
+fn softmax(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) l: u32
+#if SUBGROUPS
+           , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32
+#endif
+) {
+#if SUBGROUPS
+    setup(l, lane, size);
+#else
+    setup(l);
+#endif
+    let row = wg.y * nwg.x + wg.x;
+    if (row >= p.rows) { return; }
+    let base = row * p.d;
+    var m = NEG_MAX;
+    for (var i = lid; i < p.d; i += WG) { m = max(m, x[base + i]); }
+    m = reduce(m, true);
+    var s = 0.0;
+    for (var i = lid; i < p.d; i += WG) {
+        let v = x[base + i];
+        // -inf entries get 0; an all -inf row has sum 0 and becomes zeros
+        let e = select(exp(v - m), 0.0, v < NEG_MAX);
+        y[base + i] = e;
+        s += e;
+    }
+    s = reduce(s, false);
+    let inv = select(1.0 / s, 0.0, s == 0.0);
+    for (var i = lid; i < p.d; i += WG) { y[base + i] *= inv; }
+}
+
+@compute @workgroup_size(WG)
+fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) l: u32
+#if SUBGROUPS
+            , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32
+#endif
+) {
+#if SUBGROUPS
+    setup(l, lane, size);
+#else
+    setup(l);
+#endif
+    let row = wg.y * nwg.x + wg.x;
+    if (row >= p.rows) { return; }
+    let base = row * p.d;
+    var ss = 0.0;
+    for (var i = lid; i < p.d; i += WG) { let v = x[base + i]; ss = fma(v, v, ss); }
+    ss = reduce(ss, false);
+    let inv = 1.0 / sqrt(ss / f32(p.d) + p.eps);
+    for (var i = lid; i < p.d; i += WG) { y[base + i] = x[base + i] * inv * (w[i] + p.offset); }
+}
+
+@compute @workgroup_size(WG)
+fn layer_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) l: u32
+#if SUBGROUPS
+              , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32
+#endif
+) {
+#if SUBGROUPS
+    setup(l, lane, size);
+#else
+    setup(l);
+#endif
+    let row = wg.y * nwg.x + wg.x;
+    if (row >= p.rows) { return; }
+    let base = row * p.d;
+    var s = 0.0;
+    for (var i = lid; i < p.d; i += WG) { s += x[base + i]; }
+    let mean = reduce(s, false) / f32(p.d);
+    var sv = 0.0;
+    for (var i = lid; i < p.d; i += WG) { let c = x[base + i] - mean; sv = fma(c, c, sv); }
+    let inv = 1.0 / sqrt(reduce(sv, false) / f32(p.d) + p.eps);
+    for (var i = lid; i < p.d; i += WG) { y[base + i] = (x[base + i] - mean) * inv * w[i] + b[i]; }
+}

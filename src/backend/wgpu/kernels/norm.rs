@@ -1,0 +1,50 @@
+//! Row reductions over the last dim: softmax, RMSNorm, LayerNorm (`shaders/norm.wgsl`).
+//! One workgroup per row, so rows of any length; the row count may exceed one grid
+//! dimension (folded by `grid_1d`).
+
+use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
+use crate::backend::wgpu::shader::Variant;
+use crate::backend::wgpu::GpuContext;
+use crate::graph::{Node, Op};
+use crate::Result;
+
+const SOURCE: &str = include_str!("../../../../shaders/norm.wgsl");
+
+/// Threads per row: short rows waste most of them, long rows (2048+) stride.
+fn workgroup_size(ctx: &GpuContext, d: usize) -> u32 {
+    let max = ctx.limits.max_compute_invocations_per_workgroup.min(256);
+    let want = d.next_power_of_two().clamp(32, 256) as u32;
+    // a power of two no larger than the device allows
+    let mut wg = 1u32;
+    while wg * 2 <= want.min(max) {
+        wg *= 2;
+    }
+    wg
+}
+
+pub(super) fn row_op(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
+    let d = node.shape.last().copied().unwrap_or(1);
+    if node.numel() == 0 {
+        return Ok(vec![]);
+    }
+    let rows = node.numel() / d;
+    let (entry, eps, offset) = match node.op {
+        Op::Softmax => ("softmax", 0.0, 0.0),
+        Op::RmsNorm { eps, offset } => ("rms_norm", eps, offset),
+        Op::LayerNorm { eps } => ("layer_norm", eps, 0.0),
+        _ => unreachable!("routed by encode"),
+    };
+    let params = [u32_of(rows, "rows")?, u32_of(d, "row length")?, eps.to_bits(), offset.to_bits()];
+    let v = Variant::new("norm", SOURCE, entry)
+        .define("SUBGROUPS", ctx.caps.subgroups)
+        .constant("WG", f64::from(workgroup_size(ctx, d)));
+    let x = bufs.inputs[0].f32();
+    let mut buffers = vec![(1, x), (4, bufs.output)];
+    if let Some(w) = bufs.inputs.get(1) {
+        buffers.push((2, w.f32()));
+    }
+    if let Some(b) = bufs.inputs.get(2) {
+        buffers.push((3, b.f32()));
+    }
+    Ok(vec![dispatch(ctx, &v, &params, &buffers, grid_1d(ctx, rows, 1))?])
+}

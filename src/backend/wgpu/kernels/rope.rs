@@ -1,0 +1,62 @@
+//! Rotary position embeddings (`shaders/rope.wgsl`). The per-pair frequencies are computed
+//! here in f64 (like the CPU reference) and uploaded with the dispatch as (hi, lo) f32
+//! pairs; positions stay a run-time f32 input.
+
+use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
+use crate::backend::wgpu::shader::Variant;
+use crate::backend::wgpu::GpuContext;
+use crate::graph::{Node, Op};
+use crate::ops::{RopeLayout, RopeMode};
+use crate::{Error, Result};
+
+const SOURCE: &str = include_str!("../../../../shaders/rope.wgsl");
+
+/// `freq_scale * theta^(-2i / n_rot)` for each pair, split into f32 hi + lo.
+pub(crate) fn frequencies(theta: f32, n_rot: usize, freq_scale: f32) -> Vec<[f32; 2]> {
+    (0..n_rot / 2)
+        .map(|i| {
+            let f = f64::from(freq_scale) * f64::from(theta).powf(-2.0 * i as f64 / n_rot as f64);
+            let hi = f as f32;
+            [hi, (f - f64::from(hi)) as f32]
+        })
+        .collect()
+}
+
+pub(super) fn rope(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
+    let Op::Rope(cfg) = &node.op else { unreachable!("routed by encode") };
+    if cfg.theta.is_nan() || cfg.theta <= 0.0 {
+        return Err(Error::InvalidArgument(format!("rope: theta must be > 0, got {}", cfg.theta)));
+    }
+    if node.numel() == 0 {
+        return Ok(vec![]);
+    }
+    let (a, b, d) = (node.shape[0], node.shape[1], node.shape[2]);
+    let (seq, heads) = match cfg.layout {
+        RopeLayout::SeqHeadDim => (a, b),
+        RopeLayout::HeadSeqDim => (b, a),
+    };
+    let n_rot = cfg.n_rot.unwrap_or(d);
+    let freqs = frequencies(cfg.theta, n_rot, cfg.freq_scale);
+    let freq_buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("rope freqs"),
+        size: (8 * freqs.len() as u64).max(8),
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    if !freqs.is_empty() {
+        ctx.queue.write_buffer(&freq_buf, 0, bytemuck::cast_slice(&freqs));
+    }
+    let params = [
+        u32_of(node.numel(), "elements")?,
+        u32_of(d, "head dim")?,
+        u32_of(n_rot, "n_rot")?,
+        u32_of(heads, "heads")?,
+        u32_of(seq, "seq")?,
+        u32::from(cfg.layout == RopeLayout::HeadSeqDim),
+        u32::from(cfg.mode == RopeMode::Neox),
+        0,
+    ];
+    let v = Variant::new("rope", SOURCE, "rope");
+    let buffers = [(1, bufs.inputs[0].f32()), (2, bufs.inputs[1].f32()), (3, &freq_buf), (4, bufs.output)];
+    Ok(vec![dispatch(ctx, &v, &params, &buffers, grid_1d(ctx, node.numel(), 256))?])
+}

@@ -1,0 +1,210 @@
+//! Row reductions (softmax, RMSNorm, LayerNorm), RoPE, batched matmul and attention. The
+//! attention cases also run on every GPU backend with each attention kernel forced
+//! (`attention_kernels_forced`), since the default picks by Sk.
+
+use super::{gpu_backends, nmse, run, Cases, Rng, NMSE_DEFAULT, NMSE_MATMUL};
+use vla::backend::wgpu::WgpuOptions;
+use vla::backend::CpuBackend;
+use vla::gguf::GgmlType;
+use vla::graph::{AttentionMask, GraphBuilder};
+use vla::ops::{RopeConfig, RopeLayout, RopeMode};
+
+/// ggml's test-backend-ops bound for softmax.
+const NMSE_SOFTMAX: f64 = 1e-6;
+const ROW_LENGTHS: [usize; 6] = [1, 7, 64, 960, 2048, 4097];
+
+pub fn add(c: &mut Cases) {
+    row_cases(c);
+    rope_cases(c);
+    bmm_cases(c);
+    attention_cases(c);
+}
+
+fn row_cases(c: &mut Cases) {
+    let ninf = f32::NEG_INFINITY;
+    for &d in &ROW_LENGTHS {
+        let rows = if d >= 2048 { 3 } else { 5 };
+        let shape = vec![rows, d];
+        // softmax: large logits, some -inf entries, and (rows > 1) a fully masked row
+        let mut t = c.tensor(&shape);
+        let v = t.as_f32_mut().unwrap();
+        v.iter_mut().for_each(|x| *x *= 20.0);
+        for (k, x) in v.iter_mut().enumerate() {
+            if k % 5 == 3 {
+                *x = ninf;
+            }
+        }
+        if rows > 1 {
+            v[d..2 * d].fill(ninf);
+        }
+        c.add(format!("softmax {shape:?} with -inf"), vec![], vec![("x", t)], NMSE_SOFTMAX, {
+            let shape = shape.clone();
+            move |g| {
+                let x = g.input("x", &shape);
+                Ok(g.softmax(x))
+            }
+        });
+        let t = c.tensor(&[2, 3, d]);
+        c.add(format!("softmax [2, 3, {d}]"), vec![], vec![("x", t)], NMSE_SOFTMAX, move |g| {
+            let x = g.input("x", &[2, 3, d]);
+            Ok(g.softmax(x))
+        });
+
+        for offset in [0.0, 1.0] {
+            let (x, w) = (c.tensor(&shape), c.weight(&[d], GgmlType::F32));
+            c.add(format!("rms_norm {shape:?} offset {offset}"), vec![("w", w)], vec![("x", x)], NMSE_DEFAULT, {
+                let shape = shape.clone();
+                move |g| {
+                    let x = g.input("x", &shape);
+                    let w = g.weight("w")?;
+                    g.rms_norm(x, w, 1e-6, offset)
+                }
+            });
+        }
+
+        let mut x = c.tensor(&shape);
+        x.as_f32_mut().unwrap().iter_mut().for_each(|v| *v = *v * 4.0 + 3.0);
+        let (w, b) = (c.weight(&[d], GgmlType::F32), c.weight(&[d], GgmlType::F32));
+        c.add(format!("layer_norm {shape:?}"), vec![("w", w), ("b", b)], vec![("x", x)], NMSE_DEFAULT, {
+            let shape = shape.clone();
+            move |g| {
+                let x = g.input("x", &shape);
+                let (w, b) = (g.weight("w")?, g.weight("b")?);
+                g.layer_norm(x, w, b, 1e-6)
+            }
+        });
+    }
+}
+
+fn rope_cases(c: &mut Cases) {
+    // (seq, heads, head_dim, n_rot, theta, freq_scale, max position)
+    let shapes = [
+        (1, 1, 2, None, 10000.0, 1.0, 5.0),
+        (7, 3, 64, None, 10000.0, 1.0, 1000.0),
+        (13, 5, 64, Some(32), 100000.0, 1.0, 1000.0),
+        (50, 15, 64, None, 100000.0, 1.0, 1100.0),
+        (9, 4, 72, Some(48), 10000.0, 0.25, 4000.0),
+        (5, 2, 80, None, 10000.0, 1.0, 1000.0),
+        (3, 2, 6, Some(0), 10000.0, 1.0, 10.0),
+    ];
+    for (seq, heads, d, n_rot, theta, freq_scale, max_pos) in shapes {
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            for layout in [RopeLayout::SeqHeadDim, RopeLayout::HeadSeqDim] {
+                let shape = match layout {
+                    RopeLayout::SeqHeadDim => [seq, heads, d],
+                    RopeLayout::HeadSeqDim => [heads, seq, d],
+                };
+                let x = c.tensor(&shape);
+                // integer positions up to max_pos, one fractional
+                let mut pos: Vec<f32> = (0..seq).map(|_| ((c.rng.f32() + 1.0) * 0.5 * max_pos).floor()).collect();
+                pos[0] = 0.0;
+                if seq > 2 {
+                    pos[seq - 1] = max_pos - 0.5;
+                }
+                let pos = vla::Tensor::from_f32(vec![seq], pos).unwrap();
+                let cfg = RopeConfig { mode, theta, n_rot, freq_scale, layout };
+                let name = format!("rope {mode:?} {layout:?} {shape:?} n_rot {n_rot:?} fs {freq_scale} pos<{max_pos}");
+                c.add(name, vec![], vec![("x", x), ("pos", pos)], NMSE_DEFAULT, move |g| {
+                    let x = g.input("x", &shape);
+                    let p = g.input("pos", &[seq]);
+                    g.rope(x, p, cfg)
+                });
+            }
+        }
+    }
+}
+
+fn bmm_cases(c: &mut Cases) {
+    for (b, m, n, k) in [(1, 1, 1, 1), (3, 7, 13, 17), (2, 1, 65, 33), (4, 33, 5, 300), (15, 50, 64, 350), (2, 3, 4, 0)] {
+        for trans_b in [true, false] {
+            let bs = if trans_b { [b, n, k] } else { [b, k, n] };
+            let (x, y) = (c.tensor(&[b, m, k]), c.tensor(&bs));
+            c.add(format!("bmm b{b} m{m} n{n} k{k} trans_b {trans_b}"), vec![], vec![("a", x), ("b", y)], NMSE_MATMUL, move |g| {
+                let (x, y) = (g.input("a", &[b, m, k]), g.input("b", &bs));
+                g.bmm(x, y, trans_b)
+            });
+        }
+    }
+}
+
+/// (Hq, Hkv, Sq, Sk, D, Dv)
+const ATTENTION_SHAPES: [(usize, usize, usize, usize, usize, usize); 11] = [
+    (1, 1, 1, 1, 1, 1),
+    (15, 5, 50, 350, 64, 64), // SmolVLA expert over prefix + chunk
+    (15, 5, 1, 350, 64, 64),
+    (4, 2, 5, 37, 64, 48),
+    (3, 1, 9, 129, 16, 16),
+    (16, 16, 64, 64, 72, 72), // SigLIP-So400m head dim
+    (4, 4, 17, 33, 80, 80),
+    (2, 1, 7, 5, 8, 8), // Sq > Sk: causal rows 0..1 see nothing
+    (2, 1, 3, 2000, 64, 64),
+    (1, 1, 2, 5000, 32, 16), // over the auto threshold (flash by default)
+    (8, 1, 1, 257, 256, 256),
+];
+
+fn attention_cases(c: &mut Cases) {
+    for (hq, hkv, sq, sk, d, dv) in ATTENTION_SHAPES {
+        for mask in [AttentionMask::None, AttentionMask::Causal, AttentionMask::Allowed] {
+            let (q, k, v) = (c.tensor(&[hq, sq, d]), c.tensor(&[hkv, sk, d]), c.tensor(&[hkv, sk, dv]));
+            let mut inputs = vec![("q", q), ("k", k), ("v", v)];
+            if mask == AttentionMask::Allowed {
+                // a prefix-LM block mask, random holes, and a fully masked last row
+                let prefix = sk.saturating_sub(sq).max(1);
+                let mut m = vec![0.0f32; sq * sk];
+                for i in 0..sq {
+                    for j in 0..sk {
+                        let allowed = j < prefix || j <= i + prefix || c.rng.f32() > 0.8;
+                        m[i * sk + j] = if allowed && c.rng.f32() > -0.9 { 1.0 } else { 0.0 };
+                    }
+                }
+                if sq > 1 {
+                    m[(sq - 1) * sk..].fill(0.0);
+                }
+                inputs.push(("mask", vla::Tensor::from_f32(vec![sq, sk], m).unwrap()));
+            }
+            let scale = if d == 72 { Some(0.125) } else { None };
+            let name = format!("attention {mask:?} hq{hq} hkv{hkv} sq{sq} sk{sk} d{d} dv{dv}");
+            c.add(name, vec![], inputs, NMSE_MATMUL, move |g| {
+                let q = g.input("q", &[hq, sq, d]);
+                let k = g.input("k", &[hkv, sk, d]);
+                let v = g.input("v", &[hkv, sk, dv]);
+                let m = (mask == AttentionMask::Allowed).then(|| g.input("mask", &[sq, sk]));
+                g.attention(q, k, v, mask, m, scale)
+            });
+        }
+    }
+}
+
+/// The attention cases on each GPU backend with the flash kernel forced on, then off.
+#[test]
+fn attention_kernels_forced() {
+    let mut c = Cases { rng: Rng(0x9E3779B97F4A7C15), list: Vec::new() };
+    attention_cases(&mut c);
+    let mut failures = Vec::new();
+    for base in gpu_backends() {
+        for flash in [true, false] {
+            let b = base.reconfigured(WgpuOptions { flash_attn: Some(flash) });
+            for case in &c.list {
+                let graph = {
+                    let mut g = GraphBuilder::new(&case.weights);
+                    let out = (case.build)(&mut g).unwrap();
+                    g.build(&[out]).unwrap()
+                };
+                let reference = run(&CpuBackend, &graph, case).unwrap();
+                match run(&b, &graph, case) {
+                    Err(e) => failures.push(format!("{} flash {flash}: {e}", case.name)),
+                    Ok(out) => {
+                        let bad = out.iter().filter(|v| !v.is_finite()).count();
+                        let e = nmse(&out, &reference);
+                        let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
+                        println!("{:<56} flash {flash:<5} nmse {e:9.2e} {}", case.name, if ok { "ok" } else { "FAIL" });
+                        if !ok {
+                            failures.push(format!("{} flash {flash}: nmse {e:.3e}, {bad} non-finite", case.name));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "attention failures:\n{}", failures.join("\n"));
+}
