@@ -2,6 +2,7 @@
 //! file in `shaders/`; `encode` routes a node to its family.
 
 mod elementwise;
+mod embedding;
 mod matmul;
 
 use super::exec::Chunk;
@@ -119,6 +120,7 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Add | Op::Mul => elementwise::binary(ctx, node, bufs),
         Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu => elementwise::unary(ctx, node, bufs),
         Op::MatMul => matmul::matmul(ctx, node, bufs),
+        Op::Embedding => embedding::embedding(ctx, node, bufs),
         op => Err(Error::NotImplemented {
             op: op.kind().to_owned(),
             backend: "wgpu",
