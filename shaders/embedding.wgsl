@@ -32,7 +32,8 @@ fn embedding(
     let i = o / p.d;
     let e = o % p.d;
     let f = ids[i];
-    let valid = f >= 0.0 && f < f32(p.vocab) && f == floor(f);
+    // (&& short-circuits: u32(f) only for f in u32 range)
+    let valid = f >= 0.0 && f == floor(f) && f < 4294967040.0 && u32(f) < p.vocab;
     if (!valid) {
         if (p.zero_bad != 0u) {
             y[o] = 0.0;
