@@ -8,9 +8,10 @@
 
 mod cases_attention;
 mod cases_basic;
+mod cases_quant;
 
 use std::collections::HashMap;
-use vla::backend::wgpu::{Api, WgpuBackend};
+use vla::backend::wgpu::{Api, Caps, WgpuBackend};
 use vla::backend::{Backend, CpuBackend};
 use vla::gguf::{quant, GgmlType};
 use vla::graph::{Graph, GraphBuilder, NodeId};
@@ -36,6 +37,8 @@ pub struct Case {
     inputs: Vec<(String, Tensor<'static>)>,
     build: Box<dyn Fn(&mut GraphBuilder) -> vla::Result<NodeId>>,
     max_nmse: f64,
+    /// Also run on a backend with `int_dot` off (quantized kernels' fallback path).
+    int_dot: bool,
 }
 
 pub struct Cases {
@@ -69,7 +72,22 @@ impl Cases {
             inputs: inputs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
             build: Box::new(build),
             max_nmse,
+            int_dot: false,
         });
+    }
+
+    /// Like [`add`](Self::add) for ops with an integer-dot path: the case also runs on a
+    /// second backend with `int_dot` off when the adapter has it.
+    pub fn add_int_dot(
+        &mut self,
+        name: String,
+        weights: Vec<(&str, Tensor<'static>)>,
+        inputs: Vec<(&str, Tensor<'static>)>,
+        max_nmse: f64,
+        build: impl Fn(&mut GraphBuilder) -> vla::Result<NodeId> + 'static,
+    ) {
+        self.add(name, weights, inputs, max_nmse, build);
+        self.list.last_mut().expect("just added").int_dot = true;
     }
 }
 
@@ -82,6 +100,7 @@ fn all_cases() -> Vec<Case> {
     cases_basic::add(&mut c);
     cases_basic::add_planner(&mut c);
     cases_attention::add(&mut c);
+    cases_quant::add(&mut c);
     c.list
 }
 
@@ -94,7 +113,15 @@ fn nmse(out: &[f32], reference: &[f32]) -> f64 {
     if norm == 0.0 { err } else { err / norm }
 }
 
-fn gpu_backends() -> Vec<WgpuBackend> {
+/// A backend under test; `int_dot_only` ones (int dot switched off) run only the cases
+/// that have an int-dot path.
+pub struct TestBackend {
+    pub backend: WgpuBackend,
+    pub label: String,
+    pub int_dot_only: bool,
+}
+
+pub fn gpu_backends() -> Vec<TestBackend> {
     let names = std::env::var("VLA_TEST_BACKENDS").unwrap_or_else(|_| "vulkan".into());
     let allow_none = std::env::var("VLA_ALLOW_NO_GPU").is_ok_and(|v| v == "1");
     let mut out = Vec::new();
@@ -108,7 +135,15 @@ fn gpu_backends() -> Vec<WgpuBackend> {
             other => panic!("VLA_TEST_BACKENDS: unknown backend {other:?}"),
         };
         match WgpuBackend::new(api) {
-            Ok(b) => out.push(b),
+            Ok(b) => {
+                let int_dot = b.caps().int_dot;
+                out.push(TestBackend { label: b.adapter_info().name.clone(), backend: b, int_dot_only: false });
+                if int_dot {
+                    let b = WgpuBackend::with_caps(api, Caps { int_dot: false, ..Caps::ALL })
+                        .unwrap_or_else(|e| panic!("{name} without int dot: {e}"));
+                    out.push(TestBackend { label: format!("{} (no int dot)", b.adapter_info().name), backend: b, int_dot_only: true });
+                }
+            }
             Err(e) if allow_none => eprintln!("WARNING: VLA_ALLOW_NO_GPU=1: {e}: GPU ops NOT TESTED"),
             Err(e) => panic!("{e}\n(scripts/test.sh installs lavapipe; VLA_ALLOW_NO_GPU=1 skips loudly)"),
         }
@@ -126,10 +161,11 @@ fn run(backend: &dyn Backend, graph: &Graph, case: &Case) -> vla::Result<Vec<f32
 fn op_harness() {
     let backends = gpu_backends();
     for b in &backends {
-        println!("op harness on {}", b.description());
+        println!("op harness on {}{}", b.backend.description(), if b.int_dot_only { " (int dot off)" } else { "" });
     }
     let cases = all_cases();
     let mut failures = Vec::new();
+    let mut runs = 0;
     for case in &cases {
         let graph = {
             let mut g = GraphBuilder::new(&case.weights);
@@ -137,21 +173,24 @@ fn op_harness() {
             g.build(&[out]).unwrap()
         };
         let reference = run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
-        for b in &backends {
-            match run(b, &graph, case) {
-                Err(e) => failures.push(format!("{} on {}: {e}", case.name, b.adapter_info().name)),
+        for b in backends.iter().filter(|b| case.int_dot || !b.int_dot_only) {
+            runs += 1;
+            let suffix = if b.int_dot_only { " [no int dot]" } else { "" };
+            match run(&b.backend, &graph, case) {
+                Err(e) => failures.push(format!("{}{suffix} on {}: {e}", case.name, b.label)),
                 Ok(out) => {
                     let bad = out.iter().filter(|v| !v.is_finite()).count();
                     let e = nmse(&out, &reference);
                     let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
-                    println!("{:<48} nmse {e:9.2e} (max {:.0e}) {}", case.name, case.max_nmse, if ok { "ok" } else { "FAIL" });
+                    let name = format!("{}{suffix}", case.name);
+                    println!("{name:<48} nmse {e:9.2e} (max {:.0e}) {}", case.max_nmse, if ok { "ok" } else { "FAIL" });
                     if !ok {
-                        failures.push(format!("{}: nmse {e:.3e} > {:.0e}, {bad} non-finite", case.name, case.max_nmse));
+                        failures.push(format!("{name} on {}: nmse {e:.3e} > {:.0e}, {bad} non-finite", b.label, case.max_nmse));
                     }
                 }
             }
         }
     }
-    println!("{} passed, {} failed", cases.len() * backends.len() - failures.len(), failures.len());
+    println!("{} passed, {} failed", runs - failures.len(), failures.len());
     assert!(failures.is_empty(), "op harness failures:\n{}", failures.join("\n"));
 }

@@ -43,11 +43,20 @@ impl Api {
 }
 
 /// Optional capabilities the kernels use when present. Each has a kill switch so every
-/// fallback path can be tested on any device: `VLA_WGPU_NO_F16=1`, `VLA_WGPU_NO_SUBGROUPS=1`.
+/// fallback path can be tested on any device: `VLA_WGPU_NO_F16=1`, `VLA_WGPU_NO_SUBGROUPS=1`,
+/// `VLA_WGPU_NO_INT_DOT=1`. [`WgpuBackend::with_caps`] turns them off per backend instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caps {
     pub f16: bool,
     pub subgroups: bool,
+    /// WGSL `dot4I8Packed` (the `packed_4x8_integer_dot_product` language extension) for
+    /// quantized matmuls; without it they use plain integer multiplies.
+    pub int_dot: bool,
+}
+
+impl Caps {
+    /// Every capability on: `with_caps(api, Caps::ALL)` is the same as `new(api)`.
+    pub const ALL: Caps = Caps { f16: true, subgroups: true, int_dot: true };
 }
 
 /// With [`WgpuOptions::flash_attn`] unset, attention over more keys than this uses the
@@ -103,11 +112,22 @@ impl WgpuBackend {
     /// adapter (lavapipe) even when a GPU is present. Options come from the environment
     /// ([`WgpuOptions::from_env`]).
     pub fn new(api: Api) -> Result<Self> {
-        Self::with_options(api, WgpuOptions::from_env())
+        Self::with_config(api, Caps::ALL, WgpuOptions::from_env())
     }
 
     /// Like [`Self::new`] with explicit options (the environment is not read for them).
     pub fn with_options(api: Api, options: WgpuOptions) -> Result<Self> {
+        Self::with_config(api, Caps::ALL, options)
+    }
+
+    /// Like [`Self::new`], using only the capabilities also set in `allowed` (a capability
+    /// the adapter lacks, or that an env kill switch turns off, stays off). Lets tests run
+    /// fallback paths next to the fast ones in one process.
+    pub fn with_caps(api: Api, allowed: Caps) -> Result<Self> {
+        Self::with_config(api, allowed, WgpuOptions::from_env())
+    }
+
+    fn with_config(api: Api, allowed: Caps, options: WgpuOptions) -> Result<Self> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = api.backends();
         let instance = wgpu::Instance::new(desc);
@@ -132,9 +152,15 @@ impl WgpuBackend {
         })?;
         let available = adapter.features();
         let mut features = wgpu::Features::empty();
+        let int_dot = instance
+            .wgsl_language_features()
+            .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct);
         let caps = Caps {
-            f16: available.contains(wgpu::Features::SHADER_F16) && !env_flag("VLA_WGPU_NO_F16"),
-            subgroups: available.contains(wgpu::Features::SUBGROUP) && !env_flag("VLA_WGPU_NO_SUBGROUPS"),
+            f16: allowed.f16 && available.contains(wgpu::Features::SHADER_F16) && !env_flag("VLA_WGPU_NO_F16"),
+            subgroups: allowed.subgroups
+                && available.contains(wgpu::Features::SUBGROUP)
+                && !env_flag("VLA_WGPU_NO_SUBGROUPS"),
+            int_dot: allowed.int_dot && int_dot && !env_flag("VLA_WGPU_NO_INT_DOT"),
         };
         if caps.f16 {
             features |= wgpu::Features::SHADER_F16;

@@ -1,7 +1,17 @@
-//! `x @ w^T` with f32 activations and F32 / F16 / BF16 weights (`shaders/matmul.wgsl`).
-//! A weight split into row chunks gets one dispatch per chunk, each writing its columns.
+//! `x @ w^T` with f32 activations and F32 / F16 / BF16 or Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1
+//! weights. A weight split into row chunks gets one dispatch per chunk, each writing its
+//! columns.
+//!
+//! - float weights, M > 16: `shaders/matmul.wgsl` (register-blocked 4x4 per invocation);
+//! - quantized weights: `shaders/matmul_quant.wgsl`, never dequantizing the weight: a
+//!   pre-pass quantizes x per 32-block to int8 (Q8_1-style, scale and scaled sum) into
+//!   scratch buffers made here (the bind groups keep them alive), then integer block dot
+//!   products (`dot4I8Packed` when `caps.int_dot`);
+//! - M <= 16, any weight type: the `matvec` entry of `matmul_quant.wgsl`, one workgroup
+//!   per weight row splitting K, reduced with subgroups when `caps.subgroups`.
 
-use super::{dispatch, u32_of, Dispatch, NodeBuffers, TensorBuf};
+use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers, TensorBuf};
+use crate::backend::wgpu::exec::Chunk;
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::GpuContext;
 use crate::gguf::GgmlType;
@@ -9,41 +19,111 @@ use crate::graph::Node;
 use crate::{Error, Result};
 
 const SOURCE: &str = include_str!("../../../../shaders/matmul.wgsl");
+const QUANT_SOURCE: &str = concat!(
+    include_str!("../../../../shaders/weight_decode.wgsl"),
+    include_str!("../../../../shaders/matmul_quant.wgsl")
+);
 /// Output tile per workgroup: 8x8 threads, 4x4 outputs each.
 const TILE: usize = 32;
+/// Rows of x up to which the matvec kernel is used (its `MAX_M`).
+pub(super) const MATVEC_MAX_M: usize = 16;
+/// Invocations per `quantize_x` workgroup.
+const QUANTIZE_WG: usize = 64;
+
+/// The template define(s) for a weight dtype: (type define, is quantized).
+pub(super) fn weight_define(dtype: GgmlType, what: &str) -> Result<(&'static str, bool)> {
+    Ok(match dtype {
+        GgmlType::F32 => ("W_F32", false),
+        GgmlType::F16 => ("W_F16", false),
+        GgmlType::BF16 => ("W_BF16", false),
+        GgmlType::Q8_0 => ("Q8_0", true),
+        GgmlType::Q4_0 => ("Q4_0", true),
+        GgmlType::Q4_1 => ("Q4_1", true),
+        GgmlType::Q5_0 => ("Q5_0", true),
+        GgmlType::Q5_1 => ("Q5_1", true),
+        t => {
+            return Err(Error::NotImplemented {
+                op: format!("{what} with {t} weights"),
+                backend: "wgpu",
+            })
+        }
+    })
+}
+
+fn scratch(ctx: &GpuContext, label: &str, size: u64) -> wgpu::Buffer {
+    ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: size.max(4).next_multiple_of(4),
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    })
+}
 
 pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
     let x = &bufs.inputs[0];
     let TensorBuf::Raw { chunks, shape: ws, dtype } = &bufs.inputs[1] else {
         unreachable!("matmul weights are raw")
     };
-    let define = match dtype {
-        GgmlType::F32 => "W_F32",
-        GgmlType::F16 => "W_F16",
-        GgmlType::BF16 => "W_BF16",
-        t => {
-            return Err(Error::NotImplemented {
-                op: format!("matmul with {t} weights"),
-                backend: "wgpu",
-            })
-        }
-    };
+    let (define, quant) = weight_define(*dtype, "matmul")?;
     let k = ws[1];
     let n = ws[0];
     let m = x.shape().iter().product::<usize>() / k.max(1);
-    let v = Variant::new("matmul", SOURCE, "matmul").define(define, true);
-    chunks
-        .iter()
-        .map(|c| {
-            let params = [
-                u32_of(m, "M")?,
-                u32_of(n, "N")?,
-                u32_of(k, "K")?,
-                u32_of(c.row_start, "row offset")?,
-                u32_of(c.rows, "rows")?,
-            ];
-            let grid = [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1];
-            dispatch(ctx, &v, &params, &[(1, x.f32()), (2, &c.buffer), (3, bufs.output)], grid)
-        })
-        .collect()
+    if m == 0 || n == 0 {
+        return Ok(vec![]);
+    }
+    let matvec = m <= MATVEC_MAX_M;
+    let params = |c: &Chunk| -> Result<[u32; 5]> {
+        Ok([
+            u32_of(m, "M")?,
+            u32_of(n, "N")?,
+            u32_of(k, "K")?,
+            u32_of(c.row_start, "row offset")?,
+            u32_of(c.rows, "rows")?,
+        ])
+    };
+    if !quant && !matvec {
+        let v = Variant::new("matmul", SOURCE, "matmul").define(define, true);
+        return chunks
+            .iter()
+            .map(|c| {
+                let grid = [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1];
+                dispatch(ctx, &v, &params(c)?, &[(1, x.f32()), (2, &c.buffer), (3, bufs.output)], grid)
+            })
+            .collect();
+    }
+    let variant = |entry| {
+        Variant::new("matmul_quant", QUANT_SOURCE, entry)
+            .define(define, true)
+            .define("QUANT", quant)
+            .define("INT_DOT", quant && ctx.caps.int_dot)
+            .define("SUBGROUPS", entry == "matvec" && ctx.caps.subgroups)
+    };
+    let mut out = Vec::with_capacity(chunks.len() + 1);
+    let (xq, xds);
+    let mut act: Vec<(u32, &wgpu::Buffer)> = vec![(1, x.f32())];
+    if quant {
+        if k % 32 != 0 {
+            return Err(Error::Gpu(format!("matmul: {dtype} weight rows of {k} are not whole blocks")));
+        }
+        let blocks = m * k / 32;
+        xq = scratch(ctx, "matmul xq", 32 * blocks as u64);
+        xds = scratch(ctx, "matmul xds", 8 * blocks as u64);
+        let qp = [u32_of(m, "M")?, u32_of(n, "N")?, u32_of(k, "K")?, 0, 0];
+        let grid = grid_1d(ctx, blocks, QUANTIZE_WG);
+        out.push(dispatch(ctx, &variant("quantize_x"), &qp, &[(1, x.f32()), (4, &xq), (5, &xds)], grid)?);
+        act = vec![(4, &xq), (5, &xds)];
+    }
+    let (entry, wg_per_row) = if matvec { ("matvec", true) } else { ("matmul_q", false) };
+    let v = variant(entry);
+    for c in chunks.iter() {
+        let grid = if wg_per_row {
+            grid_1d(ctx, c.rows, 1)
+        } else {
+            [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1]
+        };
+        let mut b = act.clone();
+        b.extend([(2, &c.buffer), (3, bufs.output)]);
+        out.push(dispatch(ctx, &v, &params(c)?, &b, grid)?);
+    }
+    Ok(out)
 }

@@ -4,6 +4,7 @@
 mod attention;
 mod bmm;
 mod elementwise;
+mod embedding;
 mod matmul;
 mod norm;
 mod rope;
@@ -127,6 +128,7 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Softmax | Op::RmsNorm { .. } | Op::LayerNorm { .. } => norm::row_op(ctx, node, bufs),
         Op::Rope(_) => rope::rope(ctx, node, bufs),
         Op::Attention { .. } => attention::attention(ctx, node, bufs),
+        Op::Embedding => embedding::embedding(ctx, node, bufs),
         op => Err(Error::NotImplemented {
             op: op.kind().to_owned(),
             backend: "wgpu",

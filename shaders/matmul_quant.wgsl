@@ -1,0 +1,192 @@
+// Quantized-weight matmul and few-row matvec, y[m, n_off + n] = sum_k x[m, k] * w[n, k],
+// for one row chunk of the weight. Prepended with weight_decode.wgsl.
+//
+// Quantized weights (QUANT + Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1) are never dequantized to
+// floats: `quantize_x` first turns the f32 activations into ggml Q8_1-style blocks of 32
+// (xq: 8 words of packed i8, d = amax / 127, q = round(x / d); xds: (d, d * sum(q))), then
+// each weight block meets an activation block in integer dot products:
+//   sum_k x*w ~= sumi * d_w * d_x + m_w * s_x          (m_w = 0 for the _0 types)
+// with `dot4I8Packed` under INT_DOT, plain i32 multiplies otherwise.
+//
+// Entries:
+//   quantize_x  one invocation per activation block
+//   matmul_q    M > 16: register-blocked 4x4 outputs per invocation, 32x32 per workgroup
+//   matvec      M <= 16, float (W_F32 | W_F16 | W_BF16) or QUANT weights: one workgroup
+//               of MV_WG invocations per weight row, splitting K; partial sums reduced with
+//               subgroupAdd (SUBGROUPS) and/or workgroup memory.
+
+struct Params {
+    m: u32,
+    n: u32,       // columns of y (all chunks)
+    k: u32,
+    n_off: u32,   // first weight row of this chunk
+    rows: u32,    // weight rows in this chunk
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> xq: array<u32>;
+@group(0) @binding(5) var<storage, read_write> xds: array<vec2<f32>>;
+
+const MV_WG: u32 = 64u;
+const MAX_M: u32 = 16u;
+
+// Signed dot product of two words of packed i8.
+fn dot4(a: u32, b: u32) -> i32 {
+#if INT_DOT
+    return dot4I8Packed(a, b);
+#else
+    let sh = vec4<u32>(24u, 16u, 8u, 0u);
+    let av = bitcast<vec4<i32>>(vec4<u32>(a) << sh) >> vec4<u32>(24u);
+    let bv = bitcast<vec4<i32>>(vec4<u32>(b) << sh) >> vec4<u32>(24u);
+    return dot(av, bv);
+#endif
+}
+
+@compute @workgroup_size(64)
+fn quantize_x(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let blk = (wg.y * nwg.x + wg.x) * 64u + li;
+    if (blk >= p.m * (p.k / 32u)) {
+        return;
+    }
+    let base = blk * 32u;
+    var amax = 0.0;
+    for (var i = 0u; i < 32u; i++) {
+        amax = max(amax, abs(x[base + i]));
+    }
+    let d = amax / 127.0;
+    let id = select(0.0, 1.0 / d, d > 0.0);
+    var sum = 0i;
+    for (var t = 0u; t < 8u; t++) {
+        var word = 0u;
+        for (var i = 0u; i < 4u; i++) {
+            let q = i32(clamp(round(x[base + 4u * t + i] * id), -127.0, 127.0));
+            sum += q;
+            word |= (bitcast<u32>(q) & 0xffu) << (8u * i);
+        }
+        xq[blk * 8u + t] = word;
+    }
+    xds[blk] = vec2<f32>(d, d * f32(sum));
+}
+
+#if QUANT
+// Activation block xb (row m, block b at m * K/32 + b) times weight block wb.
+fn block_dot(xb: u32, wb: WBlock) -> f32 {
+    var s = 0i;
+    for (var t = 0u; t < 8u; t++) {
+        s += dot4(xq[xb * 8u + t], wb.q[t]);
+    }
+    let ds = xds[xb];
+    return f32(s) * wb.d * ds.x + wb.m * ds.y;
+}
+
+@compute @workgroup_size(8, 8)
+fn matmul_q(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let nb = p.k / 32u;
+    let row_bytes = nb * BLOCK_BYTES;
+    let n0 = wg.x * 32u + lid.x * 4u;
+    let m0 = wg.y * 32u + lid.y * 4u;
+    var acc: array<array<f32, 4>, 4>;
+    // Clamp out-of-range rows/cols to a valid one: their results are discarded below.
+    var xrow: array<u32, 4>;
+    var wrow: array<u32, 4>;
+    for (var i = 0u; i < 4u; i++) {
+        xrow[i] = min(m0 + i, p.m - 1u) * nb;
+        wrow[i] = min(n0 + i, p.rows - 1u) * row_bytes;
+    }
+    for (var b = 0u; b < nb; b++) {
+        var wb: array<WBlock, 4>;
+        for (var j = 0u; j < 4u; j++) {
+            wb[j] = load_block(wrow[j] + b * BLOCK_BYTES);
+        }
+        for (var i = 0u; i < 4u; i++) {
+            for (var j = 0u; j < 4u; j++) {
+                acc[i][j] += block_dot(xrow[i] + b, wb[j]);
+            }
+        }
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let m = m0 + i;
+        if (m >= p.m) { break; }
+        for (var j = 0u; j < 4u; j++) {
+            let n = n0 + j;
+            if (n >= p.rows) { break; }
+            y[m * p.n + p.n_off + n] = acc[i][j];
+        }
+    }
+}
+#endif
+
+var<workgroup> partial: array<f32, 1024>; // MV_WG * MAX_M
+
+@compute @workgroup_size(64)
+fn matvec(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+#if SUBGROUPS
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(num_subgroups) n_sg: u32,
+#endif
+) {
+    // The grid may be folded into 2-D; a workgroup past the last row computes row
+    // rows - 1 and writes nothing (no early return before the barriers).
+    let r = wg.y * nwg.x + wg.x;
+    let row = min(r, p.rows - 1u);
+    var acc: array<f32, 16>; // MAX_M
+#if QUANT
+    let nb = p.k / 32u;
+    for (var b = li; b < nb; b += MV_WG) {
+        let wb = load_block(row * nb * BLOCK_BYTES + b * BLOCK_BYTES);
+        for (var m = 0u; m < p.m; m++) {
+            acc[m] += block_dot(m * nb + b, wb);
+        }
+    }
+#else
+    for (var k = li; k < p.k; k += MV_WG) {
+        let wv = load_w(row * p.k + k);
+        for (var m = 0u; m < p.m; m++) {
+            acc[m] = fma(x[m * p.k + k], wv, acc[m]);
+        }
+    }
+#endif
+#if SUBGROUPS
+    for (var m = 0u; m < p.m; m++) {
+        let s = subgroupAdd(acc[m]);
+        if (lane == 0u) {
+            partial[sg * MAX_M + m] = s;
+        }
+    }
+    workgroupBarrier();
+    if (li < p.m && r < p.rows) {
+        var t = 0.0;
+        for (var i = 0u; i < n_sg; i++) {
+            t += partial[i * MAX_M + li];
+        }
+        y[li * p.n + p.n_off + r] = t;
+    }
+#else
+    for (var m = 0u; m < p.m; m++) {
+        partial[li * MAX_M + m] = acc[m];
+    }
+    for (var stride = MV_WG / 2u; stride > 0u; stride >>= 1u) {
+        workgroupBarrier();
+        if (li < stride) {
+            for (var m = 0u; m < p.m; m++) {
+                partial[li * MAX_M + m] += partial[(li + stride) * MAX_M + m];
+            }
+        }
+    }
+    workgroupBarrier();
+    if (li < p.m && r < p.rows) {
+        y[li * p.n + p.n_off + r] = partial[li];
+    }
+#endif
+}
