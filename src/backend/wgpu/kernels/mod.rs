@@ -1,8 +1,10 @@
 //! From graph nodes to recorded dispatches. Each op family has a module here and a WGSL
 //! file in `shaders/`; `encode` routes a node to its family.
 
+mod copy;
 mod elementwise;
 mod matmul;
+mod patch_embed;
 
 use super::exec::Chunk;
 use super::shader::Variant;
@@ -119,6 +121,8 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Add | Op::Mul => elementwise::binary(ctx, node, bufs),
         Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu => elementwise::unary(ctx, node, bufs),
         Op::MatMul => matmul::matmul(ctx, node, bufs),
+        Op::PatchEmbed => patch_embed::patch_embed(ctx, node, bufs),
+        Op::Concat { .. } | Op::Slice { .. } | Op::Permute(_) => copy::copy(ctx, node, bufs),
         op => Err(Error::NotImplemented {
             op: op.kind().to_owned(),
             backend: "wgpu",
