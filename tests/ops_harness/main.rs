@@ -7,6 +7,7 @@
 //! warning for machines without a Vulkan driver.
 
 mod cases_basic;
+mod cases_copy;
 
 use std::collections::HashMap;
 use vla::backend::wgpu::{Api, WgpuBackend};
@@ -79,6 +80,7 @@ pub const NMSE_MATMUL: f64 = 5e-4;
 fn all_cases() -> Vec<Case> {
     let mut c = Cases { rng: Rng(0x2545F4914F6CDD1D), list: Vec::new() };
     cases_basic::add(&mut c);
+    cases_copy::add(&mut c);
     c.list
 }
 

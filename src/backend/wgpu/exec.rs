@@ -49,7 +49,8 @@ fn storage(ctx: &GpuContext, label: &str, size: u64, extra: wgpu::BufferUsages) 
 }
 
 fn upload(ctx: &GpuContext, label: &str, bytes: &[u8]) -> wgpu::Buffer {
-    let buf = storage(ctx, label, bytes.len() as u64, wgpu::BufferUsages::COPY_DST);
+    // COPY_SRC: an f32 weight (through a reshape view) can be a graph output
+    let buf = storage(ctx, label, bytes.len() as u64, wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC);
     let whole = bytes.len() / 4 * 4;
     ctx.queue.write_buffer(&buf, 0, &bytes[..whole]);
     if whole < bytes.len() {
@@ -74,6 +75,9 @@ impl WgpuExecutable {
                     f32_use[inp.0] = true;
                 }
             }
+        }
+        for o in graph.outputs() {
+            f32_use[o.0] = true; // read back as f32
         }
 
         // Weights: upload once.
@@ -114,6 +118,19 @@ impl WgpuExecutable {
             if places[i].is_some() {
                 continue;
             }
+            // A reshape of a weight is a view of the weight's f32 buffer.
+            let base = n.inputs.first().and_then(|x| places[x.0].as_ref());
+            if let (Op::Reshape(_), Some(Place::Weight { f32, .. })) = (&n.op, base) {
+                if raw_use[i] {
+                    return Err(Error::NotImplemented {
+                        op: format!("node {i}: a reshaped weight read in its stored dtype (matmul, embedding)"),
+                        backend: "wgpu",
+                    });
+                }
+                let f32 = f32.clone().expect("a reshape reads its input as f32");
+                places[i] = Some(Place::Weight { raw: Vec::new(), f32: Some(f32) });
+                continue;
+            }
             let size = (4 * n.numel() as u64).max(4);
             if size > max_binding {
                 return Err(Error::Gpu(format!(
@@ -123,6 +140,13 @@ impl WgpuExecutable {
             }
             let slot = match (&n.op, n.inputs.first().and_then(|x| slot_of[x.0])) {
                 (Op::Reshape(_), Some(s)) => s,
+                // Inputs are written before any dispatch runs: a slot freed by an earlier
+                // node would be overwritten by that node. Give them their own.
+                (Op::Input(_), _) => {
+                    slot_sizes.push(size);
+                    refs.push(0);
+                    slot_sizes.len() - 1
+                }
                 _ => {
                     let best = free
                         .iter()
@@ -145,8 +169,9 @@ impl WgpuExecutable {
             places[i] = Some(Place::Slot(slot));
             // Inputs read for the last time here release their slots (after this node's
             // output is assigned, so an op never writes the buffer it reads).
-            for inp in &n.inputs {
-                if last_use[inp.0] == i {
+            // An input listed twice (mul(x, x), concat([x, x])) releases once.
+            for (k, inp) in n.inputs.iter().enumerate() {
+                if last_use[inp.0] == i && !n.inputs[..k].contains(inp) {
                     if let Some(s) = slot_of[inp.0] {
                         refs[s] -= 1;
                         if refs[s] == 0 {
@@ -155,10 +180,13 @@ impl WgpuExecutable {
                     }
                 }
             }
-            if last_use[i] == i && refs[slot] == 1 && !graph.outputs().contains(&NodeId(i)) {
-                // computed but never read: free at once
+            if last_use[i] == i && !graph.outputs().contains(&NodeId(i)) {
+                // computed but never read: drop its reference at once (a dead reshape view
+                // must not pin its base's slot)
                 refs[slot] -= 1;
-                free.push(slot);
+                if refs[slot] == 0 {
+                    free.push(slot);
+                }
             }
         }
         // Freed slots are reused, never released: the peak is the total size of all slots.
@@ -222,10 +250,13 @@ impl WgpuExecutable {
         })
     }
 
+    /// The f32 buffer holding a node: its slot, or a weight's f32 copy (a reshaped weight
+    /// can be an output).
     fn slot(&self, id: NodeId) -> &wgpu::Buffer {
         match &self.places[id.0] {
             Place::Slot(s) => &self.slots[*s],
-            Place::Weight { .. } => unreachable!("only activations are written or read back"),
+            Place::Weight { f32: Some(b), .. } => b,
+            Place::Weight { f32: None, .. } => unreachable!("outputs get an f32 copy"),
         }
     }
 }
@@ -239,6 +270,12 @@ fn tensor_buf<'a>(
 ) -> Result<TensorBuf<'a>> {
     let node = graph.node(id);
     Ok(match &places[id.0] {
+        Place::Slot(_) if raw => {
+            return Err(Error::NotImplemented {
+                op: format!("a computed node ({}) as a matmul weight or embedding table", node.op.kind()),
+                backend: "wgpu",
+            })
+        }
         Place::Slot(s) => TensorBuf::F32 {
             buffer: &slots[*s],
             shape: &node.shape,
