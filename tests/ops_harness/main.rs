@@ -8,6 +8,7 @@
 
 mod cases_attention;
 mod cases_basic;
+mod cases_copy;
 mod cases_quant;
 
 use std::collections::HashMap;
@@ -101,6 +102,7 @@ fn all_cases() -> Vec<Case> {
     cases_basic::add_planner(&mut c);
     cases_attention::add(&mut c);
     cases_quant::add(&mut c);
+    cases_copy::add(&mut c);
     c.list
 }
 
@@ -119,6 +121,13 @@ pub struct TestBackend {
     pub backend: WgpuBackend,
     pub label: String,
     pub int_dot_only: bool,
+}
+
+impl std::ops::Deref for TestBackend {
+    type Target = WgpuBackend;
+    fn deref(&self) -> &WgpuBackend {
+        &self.backend
+    }
 }
 
 pub fn gpu_backends() -> Vec<TestBackend> {
@@ -177,7 +186,10 @@ fn op_harness() {
             runs += 1;
             let suffix = if b.int_dot_only { " [no int dot]" } else { "" };
             match run(&b.backend, &graph, case) {
-                Err(e) => failures.push(format!("{}{suffix} on {}: {e}", case.name, b.label)),
+                Err(e) => {
+                    println!("{:<48} ERROR {e}", format!("{}{suffix}", case.name));
+                    failures.push(format!("{}{suffix} on {}: {e}", case.name, b.label));
+                }
                 Ok(out) => {
                     let bad = out.iter().filter(|v| !v.is_finite()).count();
                     let e = nmse(&out, &reference);

@@ -23,6 +23,18 @@ enum Place {
     Weight { raw: Vec<Chunk>, f32: Option<wgpu::Buffer> },
 }
 
+/// Out-of-bounds guard: in debug builds (or with `VLA_WGPU_GUARD=1`) every activation slot
+/// gets a tail of `GUARD_WORDS` sentinel words after its planned size; each run checks that
+/// the tails are unchanged and fails otherwise. It catches writes past the end of a slot (on
+/// lavapipe an index past the whole buffer is clamped into the tail too), not writes past a
+/// smaller node's end inside a larger reused slot.
+const GUARD_WORDS: usize = 16;
+const GUARD_WORD: u32 = 0xA5C3_5A3C;
+
+fn guard_enabled() -> bool {
+    cfg!(debug_assertions) || super::env_flag("VLA_WGPU_GUARD")
+}
+
 pub(crate) struct WgpuExecutable {
     ctx: Arc<GpuContext>,
     graph: Graph,
@@ -31,6 +43,8 @@ pub(crate) struct WgpuExecutable {
     dispatches: Vec<Dispatch>,
     /// (output node, staging buffer)
     readback: Vec<(NodeId, wgpu::Buffer)>,
+    /// (planned slot sizes, staging for their tails) when the out-of-bounds guard is on.
+    guard: Option<(Vec<u64>, wgpu::Buffer)>,
     stats: ExecStats,
 }
 
@@ -49,7 +63,8 @@ fn storage(ctx: &GpuContext, label: &str, size: u64, extra: wgpu::BufferUsages) 
 }
 
 fn upload(ctx: &GpuContext, label: &str, bytes: &[u8]) -> wgpu::Buffer {
-    let buf = storage(ctx, label, bytes.len() as u64, wgpu::BufferUsages::COPY_DST);
+    // COPY_SRC: an f32 weight (through a reshape view) can be a graph output
+    let buf = storage(ctx, label, bytes.len() as u64, wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC);
     let whole = bytes.len() / 4 * 4;
     ctx.queue.write_buffer(&buf, 0, &bytes[..whole]);
     if whole < bytes.len() {
@@ -74,6 +89,9 @@ impl WgpuExecutable {
                     f32_use[inp.0] = true;
                 }
             }
+        }
+        for o in graph.outputs() {
+            f32_use[o.0] = true; // read back as f32
         }
 
         // Weights: upload once.
@@ -114,6 +132,19 @@ impl WgpuExecutable {
             if places[i].is_some() {
                 continue;
             }
+            // A reshape of a weight is a view of the weight's f32 buffer.
+            let base = n.inputs.first().and_then(|x| places[x.0].as_ref());
+            if let (Op::Reshape(_), Some(Place::Weight { f32, .. })) = (&n.op, base) {
+                if raw_use[i] {
+                    return Err(Error::NotImplemented {
+                        op: format!("node {i}: a reshaped weight read in its stored dtype (matmul, embedding)"),
+                        backend: "wgpu",
+                    });
+                }
+                let f32 = f32.clone().expect("a reshape reads its input as f32");
+                places[i] = Some(Place::Weight { raw: Vec::new(), f32: Some(f32) });
+                continue;
+            }
             let size = (4 * n.numel() as u64).max(4);
             if size > max_binding {
                 return Err(Error::Gpu(format!(
@@ -121,20 +152,24 @@ impl WgpuExecutable {
                     n.op.kind()
                 )));
             }
-            // Inputs are all written before the pass starts, so an input never takes a
-            // slot that an earlier node may still be using.
-            let reusable = if matches!(n.op, Op::Input(_)) { &mut Vec::new() } else { &mut free };
             let slot = match (&n.op, n.inputs.first().and_then(|x| slot_of[x.0])) {
                 (Op::Reshape(_), Some(s)) => s,
+                // Inputs are written before any dispatch runs: a slot freed by an earlier
+                // node would be overwritten by that node. Give them their own.
+                (Op::Input(_), _) => {
+                    slot_sizes.push(size);
+                    refs.push(0);
+                    slot_sizes.len() - 1
+                }
                 _ => {
-                    let best = reusable
+                    let best = free
                         .iter()
                         .enumerate()
                         .filter(|(_, &s)| slot_sizes[s] >= size)
                         .min_by_key(|(_, &s)| slot_sizes[s])
                         .map(|(k, _)| k);
                     match best {
-                        Some(k) => reusable.swap_remove(k),
+                        Some(k) => free.swap_remove(k),
                         None => {
                             slot_sizes.push(size);
                             refs.push(0);
@@ -148,8 +183,9 @@ impl WgpuExecutable {
             places[i] = Some(Place::Slot(slot));
             // Inputs read for the last time here release their slots (after this node's
             // output is assigned, so an op never writes the buffer it reads).
-            for inp in &n.inputs {
-                if last_use[inp.0] == i {
+            // An input listed twice (mul(x, x), concat([x, x])) releases once.
+            for (k, inp) in n.inputs.iter().enumerate() {
+                if last_use[inp.0] == i && !n.inputs[..k].contains(inp) {
                     if let Some(s) = slot_of[inp.0] {
                         refs[s] -= 1;
                         if refs[s] == 0 {
@@ -158,21 +194,38 @@ impl WgpuExecutable {
                     }
                 }
             }
-            if last_use[i] == i && refs[slot] == 1 && !graph.outputs().contains(&NodeId(i)) {
-                // computed but never read: free at once
+            if last_use[i] == i && !graph.outputs().contains(&NodeId(i)) {
+                // computed but never read: drop its reference at once (a dead reshape view
+                // must not pin its base's slot)
                 refs[slot] -= 1;
-                free.push(slot);
+                if refs[slot] == 0 {
+                    free.push(slot);
+                }
             }
         }
         // Freed slots are reused, never released: the peak is the total size of all slots.
         let peak: u64 = slot_sizes.iter().sum();
+        let guard_bytes = if guard_enabled() { 4 * GUARD_WORDS as u64 } else { 0 };
         let slots: Vec<wgpu::Buffer> = slot_sizes
             .iter()
             .enumerate()
             .map(|(k, &s)| {
-                storage(&ctx, &format!("slot{k}"), s, wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC)
+                let usage = wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+                storage(&ctx, &format!("slot{k}"), s + guard_bytes, usage)
             })
             .collect();
+        let guard = (guard_bytes > 0 && !slots.is_empty()).then(|| {
+            for (slot, &size) in slots.iter().zip(&slot_sizes) {
+                ctx.queue.write_buffer(slot, size, bytemuck::cast_slice(&[GUARD_WORD; GUARD_WORDS]));
+            }
+            let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("guard readback"),
+                size: guard_bytes * slots.len() as u64,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            (slot_sizes.clone(), staging)
+        });
         let places: Vec<Place> = places.into_iter().map(|p| p.expect("every node placed")).collect();
 
         // Record dispatches.
@@ -221,14 +274,18 @@ impl WgpuExecutable {
             slots,
             dispatches,
             readback,
+            guard,
             stats,
         })
     }
 
+    /// The f32 buffer holding a node: its slot, or a weight's f32 copy (a reshaped weight
+    /// can be an output).
     fn slot(&self, id: NodeId) -> &wgpu::Buffer {
         match &self.places[id.0] {
             Place::Slot(s) => &self.slots[*s],
-            Place::Weight { .. } => unreachable!("only activations are written or read back"),
+            Place::Weight { f32: Some(b), .. } => b,
+            Place::Weight { f32: None, .. } => unreachable!("outputs get an f32 copy"),
         }
     }
 }
@@ -242,6 +299,12 @@ fn tensor_buf<'a>(
 ) -> Result<TensorBuf<'a>> {
     let node = graph.node(id);
     Ok(match &places[id.0] {
+        Place::Slot(_) if raw => {
+            return Err(Error::NotImplemented {
+                op: format!("a computed node ({}) as a matmul weight or embedding table", node.op.kind()),
+                backend: "wgpu",
+            })
+        }
         Place::Slot(s) => TensorBuf::F32 {
             buffer: &slots[*s],
             shape: &node.shape,
@@ -308,12 +371,18 @@ impl Executable for WgpuExecutable {
         for (o, staging) in &self.readback {
             enc.copy_buffer_to_buffer(self.slot(*o), 0, staging, 0, staging.size());
         }
+        let guard_bytes = 4 * GUARD_WORDS as u64;
+        if let Some((sizes, staging)) = &self.guard {
+            for (k, (slot, &size)) in self.slots.iter().zip(sizes).enumerate() {
+                enc.copy_buffer_to_buffer(slot, size, staging, k as u64 * guard_bytes, guard_bytes);
+            }
+        }
         let scope = self.ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
         self.ctx.queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("submit: {e}")));
         }
-        for (_, staging) in &self.readback {
+        for staging in self.readback.iter().map(|(_, b)| b).chain(self.guard.as_ref().map(|(_, b)| b)) {
             staging.slice(..).map_async(wgpu::MapMode::Read, |_| {});
         }
         self.ctx
@@ -334,10 +403,82 @@ impl Executable for WgpuExecutable {
             staging.unmap();
             outs.push(Tensor::from_f32(shape, data)?);
         }
+        self.check_guard()?; // after the readbacks are unmapped, so an error leaves none mapped
         Ok(outs)
     }
 
     fn stats(&self) -> ExecStats {
         self.stats.clone()
+    }
+}
+
+impl WgpuExecutable {
+    /// Compares the (mapped) slot tails with the sentinel; restores any that changed and
+    /// names the nodes planned into that slot.
+    fn check_guard(&self) -> Result<()> {
+        let Some((sizes, staging)) = &self.guard else { return Ok(()) };
+        let bad: Vec<usize> = {
+            let view = staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| Error::Gpu(format!("reading the guard words: {e}")))?;
+            let words: &[u32] = bytemuck::cast_slice(&view);
+            let changed = |t: &[u32]| t.iter().any(|&w| w != GUARD_WORD);
+            words.chunks(GUARD_WORDS).enumerate().filter(|(_, t)| changed(t)).map(|(k, _)| k).collect()
+        };
+        staging.unmap();
+        if bad.is_empty() {
+            return Ok(());
+        }
+        for &k in &bad {
+            self.ctx.queue.write_buffer(&self.slots[k], sizes[k], bytemuck::cast_slice(&[GUARD_WORD; GUARD_WORDS]));
+        }
+        let nodes: Vec<String> = self
+            .graph
+            .nodes()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| matches!(self.places[*i], Place::Slot(s) if bad.contains(&s)))
+            .map(|(i, n)| format!("{i} ({} {:?})", n.op.kind(), n.shape))
+            .collect();
+        Err(Error::Gpu(format!(
+            "out-of-bounds write past activation slot(s) {bad:?}, which hold nodes {}",
+            nodes.join(", ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::wgpu::{Api, WgpuBackend};
+    use crate::backend::Executable;
+    use crate::graph::GraphBuilder;
+    use crate::Tensor;
+    use std::collections::HashMap;
+
+    /// A write past a slot's planned end (simulated from the host here) fails the next run
+    /// and names the node; the run after that is clean again.
+    #[test]
+    fn guard_catches_a_write_past_a_slot() {
+        if !super::guard_enabled() {
+            return;
+        }
+        let Ok(b) = WgpuBackend::new(Api::Any) else {
+            eprintln!("WARNING: no wgpu adapter, guard test skipped");
+            return;
+        };
+        let weights: HashMap<String, Tensor<'static>> = HashMap::new();
+        let mut g = GraphBuilder::new(&weights);
+        let x = g.input("x", &[5]);
+        let y = g.scale(x, 2.0);
+        let graph = g.build(&[y]).unwrap();
+        let mut exe = super::WgpuExecutable::new(b.ctx.clone(), &graph, &weights).unwrap();
+        let xt = Tensor::from_f32(vec![5], vec![1.0; 5]).unwrap();
+        assert_eq!(exe.run(&[("x", &xt)]).unwrap()[0].to_vec_f32().unwrap(), [2.0; 5]);
+        let super::Place::Slot(s) = exe.places[1] else { panic!("y has a slot") };
+        exe.ctx.queue.write_buffer(&exe.slots[s], 20 + 8, &[0u8; 4]);
+        let e = exe.run(&[("x", &xt)]).unwrap_err().to_string();
+        assert!(e.contains("out-of-bounds") && e.contains("1 (scale [5])"), "{e}");
+        exe.run(&[("x", &xt)]).unwrap();
     }
 }

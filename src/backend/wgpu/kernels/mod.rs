@@ -3,10 +3,12 @@
 
 mod attention;
 mod bmm;
+mod copy;
 mod elementwise;
 mod embedding;
 mod matmul;
 mod norm;
+mod patch_embed;
 mod rope;
 
 use super::exec::Chunk;
@@ -129,6 +131,8 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Rope(_) => rope::rope(ctx, node, bufs),
         Op::Attention { .. } => attention::attention(ctx, node, bufs),
         Op::Embedding => embedding::embedding(ctx, node, bufs),
+        Op::PatchEmbed => patch_embed::patch_embed(ctx, node, bufs),
+        Op::Concat { .. } | Op::Slice { .. } | Op::Permute(_) => copy::copy(ctx, node, bufs),
         op => Err(Error::NotImplemented {
             op: op.kind().to_owned(),
             backend: "wgpu",
