@@ -34,7 +34,6 @@ const ACC: u32 = 4u;
 // scores of masked keys; no real score reaches it
 const NEG_MAX: f32 = -3.4028235e38;
 
-var<workgroup> red: array<f32, WG>;
 var<workgroup> qs: array<f32, D_MAX>;
 #if ROWS
 override SK_CAP: u32 = 1024u;
@@ -42,38 +41,7 @@ var<workgroup> probs: array<f32, SK_CAP>;
 #else
 var<workgroup> probs: array<f32, WG>;
 #endif
-var<private> lid: u32;
-#if SUBGROUPS
-var<private> sg_lane: u32;
-var<private> sg_size: u32;
-#endif
-
-fn combine(a: f32, c: f32, is_max: bool) -> f32 {
-    return select(a + c, max(a, c), is_max);
-}
-
-fn reduce(x: f32, is_max: bool) -> f32 {
-#if SUBGROUPS
-    let s = select(subgroupAdd(x), subgroupMax(x), is_max);
-    let n_sg = (WG + sg_size - 1u) / sg_size;
-    if (sg_lane == 0u) { red[lid / sg_size] = s; }
-    workgroupBarrier();
-    var r = red[0];
-    for (var i = 1u; i < n_sg; i++) { r = combine(r, red[i], is_max); }
-    workgroupBarrier();
-    return r;
-#else
-    red[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) { red[lid] = combine(red[lid], red[lid + s], is_max); }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-#endif
-}
+// `red`, `lid`, `combine` and `reduce` come from reduce.wgsl.
 
 struct Row {
     i: u32,

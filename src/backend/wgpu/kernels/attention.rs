@@ -12,7 +12,10 @@ use crate::backend::wgpu::{GpuContext, FLASH_ATTN_MIN_SK};
 use crate::graph::{AttentionMask, Node, Op};
 use crate::{Error, Result};
 
-const SOURCE: &str = include_str!("../../../../shaders/attention.wgsl");
+const SOURCE: &str = concat!(
+    include_str!("../../../../shaders/attention.wgsl"),
+    include_str!("../../../../shaders/reduce.wgsl")
+);
 /// Invocations per workgroup (and keys per flash tile).
 const WG: usize = 64;
 /// Largest head dims the kernels hold (`D_MAX`, `ACC * WG` in the shader).

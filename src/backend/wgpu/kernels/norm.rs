@@ -8,7 +8,10 @@ use crate::backend::wgpu::GpuContext;
 use crate::graph::{Node, Op};
 use crate::Result;
 
-const SOURCE: &str = include_str!("../../../../shaders/norm.wgsl");
+const SOURCE: &str = concat!(
+    include_str!("../../../../shaders/norm.wgsl"),
+    include_str!("../../../../shaders/reduce.wgsl")
+);
 
 /// Threads per row: short rows waste most of them, long rows (2048+) stride.
 fn workgroup_size(ctx: &GpuContext, d: usize) -> u32 {
