@@ -1,7 +1,10 @@
-//! Backends run a [`Graph`]: `cpu` (the reference, [`crate::ops`]) and `wgpu`
-//! (WGSL kernels on Vulkan, Metal, DX12 or GL).
+//! Backends run a [`Graph`]: `cpu` (the reference, [`crate::ops`]), `wgpu`
+//! (WGSL kernels on Vulkan, Metal, DX12 or GL) and `ggml` (ggml's CPU backend, or CUDA with
+//! the `ggml-cuda` feature).
 
 mod cpu;
+#[cfg(feature = "ggml")]
+pub mod ggml;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
@@ -89,12 +92,35 @@ pub(crate) fn match_inputs<'i>(
     Ok(by_name)
 }
 
-/// Backend names accepted by [`open`].
-pub const BACKEND_NAMES: &[&str] = &["cpu", "vulkan", "metal", "dx12", "gl", "wgpu"];
+/// Backend names accepted by [`open`] (plus `ggml:<DEVICE>` for any ggml device).
+pub const BACKEND_NAMES: &[&str] = &["cpu", "vulkan", "metal", "dx12", "gl", "wgpu", "ggml", "ggml-cpu", "ggml-cuda"];
 
-/// Opens a backend by name: `cpu`, or a wgpu API (`vulkan`, `metal`, `dx12`, `gl`, or
-/// `wgpu` for whichever wgpu finds first).
+/// Which cargo feature a backend name needs.
+fn feature_of(name: &str) -> &'static str {
+    match name {
+        "ggml" | "ggml-cpu" => "ggml",
+        "ggml-cuda" => "ggml-cuda",
+        _ => "wgpu",
+    }
+}
+
+/// Opens a backend by name: `cpu`, a wgpu API (`vulkan`, `metal`, `dx12`, `gl`, or
+/// `wgpu` for whichever wgpu finds first), `ggml` / `ggml-cpu` (ggml's CPU backend),
+/// `ggml-cuda` (first CUDA device), or `ggml:<DEVICE>` for a ggml device by its registry
+/// name (`ggml:CUDA1`, ...).
 pub fn open(name: &str) -> Result<Box<dyn Backend>> {
+    #[cfg(feature = "ggml")]
+    {
+        let device = match name {
+            "ggml" | "ggml-cpu" => Some("CPU"),
+            #[cfg(feature = "ggml-cuda")]
+            "ggml-cuda" => Some("CUDA0"),
+            _ => name.strip_prefix("ggml:"),
+        };
+        if let Some(device) = device {
+            return Ok(Box::new(ggml::GgmlBackend::new(device)?));
+        }
+    }
     #[cfg(feature = "wgpu")]
     let api = match name {
         "vulkan" => Some(wgpu::Api::Vulkan),
@@ -111,7 +137,8 @@ pub fn open(name: &str) -> Result<Box<dyn Backend>> {
     match name {
         "cpu" => Ok(Box::new(CpuBackend)),
         _ if BACKEND_NAMES.contains(&name) => Err(Error::InvalidArgument(format!(
-            "backend {name:?} needs the `wgpu` cargo feature, which this build lacks"
+            "backend {name:?} needs the `{}` cargo feature, which this build lacks",
+            feature_of(name)
         ))),
         _ => Err(Error::InvalidArgument(format!(
             "unknown backend {name:?} (expected one of: {})",

@@ -1,0 +1,481 @@
+//! Lowers a [`Graph`] to a ggml compute graph.
+//!
+//! Every activation is a contiguous F32 ggml tensor whose `ne` is our row-major shape
+//! reversed (`ne[0]` = last dim), padded to 4 dims. Weights read by `mul_mat`, `get_rows`
+//! and the patch-embed kernel keep their stored type (the GGUF block bytes are ggml's
+//! layout); a weight read by any other op is dequantized to F32 on the host once.
+
+use super::ffi::{Context, T};
+use crate::graph::{AttentionMask, Graph, NodeId, Op};
+use crate::gguf::GgmlType;
+use crate::ops::{RopeLayout, RopeMode};
+use crate::{Error, Result, Tensor};
+use llama_cpp_sys_2 as sys;
+use std::ptr;
+
+/// A masked attention score: finite, so a fully masked row stays finite (it is zeroed
+/// afterwards); `x + MASKED == MASKED` in f32 for any score, and `exp(MASKED - max) == 0`.
+const MASKED: f32 = -1e30;
+
+// `#define`s of ggml.h that bindgen does not export.
+const GGML_DEFAULT_GRAPH_SIZE: usize = 2048;
+const GGML_ROPE_TYPE_NEOX: i32 = 2;
+
+pub(crate) fn not_impl(op: impl Into<String>) -> Error {
+    Error::NotImplemented { op: op.into(), backend: "ggml" }
+}
+
+pub(crate) fn ggml_type(t: GgmlType) -> Option<sys::ggml_type> {
+    Some(match t {
+        GgmlType::F32 => sys::GGML_TYPE_F32,
+        GgmlType::F16 => sys::GGML_TYPE_F16,
+        GgmlType::BF16 => sys::GGML_TYPE_BF16,
+        GgmlType::Q8_0 => sys::GGML_TYPE_Q8_0,
+        GgmlType::Q4_0 => sys::GGML_TYPE_Q4_0,
+        GgmlType::Q4_1 => sys::GGML_TYPE_Q4_1,
+        GgmlType::Q5_0 => sys::GGML_TYPE_Q5_0,
+        GgmlType::Q5_1 => sys::GGML_TYPE_Q5_1,
+        _ => return None,
+    })
+}
+
+/// Our row-major shape as ggml `ne` (reversed, padded with 1s to 4 dims).
+fn ne_of(shape: &[usize]) -> Option<[i64; 4]> {
+    if shape.len() > 4 {
+        return None;
+    }
+    let mut ne = [1i64; 4];
+    for (i, &d) in shape.iter().rev().enumerate() {
+        ne[i] = d as i64;
+    }
+    Some(ne)
+}
+
+/// An Input whose f32 values are converted on the host to an I32 tensor each run.
+pub(crate) struct Shadow {
+    pub input: String,
+    pub tensor: T,
+    /// `Some(vocab)` for embedding ids (checked `< vocab`), `None` for rope positions.
+    pub vocab: Option<usize>,
+}
+
+/// Data to copy into a tensor once its buffer is allocated (`raw_bytes` of `data`).
+pub(crate) struct Upload<'w> {
+    pub tensor: T,
+    pub data: Tensor<'w>,
+}
+
+/// The weight tensors (created in the weight context) and what to upload into them.
+pub(crate) struct Weights<'w> {
+    /// Stored-type tensor per weight node read raw.
+    pub raw: Vec<Option<T>>,
+    /// F32 tensor per weight node read as an activation (same as `raw` for F32 weights).
+    pub f32: Vec<Option<T>>,
+    pub uploads: Vec<Upload<'w>>,
+}
+
+/// Whether node `i` reads input `k` in the weight's stored type.
+fn reads_raw(op: &Op, k: usize) -> bool {
+    matches!((op, k), (Op::MatMul, 1) | (Op::Embedding, 0) | (Op::PatchEmbed, 1))
+}
+
+/// Pass 1: weight tensors in `ctx`, plus the constant masks of causal attention.
+pub(crate) fn create_weights<'w>(
+    graph: &Graph,
+    store: &'w dyn crate::backend::WeightStore,
+    ctx: &Context,
+) -> Result<Weights<'w>> {
+    let n = graph.nodes().len();
+    let (mut want_raw, mut want_f32) = (vec![false; n], vec![false; n]);
+    for node in graph.nodes() {
+        for (k, inp) in node.inputs.iter().enumerate() {
+            if matches!(graph.node(*inp).op, Op::Weight(_)) {
+                if reads_raw(&node.op, k) {
+                    want_raw[inp.0] = true;
+                } else {
+                    want_f32[inp.0] = true;
+                }
+            }
+        }
+    }
+    for o in graph.outputs() {
+        want_f32[o.0] = true;
+    }
+    let mut w = Weights { raw: vec![None; n], f32: vec![None; n], uploads: Vec::new() };
+    for (i, node) in graph.nodes().iter().enumerate() {
+        let Op::Weight(name) = &node.op else { continue };
+        if !want_raw[i] && !want_f32[i] {
+            continue;
+        }
+        let t: Tensor<'w> = store.weight(name)?;
+        let ne = ne_of(t.shape()).ok_or_else(|| not_impl(format!("weight {name:?} of rank {}", t.rank())))?;
+        if t.numel() == 0 {
+            return Err(not_impl(format!("empty weight {name:?}")));
+        }
+        let ty = ggml_type(t.dtype()).ok_or_else(|| not_impl(format!("weight {name:?} of type {}", t.dtype())))?;
+        let new = |ty| unsafe { sys::ggml_new_tensor_4d(ctx.raw(), ty, ne[0], ne[1], ne[2], ne[3]) };
+        if t.dtype() == GgmlType::F32 {
+            let tt = new(sys::GGML_TYPE_F32);
+            w.raw[i] = Some(tt);
+            w.f32[i] = Some(tt);
+            w.uploads.push(Upload { tensor: tt, data: t });
+            continue;
+        }
+        if want_f32[i] {
+            let tt = new(sys::GGML_TYPE_F32);
+            w.f32[i] = Some(tt);
+            w.uploads.push(Upload { tensor: tt, data: t.to_f32()? });
+        }
+        if want_raw[i] {
+            let tt = new(ty);
+            w.raw[i] = Some(tt);
+            w.uploads.push(Upload { tensor: tt, data: t });
+        }
+    }
+    Ok(w)
+}
+
+/// Pass 2 result: the ggml graph and where inputs and outputs live.
+pub(crate) struct Lowered {
+    pub graph: *mut sys::ggml_cgraph,
+    /// One F32 tensor per Input node name that the graph reads.
+    pub inputs: Vec<(String, T)>,
+    pub shadows: Vec<Shadow>,
+    pub outputs: Vec<T>,
+}
+
+pub(crate) fn graph_size(graph: &Graph) -> usize {
+    (graph.nodes().len() * 16 + 64).max(GGML_DEFAULT_GRAPH_SIZE)
+}
+
+struct Lowerer<'a> {
+    ctx: *mut sys::ggml_context,
+    /// Context for host-filled constants (causal masks): allocated with the weights.
+    consts: &'a Context,
+    const_uploads: Vec<Upload<'static>>,
+    graph: &'a Graph,
+    weights: &'a Weights<'a>,
+    vals: Vec<Option<T>>,
+    inputs: Vec<(String, T)>,
+    shadows: Vec<Shadow>,
+}
+
+/// Pass 2: builds the compute graph in `ctx`. Constants go into `consts` (returned as
+/// uploads: allocate `consts` before the graph runs).
+pub(crate) fn lower<'a>(
+    graph: &'a Graph,
+    weights: &'a Weights<'a>,
+    ctx: &Context,
+    consts: &'a Context,
+) -> Result<(Lowered, Vec<Upload<'static>>)> {
+    for (i, node) in graph.nodes().iter().enumerate() {
+        if node.shape.len() > 4 {
+            return Err(not_impl(format!("{} of rank {} (ggml has 4 dims)", node.op.kind(), node.shape.len())));
+        }
+        if node.numel() == 0 {
+            return Err(not_impl(format!("{} with an empty shape {:?} (node {i})", node.op.kind(), node.shape)));
+        }
+    }
+    let mut l = Lowerer {
+        ctx: ctx.raw(),
+        consts,
+        const_uploads: Vec::new(),
+        graph,
+        weights,
+        vals: vec![None; graph.nodes().len()],
+        inputs: Vec::new(),
+        shadows: Vec::new(),
+    };
+    for i in 0..graph.nodes().len() {
+        let v = l.node(i)?;
+        l.vals[i] = v;
+    }
+    // SAFETY: tensors of `ctx`; the graph holds up to `graph_size` nodes.
+    unsafe {
+        let gf = sys::ggml_new_graph_custom(l.ctx, graph_size(graph), false);
+        let mut outputs = Vec::new();
+        for o in graph.outputs() {
+            let mut t = l.val(*o);
+            let is_view = !(*t).view_src.is_null();
+            if is_view || (*t).op == sys::GGML_OP_NONE {
+                t = sys::ggml_cont(l.ctx, t);
+            }
+            sys::ggml_set_output(t);
+            sys::ggml_build_forward_expand(gf, t);
+            outputs.push(t);
+        }
+        let lowered = Lowered { graph: gf, inputs: l.inputs, shadows: l.shadows, outputs };
+        Ok((lowered, l.const_uploads))
+    }
+}
+
+impl Lowerer<'_> {
+    /// The F32 value of a node.
+    fn val(&self, id: NodeId) -> T {
+        match self.vals[id.0] {
+            Some(t) => t,
+            None => self.weights.f32[id.0].expect("every weight read as f32 has an f32 tensor"),
+        }
+    }
+
+    /// The stored-type tensor of a weight node, or the F32 value of a computed one.
+    fn raw(&self, id: NodeId) -> T {
+        self.weights.raw[id.0].unwrap_or_else(|| self.val(id))
+    }
+
+    fn shape(&self, id: NodeId) -> &[usize] {
+        &self.graph.node(id).shape
+    }
+
+    fn ne(&self, id: NodeId) -> [i64; 4] {
+        ne_of(self.shape(id)).expect("ranks checked")
+    }
+
+    fn reshape(&self, t: T, shape: &[usize]) -> T {
+        let ne = ne_of(shape).expect("ranks checked");
+        // SAFETY: `t` is contiguous with the same element count.
+        unsafe { sys::ggml_reshape_4d(self.ctx, t, ne[0], ne[1], ne[2], ne[3]) }
+    }
+
+    fn new_f32(&self, ne: [i64; 4]) -> T {
+        // SAFETY: a metadata-only tensor in our context.
+        unsafe { sys::ggml_new_tensor_4d(self.ctx, sys::GGML_TYPE_F32, ne[0], ne[1], ne[2], ne[3]) }
+    }
+
+    /// A host-filled F32 constant with `ne`.
+    fn constant(&mut self, ne: [i64; 4], data: Vec<f32>) -> T {
+        // SAFETY: a metadata-only tensor in the constants context.
+        let t = unsafe { sys::ggml_new_tensor_4d(self.consts.raw(), sys::GGML_TYPE_F32, ne[0], ne[1], ne[2], ne[3]) };
+        let shape: Vec<usize> = ne.iter().rev().map(|&d| d as usize).collect();
+        let data = Tensor::from_f32(shape, data).expect("constant sized by its ne");
+        self.const_uploads.push(Upload { tensor: t, data });
+        t
+    }
+
+    /// An I32 copy of an f32 input node (host-converted each run), or an in-graph cast.
+    fn i32_of(&mut self, id: NodeId, vocab: Option<usize>, what: &str) -> Result<T> {
+        if let Op::Input(name) = &self.graph.node(id).op {
+            if let Some(s) = self.shadows.iter().find(|s| &s.input == name && s.vocab == vocab) {
+                return Ok(s.tensor);
+            }
+            let n = self.graph.node(id).numel() as i64;
+            // SAFETY: a metadata-only tensor in our context.
+            let t = unsafe { sys::ggml_new_tensor_1d(self.ctx, sys::GGML_TYPE_I32, n) };
+            unsafe { sys::ggml_set_input(t) };
+            self.shadows.push(Shadow { input: name.clone(), tensor: t, vocab });
+            return Ok(t);
+        }
+        if vocab.is_some() {
+            // get_rows asserts (aborts) on an out-of-range id: only host-checked ids.
+            return Err(not_impl(format!("{what} from a computed node (ids must be a graph input)")));
+        }
+        // SAFETY: F32 -> I32 copy (truncating), supported by ggml-cpu.
+        Ok(unsafe { sys::ggml_cast(self.ctx, self.val(id), sys::GGML_TYPE_I32) })
+    }
+
+    /// `a op b` with numpy broadcasting (ggml broadcasts only b into a).
+    fn binary(&self, i: usize, add: bool) -> T {
+        let node = &self.graph.nodes()[i];
+        let out = ne_of(&node.shape).expect("ranks checked");
+        let (mut a, mut b) = (self.val(node.inputs[0]), self.val(node.inputs[1]));
+        let (na, nb) = (self.ne(node.inputs[0]), self.ne(node.inputs[1]));
+        // SAFETY: F32 tensors of our context; shapes checked by the builder.
+        unsafe {
+            if na != out {
+                if nb == out {
+                    // add and mul are commutative in IEEE arithmetic: swapping is exact.
+                    std::mem::swap(&mut a, &mut b);
+                } else {
+                    a = sys::ggml_repeat_4d(self.ctx, a, out[0], out[1], out[2], out[3]);
+                }
+            }
+            if add {
+                sys::ggml_add(self.ctx, a, b)
+            } else {
+                sys::ggml_mul(self.ctx, a, b)
+            }
+        }
+    }
+
+    fn node(&mut self, i: usize) -> Result<Option<T>> {
+        let node = &self.graph.nodes()[i];
+        let ctx = self.ctx;
+        let inp = node.inputs.clone();
+        let shape = node.shape.clone();
+        // SAFETY (whole match): ggml graph construction on metadata-only tensors of our
+        // contexts; every shape constraint ggml asserts is checked above or by the builder.
+        let t = unsafe {
+            match &node.op {
+                Op::Weight(_) => return Ok(None),
+                Op::Input(name) => {
+                    let t = self.new_f32(ne_of(&shape).expect("ranks checked"));
+                    sys::ggml_set_input(t);
+                    self.inputs.push((name.clone(), t));
+                    t
+                }
+                Op::MatMul => {
+                    let k = self.shape(inp[1])[1];
+                    let rows = (self.graph.node(inp[0]).numel() / k) as i64;
+                    let k = k as i64;
+                    let x = sys::ggml_reshape_2d(ctx, self.val(inp[0]), k, rows);
+                    let y = sys::ggml_mul_mat(ctx, self.raw(inp[1]), x);
+                    self.reshape(y, &shape)
+                }
+                Op::Bmm { trans_b } => {
+                    let b = self.val(inp[1]);
+                    let b = if *trans_b { b } else { sys::ggml_cont(ctx, sys::ggml_transpose(ctx, b)) };
+                    sys::ggml_mul_mat(ctx, b, self.val(inp[0]))
+                }
+                Op::Add => self.binary(i, true),
+                Op::Mul => self.binary(i, false),
+                Op::Scale(s) => sys::ggml_scale(ctx, self.val(inp[0]), *s),
+                Op::GeluTanh => gelu_tanh(ctx, self.val(inp[0])),
+                Op::GeluErf => sys::ggml_gelu_erf(ctx, self.val(inp[0])),
+                Op::Silu => sys::ggml_silu(ctx, self.val(inp[0])),
+                Op::Softmax => sys::ggml_soft_max(ctx, self.val(inp[0])),
+                Op::RmsNorm { eps, offset } => {
+                    let n = sys::ggml_rms_norm(ctx, self.val(inp[0]), *eps);
+                    let mut w = self.val(inp[1]);
+                    if *offset != 0.0 {
+                        w = sys::ggml_scale_bias(ctx, w, 1.0, *offset);
+                    }
+                    sys::ggml_mul(ctx, n, w)
+                }
+                Op::LayerNorm { eps } => {
+                    let n = sys::ggml_norm(ctx, self.val(inp[0]), *eps);
+                    let n = sys::ggml_mul(ctx, n, self.val(inp[1]));
+                    sys::ggml_add(ctx, n, self.val(inp[2]))
+                }
+                Op::Rope(cfg) => {
+                    let pos = self.i32_of(inp[1], None, "rope positions")?;
+                    let d = shape[2];
+                    let n_rot = cfg.n_rot.unwrap_or(d) as i32;
+                    let mode = match cfg.mode {
+                        RopeMode::Normal => 0,
+                        RopeMode::Neox => GGML_ROPE_TYPE_NEOX,
+                    };
+                    // ggml wants [D, heads, seq] (ne[2] = positions).
+                    let mut x = self.val(inp[0]);
+                    if cfg.layout == RopeLayout::HeadSeqDim {
+                        x = sys::ggml_cont(ctx, sys::ggml_permute(ctx, x, 0, 2, 1, 3));
+                    }
+                    let y = sys::ggml_rope_ext(
+                        ctx, x, pos, ptr::null_mut(), n_rot, mode, 0, cfg.theta, cfg.freq_scale, 0.0, 1.0, 32.0, 1.0,
+                    );
+                    if cfg.layout == RopeLayout::HeadSeqDim {
+                        sys::ggml_cont(ctx, sys::ggml_permute(ctx, y, 0, 2, 1, 3))
+                    } else {
+                        y
+                    }
+                }
+                Op::Attention { mask, scale } => self.attention(i, *mask, *scale),
+                Op::PatchEmbed => {
+                    let (img, w, b) = (self.val(inp[0]), self.raw(inp[1]), self.val(inp[2]));
+                    let ws = self.shape(inp[1]).to_vec(); // [O, C, P, Q]
+                    let cols = (ws[1] * ws[2] * ws[3]) as i64;
+                    let im = sys::ggml_im2col(
+                        ctx, w, img, ws[3] as i32, ws[2] as i32, 0, 0, 1, 1, true, sys::GGML_TYPE_F32,
+                    );
+                    let patches = shape[0] as i64;
+                    let im = sys::ggml_reshape_2d(ctx, im, cols, patches);
+                    let w2 = sys::ggml_reshape_2d(ctx, w, cols, ws[0] as i64);
+                    sys::ggml_add(ctx, sys::ggml_mul_mat(ctx, w2, im), b)
+                }
+                Op::Concat { axis } => {
+                    let dim = (shape.len() - 1 - axis) as i32;
+                    let mut acc = self.val(inp[0]);
+                    for id in &inp[1..] {
+                        acc = sys::ggml_concat(ctx, acc, self.val(*id), dim);
+                    }
+                    if inp.len() == 1 {
+                        acc = sys::ggml_cont(ctx, acc);
+                    }
+                    acc
+                }
+                Op::Slice { axis, start, len: _ } => {
+                    let x = self.val(inp[0]);
+                    let g = shape.len() - 1 - axis;
+                    let ne = ne_of(&shape).expect("ranks checked");
+                    let nb = (*x).nb;
+                    let v = sys::ggml_view_4d(ctx, x, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], start * nb[g]);
+                    sys::ggml_cont(ctx, v)
+                }
+                Op::Permute(perm) => {
+                    let r = perm.len();
+                    // result dim i <- source dim perm[i]; ggml: ax[s] = where source dim s goes.
+                    let mut ax = [0i32, 1, 2, 3];
+                    for (i, &p) in perm.iter().enumerate() {
+                        ax[r - 1 - p] = (r - 1 - i) as i32;
+                    }
+                    let p = sys::ggml_permute(ctx, self.val(inp[0]), ax[0], ax[1], ax[2], ax[3]);
+                    sys::ggml_cont(ctx, p)
+                }
+                Op::Reshape(s) => self.reshape(self.val(inp[0]), s),
+                Op::Embedding => {
+                    let vocab = self.shape(inp[0])[0];
+                    let ids = self.i32_of(inp[1], Some(vocab), "embedding ids")?;
+                    sys::ggml_get_rows(ctx, self.raw(inp[0]), ids)
+                }
+            }
+        };
+        Ok(Some(t))
+    }
+
+    fn attention(&mut self, i: usize, mask: AttentionMask, scale: f32) -> T {
+        let node = &self.graph.nodes()[i];
+        let inp = node.inputs.clone();
+        let (sq, sk) = (self.shape(inp[0])[1], self.shape(inp[1])[1]);
+        let ctx = self.ctx;
+        // SAFETY: as in `node`.
+        unsafe {
+            let (q, k, v) = (self.val(inp[0]), self.val(inp[1]), self.val(inp[2]));
+            // [Sk, Sq, Hq]; query head h reads kv head h / (Hq / Hkv) (ggml's ne2 broadcast).
+            let kq = sys::ggml_mul_mat(ctx, k, q);
+            let (add_mask, row_ok): (T, Option<T>) = match mask {
+                AttentionMask::None => (ptr::null_mut(), None),
+                AttentionMask::Causal => {
+                    let off = sk as i64 - sq as i64;
+                    let mut m = vec![0.0f32; sq * sk];
+                    let mut rows = vec![1.0f32; sq];
+                    for r in 0..sq {
+                        let end = (r as i64 + off + 1).clamp(0, sk as i64) as usize;
+                        m[r * sk + end..(r + 1) * sk].fill(MASKED);
+                        if end == 0 {
+                            rows[r] = 0.0;
+                        }
+                    }
+                    let mt = self.constant([sk as i64, sq as i64, 1, 1], m);
+                    let ok = if rows.contains(&0.0) { Some(self.constant([1, sq as i64, 1, 1], rows)) } else { None };
+                    (mt, ok)
+                }
+                AttentionMask::Allowed => {
+                    // allowed != 0 -> 0, else MASKED; rows with no allowed key -> output 0.
+                    let allowed = sys::ggml_step(ctx, sys::ggml_abs(ctx, self.val(inp[3])));
+                    let m = sys::ggml_scale_bias(ctx, allowed, -MASKED, MASKED);
+                    let ok = sys::ggml_step(ctx, sys::ggml_sum_rows(ctx, allowed));
+                    (m, Some(ok))
+                }
+            };
+            let p = sys::ggml_soft_max_ext(ctx, kq, add_mask, scale, 0.0);
+            let vt = sys::ggml_cont(ctx, sys::ggml_transpose(ctx, v)); // [Sk, Dv, Hkv]
+            let o = sys::ggml_mul_mat(ctx, vt, p); // [Dv, Sq, Hq]
+            match row_ok {
+                Some(ok) => sys::ggml_mul(ctx, o, ok),
+                None => o,
+            }
+        }
+    }
+}
+
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` from f32 ops: ggml_gelu reads a
+/// table indexed by the f16-rounded input, which is ~1e-3 off.
+unsafe fn gelu_tanh(ctx: *mut sys::ggml_context, x: T) -> T {
+    const C: f32 = std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2;
+    unsafe {
+        let x3 = sys::ggml_mul(ctx, sys::ggml_sqr(ctx, x), x);
+        let inner = sys::ggml_add(ctx, x, sys::ggml_scale(ctx, x3, 0.044715));
+        let t = sys::ggml_tanh(ctx, sys::ggml_scale(ctx, inner, C));
+        let half = sys::ggml_scale(ctx, x, 0.5);
+        sys::ggml_mul(ctx, half, sys::ggml_scale_bias(ctx, t, 1.0, 1.0))
+    }
+}

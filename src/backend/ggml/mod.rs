@@ -1,0 +1,83 @@
+//! The ggml backend: a [`Graph`] lowered to a ggml compute graph ([`lower`]) and run by
+//! one of ggml's backends through its scheduler.
+//!
+//! `ggml-cpu` is always built (feature `ggml`); `ggml-cuda` needs the `ggml-cuda` feature
+//! (and a CUDA toolkit). Devices are opened with `ggml_backend_init_by_name`, so any
+//! backend compiled into the sys crate is reachable by its device name (`CPU`, `CUDA0`,
+//! ...). See docs/GGML.md for the build flags and what is bit-exact.
+//!
+//! Threads: `VLA_GGML_THREADS` (default: all cores) for the CPU backend.
+
+mod exec;
+mod ffi;
+mod lower;
+
+use super::{Backend, Executable, WeightStore};
+use crate::graph::Graph;
+use crate::Result;
+
+pub use exec::GgmlExecutable;
+
+/// A ggml device by name. Cheap: each compiled graph opens its own backend instance.
+#[derive(Clone, Debug)]
+pub struct GgmlBackend {
+    device: String,
+    threads: usize,
+    description: String,
+}
+
+impl GgmlBackend {
+    /// ggml's CPU backend (`ggml-cpu`).
+    pub fn cpu() -> Result<Self> {
+        Self::new("CPU")
+    }
+
+    /// A ggml device by its registry name (`CPU`, `CUDA0`, `SYCL0`, ...; case-insensitive).
+    /// Fails with [`crate::Error::NoAdapter`] (listing the devices this build has) when
+    /// there is no such device.
+    pub fn new(device: &str) -> Result<Self> {
+        let b = ffi::BackendHandle::init(device)?;
+        let threads = std::env::var("VLA_GGML_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let mut description = format!("ggml {}", b.describe());
+        if b.is_cpu() {
+            description += &format!(" ({threads} threads)");
+        }
+        Ok(GgmlBackend { device: device.to_owned(), threads, description })
+    }
+
+    /// The devices compiled into this build, e.g. `["CPU"]`.
+    pub fn devices() -> Vec<String> {
+        ffi::init_logging();
+        ffi::device_names()
+    }
+
+    /// Whether ggml-cpu was built with SIMD kernels (AVX/AVX2/F16C/FMA/...), i.e. the ISA
+    /// pins of `.cargo/config.toml` were overridden (see docs/GGML.md).
+    pub fn cpu_has_simd() -> bool {
+        use llama_cpp_sys_2 as sys;
+        // SAFETY: pure queries of compile-time flags.
+        unsafe {
+            sys::ggml_cpu_has_avx() != 0
+                || sys::ggml_cpu_has_avx2() != 0
+                || sys::ggml_cpu_has_f16c() != 0
+                || sys::ggml_cpu_has_fma() != 0
+                || sys::ggml_cpu_has_sse3() != 0
+                || sys::ggml_cpu_has_ssse3() != 0
+                || sys::ggml_cpu_has_avx512() != 0
+                || sys::ggml_cpu_has_neon() != 0
+        }
+    }
+}
+
+impl Backend for GgmlBackend {
+    fn description(&self) -> String {
+        self.description.clone()
+    }
+
+    fn compile<'w>(&self, graph: &Graph, weights: &'w dyn WeightStore) -> Result<Box<dyn Executable + 'w>> {
+        Ok(Box::new(GgmlExecutable::new(&self.device, self.threads, graph, weights)?))
+    }
+}
