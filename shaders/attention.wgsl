@@ -83,10 +83,10 @@ fn attn_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
              , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32
 #endif
 ) {
-    lid = l;
 #if SUBGROUPS
-    sg_lane = lane;
-    sg_size = size;
+    setup(l, lane, size);
+#else
+    setup(l);
 #endif
     let row = wg.y * nwg.x + wg.x;
     if (row >= p.rows) { return; }
@@ -126,10 +126,10 @@ fn attn_flash(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
               , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32
 #endif
 ) {
-    lid = l;
 #if SUBGROUPS
-    sg_lane = lane;
-    sg_size = size;
+    setup(l, lane, size);
+#else
+    setup(l);
 #endif
     let row = wg.y * nwg.x + wg.x;
     if (row >= p.rows) { return; }

@@ -23,18 +23,6 @@ const NEG_MAX: f32 = -3.4028235e38;
 
 // `red`, `lid`, `combine` and `reduce` come from reduce.wgsl.
 
-fn setup(l: u32
-#if SUBGROUPS
-, lane: u32, size: u32
-#endif
-) {
-    lid = l;
-#if SUBGROUPS
-    sg_lane = lane;
-    sg_size = size;
-#endif
-}
-
 @compute @workgroup_size(WG)
 fn softmax(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) l: u32

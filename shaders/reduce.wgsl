@@ -1,6 +1,6 @@
 // Workgroup reductions shared by the row kernels (norm.wgsl, attention.wgsl), which are
-// compiled with this file appended. The including file declares `override WG` and sets
-// `lid` (and, with SUBGROUPS, `sg_lane` / `sg_size`) at entry.
+// compiled with this file appended. The including file declares `override WG` and calls
+// `setup` at entry.
 
 var<workgroup> red: array<f32, WG>;
 var<private> lid: u32;
@@ -11,6 +11,19 @@ var<private> sg_size: u32;
 
 fn combine(a: f32, c: f32, is_max: bool) -> f32 {
     return select(a + c, max(a, c), is_max);
+}
+
+// Records the invocation's ids for reduce(); call first in every entry point.
+fn setup(l: u32
+#if SUBGROUPS
+, lane: u32, size: u32
+#endif
+) {
+    lid = l;
+#if SUBGROUPS
+    sg_lane = lane;
+    sg_size = size;
+#endif
 }
 
 // The sum (or max) of `v` over the workgroup, returned to every invocation.

@@ -77,3 +77,47 @@ pub fn add_planner(c: &mut Cases) {
         g.add(u, d)
     });
 }
+
+/// A weight and an embedding table over the 128 MiB storage-binding limit of lavapipe (and
+/// many GPUs) are split into row chunks; every chunk must land in the right output columns
+/// (matmul, matvec) or rows (embedding).
+#[test]
+fn tensors_split_across_bindings() {
+    use super::{gpu_backends, nmse, run, Case, Rng};
+    use vla::backend::CpuBackend;
+    use vla::graph::GraphBuilder;
+    let mut c = Cases { rng: Rng(0xC0FFEE), list: Vec::new() };
+    let (n, k) = (33_000, 2048); // 135 MB as F16
+    let w = c.weight(&[n, k], GgmlType::F16);
+    for m in [3, 20] {
+        let x = c.tensor(&[m, k]);
+        c.add(format!("split matmul m{m}"), vec![("w", w.clone())], vec![("x", x)], NMSE_MATMUL, move |g| {
+            let x = g.input("x", &[m, k]);
+            let w = g.weight("w")?;
+            g.matmul(x, w)
+        });
+    }
+    let table = c.weight(&[16_500, 2048], GgmlType::F32); // 135 MB
+    let ids: Vec<f32> = [0, 8191, 8192, 16_383, 16_384, 16_499].iter().map(|&i| i as f32).collect();
+    let ids = vla::Tensor::from_f32(vec![ids.len()], ids).unwrap();
+    c.add("split embedding".into(), vec![("t", table)], vec![("ids", ids)], NMSE_DEFAULT, |g| {
+        let t = g.weight("t")?;
+        let ids = g.input("ids", &[6]);
+        g.embedding(t, ids)
+    });
+    for b in gpu_backends().into_iter().filter(|b| !b.int_dot_only) {
+        for case in &c.list {
+            let case: &Case = case;
+            let graph = {
+                let mut g = GraphBuilder::new(&case.weights);
+                let out = (case.build)(&mut g).unwrap();
+                g.build(&[out]).unwrap()
+            };
+            let reference = run(&CpuBackend, &graph, case).unwrap();
+            let out = run(&b.backend, &graph, case).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            let e = nmse(&out, &reference);
+            println!("{:<24} nmse {e:9.2e}", case.name);
+            assert!(e <= case.max_nmse, "{}: nmse {e}", case.name);
+        }
+    }
+}
