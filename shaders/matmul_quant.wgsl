@@ -3,7 +3,8 @@
 //
 // Quantized weights (QUANT + Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1) are never dequantized to
 // floats: `quantize_x` first turns the f32 activations into ggml Q8_1-style blocks of 32
-// (xq: 8 words of packed i8, d = amax / 127, q = round(x / d); xds: (d, d * sum(q))), then
+// (xq: 8 words of packed i8, d = amax / 127, q = roundf(x / d); xds: (d, d * sum(q)) rounded
+// to f16 as ggml's block_q8_0 / block_q8_1 store them), then
 // each weight block meets an activation block in integer dot products:
 //   sum_k x*w ~= sumi * d_w * d_x + m_w * s_x          (m_w = 0 for the _0 types)
 // with `dot4I8Packed` under INT_DOT, plain i32 multiplies otherwise.
@@ -66,13 +67,16 @@ fn quantize_x(
     for (var t = 0u; t < 8u; t++) {
         var word = 0u;
         for (var i = 0u; i < 4u; i++) {
-            let q = i32(clamp(round(x[base + 4u * t + i] * id), -127.0, 127.0));
+            // half away from zero, like C's roundf in ggml's quantize_row_q8_0_ref
+            let v = x[base + 4u * t + i] * id;
+            let q = i32(clamp(sign(v) * floor(abs(v) + 0.5), -127.0, 127.0));
             sum += q;
             word |= (bitcast<u32>(q) & 0xffu) << (8u * i);
         }
         xq[blk * 8u + t] = word;
     }
-    xds[blk] = vec2<f32>(d, d * f32(sum));
+    // ggml stores both as f16 (block_q8_0.d, block_q8_1.s): round them the same way
+    xds[blk] = unpack2x16float(pack2x16float(vec2<f32>(d, d * f32(sum))));
 }
 
 #if QUANT
