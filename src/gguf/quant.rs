@@ -266,7 +266,7 @@ mod tests {
         let bytes = quantize(GgmlType::Q4_0, &x).unwrap();
         assert_eq!(read_f16(&bytes), 1.0);
         // element 0 -> low nibble of byte 0, element 16 -> high nibble of byte 0
-        assert_eq!(bytes[2], 0x0 | (15 << 4));
+        assert_eq!(bytes[2], 15 << 4); // low nibble: code 0
         assert_eq!(bytes[3], 11 | (8 << 4));
         let mut y = [0.0f32; QK];
         dequantize(GgmlType::Q4_0, &bytes, &mut y).unwrap();

@@ -78,7 +78,7 @@ fn upload(ctx: &GpuContext, label: &str, bytes: &[u8]) -> wgpu::Buffer {
 impl WgpuExecutable {
     pub fn new(ctx: Arc<GpuContext>, graph: &Graph, weights: &dyn WeightStore) -> Result<Self> {
         let nodes = graph.nodes();
-        let max_binding = u64::from(ctx.limits.max_storage_buffer_binding_size);
+        let max_binding = ctx.limits.max_storage_buffer_binding_size;
         let mut raw_use = vec![false; nodes.len()];
         let mut f32_use = vec![false; nodes.len()];
         for n in nodes {
@@ -105,7 +105,8 @@ impl WgpuExecutable {
                 raw = upload_rows(&ctx, name, &t, max_binding)?;
                 weight_bytes += t.raw_bytes().len() as u64;
             }
-            let f32 = if f32_use[i] || (!raw_use[i] && !f32_use[i]) {
+            // an unread weight still gets an f32 copy, so it can be a (reshaped) output
+            let f32 = if f32_use[i] || !raw_use[i] {
                 let v = t.to_vec_f32()?;
                 if 4 * v.len() as u64 > max_binding {
                     return Err(Error::Gpu(format!(
