@@ -2,7 +2,7 @@
 // Register-blocked: each invocation computes a 4x4 block of outputs, a workgroup 32x32.
 // No workgroup memory: on lavapipe barriers cost more than they save; real-GPU tuning is
 // a separate variant.
-// Template: W_F32 | W_F16 | W_BF16 selects how a weight element is decoded from u32 words.
+// Template: W_F32 | W_F16 | W_BF16 selects weight_decode.wgsl's load_w for the weight.
 
 struct Params {
     m: u32,
@@ -17,18 +17,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
-fn load_w(e: u32) -> f32 {
-#if W_F32
-    return bitcast<f32>(w[e]);
-#endif
-#if W_F16
-    return unpack2x16float(w[e >> 1u])[e & 1u];
-#endif
-#if W_BF16
-    let word = w[e >> 1u];
-    return bitcast<f32>(select(word << 16u, word & 0xffff0000u, (e & 1u) == 1u));
-#endif
-}
+// load_w comes from weight_decode.wgsl (prepended).
 
 @compute @workgroup_size(8, 8)
 fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {

@@ -1,4 +1,4 @@
-// Weight decoders shared by matmul_quant.wgsl and embedding.wgsl (prepended to each; the
+// Weight decoders shared by matmul.wgsl, matmul_quant.wgsl and embedding.wgsl (prepended to each; the
 // including file declares `w: array<u32>`, the raw weight chunk as GGUF stores it).
 // Template: one of W_F32 | W_F16 | W_BF16 (float element e) or QUANT plus one of
 // Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 (ggml blocks of 32, 34/18/20/22/24 bytes: not 4-byte

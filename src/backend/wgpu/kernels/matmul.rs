@@ -18,7 +18,10 @@ use crate::gguf::GgmlType;
 use crate::graph::Node;
 use crate::{Error, Result};
 
-const SOURCE: &str = include_str!("../../../../shaders/matmul.wgsl");
+const SOURCE: &str = concat!(
+    include_str!("../../../../shaders/weight_decode.wgsl"),
+    include_str!("../../../../shaders/matmul.wgsl")
+);
 const QUANT_SOURCE: &str = concat!(
     include_str!("../../../../shaders/weight_decode.wgsl"),
     include_str!("../../../../shaders/matmul_quant.wgsl")
