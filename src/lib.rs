@@ -1,14 +1,16 @@
 //! vla-rs: a portable runtime for robot Vision-Language-Action policies.
 //!
 //! Layout: [`gguf`] reads and writes model files, [`tensor`] and [`ops`] hold the
-//! CPU reference implementation of every op, [`graph`] (later) executes models on a
-//! backend, [`models`] (later) composes architectures.
+//! CPU reference implementation of every op, [`graph`] executes models on a
+//! backend, [`models`] composes architectures behind [`policy::Policy`].
 
 pub mod backend;
 pub mod error;
 pub mod gguf;
 pub mod graph;
+pub mod models;
 pub mod ops;
+pub mod policy;
 pub mod tensor;
 
 pub use error::{Error, Result};

@@ -1,0 +1,107 @@
+//! What a server or benchmark sees of a loaded model: a [`Policy`] answers [`Policy::info`]
+//! and turns one observation into one action chunk. Every arch implements it; nothing
+//! outside `models` needs to know which arch it is talking to.
+
+use crate::Result;
+
+/// Pixels of one camera view, HWC, RGB.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ImageData {
+    /// `height * width * 3` bytes.
+    RgbU8(Vec<u8>),
+    /// `height * width * 3` floats in [0, 1].
+    RgbF32(Vec<f32>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Image {
+    pub height: usize,
+    pub width: usize,
+    pub data: ImageData,
+}
+
+/// One observation. `state` holds the robot state, unnormalised, either `real_state_dim`
+/// values or zero-padded to `max_state_dim`. The instruction is given as text (`prompt`,
+/// tokenized with the GGUF's tokenizer) or as token ids already tokenized by the client;
+/// exactly one of the two. `noise` (`chunk_size * max_action_dim`, row-major) replaces the
+/// Gaussian draw, for reproducible runs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observation {
+    pub images: Vec<Image>,
+    pub state: Vec<f32>,
+    pub prompt: Option<String>,
+    pub tokens: Option<Vec<i32>>,
+    pub noise: Option<Vec<f32>>,
+}
+
+/// Milliseconds spent per stage of one predict call.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageTimes {
+    pub vision_ms: f32,
+    pub prefill_ms: f32,
+    pub denoise_ms: f32,
+    pub total_ms: f32,
+}
+
+/// An action chunk, unnormalised as the reference does it: `chunk_size x action_dim`,
+/// row-major, `action_dim` = the policy's real action dimension.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActionChunk {
+    pub actions: Vec<f32>,
+    pub chunk_size: usize,
+    pub action_dim: usize,
+    pub times: StageTimes,
+}
+
+/// What a client may ask about a loaded policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyInfo {
+    pub arch: String,
+    /// Camera views a request must carry.
+    pub n_images: usize,
+    /// The model's own input size; requests may send any size up to the protocol limit.
+    pub image_height: usize,
+    pub image_width: usize,
+    pub max_state_dim: usize,
+    pub state_dim: usize,
+    pub chunk_size: usize,
+    pub max_action_dim: usize,
+    pub action_dim: usize,
+    pub num_steps: usize,
+    pub param_count: u64,
+    /// e.g. `"f32"`, or `"bf16 (312 tensors), f32 (98)"`.
+    pub weight_dtypes: String,
+    pub backend: String,
+    /// Bytes the backend holds for weights plus peak activations.
+    pub memory_bytes: u64,
+}
+
+pub trait Policy: Send {
+    fn info(&self) -> &PolicyInfo;
+    fn predict(&mut self, obs: &Observation) -> Result<ActionChunk>;
+}
+
+/// Run-time settings, from the command line or a `--config` file's "runtime" object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuntimeOptions {
+    /// A name accepted by [`crate::backend::open`].
+    pub backend: String,
+    /// Denoising steps; `None` keeps the model's own.
+    pub num_steps: Option<usize>,
+    /// Which normalisation statistics to use when the GGUF carries several.
+    pub embodiment: Option<String>,
+    pub flash_attn: bool,
+    pub threads: Option<usize>,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            backend: "cpu".into(),
+            num_steps: None,
+            embodiment: None,
+            flash_attn: false,
+            threads: None,
+        }
+    }
+}
