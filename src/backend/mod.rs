@@ -16,7 +16,7 @@ use crate::{Error, Result, Tensor};
 use std::collections::HashMap;
 
 /// Where weight nodes get their data.
-pub trait WeightStore {
+pub trait WeightStore: Sync {
     /// The named tensor, borrowed where possible (zero-copy from a mapped GGUF).
     fn weight(&self, name: &str) -> Result<Tensor<'_>>;
 }
@@ -48,7 +48,7 @@ pub struct ExecStats {
 }
 
 /// A graph compiled for one backend, with its weights in place.
-pub trait Executable {
+pub trait Executable: Send {
     /// Runs the graph on named f32 inputs; returns the graph's outputs in order.
     fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor<'static>>>;
     fn stats(&self) -> ExecStats;

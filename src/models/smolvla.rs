@@ -1,0 +1,705 @@
+//! SmolVLA (lerobot `policies.smolvla`): a SmolVLM2 vision tower and pixel-shuffle
+//! connector, a truncated SmolLM2 decoder over [image tokens, instruction, state], and a
+//! narrower action expert whose layers alternate self-attention (over the cached prefix
+//! keys/values plus the action tokens) and cross-attention (over the prefix keys/values
+//! re-projected by the expert), integrated over `num_steps` Euler steps.
+//!
+//! Three graphs, compiled once: `vision` (one camera to image tokens), `prefill` (the
+//! decoder over the prefix, giving every expert layer its keys and values) and `denoise`
+//! (one velocity evaluation). Masks, positions, the time embedding and the Euler update are
+//! computed here on the host.
+
+use super::schema::{Meta, Schema};
+use crate::backend::{self, Executable};
+use crate::gguf::{GgmlType, GgufFile, GgufWriter};
+use crate::graph::{Graph, GraphBuilder, NodeId};
+use crate::layers::{linear, rms_norm};
+use crate::modules::decoder::{finish_layer, layer_prefix, AttentionConfig};
+use crate::modules::flow::{euler_integrate, sinusoidal_time_embedding};
+use crate::modules::image::{resize_with_pad, to_chw_unit};
+use crate::modules::vision::{image_tokens, VisionConfig};
+use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
+use crate::{Error, Result, Tensor};
+use std::time::Instant;
+
+pub const ARCH: &str = "smolvla";
+/// lerobot's normaliser epsilon: `(x - mean) / (std + eps)`.
+const NORM_EPS: f32 = 1e-8;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SmolVlaConfig {
+    pub vision: VisionConfig,
+    /// Pixel-shuffle factor of the connector.
+    pub scale_factor: usize,
+    pub hidden: usize,
+    pub n_layers: usize,
+    pub lm_inter: usize,
+    pub vocab_size: usize,
+    pub attn: AttentionConfig,
+    pub expert_hidden: usize,
+    pub expert_inter: usize,
+    /// Expert layer `i` self-attends when `i % self_attn_every_n_layers == 0`.
+    pub self_attn_every_n_layers: usize,
+    pub n_images: usize,
+    pub tokenizer_max_length: usize,
+    pub pad_token_id: u32,
+    pub chunk_size: usize,
+    pub num_steps: usize,
+    pub max_state_dim: usize,
+    pub max_action_dim: usize,
+    pub state_dim: usize,
+    pub action_dim: usize,
+    pub min_period: f64,
+    pub max_period: f64,
+}
+
+impl SmolVlaConfig {
+    pub fn n_img_tokens(&self) -> usize {
+        self.vision.n_patches() / (self.scale_factor * self.scale_factor)
+    }
+
+    pub fn prefix_len(&self) -> usize {
+        self.n_images * self.n_img_tokens() + self.tokenizer_max_length + 1
+    }
+
+    fn is_self_attn(&self, layer: usize) -> bool {
+        layer % self.self_attn_every_n_layers.max(1) == 0
+    }
+
+    pub fn read(file: &GgufFile) -> Result<Self> {
+        let m = Meta::new(file, ARCH);
+        let cfg = SmolVlaConfig {
+            vision: VisionConfig {
+                hidden: m.usize("vit_hidden")?,
+                layers: m.usize("vit_layers")?,
+                heads: m.usize("vit_heads")?,
+                inter: m.usize("vit_inter")?,
+                image_size: m.usize("image_size")?,
+                patch_size: m.usize("patch_size")?,
+                ln_eps: m.f32("vit_ln_eps")?,
+            },
+            scale_factor: m.usize("scale_factor")?,
+            hidden: m.usize("hidden")?,
+            n_layers: m.usize("n_layers")?,
+            lm_inter: m.usize("lm_inter")?,
+            vocab_size: m.usize("vocab_size")?,
+            attn: AttentionConfig {
+                q_heads: m.usize("n_q_heads")?,
+                kv_heads: m.usize("n_kv_heads")?,
+                head_dim: m.usize("head_dim")?,
+                rope_theta: m.f32("rope_theta")?,
+                norm_eps: m.f32("norm_eps")?,
+            },
+            expert_hidden: m.usize("expert_h")?,
+            expert_inter: m.usize("expert_inter")?,
+            self_attn_every_n_layers: m.usize("self_attn_every_n_layers")?,
+            n_images: m.usize("n_images")?,
+            tokenizer_max_length: m.usize("tokenizer_max_length")?,
+            pad_token_id: m.usize("pad_token_id")? as u32,
+            chunk_size: m.usize("chunk_size")?,
+            num_steps: m.usize("num_steps")?,
+            max_state_dim: m.usize("max_state_dim")?,
+            max_action_dim: m.usize("max_action_dim")?,
+            state_dim: m.usize("real_state_dim")?,
+            action_dim: m.usize("real_action_dim")?,
+            min_period: m.f64("min_period")?,
+            max_period: m.f64("max_period")?,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let v = &self.vision;
+        let side = v.image_size / v.patch_size.max(1);
+        let checks = [
+            (v.patch_size > 0 && v.image_size % v.patch_size == 0, "image_size must be a multiple of patch_size"),
+            (self.scale_factor > 0 && side % self.scale_factor == 0, "patches per side must be a multiple of scale_factor"),
+            (v.heads > 0 && v.hidden % v.heads == 0, "vit_hidden must be a multiple of vit_heads"),
+            (self.attn.kv_heads > 0 && self.attn.q_heads % self.attn.kv_heads == 0, "n_q_heads must be a multiple of n_kv_heads"),
+            (self.attn.head_dim % 2 == 0 && self.expert_hidden % 2 == 0, "head_dim and expert_h must be even"),
+            (self.state_dim <= self.max_state_dim && self.action_dim <= self.max_action_dim, "real dims exceed max dims"),
+            (self.n_images > 0 && self.chunk_size > 0 && self.num_steps > 0 && self.n_layers > 0, "zero-sized config"),
+            (self.tokenizer_max_length > 0, "tokenizer_max_length must be positive"),
+        ];
+        match checks.iter().find(|(ok, _)| !ok) {
+            Some((_, why)) => Err(Error::InvalidArgument(format!("smolvla config: {why}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the `smolvla.*` metadata (see docs/GGUF.md).
+    pub fn write(&self, w: &mut GgufWriter) -> Result<()> {
+        let v = &self.vision;
+        let mut m = Schema::new(w, ARCH)?;
+        for (k, x) in [
+            ("vit_hidden", v.hidden), ("vit_layers", v.layers), ("vit_heads", v.heads), ("vit_inter", v.inter),
+            ("image_size", v.image_size), ("patch_size", v.patch_size), ("scale_factor", self.scale_factor),
+            ("n_img_tokens", self.n_img_tokens()), ("hidden", self.hidden), ("n_layers", self.n_layers),
+            ("lm_inter", self.lm_inter), ("vocab_size", self.vocab_size), ("n_q_heads", self.attn.q_heads),
+            ("n_kv_heads", self.attn.kv_heads), ("head_dim", self.attn.head_dim), ("expert_h", self.expert_hidden),
+            ("expert_inter", self.expert_inter), ("self_attn_every_n_layers", self.self_attn_every_n_layers),
+            ("n_images", self.n_images), ("tokenizer_max_length", self.tokenizer_max_length),
+            ("pad_token_id", self.pad_token_id as usize), ("chunk_size", self.chunk_size),
+            ("num_steps", self.num_steps), ("max_state_dim", self.max_state_dim),
+            ("max_action_dim", self.max_action_dim), ("real_state_dim", self.state_dim),
+            ("real_action_dim", self.action_dim),
+        ] {
+            m.u32(k, x)?;
+        }
+        m.f32("vit_ln_eps", v.ln_eps)?;
+        m.f32("rope_theta", self.attn.rope_theta)?;
+        m.f32("norm_eps", self.attn.norm_eps)?;
+        m.f32("min_period", self.min_period as f32)?;
+        m.f32("max_period", self.max_period as f32)?;
+        Ok(())
+    }
+
+    /// Every tensor the model reads, with its row-major shape.
+    pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let v = &self.vision;
+        let (h, eh, a) = (self.hidden, self.expert_hidden, &self.attn);
+        let (qd, kvd) = (a.q_heads * a.head_dim, a.kv_heads * a.head_dim);
+        let mut t: Vec<(String, Vec<usize>)> = vec![
+            ("vit.patch_embd.weight".into(), vec![v.hidden, 3, v.patch_size, v.patch_size]),
+            ("vit.patch_embd.bias".into(), vec![v.hidden]),
+            ("vit.pos_embd.weight".into(), vec![v.n_patches(), v.hidden]),
+            ("vit.post_ln.weight".into(), vec![v.hidden]),
+            ("vit.post_ln.bias".into(), vec![v.hidden]),
+            ("mm.proj.weight".into(), vec![h, v.hidden * self.scale_factor * self.scale_factor]),
+            ("token_embd.weight".into(), vec![self.vocab_size, h]),
+            ("state_proj.weight".into(), vec![h, self.max_state_dim]),
+            ("state_proj.bias".into(), vec![h]),
+            ("action_in_proj.weight".into(), vec![eh, self.max_action_dim]),
+            ("action_in_proj.bias".into(), vec![eh]),
+            ("action_time_mlp_in.weight".into(), vec![eh, 2 * eh]),
+            ("action_time_mlp_in.bias".into(), vec![eh]),
+            ("action_time_mlp_out.weight".into(), vec![eh, eh]),
+            ("action_time_mlp_out.bias".into(), vec![eh]),
+            ("action_out_proj.weight".into(), vec![self.max_action_dim, eh]),
+            ("action_out_proj.bias".into(), vec![self.max_action_dim]),
+            ("aex.output_norm.weight".into(), vec![eh]),
+            ("state_mean".into(), vec![self.state_dim]),
+            ("state_std".into(), vec![self.state_dim]),
+            ("action_mean".into(), vec![self.action_dim]),
+            ("action_std".into(), vec![self.action_dim]),
+        ];
+        for i in 0..v.layers {
+            let p = format!("vit.blk.{i}");
+            for n in ["ln1", "ln2"] {
+                t.push((format!("{p}.{n}.weight"), vec![v.hidden]));
+                t.push((format!("{p}.{n}.bias"), vec![v.hidden]));
+            }
+            for n in ["attn_q", "attn_k", "attn_v", "attn_o"] {
+                t.push((format!("{p}.{n}.weight"), vec![v.hidden, v.hidden]));
+                t.push((format!("{p}.{n}.bias"), vec![v.hidden]));
+            }
+            let inter = v.inter;
+            t.push((format!("{p}.fc1.weight"), vec![inter, v.hidden]));
+            t.push((format!("{p}.fc1.bias"), vec![inter]));
+            t.push((format!("{p}.fc2.weight"), vec![v.hidden, inter]));
+            t.push((format!("{p}.fc2.bias"), vec![v.hidden]));
+        }
+        let decoder = |t: &mut Vec<(String, Vec<usize>)>, p: &str, width: usize, kv_in: usize, inter: usize| {
+            t.push((format!("{p}.attn_norm.weight"), vec![width]));
+            t.push((format!("{p}.attn_q.weight"), vec![qd, width]));
+            t.push((format!("{p}.attn_k.weight"), vec![kvd, kv_in]));
+            t.push((format!("{p}.attn_v.weight"), vec![kvd, kv_in]));
+            t.push((format!("{p}.attn_o.weight"), vec![width, qd]));
+            t.push((format!("{p}.ffn_norm.weight"), vec![width]));
+            t.push((format!("{p}.ffn_gate.weight"), vec![inter, width]));
+            t.push((format!("{p}.ffn_up.weight"), vec![inter, width]));
+            t.push((format!("{p}.ffn_down.weight"), vec![width, inter]));
+        };
+        for i in 0..self.n_layers {
+            decoder(&mut t, &layer_prefix("vlm", i), h, h, self.lm_inter);
+            let kv_in = if self.is_self_attn(i) { eh } else { kvd };
+            decoder(&mut t, &layer_prefix("aex", i), eh, kv_in, self.expert_inter);
+        }
+        t
+    }
+}
+
+fn time_f32(t0: Instant) -> f32 {
+    t0.elapsed().as_secs_f32() * 1e3
+}
+
+/// Graph builders, shared by the policy and by tests that inspect intermediate tensors.
+pub mod graphs {
+    use super::*;
+
+    /// `image` `[3, S, S]` in [-1, 1] -> image tokens `[n_img_tokens, hidden]` (connector
+    /// output, before the sqrt(hidden) scaling).
+    pub fn vision(file: &GgufFile, cfg: &SmolVlaConfig) -> Result<Graph> {
+        let mut g = GraphBuilder::new(file);
+        let s = cfg.vision.image_size;
+        let img = g.input("image", &[3, s, s]);
+        let out = image_tokens(&mut g, img, &cfg.vision, cfg.scale_factor)?;
+        g.build(&[out])
+    }
+
+    /// Inputs `img_tokens` `[n_images * n_img_tokens, hidden]`, `tokens` `[L]`, `state`
+    /// `[1, max_state_dim]` (normalised, padded), `positions` `[P]`, `mask` `[P, P]`.
+    /// Outputs, for every layer, the keys and values its expert layer attends to: the
+    /// decoder's rotated keys and values `[P, kv_heads, head_dim]` for self-attention layers,
+    /// and the expert's projections of them for cross-attention layers.
+    pub fn prefill(file: &GgufFile, cfg: &SmolVlaConfig) -> Result<Graph> {
+        let mut g = GraphBuilder::new(file);
+        let (p, h, a) = (cfg.prefix_len(), cfg.hidden, &cfg.attn);
+        let img = g.input("img_tokens", &[cfg.n_images * cfg.n_img_tokens(), h]);
+        let tokens = g.input("tokens", &[cfg.tokenizer_max_length]);
+        let state = g.input("state", &[1, cfg.max_state_dim]);
+        let positions = g.input("positions", &[p]);
+        let mask = g.input("mask", &[p, p]);
+        let embed_scale = (h as f32).sqrt();
+        let img = g.scale(img, embed_scale);
+        let table = g.weight("token_embd.weight")?;
+        let lang = g.embedding(table, tokens)?;
+        let lang = g.scale(lang, embed_scale);
+        let state = linear(&mut g, state, "state_proj", true)?;
+        let mut x = g.concat(&[img, lang, state], 0)?;
+        let mut outputs = Vec::new();
+        for i in 0..cfg.n_layers {
+            let pre = layer_prefix("vlm", i);
+            let hn = rms_norm(&mut g, x, &format!("{pre}.attn_norm"), a.norm_eps)?;
+            let q = project(&mut g, hn, &pre, "attn_q", a.q_heads, a.head_dim)?;
+            let k = project(&mut g, hn, &pre, "attn_k", a.kv_heads, a.head_dim)?;
+            let v = project(&mut g, hn, &pre, "attn_v", a.kv_heads, a.head_dim)?;
+            let q = crate::modules::decoder::rotate(&mut g, q, positions, a)?;
+            let k = crate::modules::decoder::rotate(&mut g, k, positions, a)?;
+            if cfg.is_self_attn(i) {
+                outputs.extend([k, v]);
+            } else {
+                let aex = layer_prefix("aex", i);
+                let flat = |g: &mut GraphBuilder, t: NodeId| g.reshape(t, &[p, a.kv_heads * a.head_dim]);
+                let (kf, vf) = (flat(&mut g, k)?, flat(&mut g, v)?);
+                outputs.push(project(&mut g, kf, &aex, "attn_k", a.kv_heads, a.head_dim)?);
+                outputs.push(project(&mut g, vf, &aex, "attn_v", a.kv_heads, a.head_dim)?);
+            }
+            // The last layer's output feeds nothing the expert reads.
+            if i + 1 < cfg.n_layers {
+                x = finish_layer(&mut g, x, q, k, v, Some(mask), &pre, a)?;
+            }
+        }
+        g.build(&outputs)
+    }
+
+    /// One velocity evaluation. Inputs `x_t` `[chunk, max_action_dim]`, `time_emb`
+    /// `[chunk, expert_h]`, `pos_self` / `pos_cross` `[chunk]`, `mask_self`
+    /// `[chunk, P + chunk]`, `mask_cross` `[chunk, P]`, and `kv.{i}.k` / `kv.{i}.v` from
+    /// [`prefill`]. Output `v_t` `[chunk, max_action_dim]`.
+    pub fn denoise(file: &GgufFile, cfg: &SmolVlaConfig) -> Result<Graph> {
+        let mut g = GraphBuilder::new(file);
+        let (p, c, a) = (cfg.prefix_len(), cfg.chunk_size, &cfg.attn);
+        let x_t = g.input("x_t", &[c, cfg.max_action_dim]);
+        let time = g.input("time_emb", &[c, cfg.expert_hidden]);
+        let pos_self = g.input("pos_self", &[c]);
+        let pos_cross = g.input("pos_cross", &[c]);
+        let mask_self = g.input("mask_self", &[c, p + c]);
+        let mask_cross = g.input("mask_cross", &[c, p]);
+        let act = linear(&mut g, x_t, "action_in_proj", true)?;
+        let fused = g.concat(&[act, time], 1)?;
+        let fused = linear(&mut g, fused, "action_time_mlp_in", true)?;
+        let fused = g.silu(fused);
+        let mut x = linear(&mut g, fused, "action_time_mlp_out", true)?;
+        for i in 0..cfg.n_layers {
+            let pre = layer_prefix("aex", i);
+            let cache_k = g.input(format!("kv.{i}.k"), &[p, a.kv_heads, a.head_dim]);
+            let cache_v = g.input(format!("kv.{i}.v"), &[p, a.kv_heads, a.head_dim]);
+            let hn = rms_norm(&mut g, x, &format!("{pre}.attn_norm"), a.norm_eps)?;
+            let q = project(&mut g, hn, &pre, "attn_q", a.q_heads, a.head_dim)?;
+            let (q, k, v, mask) = if cfg.is_self_attn(i) {
+                let k = project(&mut g, hn, &pre, "attn_k", a.kv_heads, a.head_dim)?;
+                let v = project(&mut g, hn, &pre, "attn_v", a.kv_heads, a.head_dim)?;
+                let q = crate::modules::decoder::rotate(&mut g, q, pos_self, a)?;
+                let k = crate::modules::decoder::rotate(&mut g, k, pos_self, a)?;
+                let k = g.concat(&[cache_k, k], 0)?;
+                let v = g.concat(&[cache_v, v], 0)?;
+                (q, k, v, mask_self)
+            } else {
+                let q = crate::modules::decoder::rotate(&mut g, q, pos_cross, a)?;
+                (q, cache_k, cache_v, mask_cross)
+            };
+            x = finish_layer(&mut g, x, q, k, v, Some(mask), &pre, a)?;
+        }
+        let x = rms_norm(&mut g, x, "aex.output_norm", a.norm_eps)?;
+        let out = linear(&mut g, x, "action_out_proj", true)?;
+        g.build(&[out])
+    }
+
+    fn project(g: &mut GraphBuilder, x: NodeId, pre: &str, name: &str, heads: usize, hd: usize) -> Result<NodeId> {
+        let y = linear(g, x, &format!("{pre}.{name}"), false)?;
+        crate::layers::split_heads(g, y, heads, hd)
+    }
+}
+
+/// Masks and positions of one request, from the number of valid instruction tokens.
+pub struct PrefixLayout {
+    /// Per prefix token: not padding.
+    pub valid: Vec<bool>,
+    /// The reference's `cumsum(pad_mask) - 1`.
+    pub positions: Vec<f32>,
+    /// `[P, P]`: 1 where query i may attend key j.
+    pub mask: Vec<f32>,
+    pub n_valid: usize,
+}
+
+impl PrefixLayout {
+    pub fn new(cfg: &SmolVlaConfig, n_tokens: usize) -> Self {
+        let n_img = cfg.n_images * cfg.n_img_tokens();
+        let p = cfg.prefix_len();
+        let valid: Vec<bool> = (0..p)
+            .map(|i| i < n_img || i >= n_img + cfg.tokenizer_max_length || i - n_img < n_tokens)
+            .collect();
+        // Images and instruction form one bidirectional block; the state token starts a
+        // second block that sees both, but they do not see it.
+        let block = |i: usize| usize::from(i == p - 1);
+        let mut positions = Vec::with_capacity(p);
+        let mut count = 0f32;
+        for &v in &valid {
+            count += f32::from(u8::from(v));
+            positions.push(count - 1.0);
+        }
+        let mut mask = vec![0f32; p * p];
+        for i in 0..p {
+            for j in 0..p {
+                let ok = valid[i] && valid[j] && block(j) <= block(i);
+                // A padding query sees only itself so no row is empty; padding keys stay
+                // invisible to real tokens, so this changes nothing the model outputs.
+                mask[i * p + j] = f32::from(u8::from(ok || i == j));
+            }
+        }
+        let n_valid = valid.iter().filter(|&&v| v).count();
+        PrefixLayout { valid, positions, mask, n_valid }
+    }
+}
+
+struct Compiled {
+    vision: Box<dyn Executable>,
+    prefill: Box<dyn Executable>,
+    denoise: Box<dyn Executable>,
+}
+
+pub struct SmolVla {
+    cfg: SmolVlaConfig,
+    info: PolicyInfo,
+    stats: [Vec<f32>; 4],
+    /// Borrows `file`; dropped first (see `Drop`).
+    exec: Option<Compiled>,
+    /// Leaked so the executables can borrow it for their whole life; reclaimed in `Drop`.
+    file: *mut GgufFile,
+}
+
+// SAFETY: `file` is owned by this struct alone (a leaked Box) and only read; the
+// executables are Send.
+unsafe impl Send for SmolVla {}
+
+impl Drop for SmolVla {
+    fn drop(&mut self) {
+        self.exec = None;
+        // SAFETY: created by Box::into_raw in `new`; nothing borrows it once `exec` is gone.
+        unsafe { drop(Box::from_raw(self.file)) };
+    }
+}
+
+impl SmolVla {
+    pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
+        let mut cfg = SmolVlaConfig::read(&file)?;
+        if let Some(steps) = opts.num_steps {
+            if steps == 0 || steps > 1000 {
+                return Err(Error::InvalidArgument(format!("steps {steps}: expected 1..=1000")));
+            }
+            cfg.num_steps = steps;
+        }
+        check_tensors(&file, &cfg)?;
+        let stat = |n: &str| file.dequantize(n);
+        let stats = [stat("state_mean")?, stat("state_std")?, stat("action_mean")?, stat("action_std")?];
+        let backend = backend::open(&opts.backend)?;
+        let file: &'static GgufFile = Box::leak(Box::new(file));
+        let ptr = file as *const GgufFile as *mut GgufFile;
+        let compiled = (|| -> Result<Compiled> {
+            Ok(Compiled {
+                vision: backend.compile(&graphs::vision(file, &cfg)?, file)?,
+                prefill: backend.compile(&graphs::prefill(file, &cfg)?, file)?,
+                denoise: backend.compile(&graphs::denoise(file, &cfg)?, file)?,
+            })
+        })();
+        let compiled = match compiled {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: as in Drop; nothing borrows `file` after a failed compile.
+                unsafe { drop(Box::from_raw(ptr)) };
+                return Err(e);
+            }
+        };
+        let mem: u64 = [&compiled.vision, &compiled.prefill, &compiled.denoise]
+            .iter()
+            .map(|e| {
+                let s = e.stats();
+                s.weight_bytes + s.peak_activation_bytes
+            })
+            .sum();
+        let info = PolicyInfo {
+            arch: ARCH.into(),
+            n_images: cfg.n_images,
+            image_height: cfg.vision.image_size,
+            image_width: cfg.vision.image_size,
+            max_state_dim: cfg.max_state_dim,
+            state_dim: cfg.state_dim,
+            chunk_size: cfg.chunk_size,
+            max_action_dim: cfg.max_action_dim,
+            action_dim: cfg.action_dim,
+            num_steps: cfg.num_steps,
+            param_count: file.tensors().iter().map(|t| t.n_elements()).sum(),
+            weight_dtypes: super::dtype_summary(file),
+            backend: backend.description(),
+            memory_bytes: mem,
+        };
+        Ok(SmolVla { cfg, info, stats, exec: Some(compiled), file: ptr })
+    }
+
+    pub fn config(&self) -> &SmolVlaConfig {
+        &self.cfg
+    }
+
+    /// The padded instruction ids and how many are real.
+    fn tokens(&self, obs: &Observation) -> Result<(Vec<f32>, usize)> {
+        let ids = match (&obs.tokens, &obs.prompt) {
+            (Some(t), None) => t.clone(),
+            (None, Some(_)) => {
+                return Err(Error::NotImplemented {
+                    op: "text prompts (tokenizer from GGUF metadata; send token ids)".into(),
+                    backend: "smolvla",
+                })
+            }
+            (Some(_), Some(_)) => return Err(Error::InvalidArgument("give a prompt or tokens, not both".into())),
+            (None, None) => return Err(Error::InvalidArgument("no instruction: give a prompt or tokens".into())),
+        };
+        let max = self.cfg.tokenizer_max_length;
+        if ids.is_empty() || ids.len() > max {
+            return Err(Error::InvalidArgument(format!("{} instruction tokens: expected 1..={max}", ids.len())));
+        }
+        if let Some(bad) = ids.iter().find(|&&t| t < 0 || t as usize >= self.cfg.vocab_size) {
+            return Err(Error::InvalidArgument(format!("token id {bad} outside the vocabulary (0..{})", self.cfg.vocab_size)));
+        }
+        let n = ids.len();
+        let mut out: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
+        out.resize(max, self.cfg.pad_token_id as f32);
+        Ok((out, n))
+    }
+
+    fn normalised_state(&self, state: &[f32]) -> Result<Vec<f32>> {
+        let cfg = &self.cfg;
+        if state.len() != cfg.state_dim && state.len() != cfg.max_state_dim {
+            return Err(Error::InvalidArgument(format!(
+                "state has {} values, expected {} (or {} zero-padded)",
+                state.len(),
+                cfg.state_dim,
+                cfg.max_state_dim
+            )));
+        }
+        let [mean, std, ..] = &self.stats;
+        let mut out = vec![0f32; cfg.max_state_dim];
+        for i in 0..cfg.state_dim {
+            out[i] = (state[i] - mean[i]) / (std[i] + NORM_EPS);
+        }
+        Ok(out)
+    }
+
+    /// Runs the vision tower on each preprocessed camera view: `[n_images * n_img_tokens, hidden]`.
+    pub fn image_tokens(&mut self, obs: &Observation) -> Result<Vec<f32>> {
+        let cfg = &self.cfg;
+        if obs.images.len() != cfg.n_images {
+            return Err(Error::InvalidArgument(format!("{} images, this model takes {}", obs.images.len(), cfg.n_images)));
+        }
+        let s = cfg.vision.image_size;
+        let exec = self.exec.as_mut().expect("compiled");
+        let mut all = Vec::new();
+        for img in &obs.images {
+            let unit = to_chw_unit(img)?;
+            let px: Vec<f32> = resize_with_pad(&unit, img.height, img.width, s, s, 0.0)
+                .into_iter()
+                .map(|v| v * 2.0 - 1.0)
+                .collect();
+            let t = Tensor::from_f32(vec![3, s, s], px)?;
+            let out = exec.vision.run(&[("image", &t)])?;
+            all.extend_from_slice(out[0].as_f32()?);
+        }
+        Ok(all)
+    }
+}
+
+fn check_tensors(file: &GgufFile, cfg: &SmolVlaConfig) -> Result<()> {
+    for (name, shape) in cfg.tensor_shapes() {
+        let info = file.tensor_info(&name)?;
+        if info.shape() != shape {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?} has shape {:?}, the config implies {shape:?}",
+                info.shape()
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Policy for SmolVla {
+    fn info(&self) -> &PolicyInfo {
+        &self.info
+    }
+
+    fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
+        let t0 = Instant::now();
+        let (tokens, n_tokens) = self.tokens(obs)?;
+        let state = self.normalised_state(&obs.state)?;
+        let cfg = self.cfg.clone();
+        let (c, ad) = (cfg.chunk_size, cfg.max_action_dim);
+        let noise = match &obs.noise {
+            Some(n) if n.len() == c * ad => n.clone(),
+            Some(n) => {
+                return Err(Error::InvalidArgument(format!("noise has {} values, expected {c} x {ad}", n.len())))
+            }
+            None => gaussian_noise(c * ad, noise_seed()),
+        };
+        let img = self.image_tokens(obs)?;
+        let vision_ms = time_f32(t0);
+
+        let t1 = Instant::now();
+        let layout = PrefixLayout::new(&cfg, n_tokens);
+        let p = cfg.prefix_len();
+        let exec = self.exec.as_mut().expect("compiled");
+        let img = Tensor::from_f32(vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden], img)?;
+        let tokens = Tensor::from_f32(vec![cfg.tokenizer_max_length], tokens)?;
+        let state = Tensor::from_f32(vec![1, cfg.max_state_dim], state)?;
+        let positions = Tensor::from_f32(vec![p], layout.positions.clone())?;
+        let mask = Tensor::from_f32(vec![p, p], layout.mask.clone())?;
+        let kv = exec.prefill.run(&[
+            ("img_tokens", &img),
+            ("tokens", &tokens),
+            ("state", &state),
+            ("positions", &positions),
+            ("mask", &mask),
+        ])?;
+        let prefill_ms = time_f32(t1);
+
+        let t2 = Instant::now();
+        let names: Vec<String> = (0..cfg.n_layers).flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")]).collect();
+        let pos_self = Tensor::from_f32(vec![c], (0..c).map(|i| (layout.n_valid + i) as f32).collect::<Vec<_>>())?;
+        let pos_cross = Tensor::from_f32(vec![c], (0..c).map(|i| i as f32).collect::<Vec<_>>())?;
+        let valid = |j: usize| f32::from(u8::from(layout.valid[j]));
+        let mask_self: Vec<f32> = (0..c)
+            .flat_map(|i| (0..p + c).map(move |j| (i, j)))
+            .map(|(i, j)| if j < p { valid(j) } else { f32::from(u8::from(j - p <= i)) })
+            .collect();
+        let mask_self = Tensor::from_f32(vec![c, p + c], mask_self)?;
+        let mask_cross = Tensor::from_f32(vec![c, p], (0..c * p).map(|k| valid(k % p)).collect::<Vec<_>>())?;
+        let (min_p, max_p) = (cfg.min_period, cfg.max_period);
+        let eh = cfg.expert_hidden;
+        let x = euler_integrate(noise, cfg.num_steps, |x, t| {
+            let emb = sinusoidal_time_embedding(t as f64, eh, min_p, max_p);
+            let time = Tensor::from_f32(vec![c, eh], emb.repeat(c))?;
+            let x_t = Tensor::from_f32(vec![c, ad], x.to_vec())?;
+            let mut inputs: Vec<(&str, &Tensor)> = vec![
+                ("x_t", &x_t),
+                ("time_emb", &time),
+                ("pos_self", &pos_self),
+                ("pos_cross", &pos_cross),
+                ("mask_self", &mask_self),
+                ("mask_cross", &mask_cross),
+            ];
+            inputs.extend(names.iter().map(String::as_str).zip(kv.iter()));
+            let out = exec.denoise.run(&inputs)?;
+            out[0].to_vec_f32()
+        })?;
+        let denoise_ms = time_f32(t2);
+
+        let [_, _, mean, std] = &self.stats;
+        let d = cfg.action_dim;
+        let mut actions = Vec::with_capacity(c * d);
+        for row in x.chunks(ad) {
+            actions.extend((0..d).map(|j| row[j] * std[j] + mean[j]));
+        }
+        let total_ms = time_f32(t0);
+        Ok(ActionChunk {
+            actions,
+            chunk_size: c,
+            action_dim: d,
+            times: StageTimes { vision_ms, prefill_ms, denoise_ms, total_ms },
+        })
+    }
+}
+
+fn noise_seed() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Standard normal draws (Box-Muller over SplitMix64), deterministic per seed.
+pub fn gaussian_noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = super::schema::SplitMix64(seed);
+    (0..n)
+        .map(|_| {
+            let u1 = (rng.next_f64()).max(f64::MIN_POSITIVE);
+            let u2 = rng.next_f64();
+            ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+        })
+        .collect()
+}
+
+/// A small SmolVLA-shaped config for the demo model and fast tests.
+pub fn demo_config() -> SmolVlaConfig {
+    SmolVlaConfig {
+        vision: VisionConfig { hidden: 64, layers: 2, heads: 4, inter: 128, image_size: 64, patch_size: 8, ln_eps: 1e-6 },
+        scale_factor: 2,
+        hidden: 96,
+        n_layers: 4,
+        lm_inter: 256,
+        vocab_size: 512,
+        attn: AttentionConfig { q_heads: 6, kv_heads: 2, head_dim: 16, rope_theta: 10000.0, norm_eps: 1e-5 },
+        expert_hidden: 72,
+        expert_inter: 256,
+        self_attn_every_n_layers: 2,
+        n_images: 2,
+        tokenizer_max_length: 16,
+        pad_token_id: 2,
+        chunk_size: 50,
+        num_steps: 10,
+        max_state_dim: 32,
+        max_action_dim: 32,
+        state_dim: 6,
+        action_dim: 6,
+        min_period: 4e-3,
+        max_period: 4.0,
+    }
+}
+
+/// A GGUF for `cfg` with random weights drawn from `seed` (norm gains near 1, std near 1,
+/// everything else small), for demos and tests.
+pub fn random_gguf(cfg: &SmolVlaConfig, seed: u64, ty: GgmlType) -> Result<Vec<u8>> {
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", ARCH)?;
+    w.add_metadata("general.name", "smolvla random-weight demo")?;
+    cfg.write(&mut w)?;
+    let mut rng = super::schema::SplitMix64(seed);
+    for (name, shape) in cfg.tensor_shapes() {
+        let n: usize = shape.iter().product();
+        let fan_in = *shape.last().unwrap_or(&1) as f64;
+        let gain_like = name.contains("norm") || name.contains("ln") || name.ends_with("_std");
+        let vals: Vec<f32> = (0..n)
+            .map(|_| {
+                let u = rng.next_f64() * 2.0 - 1.0;
+                if gain_like {
+                    (1.0 + 0.1 * u) as f32
+                } else if name.ends_with("_mean") || name.ends_with(".bias") {
+                    (0.1 * u) as f32
+                } else {
+                    (u * (3.0 / fan_in).sqrt()) as f32
+                }
+            })
+            .collect();
+        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        let is_matrix = shape.len() == 2 && !name.starts_with("state_") && !name.starts_with("action_");
+        let t = if is_matrix && name.ends_with(".weight") { ty } else { GgmlType::F32 };
+        w.add_f32(name, t, &dims, &vals)?;
+    }
+    w.to_bytes()
+}

@@ -1,0 +1,69 @@
+//! Decoder-LM layers (Llama / SmolLM2 style: pre-RMSNorm, GQA attention with rotary
+//! positions, SwiGLU FFN), split so an action expert can reuse a layer's pieces with its
+//! keys and values coming from elsewhere.
+//!
+//! Weights under `<prefix>.blk.{i}.`: `attn_norm`, `attn_q`, `attn_k`, `attn_v`, `attn_o`,
+//! `ffn_norm`, `ffn_gate`, `ffn_up`, `ffn_down`.
+
+use crate::graph::{GraphBuilder, NodeId};
+use crate::layers::{attend, linear, rms_norm, rope_neox, split_heads, swiglu_ffn};
+use crate::Result;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionConfig {
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub rope_theta: f32,
+    pub norm_eps: f32,
+}
+
+/// One layer's projections of its normalised input: `[S, H, D]` each, `q` and `k` not yet
+/// rotated.
+pub struct Qkv {
+    pub q: NodeId,
+    pub k: NodeId,
+    pub v: NodeId,
+}
+
+pub fn layer_prefix(stack: &str, i: usize) -> String {
+    format!("{stack}.blk.{i}")
+}
+
+/// RMSNorm + Q/K/V projections of `x` `[S, hidden]`.
+pub fn project_qkv(g: &mut GraphBuilder, x: NodeId, prefix: &str, cfg: &AttentionConfig) -> Result<Qkv> {
+    let h = rms_norm(g, x, &format!("{prefix}.attn_norm"), cfg.norm_eps)?;
+    let q = linear(g, h, &format!("{prefix}.attn_q"), false)?;
+    let k = linear(g, h, &format!("{prefix}.attn_k"), false)?;
+    let v = linear(g, h, &format!("{prefix}.attn_v"), false)?;
+    Ok(Qkv {
+        q: split_heads(g, q, cfg.q_heads, cfg.head_dim)?,
+        k: split_heads(g, k, cfg.kv_heads, cfg.head_dim)?,
+        v: split_heads(g, v, cfg.kv_heads, cfg.head_dim)?,
+    })
+}
+
+pub fn rotate(g: &mut GraphBuilder, x: NodeId, positions: NodeId, cfg: &AttentionConfig) -> Result<NodeId> {
+    rope_neox(g, x, positions, cfg.rope_theta)
+}
+
+/// Attention of `q` over `k`/`v` (`[S, H, D]`), output projection and residual, then the
+/// FFN block with its residual.
+#[allow(clippy::too_many_arguments)]
+pub fn finish_layer(
+    g: &mut GraphBuilder,
+    residual: NodeId,
+    q: NodeId,
+    k: NodeId,
+    v: NodeId,
+    mask: Option<NodeId>,
+    prefix: &str,
+    cfg: &AttentionConfig,
+) -> Result<NodeId> {
+    let o = attend(g, q, k, v, mask)?;
+    let o = linear(g, o, &format!("{prefix}.attn_o"), false)?;
+    let x = g.add(residual, o)?;
+    let h = rms_norm(g, x, &format!("{prefix}.ffn_norm"), cfg.norm_eps)?;
+    let h = swiglu_ffn(g, h, prefix)?;
+    g.add(x, h)
+}

@@ -1,0 +1,106 @@
+//! Camera-image preprocessing as the PyTorch references do it: HWC u8 or [0,1] floats to a
+//! CHW f32 tensor, aspect-preserving bilinear resize (`F.interpolate`, `align_corners=False`,
+//! no antialias) padded on the left and top, then an affine map of the value range.
+
+use crate::policy::{Image, ImageData};
+use crate::{Error, Result};
+
+/// Largest side accepted (as the wire protocol's limit).
+pub const MAX_SIDE: usize = 8192;
+
+/// `[0, 1]` CHW planes of an image, checking its declared size against its data.
+pub fn to_chw_unit(img: &Image) -> Result<Vec<f32>> {
+    let (h, w) = (img.height, img.width);
+    if h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE {
+        return Err(Error::InvalidArgument(format!("image {w}x{h}: each side must be 1..={MAX_SIDE}")));
+    }
+    let n = h * w;
+    let len = match &img.data {
+        ImageData::RgbU8(d) => d.len(),
+        ImageData::RgbF32(d) => d.len(),
+    };
+    if len != n * 3 {
+        return Err(Error::InvalidArgument(format!("image {w}x{h}: {len} values, expected {}", n * 3)));
+    }
+    let mut out = vec![0f32; n * 3];
+    for i in 0..n {
+        for c in 0..3 {
+            out[c * n + i] = match &img.data {
+                ImageData::RgbU8(d) => d[i * 3 + c] as f32 / 255.0,
+                ImageData::RgbF32(d) => d[i * 3 + c],
+            };
+        }
+    }
+    Ok(out)
+}
+
+/// Bilinear resize of CHW planes, `F.interpolate(mode="bilinear", align_corners=False)`.
+pub fn resize_bilinear(src: &[f32], c: usize, h: usize, w: usize, oh: usize, ow: usize) -> Vec<f32> {
+    let taps = |in_len: usize, out_len: usize| -> Vec<(usize, usize, f32)> {
+        let scale = in_len as f32 / out_len as f32;
+        (0..out_len)
+            .map(|o| {
+                let s = (scale * (o as f32 + 0.5) - 0.5).max(0.0);
+                let i0 = (s as usize).min(in_len - 1);
+                let i1 = (i0 + 1).min(in_len - 1);
+                (i0, i1, s - i0 as f32)
+            })
+            .collect()
+    };
+    let (ty, tx) = (taps(h, oh), taps(w, ow));
+    let mut out = vec![0f32; c * oh * ow];
+    for ch in 0..c {
+        let plane = &src[ch * h * w..(ch + 1) * h * w];
+        for (oy, &(y0, y1, ly)) in ty.iter().enumerate() {
+            for (ox, &(x0, x1, lx)) in tx.iter().enumerate() {
+                let top = (1.0 - lx) * plane[y0 * w + x0] + lx * plane[y0 * w + x1];
+                let bottom = (1.0 - lx) * plane[y1 * w + x0] + lx * plane[y1 * w + x1];
+                out[ch * oh * ow + oy * ow + ox] = (1.0 - ly) * top + ly * bottom;
+            }
+        }
+    }
+    out
+}
+
+/// Resizes to fit `out_h x out_w` keeping the aspect ratio, pads with `pad` on the left and
+/// top (the image sits bottom-right), as lerobot's `resize_with_pad`.
+pub fn resize_with_pad(src: &[f32], h: usize, w: usize, out_h: usize, out_w: usize, pad: f32) -> Vec<f32> {
+    let ratio = (w as f64 / out_w as f64).max(h as f64 / out_h as f64);
+    let rh = ((h as f64 / ratio) as usize).max(1);
+    let rw = ((w as f64 / ratio) as usize).max(1);
+    let resized = if (rh, rw) == (h, w) { src.to_vec() } else { resize_bilinear(src, 3, h, w, rh, rw) };
+    let (pad_h, pad_w) = (out_h.saturating_sub(rh), out_w.saturating_sub(rw));
+    let mut out = vec![pad; 3 * out_h * out_w];
+    for c in 0..3 {
+        for y in 0..rh.min(out_h) {
+            let dst = c * out_h * out_w + (y + pad_h) * out_w + pad_w;
+            let s = c * rh * rw + y * rw;
+            out[dst..dst + rw.min(out_w)].copy_from_slice(&resized[s..s + rw.min(out_w)]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downscale_by_two_averages_pixel_pairs() {
+        // align_corners=False at scale 2 samples exactly between source pixels.
+        let src: Vec<f32> = (0..3 * 4 * 4).map(|i| i as f32).collect();
+        let out = resize_bilinear(&src, 3, 4, 4, 2, 2);
+        let p = |c: usize, y: usize, x: usize| src[c * 16 + y * 4 + x];
+        let want = (p(0, 0, 0) + p(0, 0, 1) + p(0, 1, 0) + p(0, 1, 1)) / 4.0;
+        assert!((out[0] - want).abs() < 1e-5);
+    }
+
+    #[test]
+    fn padding_goes_left_and_top() {
+        // A 2x4 (h x w) image into 4x4: width fits, 2 rows of padding on top.
+        let src = vec![1.0f32; 3 * 2 * 4];
+        let out = resize_with_pad(&src, 2, 4, 4, 4, -1.0);
+        assert!(out[..8].iter().all(|&v| v == -1.0));
+        assert!(out[8..16].iter().all(|&v| v == 1.0));
+    }
+}

@@ -1,0 +1,74 @@
+//! SigLIP-style ViT (patch embedding + learned positions + pre-LN encoder + post-LN) and the
+//! Idefics3/SmolVLM pixel-shuffle connector.
+
+use crate::graph::{GraphBuilder, NodeId};
+use crate::layers::{attend, gelu_mlp, layer_norm, linear, split_heads};
+use crate::Result;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VisionConfig {
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    /// MLP width.
+    pub inter: usize,
+    pub image_size: usize,
+    pub patch_size: usize,
+    pub ln_eps: f32,
+}
+
+impl VisionConfig {
+    pub fn n_patches(&self) -> usize {
+        (self.image_size / self.patch_size).pow(2)
+    }
+}
+
+/// `image` `[3, S, S]` (already in the tower's value range) -> `[patches, hidden]`.
+/// Weights under `vit.`: `patch_embd`, `pos_embd`, `blk.{i}.{ln1,attn_q,attn_k,attn_v,attn_o,ln2,fc1,fc2}`, `post_ln`.
+pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> Result<NodeId> {
+    let w = g.weight("vit.patch_embd.weight")?;
+    let b = g.weight("vit.patch_embd.bias")?;
+    let mut x = g.patch_embed(image, w, b)?;
+    let pos = g.weight("vit.pos_embd.weight")?;
+    x = g.add(x, pos)?;
+    let head_dim = cfg.hidden / cfg.heads;
+    for i in 0..cfg.layers {
+        let p = format!("vit.blk.{i}");
+        let h = layer_norm(g, x, &format!("{p}.ln1"), cfg.ln_eps)?;
+        let q = linear(g, h, &format!("{p}.attn_q"), true)?;
+        let k = linear(g, h, &format!("{p}.attn_k"), true)?;
+        let v = linear(g, h, &format!("{p}.attn_v"), true)?;
+        let (q, k, v) = (
+            split_heads(g, q, cfg.heads, head_dim)?,
+            split_heads(g, k, cfg.heads, head_dim)?,
+            split_heads(g, v, cfg.heads, head_dim)?,
+        );
+        let o = attend(g, q, k, v, None)?;
+        let o = linear(g, o, &format!("{p}.attn_o"), true)?;
+        x = g.add(x, o)?;
+        let h = layer_norm(g, x, &format!("{p}.ln2"), cfg.ln_eps)?;
+        let h = gelu_mlp(g, h, &p)?;
+        x = g.add(x, h)?;
+    }
+    layer_norm(g, x, "vit.post_ln", cfg.ln_eps)
+}
+
+/// Idefics3's pixel shuffle: `[side*side, E]` -> `[(side/s)^2, E*s*s]`, folding each
+/// `s x s` block of patches into one token (the same index order as the reference's
+/// view/permute sequence).
+pub fn pixel_shuffle(g: &mut GraphBuilder, x: NodeId, scale: usize) -> Result<NodeId> {
+    let (seq, e) = (g.shape(x)[0], g.shape(x)[1]);
+    let side = (seq as f64).sqrt() as usize;
+    let x = g.reshape(x, &[side, side / scale, e * scale])?;
+    let x = g.permute(x, &[1, 0, 2])?;
+    let x = g.reshape(x, &[side / scale, side / scale, e * scale * scale])?;
+    let x = g.permute(x, &[1, 0, 2])?;
+    g.reshape(x, &[seq / (scale * scale), e * scale * scale])
+}
+
+/// Vision tower + pixel shuffle + the connector's bias-free projection `mm.proj`.
+pub fn image_tokens(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig, scale: usize) -> Result<NodeId> {
+    let x = vision_tower(g, image, cfg)?;
+    let x = pixel_shuffle(g, x, scale)?;
+    linear(g, x, "mm.proj", false)
+}
