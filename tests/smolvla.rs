@@ -98,7 +98,8 @@ fn ggml_agrees_with_cpu() {
 #[test]
 fn bad_requests_are_errors() {
     let mut m = model("cpu");
-    let cases: Vec<(&str, Box<dyn Fn(&mut Observation)>)> = vec![
+    type Edit = Box<dyn Fn(&mut Observation)>;
+    let cases: Vec<(&str, Edit)> = vec![
         ("one image", Box::new(|o| drop(o.images.pop()))),
         ("state length", Box::new(|o| o.state.push(1.0))),
         ("noise length", Box::new(|o| o.noise = Some(vec![0.0; 7]))),

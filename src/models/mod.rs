@@ -39,6 +39,6 @@ pub fn dtype_summary(file: &GgufFile) -> String {
         *counts.entry(t.ty.to_string()).or_default() += 1;
     }
     let mut v: Vec<_> = counts.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     v.iter().map(|(t, n)| format!("{t} ({n})")).collect::<Vec<_>>().join(", ")
 }
