@@ -14,7 +14,7 @@ use crate::backend::{self, Executable};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::layers::{linear, rms_norm};
-use crate::modules::decoder::{finish_layer, layer_prefix, AttentionConfig};
+use crate::modules::decoder::{finish_layer, layer_prefix, project_heads, rotate, AttentionConfig};
 use crate::modules::flow::{euler_integrate, sinusoidal_time_embedding};
 use crate::modules::image::{resize_with_pad, to_chw_unit};
 use crate::modules::vision::{image_tokens, VisionConfig};
@@ -262,19 +262,19 @@ pub mod graphs {
         for i in 0..cfg.n_layers {
             let pre = layer_prefix("vlm", i);
             let hn = rms_norm(&mut g, x, &format!("{pre}.attn_norm"), a.norm_eps)?;
-            let q = project(&mut g, hn, &pre, "attn_q", a.q_heads, a.head_dim)?;
-            let k = project(&mut g, hn, &pre, "attn_k", a.kv_heads, a.head_dim)?;
-            let v = project(&mut g, hn, &pre, "attn_v", a.kv_heads, a.head_dim)?;
-            let q = crate::modules::decoder::rotate(&mut g, q, positions, a)?;
-            let k = crate::modules::decoder::rotate(&mut g, k, positions, a)?;
+            let q = project_heads(&mut g, hn, &pre, "attn_q", a.q_heads, a.head_dim)?;
+            let k = project_heads(&mut g, hn, &pre, "attn_k", a.kv_heads, a.head_dim)?;
+            let v = project_heads(&mut g, hn, &pre, "attn_v", a.kv_heads, a.head_dim)?;
+            let q = rotate(&mut g, q, positions, a)?;
+            let k = rotate(&mut g, k, positions, a)?;
             if cfg.is_self_attn(i) {
                 outputs.extend([k, v]);
             } else {
                 let aex = layer_prefix("aex", i);
                 let flat = |g: &mut GraphBuilder, t: NodeId| g.reshape(t, &[p, a.kv_heads * a.head_dim]);
                 let (kf, vf) = (flat(&mut g, k)?, flat(&mut g, v)?);
-                outputs.push(project(&mut g, kf, &aex, "attn_k", a.kv_heads, a.head_dim)?);
-                outputs.push(project(&mut g, vf, &aex, "attn_v", a.kv_heads, a.head_dim)?);
+                outputs.push(project_heads(&mut g, kf, &aex, "attn_k", a.kv_heads, a.head_dim)?);
+                outputs.push(project_heads(&mut g, vf, &aex, "attn_v", a.kv_heads, a.head_dim)?);
             }
             // The last layer's output feeds nothing the expert reads.
             if i + 1 < cfg.n_layers {
@@ -307,17 +307,17 @@ pub mod graphs {
             let cache_k = g.input(format!("kv.{i}.k"), &[p, a.kv_heads, a.head_dim]);
             let cache_v = g.input(format!("kv.{i}.v"), &[p, a.kv_heads, a.head_dim]);
             let hn = rms_norm(&mut g, x, &format!("{pre}.attn_norm"), a.norm_eps)?;
-            let q = project(&mut g, hn, &pre, "attn_q", a.q_heads, a.head_dim)?;
+            let q = project_heads(&mut g, hn, &pre, "attn_q", a.q_heads, a.head_dim)?;
             let (q, k, v, mask) = if cfg.is_self_attn(i) {
-                let k = project(&mut g, hn, &pre, "attn_k", a.kv_heads, a.head_dim)?;
-                let v = project(&mut g, hn, &pre, "attn_v", a.kv_heads, a.head_dim)?;
-                let q = crate::modules::decoder::rotate(&mut g, q, pos_self, a)?;
-                let k = crate::modules::decoder::rotate(&mut g, k, pos_self, a)?;
+                let k = project_heads(&mut g, hn, &pre, "attn_k", a.kv_heads, a.head_dim)?;
+                let v = project_heads(&mut g, hn, &pre, "attn_v", a.kv_heads, a.head_dim)?;
+                let q = rotate(&mut g, q, pos_self, a)?;
+                let k = rotate(&mut g, k, pos_self, a)?;
                 let k = g.concat(&[cache_k, k], 0)?;
                 let v = g.concat(&[cache_v, v], 0)?;
                 (q, k, v, mask_self)
             } else {
-                let q = crate::modules::decoder::rotate(&mut g, q, pos_cross, a)?;
+                let q = rotate(&mut g, q, pos_cross, a)?;
                 (q, cache_k, cache_v, mask_cross)
             };
             x = finish_layer(&mut g, x, q, k, v, Some(mask), &pre, a)?;
@@ -325,11 +325,6 @@ pub mod graphs {
         let x = rms_norm(&mut g, x, "aex.output_norm", a.norm_eps)?;
         let out = linear(&mut g, x, "action_out_proj", true)?;
         g.build(&[out])
-    }
-
-    fn project(g: &mut GraphBuilder, x: NodeId, pre: &str, name: &str, heads: usize, hd: usize) -> Result<NodeId> {
-        let y = linear(g, x, &format!("{pre}.{name}"), false)?;
-        crate::layers::split_heads(g, y, heads, hd)
     }
 }
 

@@ -18,29 +18,14 @@ pub struct AttentionConfig {
     pub norm_eps: f32,
 }
 
-/// One layer's projections of its normalised input: `[S, H, D]` each, `q` and `k` not yet
-/// rotated.
-pub struct Qkv {
-    pub q: NodeId,
-    pub k: NodeId,
-    pub v: NodeId,
-}
-
 pub fn layer_prefix(stack: &str, i: usize) -> String {
     format!("{stack}.blk.{i}")
 }
 
-/// RMSNorm + Q/K/V projections of `x` `[S, hidden]`.
-pub fn project_qkv(g: &mut GraphBuilder, x: NodeId, prefix: &str, cfg: &AttentionConfig) -> Result<Qkv> {
-    let h = rms_norm(g, x, &format!("{prefix}.attn_norm"), cfg.norm_eps)?;
-    let q = linear(g, h, &format!("{prefix}.attn_q"), false)?;
-    let k = linear(g, h, &format!("{prefix}.attn_k"), false)?;
-    let v = linear(g, h, &format!("{prefix}.attn_v"), false)?;
-    Ok(Qkv {
-        q: split_heads(g, q, cfg.q_heads, cfg.head_dim)?,
-        k: split_heads(g, k, cfg.kv_heads, cfg.head_dim)?,
-        v: split_heads(g, v, cfg.kv_heads, cfg.head_dim)?,
-    })
+/// A bias-free projection `<prefix>.<name>` of `x` `[S, in]`, split to `[S, heads, head_dim]`.
+pub fn project_heads(g: &mut GraphBuilder, x: NodeId, prefix: &str, name: &str, heads: usize, head_dim: usize) -> Result<NodeId> {
+    let y = linear(g, x, &format!("{prefix}.{name}"), false)?;
+    split_heads(g, y, heads, head_dim)
 }
 
 pub fn rotate(g: &mut GraphBuilder, x: NodeId, positions: NodeId, cfg: &AttentionConfig) -> Result<NodeId> {
