@@ -14,7 +14,7 @@ use crate::backend::{self, Executable};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::layers::{linear, rms_norm};
-use crate::modules::decoder::{finish_layer, layer_prefix, project_heads, rotate, AttentionConfig};
+use crate::modules::decoder::{finish_layer, layer_prefix, norm_and_query, project_heads, rotate, rotated_kv, AttentionConfig};
 use crate::modules::flow::{euler_integrate, sinusoidal_time_embedding};
 use crate::modules::image::{resize_with_pad, to_chw_unit};
 use crate::modules::vision::{image_tokens, VisionConfig};
@@ -261,12 +261,9 @@ pub mod graphs {
         let mut outputs = Vec::new();
         for i in 0..cfg.n_layers {
             let pre = layer_prefix("vlm", i);
-            let hn = rms_norm(&mut g, x, &format!("{pre}.attn_norm"), a.norm_eps)?;
-            let q = project_heads(&mut g, hn, &pre, "attn_q", a.q_heads, a.head_dim)?;
-            let k = project_heads(&mut g, hn, &pre, "attn_k", a.kv_heads, a.head_dim)?;
-            let v = project_heads(&mut g, hn, &pre, "attn_v", a.kv_heads, a.head_dim)?;
+            let (hn, q) = norm_and_query(&mut g, x, &pre, a)?;
             let q = rotate(&mut g, q, positions, a)?;
-            let k = rotate(&mut g, k, positions, a)?;
+            let (k, v) = rotated_kv(&mut g, hn, positions, &pre, a)?;
             if cfg.is_self_attn(i) {
                 outputs.extend([k, v]);
             } else {
@@ -306,13 +303,10 @@ pub mod graphs {
             let pre = layer_prefix("aex", i);
             let cache_k = g.input(format!("kv.{i}.k"), &[p, a.kv_heads, a.head_dim]);
             let cache_v = g.input(format!("kv.{i}.v"), &[p, a.kv_heads, a.head_dim]);
-            let hn = rms_norm(&mut g, x, &format!("{pre}.attn_norm"), a.norm_eps)?;
-            let q = project_heads(&mut g, hn, &pre, "attn_q", a.q_heads, a.head_dim)?;
+            let (hn, q) = norm_and_query(&mut g, x, &pre, a)?;
             let (q, k, v, mask) = if cfg.is_self_attn(i) {
-                let k = project_heads(&mut g, hn, &pre, "attn_k", a.kv_heads, a.head_dim)?;
-                let v = project_heads(&mut g, hn, &pre, "attn_v", a.kv_heads, a.head_dim)?;
                 let q = rotate(&mut g, q, pos_self, a)?;
-                let k = rotate(&mut g, k, pos_self, a)?;
+                let (k, v) = rotated_kv(&mut g, hn, pos_self, &pre, a)?;
                 let k = g.concat(&[cache_k, k], 0)?;
                 let v = g.concat(&[cache_v, v], 0)?;
                 (q, k, v, mask_self)
@@ -546,8 +540,7 @@ impl Policy for SmolVla {
         let t0 = Instant::now();
         let (tokens, n_tokens) = self.tokens(obs)?;
         let state = self.normalised_state(&obs.state)?;
-        let cfg = self.cfg.clone();
-        let (c, ad) = (cfg.chunk_size, cfg.max_action_dim);
+        let (c, ad) = (self.cfg.chunk_size, self.cfg.max_action_dim);
         let noise = match &obs.noise {
             Some(n) if n.len() == c * ad => n.clone(),
             Some(n) => {
@@ -559,14 +552,14 @@ impl Policy for SmolVla {
         let vision_ms = time_f32(t0);
 
         let t1 = Instant::now();
-        let layout = PrefixLayout::new(&cfg, n_tokens);
+        let (cfg, exec) = (&self.cfg, self.exec.as_mut().expect("compiled"));
+        let layout = PrefixLayout::new(cfg, n_tokens);
         let p = cfg.prefix_len();
-        let exec = self.exec.as_mut().expect("compiled");
         let img = Tensor::from_f32(vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden], img)?;
         let tokens = Tensor::from_f32(vec![cfg.tokenizer_max_length], tokens)?;
         let state = Tensor::from_f32(vec![1, cfg.max_state_dim], state)?;
-        let positions = Tensor::from_f32(vec![p], layout.positions.clone())?;
-        let mask = Tensor::from_f32(vec![p, p], layout.mask.clone())?;
+        let positions = Tensor::from_f32(vec![p], &layout.positions[..])?;
+        let mask = Tensor::from_f32(vec![p, p], &layout.mask[..])?;
         let kv = exec.prefill.run(&[
             ("img_tokens", &img),
             ("tokens", &tokens),
@@ -592,7 +585,7 @@ impl Policy for SmolVla {
         let x = euler_integrate(noise, cfg.num_steps, |x, t| {
             let emb = sinusoidal_time_embedding(t as f64, eh, min_p, max_p);
             let time = Tensor::from_f32(vec![c, eh], emb.repeat(c))?;
-            let x_t = Tensor::from_f32(vec![c, ad], x.to_vec())?;
+            let x_t = Tensor::from_f32(vec![c, ad], x)?;
             let mut inputs: Vec<(&str, &Tensor)> = vec![
                 ("x_t", &x_t),
                 ("time_emb", &time),

@@ -32,6 +32,21 @@ pub fn rotate(g: &mut GraphBuilder, x: NodeId, positions: NodeId, cfg: &Attentio
     rope_neox(g, x, positions, cfg.rope_theta)
 }
 
+/// The attention norm of `x` `[S, width]` and its query `[S, q_heads, head_dim]`, not yet
+/// rotated; returns `(normed, q)` so keys and values can be projected from `normed` too.
+pub fn norm_and_query(g: &mut GraphBuilder, x: NodeId, prefix: &str, cfg: &AttentionConfig) -> Result<(NodeId, NodeId)> {
+    let normed = rms_norm(g, x, &format!("{prefix}.attn_norm"), cfg.norm_eps)?;
+    let q = project_heads(g, normed, prefix, "attn_q", cfg.q_heads, cfg.head_dim)?;
+    Ok((normed, q))
+}
+
+/// Keys and values `[S, kv_heads, head_dim]` projected from `normed`, keys rotated.
+pub fn rotated_kv(g: &mut GraphBuilder, normed: NodeId, positions: NodeId, prefix: &str, cfg: &AttentionConfig) -> Result<(NodeId, NodeId)> {
+    let k = project_heads(g, normed, prefix, "attn_k", cfg.kv_heads, cfg.head_dim)?;
+    let v = project_heads(g, normed, prefix, "attn_v", cfg.kv_heads, cfg.head_dim)?;
+    Ok((rotate(g, k, positions, cfg)?, v))
+}
+
 /// Attention of `q` over `k`/`v` (`[S, H, D]`), output projection and residual, then the
 /// FFN block with its residual.
 #[allow(clippy::too_many_arguments)]

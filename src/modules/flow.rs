@@ -50,7 +50,7 @@ mod tests {
 
     #[test]
     fn euler_reaches_the_target_of_a_constant_field() {
-        // v = x - target pulls x from noise at t=1 to target at t=0 exactly when v is constant.
+        // A constant field v moves x by exactly -v between t = 1 and t = 0, whatever the step count.
         let out = euler_integrate::<()>(vec![1.0, 2.0], 4, |_, _| Ok(vec![2.0, -4.0])).unwrap();
         assert_eq!(out, vec![1.0 - 2.0, 2.0 + 4.0]);
     }
