@@ -11,7 +11,9 @@
 #                    Mesa comes from bookworm-backports (Mesa 25: lavapipe ~6x
 #                    faster than bookworm's 22.3) when reachable, otherwise from
 #                    bookworm with a note.
-#   python           gguf (gguf-py, pinned) + numpy, used by interop tests.
+#   python           gguf (gguf-py, pinned) + numpy, used by interop tests;
+#                    pyzmq, protobuf, pytest for the Python client's tests, which run
+#                    after cargo against the vla-server binary cargo built.
 #
 # Knobs (environment):
 #   VLA_SKIP_INSTALL=1    skip all package installs (no root needed)
@@ -24,7 +26,8 @@
 #
 # Extra args go to cargo test: ./scripts/test.sh -p vla -- --nocapture
 # With none, `-- --show-output` is passed so the log shows the op harness table
-# (which adapter it ran on, NMSE per op).
+# (which adapter it ran on, NMSE per op), and the Python client tests run too
+# (clients/python/tests, pytest).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -236,18 +239,18 @@ install_python_packages() {
     local want="${GGUF_PIP_SPEC#gguf==}"
     if python3 - "$want" <<'PY' 2>/dev/null; then
 import sys, importlib.metadata as m
-import gguf, numpy  # noqa: F401
+import gguf, numpy, zmq, google.protobuf, pytest  # noqa: F401
 sys.exit(m.version("gguf") != sys.argv[1])
 PY
         log "python packages: ok (gguf $want)"
         return 0
     fi
     local t0=$SECONDS
-    log "installing python packages: $GGUF_PIP_SPEC numpy"
+    log "installing python packages: $GGUF_PIP_SPEC numpy pyzmq protobuf pytest"
     # Debian's python3 is "externally managed" (PEP 668); this is a throwaway
     # CI/dev environment, so install into it anyway. Old pips ignore these.
     PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
-        python3 -m pip install --quiet "$GGUF_PIP_SPEC" numpy
+        python3 -m pip install --quiet "$GGUF_PIP_SPEC" numpy pyzmq "protobuf>=4.21" pytest
     log "python packages: installed in $((SECONDS - t0))s"
 }
 
@@ -303,3 +306,10 @@ if [[ "${VLA_TEST_SKIP_CARGO:-}" == 1 ]]; then
 fi
 log "cargo ${cargo_args[*]}"
 cargo "${cargo_args[@]}"
+
+if (($# == 0)); then
+    # cargo test built target/debug/vla-server for the crate's integration tests.
+    export VLA_SERVER_BIN="${CARGO_TARGET_DIR:-target}/debug/vla-server"
+    log "python3 -m pytest clients/python/tests (VLA_SERVER_BIN=$VLA_SERVER_BIN)"
+    python3 -m pytest -q -p no:cacheprovider clients/python/tests
+fi

@@ -2,6 +2,7 @@
 //! and turns one observation into one action chunk. Every arch implements it; nothing
 //! outside `models` needs to know which arch it is talking to.
 
+use crate::gguf::GgmlType;
 use crate::Result;
 
 /// Pixels of one camera view, HWC, RGB.
@@ -90,7 +91,12 @@ pub struct RuntimeOptions {
     pub num_steps: Option<usize>,
     /// Which normalisation statistics to use when the GGUF carries several.
     pub embodiment: Option<String>,
-    pub flash_attn: bool,
+    /// Re-encode the matmul weights to this float type at load (F32, F16 or BF16);
+    /// `None` runs them as stored.
+    pub weight_dtype: Option<GgmlType>,
+    /// Attention kernel choice on wgpu; `None` lets the backend pick by sequence length.
+    pub flash_attn: Option<bool>,
+    /// CPU threads for ggml-cpu.
     pub threads: Option<usize>,
 }
 
@@ -100,7 +106,8 @@ impl Default for RuntimeOptions {
             backend: "cpu".into(),
             num_steps: None,
             embodiment: None,
-            flash_attn: false,
+            weight_dtype: None,
+            flash_attn: None,
             threads: None,
         }
     }

@@ -104,11 +104,27 @@ fn feature_of(name: &str) -> &'static str {
     }
 }
 
+/// Settings a backend takes when opened; `None` keeps the backend's own default (which a
+/// testing knob such as `VLA_WGPU_FLASH_ATTN` or `VLA_GGML_THREADS` may set).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendOptions {
+    /// wgpu: always (`Some(true)`) or never (`Some(false)`) the flash-style attention kernel.
+    pub flash_attn: Option<bool>,
+    /// ggml-cpu: worker threads.
+    pub threads: Option<usize>,
+}
+
+/// Opens a backend by name with default options; see [`open_with`].
+pub fn open(name: &str) -> Result<Box<dyn Backend>> {
+    open_with(name, &BackendOptions::default())
+}
+
 /// Opens a backend by name: `cpu`, a wgpu API (`vulkan`, `metal`, `dx12`, `gl`, or
 /// `wgpu` for whichever wgpu finds first), `ggml` / `ggml-cpu` (ggml's CPU backend),
 /// `ggml-cuda` (first CUDA device), or `ggml:<DEVICE>` for a ggml device by its registry
 /// name (`ggml:CUDA1`, ...).
-pub fn open(name: &str) -> Result<Box<dyn Backend>> {
+pub fn open_with(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
+    let _ = opts; // unused when neither the wgpu nor the ggml feature is on
     #[cfg(feature = "ggml")]
     {
         let device = match name {
@@ -118,7 +134,11 @@ pub fn open(name: &str) -> Result<Box<dyn Backend>> {
             _ => name.strip_prefix("ggml:"),
         };
         if let Some(device) = device {
-            return Ok(Box::new(ggml::GgmlBackend::new(device)?));
+            let mut b = ggml::GgmlBackend::new(device)?;
+            if let Some(n) = opts.threads {
+                b.set_threads(n);
+            }
+            return Ok(Box::new(b));
         }
     }
     #[cfg(feature = "wgpu")]
@@ -132,7 +152,11 @@ pub fn open(name: &str) -> Result<Box<dyn Backend>> {
     };
     #[cfg(feature = "wgpu")]
     if let Some(api) = api {
-        return Ok(Box::new(wgpu::WgpuBackend::new(api)?));
+        let mut options = wgpu::WgpuOptions::from_env();
+        if opts.flash_attn.is_some() {
+            options.flash_attn = opts.flash_attn;
+        }
+        return Ok(Box::new(wgpu::WgpuBackend::with_options(api, options)?));
     }
     match name {
         "cpu" => Ok(Box::new(CpuBackend)),

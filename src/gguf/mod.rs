@@ -10,9 +10,11 @@ mod types;
 
 pub use types::GgmlType;
 mod reader;
+mod retype;
 mod value;
 mod writer;
 
 pub use reader::{GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
+pub use retype::{is_matmul_weight, retype};
 pub use value::{Value, ValueType};
 pub use writer::GgufWriter;

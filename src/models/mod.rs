@@ -16,6 +16,16 @@ pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Pol
 }
 
 pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
+    if let Some(name) = &opts.embodiment {
+        // No arch here stores more than one set of statistics yet (GR00T will).
+        return Err(Error::InvalidArgument(format!(
+            "embodiment {name:?}: this model carries a single set of normalisation statistics"
+        )));
+    }
+    let file = match opts.weight_dtype {
+        Some(ty) => with_weight_dtype(&file, ty)?,
+        None => file,
+    };
     let arch = file.architecture()?.to_owned();
     match arch.as_str() {
         smolvla::ARCH => Ok(Box::new(smolvla::SmolVla::new(file, opts)?)),
@@ -24,6 +34,23 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
             ARCHS.join(", ")
         ))),
     }
+}
+
+/// `file` with its matmul weights re-encoded to `ty` (F32, F16 or BF16).
+fn with_weight_dtype(file: &GgufFile, ty: GgmlType) -> Result<GgufFile> {
+    if !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        return Err(Error::InvalidArgument(format!(
+            "weight dtype {ty}: expected f32, f16 or bf16 (use vla-quantize for block types)"
+        )));
+    }
+    let (bytes, _) = crate::gguf::retype(file, |t| crate::gguf::is_matmul_weight(t).then_some(ty))?;
+    GgufFile::from_bytes(bytes)
+}
+
+/// The backend `opts` names, with its options.
+pub(crate) fn open_backend(opts: &RuntimeOptions) -> Result<Box<dyn crate::backend::Backend>> {
+    let backend_opts = crate::backend::BackendOptions { flash_attn: opts.flash_attn, threads: opts.threads };
+    crate::backend::open_with(&opts.backend, &backend_opts)
 }
 
 /// The demo model `vla-server --demo` serves: SmolVLA-shaped, small, random weights from a

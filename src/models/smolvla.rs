@@ -10,7 +10,7 @@
 //! computed here on the host.
 
 use super::schema::{Meta, Schema};
-use crate::backend::{self, Executable};
+use crate::backend::Executable;
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::layers::{linear, rms_norm};
@@ -403,7 +403,7 @@ impl SmolVla {
         check_tensors(&file, &cfg)?;
         let stat = |n: &str| file.dequantize(n);
         let stats = [stat("state_mean")?, stat("state_std")?, stat("action_mean")?, stat("action_std")?];
-        let backend = backend::open(&opts.backend)?;
+        let backend = super::open_backend(opts)?;
         let file: &'static GgufFile = Box::leak(Box::new(file));
         let ptr = file as *const GgufFile as *mut GgufFile;
         let compiled = (|| -> Result<Compiled> {

@@ -23,7 +23,9 @@ pub use exec::GgmlExecutable;
 pub struct GgmlBackend {
     device: String,
     threads: usize,
-    description: String,
+    /// `ggml CPU: <cpu name>`; the thread count is appended for CPU devices.
+    device_description: String,
+    is_cpu: bool,
 }
 
 impl GgmlBackend {
@@ -41,11 +43,17 @@ impl GgmlBackend {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let mut description = format!("ggml {}", b.describe());
-        if b.is_cpu() {
-            description += &format!(" ({threads} threads)");
-        }
-        Ok(GgmlBackend { device: device.to_owned(), threads, description })
+        Ok(GgmlBackend {
+            device: device.to_owned(),
+            threads,
+            device_description: format!("ggml {}", b.describe()),
+            is_cpu: b.is_cpu(),
+        })
+    }
+
+    /// Worker threads for ggml-cpu (ignored by other devices).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
     }
 
     /// The devices compiled into this build, e.g. `["CPU"]`.
@@ -74,7 +82,10 @@ impl GgmlBackend {
 
 impl Backend for GgmlBackend {
     fn description(&self) -> String {
-        self.description.clone()
+        match self.is_cpu {
+            true => format!("{} ({} threads)", self.device_description, self.threads),
+            false => self.device_description.clone(),
+        }
     }
 
     fn compile<'w>(&self, graph: &Graph, weights: &'w dyn WeightStore) -> Result<Box<dyn Executable + 'w>> {

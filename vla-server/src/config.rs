@@ -1,0 +1,287 @@
+//! Server settings: command-line flags, each also a key of the "runtime" object of a
+//! `--config FILE.json` (the command line wins), and the refusal of environment variables
+//! that look like settings. Nothing unknown is ignored silently.
+
+use crate::serve::{QueueMode, ServeOptions};
+use crate::{Error, Result};
+use clap::Parser;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use vla::gguf::GgmlType;
+use vla::policy::RuntimeOptions;
+
+#[derive(Parser, Debug, Clone, Default)]
+#[command(
+    name = "vla-server",
+    version,
+    about = "Serve a VLA policy (one GGUF) over ZeroMQ",
+    override_usage = "vla-server [OPTIONS] <MODEL.gguf>\n       vla-server [OPTIONS] --demo",
+    long_about = "Serve a VLA policy (one GGUF) over ZeroMQ, with vla.cpp's protobuf wire protocol \
+                  (docs/PROTOCOL.md). Every option is also a key of the \"runtime\" object in \
+                  --config FILE.json; the command line wins over the file.",
+    after_help = "Examples:\n  vla-server --demo\n  vla-server --backend vulkan --bind tcp://*:5555 smolvla.gguf\n  vla-server --config serve.json model.gguf"
+)]
+pub struct ServerArgs {
+    /// The model file (GGUF). Omit with --demo.
+    #[arg(required_unless_present = "demo", conflicts_with = "demo")]
+    pub model: Option<PathBuf>,
+    /// Serve a small built-in SmolVLA-shaped model with random weights (no file needed).
+    #[arg(long)]
+    pub demo: bool,
+    /// Where to listen (ZeroMQ endpoint). `tcp://127.0.0.1:*` picks a free port.
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// cpu | vulkan | metal | dx12 | gl | wgpu | ggml | ggml-cpu | ggml-cuda | ggml:<DEVICE>
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// JSON file with a "runtime" object holding any of these options (snake_case keys).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Activation dtype: f32 (f16 and bf16 activations are not implemented yet).
+    #[arg(long, value_name = "f32|f16|bf16")]
+    pub act_dtype: Option<String>,
+    /// Re-encode the matmul weights to this type at load; default: as stored in the file.
+    #[arg(long, value_name = "f32|f16|bf16")]
+    pub weight_dtype: Option<String>,
+    /// Always use the flash-style attention kernel (wgpu); default: chosen by length.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub flash_attn: Option<bool>,
+    /// Matmul precision: default | f32. Every kernel here accumulates in f32, so both
+    /// give the same results; the key exists for vla.cpp config compatibility.
+    #[arg(long, value_name = "default|f32")]
+    pub mm_prec: Option<String>,
+    /// Normalisation statistics to use, for models that carry several.
+    #[arg(long)]
+    pub embodiment: Option<String>,
+    /// Denoising steps (1-1000); default: the model's own. Config key: num_steps.
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// CPU threads (cpu and ggml-cpu backends).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// latest: one pending request per client, an older one is answered "superseded";
+    /// fifo: every request in arrival order.
+    #[arg(long, value_name = "latest|fifo")]
+    pub queue: Option<String>,
+    /// Pending requests beyond which new ones are answered "queue full".
+    #[arg(long)]
+    pub max_queue: Option<usize>,
+    /// error | warn | info | debug | trace
+    #[arg(long)]
+    pub log_level: Option<String>,
+}
+
+/// The "runtime" object of a config file: the same settings, vla.cpp's key names.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct RuntimeKeys {
+    bind: Option<String>,
+    backend: Option<String>,
+    act_dtype: Option<String>,
+    weight_dtype: Option<String>,
+    flash_attn: Option<bool>,
+    mm_prec: Option<String>,
+    embodiment: Option<String>,
+    num_steps: Option<usize>,
+    threads: Option<usize>,
+    queue: Option<String>,
+    max_queue: Option<usize>,
+    log_level: Option<String>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    runtime: RuntimeKeys,
+}
+
+/// Keys people write by habit, with the one to use.
+const RENAMED_KEYS: &[(&str, &str)] = &[("steps", "num_steps"), ("n_threads", "threads"), ("device", "backend")];
+
+/// Environment variables that read like settings. vla-server reads none of them: each is
+/// refused, naming its flag, rather than silently ignored.
+pub const REFUSED_ENV: &[(&str, &str)] = &[
+    ("VLA_BACKEND", "--backend"),
+    ("VLA_STEPS", "--steps"),
+    ("VLA_NUM_STEPS", "--steps"),
+    ("VLA_ACT_DTYPE", "--act-dtype"),
+    ("VLA_WEIGHT_DTYPE", "--weight-dtype"),
+    ("VLA_FLASH_ATTN", "--flash-attn"),
+    ("VLA_MM_PREC", "--mm-prec"),
+    ("VLA_EMBODIMENT", "--embodiment"),
+    ("VLA_THREADS", "--threads"),
+    ("VLA_BIND", "--bind"),
+    ("VLA_LOG_LEVEL", "--log-level"),
+];
+
+/// Everything the server needs, resolved.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub model: Option<PathBuf>,
+    pub demo: bool,
+    pub bind: String,
+    pub runtime: RuntimeOptions,
+    pub serve: ServeOptions,
+    pub log_level: String,
+}
+
+pub const DEFAULT_BIND: &str = "tcp://*:5555";
+
+impl Settings {
+    /// Merges `args` over the config file it names (if any), checking every value.
+    pub fn resolve(args: ServerArgs, env: impl Fn(&str) -> Option<String>) -> Result<Settings> {
+        for (var, flag) in REFUSED_ENV {
+            if env(var).is_some() {
+                return Err(Error::Config(format!(
+                    "environment variable {var} is not read by vla-server: use {flag} (or its key in --config) and unset {var}"
+                )));
+            }
+        }
+        let file = match &args.config {
+            Some(path) => read_config(path)?,
+            None => RuntimeKeys::default(),
+        };
+        let act_dtype = args.act_dtype.or(file.act_dtype).unwrap_or_else(|| "f32".into());
+        match act_dtype.as_str() {
+            "f32" => {}
+            "f16" | "bf16" => {
+                return Err(Error::Config(format!(
+                    "act_dtype {act_dtype}: not implemented yet (activations are f32 on every backend); use f32"
+                )))
+            }
+            other => return Err(Error::Config(format!("act_dtype {other:?}: expected f32, f16 or bf16"))),
+        }
+        let weight_dtype = match args.weight_dtype.or(file.weight_dtype).as_deref() {
+            None => None,
+            Some("f32") => Some(GgmlType::F32),
+            Some("f16") => Some(GgmlType::F16),
+            Some("bf16") => Some(GgmlType::BF16),
+            Some(other) => return Err(Error::Config(format!("weight_dtype {other:?}: expected f32, f16 or bf16"))),
+        };
+        let mm_prec = args.mm_prec.or(file.mm_prec).unwrap_or_else(|| "default".into());
+        if !["default", "f32"].contains(&mm_prec.as_str()) {
+            return Err(Error::Config(format!("mm_prec {mm_prec:?}: expected default or f32")));
+        }
+        let num_steps = args.steps.or(file.num_steps);
+        if let Some(n) = num_steps {
+            if !(1..=1000).contains(&n) {
+                return Err(Error::Config(format!("steps {n}: expected 1..=1000")));
+            }
+        }
+        let threads = args.threads.or(file.threads);
+        if threads == Some(0) {
+            return Err(Error::Config("threads 0: expected at least 1".into()));
+        }
+        let queue = match args.queue.or(file.queue).as_deref() {
+            None | Some("latest") => QueueMode::Latest,
+            Some("fifo") => QueueMode::Fifo,
+            Some(other) => return Err(Error::Config(format!("queue {other:?}: expected latest or fifo"))),
+        };
+        let max_queue = args.max_queue.or(file.max_queue).unwrap_or(ServeOptions::default().max_queue);
+        if max_queue == 0 {
+            return Err(Error::Config("max_queue 0: expected at least 1".into()));
+        }
+        let log_level = args.log_level.or(file.log_level).unwrap_or_else(|| "info".into());
+        if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
+            return Err(Error::Config(format!("log_level {log_level:?}: expected error, warn, info, debug or trace")));
+        }
+        Ok(Settings {
+            model: args.model,
+            demo: args.demo,
+            bind: args.bind.or(file.bind).unwrap_or_else(|| DEFAULT_BIND.into()),
+            runtime: RuntimeOptions {
+                backend: args.backend.or(file.backend).unwrap_or_else(|| "cpu".into()),
+                num_steps,
+                embodiment: args.embodiment.or(file.embodiment),
+                weight_dtype,
+                flash_attn: args.flash_attn.or(file.flash_attn),
+                threads,
+            },
+            serve: ServeOptions { queue, max_queue },
+            log_level,
+        })
+    }
+}
+
+fn read_config(path: &Path) -> Result<RuntimeKeys> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+    serde_json::from_str::<ConfigFile>(&text).map(|c| c.runtime).map_err(|e| {
+        let mut msg = format!("{}: {e}", path.display());
+        for (old, new) in RENAMED_KEYS {
+            if msg.contains(&format!("unknown field `{old}`")) {
+                msg += &format!(" (the key is {new:?})");
+            }
+        }
+        Error::Config(msg)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn args(extra: &[&str]) -> ServerArgs {
+        ServerArgs::try_parse_from([&["vla-server", "--demo"], extra].concat()).unwrap()
+    }
+
+    fn config(json: &str) -> (tempfile::NamedTempFile, String) {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), json).unwrap();
+        let p = f.path().display().to_string();
+        (f, p)
+    }
+
+    #[test]
+    fn command_line_wins_over_file() {
+        let (_f, path) = config(r#"{"runtime": {"num_steps": 4, "backend": "ggml", "threads": 3}}"#);
+        let s = Settings::resolve(args(&["--config", &path, "--steps", "7"]), no_env).unwrap();
+        assert_eq!(s.runtime.num_steps, Some(7));
+        assert_eq!(s.runtime.backend, "ggml");
+        assert_eq!(s.runtime.threads, Some(3));
+        assert_eq!(s.bind, DEFAULT_BIND);
+    }
+
+    #[test]
+    fn unknown_and_renamed_keys_are_errors() {
+        let (_f, path) = config(r#"{"runtime": {"steps": 4}}"#);
+        let e = Settings::resolve(args(&["--config", &path]), no_env).unwrap_err().to_string();
+        assert!(e.contains("unknown field `steps`") && e.contains("\"num_steps\""), "{e}");
+        let (_g, path) = config(r#"{"runtime": {}, "server": {}}"#);
+        let e = Settings::resolve(args(&["--config", &path]), no_env).unwrap_err().to_string();
+        assert!(e.contains("unknown field `server`"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        for (flags, needle) in [
+            (&["--act-dtype", "bf16"][..], "not implemented"),
+            (&["--weight-dtype", "q4"], "weight_dtype"),
+            (&["--mm-prec", "f16"], "mm_prec"),
+            (&["--steps", "0"], "1..=1000"),
+            (&["--queue", "lifo"], "latest or fifo"),
+            (&["--log-level", "loud"], "log_level"),
+        ] {
+            let e = Settings::resolve(args(flags), no_env).unwrap_err().to_string();
+            assert!(e.contains(needle), "{flags:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn settings_env_vars_are_refused_with_their_flag() {
+        let env = |k: &str| (k == "VLA_NUM_STEPS").then(|| "5".to_string());
+        let e = Settings::resolve(args(&[]), env).unwrap_err().to_string();
+        assert!(e.contains("VLA_NUM_STEPS") && e.contains("--steps"), "{e}");
+    }
+
+    #[test]
+    fn flags_map_to_runtime_options() {
+        let s = Settings::resolve(args(&["--weight-dtype", "bf16", "--flash-attn", "--queue", "fifo"]), no_env).unwrap();
+        assert_eq!(s.runtime.weight_dtype, Some(GgmlType::BF16));
+        assert_eq!(s.runtime.flash_attn, Some(true));
+        assert_eq!(s.serve.queue, QueueMode::Fifo);
+    }
+}

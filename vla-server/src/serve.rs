@@ -1,0 +1,371 @@
+//! The serve loop: one ROUTER socket, one worker thread that owns the policy.
+//!
+//! The loop thread does all socket I/O (zmq sockets are single-threaded): it decodes and
+//! checks each request, answers ping/info and bad requests at once, queues predict jobs and
+//! hands them to the worker one at a time. The worker sends each finished reply back over
+//! an inproc PAIR socket, so the loop wakes on it as on a client message.
+
+use crate::proto::{Control, ErrorCode, PredictRequest, PredictResponse};
+use crate::{request, Error, Result};
+use prost::Message;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vla::policy::{Observation, Policy, PolicyInfo};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueMode {
+    /// One pending request per client: a newer one replaces it (answered "superseded").
+    Latest,
+    /// Every request, in arrival order.
+    Fifo,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeOptions {
+    pub queue: QueueMode,
+    /// Pending (not yet started) requests beyond which new ones are answered "queue full".
+    pub max_queue: usize,
+}
+
+impl std::fmt::Display for QueueMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            QueueMode::Latest => "latest",
+            QueueMode::Fifo => "fifo",
+        })
+    }
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions { queue: QueueMode::Latest, max_queue: 16 }
+    }
+}
+
+/// Requests larger than this are dropped by ZeroMQ before they reach us (16 views of
+/// 8192x8192 f32 would be 13 GB): 512 MiB.
+pub const MAX_MESSAGE_BYTES: i64 = 512 << 20;
+/// How often the loop looks at the stop flag while idle.
+const POLL_MS: i64 = 100;
+
+/// Counts reported when the loop ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServeStats {
+    pub predicted: u64,
+    pub errors: u64,
+}
+
+struct Job {
+    /// The ROUTER envelope to answer to: identity, and the empty delimiter if the client sent one.
+    envelope: Vec<Vec<u8>>,
+    request_id: u64,
+    obs: Observation,
+    received: Instant,
+}
+
+pub struct Server {
+    router: zmq::Socket,
+    /// Receives the worker's finished replies.
+    done: zmq::Socket,
+    jobs: Option<mpsc::Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    info: PolicyInfo,
+    info_json: String,
+    opts: ServeOptions,
+    endpoint: String,
+    queue: VecDeque<Job>,
+    busy: bool,
+    stats: ServeStats,
+    // Dropped last: sockets above must close before the context terminates.
+    _ctx: zmq::Context,
+}
+
+impl Server {
+    /// Binds `endpoint` (e.g. `tcp://*:5555`, or `tcp://127.0.0.1:*` for any free port) and
+    /// starts the worker that owns `policy`.
+    pub fn bind(policy: Box<dyn Policy>, endpoint: &str, opts: ServeOptions) -> Result<Server> {
+        let ctx = zmq::Context::new();
+        let router = ctx.socket(zmq::ROUTER)?;
+        router.set_linger(1000)?;
+        router.set_maxmsgsize(MAX_MESSAGE_BYTES)?;
+        router
+            .bind(endpoint)
+            .map_err(|e| Error::Config(format!("cannot bind {endpoint}: {e}")))?;
+        let endpoint = match router.get_last_endpoint()? {
+            Ok(s) => s,
+            Err(_) => endpoint.to_owned(),
+        };
+        // One inproc name per server, so several servers can live in one process (tests).
+        let inproc = format!("inproc://vla-done-{:p}", &router);
+        let done = ctx.socket(zmq::PAIR)?;
+        done.bind(&inproc)?;
+        let worker_done = ctx.socket(zmq::PAIR)?;
+        worker_done.connect(&inproc)?;
+        let info = policy.info().clone();
+        let info_json = info_json(&info);
+        let (tx, rx) = mpsc::channel::<Job>();
+        let worker = std::thread::Builder::new()
+            .name("vla-worker".into())
+            .spawn(move || work(policy, rx, worker_done))
+            .map_err(|e| Error::Config(format!("cannot start the worker thread: {e}")))?;
+        Ok(Server {
+            router,
+            done,
+            jobs: Some(tx),
+            worker: Some(worker),
+            info,
+            info_json,
+            opts,
+            endpoint,
+            queue: VecDeque::new(),
+            busy: false,
+            stats: ServeStats::default(),
+            _ctx: ctx,
+        })
+    }
+
+    /// The bound endpoint, with the port resolved (`tcp://0.0.0.0:5555`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub fn info(&self) -> &PolicyInfo {
+        &self.info
+    }
+
+    /// Serves until `stop` is set; then answers queued requests "shutting down", lets the
+    /// running one finish and returns.
+    pub fn run(mut self, stop: &AtomicBool) -> Result<ServeStats> {
+        while !stop.load(Ordering::Relaxed) {
+            let (client, finished) = {
+                let mut items = [self.router.as_poll_item(zmq::POLLIN), self.done.as_poll_item(zmq::POLLIN)];
+                match zmq::poll(&mut items, POLL_MS) {
+                    Ok(_) => {}
+                    Err(zmq::Error::EINTR) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+                (items[0].is_readable(), items[1].is_readable())
+            };
+            if finished {
+                self.forward_finished()?;
+            }
+            if client {
+                while let Some(frames) = recv_nowait(&self.router)? {
+                    self.on_message(frames)?;
+                }
+            }
+            self.dispatch()?;
+        }
+        self.shut_down()
+    }
+
+    fn on_message(&mut self, frames: Vec<Vec<u8>>) -> Result<()> {
+        let (envelope, body) = split_envelope(frames);
+        let [payload] = body.as_slice() else {
+            let msg = format!("expected one message frame after the envelope, got {}", body.len());
+            return self.reply(&envelope, &PredictResponse::error(0, ErrorCode::BadRequest, msg));
+        };
+        let req = match PredictRequest::decode(payload.as_slice()) {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = format!("malformed PredictRequest ({} bytes): {e}", payload.len());
+                return self.reply(&envelope, &PredictResponse::error(0, ErrorCode::BadRequest, msg));
+            }
+        };
+        let id = req.request_id;
+        match Control::try_from(req.control) {
+            Ok(Control::Ping) => self.reply(&envelope, &PredictResponse { request_id: id, ..Default::default() }),
+            Ok(Control::Info) => {
+                let resp = PredictResponse { request_id: id, info_json: self.info_json.clone(), ..Default::default() };
+                self.reply(&envelope, &resp)
+            }
+            Ok(Control::Predict) => match request::observation(&req, &self.info) {
+                Ok(obs) => self.enqueue(Job { envelope, request_id: id, obs, received: Instant::now() }),
+                Err(e) => self.reply(&envelope, &error_response(id, &e)),
+            },
+            Err(_) => {
+                let msg = format!("control {}: expected PREDICT (0), PING (1) or INFO (2)", req.control);
+                self.reply(&envelope, &PredictResponse::error(id, ErrorCode::BadRequest, msg))
+            }
+        }
+    }
+
+    fn enqueue(&mut self, job: Job) -> Result<()> {
+        if self.opts.queue == QueueMode::Latest {
+            if let Some(old) = self.queue.iter_mut().find(|j| j.envelope[0] == job.envelope[0]) {
+                let old = std::mem::replace(old, job);
+                let msg = format!("superseded by a newer request from the same client (request {})", old.request_id);
+                return self.reply(&old.envelope, &PredictResponse::error(old.request_id, ErrorCode::Superseded, msg));
+            }
+        }
+        if self.queue.len() >= self.opts.max_queue {
+            let msg = format!("queue full ({} pending requests); retry later", self.queue.len());
+            return self.reply(&job.envelope, &PredictResponse::error(job.request_id, ErrorCode::QueueFull, msg));
+        }
+        self.queue.push_back(job);
+        Ok(())
+    }
+
+    fn dispatch(&mut self) -> Result<()> {
+        if self.busy {
+            return Ok(());
+        }
+        if let (Some(job), Some(tx)) = (self.queue.pop_front(), &self.jobs) {
+            tx.send(job).map_err(|_| Error::Config("the worker thread has stopped".into()))?;
+            self.busy = true;
+        }
+        Ok(())
+    }
+
+    /// Sends the worker's finished reply (envelope frames + payload) to its client.
+    fn forward_finished(&mut self) -> Result<()> {
+        while let Some(mut frames) = recv_nowait(&self.done)? {
+            let ok = frames.pop().is_some_and(|flag| flag == [1]);
+            match ok {
+                true => self.stats.predicted += 1,
+                false => self.stats.errors += 1,
+            }
+            // A client gone since it asked is dropped by ROUTER silently, as it should be.
+            self.router.send_multipart(frames, 0)?;
+            self.busy = false;
+        }
+        Ok(())
+    }
+
+    fn reply(&mut self, envelope: &[Vec<u8>], resp: &PredictResponse) -> Result<()> {
+        if !resp.error.is_empty() {
+            self.stats.errors += 1;
+            tracing::debug!(code = resp.error_code, "refused request {}: {}", resp.request_id, resp.error);
+        }
+        let mut frames = envelope.to_vec();
+        frames.push(resp.encode_to_vec());
+        self.router.send_multipart(frames, 0)?;
+        Ok(())
+    }
+
+    fn shut_down(mut self) -> Result<ServeStats> {
+        for job in std::mem::take(&mut self.queue) {
+            let resp = PredictResponse::error(job.request_id, ErrorCode::ShuttingDown, "the server is shutting down");
+            self.reply(&job.envelope, &resp)?;
+        }
+        self.jobs = None; // the worker's loop ends once its channel closes
+        while self.busy {
+            let mut items = [self.done.as_poll_item(zmq::POLLIN)];
+            match zmq::poll(&mut items, POLL_MS) {
+                Ok(_) | Err(zmq::Error::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if self.worker.as_ref().is_some_and(|w| w.is_finished()) && !items[0].is_readable() {
+                break; // the worker died mid-job; nothing will arrive
+            }
+            self.forward_finished()?;
+        }
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+        Ok(self.stats)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn recv_nowait(socket: &zmq::Socket) -> Result<Option<Vec<Vec<u8>>>> {
+    match socket.recv_multipart(zmq::DONTWAIT) {
+        Ok(frames) => Ok(Some(frames)),
+        Err(zmq::Error::EAGAIN) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// ROUTER frames are `[identity, (empty delimiter, from REQ or a DEALER that mimics it),
+/// body...]`; the reply goes back with the same envelope.
+fn split_envelope(mut frames: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let n = if frames.len() >= 2 && frames[1].is_empty() { 2 } else { 1 };
+    let body = frames.split_off(n.min(frames.len()));
+    (frames, body)
+}
+
+fn error_response(request_id: u64, e: &Error) -> PredictResponse {
+    let code = match e {
+        Error::Request { code, .. } => *code,
+        Error::Vla(vla::Error::InvalidArgument(_) | vla::Error::Shape { .. }) => ErrorCode::BadRequest,
+        Error::Vla(vla::Error::NotImplemented { .. }) => ErrorCode::Unsupported,
+        _ => ErrorCode::Internal,
+    };
+    PredictResponse::error(request_id, code, e.to_string())
+}
+
+/// The worker: runs each job and sends `[envelope..., reply, ok flag]` back.
+fn work(mut policy: Box<dyn Policy>, jobs: mpsc::Receiver<Job>, done: zmq::Socket) {
+    while let Ok(job) = jobs.recv() {
+        let t0 = Instant::now();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy.predict(&job.obs)));
+        let resp = match result {
+            Ok(Ok(chunk)) => PredictResponse {
+                request_id: job.request_id,
+                chunk_size: chunk.chunk_size as u32,
+                action_dim: chunk.action_dim as u32,
+                action_chunk: chunk.actions,
+                latency_ms_inference: ms(t0.elapsed()),
+                latency_ms_vision: chunk.times.vision_ms,
+                latency_ms_prefill: chunk.times.prefill_ms,
+                latency_ms_denoise: chunk.times.denoise_ms,
+                latency_ms_total: ms(job.received.elapsed()),
+                ..Default::default()
+            },
+            Ok(Err(e)) => error_response(job.request_id, &Error::Vla(e)),
+            Err(_) => {
+                tracing::error!("the model panicked on request {}", job.request_id);
+                PredictResponse::error(job.request_id, ErrorCode::Internal, "internal error: the model panicked")
+            }
+        };
+        if resp.error.is_empty() {
+            tracing::debug!("request {}: {:.1} ms", job.request_id, resp.latency_ms_total);
+        } else {
+            tracing::warn!("request {} failed: {}", job.request_id, resp.error);
+        }
+        let ok = resp.error.is_empty() as u8;
+        let mut frames = job.envelope;
+        frames.push(resp.encode_to_vec());
+        frames.push(vec![ok]);
+        if done.send_multipart(frames, 0).is_err() {
+            return; // the loop is gone
+        }
+    }
+}
+
+fn ms(d: Duration) -> f32 {
+    d.as_secs_f32() * 1e3
+}
+
+/// The reply to an INFO request.
+pub fn info_json(info: &PolicyInfo) -> String {
+    serde_json::json!({
+        "arch": info.arch,
+        "n_images": info.n_images,
+        "image_height": info.image_height,
+        "image_width": info.image_width,
+        "state_dim": info.state_dim,
+        "max_state_dim": info.max_state_dim,
+        "chunk_size": info.chunk_size,
+        "action_dim": info.action_dim,
+        "max_action_dim": info.max_action_dim,
+        "num_steps": info.num_steps,
+        "param_count": info.param_count,
+        "weight_dtypes": info.weight_dtypes,
+        "backend": info.backend,
+        "memory_bytes": info.memory_bytes,
+        "server": concat!("vla-server ", env!("CARGO_PKG_VERSION")),
+    })
+    .to_string()
+}

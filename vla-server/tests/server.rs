@@ -1,0 +1,310 @@
+//! The server end to end over real ZeroMQ sockets on loopback: answers, every kind of bad
+//! input, queueing, several clients at once, a soak. The model is the built-in demo on cpu.
+
+use prost::Message;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vla::gguf::GgufFile;
+use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
+use vla_server::client::{request_from, Client};
+use vla_server::proto::{Control, Encoding, ErrorCode, PredictRequest, PredictResponse};
+use vla_server::serve::{QueueMode, ServeOptions, ServeStats, Server};
+
+const TIMEOUT_MS: u64 = 60_000;
+
+fn demo_policy() -> Box<dyn Policy> {
+    let file = GgufFile::from_bytes(vla::models::demo_gguf().unwrap()).unwrap();
+    vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap()
+}
+
+struct Running {
+    addr: String,
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<ServeStats>>,
+}
+
+impl Running {
+    fn start(opts: ServeOptions) -> Running {
+        let server = Server::bind(demo_policy(), "tcp://127.0.0.1:*", opts).unwrap();
+        let addr = server.endpoint().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::spawn(move || server.run(&flag).unwrap());
+        Running { addr, stop, handle: Some(handle) }
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.addr, TIMEOUT_MS).unwrap()
+    }
+
+    fn stop(mut self) -> ServeStats {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A valid observation for the demo model; `seed` varies state, image and noise.
+fn observation(seed: u32) -> Observation {
+    let info_images = 2;
+    let images = (0..info_images)
+        .map(|v| {
+            let (h, w) = (40 + v * 8, 56);
+            let data = (0..h * w * 3).map(|i| ((i as u32 * 7 + seed * 13 + v as u32 * 29) % 256) as u8).collect();
+            Image { height: h, width: w, data: ImageData::RgbU8(data) }
+        })
+        .collect();
+    let state = (0..6).map(|i| (i as f32 - 2.5) * 0.3 + seed as f32 * 0.01).collect();
+    let noise = (0..50 * 32).map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0).collect();
+    Observation { images, state, prompt: None, tokens: Some(vec![5, 17, 42, (seed % 400) as i32 + 3]), noise: Some(noise) }
+}
+
+fn expected(obs: &Observation) -> Vec<f32> {
+    demo_policy().predict(obs).unwrap().actions
+}
+
+fn error_of(resp: &PredictResponse) -> (ErrorCode, &str) {
+    (ErrorCode::try_from(resp.error_code).unwrap(), resp.error.as_str())
+}
+
+#[test]
+fn ping_info_and_a_correct_chunk() {
+    let server = Running::start(ServeOptions::default());
+    let mut c = server.client();
+    c.ping().unwrap();
+    let info = c.info().unwrap();
+    assert_eq!(info["arch"], "smolvla");
+    assert_eq!(info["n_images"], 2);
+    assert_eq!(info["chunk_size"], 50);
+    let obs = observation(1);
+    let resp = c.predict(&obs).unwrap();
+    assert_eq!((resp.chunk_size, resp.action_dim), (50, 6));
+    assert_eq!(resp.action_chunk, expected(&obs), "served chunk differs from a direct predict");
+    assert!(resp.latency_ms_total >= resp.latency_ms_inference && resp.latency_ms_inference > 0.0);
+    let stats = server.stop();
+    assert_eq!(stats, ServeStats { predicted: 1, errors: 0 });
+}
+
+#[test]
+fn a_req_socket_client_works() {
+    let server = Running::start(ServeOptions::default());
+    let ctx = zmq::Context::new();
+    let req = ctx.socket(zmq::REQ).unwrap();
+    req.set_rcvtimeo(TIMEOUT_MS as i32).unwrap();
+    req.connect(&server.addr).unwrap();
+    let obs = observation(2);
+    let mut msg = request_from(&obs);
+    msg.request_id = 77;
+    req.send(msg.encode_to_vec(), 0).unwrap();
+    let resp = PredictResponse::decode(req.recv_bytes(0).unwrap().as_slice()).unwrap();
+    assert_eq!(resp.error, "");
+    assert_eq!(resp.request_id, 77);
+    assert_eq!(resp.action_chunk, expected(&obs));
+}
+
+/// Each bad request gets an error reply with its code and a message naming the problem,
+/// and the server keeps serving.
+#[test]
+fn bad_requests_get_clear_errors() {
+    let server = Running::start(ServeOptions::default());
+    let mut c = server.client();
+    let good = request_from(&observation(3));
+    let with = |f: &dyn Fn(&mut PredictRequest)| {
+        let mut r = good.clone();
+        f(&mut r);
+        r
+    };
+    let bad = ErrorCode::BadRequest;
+    let cases: Vec<(&str, PredictRequest, ErrorCode, &str)> = vec![
+        ("no images", with(&|r| r.images.clear()), bad, "0 views"),
+        ("one image", with(&|r| { r.images.pop(); }), bad, "this model takes 2"),
+        ("17 images", with(&|r| r.images = vec![r.images[0].clone(); 17]), bad, "expected 1..=16"),
+        ("short data", with(&|r| { r.images[0].data.pop(); }), bad, "needs"),
+        ("huge declared size", with(&|r| { r.images[1].height = 8192; r.images[1].width = 8192; }), bad, "needs 201326592"),
+        ("too tall", with(&|r| r.images[0].height = 8193), bad, "height 8193"),
+        ("zero width", with(&|r| r.images[0].width = 0), bad, "width 0"),
+        ("bad encoding", with(&|r| r.images[0].encoding = 9), bad, "encoding 9"),
+        ("bad jpeg", with(&|r| r.images[0].encoding = Encoding::Jpeg as i32), bad, "JPEG"),
+        ("f32 out of range", with(&|r| {
+            let (h, w) = (r.images[0].height, r.images[0].width);
+            r.images[0].encoding = Encoding::F32Rgb01 as i32;
+            r.images[0].data = (0..h * w * 3).flat_map(|_| 2.0f32.to_le_bytes()).collect();
+        }), bad, "outside [0, 1]"),
+        ("no instruction", with(&|r| r.lang_tokens.clear()), bad, "no instruction"),
+        ("prompt and tokens", with(&|r| r.prompt = b"pick".to_vec()), bad, "not both"),
+        ("non-UTF-8 prompt", with(&|r| { r.lang_tokens.clear(); r.prompt = vec![0x66, 0xff, 0xfe]; }), bad, "UTF-8"),
+        ("token out of range", with(&|r| r.lang_tokens[0] = 100_000), bad, "token"),
+        ("negative token", with(&|r| r.lang_tokens[0] = -1), bad, "token"),
+        ("too many tokens", with(&|r| r.lang_tokens = vec![4; 17]), bad, "tokens"),
+        ("state length", with(&|r| r.state.push(0.0)), bad, "state: 7 values"),
+        ("state NaN", with(&|r| r.state[2] = f32::NAN), bad, "state[2]"),
+        ("noise length", with(&|r| r.noise.truncate(10)), bad, "noise: 10 values"),
+        ("precomputed embeddings", with(&|r| r.precomputed_img_emb = vec![0.0; 4]), ErrorCode::Unsupported, "precomputed"),
+        ("unknown control", with(&|r| r.control = 9), bad, "control 9"),
+    ];
+    for (name, req, code, needle) in cases {
+        let resp = c.call(req).unwrap();
+        let (got_code, msg) = error_of(&resp);
+        assert_eq!(got_code, code, "{name}: {msg}");
+        assert!(msg.contains(needle), "{name}: {msg:?} does not mention {needle:?}");
+        assert!(resp.action_chunk.is_empty(), "{name}: an error reply carries only the error");
+    }
+
+    // Frames that are not one PredictRequest.
+    let deadline = || Instant::now() + Duration::from_millis(TIMEOUT_MS);
+    for (name, frames, needle) in [
+        ("garbage", vec![&[0xffu8, 0xff, 0xff, 0x0f][..]], "malformed PredictRequest"),
+        ("truncated", vec![&good.encode_to_vec()[..40]], "malformed PredictRequest"),
+        ("multi-frame", vec![&b"a"[..], &b"b"[..], &b"c"[..]], "got 3"),
+        ("no body", vec![], "got 0"),
+    ] {
+        c.send_frames(&frames).unwrap();
+        let body = c.recv_frames(deadline()).unwrap();
+        let resp = PredictResponse::decode(body[0].as_slice()).unwrap();
+        assert_eq!(error_of(&resp).0, ErrorCode::BadRequest, "{name}");
+        assert!(resp.error.contains(needle), "{name}: {}", resp.error);
+    }
+
+    // Still serving, and correctly.
+    let obs = observation(3);
+    assert_eq!(c.predict(&obs).unwrap().action_chunk, expected(&obs));
+}
+
+#[test]
+fn clients_get_their_own_answers_concurrently() {
+    let server = Running::start(ServeOptions { queue: QueueMode::Fifo, max_queue: 64 });
+    let addr = server.addr.clone();
+    let handles: Vec<_> = (0..8u32)
+        .map(|k| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&addr, TIMEOUT_MS).unwrap();
+                (0..3).map(|j| c.predict(&observation(10 + k * 3 + j)).unwrap().action_chunk).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let reference = demo_policy();
+    let mut reference = reference;
+    for (k, h) in handles.into_iter().enumerate() {
+        for (j, chunk) in h.join().unwrap().into_iter().enumerate() {
+            let want = reference.predict(&observation(10 + k as u32 * 3 + j as u32)).unwrap().actions;
+            assert_eq!(chunk, want, "client {k} request {j}");
+        }
+    }
+    assert_eq!(server.stop().predicted, 24);
+}
+
+#[test]
+fn latest_queue_supersedes_and_fifo_queue_fills() {
+    // latest: a burst from one client; the newest is always served.
+    let server = Running::start(ServeOptions { queue: QueueMode::Latest, max_queue: 16 });
+    let mut c = server.client();
+    let ids: Vec<u64> = (1..=4).collect();
+    for &id in &ids {
+        let mut r = request_from(&observation(id as u32));
+        r.request_id = id;
+        c.send_frames(&[&r.encode_to_vec()]).unwrap();
+    }
+    let replies = collect(&mut c, ids.len());
+    let last = &replies[&4];
+    assert_eq!(last.error, "", "the newest request must be served");
+    let superseded = replies.values().filter(|r| error_of(r).0 == ErrorCode::Superseded).count();
+    assert!(superseded >= 1, "a burst of 4 while busy supersedes at least one");
+    drop(server);
+
+    // fifo with room for one pending request: the rest of a burst is refused, not lost.
+    let server = Running::start(ServeOptions { queue: QueueMode::Fifo, max_queue: 1 });
+    let mut c = server.client();
+    for id in 1..=5u64 {
+        let mut r = request_from(&observation(id as u32));
+        r.request_id = id;
+        c.send_frames(&[&r.encode_to_vec()]).unwrap();
+    }
+    let replies = collect(&mut c, 5);
+    assert_eq!(replies[&1].error, "");
+    let full = replies.values().filter(|r| error_of(r).0 == ErrorCode::QueueFull).count();
+    assert!((3..=4).contains(&full), "{full} queue-full replies");
+    assert!(replies[&5].error.contains("queue full"));
+}
+
+fn collect(c: &mut Client, n: usize) -> std::collections::HashMap<u64, PredictResponse> {
+    let deadline = Instant::now() + Duration::from_millis(TIMEOUT_MS);
+    (0..n)
+        .map(|_| {
+            let body = c.recv_frames(deadline).unwrap();
+            let r = PredictResponse::decode(body[0].as_slice()).unwrap();
+            (r.request_id, r)
+        })
+        .collect()
+}
+
+#[test]
+fn a_client_vanishing_mid_request_does_not_stop_the_server() {
+    let server = Running::start(ServeOptions::default());
+    for seed in 0..3 {
+        let mut gone = server.client();
+        gone.send_frames(&[&request_from(&observation(seed)).encode_to_vec()]).unwrap();
+        drop(gone);
+    }
+    let mut c = server.client();
+    let obs = observation(9);
+    assert_eq!(c.predict(&obs).unwrap().action_chunk, expected(&obs));
+    // PING and INFO need no model time and are answered in order with it.
+    c.ping().unwrap();
+    let stats = server.stop();
+    assert!(stats.predicted >= 1);
+}
+
+#[test]
+fn soak_keeps_memory_steady() {
+    let server = Running::start(ServeOptions::default());
+    let mut c = server.client();
+    let mut bad = request_from(&observation(0));
+    bad.images.pop();
+    let mut round = |k: u32| {
+        let resp = c.predict(&observation(k)).unwrap();
+        assert_eq!(resp.action_chunk.len(), 300);
+        assert_ne!(c.call(bad.clone()).unwrap().error, "");
+    };
+    for k in 0..30 {
+        round(k);
+    }
+    let before = rss_kib();
+    for k in 0..300 {
+        round(k);
+    }
+    let after = rss_kib();
+    // Leaking one request's buffers (~21 KB of images and noise) would add ~6 MiB over 300.
+    assert!(after < before + 4 * 1024, "RSS grew from {before} KiB to {after} KiB over 300 requests");
+    let stats = server.stop();
+    assert_eq!(stats.predicted, 330);
+    assert_eq!(stats.errors, 330);
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn control_requests_never_touch_the_model() {
+    // An INFO request carries no images: it must not be validated as a predict.
+    let server = Running::start(ServeOptions::default());
+    let mut c = server.client();
+    let resp = c.call(PredictRequest { control: Control::Info as i32, request_id: 5, ..Default::default() }).unwrap();
+    assert_eq!(resp.request_id, 5);
+    let info: serde_json::Value = serde_json::from_str(&resp.info_json).unwrap();
+    assert_eq!(info["state_dim"], 6);
+    assert_eq!(server.stop(), ServeStats::default());
+}
