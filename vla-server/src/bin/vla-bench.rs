@@ -1,0 +1,153 @@
+//! `vla-bench`: latency of a model per stage (vision, prefill, denoise, total) on a backend,
+//! or end to end through a running vla-server. See `vla-bench --help`.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+use vla::gguf::GgufFile;
+use vla::policy::{Image, ImageData, Observation, RuntimeOptions};
+use vla_server::client::Client;
+
+#[derive(Parser)]
+#[command(
+    name = "vla-bench",
+    version,
+    about = "Measure a VLA policy's latency per stage and its memory",
+    after_help = "Examples:\n  vla-bench --demo --backend vulkan --iters 20\n  vla-bench --ckpt smolvla.gguf --backend cpu --threads 2\n  vla-bench --server tcp://127.0.0.1:5555 --iters 100"
+)]
+struct Args {
+    /// Model file (GGUF).
+    #[arg(long, conflicts_with_all = ["demo", "server"])]
+    ckpt: Option<PathBuf>,
+    /// The built-in demo model.
+    #[arg(long, conflicts_with = "server")]
+    demo: bool,
+    /// Measure a running server end to end instead (its INFO says what to send).
+    #[arg(long)]
+    server: Option<String>,
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// Timed iterations (after the warm-up).
+    #[arg(long, default_value_t = 10)]
+    iters: usize,
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// Denoising steps; default: the model's.
+    #[arg(long)]
+    steps: Option<usize>,
+    /// CPU threads (cpu, ggml-cpu).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Re-encode matmul weights at load: f32 | f16 | bf16.
+    #[arg(long)]
+    weight_dtype: Option<String>,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vla-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A synthetic observation of the right shape: fixed pixels, state and noise.
+fn observation(n_images: usize, side: usize, state_dim: usize, noise_len: usize) -> Observation {
+    let image = Image { height: side, width: side, data: ImageData::RgbU8((0..side * side * 3).map(|i| (i * 37 % 256) as u8).collect()) };
+    Observation {
+        images: vec![image; n_images],
+        state: (0..state_dim).map(|i| (i as f32 * 0.37).sin()).collect(),
+        tokens: Some(vec![1, 2, 3, 4]),
+        prompt: None,
+        noise: Some((0..noise_len).map(|i| (i as f32 * 0.61).cos()).collect()),
+    }
+}
+
+/// min / median / max of each column, in ms.
+fn report(names: &[&str], rows: &[Vec<f32>]) {
+    println!("{:<12} {:>10} {:>10} {:>10}", "stage (ms)", "min", "median", "max");
+    for (k, name) in names.iter().enumerate() {
+        let mut v: Vec<f32> = rows.iter().map(|r| r[k]).collect();
+        v.sort_by(f32::total_cmp);
+        println!("{name:<12} {:>10.2} {:>10.2} {:>10.2}", v[0], v[v.len() / 2], v[v.len() - 1]);
+    }
+}
+
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn run(args: Args) -> Result<()> {
+    if args.iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    if let Some(addr) = &args.server {
+        return bench_server(addr, &args);
+    }
+    if let Some(n) = args.threads {
+        rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
+    }
+    let file = match (&args.ckpt, args.demo) {
+        (Some(p), _) => GgufFile::open(p).with_context(|| format!("opening {}", p.display()))?,
+        (None, true) => GgufFile::from_bytes(vla::models::demo_gguf()?)?,
+        (None, false) => bail!("give --ckpt MODEL.gguf, --demo or --server ADDR"),
+    };
+    let weight_dtype = match args.weight_dtype.as_deref() {
+        None => None,
+        Some(s) => Some(vla::gguf::GgmlType::from_name(s)?),
+    };
+    let opts = RuntimeOptions { backend: args.backend.clone(), num_steps: args.steps, threads: args.threads, weight_dtype, ..Default::default() };
+    let t0 = Instant::now();
+    let mut policy = vla::models::from_gguf(file, &opts)?;
+    let load_s = t0.elapsed().as_secs_f32();
+    let info = policy.info().clone();
+    println!("model     {} ({:.1} M params, {}), loaded in {load_s:.2} s", info.arch, info.param_count as f64 / 1e6, info.weight_dtypes);
+    println!("backend   {}", info.backend);
+    println!("shape     {} camera(s) at {}, chunk {} x {}, {} steps", info.n_images, info.image_height, info.chunk_size, info.action_dim, info.num_steps);
+    let obs = observation(info.n_images, info.image_height, info.state_dim, info.chunk_size * info.max_action_dim);
+    for _ in 0..args.warmup {
+        policy.predict(&obs)?;
+    }
+    let rows = (0..args.iters)
+        .map(|_| {
+            let t = policy.predict(&obs)?.times;
+            Ok(vec![t.vision_ms, t.prefill_ms, t.denoise_ms, t.total_ms])
+        })
+        .collect::<Result<Vec<_>>>()?;
+    println!("iters     {} (after {} warm-up)", args.iters, args.warmup);
+    report(&["vision", "prefill", "denoise", "total"], &rows);
+    println!("memory    backend {:.1} MiB (weights + peak activations)", info.memory_bytes as f64 / (1 << 20) as f64);
+    if let Some(rss) = peak_rss_mib() {
+        println!("          process peak RSS {rss:.1} MiB");
+    }
+    Ok(())
+}
+
+fn bench_server(addr: &str, args: &Args) -> Result<()> {
+    let mut client = Client::connect(addr, 120_000)?;
+    let info = client.info().context("asking the server for INFO")?;
+    let get = |k: &str| info[k].as_u64().map(|v| v as usize).with_context(|| format!("INFO lacks {k}"));
+    let obs = observation(get("n_images")?, get("image_height")?, get("state_dim")?, get("chunk_size")? * get("max_action_dim")?);
+    let text = |k: &str| info[k].as_str().unwrap_or("?").to_owned();
+    println!("server    {addr}: {} on {}", text("arch"), text("backend"));
+    for _ in 0..args.warmup {
+        client.predict(&obs)?;
+    }
+    let rows = (0..args.iters)
+        .map(|_| {
+            let t0 = Instant::now();
+            let r = client.predict(&obs)?;
+            let round_trip = t0.elapsed().as_secs_f32() * 1e3;
+            Ok(vec![r.latency_ms_vision, r.latency_ms_prefill, r.latency_ms_denoise, r.latency_ms_inference, r.latency_ms_total, round_trip])
+        })
+        .collect::<Result<Vec<_>>>()?;
+    println!("iters     {} (after {} warm-up)", args.iters, args.warmup);
+    report(&["vision", "prefill", "denoise", "inference", "server", "round trip"], &rows);
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! vla-bench as a user runs it: in process on the demo model, and against a live server.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vla-bench")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn reports_every_stage_and_memory() {
+    let (ok, out, err) = bench(&["--demo", "--iters", "2", "--warmup", "0", "--steps", "2"]);
+    assert!(ok, "{err}");
+    for row in ["vision", "prefill", "denoise", "total", "memory", "2 steps"] {
+        assert!(out.contains(row), "no {row:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn measures_a_running_server() {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_vla-server"))
+        .args(["--demo", "--bind", "tcp://127.0.0.1:*"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(server.stdout.take().unwrap()));
+    let addr = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find_map(|l| l.strip_prefix("listening on ").map(|rest| rest.split_whitespace().next().unwrap().to_owned()))
+        .expect("server did not start");
+    let (ok, out, err) = bench(&["--server", &addr, "--iters", "2", "--warmup", "0"]);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(ok, "{err}");
+    assert!(out.contains("smolvla on cpu") && out.contains("round trip"), "{out}");
+}
+
+#[test]
+fn bad_arguments_are_one_clear_line() {
+    let (ok, _, err) = bench(&["--iters", "1"]);
+    assert!(!ok && err.contains("--ckpt") && err.contains("--demo"), "{err}");
+    let (ok, _, err) = bench(&["--ckpt", "/nonexistent.gguf"]);
+    assert!(!ok && err.contains("/nonexistent.gguf"), "{err}");
+}
