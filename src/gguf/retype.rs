@@ -1,31 +1,37 @@
 //! Re-encoding a model's tensors to another type: the one place that rewrites a GGUF's
-//! weights (load-time `weight_dtype`, and the quantizer). Metadata and every tensor not
+//! weights (load-time `weight_dtype`, and `vla-quantize`). Metadata and every tensor not
 //! selected are copied byte for byte.
 
 use super::{GgmlType, GgufFile, GgufWriter, TensorInfo};
 use crate::Result;
 
-/// A new GGUF, in memory, where each tensor for which `target` returns a type is
-/// re-encoded to it (through f32, with ggml's reference rounding) and every other tensor
-/// is copied unchanged. Returns the bytes and how many tensors were re-encoded.
-pub fn retype(file: &GgufFile, target: impl Fn(&TensorInfo) -> Option<GgmlType>) -> Result<(Vec<u8>, usize)> {
+/// A writer holding `file`'s metadata and tensors, where each tensor for which `target`
+/// returns a type is re-encoded to it (through f32, with ggml's reference rounding) and
+/// every other tensor is borrowed unchanged. `progress(i, tensor)` is called before each
+/// tensor. Also returns the names of the re-encoded tensors.
+pub fn retype<'a>(
+    file: &'a GgufFile,
+    target: impl Fn(&TensorInfo) -> Option<GgmlType>,
+    mut progress: impl FnMut(usize, &TensorInfo),
+) -> Result<(GgufWriter<'a>, Vec<String>)> {
     let mut w = GgufWriter::new();
     for (k, v) in file.metadata() {
         // `general.alignment` is copied too: the writer takes the data alignment from it.
         w.add_metadata(k.clone(), v.clone())?;
     }
-    let mut changed = 0;
-    for t in file.tensors() {
+    let mut changed = Vec::new();
+    for (i, t) in file.tensors().iter().enumerate() {
+        progress(i, t);
         match target(t).filter(|&ty| ty != t.ty) {
             Some(ty) => {
                 let values = file.dequantize(&t.name)?;
                 w.add_f32(t.name.clone(), ty, &t.dims, &values)?;
-                changed += 1;
+                changed.push(t.name.clone());
             }
             None => w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))?,
         }
     }
-    Ok((w.to_bytes()?, changed))
+    Ok((w, changed))
 }
 
 /// Whether a tensor is a weight matrix that a `weight_dtype` setting applies to: a float
@@ -37,6 +43,22 @@ pub fn is_matmul_weight(t: &TensorInfo) -> bool {
         && t.name.ends_with(".weight")
         && matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
         && !skip.iter().any(|s| t.name.contains(s))
+}
+
+/// Whether `vla-quantize` packs a tensor into block type `ty`: the language model's weight
+/// matrices (the vision tower's too with `vision`), never embeddings, output heads, norms,
+/// positions, the action expert (`aex.*`) or the action/state/time projections, and only
+/// where a row is a whole number of blocks. The name list is vla.cpp's quantizer's.
+pub fn is_quantizable(t: &TensorInfo, ty: GgmlType, vision: bool) -> bool {
+    const SKIP: &[&str] = &[
+        "token_embd", "output.weight", "patch_embd", "norm", "pos", "embed", "cls", "action", "state",
+        "expert", "aex.", "dit", "adaln", "ada_", "time",
+    ];
+    let is_vision = t.name.starts_with("vit.") || t.name.contains("vision");
+    is_matmul_weight(t)
+        && !SKIP.iter().any(|s| t.name.contains(s))
+        && (vision || !is_vision)
+        && t.dims[0] % ty.block_size() as u64 == 0
 }
 
 #[cfg(test)]
@@ -56,9 +78,10 @@ mod tests {
     #[test]
     fn retypes_only_selected_tensors() {
         let src = sample();
-        let (bytes, n) = retype(&src, |t| is_matmul_weight(t).then_some(GgmlType::BF16)).unwrap();
-        assert_eq!(n, 1);
-        let out = GgufFile::from_bytes(bytes).unwrap();
+        let mut seen = 0;
+        let (w, changed) = retype(&src, |t| is_matmul_weight(t).then_some(GgmlType::BF16), |_, _| seen += 1).unwrap();
+        assert_eq!((changed, seen), (vec!["blk.0.attn_q.weight".to_string()], 3));
+        let out = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
         assert_eq!(out.tensor_info("blk.0.attn_q.weight").unwrap().ty, GgmlType::BF16);
         for name in ["blk.0.attn_norm.weight", "state_mean"] {
             assert_eq!(out.tensor_info(name).unwrap().ty, GgmlType::F32);
@@ -69,5 +92,19 @@ mod tests {
         let (a, b) = (src.dequantize("blk.0.attn_q.weight").unwrap(), out.dequantize("blk.0.attn_q.weight").unwrap());
         assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= x.abs() / 256.0));
         assert_ne!(a, b, "bf16 must actually round some of these values");
+    }
+
+    #[test]
+    fn quantization_rule() {
+        let t = |name: &str, d0: u64| TensorInfo { name: name.into(), ty: GgmlType::F32, dims: vec![d0, 8], offset: 0 };
+        let q = |name: &str, d0: u64, vision: bool| is_quantizable(&t(name, d0), GgmlType::Q8_0, vision);
+        assert!(q("vlm.blk.0.attn_q.weight", 64, false));
+        assert!(!q("vlm.blk.0.attn_q.weight", 48, false), "rows must be whole blocks");
+        for kept in ["token_embd.weight", "vlm.blk.0.attn_norm.weight", "aex.blk.0.ffn_up.weight", "action_in_proj.weight", "state_proj.weight", "action_time_mlp_in.weight"] {
+            assert!(!q(kept, 64, true), "{kept}");
+        }
+        assert!(!q("vit.blk.0.fc1.weight", 64, false));
+        assert!(q("vit.blk.0.fc1.weight", 64, true));
+        assert!(!q("vit.patch_embd.weight", 64, true));
     }
 }

@@ -51,6 +51,20 @@ impl<'a> GgufWriter<'a> {
         Ok(())
     }
 
+    /// Sets a metadata entry, replacing the value of an existing key (e.g. in a copied file).
+    pub fn set_metadata(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Result<()> {
+        let (key, value) = (key.into(), value.into());
+        match self.metadata.iter_mut().find(|(k, _)| *k == key) {
+            Some(_) if key == ALIGNMENT_KEY => Err(Error::InvalidArgument(format!("{ALIGNMENT_KEY} cannot be replaced"))),
+            Some(entry) => {
+                value.check_homogeneous()?;
+                entry.1 = value;
+                Ok(())
+            }
+            None => self.add_metadata(key, value),
+        }
+    }
+
     /// Adds a tensor with `dims` in ggml order (`dims[0]` fastest) and its encoded bytes.
     pub fn add_tensor(
         &mut self,

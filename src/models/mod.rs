@@ -43,8 +43,8 @@ fn with_weight_dtype(file: &GgufFile, ty: GgmlType) -> Result<GgufFile> {
             "weight dtype {ty}: expected f32, f16 or bf16 (use vla-quantize for block types)"
         )));
     }
-    let (bytes, _) = crate::gguf::retype(file, |t| crate::gguf::is_matmul_weight(t).then_some(ty))?;
-    GgufFile::from_bytes(bytes)
+    let (writer, _) = crate::gguf::retype(file, |t| crate::gguf::is_matmul_weight(t).then_some(ty), |_, _| {})?;
+    GgufFile::from_bytes(writer.to_bytes()?)
 }
 
 /// The backend `opts` names, with its options.

@@ -27,6 +27,10 @@ struct Args {
     /// Measure a running server end to end instead (its INFO says what to send).
     #[arg(long)]
     server: Option<String>,
+    /// Compare models on the same inputs and noise: action-chunk error of each against the
+    /// first (max abs, relative L2, cosine), file size and latency ratios.
+    #[arg(long, num_args = 2.., value_name = "MODEL.gguf", conflicts_with_all = ["ckpt", "demo", "server"])]
+    compare: Vec<PathBuf>,
     #[arg(long, default_value = "cpu")]
     backend: String,
     /// Timed iterations (after the warm-up).
@@ -93,16 +97,15 @@ fn run(args: Args) -> Result<()> {
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
     }
+    if !args.compare.is_empty() {
+        return compare(&args);
+    }
     let file = match (&args.ckpt, args.demo) {
         (Some(p), _) => GgufFile::open(p).with_context(|| format!("opening {}", p.display()))?,
         (None, true) => GgufFile::from_bytes(vla::models::demo_gguf()?)?,
-        (None, false) => bail!("give --ckpt MODEL.gguf, --demo or --server ADDR"),
+        (None, false) => bail!("give --ckpt MODEL.gguf, --demo, --server ADDR or --compare A.gguf B.gguf"),
     };
-    let weight_dtype = match args.weight_dtype.as_deref() {
-        None => None,
-        Some(s) => Some(vla::gguf::GgmlType::from_name(s)?),
-    };
-    let opts = RuntimeOptions { backend: args.backend.clone(), num_steps: args.steps, threads: args.threads, weight_dtype, ..Default::default() };
+    let opts = runtime_options(&args)?;
     let t0 = Instant::now();
     let mut policy = vla::models::from_gguf(file, &opts)?;
     let load_s = t0.elapsed().as_secs_f32();
@@ -127,6 +130,65 @@ fn run(args: Args) -> Result<()> {
         println!("          process peak RSS {rss:.1} MiB");
     }
     Ok(())
+}
+
+fn runtime_options(args: &Args) -> Result<RuntimeOptions> {
+    let weight_dtype = match args.weight_dtype.as_deref() {
+        None => None,
+        Some(s) => Some(vla::gguf::GgmlType::from_name(&s.to_ascii_uppercase())?),
+    };
+    Ok(RuntimeOptions { backend: args.backend.clone(), num_steps: args.steps, threads: args.threads, weight_dtype, ..Default::default() })
+}
+
+/// Each model's chunk on one fixed observation and noise, its median latency and file size.
+fn compare(args: &Args) -> Result<()> {
+    let opts = runtime_options(args)?;
+    let mut rows = Vec::new();
+    for path in &args.compare {
+        let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let size = file.file_size();
+        let mut policy = vla::models::from_gguf(file, &opts).with_context(|| format!("loading {}", path.display()))?;
+        let info = policy.info().clone();
+        let obs = observation(info.n_images, info.image_height, info.state_dim, info.chunk_size * info.max_action_dim);
+        let chunk = policy.predict(&obs)?.actions;
+        for _ in 1..args.warmup {
+            policy.predict(&obs)?;
+        }
+        let mut ms = (0..args.iters).map(|_| Ok(policy.predict(&obs)?.times.total_ms)).collect::<Result<Vec<f32>>>()?;
+        ms.sort_by(f32::total_cmp);
+        rows.push((path.display().to_string(), size, ms[ms.len() / 2], chunk, info.weight_dtypes));
+    }
+    let (_, size0, ms0, ref0, _) = &rows[0];
+    if let Some((name, ..)) = rows.iter().find(|r| r.3.len() != ref0.len()) {
+        bail!("{name}: its chunk has another shape than {}'s", rows[0].0);
+    }
+    println!("backend {}, {} iterations each, errors of the action chunk against {}", args.backend, args.iters, rows[0].0);
+    println!("| model | weights | MiB | size ratio | median ms | latency ratio | max abs err | rel L2 err | cosine |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (name, size, ms, chunk, dtypes) in &rows {
+        let (max_abs, rel, cos) = errors(ref0, chunk);
+        println!(
+            "| {name} | {dtypes} | {:.1} | {:.2} | {ms:.1} | {:.2} | {max_abs:.2e} | {rel:.2e} | {cos:.6} |",
+            *size as f64 / (1 << 20) as f64,
+            *size as f64 / *size0 as f64,
+            ms / ms0
+        );
+    }
+    Ok(())
+}
+
+/// Max abs error, relative L2 error and cosine similarity of `b` against `a`.
+fn errors(a: &[f32], b: &[f32]) -> (f64, f64, f64) {
+    let (mut max_abs, mut diff2, mut a2, mut b2, mut dot) = (0f64, 0f64, 0f64, 0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (x as f64, y as f64);
+        max_abs = max_abs.max((x - y).abs());
+        diff2 += (x - y) * (x - y);
+        a2 += x * x;
+        b2 += y * y;
+        dot += x * y;
+    }
+    (max_abs, (diff2 / a2.max(f64::MIN_POSITIVE)).sqrt(), dot / (a2 * b2).sqrt().max(f64::MIN_POSITIVE))
 }
 
 fn bench_server(addr: &str, args: &Args) -> Result<()> {

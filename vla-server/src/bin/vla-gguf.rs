@@ -32,6 +32,13 @@ enum Command {
         #[arg(short, long)]
         out: Option<PathBuf>,
     },
+    /// Write the built-in demo model (what `vla-server --demo` serves) to a file.
+    Demo {
+        out: PathBuf,
+        /// Overwrite OUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 fn main() {
@@ -39,6 +46,7 @@ fn main() {
     let result = match cli.command {
         Command::Info { file, full } => info(&file, full),
         Command::Dequant { file, tensor, out } => dequant(&file, &tensor, out.as_deref()),
+        Command::Demo { out, force } => demo(&out, force),
     };
     if let Err(e) = result {
         // A closed pipe (`vla-gguf info f | head`) is not an error worth reporting.
@@ -113,5 +121,14 @@ fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) 
             stdout.flush()?;
         }
     }
+    Ok(())
+}
+
+fn demo(out: &std::path::Path, force: bool) -> Result<()> {
+    if out.exists() && !force {
+        bail!("{} exists: pass --force to overwrite it", out.display());
+    }
+    std::fs::write(out, vla::models::demo_gguf()?).with_context(|| format!("cannot write {}", out.display()))?;
+    println!("{}: the demo model (smolvla-shaped, random weights)", out.display());
     Ok(())
 }

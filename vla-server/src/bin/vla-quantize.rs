@@ -1,0 +1,100 @@
+//! `vla-quantize`: repack a model's language-model weight matrices into a ggml block type.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vla::gguf::{is_quantizable, retype, GgmlType, GgufFile};
+use vla::policy::RuntimeOptions;
+
+#[derive(Parser)]
+#[command(
+    name = "vla-quantize",
+    version,
+    about = "Quantize a VLA model's weight matrices to a ggml block type",
+    long_about = "Packs the language model's 2-D weight matrices (and the vision tower's with --vision) \
+                  into Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1. Embeddings, output heads, norms, positions, the \
+                  action expert and the action/state/time projections stay as they are; so does every \
+                  matrix whose rows are not a whole number of 32-value blocks. Metadata is copied, plus \
+                  vla.quantize.{type,vision,tensors} recording what was done.",
+    after_help = "Example:\n  vla-quantize --in smolvla.gguf --out smolvla-q8_0.gguf --type Q8_0"
+)]
+struct Args {
+    #[arg(long = "in", value_name = "MODEL.gguf")]
+    input: PathBuf,
+    #[arg(long = "out", value_name = "OUT.gguf")]
+    output: PathBuf,
+    /// Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1
+    #[arg(long = "type", value_name = "TYPE")]
+    ty: String,
+    /// Quantize the vision tower's matrices too.
+    #[arg(long)]
+    vision: bool,
+    /// Overwrite OUT.gguf if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vla-quantize: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let ty = GgmlType::from_name(&args.ty.to_ascii_uppercase()).ok().filter(|t| {
+        matches!(t, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1)
+    });
+    let Some(ty) = ty else { bail!("--type {}: expected Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1", args.ty) };
+    if args.output.exists() && !args.force {
+        bail!("{} exists: pass --force to overwrite it", args.output.display());
+    }
+    if args.output.canonicalize().ok().is_some_and(|o| args.input.canonicalize().ok() == Some(o)) {
+        bail!("--out must differ from --in");
+    }
+
+    // Validate first: the file must load as a model before anything is written.
+    let open = || GgufFile::open(&args.input).with_context(|| format!("reading {}", args.input.display()));
+    vla::models::from_gguf(open()?, &RuntimeOptions::default())
+        .with_context(|| format!("{} does not load as a model", args.input.display()))?;
+    let file = open()?;
+
+    let bar = ProgressBar::new(file.tensors().len() as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} tensors {msg}").expect("static template"),
+    );
+    let (mut writer, changed) = retype(&file, |t| is_quantizable(t, ty, args.vision).then_some(ty), |i, t| {
+        bar.set_position(i as u64);
+        bar.set_message(t.name.clone());
+    })?;
+    bar.finish_and_clear();
+    if changed.is_empty() {
+        bail!("no tensor of {} qualifies for {ty}: nothing to do", args.input.display());
+    }
+    writer.set_metadata("vla.quantize.type", ty.name())?;
+    writer.set_metadata("vla.quantize.vision", args.vision)?;
+    writer.set_metadata("vla.quantize.tensors", changed.len() as u32)?;
+
+    // Write beside the target and rename, so a failed run never leaves a half file under OUT.
+    let tmp = args.output.with_extension("gguf.partial");
+    if let Err(e) = writer.write_to_file(&tmp) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", tmp.display()));
+    }
+    std::fs::rename(&tmp, &args.output).with_context(|| format!("renaming to {}", args.output.display()))?;
+
+    let size = |p: &PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64;
+    let (before, after) = (size(&args.input), size(&args.output));
+    println!(
+        "{}: {} of {} tensors as {ty}; {before:.1} MiB -> {after:.1} MiB ({:.2}x)",
+        args.output.display(),
+        changed.len(),
+        file.tensors().len(),
+        before / after.max(1e-9)
+    );
+    Ok(())
+}
