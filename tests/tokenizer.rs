@@ -1,11 +1,11 @@
 //! The tokenizer against Hugging Face `tokenizers`: tests/fixtures/tokenizer/ holds a
-//! byte-level BPE trained with SmolLM2's pipeline and the ids `tokenizers` gives for ~50
-//! inputs (made by tools/golden/tokenizer.py). Encoding must match exactly, from the
+//! byte-level BPE trained with SmolLM2's pipeline (and one with GPT-2's) and the ids
+//! `tokenizers` gives for ~50 inputs (made by tools/golden/tokenizer.py). Encoding must match exactly, from the
 //! tokenizer.json and after a round trip through GGUF metadata.
 
 use serde_json::Value;
 use vla::gguf::{GgufFile, GgufWriter, Value as Meta, ValueType};
-use vla::tokenizer::{SpecialTokens, Tokenizer};
+use vla::tokenizer::{PreTokenizer, SpecialTokens, Tokenizer};
 use vla::Error;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokenizer");
@@ -73,6 +73,29 @@ fn leading_bos_post_processor() {
     assert!(tok.special().add_bos);
     check_cases(&tok, &g["bos_cases"]);
     check_cases(&through_gguf(&tok), &g["bos_cases"]);
+}
+
+#[test]
+fn gpt2_pre_tokenizer_without_digit_split() {
+    // Trained without the digit split, so it has merges across digits that `smollm`'s
+    // split would never reach.
+    let json = std::fs::read_to_string(format!("{DIR}/tokenizer_gpt2.json")).unwrap();
+    let tok = Tokenizer::from_hf_json(&json).unwrap();
+    assert_eq!(tok.pre_tokenizer(), PreTokenizer::Gpt2);
+    check_cases(&tok, &golden()["gpt2_cases"]);
+    check_cases(&through_gguf(&tok), &golden()["gpt2_cases"]);
+}
+
+#[test]
+fn digit_split_with_a_vocabulary_that_merges_digits() {
+    // tokenizer.json's own vocabulary has no digit merges, so only this shows the split.
+    let mut json: Value = serde_json::from_str(&std::fs::read_to_string(format!("{DIR}/tokenizer_gpt2.json")).unwrap()).unwrap();
+    let smollm: Value = serde_json::from_str(&hf_json()).unwrap();
+    json["pre_tokenizer"] = smollm["pre_tokenizer"].clone();
+    let tok = Tokenizer::from_hf_json(&json.to_string()).unwrap();
+    assert_eq!(tok.pre_tokenizer(), PreTokenizer::Gpt2Digits);
+    check_cases(&tok, &golden()["gpt2_vocab_smollm_pre_cases"]);
+    check_cases(&through_gguf(&tok), &golden()["gpt2_vocab_smollm_pre_cases"]);
 }
 
 #[test]
@@ -158,6 +181,8 @@ fn unsupported_tokenizer_json_is_an_error() {
         ("normalizer", Box::new(|j| j["normalizer"] = serde_json::json!({"type": "NFC"}))),
         ("metaspace", Box::new(|j| j["pre_tokenizer"] = serde_json::json!({"type": "Metaspace"}))),
         ("prefix space", Box::new(|j| j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true.into())),
+        ("no regex", Box::new(|j| j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = false.into())),
+        ("grouped digits", Box::new(|j| j["pre_tokenizer"]["pretokenizers"][0]["individual_digits"] = false.into())),
         ("wordpiece", Box::new(|j| j["model"]["type"] = "WordPiece".into())),
         ("byte fallback", Box::new(|j| j["model"]["byte_fallback"] = true.into())),
         ("lstrip", Box::new(|j| j["added_tokens"][0]["lstrip"] = true.into())),

@@ -145,10 +145,9 @@ fn merges(v: &Json) -> Result<Vec<(String, String)>> {
 
 fn pre_tokenizer(v: &Json) -> Result<PreTokenizer> {
     let unsupported = || err(format!("pre_tokenizer {v} is not supported (ByteLevel, optionally after Digits(individual_digits))"));
+    // `tokenizers` requires add_prefix_space and defaults use_regex to true.
     let byte_level = |p: &Json| {
-        p["type"] == "ByteLevel"
-            && p["add_prefix_space"].as_bool() != Some(true)
-            && p["use_regex"].as_bool() != Some(false)
+        p["type"] == "ByteLevel" && p["add_prefix_space"] == false && p["use_regex"].as_bool() != Some(false)
     };
     if byte_level(v) {
         return Ok(PreTokenizer::Gpt2);

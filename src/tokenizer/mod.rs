@@ -198,9 +198,12 @@ impl Tokenizer {
         if self.added.is_empty() {
             return None;
         }
-        text.bytes().enumerate().find_map(|(i, b)| {
-            let list = self.added.get(&b)?;
-            let found = list.iter().find(|&&id| text[i..].as_bytes().starts_with(self.tokens[id as usize].as_bytes()));
+        // A token's first byte is never a UTF-8 continuation byte, so a match starts on a
+        // character boundary.
+        let bytes = text.as_bytes();
+        (0..bytes.len()).find_map(|i| {
+            let list = self.added.get(&bytes[i])?;
+            let found = list.iter().find(|&&id| bytes[i..].starts_with(self.tokens[id as usize].as_bytes()));
             found.map(|&id| (i, id))
         })
     }

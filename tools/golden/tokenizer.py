@@ -6,6 +6,7 @@ Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False,
 use_regex=True)]; ByteLevel post-processor and decoder), then writes
 
   tests/fixtures/tokenizer/tokenizer.json   the trained tokenizer, as HF saves it
+  tests/fixtures/tokenizer/tokenizer_gpt2.json  a smaller one trained with ByteLevel alone
   tests/fixtures/tokenizer/golden.json      inputs and the ids HF gives for them
 
 The Rust test must reproduce every id list exactly. Run from the repository root:
@@ -108,25 +109,31 @@ def cases():
     ]
 
 
-def main():
+def train(pre_tokenizer, vocab_size):
     tok = Tokenizer(models.BPE())
     tok.normalizer = None
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
-        ]
-    )
+    tok.pre_tokenizer = pre_tokenizer
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         special_tokens=SPECIAL,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(CORPUS, trainer)
     tok.add_tokens(ADDED)
+    return tok
+
+
+def main():
+    smollm = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+        ]
+    )
+    tok = train(smollm, VOCAB_SIZE)
 
     os.makedirs(OUT, exist_ok=True)
     tok.save(os.path.join(OUT, "tokenizer.json"))
@@ -140,10 +147,22 @@ def main():
     with_bos.post_processor = bos
     bos_json = json.loads(with_bos.to_str())["post_processor"]
 
+    # A second, smaller BPE trained with GPT-2's pre-tokenizer alone (llama.cpp's `gpt2`
+    # pre type), so that it learns merges across digits ("Ġ2", "50") that the digit split
+    # must otherwise prevent.
+    plain = train(pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True), 500)
+    plain.save(os.path.join(OUT, "tokenizer_gpt2.json"))
+    # And that vocabulary with SmolLM2's pre-tokenizer: the digit split now changes ids
+    # (with tokenizer.json's own vocabulary, which has no digit merges, it cannot show).
+    plain_split = Tokenizer.from_str(plain.to_str())
+    plain_split.pre_tokenizer = smollm
+
     inputs = cases()
     golden = {
         "generator": f"tools/golden/tokenizer.py, tokenizers {tokenizers.__version__}",
         "cases": [{"text": s, "ids": tok.encode(s).ids} for s in inputs],
+        "gpt2_cases": [{"text": s, "ids": plain.encode(s).ids} for s in inputs],
+        "gpt2_vocab_smollm_pre_cases": [{"text": s, "ids": plain_split.encode(s).ids} for s in inputs],
         "bos_post_processor": bos_json,
         "bos_cases": [{"text": s, "ids": with_bos.encode(s).ids} for s in inputs[:4]],
         # decode(encode(s)) for the byte-level decoder (no cleanup of spaces).
