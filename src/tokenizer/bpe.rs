@@ -13,14 +13,22 @@ impl Tokenizer {
         for b in word.bytes() {
             match self.byte_ids[b as usize].or(self.special.unk) {
                 Some(id) => sym.push(id),
-                None => return Err(err(format!("byte {b:#04x} has no token and there is no unk token"))),
+                None => {
+                    return Err(err(format!(
+                        "byte {b:#04x} has no token and there is no unk token"
+                    )))
+                }
             }
         }
         let mut next = Vec::with_capacity(sym.len());
         loop {
             let best = sym
                 .windows(2)
-                .filter_map(|p| self.ranks.get(&(p[0], p[1])).map(|&(rank, merged)| (rank, p[0], p[1], merged)))
+                .filter_map(|p| {
+                    self.ranks
+                        .get(&(p[0], p[1]))
+                        .map(|&(rank, merged)| (rank, p[0], p[1], merged))
+                })
                 .min_by_key(|&(rank, ..)| rank);
             let Some((_, a, b, merged)) = best else { break };
             next.clear();

@@ -7,7 +7,11 @@ use crate::Result;
 /// `words` a left-to-right chain of merges that makes the word one token (`"Ġcube"`:
 /// `Ġ c`, `Ġc u`, `Ġcu b`, `Ġcub e`). Words are in byte-level spelling; a merge already
 /// made by an earlier word is not repeated. Pre-tokenized as SmolLM2 (`smollm`).
-pub fn tiny_byte_level(specials: &[&str], words: &[&str], special: SpecialTokens) -> Result<Tokenizer> {
+pub fn tiny_byte_level(
+    specials: &[&str],
+    words: &[&str],
+    special: SpecialTokens,
+) -> Result<Tokenizer> {
     let mut tokens: Vec<String> = specials.iter().map(|s| s.to_string()).collect();
     let mut types = vec![TokenType::Control; tokens.len()];
     tokens.extend(byte_to_char().iter().map(char::to_string));
@@ -28,6 +32,9 @@ pub fn tiny_byte_level(specials: &[&str], words: &[&str], special: SpecialTokens
             left = merged;
         }
     }
-    let merges: Vec<(&str, &str)> = merges.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let merges: Vec<(&str, &str)> = merges
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     Tokenizer::new(tokens, types, &merges, PreTokenizer::Gpt2Digits, special)
 }

@@ -41,12 +41,20 @@ impl Tokenizer {
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let model = file.get_str(MODEL_KEY)?;
         if model != BPE_MODEL {
-            return Err(err(format!("{MODEL_KEY} {model:?} is not supported (only {BPE_MODEL:?}, byte-level BPE)")));
+            return Err(err(format!(
+                "{MODEL_KEY} {model:?} is not supported (only {BPE_MODEL:?}, byte-level BPE)"
+            )));
         }
         let pre_name = file.get_str(PRE_KEY)?;
-        let pre = PreTokenizer::from_gguf_name(pre_name)
-            .ok_or_else(|| err(format!("{PRE_KEY} {pre_name:?} is not supported (gpt2, smollm)")))?;
-        let tokens: Vec<String> = strings(file, TOKENS_KEY)?.into_iter().map(str::to_owned).collect();
+        let pre = PreTokenizer::from_gguf_name(pre_name).ok_or_else(|| {
+            err(format!(
+                "{PRE_KEY} {pre_name:?} is not supported (gpt2, smollm)"
+            ))
+        })?;
+        let tokens: Vec<String> = strings(file, TOKENS_KEY)?
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         let types = match file.get(TYPES_KEY) {
             None => vec![TokenType::Normal; tokens.len()],
             Some(_) => file
@@ -62,13 +70,18 @@ impl Tokenizer {
         let merges = strings(file, MERGES_KEY)?
             .into_iter()
             .enumerate()
-            .map(|(i, m)| split_merge(m).ok_or_else(|| err(format!("{MERGES_KEY}[{i}] {m:?} is not two tokens \"a b\""))))
+            .map(|(i, m)| {
+                split_merge(m).ok_or_else(|| {
+                    err(format!("{MERGES_KEY}[{i}] {m:?} is not two tokens \"a b\""))
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         let mut ids = [None; 4];
         for (slot, key) in ids.iter_mut().zip(ID_KEYS) {
             if file.get(key).is_some() {
                 let v = file.get_u64(key)?;
-                *slot = Some(u32::try_from(v).map_err(|_| err(format!("{key} {v} is out of range")))?);
+                *slot =
+                    Some(u32::try_from(v).map_err(|_| err(format!("{key} {v} is out of range")))?);
             }
         }
         let add_bos = match file.get(ADD_BOS_KEY) {
@@ -76,7 +89,19 @@ impl Tokenizer {
             None => false,
         };
         let [bos, eos, pad, unk] = ids;
-        Tokenizer::new(tokens, types, &merges, pre, SpecialTokens { bos, eos, pad, unk, add_bos })
+        Tokenizer::new(
+            tokens,
+            types,
+            &merges,
+            pre,
+            SpecialTokens {
+                bos,
+                eos,
+                pad,
+                unk,
+                add_bos,
+            },
+        )
     }
 
     /// Adds the `tokenizer.ggml.*` metadata that [`Tokenizer::from_gguf`] reads.

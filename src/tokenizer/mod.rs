@@ -105,9 +105,16 @@ impl Tokenizer {
         if types.len() != n {
             return Err(err(format!("{} token types for {n} tokens", types.len())));
         }
-        for (what, id) in [("bos", special.bos), ("eos", special.eos), ("pad", special.pad), ("unk", special.unk)] {
+        for (what, id) in [
+            ("bos", special.bos),
+            ("eos", special.eos),
+            ("pad", special.pad),
+            ("unk", special.unk),
+        ] {
             if let Some(id) = id.filter(|&id| id as usize >= n) {
-                return Err(err(format!("{what} token id {id} is outside the vocabulary (0..{n})")));
+                return Err(err(format!(
+                    "{what} token id {id} is outside the vocabulary (0..{n})"
+                )));
             }
         }
         if special.add_bos && special.bos.is_none() {
@@ -123,12 +130,16 @@ impl Tokenizer {
         for (rank, &(a, b)) in merges.iter().enumerate() {
             let id = |s: &str| {
                 ids.get(s).copied().ok_or_else(|| {
-                    err(format!("merge {rank} ({a:?} {b:?}): {s:?} is not in the vocabulary"))
+                    err(format!(
+                        "merge {rank} ({a:?} {b:?}): {s:?} is not in the vocabulary"
+                    ))
                 })
             };
             if a.contains(' ') || b.contains(' ') {
                 // GGUF spells a merge "a b"; byte-level tokens spell a space as `Ġ`.
-                return Err(err(format!("merge {rank} ({a:?} {b:?}): a part contains a space")));
+                return Err(err(format!(
+                    "merge {rank} ({a:?} {b:?}): a part contains a space"
+                )));
             }
             let pair = (id(a)?, id(b)?);
             let merged = id(&format!("{a}{b}"))?;
@@ -150,7 +161,16 @@ impl Tokenizer {
             list.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
         }
         drop(ids);
-        Ok(Tokenizer { tokens, types, merges: merge_ids, pre, special, ranks, byte_ids, added })
+        Ok(Tokenizer {
+            tokens,
+            types,
+            merges: merge_ids,
+            pre,
+            special,
+            ranks,
+            byte_ids,
+            added,
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -177,7 +197,10 @@ impl Tokenizer {
     /// Token ids for `text`, with BOS first when the tokenizer adds it.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         if text.len() > MAX_TEXT_BYTES {
-            return Err(err(format!("text of {} bytes (at most {MAX_TEXT_BYTES})", text.len())));
+            return Err(err(format!(
+                "text of {} bytes (at most {MAX_TEXT_BYTES})",
+                text.len()
+            )));
         }
         let mut out = Vec::new();
         if self.special.add_bos {
@@ -203,7 +226,9 @@ impl Tokenizer {
         let bytes = text.as_bytes();
         (0..bytes.len()).find_map(|i| {
             let list = self.added.get(&bytes[i])?;
-            let found = list.iter().find(|&&id| bytes[i..].starts_with(self.tokens[id as usize].as_bytes()));
+            let found = list
+                .iter()
+                .find(|&&id| bytes[i..].starts_with(self.tokens[id as usize].as_bytes()));
             found.map(|&id| (i, id))
         })
     }

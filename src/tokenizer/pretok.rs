@@ -153,6 +153,9 @@ mod tests {
         assert_eq!(words(g, "a\n\nb"), ["a", "\n", "\n", "b"]);
         assert_eq!(words(g, "a \tb  "), ["a", " ", "\t", "b", "  "]);
         assert_eq!(words(g, "it's 12ab!?"), ["it", "'s", " 12", "ab", "!?"]);
-        assert_eq!(words(PreTokenizer::Gpt2Digits, "it's 12ab"), ["it", "'s", " ", "1", "2", "ab"]);
+        assert_eq!(
+            words(PreTokenizer::Gpt2Digits, "it's 12ab"),
+            ["it", "'s", " ", "1", "2", "ab"]
+        );
     }
 }
