@@ -2,7 +2,7 @@
 //! and bad requests get clear errors. (Agreement with lerobot itself: tests/smolvla_golden.rs.)
 
 use vla::gguf::GgufFile;
-use vla::models::smolvla::{demo_config, gaussian_noise, random_gguf, SmolVla};
+use vla::models::smolvla::{demo_config, demo_tokenizer, gaussian_noise, random_gguf, SmolVla};
 use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
 
 fn model(backend: &str) -> SmolVla {
@@ -93,6 +93,17 @@ fn prompt_gives_the_chunk_of_its_tokens() {
     let mut bare = observation();
     bare.tokens = Some(tok.encode(text).unwrap().iter().map(|&t| t as i32).collect());
     assert_ne!(m.predict(&bare).unwrap().actions, want);
+}
+
+#[test]
+fn demo_tokenizer_makes_instruction_words_single_tokens() {
+    let tok = demo_tokenizer().unwrap();
+    assert!(tok.len() <= demo_config().vocab_size);
+    for word in [" pick", " up", " the", " red", " cube", " drawer", "pick", "\n\n"] {
+        assert_eq!(tok.encode(word).unwrap().len(), 1, "{word:?}");
+    }
+    let text = "pick up the red cube\n";
+    assert_eq!(tok.decode(&tok.encode(text).unwrap()), text);
 }
 
 #[test]

@@ -150,6 +150,16 @@ fn decodes_as_hf_tokenizers() {
     }
 }
 
+#[test]
+fn decode_inverts_encode() {
+    // Byte-level BPE loses nothing: every input comes back byte for byte.
+    let tok = Tokenizer::from_hf_json(&hf_json()).unwrap();
+    for case in golden()["cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(tok.decode(&tok.encode(text).unwrap()), text);
+    }
+}
+
 /// Writes `tok`'s metadata, lets `edit` change it, and loads the result.
 fn load_edited(edit: impl FnOnce(&mut Vec<(String, Meta)>)) -> Result<Tokenizer, Error> {
     let tok = Tokenizer::from_hf_json(&hf_json()).unwrap();
