@@ -6,6 +6,13 @@
 //! against: added tokens are split out literally first (leftmost, then longest), the rest
 //! is pre-tokenized ([`PreTokenizer`]), each word's UTF-8 bytes become GPT-2's byte
 //! characters, and merges apply lowest rank first.
+//!
+//! Known differences from `tokenizers` (neither shows in the golden inputs): added
+//! tokens are found in one leftmost-longest pass (`tokenizers` first matches those with
+//! `normalized: false`, then the others), which differs only when added tokens overlap;
+//! the `\p{L}`/`\p{N}`/`\s` tables are the `regex` crate's Unicode version, not
+//! Oniguruma's, which differs only for recently assigned characters. Options that would
+//! change the ids (normalizers, `lstrip`/`rstrip`, other pre-tokenizers) are refused.
 
 mod bpe;
 pub mod demo;
