@@ -404,10 +404,7 @@ impl SmolVla {
             cfg.num_steps = steps;
         }
         check_tensors(&file, &cfg)?;
-        let tokenizer = match Tokenizer::in_gguf(&file) {
-            true => Some(Tokenizer::from_gguf(&file)?),
-            false => None,
-        };
+        let tokenizer = Tokenizer::in_gguf(&file).then(|| Tokenizer::from_gguf(&file)).transpose()?;
         if let Some(t) = tokenizer.as_ref().filter(|t| t.len() > cfg.vocab_size) {
             return Err(Error::InvalidArgument(format!(
                 "the tokenizer has {} tokens, more than the model's vocab_size {}",
@@ -692,7 +689,7 @@ pub fn demo_config() -> SmolVlaConfig {
 }
 
 /// The demo model's tokenizer: SmolLM2's first three special tokens (so the demo's pad id
-/// 2 is `<|im_end|>`, as in SmolVLA), the 256 byte tokens, and merges that make common
+/// 2 is `<|im_end|>`, SmolLM2-Instruct's pad token), the 256 byte tokens, and merges that make common
 /// instruction words single tokens; fewer tokens than the demo config's vocab_size.
 pub fn demo_tokenizer() -> Result<Tokenizer> {
     const WORDS: &[&str] = &[
@@ -706,7 +703,8 @@ pub fn demo_tokenizer() -> Result<Tokenizer> {
 }
 
 /// A GGUF for `cfg` with random weights drawn from `seed` (norm gains near 1, std near 1,
-/// everything else small), for demos and tests.
+/// everything else small), for demos and tests; with [`demo_tokenizer`] when it fits
+/// `cfg.vocab_size`.
 pub fn random_gguf(cfg: &SmolVlaConfig, seed: u64, ty: GgmlType) -> Result<Vec<u8>> {
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", ARCH)?;
