@@ -359,4 +359,19 @@ fn long_text_is_an_error() {
     let text = "a".repeat(vla::tokenizer::MAX_TEXT_BYTES + 1);
     assert!(tok.encode(&text).is_err());
     assert!(tok.encode(&text[1..]).is_ok());
+    // One word as long as allowed, through many different merges: BPE stays quick.
+    let word: String = "pickupthereddrawerandcloseit"
+        .chars()
+        .cycle()
+        .take(vla::tokenizer::MAX_TEXT_BYTES)
+        .collect();
+    let t0 = std::time::Instant::now();
+    let ids = tok.encode(&word).unwrap();
+    println!(
+        "{} bytes in one word: {} ids in {:?}",
+        word.len(),
+        ids.len(),
+        t0.elapsed()
+    );
+    assert_eq!(tok.decode(&ids), word);
 }
