@@ -48,6 +48,10 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
 
+    /// Tokenizer data that is malformed or uses an unsupported option.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
     #[error("no adapter for backend {backend} (found: {found})")]
     NoAdapter { backend: String, found: String },
 

@@ -2,7 +2,8 @@
 //!
 //! Layout: [`gguf`] reads and writes model files, [`tensor`] and [`ops`] hold the
 //! CPU reference implementation of every op, [`graph`] executes models on a
-//! backend, [`models`] composes architectures behind [`policy::Policy`].
+//! backend, [`models`] composes architectures behind [`policy::Policy`], and
+//! [`tokenizer`] turns instructions into token ids.
 
 pub mod backend;
 pub mod error;
@@ -14,6 +15,7 @@ pub mod modules;
 pub mod ops;
 pub mod policy;
 pub mod tensor;
+pub mod tokenizer;
 
 pub use error::{Error, Result};
 pub use tensor::Tensor;

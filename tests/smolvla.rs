@@ -2,7 +2,7 @@
 //! and bad requests get clear errors. (Agreement with lerobot itself: tests/smolvla_golden.rs.)
 
 use vla::gguf::GgufFile;
-use vla::models::smolvla::{demo_config, gaussian_noise, random_gguf, SmolVla};
+use vla::models::smolvla::{demo_config, demo_tokenizer, gaussian_noise, random_gguf, SmolVla};
 use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
 
 fn model(backend: &str) -> SmolVla {
@@ -72,6 +72,75 @@ fn padding_tokens_do_not_change_the_chunk() {
     assert!(err < 1e-4, "padding changed the chunk by {err}");
 }
 
+#[test]
+fn prompt_gives_the_chunk_of_its_tokens() {
+    // The demo GGUF ships a tokenizer: a text prompt must give exactly the chunk of the ids
+    // it encodes to, with lerobot's trailing newline added when missing.
+    let mut m = model("cpu");
+    let tok = m.tokenizer().expect("the demo GGUF has a tokenizer").clone();
+    let text = "pick up the red cube";
+    let ids = tok.encode(&format!("{text}\n")).unwrap();
+    assert!(ids.len() < text.len(), "merges should apply: {ids:?}");
+    let mut by_ids = observation();
+    by_ids.tokens = Some(ids.iter().map(|&t| t as i32).collect());
+    let want = m.predict(&by_ids).unwrap().actions;
+    for prompt in [text.to_string(), format!("{text}\n")] {
+        let mut obs = observation();
+        (obs.tokens, obs.prompt) = (None, Some(prompt));
+        assert_eq!(m.predict(&obs).unwrap().actions, want);
+    }
+    // Without the newline the ids, and so the chunk, differ.
+    let mut bare = observation();
+    bare.tokens = Some(tok.encode(text).unwrap().iter().map(|&t| t as i32).collect());
+    assert_ne!(m.predict(&bare).unwrap().actions, want);
+}
+
+#[test]
+fn demo_tokenizer_makes_instruction_words_single_tokens() {
+    let tok = demo_tokenizer().unwrap();
+    assert!(tok.len() <= demo_config().vocab_size);
+    for word in [" pick", " up", " the", " red", " cube", " drawer", "pick", "\n\n"] {
+        assert_eq!(tok.encode(word).unwrap().len(), 1, "{word:?}");
+    }
+    let text = "pick up the red cube\n";
+    assert_eq!(tok.decode(&tok.encode(text).unwrap()), text);
+}
+
+#[test]
+fn long_prompts_are_truncated_as_lerobot_does() {
+    let mut m = model("cpu");
+    let max = demo_config().tokenizer_max_length;
+    let text = "pick up the red cube, then open the top drawer and put the cube inside it\n";
+    let ids = m.tokenizer().unwrap().encode(text).unwrap();
+    assert!(ids.len() > max);
+    let mut by_ids = observation();
+    by_ids.tokens = Some(ids[..max].iter().map(|&t| t as i32).collect());
+    let mut by_text = observation();
+    (by_text.tokens, by_text.prompt) = (None, Some(text.into()));
+    assert_eq!(m.predict(&by_text).unwrap().actions, m.predict(&by_ids).unwrap().actions);
+}
+
+#[test]
+fn prompt_without_a_tokenizer_is_an_error() {
+    // The demo weights with every tokenizer.ggml.* key removed.
+    let file = GgufFile::from_bytes(random_gguf(&demo_config(), 7, vla::gguf::GgmlType::F32).unwrap()).unwrap();
+    let mut w = vla::gguf::GgufWriter::new();
+    for (k, v) in file.metadata().iter().filter(|(k, _)| !k.starts_with("tokenizer.")) {
+        w.add_metadata(k.clone(), v.clone()).unwrap();
+    }
+    for t in file.tensors() {
+        w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t)).unwrap();
+    }
+    let mut m = SmolVla::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap(), &RuntimeOptions::default()).unwrap();
+    assert!(m.tokenizer().is_none());
+    let mut obs = observation();
+    (obs.tokens, obs.prompt) = (None, Some("pick up the red cube".into()));
+    let err = m.predict(&obs).unwrap_err().to_string();
+    assert!(err.contains("no tokenizer"), "{err}");
+    // Token ids still work, and give the chunk the model with a tokenizer gives.
+    assert_eq!(m.predict(&observation()).unwrap().actions, model("cpu").predict(&observation()).unwrap().actions);
+}
+
 fn agrees_with_cpu(backend: &str) {
     let obs = observation();
     let want = model("cpu").predict(&obs).unwrap();
@@ -107,6 +176,7 @@ fn bad_requests_are_errors() {
         ("negative token", Box::new(|o| o.tokens = Some(vec![-1]))),
         ("too many tokens", Box::new(|o| o.tokens = Some(vec![1; 17]))),
         ("no instruction", Box::new(|o| o.tokens = None)),
+        ("prompt and tokens", Box::new(|o| o.prompt = Some("pick up the cube".into()))),
         ("image data length", Box::new(|o| o.images[0].height += 1)),
         ("zero-size image", Box::new(|o| o.images[0].width = 0)),
     ];

@@ -19,6 +19,7 @@ use crate::modules::flow::{euler_integrate, sinusoidal_time_embedding};
 use crate::modules::image::{resize_with_pad, to_chw_unit};
 use crate::modules::vision::{image_tokens, VisionConfig};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
+use crate::tokenizer::{demo::tiny_byte_level, SpecialTokens, Tokenizer};
 use crate::{Error, Result, Tensor};
 use std::time::Instant;
 
@@ -373,6 +374,8 @@ pub struct SmolVla {
     cfg: SmolVlaConfig,
     info: PolicyInfo,
     stats: [Vec<f32>; 4],
+    /// From the GGUF's `tokenizer.ggml.*` metadata; without it only token ids are accepted.
+    tokenizer: Option<Tokenizer>,
     /// Borrows `file`; dropped first (see `Drop`).
     exec: Option<Compiled>,
     /// Leaked so the executables can borrow it for their whole life; reclaimed in `Drop`.
@@ -401,6 +404,14 @@ impl SmolVla {
             cfg.num_steps = steps;
         }
         check_tensors(&file, &cfg)?;
+        let tokenizer = Tokenizer::in_gguf(&file).then(|| Tokenizer::from_gguf(&file)).transpose()?;
+        if let Some(t) = tokenizer.as_ref().filter(|t| t.len() > cfg.vocab_size) {
+            return Err(Error::InvalidArgument(format!(
+                "the tokenizer has {} tokens, more than the model's vocab_size {}",
+                t.len(),
+                cfg.vocab_size
+            )));
+        }
         let stat = |n: &str| file.dequantize(n);
         let stats = [stat("state_mean")?, stat("state_std")?, stat("action_mean")?, stat("action_std")?];
         let backend = super::open_backend(opts)?;
@@ -444,23 +455,40 @@ impl SmolVla {
             backend: backend.description(),
             memory_bytes: mem,
         };
-        Ok(SmolVla { cfg, info, stats, exec: Some(compiled), file: ptr })
+        Ok(SmolVla { cfg, info, stats, tokenizer, exec: Some(compiled), file: ptr })
     }
 
     pub fn config(&self) -> &SmolVlaConfig {
         &self.cfg
     }
 
+    /// The tokenizer shipped in the GGUF, if any.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+
+    /// Instruction ids as lerobot's SmolVLA preprocessor makes them: a newline appended
+    /// unless the task ends with one (`SmolVLANewLineProcessor`), then the tokenizer with
+    /// right truncation to `tokenizer_max_length` (`TokenizerProcessorStep`).
+    pub fn tokenize_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        let tok = self.tokenizer.as_ref().ok_or_else(|| {
+            Error::InvalidArgument(
+                "this model's GGUF has no tokenizer (tokenizer.ggml.* metadata): send token ids, not a prompt".into(),
+            )
+        })?;
+        let mut ids = match prompt.ends_with('\n') {
+            true => tok.encode(prompt)?,
+            false => tok.encode(&format!("{prompt}\n"))?,
+        };
+        ids.truncate(self.cfg.tokenizer_max_length);
+        Ok(ids)
+    }
+
     /// The padded instruction ids and how many are real.
     fn tokens(&self, obs: &Observation) -> Result<(Vec<f32>, usize)> {
         let ids = match (&obs.tokens, &obs.prompt) {
             (Some(t), None) => t.clone(),
-            (None, Some(_)) => {
-                return Err(Error::NotImplemented {
-                    op: "text prompts (tokenizer from GGUF metadata; send token ids)".into(),
-                    backend: "smolvla",
-                })
-            }
+            (None, Some(p)) => self.tokenize_prompt(p)?.into_iter().map(|t| t as i32).collect(),
             (Some(_), Some(_)) => return Err(Error::InvalidArgument("give a prompt or tokens, not both".into())),
             (None, None) => return Err(Error::InvalidArgument("no instruction: give a prompt or tokens".into())),
         };
@@ -660,13 +688,32 @@ pub fn demo_config() -> SmolVlaConfig {
     }
 }
 
+/// The demo model's tokenizer: SmolLM2's first three special tokens (so the demo's pad id
+/// 2 is `<|im_end|>`, SmolLM2-Instruct's pad token), the 256 byte tokens, and merges that make common
+/// instruction words single tokens; fewer tokens than the demo config's vocab_size.
+pub fn demo_tokenizer() -> Result<Tokenizer> {
+    const WORDS: &[&str] = &[
+        "Ġthe", "Ġpick", "Ġup", "Ġput", "Ġplace", "Ġin", "Ġon", "Ġinto", "Ġand", "Ġto", "Ġred",
+        "Ġblue", "Ġgreen", "Ġyellow", "Ġcube", "Ġblock", "Ġbowl", "Ġcup", "Ġbox", "Ġtray",
+        "Ġdrawer", "Ġdoor", "Ġopen", "Ġclose", "Ġpush", "Ġmove", "Ġleft", "Ġright", "Ġtop",
+        "Ġtable", "Ġgripper", "Ġstack", "pick", "put", "open", "close", "move", "push", "ĊĊ",
+    ];
+    let special = SpecialTokens { eos: Some(2), pad: Some(2), ..Default::default() };
+    tiny_byte_level(&["<|endoftext|>", "<|im_start|>", "<|im_end|>"], WORDS, special)
+}
+
 /// A GGUF for `cfg` with random weights drawn from `seed` (norm gains near 1, std near 1,
-/// everything else small), for demos and tests.
+/// everything else small), for demos and tests; with [`demo_tokenizer`] when it fits
+/// `cfg.vocab_size`.
 pub fn random_gguf(cfg: &SmolVlaConfig, seed: u64, ty: GgmlType) -> Result<Vec<u8>> {
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", ARCH)?;
     w.add_metadata("general.name", "smolvla random-weight demo")?;
     cfg.write(&mut w)?;
+    let tokenizer = demo_tokenizer()?;
+    if tokenizer.len() <= cfg.vocab_size {
+        tokenizer.write_gguf(&mut w)?;
+    }
     let mut rng = super::schema::SplitMix64(seed);
     for (name, shape) in cfg.tensor_shapes() {
         let n: usize = shape.iter().product();

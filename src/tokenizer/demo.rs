@@ -1,0 +1,40 @@
+//! A tiny byte-level vocabulary for demo and test models, which have no trained one.
+
+use super::{byte_to_char, PreTokenizer, SpecialTokens, TokenType, Tokenizer};
+use crate::Result;
+
+/// `specials` (ids 0.., literal-matched), the 256 byte tokens, then for each word in
+/// `words` a left-to-right chain of merges that makes the word one token (`"Ġcube"`:
+/// `Ġ c`, `Ġc u`, `Ġcu b`, `Ġcub e`). Words are in byte-level spelling; a merge already
+/// made by an earlier word is not repeated. Pre-tokenized as SmolLM2 (`smollm`).
+pub fn tiny_byte_level(
+    specials: &[&str],
+    words: &[&str],
+    special: SpecialTokens,
+) -> Result<Tokenizer> {
+    let mut tokens: Vec<String> = specials.iter().map(|s| s.to_string()).collect();
+    let mut types = vec![TokenType::Control; tokens.len()];
+    tokens.extend(byte_to_char().iter().map(char::to_string));
+    types.resize(tokens.len(), TokenType::Normal);
+    let mut merges: Vec<(String, String)> = Vec::new();
+    for word in words {
+        let mut chars = word.chars();
+        let Some(first) = chars.next() else { continue };
+        let mut left = first.to_string();
+        for c in chars {
+            let right = c.to_string();
+            let merged = format!("{left}{right}");
+            if !tokens.contains(&merged) {
+                tokens.push(merged.clone());
+                types.push(TokenType::Normal);
+                merges.push((left, right));
+            }
+            left = merged;
+        }
+    }
+    let merges: Vec<(&str, &str)> = merges
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    Tokenizer::new(tokens, types, &merges, PreTokenizer::Gpt2Digits, special)
+}

@@ -1,0 +1,272 @@
+//! Reading a Hugging Face `tokenizer.json`, for converters that ship the tokenizer in
+//! the GGUF. Only what byte-level BPE of the GPT-2 family uses is accepted; any other
+//! normalizer, pre-tokenizer, model option or post-processor is an error naming it, so a
+//! converted model never tokenizes differently in silence.
+
+use super::gguf::split_merge;
+use super::{err, PreTokenizer, SpecialTokens, TokenType, Tokenizer, MAX_TOKENS};
+use crate::{Error, Result};
+use serde_json::Value as Json;
+use std::collections::HashMap;
+use std::path::Path;
+
+impl Tokenizer {
+    /// Reads a `tokenizer.json` file; see [`Tokenizer::from_hf_json`].
+    pub fn from_hf_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+            path: path.to_owned(),
+            err: e,
+        })?;
+        Self::from_hf_json(&text)
+    }
+
+    /// Parses a `tokenizer.json`: `model` (BPE: `vocab`, `merges` as `"a b"` strings or
+    /// `["a", "b"]` pairs, `unk_token`), `added_tokens`, `pre_tokenizer` and
+    /// `post_processor` (a leading BOS). EOS and padding ids live in other files
+    /// (`tokenizer_config.json`, the model config): set them with
+    /// [`Tokenizer::with_special`].
+    pub fn from_hf_json(text: &str) -> Result<Self> {
+        let root: Json =
+            serde_json::from_str(text).map_err(|e| err(format!("tokenizer.json: {e}")))?;
+        if !root["normalizer"].is_null() {
+            return Err(err(format!(
+                "normalizer {} is not supported",
+                root["normalizer"]
+            )));
+        }
+        let pre = pre_tokenizer(&root["pre_tokenizer"])?;
+        let model = &root["model"];
+        check_model(model)?;
+
+        let vocab = model["vocab"]
+            .as_object()
+            .ok_or_else(|| err("model.vocab is not an object"))?;
+        let added = root["added_tokens"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut entries: Vec<(u32, &str, TokenType)> =
+            Vec::with_capacity(vocab.len() + added.len());
+        for (s, id) in vocab {
+            entries.push((id_of(id, s)?, s, TokenType::Normal));
+        }
+        for a in added {
+            entries.push(added_token(a)?);
+        }
+        let tokens_and_types = dense(&entries)?;
+        let (tokens, types): (Vec<String>, Vec<TokenType>) = tokens_and_types.into_iter().unzip();
+
+        let merges = merges(&model["merges"])?;
+        let ids: HashMap<&str, u32> = entries.iter().map(|&(id, s, _)| (s, id)).collect();
+        let unk = match &model["unk_token"] {
+            Json::Null => None,
+            Json::String(s) => Some(
+                *ids.get(s.as_str())
+                    .ok_or_else(|| err(format!("unk_token {s:?} is not a token")))?,
+            ),
+            v => return Err(err(format!("model.unk_token {v} is not a string"))),
+        };
+        let bos = leading_bos(&root["post_processor"])?;
+        let special = SpecialTokens {
+            bos,
+            unk,
+            add_bos: bos.is_some(),
+            ..Default::default()
+        };
+        let merges: Vec<(&str, &str)> = merges
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        Tokenizer::new(tokens, types, &merges, pre, special)
+    }
+
+    /// The same tokenizer with other special ids (checked as in [`Tokenizer::new`]).
+    pub fn with_special(self, special: SpecialTokens) -> Result<Self> {
+        let merges: Vec<(String, String)> = self
+            .merges
+            .iter()
+            .map(|&(a, b)| {
+                (
+                    self.tokens[a as usize].clone(),
+                    self.tokens[b as usize].clone(),
+                )
+            })
+            .collect();
+        let merges: Vec<(&str, &str)> = merges
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        Tokenizer::new(self.tokens, self.types, &merges, self.pre, special)
+    }
+}
+
+fn id_of(v: &Json, token: &str) -> Result<u32> {
+    v.as_u64()
+        .and_then(|id| u32::try_from(id).ok())
+        .filter(|&id| (id as usize) < MAX_TOKENS)
+        .ok_or_else(|| {
+            err(format!(
+                "token {token:?} has id {v} (expected 0..{MAX_TOKENS})"
+            ))
+        })
+}
+
+fn added_token(a: &Json) -> Result<(u32, &str, TokenType)> {
+    let content = a["content"]
+        .as_str()
+        .ok_or_else(|| err(format!("added token {a} has no content")))?;
+    for flag in ["lstrip", "rstrip", "single_word"] {
+        if a[flag].as_bool() == Some(true) {
+            return Err(err(format!(
+                "added token {content:?} sets {flag}, which is not supported"
+            )));
+        }
+    }
+    let ty = if a["special"].as_bool() == Some(true) {
+        TokenType::Control
+    } else {
+        TokenType::UserDefined
+    };
+    Ok((id_of(&a["id"], content)?, content, ty))
+}
+
+/// One token per id from 0 to the largest; an id given twice must name the same string
+/// (special tokens are usually in both `vocab` and `added_tokens`). Unused ids become
+/// `[PAD<id>]` placeholders, as llama.cpp's converter writes them.
+fn dense(entries: &[(u32, &str, TokenType)]) -> Result<Vec<(String, TokenType)>> {
+    let n = entries
+        .iter()
+        .map(|&(id, ..)| id as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut out: Vec<Option<(String, TokenType)>> = vec![None; n];
+    for &(id, s, ty) in entries {
+        match &mut out[id as usize] {
+            slot @ None => *slot = Some((s.to_owned(), ty)),
+            Some((prev, prev_ty)) if prev == s => {
+                // The added-token entry decides the type.
+                if ty != TokenType::Normal {
+                    *prev_ty = ty;
+                }
+            }
+            Some((prev, _)) => return Err(err(format!("id {id} is both {prev:?} and {s:?}"))),
+        }
+    }
+    Ok(out
+        .into_iter()
+        .enumerate()
+        .map(|(id, t)| t.unwrap_or_else(|| (format!("[PAD{id}]"), TokenType::Unused)))
+        .collect())
+}
+
+fn check_model(model: &Json) -> Result<()> {
+    if model["type"].as_str() != Some("BPE") {
+        return Err(err(format!(
+            "model type {} is not supported (only BPE)",
+            model["type"]
+        )));
+    }
+    // Options that change tokenization; each must be off.
+    for key in ["dropout", "continuing_subword_prefix", "end_of_word_suffix"] {
+        if !model[key].is_null() {
+            return Err(err(format!("model.{key} {} is not supported", model[key])));
+        }
+    }
+    for key in ["byte_fallback", "ignore_merges"] {
+        if model[key].as_bool() == Some(true) {
+            return Err(err(format!("model.{key} is not supported")));
+        }
+    }
+    Ok(())
+}
+
+fn merges(v: &Json) -> Result<Vec<(String, String)>> {
+    let list = v
+        .as_array()
+        .ok_or_else(|| err("model.merges is missing or not an array"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let pair = match m {
+                Json::String(s) => split_merge(s),
+                Json::Array(p) if p.len() == 2 => p[0].as_str().zip(p[1].as_str()),
+                _ => None,
+            };
+            pair.map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .ok_or_else(|| err(format!("merges[{i}] {m} is not \"a b\" or [\"a\", \"b\"]")))
+        })
+        .collect()
+}
+
+fn pre_tokenizer(v: &Json) -> Result<PreTokenizer> {
+    let unsupported = || {
+        err(format!("pre_tokenizer {v} is not supported (ByteLevel, optionally after Digits(individual_digits))"))
+    };
+    // `tokenizers` requires add_prefix_space and defaults use_regex to true.
+    let byte_level = |p: &Json| {
+        p["type"] == "ByteLevel"
+            && p["add_prefix_space"] == false
+            && p["use_regex"].as_bool() != Some(false)
+    };
+    if byte_level(v) {
+        return Ok(PreTokenizer::Gpt2);
+    }
+    if v["type"] == "Sequence" {
+        if let Some([digits, bl]) = v["pretokenizers"].as_array().map(Vec::as_slice) {
+            if digits["type"] == "Digits" && digits["individual_digits"] == true && byte_level(bl) {
+                return Ok(PreTokenizer::Gpt2Digits);
+            }
+        }
+    }
+    Err(unsupported())
+}
+
+/// The BOS id a post-processor puts before the text, if any. `ByteLevel` only adjusts
+/// offsets; `TemplateProcessing` may add a leading special token and nothing else.
+fn leading_bos(v: &Json) -> Result<Option<u32>> {
+    match v["type"].as_str() {
+        None if v.is_null() => Ok(None),
+        Some("ByteLevel") => Ok(None),
+        Some("Sequence") => {
+            let mut bos = None;
+            for p in v["processors"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+            {
+                bos = leading_bos(p)?.or(bos);
+            }
+            Ok(bos)
+        }
+        Some("TemplateProcessing") => {
+            let single = v["single"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let seq = |p: &Json| p["Sequence"]["id"] == "A";
+            match single {
+                [a] if seq(a) => Ok(None),
+                [s, a] if seq(a) => {
+                    let name = s["SpecialToken"]["id"]
+                        .as_str()
+                        .ok_or_else(|| err(format!("template item {s} is not a special token")))?;
+                    match v["special_tokens"][name]["ids"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                    {
+                        Some([id]) => id_of(id, name).map(Some),
+                        _ => Err(err(format!(
+                            "template special token {name:?} is not one id"
+                        ))),
+                    }
+                }
+                _ => Err(err(format!(
+                    "post-processor template {} is not supported (only a leading BOS)",
+                    v["single"]
+                ))),
+            }
+        }
+        _ => Err(err(format!("post_processor {v} is not supported"))),
+    }
+}

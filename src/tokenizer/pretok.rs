@@ -1,0 +1,161 @@
+//! Pre-tokenization: splitting text into the words that BPE encodes separately, and
+//! GPT-2's byte-to-character mapping.
+//!
+//! Semantics are Hugging Face `tokenizers`' (the reference the tests compare against):
+//! `Digits(individual_digits)` isolates every `char::is_numeric` character, then
+//! `ByteLevel(use_regex)` splits each piece with GPT-2's pattern
+//! `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
+
+use regex::Regex;
+use std::sync::OnceLock;
+
+/// Which split runs before BPE; the names are llama.cpp's `tokenizer.ggml.pre` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreTokenizer {
+    /// GPT-2's pattern alone (`gpt2`).
+    Gpt2,
+    /// Every digit on its own, then GPT-2's pattern (`smollm`: SmolLM/SmolLM2, StarCoder).
+    Gpt2Digits,
+}
+
+impl PreTokenizer {
+    pub fn from_gguf_name(name: &str) -> Option<Self> {
+        match name {
+            "gpt2" => Some(Self::Gpt2),
+            "smollm" => Some(Self::Gpt2Digits),
+            _ => None,
+        }
+    }
+
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Self::Gpt2 => "gpt2",
+            Self::Gpt2Digits => "smollm",
+        }
+    }
+
+    /// Calls `word` with each pre-token of `text`, in order; together they cover `text`.
+    pub fn split<'t>(self, text: &'t str, mut word: impl FnMut(&'t str)) {
+        match self {
+            Self::Gpt2 => gpt2_split(text, &mut word),
+            Self::Gpt2Digits => {
+                let mut start = 0;
+                for (i, c) in text.char_indices() {
+                    if c.is_numeric() {
+                        gpt2_split(&text[start..i], &mut word);
+                        let end = i + c.len_utf8();
+                        word(&text[i..end]);
+                        start = end;
+                    }
+                }
+                gpt2_split(&text[start..], &mut word);
+            }
+        }
+    }
+}
+
+/// GPT-2's pattern without its `\s+(?!\S)` alternative, which the `regex` crate cannot
+/// express (no look-around); [`gpt2_split`] restores its effect. `regex` gives exact
+/// Unicode `\p{L}`, `\p{N}` and `\s` (White_Space) classes, which `char::is_alphabetic`
+/// does not (it also counts combining marks and some symbols).
+fn gpt2_regex() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+")
+            .expect("constant pattern")
+    })
+}
+
+fn gpt2_split<'t>(text: &'t str, word: &mut impl FnMut(&'t str)) {
+    let re = gpt2_regex();
+    let mut pos = 0;
+    while let Some(m) = re.find_at(text, pos) {
+        let mut end = m.end();
+        // `\s+(?!\S)` comes before `\s+` in the full pattern: a whitespace run followed by
+        // a non-space gives back its last character, which then starts the next word
+        // (" word") or stands alone; a single whitespace character cannot give one back.
+        let ws = m.as_str();
+        if end < text.len() && ws.chars().all(char::is_whitespace) {
+            let last = ws.chars().next_back().map_or(0, char::len_utf8);
+            if ws.len() > last {
+                end -= last;
+            }
+        }
+        word(&text[m.start()..end]);
+        pos = end;
+    }
+}
+
+/// GPT-2's reversible map from bytes to printable characters: printable Latin-1 bytes map
+/// to themselves, the rest (controls, space, soft hyphen) to U+0100 onwards in byte order.
+pub fn byte_to_char() -> &'static [char; 256] {
+    static MAP: OnceLock<[char; 256]> = OnceLock::new();
+    MAP.get_or_init(|| {
+        let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        let mut map = ['\0'; 256];
+        let mut next = 256u32;
+        for b in 0..=255u8 {
+            map[b as usize] = if printable(b) {
+                char::from(b)
+            } else {
+                next += 1;
+                char::from_u32(next - 1).expect("below U+0200")
+            };
+        }
+        map
+    })
+}
+
+/// The inverse of [`byte_to_char`]; `None` for characters outside its image.
+pub fn char_to_byte(c: char) -> Option<u8> {
+    // Every image character is below U+0144 (256 + 68 non-printable bytes).
+    static INV: OnceLock<[Option<u8>; 324]> = OnceLock::new();
+    let inv = INV.get_or_init(|| {
+        let mut inv = [None; 324];
+        for (b, &c) in byte_to_char().iter().enumerate() {
+            inv[c as usize] = u8::try_from(b).ok();
+        }
+        inv
+    });
+    inv.get(c as usize).copied().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(pre: PreTokenizer, s: &str) -> Vec<&str> {
+        let mut v = Vec::new();
+        pre.split(s, |w| v.push(w));
+        v
+    }
+
+    #[test]
+    fn byte_map_is_a_bijection_onto_printables() {
+        let map = byte_to_char();
+        for b in 0..=255u8 {
+            let c = map[b as usize];
+            assert!(!c.is_whitespace() && !c.is_control(), "byte {b} -> {c:?}");
+            assert_eq!(char_to_byte(c), Some(b));
+        }
+        assert_eq!(map[b' ' as usize], 'Ġ');
+        assert_eq!(map[b'\n' as usize], 'Ċ');
+        assert_eq!(char_to_byte('€'), None);
+    }
+
+    /// Expected splits are `tokenizers` 0.23.3's `pre_tokenize_str` for
+    /// `ByteLevel(add_prefix_space=False)` (and `Sequence([Digits(True), ByteLevel])`),
+    /// shown before byte mapping.
+    #[test]
+    fn whitespace_runs_leave_their_last_space_to_the_next_word() {
+        let g = PreTokenizer::Gpt2;
+        assert_eq!(words(g, "a   b"), ["a", "  ", " b"]);
+        assert_eq!(words(g, "a\n\nb"), ["a", "\n", "\n", "b"]);
+        assert_eq!(words(g, "a \tb  "), ["a", " ", "\t", "b", "  "]);
+        assert_eq!(words(g, "it's 12ab!?"), ["it", "'s", " 12", "ab", "!?"]);
+        assert_eq!(
+            words(PreTokenizer::Gpt2Digits, "it's 12ab"),
+            ["it", "'s", " ", "1", "2", "ab"]
+        );
+    }
+}
