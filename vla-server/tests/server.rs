@@ -91,8 +91,12 @@ fn ping_info_and_a_correct_chunk() {
     assert_eq!((resp.chunk_size, resp.action_dim), (50, 6));
     assert_eq!(resp.action_chunk, expected(&obs), "served chunk differs from a direct predict");
     assert!(resp.latency_ms_total >= resp.latency_ms_inference && resp.latency_ms_inference > 0.0);
+    // A text prompt, tokenized by the server with the GGUF's tokenizer.
+    let prompted = Observation { tokens: None, prompt: Some("pick up the red cube".into()), ..obs };
+    let resp = c.predict(&prompted).unwrap();
+    assert_eq!(resp.action_chunk, expected(&prompted));
     let stats = server.stop();
-    assert_eq!(stats, ServeStats { predicted: 1, errors: 0 });
+    assert_eq!(stats, ServeStats { predicted: 2, errors: 0 });
 }
 
 #[test]

@@ -45,6 +45,20 @@ def test_predict_is_deterministic_given_noise_and_depends_on_input(server):
     assert resp.latency_ms_total >= resp.latency_ms_inference > 0
 
 
+def test_text_prompts_are_tokenized_by_the_server(server):
+    addr, _, _ = server
+    images, state, noise = observation(4)
+    with VlaClient(addr, timeout_ms=60_000) as c:
+        a = c.predict(images, state, prompt="pick up the red cube", noise=noise)
+        b = c.predict(images, state, prompt="pick up the red cube\n", noise=noise)
+        other = c.predict(images, state, prompt="open the drawer", noise=noise)
+        with pytest.raises(VlaError) as e:
+            c.predict(images, state, prompt="x", tokens=[1], noise=noise)
+        assert "not both" in e.value.message
+    np.testing.assert_array_equal(a, b)  # the server appends the newline lerobot appends
+    assert np.abs(a - other).max() > 1e-4, "the chunk must depend on the instruction"
+
+
 def test_float_images_match_uint8_images(server):
     addr, _, _ = server
     images, state, noise = observation(2)
