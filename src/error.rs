@@ -48,6 +48,10 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
 
+    /// A checkpoint (or its config) that cannot be converted; names the file and what is wrong.
+    #[error("{}: {reason}", path.display())]
+    Checkpoint { path: PathBuf, reason: String },
+
     #[error("no adapter for backend {backend} (found: {found})")]
     NoAdapter { backend: String, found: String },
 

@@ -361,6 +361,30 @@ impl PrefixLayout {
         let n_valid = valid.iter().filter(|&&v| v).count();
         PrefixLayout { valid, positions, mask, n_valid }
     }
+
+    /// The [`graphs::denoise`] inputs fixed for a request: `pos_self` (action tokens follow
+    /// the valid prefix), `pos_cross` (from 0, as lerobot's cross-attention layers),
+    /// `mask_self` (valid prefix + causal over the chunk) and `mask_cross` (valid prefix).
+    pub fn suffix_inputs(&self, cfg: &SmolVlaConfig) -> Result<[(&'static str, Tensor<'static>); 4]> {
+        let (p, c) = (self.valid.len(), cfg.chunk_size);
+        let valid = |j: usize| f32::from(u8::from(self.valid[j]));
+        let mask_self: Vec<f32> = (0..c)
+            .flat_map(|i| (0..p + c).map(move |j| (i, j)))
+            .map(|(i, j)| if j < p { valid(j) } else { f32::from(u8::from(j - p <= i)) })
+            .collect();
+        Ok([
+            ("pos_self", Tensor::from_f32(vec![c], (0..c).map(|i| (self.n_valid + i) as f32).collect::<Vec<_>>())?),
+            ("pos_cross", Tensor::from_f32(vec![c], (0..c).map(|i| i as f32).collect::<Vec<_>>())?),
+            ("mask_self", Tensor::from_f32(vec![c, p + c], mask_self)?),
+            ("mask_cross", Tensor::from_f32(vec![c, p], (0..c * p).map(|k| valid(k % p)).collect::<Vec<_>>())?),
+        ])
+    }
+}
+
+/// The [`graphs::denoise`] input `time_emb` at time `t`: the sinusoidal embedding, one row per action.
+pub fn time_input(cfg: &SmolVlaConfig, t: f32) -> Result<Tensor<'static>> {
+    let emb = sinusoidal_time_embedding(f64::from(t), cfg.expert_hidden, cfg.min_period, cfg.max_period);
+    Tensor::from_f32(vec![cfg.chunk_size, cfg.expert_hidden], emb.repeat(cfg.chunk_size))
 }
 
 struct Compiled {
@@ -571,29 +595,12 @@ impl Policy for SmolVla {
 
         let t2 = Instant::now();
         let names: Vec<String> = (0..cfg.n_layers).flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")]).collect();
-        let pos_self = Tensor::from_f32(vec![c], (0..c).map(|i| (layout.n_valid + i) as f32).collect::<Vec<_>>())?;
-        let pos_cross = Tensor::from_f32(vec![c], (0..c).map(|i| i as f32).collect::<Vec<_>>())?;
-        let valid = |j: usize| f32::from(u8::from(layout.valid[j]));
-        let mask_self: Vec<f32> = (0..c)
-            .flat_map(|i| (0..p + c).map(move |j| (i, j)))
-            .map(|(i, j)| if j < p { valid(j) } else { f32::from(u8::from(j - p <= i)) })
-            .collect();
-        let mask_self = Tensor::from_f32(vec![c, p + c], mask_self)?;
-        let mask_cross = Tensor::from_f32(vec![c, p], (0..c * p).map(|k| valid(k % p)).collect::<Vec<_>>())?;
-        let (min_p, max_p) = (cfg.min_period, cfg.max_period);
-        let eh = cfg.expert_hidden;
+        let suffix = layout.suffix_inputs(cfg)?;
         let x = euler_integrate(noise, cfg.num_steps, |x, t| {
-            let emb = sinusoidal_time_embedding(t as f64, eh, min_p, max_p);
-            let time = Tensor::from_f32(vec![c, eh], emb.repeat(c))?;
+            let time = time_input(cfg, t)?;
             let x_t = Tensor::from_f32(vec![c, ad], x)?;
-            let mut inputs: Vec<(&str, &Tensor)> = vec![
-                ("x_t", &x_t),
-                ("time_emb", &time),
-                ("pos_self", &pos_self),
-                ("pos_cross", &pos_cross),
-                ("mask_self", &mask_self),
-                ("mask_cross", &mask_cross),
-            ];
+            let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
+            inputs.extend(suffix.iter().map(|(n, t)| (*n, t)));
             inputs.extend(names.iter().map(String::as_str).zip(kv.iter()));
             let out = exec.denoise.run(&inputs)?;
             out[0].to_vec_f32()

@@ -18,7 +18,8 @@ Writes into the output folder (default tests/fixtures/smolvla-tiny/):
   golden.safetensors   inputs and lerobot's outputs (names below), float32 unless noted
   golden.json          versions, the task string, token ids, shapes, seeds
 
-golden.safetensors: image.{i} (u8, HWC, the raw camera frame), state (raw), noise
+golden.safetensors: image.{i} (u8, HWC, the raw camera frame), state (raw), state_norm (after
+the preprocessor, not yet zero-padded), noise
 [chunk, max_action_dim], pixels.{i} [3,S,S] (prepare_images output, in [-1,1]),
 vision.{i} [T, hidden] (embed_image: connector output, before the sqrt(hidden) scale),
 kv.{l}.k / kv.{l}.v [P, kv_heads, head_dim] (the prefill cache: decoder keys after RoPE and
@@ -218,7 +219,7 @@ def main():
                 golden[f"kv.{l}.v_expert"] = attn.v_proj(v.reshape(v.shape[0], -1)).view(v.shape[0], -1, hd)
     for st, v in enumerate(velocities):
         golden[f"velocity.{st}"] = v[0]
-    golden.update({"state": state, "noise": noise[0], "actions_norm": final[0][0], "actions": actions[0]})
+    golden.update({"state": state, "state_norm": batch["observation.state"][0], "noise": noise[0], "actions_norm": final[0][0], "actions": actions[0]})
     golden = {k: (t if t.dtype == torch.uint8 else t.float()).contiguous() for k, t in golden.items()}
     save_file(golden, os.path.join(out, "golden.safetensors"))
 
