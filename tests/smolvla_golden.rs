@@ -12,8 +12,10 @@ use std::path::{Path, PathBuf};
 use vla::backend::{self, Backend};
 use vla::convert::{smolvla as convert, Safetensors};
 use vla::gguf::{GgmlType, GgufFile};
+use vla::graph::GraphBuilder;
 use vla::models::smolvla::{graphs, time_input, PrefixLayout, SmolVla, SmolVlaConfig};
 use vla::modules::image::{resize_with_pad, to_chw_unit};
+use vla::modules::vision::vision_tower;
 use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
 use vla::Tensor;
 
@@ -71,7 +73,7 @@ fn converted(dtype: GgmlType) -> GgufFile {
 }
 
 fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
-    let opts = convert::Options { dtype, vlm_config: None };
+    let opts = convert::Options { dtype, ..Default::default() };
     let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
     GgufFile::from_bytes(c.writer.to_bytes().unwrap()).unwrap()
 }
@@ -177,9 +179,17 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
 
     let mut vision = be.compile(&graphs::vision(&file, &cfg).unwrap(), &file).unwrap();
     let s = cfg.vision.image_size;
+    let mut tower = {
+        let mut gb = GraphBuilder::new(&file);
+        let img = gb.input("image", &[3, s, s]);
+        let out = vision_tower(&mut gb, img, &cfg.vision).unwrap();
+        be.compile(&gb.build(&[out]).unwrap(), &file).unwrap()
+    };
     let mut img_tokens = Vec::new();
     for i in 0..g.n_images() {
         let px = Tensor::from_f32(vec![3, s, s], g.f32(&format!("pixels.{i}"))).unwrap();
+        let out = tower.run(&[("image", &px)]).unwrap();
+        check(&format!("{name}: vision tower, camera {i}"), out[0].as_f32().unwrap(), &g.f32(&format!("vit.{i}")), tol);
         let out = vision.run(&[("image", &px)]).unwrap();
         let want = g.f32(&format!("vision.{i}"));
         check(&format!("{name}: vision + connector, camera {i}"), out[0].as_f32().unwrap(), &want, tol);

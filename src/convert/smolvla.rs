@@ -13,7 +13,7 @@ use super::{ckpt_err, read_json, Json, Safetensors};
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::smolvla::{SmolVlaConfig, ARCH};
 use crate::modules::decoder::AttentionConfig;
-use crate::modules::vision::VisionConfig;
+use crate::modules::vision::{PatchPositions, VisionConfig};
 use crate::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -33,11 +33,14 @@ pub struct Options {
     pub dtype: GgmlType,
     /// SmolVLM `config.json` to take head counts and epsilons from.
     pub vlm_config: Option<PathBuf>,
+    /// The vision tower's position rows. Default `Shifted`: what lerobot 0.4.4 runs (it needs
+    /// transformers >= 4.57); `Grid` is what checkpoints trained under transformers < 4.55 saw.
+    pub positions: PatchPositions,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { dtype: GgmlType::F32, vlm_config: None }
+        Options { dtype: GgmlType::F32, vlm_config: None, positions: PatchPositions::Shifted }
     }
 }
 
@@ -137,7 +140,8 @@ pub fn convert(ckpt: &Path, opts: &Options, progress: &mut dyn FnMut(usize, usiz
         }
     };
     let vlm = vlm_path.as_deref().zip(vlm_json.as_ref()).map(|(path, value)| Json { path, value });
-    let config = read_config(&policy, &st, vlm.as_ref())?;
+    let mut config = read_config(&policy, &st, vlm.as_ref())?;
+    config.vision.positions = opts.positions;
 
     let map = name_map(&config);
     check_coverage(&st, &map)?;
@@ -248,6 +252,7 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
         image_size: side * ps,
         patch_size: ps,
         ln_eps: vc.as_ref().and_then(|c| c.f64("layer_norm_eps").ok()).unwrap_or(1e-6) as f32,
+        positions: PatchPositions::default(),
     };
     let proj_in = st.require_shape(&format!("{VLM}connector.modality_projection.proj.weight"))?[1];
     let scale_factor = ((proj_in / vh.max(1)) as f64).sqrt().round() as usize;

@@ -17,7 +17,7 @@ use crate::layers::{linear, rms_norm};
 use crate::modules::decoder::{finish_layer, layer_prefix, norm_and_query, project_heads, rotate, rotated_kv, AttentionConfig};
 use crate::modules::flow::{euler_integrate, sinusoidal_time_embedding};
 use crate::modules::image::{resize_with_pad, to_chw_unit};
-use crate::modules::vision::{image_tokens, VisionConfig};
+use crate::modules::vision::{image_tokens, PatchPositions, VisionConfig};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::{Error, Result, Tensor};
 use std::time::Instant;
@@ -77,6 +77,15 @@ impl SmolVlaConfig {
                 image_size: m.usize("image_size")?,
                 patch_size: m.usize("patch_size")?,
                 ln_eps: m.f32("vit_ln_eps")?,
+                positions: match file.get_u64(&format!("{ARCH}.vit_positions")) {
+                    Err(Error::MetadataNotFound(_)) => PatchPositions::Grid,
+                    _ => {
+                        let id = m.usize("vit_positions")?;
+                        PatchPositions::from_id(id).ok_or_else(|| {
+                            Error::InvalidArgument(format!("metadata \"{ARCH}.vit_positions\" = {id}: expected 0 or 1"))
+                        })?
+                    }
+                },
             },
             scale_factor: m.usize("scale_factor")?,
             hidden: m.usize("hidden")?,
@@ -143,7 +152,7 @@ impl SmolVlaConfig {
             ("pad_token_id", self.pad_token_id as usize), ("chunk_size", self.chunk_size),
             ("num_steps", self.num_steps), ("max_state_dim", self.max_state_dim),
             ("max_action_dim", self.max_action_dim), ("real_state_dim", self.state_dim),
-            ("real_action_dim", self.action_dim),
+            ("real_action_dim", self.action_dim), ("vit_positions", v.positions.id()),
         ] {
             m.u32(k, x)?;
         }
@@ -643,7 +652,7 @@ pub fn gaussian_noise(n: usize, seed: u64) -> Vec<f32> {
 /// A small SmolVLA-shaped config for the demo model and fast tests.
 pub fn demo_config() -> SmolVlaConfig {
     SmolVlaConfig {
-        vision: VisionConfig { hidden: 64, layers: 2, heads: 4, inter: 128, image_size: 64, patch_size: 8, ln_eps: 1e-6 },
+        vision: VisionConfig { hidden: 64, layers: 2, heads: 4, inter: 128, image_size: 64, patch_size: 8, ln_eps: 1e-6, positions: PatchPositions::Grid },
         scale_factor: 2,
         hidden: 96,
         n_layers: 4,

@@ -20,7 +20,8 @@ Writes into the output folder (default tests/fixtures/smolvla-tiny/):
 
 golden.safetensors: image.{i} (u8, HWC, the raw camera frame), state (raw), state_norm (after
 the preprocessor, not yet zero-padded), noise
-[chunk, max_action_dim], pixels.{i} [3,S,S] (prepare_images output, in [-1,1]),
+[chunk, max_action_dim], pixels.{i} [3,S,S] (prepare_images output, in [-1,1]), vit.{i}
+[patches, vit_hidden] (the vision tower's output after post_layernorm, before the connector),
 vision.{i} [T, hidden] (embed_image: connector output, before the sqrt(hidden) scale),
 kv.{l}.k / kv.{l}.v [P, kv_heads, head_dim] (the prefill cache: decoder keys after RoPE and
 values), kv.{l}.k_expert / kv.{l}.v_expert (cross-attention layers only: the expert's own
@@ -184,6 +185,7 @@ def main():
         pixels, _ = policy.prepare_images(dict(batch))
         for i, px in enumerate(pixels):
             golden[f"pixels.{i}"] = px[0]
+            golden[f"vit.{i}"] = vwe.get_vlm_model().vision_model(pixel_values=px).last_hidden_state[0]
             golden[f"vision.{i}"] = vwe.embed_image(px)[0]
     caches, velocities, final = [], [], []
     vwe_forward, denoise_step, sample_actions = vwe.forward, model.denoise_step, model.sample_actions

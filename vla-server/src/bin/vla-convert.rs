@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use vla::convert::smolvla;
 use vla::gguf::GgmlType;
+use vla::modules::vision::PatchPositions;
 
 #[derive(Parser)]
 #[command(name = "vla-convert", version, about = "Convert a published VLA checkpoint to a vla-rs GGUF file")]
@@ -36,10 +37,21 @@ enum Command {
         /// checkpoint's vlm_model_name if it is a local folder, else the Hugging Face cache.
         #[arg(long)]
         vlm_config: Option<PathBuf>,
+        /// Position rows of the vision tower: `shifted` reproduces lerobot 0.4.4 (transformers
+        /// >= 4.55 bucketize SmolVLM's patch positions one row down, transformers issue
+        /// #41190); `grid` is plain SigLIP, what checkpoints trained before that saw.
+        #[arg(long, value_enum, default_value_t = Positions::Shifted)]
+        vit_positions: Positions,
         /// Overwrite --out if it exists.
         #[arg(long)]
         force: bool,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Positions {
+    Shifted,
+    Grid,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -62,8 +74,12 @@ impl From<Dtype> for GgmlType {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Smolvla { ckpt, out, dtype, vlm_config, force } => {
-            convert_smolvla(&ckpt, &out, smolvla::Options { dtype: dtype.into(), vlm_config }, force)
+        Command::Smolvla { ckpt, out, dtype, vlm_config, vit_positions, force } => {
+            let positions = match vit_positions {
+                Positions::Shifted => PatchPositions::Shifted,
+                Positions::Grid => PatchPositions::Grid,
+            };
+            convert_smolvla(&ckpt, &out, smolvla::Options { dtype: dtype.into(), vlm_config, positions }, force)
         }
     };
     if let Err(e) = result {
