@@ -289,8 +289,8 @@ fn ggml_matches_lerobot() {
 fn base_size_matches_lerobot() {
     let dir = PathBuf::from(std::env::var("VLA_SMOLVLA_GOLDEN").expect("VLA_SMOLVLA_GOLDEN=<dir>"));
     let backend = std::env::var("VLA_TEST_BACKEND").unwrap_or_else(|_| "cpu".into());
-    stages_match_lerobot(&backend, &dir, 1e-3);
-    chunk_matches_lerobot(&backend, &dir, 1e-3);
+    stages_match_lerobot(&backend, &dir, TOL);
+    chunk_matches_lerobot(&backend, &dir, TOL);
 }
 
 #[test]

@@ -197,7 +197,8 @@ fn find_vlm_config(opts: &Options, policy: &Json, ckpt: &Path) -> Option<PathBuf
         return Some(if p.is_dir() { p.join("config.json") } else { p.clone() });
     }
     let name = policy.str("vlm_model_name").ok()?;
-    let local = [PathBuf::from(name), ckpt.join(name)];
+    // Relative names resolve against the checkpoint first (an absolute one joins to itself).
+    let local = [ckpt.join(name), PathBuf::from(name)];
     if let Some(p) = local.iter().map(|d| d.join("config.json")).find(|p| p.is_file()) {
         return Some(p);
     }
@@ -351,7 +352,11 @@ fn read_stats(ckpt: &Path, policy: &Json, st: &Safetensors, cfg: &SmolVlaConfig,
 
 /// Mean and std of `feature` from lerobot's processor files, else from the old in-model buffers.
 fn find_stats(ckpt: &Path, st: &Safetensors, feature: &str, notes: &mut Vec<String>) -> Result<(Vec<f32>, Vec<f32>)> {
-    for (json, step) in [("policy_preprocessor.json", "normalizer_processor"), ("policy_postprocessor.json", "unnormalizer_processor")] {
+    let pre = ("policy_preprocessor.json", "normalizer_processor");
+    let post = ("policy_postprocessor.json", "unnormalizer_processor");
+    // Actions are unnormalised by the postprocessor: its statistics first.
+    let order = if feature == "action" { [post, pre] } else { [pre, post] };
+    for (json, step) in order {
         let path = ckpt.join(json);
         if !path.is_file() {
             continue;

@@ -10,7 +10,8 @@ fn fixture() -> PathBuf {
 }
 
 fn vla_convert(out: &Path, extra: &[&str]) -> Output {
-    let mut args = vec!["smolvla", "--ckpt", fixture().to_str().unwrap(), "--out", out.to_str().unwrap()];
+    let ckpt = fixture();
+    let mut args = vec!["smolvla", "--ckpt", ckpt.to_str().unwrap(), "--out", out.to_str().unwrap()];
     args.extend(extra);
     Command::new(env!("CARGO_BIN_EXE_vla-convert")).args(&args).output().unwrap()
 }
