@@ -6,7 +6,9 @@ Rerun (anyone, offline; the venv is outside the repo and CI never needs it):
     /work/venv-lerobot/bin/pip install "lerobot[smolvla]==0.4.4"
     HF_HUB_OFFLINE=1 /work/venv-lerobot/bin/python tools/golden/smolvla.py            # tiny, committed
     HF_HUB_OFFLINE=1 /work/venv-lerobot/bin/python tools/golden/smolvla.py --size base --out /tmp/smolvla-base
-                                         # smolvla_base's real sizes (~1.8 GB, ~1 min), not committed
+                                         # smolvla_base's real sizes (~1.8 GB, ~3 min on 2 cores), not committed
+    VLA_SMOLVLA_GOLDEN=/tmp/smolvla-base cargo test --test smolvla_golden -- --ignored base_size
+                                         # the Rust side of the base-size check (VLA_TEST_BACKEND=cpu|vulkan|ggml)
 
 Writes into the output folder (default tests/fixtures/smolvla-tiny/):
   vlm/                 a stand-in SmolVLM folder (config, tokenizer, processor) so lerobot builds
