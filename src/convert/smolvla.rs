@@ -142,6 +142,7 @@ pub fn convert(ckpt: &Path, opts: &Options, progress: &mut dyn FnMut(usize, usiz
     let vlm = vlm_path.as_deref().zip(vlm_json.as_ref()).map(|(path, value)| Json { path, value });
     let mut config = read_config(&policy, &st, vlm.as_ref())?;
     config.vision.positions = opts.positions;
+    config.validate()?;
 
     let map = name_map(&config);
     check_coverage(&st, &map)?;

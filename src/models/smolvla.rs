@@ -118,7 +118,8 @@ impl SmolVlaConfig {
         Ok(cfg)
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks that the sizes fit together (`read` calls it; so does the converter).
+    pub fn validate(&self) -> Result<()> {
         let v = &self.vision;
         let side = v.image_size / v.patch_size.max(1);
         let checks = [
