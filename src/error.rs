@@ -52,6 +52,10 @@ pub enum Error {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 
+    /// A checkpoint (or its config) that cannot be converted; names the file and what is wrong.
+    #[error("{}: {reason}", path.display())]
+    Checkpoint { path: PathBuf, reason: String },
+
     #[error("no adapter for backend {backend} (found: {found})")]
     NoAdapter { backend: String, found: String },
 

@@ -2,10 +2,11 @@
 //!
 //! Layout: [`gguf`] reads and writes model files, [`tensor`] and [`ops`] hold the
 //! CPU reference implementation of every op, [`graph`] executes models on a
-//! backend, [`models`] composes architectures behind [`policy::Policy`], and
-//! [`tokenizer`] turns instructions into token ids.
+//! backend, [`models`] composes architectures behind [`policy::Policy`], [`tokenizer`]
+//! turns instructions into token ids and [`convert`] turns published checkpoints into GGUF files.
 
 pub mod backend;
+pub mod convert;
 pub mod error;
 pub mod gguf;
 pub mod graph;

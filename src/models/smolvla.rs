@@ -17,7 +17,7 @@ use crate::layers::{linear, rms_norm};
 use crate::modules::decoder::{finish_layer, layer_prefix, norm_and_query, project_heads, rotate, rotated_kv, AttentionConfig};
 use crate::modules::flow::{euler_integrate, sinusoidal_time_embedding};
 use crate::modules::image::{resize_with_pad, to_chw_unit};
-use crate::modules::vision::{image_tokens, VisionConfig};
+use crate::modules::vision::{image_tokens, PatchPositions, VisionConfig};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::tokenizer::{demo::tiny_byte_level, SpecialTokens, Tokenizer};
 use crate::{Error, Result, Tensor};
@@ -78,6 +78,15 @@ impl SmolVlaConfig {
                 image_size: m.usize("image_size")?,
                 patch_size: m.usize("patch_size")?,
                 ln_eps: m.f32("vit_ln_eps")?,
+                positions: match file.get_u64(&format!("{ARCH}.vit_positions")) {
+                    Err(Error::MetadataNotFound(_)) => PatchPositions::Grid,
+                    _ => {
+                        let id = m.usize("vit_positions")?;
+                        PatchPositions::from_id(id).ok_or_else(|| {
+                            Error::InvalidArgument(format!("metadata \"{ARCH}.vit_positions\" = {id}: expected 0 or 1"))
+                        })?
+                    }
+                },
             },
             scale_factor: m.usize("scale_factor")?,
             hidden: m.usize("hidden")?,
@@ -110,7 +119,8 @@ impl SmolVlaConfig {
         Ok(cfg)
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks that the sizes fit together (`read` calls it; so does the converter).
+    pub fn validate(&self) -> Result<()> {
         let v = &self.vision;
         let side = v.image_size / v.patch_size.max(1);
         let checks = [
@@ -144,7 +154,7 @@ impl SmolVlaConfig {
             ("pad_token_id", self.pad_token_id as usize), ("chunk_size", self.chunk_size),
             ("num_steps", self.num_steps), ("max_state_dim", self.max_state_dim),
             ("max_action_dim", self.max_action_dim), ("real_state_dim", self.state_dim),
-            ("real_action_dim", self.action_dim),
+            ("real_action_dim", self.action_dim), ("vit_positions", v.positions.id()),
         ] {
             m.u32(k, x)?;
         }
@@ -362,6 +372,30 @@ impl PrefixLayout {
         let n_valid = valid.iter().filter(|&&v| v).count();
         PrefixLayout { valid, positions, mask, n_valid }
     }
+
+    /// The [`graphs::denoise`] inputs fixed for a request: `pos_self` (action tokens follow
+    /// the valid prefix), `pos_cross` (from 0, as lerobot's cross-attention layers),
+    /// `mask_self` (valid prefix + causal over the chunk) and `mask_cross` (valid prefix).
+    pub fn suffix_inputs(&self, cfg: &SmolVlaConfig) -> Result<[(&'static str, Tensor<'static>); 4]> {
+        let (p, c) = (self.valid.len(), cfg.chunk_size);
+        let valid = |j: usize| f32::from(u8::from(self.valid[j]));
+        let mask_self: Vec<f32> = (0..c)
+            .flat_map(|i| (0..p + c).map(move |j| (i, j)))
+            .map(|(i, j)| if j < p { valid(j) } else { f32::from(u8::from(j - p <= i)) })
+            .collect();
+        Ok([
+            ("pos_self", Tensor::from_f32(vec![c], (0..c).map(|i| (self.n_valid + i) as f32).collect::<Vec<_>>())?),
+            ("pos_cross", Tensor::from_f32(vec![c], (0..c).map(|i| i as f32).collect::<Vec<_>>())?),
+            ("mask_self", Tensor::from_f32(vec![c, p + c], mask_self)?),
+            ("mask_cross", Tensor::from_f32(vec![c, p], (0..c * p).map(|k| valid(k % p)).collect::<Vec<_>>())?),
+        ])
+    }
+}
+
+/// The [`graphs::denoise`] input `time_emb` at time `t`: the sinusoidal embedding, one row per action.
+pub fn time_input(cfg: &SmolVlaConfig, t: f32) -> Result<Tensor<'static>> {
+    let emb = sinusoidal_time_embedding(f64::from(t), cfg.expert_hidden, cfg.min_period, cfg.max_period);
+    Tensor::from_f32(vec![cfg.chunk_size, cfg.expert_hidden], emb.repeat(cfg.chunk_size))
 }
 
 struct Compiled {
@@ -599,29 +633,12 @@ impl Policy for SmolVla {
 
         let t2 = Instant::now();
         let names: Vec<String> = (0..cfg.n_layers).flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")]).collect();
-        let pos_self = Tensor::from_f32(vec![c], (0..c).map(|i| (layout.n_valid + i) as f32).collect::<Vec<_>>())?;
-        let pos_cross = Tensor::from_f32(vec![c], (0..c).map(|i| i as f32).collect::<Vec<_>>())?;
-        let valid = |j: usize| f32::from(u8::from(layout.valid[j]));
-        let mask_self: Vec<f32> = (0..c)
-            .flat_map(|i| (0..p + c).map(move |j| (i, j)))
-            .map(|(i, j)| if j < p { valid(j) } else { f32::from(u8::from(j - p <= i)) })
-            .collect();
-        let mask_self = Tensor::from_f32(vec![c, p + c], mask_self)?;
-        let mask_cross = Tensor::from_f32(vec![c, p], (0..c * p).map(|k| valid(k % p)).collect::<Vec<_>>())?;
-        let (min_p, max_p) = (cfg.min_period, cfg.max_period);
-        let eh = cfg.expert_hidden;
+        let suffix = layout.suffix_inputs(cfg)?;
         let x = euler_integrate(noise, cfg.num_steps, |x, t| {
-            let emb = sinusoidal_time_embedding(t as f64, eh, min_p, max_p);
-            let time = Tensor::from_f32(vec![c, eh], emb.repeat(c))?;
+            let time = time_input(cfg, t)?;
             let x_t = Tensor::from_f32(vec![c, ad], x)?;
-            let mut inputs: Vec<(&str, &Tensor)> = vec![
-                ("x_t", &x_t),
-                ("time_emb", &time),
-                ("pos_self", &pos_self),
-                ("pos_cross", &pos_cross),
-                ("mask_self", &mask_self),
-                ("mask_cross", &mask_cross),
-            ];
+            let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
+            inputs.extend(suffix.iter().map(|(n, t)| (*n, t)));
             inputs.extend(names.iter().map(String::as_str).zip(kv.iter()));
             let out = exec.denoise.run(&inputs)?;
             out[0].to_vec_f32()
@@ -664,7 +681,7 @@ pub fn gaussian_noise(n: usize, seed: u64) -> Vec<f32> {
 /// A small SmolVLA-shaped config for the demo model and fast tests.
 pub fn demo_config() -> SmolVlaConfig {
     SmolVlaConfig {
-        vision: VisionConfig { hidden: 64, layers: 2, heads: 4, inter: 128, image_size: 64, patch_size: 8, ln_eps: 1e-6 },
+        vision: VisionConfig { hidden: 64, layers: 2, heads: 4, inter: 128, image_size: 64, patch_size: 8, ln_eps: 1e-6, positions: PatchPositions::Grid },
         scale_factor: 2,
         hidden: 96,
         n_layers: 4,

@@ -16,18 +16,20 @@ pub fn sinusoidal_time_embedding(t: f64, dim: usize, min_period: f64, max_period
     out
 }
 
-/// Integrates `dx/dt = v(x, t)` from t = 1 to 0 in `steps` equal Euler steps.
+/// Integrates `dx/dt = v(x, t)` from t = 1 to 0 in `steps` equal Euler steps. As lerobot's
+/// `sample_actions`: `t = 1 + step * dt` in f64, handed to the model as f32, and
+/// `x += f32(dt) * v`.
 pub fn euler_integrate<E>(
     mut x: Vec<f32>,
     steps: usize,
     mut velocity: impl FnMut(&[f32], f32) -> Result<Vec<f32>, E>,
 ) -> Result<Vec<f32>, E> {
-    let dt = -1.0 / steps as f32;
+    let dt = -1.0 / steps as f64;
     for step in 0..steps {
-        let t = 1.0 + step as f32 * dt;
-        let v = velocity(&x, t)?;
+        let t = 1.0 + step as f64 * dt;
+        let v = velocity(&x, t as f32)?;
         for (xi, vi) in x.iter_mut().zip(&v) {
-            *xi += dt * vi;
+            *xi += dt as f32 * vi;
         }
     }
     Ok(x)

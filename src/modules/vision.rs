@@ -15,6 +15,34 @@ pub struct VisionConfig {
     pub image_size: usize,
     pub patch_size: usize,
     pub ln_eps: f32,
+    pub positions: PatchPositions,
+}
+
+/// Which row of the position table each patch adds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PatchPositions {
+    /// Patch (h, w) adds row `h * side + w` (SigLIP; SmolVLM under transformers < 4.55).
+    #[default]
+    Grid,
+    /// Patch (h, w) adds row `max(h-1, 0) * side + max(w-1, 0)`: what SmolVLM's bucketized
+    /// position ids give for a full image under transformers >= 4.55 (`h / side * (1 - 1e-6)`
+    /// falls just below bucket boundary `h / side`; transformers issue #41190), and so what
+    /// lerobot 0.4.4 (which needs transformers >= 4.57) runs.
+    Shifted,
+}
+
+impl PatchPositions {
+    /// The GGUF metadata value (`<arch>.vit_positions`; absent means `Grid`).
+    pub fn id(self) -> usize {
+        match self {
+            PatchPositions::Grid => 0,
+            PatchPositions::Shifted => 1,
+        }
+    }
+
+    pub fn from_id(id: usize) -> Option<Self> {
+        [PatchPositions::Grid, PatchPositions::Shifted].into_iter().find(|p| p.id() == id)
+    }
 }
 
 impl VisionConfig {
@@ -29,7 +57,10 @@ pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> 
     let w = g.weight("vit.patch_embd.weight")?;
     let b = g.weight("vit.patch_embd.bias")?;
     let mut x = g.patch_embed(image, w, b)?;
-    let pos = g.weight("vit.pos_embd.weight")?;
+    let mut pos = g.weight("vit.pos_embd.weight")?;
+    if cfg.positions == PatchPositions::Shifted {
+        pos = shift_positions(g, pos, cfg.image_size / cfg.patch_size)?;
+    }
     x = g.add(x, pos)?;
     let head_dim = cfg.hidden / cfg.heads;
     for i in 0..cfg.layers {
@@ -51,6 +82,19 @@ pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> 
         x = g.add(x, h)?;
     }
     layer_norm(g, x, "vit.post_ln", cfg.ln_eps)
+}
+
+/// `table [side*side, E]` -> the rows [`PatchPositions::Shifted`] picks: along each grid
+/// axis, row 0 then rows `0..side-1`.
+fn shift_positions(g: &mut GraphBuilder, table: NodeId, side: usize) -> Result<NodeId> {
+    let e = g.shape(table)[1];
+    let mut t = g.reshape(table, &[side, side, e])?;
+    for axis in [0, 1] {
+        let first = g.slice(t, axis, 0, 1)?;
+        let rest = g.slice(t, axis, 0, side - 1)?;
+        t = g.concat(&[first, rest], axis)?;
+    }
+    g.reshape(t, &[side * side, e])
 }
 
 /// Idefics3's pixel shuffle: `[side*side, E]` -> `[(side/s)^2, E*s*s]`, folding each

@@ -1,0 +1,255 @@
+"""Golden fixture for SmolVLA: lerobot 0.4.4 with random weights, every tensor re-randomized.
+
+Rerun (anyone, offline; the venv is outside the repo and CI never needs it):
+
+    python3 -m venv /work/venv-lerobot
+    /work/venv-lerobot/bin/pip install "lerobot[smolvla]==0.4.4"
+    HF_HUB_OFFLINE=1 /work/venv-lerobot/bin/python tools/golden/smolvla.py            # tiny, committed
+    HF_HUB_OFFLINE=1 /work/venv-lerobot/bin/python tools/golden/smolvla.py --size base --out /tmp/smolvla-base
+                                         # smolvla_base's real sizes (~1.8 GB, ~3 min on 2 cores), not committed
+    VLA_SMOLVLA_GOLDEN=/tmp/smolvla-base cargo test --test smolvla_golden -- --ignored base_size
+                                         # the Rust side of the base-size check (VLA_TEST_BACKEND=cpu|vulkan|ggml)
+
+Writes into the output folder (default tests/fixtures/smolvla-tiny/):
+  vlm/                 a stand-in SmolVLM folder (config, tokenizer, processor) so lerobot builds
+                       offline; no weights (load_vlm_weights=False)
+  config.json, model.safetensors, policy_{pre,post}processor*.{json,safetensors}
+                       the checkpoint exactly as lerobot saves it (policy.save_pretrained and the
+                       processors' save_pretrained), except that the two places recording the VLM
+                       folder are rewritten to the relative path "vlm" so the folder can move
+  golden.safetensors   inputs and lerobot's outputs (names below), float32 unless noted
+  golden.json          versions, the task string, token ids, shapes, seeds
+
+golden.safetensors: image.{i} (u8, HWC, the raw camera frame), state (raw), state_norm (after
+the preprocessor, not yet zero-padded), noise
+[chunk, max_action_dim], pixels.{i} [3,S,S] (prepare_images output, in [-1,1]), vit.{i}
+[patches, vit_hidden] (the vision tower's output after post_layernorm, before the connector),
+vision.{i} [T, hidden] (embed_image: connector output, before the sqrt(hidden) scale),
+kv.{l}.k / kv.{l}.v [P, kv_heads, head_dim] (the prefill cache: decoder keys after RoPE and
+values), kv.{l}.k_expert / kv.{l}.v_expert (cross-attention layers only: the expert's own
+k_proj / v_proj of that cache, computed with lerobot's modules), velocity.{s} [chunk,
+max_action_dim] (denoise_step output at step s), actions_norm [chunk, max_action_dim]
+(sample_actions output), actions [chunk, action_dim] (after the postprocessor: unnormalised).
+"""
+import argparse
+import json
+import os
+import shutil
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor,
+                          SmolVLMVideoProcessor)
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<fake_token_around_image>", "<image>",
+           "<global-img>", "<end_of_utterance>"]
+TASK = "pick up the red cube and place it in the box"
+
+# (SmolVLM vision, SmolVLM text, scale factor, policy overrides). "base" is smolvla_base:
+# SmolVLM2-500M's tower and decoder (cut to 16 layers), expert 0.75 x 960 = 720.
+SIZES = {
+    "tiny": (dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  image_size=64, patch_size=8, layer_norm_eps=1e-6),
+             dict(hidden_size=64, intermediate_size=160, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, vocab_size=320, rms_norm_eps=1e-5),
+             2, dict(chunk_size=10, n_action_steps=10, num_vlm_layers=4, tokenizer_max_length=16, num_steps=10)),
+    "base": (dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                  image_size=512, patch_size=16, layer_norm_eps=1e-6),
+             dict(hidden_size=960, intermediate_size=2560, num_hidden_layers=32, num_attention_heads=15,
+                  num_key_value_heads=5, head_dim=64, vocab_size=49280, rms_norm_eps=1e-5),
+             4, dict(chunk_size=50, n_action_steps=50, num_vlm_layers=16, tokenizer_max_length=48, num_steps=10)),
+}
+STATE_DIM = ACTION_DIM = 6
+CAMERAS = [(48, 80), (70, 50)]  # (h, w): neither square nor the model's size: exercises resize-with-pad
+
+
+def build_vlm(out, size):
+    """A SmolVLM folder lerobot can load offline: config with the chosen sizes and a small BPE
+    tokenizer with SmolVLM's special tokens (token ids only need to be below vocab_size)."""
+    vc, tc, sf, _ = SIZES[size]
+    os.makedirs(out, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([TASK + "\n"] * 50, tr)
+    ft = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<end_of_utterance>", pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        additional_special_tokens=["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"],
+        extra_special_tokens={"fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
+                              "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>"})
+    assert len(ft) <= tc["vocab_size"]
+    cfg = SmolVLMConfig(vision_config=vc, text_config=tc, scale_factor=sf,
+                        image_token_id=ft.convert_tokens_to_ids("<image>"))
+    cfg.save_pretrained(out)
+    ip = SmolVLMImageProcessor(size={"longest_edge": vc["image_size"]}, max_image_size={"longest_edge": vc["image_size"]})
+    n_tok = (vc["image_size"] // vc["patch_size"] // sf) ** 2
+    SmolVLMProcessor(image_processor=ip, tokenizer=ft, video_processor=SmolVLMVideoProcessor(),
+                     image_seq_len=n_tok).save_pretrained(out)
+
+
+def rerandomize(policy, gen):
+    """Every tensor gets fresh values: lerobot's init leaves biases at 0 and norm gains at 1,
+    which would hide a dropped bias or gain."""
+    with torch.no_grad():
+        for name, t in policy.state_dict().items():
+            r = torch.randn(t.shape, generator=gen, dtype=torch.float32)
+            if "norm" in name and name.endswith("weight"):
+                v = 1.0 + 0.2 * r
+            elif t.ndim == 1:
+                v = 0.2 * r
+            else:
+                fan_in = t[0].numel() if t.ndim > 1 else 1
+                v = r / fan_in ** 0.5
+            t.copy_(v.to(t.dtype))
+
+
+def relativize_vlm_paths(out):
+    """config.json and the tokenizer step record the VLM folder's absolute path: make it "vlm"."""
+    for name in ["config.json", "policy_preprocessor.json"]:
+        p = os.path.join(out, name)
+        d = json.load(open(p))
+        if "vlm_model_name" in d:
+            d["vlm_model_name"] = "vlm"
+        for s in d.get("steps", []):
+            if "tokenizer_name" in s.get("config", {}):
+                s["config"]["tokenizer_name"] = "vlm"
+        json.dump(d, open(p, "w"), indent=4)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    ap.add_argument("--out", help="output folder (default: tests/fixtures/smolvla-tiny for --size tiny)")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    if a.out is None and a.size != "tiny":
+        ap.error("--size base writes ~1.8 GB: give --out (outside the repo)")
+    out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", "smolvla-tiny"))
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    vlm_dir = os.path.join(out, "vlm")
+    build_vlm(vlm_dir, a.size)
+
+    import lerobot
+    import transformers
+    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
+    from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+    from lerobot.policies.smolvla.processor_smolvla import make_smolvla_pre_post_processors
+
+    vc, tc, sf, over = SIZES[a.size]
+    gen = torch.Generator().manual_seed(a.seed)
+    cams = [f"observation.images.cam{i}" for i in range(len(CAMERAS))]
+    feats = {"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(STATE_DIM,))}
+    for k, (h, w) in zip(cams, CAMERAS):
+        feats[k] = PolicyFeature(type=FeatureType.VISUAL, shape=(3, h, w))
+    s = vc["image_size"]
+    cfg = SmolVLAConfig(vlm_model_name=vlm_dir, load_vlm_weights=False, device="cpu",
+                        resize_imgs_with_padding=(s, s), self_attn_every_n_layers=2, input_features=feats,
+                        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(ACTION_DIM,))},
+                        **over)
+    assert cfg.normalization_mapping["STATE"] == NormalizationMode.MEAN_STD
+    torch.manual_seed(a.seed)
+    policy = SmolVLAPolicy(cfg).eval()
+    rerandomize(policy, gen)
+
+    randn = lambda *shape: torch.randn(*shape, generator=gen)
+    stats = {"observation.state": {"mean": randn(STATE_DIM), "std": 0.5 + torch.rand(STATE_DIM, generator=gen)},
+             "action": {"mean": randn(ACTION_DIM), "std": 0.5 + torch.rand(ACTION_DIM, generator=gen)}}
+    pre, post = make_smolvla_pre_post_processors(cfg, dataset_stats=stats)
+    policy.save_pretrained(out)
+    pre.save_pretrained(out)
+    post.save_pretrained(out)
+    relativize_vlm_paths(out)
+
+    # Inputs: u8 HWC frames, a raw state, a task string, explicit noise.
+    images = [torch.randint(0, 256, (h, w, 3), generator=gen, dtype=torch.uint8) for h, w in CAMERAS]
+    state = 2.0 * randn(STATE_DIM)
+    noise = randn(1, cfg.chunk_size, cfg.max_action_dim)
+    obs = {"observation.state": state.clone(), "task": TASK}
+    for k, img in zip(cams, images):
+        obs[k] = img.permute(2, 0, 1).float() / 255.0
+    batch = pre(obs)
+    tokens = batch["observation.language.tokens"][0]
+    assert bool(batch["observation.language.attention_mask"].all()), "expected no padding (pad_language_to=longest)"
+
+    # Record intermediates with lerobot's own modules.
+    model, vwe = policy.model, policy.model.vlm_with_expert
+    golden = {f"image.{i}": img for i, img in enumerate(images)}
+    with torch.no_grad():
+        pixels, _ = policy.prepare_images(dict(batch))
+        for i, px in enumerate(pixels):
+            golden[f"pixels.{i}"] = px[0]
+            golden[f"vit.{i}"] = vwe.get_vlm_model().vision_model(pixel_values=px).last_hidden_state[0]
+            golden[f"vision.{i}"] = vwe.embed_image(px)[0]
+    caches, velocities, final = [], [], []
+    vwe_forward, denoise_step, sample_actions = vwe.forward, model.denoise_step, model.sample_actions
+
+    def rec_forward(*args, **kw):
+        out = vwe_forward(*args, **kw)
+        if kw.get("fill_kv_cache"):
+            caches.append(out[1])
+        return out
+
+    def rec_denoise(*args, **kw):
+        v = denoise_step(*args, **kw)
+        velocities.append(v.clone())
+        return v
+
+    def rec_sample(*args, **kw):
+        x = sample_actions(*args, **kw)
+        final.append(x.clone())
+        return x
+
+    vwe.forward, model.denoise_step, model.sample_actions = rec_forward, rec_denoise, rec_sample
+    actions = post(policy.predict_action_chunk(dict(batch), noise=noise.clone()))
+    assert len(caches) == 1 and len(velocities) == cfg.num_steps
+
+    with torch.no_grad():
+        for l, kv in sorted(caches[0].items()):
+            k, v = kv["key_states"][0], kv["value_states"][0]
+            golden[f"kv.{l}.k"], golden[f"kv.{l}.v"] = k, v
+            if l % cfg.self_attn_every_n_layers != 0:
+                attn = vwe.lm_expert.layers[l].self_attn
+                hd = attn.head_dim
+                golden[f"kv.{l}.k_expert"] = attn.k_proj(k.reshape(k.shape[0], -1)).view(k.shape[0], -1, hd)
+                golden[f"kv.{l}.v_expert"] = attn.v_proj(v.reshape(v.shape[0], -1)).view(v.shape[0], -1, hd)
+    for st, v in enumerate(velocities):
+        golden[f"velocity.{st}"] = v[0]
+    golden.update({"state": state, "state_norm": batch["observation.state"][0], "noise": noise[0], "actions_norm": final[0][0], "actions": actions[0]})
+    golden = {k: (t if t.dtype == torch.uint8 else t.float()).contiguous() for k, t in golden.items()}
+    save_file(golden, os.path.join(out, "golden.safetensors"))
+
+    info = {
+        "generator": "tools/golden/smolvla.py",
+        "size": a.size,
+        "seed": a.seed,
+        "versions": {"lerobot": lerobot.__version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "numpy": np.__version__},
+        "task": TASK,
+        "task_as_tokenized": TASK + "\n",
+        "token_ids": tokens.tolist(),
+        "n_images": len(CAMERAS),
+        "cameras_hw": CAMERAS,
+        "prefix_len": int(golden["kv.0.k"].shape[0]),
+        "img_tokens_per_camera": int(golden["vision.0"].shape[0]),
+        "chunk_size": cfg.chunk_size,
+        "num_steps": cfg.num_steps,
+        "max_action_dim": cfg.max_action_dim,
+        "action_dim": ACTION_DIM,
+        "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
+    }
+    json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
+    print(json.dumps({k: info[k] for k in ["versions", "token_ids", "prefix_len"]}))
+    print("actions[0]:", actions[0, 0].tolist())
+
+
+if __name__ == "__main__":
+    main()
