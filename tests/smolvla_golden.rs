@@ -309,3 +309,19 @@ fn bf16_conversion_stays_close() {
     println!("bf16 GGUF ({n_bf16} bf16 tensors) vs lerobot f32: cosine {cos:.6}, max abs err {err:.3e}");
     assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
 }
+
+/// The converter ships the checkpoint's tokenizer: the task text gives the ids lerobot's
+/// tokenizer gave, and a text prompt the same chunk as those ids.
+#[test]
+fn text_prompt_tokenizes_as_lerobot() {
+    let g = Golden::load();
+    let file = converted(GgmlType::F32);
+    let tok = vla::tokenizer::Tokenizer::from_gguf(&file).unwrap();
+    let task = g.meta["task_as_tokenized"].as_str().unwrap();
+    let ids: Vec<i32> = tok.encode(task).unwrap().into_iter().map(|i| i as i32).collect();
+    assert_eq!(ids, g.tokens(), "our ids for {task:?} differ from lerobot's");
+    let mut m = SmolVla::new(file, &RuntimeOptions::default()).unwrap();
+    let by_ids = m.predict(&g.observation()).unwrap().actions;
+    let text = Observation { tokens: None, prompt: Some(g.meta["task"].as_str().unwrap().into()), ..g.observation() };
+    assert_eq!(m.predict(&text).unwrap().actions, by_ids);
+}

@@ -14,6 +14,7 @@ use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::smolvla::{SmolVlaConfig, ARCH};
 use crate::modules::decoder::AttentionConfig;
 use crate::modules::vision::{PatchPositions, VisionConfig};
+use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -36,11 +37,13 @@ pub struct Options {
     /// The vision tower's position rows. Default `Shifted`: what lerobot 0.4.4 runs (it needs
     /// transformers >= 4.57); `Grid` is what checkpoints trained under transformers < 4.55 saw.
     pub positions: PatchPositions,
+    /// The language model's `tokenizer.json`; default: the one beside the SmolVLM config.
+    pub tokenizer: Option<PathBuf>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { dtype: GgmlType::F32, vlm_config: None, positions: PatchPositions::Shifted }
+        Options { dtype: GgmlType::F32, vlm_config: None, positions: PatchPositions::Shifted, tokenizer: None }
     }
 }
 
@@ -154,6 +157,21 @@ pub fn convert(ckpt: &Path, opts: &Options, progress: &mut dyn FnMut(usize, usiz
     w.add_metadata("general.name", name)?;
     w.add_metadata("general.source", "lerobot SmolVLA checkpoint (vla-convert)")?;
     config.write(&mut w)?;
+    let tokenizer_path = opts.tokenizer.clone().or_else(|| {
+        let beside = vlm_path.as_ref()?.with_file_name("tokenizer.json");
+        beside.is_file().then_some(beside)
+    });
+    match tokenizer_path {
+        Some(p) => {
+            let tok = Tokenizer::from_hf_file(&p)?;
+            if tok.len() > config.vocab_size {
+                return Err(ckpt_err(&p, format!("{} tokens, more than the model's vocab_size {}", tok.len(), config.vocab_size)));
+            }
+            tok.write_gguf(&mut w)?;
+            notes.push(format!("tokenizer: {} ({} tokens)", p.display(), tok.len()));
+        }
+        None => notes.push("no tokenizer.json found: the GGUF takes token ids only, not text (pass --tokenizer)".into()),
+    }
     let shapes: BTreeMap<String, Vec<usize>> = config.tensor_shapes().into_iter().collect();
     let total = map.len() + stats.len();
     for (done, (ours, theirs)) in map.iter().enumerate() {

@@ -37,11 +37,16 @@ enum Command {
         /// checkpoint's vlm_model_name if it is a local folder, else the Hugging Face cache.
         #[arg(long)]
         vlm_config: Option<PathBuf>,
-        /// Position rows of the vision tower: `shifted` reproduces lerobot 0.4.4 (transformers
-        /// >= 4.55 bucketize SmolVLM's patch positions one row down, transformers issue
-        /// #41190); `grid` is plain SigLIP, what checkpoints trained before that saw.
+        /// Position rows of the vision tower: `shifted` reproduces lerobot 0.4.4 (from
+        /// transformers 4.55 on, SmolVLM's patch positions are bucketized one row down,
+        /// transformers issue #41190); `grid` is plain SigLIP, what checkpoints trained before
+        /// that saw.
         #[arg(long, value_enum, default_value_t = Positions::Shifted)]
         vit_positions: Positions,
+        /// The language model's tokenizer.json, shipped in the GGUF so the server takes text;
+        /// default: the one beside the SmolVLM config.
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
         /// Overwrite --out if it exists.
         #[arg(long)]
         force: bool,
@@ -74,12 +79,12 @@ impl From<Dtype> for GgmlType {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Smolvla { ckpt, out, dtype, vlm_config, vit_positions, force } => {
+        Command::Smolvla { ckpt, out, dtype, vlm_config, vit_positions, tokenizer, force } => {
             let positions = match vit_positions {
                 Positions::Shifted => PatchPositions::Shifted,
                 Positions::Grid => PatchPositions::Grid,
             };
-            convert_smolvla(&ckpt, &out, smolvla::Options { dtype: dtype.into(), vlm_config, positions }, force)
+            convert_smolvla(&ckpt, &out, smolvla::Options { dtype: dtype.into(), vlm_config, positions, tokenizer }, force)
         }
     };
     if let Err(e) = result {
