@@ -14,7 +14,7 @@ use vla::convert::{smolvla as convert, Safetensors};
 use vla::gguf::{GgmlType, GgufFile};
 use vla::graph::GraphBuilder;
 use vla::models::smolvla::{graphs, time_input, PrefixLayout, SmolVla, SmolVlaConfig};
-use vla::modules::image::{resize_with_pad, to_chw_unit};
+use vla::modules::image::{resize_with_pad, to_chw_unit, PadAlign};
 use vla::modules::vision::vision_tower;
 use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
 use vla::Tensor;
@@ -164,7 +164,7 @@ fn preprocessing_matches_lerobot() {
     for i in 0..g.n_images() {
         let img = g.image(i);
         let unit = to_chw_unit(&img).unwrap();
-        let px: Vec<f32> = resize_with_pad(&unit, img.height, img.width, s, s, 0.0).iter().map(|v| v * 2.0 - 1.0).collect();
+        let px: Vec<f32> = resize_with_pad(&unit, img.height, img.width, s, s, 0.0, PadAlign::BottomRight).iter().map(|v| v * 2.0 - 1.0).collect();
         check(&format!("pixels, camera {i} ({}x{})", img.height, img.width), &px, &g.f32(&format!("pixels.{i}")), 1e-5);
     }
 }

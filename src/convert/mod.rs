@@ -2,17 +2,21 @@
 //! normaliser files) into vla-rs GGUF files. One module per architecture; this one holds
 //! what they share: reading safetensors and JSON with errors that name the file and tensor.
 
+pub mod pi0;
 pub mod smolvla;
 
 use crate::{Error, Result};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, TensorInfo};
 use safetensors::SafeTensors;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 pub(crate) fn ckpt_err(path: &Path, reason: impl Into<String>) -> Error {
-    Error::Checkpoint { path: path.to_owned(), reason: reason.into() }
+    Error::Checkpoint {
+        path: path.to_owned(),
+        reason: reason.into(),
+    }
 }
 
 /// A memory-mapped `.safetensors` file; tensors are decoded to f32 on demand.
@@ -25,13 +29,28 @@ pub struct Safetensors {
 
 impl Safetensors {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|err| Error::Io { path: path.to_owned(), err })?;
+        let file = std::fs::File::open(path).map_err(|err| Error::Io {
+            path: path.to_owned(),
+            err,
+        })?;
         // SAFETY: read-only mapping; the file is not expected to change while we convert it.
-        let map = unsafe { Mmap::map(&file) }.map_err(|err| Error::Io { path: path.to_owned(), err })?;
-        let (header_len, meta) =
-            SafeTensors::read_metadata(&map).map_err(|e| ckpt_err(path, format!("not a safetensors file: {e}")))?;
-        let tensors = meta.tensors().into_iter().map(|(n, i)| (n, i.clone())).collect();
-        Ok(Safetensors { path: path.to_owned(), map, data_start: 8 + header_len, tensors })
+        let map = unsafe { Mmap::map(&file) }.map_err(|err| Error::Io {
+            path: path.to_owned(),
+            err,
+        })?;
+        let (header_len, meta) = SafeTensors::read_metadata(&map)
+            .map_err(|e| ckpt_err(path, format!("not a safetensors file: {e}")))?;
+        let tensors = meta
+            .tensors()
+            .into_iter()
+            .map(|(n, i)| (n, i.clone()))
+            .collect();
+        Ok(Safetensors {
+            path: path.to_owned(),
+            map,
+            data_start: 8 + header_len,
+            tensors,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -52,20 +71,30 @@ impl Safetensors {
 
     /// The tensor's shape, or an error naming it.
     pub fn require_shape(&self, name: &str) -> Result<&[usize]> {
-        self.shape(name).ok_or_else(|| ckpt_err(&self.path, format!("tensor {name:?} is missing")))
+        self.shape(name)
+            .ok_or_else(|| ckpt_err(&self.path, format!("tensor {name:?} is missing")))
     }
 
     fn bytes(&self, name: &str) -> Result<(Dtype, &[u8])> {
-        let info = self.tensors.get(name).ok_or_else(|| ckpt_err(&self.path, format!("tensor {name:?} is missing")))?;
+        let info = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| ckpt_err(&self.path, format!("tensor {name:?} is missing")))?;
         let (a, b) = info.data_offsets;
-        Ok((info.dtype, &self.map[self.data_start + a..self.data_start + b]))
+        Ok((
+            info.dtype,
+            &self.map[self.data_start + a..self.data_start + b],
+        ))
     }
 
     /// A U8 tensor's bytes, row-major.
     pub fn u8(&self, name: &str) -> Result<Vec<u8>> {
         match self.bytes(name)? {
             (Dtype::U8, bytes) => Ok(bytes.to_vec()),
-            (other, _) => Err(ckpt_err(&self.path, format!("tensor {name:?} has dtype {other:?}, expected U8"))),
+            (other, _) => Err(ckpt_err(
+                &self.path,
+                format!("tensor {name:?} has dtype {other:?}, expected U8"),
+            )),
         }
     }
 
@@ -74,11 +103,17 @@ impl Safetensors {
         let (dtype, bytes) = self.bytes(name)?;
         let half = |f: fn([u8; 2]) -> f32| bytes.chunks_exact(2).map(|c| f([c[0], c[1]])).collect();
         Ok(match dtype {
-            Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            Dtype::F32 => bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
             Dtype::F16 => half(|b| half::f16::from_le_bytes(b).to_f32()),
             Dtype::BF16 => half(|b| half::bf16::from_le_bytes(b).to_f32()),
             other => {
-                return Err(ckpt_err(&self.path, format!("tensor {name:?} has dtype {other:?} (expected F32, F16 or BF16)")))
+                return Err(ckpt_err(
+                    &self.path,
+                    format!("tensor {name:?} has dtype {other:?} (expected F32, F16 or BF16)"),
+                ))
             }
         })
     }
@@ -86,7 +121,10 @@ impl Safetensors {
 
 /// Parses a JSON file.
 pub fn read_json(path: &Path) -> Result<serde_json::Value> {
-    let text = std::fs::read_to_string(path).map_err(|err| Error::Io { path: path.to_owned(), err })?;
+    let text = std::fs::read_to_string(path).map_err(|err| Error::Io {
+        path: path.to_owned(),
+        err,
+    })?;
     serde_json::from_str(&text).map_err(|e| ckpt_err(path, format!("invalid JSON: {e}")))
 }
 
@@ -103,8 +141,14 @@ impl<'a> Json<'a> {
 
     pub fn obj(&self, key: &str) -> Result<Json<'a>> {
         match self.get(key) {
-            Some(v) if v.is_object() => Ok(Json { path: self.path, value: v }),
-            _ => Err(ckpt_err(self.path, format!("{key:?} is missing or not an object"))),
+            Some(v) if v.is_object() => Ok(Json {
+                path: self.path,
+                value: v,
+            }),
+            _ => Err(ckpt_err(
+                self.path,
+                format!("{key:?} is missing or not an object"),
+            )),
         }
     }
 
@@ -112,7 +156,12 @@ impl<'a> Json<'a> {
         self.get(key)
             .and_then(serde_json::Value::as_u64)
             .and_then(|v| usize::try_from(v).ok())
-            .ok_or_else(|| ckpt_err(self.path, format!("{key:?} is missing or not a non-negative integer")))
+            .ok_or_else(|| {
+                ckpt_err(
+                    self.path,
+                    format!("{key:?} is missing or not a non-negative integer"),
+                )
+            })
     }
 
     pub fn i64(&self, key: &str) -> Result<i64> {
@@ -122,14 +171,160 @@ impl<'a> Json<'a> {
     }
 
     pub fn f64(&self, key: &str) -> Result<f64> {
-        self.get(key).and_then(serde_json::Value::as_f64).ok_or_else(|| ckpt_err(self.path, format!("{key:?} is missing or not a number")))
+        self.get(key)
+            .and_then(serde_json::Value::as_f64)
+            .ok_or_else(|| ckpt_err(self.path, format!("{key:?} is missing or not a number")))
     }
 
     pub fn str(&self, key: &str) -> Result<&'a str> {
-        self.get(key).and_then(serde_json::Value::as_str).ok_or_else(|| ckpt_err(self.path, format!("{key:?} is missing or not a string")))
+        self.get(key)
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| ckpt_err(self.path, format!("{key:?} is missing or not a string")))
     }
 
     pub fn bool_or(&self, key: &str, default: bool) -> bool {
-        self.get(key).and_then(serde_json::Value::as_bool).unwrap_or(default)
+        self.get(key)
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(default)
     }
+}
+
+pub(crate) fn ggml_dims(shape: &[usize]) -> Vec<u64> {
+    shape.iter().rev().map(|&d| d as u64).collect()
+}
+
+/// Whether `--dtype` applies to our tensor `name` of `shape`: 2-D matmul weights only
+/// (vla.cpp's rule: embeddings, norms, positions, the state/action/time projections and
+/// adaRMS maps stay f32).
+pub(crate) fn takes_float_dtype(name: &str, shape: &[usize]) -> bool {
+    let skip = [
+        "token_embd",
+        "patch_embd",
+        "pos_embd",
+        "norm",
+        "action",
+        "state",
+        "time",
+    ];
+    shape.len() == 2 && name.ends_with(".weight") && !skip.iter().any(|s| name.contains(s))
+}
+
+/// Every checkpoint tensor is either converted (`map`'s second column) or known to be
+/// unused; an unknown one means a model variant the converter does not understand.
+pub(crate) fn check_coverage(
+    st: &Safetensors,
+    map: &[(String, String)],
+    ignored: &[&str],
+    ignored_prefixes: &[&str],
+) -> Result<()> {
+    let used: BTreeSet<&str> = map.iter().map(|(_, t)| t.as_str()).collect();
+    let unknown: Vec<&str> = st
+        .names()
+        .filter(|n| {
+            !used.contains(n)
+                && !ignored.contains(n)
+                && !ignored_prefixes.iter().any(|p| n.starts_with(p))
+        })
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<_> = unknown.iter().take(8).collect();
+    Err(ckpt_err(
+        st.path(),
+        format!(
+            "{} tensors this converter does not map, e.g. {shown:?}",
+            unknown.len()
+        ),
+    ))
+}
+
+/// Counts `<prefix>{i}<suffix>` for i = 0, 1, ... present in the checkpoint.
+pub(crate) fn count_layers(st: &Safetensors, prefix: &str, suffix: &str) -> usize {
+    (0..)
+        .take_while(|i| st.contains(&format!("{prefix}{i}{suffix}")))
+        .count()
+}
+
+/// Camera inputs among a lerobot config's `input_features`.
+pub(crate) fn count_visual_features(features: &Json) -> usize {
+    features.value.as_object().map_or(0, |o| {
+        o.values()
+            .filter(|f| f.get("type").and_then(|t| t.as_str()) == Some("VISUAL"))
+            .count()
+    })
+}
+
+/// The first dimension of feature `key`'s shape.
+pub(crate) fn feature_dim(features: &Json, key: &str) -> Result<usize> {
+    features
+        .obj(key)?
+        .get("shape")
+        .and_then(|s| s.get(0))
+        .and_then(serde_json::Value::as_u64)
+        .map(|d| d as usize)
+        .ok_or_else(|| ckpt_err(features.path, format!("feature {key:?} has no shape")))
+}
+
+/// Statistics `keys` (e.g. mean and std) of `feature` from lerobot's processor files, else
+/// from the in-model normaliser buffers of older checkpoints (`st`).
+pub(crate) fn find_stats(
+    ckpt: &Path,
+    st: Option<&Safetensors>,
+    feature: &str,
+    keys: [&str; 2],
+    notes: &mut Vec<String>,
+) -> Result<[Vec<f32>; 2]> {
+    let pre = ("policy_preprocessor.json", "normalizer_processor");
+    let post = ("policy_postprocessor.json", "unnormalizer_processor");
+    // Actions are unnormalised by the postprocessor: its statistics first.
+    let order = if feature == "action" {
+        [post, pre]
+    } else {
+        [pre, post]
+    };
+    for (json, step) in order {
+        let path = ckpt.join(json);
+        if !path.is_file() {
+            continue;
+        }
+        let v = read_json(&path)?;
+        let steps = v
+            .get("steps")
+            .and_then(|s| s.as_array())
+            .into_iter()
+            .flatten();
+        for s in steps.filter(|s| s.get("registry_name").and_then(|n| n.as_str()) == Some(step)) {
+            let Some(file) = s.get("state_file").and_then(|f| f.as_str()) else {
+                continue;
+            };
+            let stats = Safetensors::open(&ckpt.join(file))?;
+            let names = keys.map(|k| format!("{feature}.{k}"));
+            if names.iter().all(|n| stats.contains(n)) {
+                notes.push(format!("{feature} statistics from {file}"));
+                return Ok([stats.f32(&names[0])?, stats.f32(&names[1])?]);
+            }
+        }
+    }
+    let buffer = feature.replace('.', "_");
+    for module in [
+        "normalize_inputs",
+        "unnormalize_outputs",
+        "normalize_targets",
+    ] {
+        let names = keys.map(|k| format!("{module}.buffer_{buffer}.{k}"));
+        if let Some(st) = st.filter(|st| names.iter().all(|n| st.contains(n))) {
+            notes.push(format!(
+                "{feature} statistics from model.safetensors ({module})"
+            ));
+            return Ok([st.f32(&names[0])?, st.f32(&names[1])?]);
+        }
+    }
+    Err(ckpt_err(
+        ckpt,
+        format!(
+            "no {} for {feature:?}: neither a normaliser file named by policy_preprocessor.json/policy_postprocessor.json nor normaliser buffers in model.safetensors",
+            keys.join("/")
+        ),
+    ))
 }

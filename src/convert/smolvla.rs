@@ -12,11 +12,11 @@
 use super::{ckpt_err, read_json, Json, Safetensors};
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::smolvla::{SmolVlaConfig, ARCH};
-use crate::modules::decoder::AttentionConfig;
+use crate::modules::decoder::DecoderConfig;
 use crate::modules::vision::{PatchPositions, VisionConfig};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const VLM: &str = "model.vlm_with_expert.vlm.model.";
@@ -25,8 +25,15 @@ const EXPERT: &str = "model.vlm_with_expert.lm_expert.";
 /// LM config's `rope_theta` says.
 const ROPE_THETA: f32 = 10_000.0;
 /// Checkpoint tensors nothing the action chunk depends on reads.
-const IGNORED: &[&str] = &["model.vlm_with_expert.vlm.lm_head.weight", "model.vlm_with_expert.vlm.model.text_model.norm.weight"];
-const IGNORED_PREFIXES: &[&str] = &["normalize_inputs.", "normalize_targets.", "unnormalize_outputs."];
+const IGNORED: &[&str] = &[
+    "model.vlm_with_expert.vlm.lm_head.weight",
+    "model.vlm_with_expert.vlm.model.text_model.norm.weight",
+];
+const IGNORED_PREFIXES: &[&str] = &[
+    "normalize_inputs.",
+    "normalize_targets.",
+    "unnormalize_outputs.",
+];
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -43,7 +50,12 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { dtype: GgmlType::F32, vlm_config: None, positions: PatchPositions::Shifted, tokenizer: None }
+        Options {
+            dtype: GgmlType::F32,
+            vlm_config: None,
+            positions: PatchPositions::Shifted,
+            tokenizer: None,
+        }
     }
 }
 
@@ -59,19 +71,40 @@ pub struct Converted {
 pub fn name_map(cfg: &SmolVlaConfig) -> Vec<(String, String)> {
     let vit = format!("{VLM}vision_model.");
     let mut m: Vec<(String, String)> = [
-        ("vit.patch_embd.weight", format!("{vit}embeddings.patch_embedding.weight")),
-        ("vit.patch_embd.bias", format!("{vit}embeddings.patch_embedding.bias")),
-        ("vit.pos_embd.weight", format!("{vit}embeddings.position_embedding.weight")),
+        (
+            "vit.patch_embd.weight",
+            format!("{vit}embeddings.patch_embedding.weight"),
+        ),
+        (
+            "vit.patch_embd.bias",
+            format!("{vit}embeddings.patch_embedding.bias"),
+        ),
+        (
+            "vit.pos_embd.weight",
+            format!("{vit}embeddings.position_embedding.weight"),
+        ),
         ("vit.post_ln.weight", format!("{vit}post_layernorm.weight")),
         ("vit.post_ln.bias", format!("{vit}post_layernorm.bias")),
-        ("mm.proj.weight", format!("{VLM}connector.modality_projection.proj.weight")),
-        ("token_embd.weight", format!("{VLM}text_model.embed_tokens.weight")),
+        (
+            "mm.proj.weight",
+            format!("{VLM}connector.modality_projection.proj.weight"),
+        ),
+        (
+            "token_embd.weight",
+            format!("{VLM}text_model.embed_tokens.weight"),
+        ),
         ("aex.output_norm.weight", format!("{EXPERT}norm.weight")),
     ]
     .into_iter()
     .map(|(a, b)| (a.to_owned(), b))
     .collect();
-    for n in ["state_proj", "action_in_proj", "action_out_proj", "action_time_mlp_in", "action_time_mlp_out"] {
+    for n in [
+        "state_proj",
+        "action_in_proj",
+        "action_out_proj",
+        "action_time_mlp_in",
+        "action_time_mlp_out",
+    ] {
         for p in ["weight", "bias"] {
             m.push((format!("{n}.{p}"), format!("model.{n}.{p}")));
         }
@@ -94,7 +127,13 @@ pub fn name_map(cfg: &SmolVlaConfig) -> Vec<(String, String)> {
         }
     }
     for i in 0..cfg.n_layers {
-        for (ours, theirs) in [(format!("vlm.blk.{i}"), format!("{VLM}text_model.layers.{i}")), (format!("aex.blk.{i}"), format!("{EXPERT}layers.{i}"))] {
+        for (ours, theirs) in [
+            (
+                format!("vlm.blk.{i}"),
+                format!("{VLM}text_model.layers.{i}"),
+            ),
+            (format!("aex.blk.{i}"), format!("{EXPERT}layers.{i}")),
+        ] {
             for (a, b) in [
                 ("attn_norm", "input_layernorm"),
                 ("ffn_norm", "post_attention_layernorm"),
@@ -113,22 +152,25 @@ pub fn name_map(cfg: &SmolVlaConfig) -> Vec<(String, String)> {
     m
 }
 
-/// Whether `--dtype` applies to our tensor `name` of `shape`: 2-D matmul weights only
-/// (vla.cpp's rule: embeddings, norms, positions and the state/action projections stay f32).
-fn takes_dtype(name: &str, shape: &[usize]) -> bool {
-    let skip = ["token_embd", "patch_embd", "pos_embd", "norm", "action", "state"];
-    shape.len() == 2 && name.ends_with(".weight") && !skip.iter().any(|s| name.contains(s))
-}
-
 /// Converts the lerobot SmolVLA checkpoint folder `ckpt`. `progress(done, total, name)` is
 /// called once per tensor written.
-pub fn convert(ckpt: &Path, opts: &Options, progress: &mut dyn FnMut(usize, usize, &str)) -> Result<Converted> {
+pub fn convert(
+    ckpt: &Path,
+    opts: &Options,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<Converted> {
     if !matches!(opts.dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return Err(Error::InvalidArgument(format!("--dtype {}: expected f32, f16 or bf16", opts.dtype)));
+        return Err(Error::InvalidArgument(format!(
+            "--dtype {}: expected f32, f16 or bf16",
+            opts.dtype
+        )));
     }
     let cfg_path = ckpt.join("config.json");
     let policy_json = read_json(&cfg_path)?;
-    let policy = Json { path: &cfg_path, value: &policy_json };
+    let policy = Json {
+        path: &cfg_path,
+        value: &policy_json,
+    };
     let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
     let mut notes = Vec::new();
     let vlm_path = find_vlm_config(opts, &policy, ckpt);
@@ -142,18 +184,23 @@ pub fn convert(ckpt: &Path, opts: &Options, progress: &mut dyn FnMut(usize, usiz
             None
         }
     };
-    let vlm = vlm_path.as_deref().zip(vlm_json.as_ref()).map(|(path, value)| Json { path, value });
+    let vlm = vlm_path
+        .as_deref()
+        .zip(vlm_json.as_ref())
+        .map(|(path, value)| Json { path, value });
     let mut config = read_config(&policy, &st, vlm.as_ref())?;
     config.vision.positions = opts.positions;
     config.validate()?;
 
     let map = name_map(&config);
-    check_coverage(&st, &map)?;
+    super::check_coverage(&st, &map, IGNORED, IGNORED_PREFIXES)?;
     let stats = read_stats(ckpt, &policy, &st, &config, &mut notes)?;
 
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", ARCH)?;
-    let name = ckpt.file_name().map_or("smolvla".into(), |n| n.to_string_lossy().into_owned());
+    let name = ckpt
+        .file_name()
+        .map_or("smolvla".into(), |n| n.to_string_lossy().into_owned());
     w.add_metadata("general.name", name)?;
     w.add_metadata("general.source", "lerobot SmolVLA checkpoint (vla-convert)")?;
     config.write(&mut w)?;
@@ -165,12 +212,22 @@ pub fn convert(ckpt: &Path, opts: &Options, progress: &mut dyn FnMut(usize, usiz
         Some(p) => {
             let tok = Tokenizer::from_hf_file(&p)?;
             if tok.len() > config.vocab_size {
-                return Err(ckpt_err(&p, format!("{} tokens, more than the model's vocab_size {}", tok.len(), config.vocab_size)));
+                return Err(ckpt_err(
+                    &p,
+                    format!(
+                        "{} tokens, more than the model's vocab_size {}",
+                        tok.len(),
+                        config.vocab_size
+                    ),
+                ));
             }
             tok.write_gguf(&mut w)?;
             notes.push(format!("tokenizer: {} ({} tokens)", p.display(), tok.len()));
         }
-        None => notes.push("no tokenizer.json found: the GGUF takes token ids only, not text (pass --tokenizer)".into()),
+        None => notes.push(
+            "no tokenizer.json found: the GGUF takes token ids only, not text (pass --tokenizer)"
+                .into(),
+        ),
     }
     let shapes: BTreeMap<String, Vec<usize>> = config.tensor_shapes().into_iter().collect();
     let total = map.len() + stats.len();
@@ -178,61 +235,69 @@ pub fn convert(ckpt: &Path, opts: &Options, progress: &mut dyn FnMut(usize, usiz
         let want = &shapes[ours];
         let got = st.require_shape(theirs)?;
         if got != &want[..] {
-            return Err(ckpt_err(st.path(), format!("tensor {theirs:?} (-> {ours}) has shape {got:?}, the config implies {want:?}")));
+            return Err(ckpt_err(
+                st.path(),
+                format!(
+                    "tensor {theirs:?} (-> {ours}) has shape {got:?}, the config implies {want:?}"
+                ),
+            ));
         }
         let vals = st.f32(theirs)?;
-        let ty = if takes_dtype(ours, want) { opts.dtype } else { GgmlType::F32 };
-        w.add_f32(ours.clone(), ty, &ggml_dims(want), &vals)?;
+        let ty = if super::takes_float_dtype(ours, want) {
+            opts.dtype
+        } else {
+            GgmlType::F32
+        };
+        w.add_f32(ours.clone(), ty, &super::ggml_dims(want), &vals)?;
         progress(done + 1, total, ours);
     }
     for (k, (name, vals)) in stats.into_iter().enumerate() {
         w.add_f32(name, GgmlType::F32, &[vals.len() as u64], &vals)?;
         progress(map.len() + k + 1, total, name);
     }
-    Ok(Converted { config, writer: w, notes })
-}
-
-fn ggml_dims(shape: &[usize]) -> Vec<u64> {
-    shape.iter().rev().map(|&d| d as u64).collect()
-}
-
-/// Every checkpoint tensor is either converted or known to be unused; an unknown one means
-/// a model variant this converter does not understand.
-fn check_coverage(st: &Safetensors, map: &[(String, String)]) -> Result<()> {
-    let used: BTreeSet<&str> = map.iter().map(|(_, t)| t.as_str()).collect();
-    let unknown: Vec<&str> = st
-        .names()
-        .filter(|n| !used.contains(n) && !IGNORED.contains(n) && !IGNORED_PREFIXES.iter().any(|p| n.starts_with(p)))
-        .collect();
-    if unknown.is_empty() {
-        return Ok(());
-    }
-    let shown: Vec<_> = unknown.iter().take(8).collect();
-    Err(ckpt_err(st.path(), format!("{} tensors this converter does not map, e.g. {shown:?}", unknown.len())))
+    Ok(Converted {
+        config,
+        writer: w,
+        notes,
+    })
 }
 
 fn find_vlm_config(opts: &Options, policy: &Json, ckpt: &Path) -> Option<PathBuf> {
     if let Some(p) = &opts.vlm_config {
-        return Some(if p.is_dir() { p.join("config.json") } else { p.clone() });
+        return Some(if p.is_dir() {
+            p.join("config.json")
+        } else {
+            p.clone()
+        });
     }
     let name = policy.str("vlm_model_name").ok()?;
     // Relative names resolve against the checkpoint first (an absolute one joins to itself).
     let local = [ckpt.join(name), PathBuf::from(name)];
-    if let Some(p) = local.iter().map(|d| d.join("config.json")).find(|p| p.is_file()) {
+    if let Some(p) = local
+        .iter()
+        .map(|d| d.join("config.json"))
+        .find(|p| p.is_file())
+    {
         return Some(p);
     }
-    let hub = std::env::var_os("HF_HUB_CACHE").map(PathBuf::from).or_else(|| {
-        std::env::var_os("HF_HOME")
-            .map(|h| PathBuf::from(h).join("hub"))
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface/hub")))
-    })?;
-    let snapshots = hub.join(format!("models--{}", name.replace('/', "--"))).join("snapshots");
-    std::fs::read_dir(snapshots).ok()?.flatten().map(|e| e.path().join("config.json")).find(|p| p.is_file())
-}
-
-/// Counts `<prefix>{i}<suffix>` for i = 0, 1, ... present in the checkpoint.
-fn count_layers(st: &Safetensors, prefix: &str, suffix: &str) -> usize {
-    (0..).take_while(|i| st.contains(&format!("{prefix}{i}{suffix}"))).count()
+    let hub = std::env::var_os("HF_HUB_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HF_HOME")
+                .map(|h| PathBuf::from(h).join("hub"))
+                .or_else(|| {
+                    std::env::var_os("HOME")
+                        .map(|h| PathBuf::from(h).join(".cache/huggingface/hub"))
+                })
+        })?;
+    let snapshots = hub
+        .join(format!("models--{}", name.replace('/', "--")))
+        .join("snapshots");
+    std::fs::read_dir(snapshots)
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("config.json"))
+        .find(|p| p.is_file())
 }
 
 fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<SmolVlaConfig> {
@@ -244,20 +309,45 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
         }
     }
     for (key, ok) in [
-        ("attention_mode", policy.str("attention_mode").is_ok_and(|m| m == "cross_attn")),
-        ("adapt_to_pi_aloha", !policy.bool_or("adapt_to_pi_aloha", false)),
-        ("use_delta_joint_actions_aloha", !policy.bool_or("use_delta_joint_actions_aloha", false)),
-        ("empty_cameras", policy.usize("empty_cameras").unwrap_or(0) == 0),
-        ("add_image_special_tokens", !policy.bool_or("add_image_special_tokens", false)),
+        (
+            "attention_mode",
+            policy
+                .str("attention_mode")
+                .is_ok_and(|m| m == "cross_attn"),
+        ),
+        (
+            "adapt_to_pi_aloha",
+            !policy.bool_or("adapt_to_pi_aloha", false),
+        ),
+        (
+            "use_delta_joint_actions_aloha",
+            !policy.bool_or("use_delta_joint_actions_aloha", false),
+        ),
+        (
+            "empty_cameras",
+            policy.usize("empty_cameras").unwrap_or(0) == 0,
+        ),
+        (
+            "add_image_special_tokens",
+            !policy.bool_or("add_image_special_tokens", false),
+        ),
     ] {
         if !ok {
-            return Err(bad(format!("{key} = {}: not supported", policy.get(key).map_or("?".into(), |v| v.to_string()))));
+            return Err(bad(format!(
+                "{key} = {}: not supported",
+                policy.get(key).map_or("?".into(), |v| v.to_string())
+            )));
         }
     }
     let vit = format!("{VLM}vision_model.");
-    let patch = st.require_shape(&format!("{vit}embeddings.patch_embedding.weight"))?.to_vec();
+    let patch = st
+        .require_shape(&format!("{vit}embeddings.patch_embedding.weight"))?
+        .to_vec();
     if patch.len() != 4 || patch[1] != 3 || patch[2] != patch[3] {
-        return Err(ckpt_err(st.path(), format!("patch embedding has shape {patch:?}, expected [hidden, 3, p, p]")));
+        return Err(ckpt_err(
+            st.path(),
+            format!("patch embedding has shape {patch:?}, expected [hidden, 3, p, p]"),
+        ));
     }
     let (vh, ps) = (patch[0], patch[2]);
     let n_pos = st.require_shape(&format!("{vit}embeddings.position_embedding.weight"))?[0];
@@ -266,36 +356,45 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
     let tc = vlm.and_then(|v| v.obj("text_config").ok());
     let vision = VisionConfig {
         hidden: vh,
-        layers: count_layers(st, &format!("{vit}encoder.layers."), ".layer_norm1.weight"),
-        heads: vc.as_ref().and_then(|c| c.usize("num_attention_heads").ok()).unwrap_or(vh / 64),
+        layers: super::count_layers(st, &format!("{vit}encoder.layers."), ".layer_norm1.weight"),
+        heads: vc
+            .as_ref()
+            .and_then(|c| c.usize("num_attention_heads").ok())
+            .unwrap_or(vh / 64),
         inter: st.require_shape(&format!("{vit}encoder.layers.0.mlp.fc1.weight"))?[0],
         image_size: side * ps,
         patch_size: ps,
-        ln_eps: vc.as_ref().and_then(|c| c.f64("layer_norm_eps").ok()).unwrap_or(1e-6) as f32,
+        ln_eps: vc
+            .as_ref()
+            .and_then(|c| c.f64("layer_norm_eps").ok())
+            .unwrap_or(1e-6) as f32,
         positions: PatchPositions::default(),
     };
     let proj_in = st.require_shape(&format!("{VLM}connector.modality_projection.proj.weight"))?[1];
     let scale_factor = ((proj_in / vh.max(1)) as f64).sqrt().round() as usize;
-    let embed = st.require_shape(&format!("{VLM}text_model.embed_tokens.weight"))?.to_vec();
+    let embed = st
+        .require_shape(&format!("{VLM}text_model.embed_tokens.weight"))?
+        .to_vec();
     let (vocab_size, hidden) = (embed[0], embed[1]);
     let lm = format!("{VLM}text_model.layers.");
     let q_dim = st.require_shape(&format!("{lm}0.self_attn.q_proj.weight"))?[0];
     let kv_dim = st.require_shape(&format!("{lm}0.self_attn.k_proj.weight"))?[0];
     let head_dim = tc
         .as_ref()
-        .and_then(|c| c.usize("head_dim").ok().or_else(|| Some(hidden / c.usize("num_attention_heads").ok()?)))
+        .and_then(|c| {
+            c.usize("head_dim")
+                .ok()
+                .or_else(|| Some(hidden / c.usize("num_attention_heads").ok()?))
+        })
         .unwrap_or(64);
     let expert_norm = st.require_shape(&format!("{EXPERT}layers.0.input_layernorm.weight"))?;
-    let n_layers = count_layers(st, &lm, ".input_layernorm.weight");
-    let n_expert = count_layers(st, &format!("{EXPERT}layers."), ".input_layernorm.weight");
+    let n_layers = super::count_layers(st, &lm, ".input_layernorm.weight");
+    let n_expert = super::count_layers(st, &format!("{EXPERT}layers."), ".input_layernorm.weight");
     if n_expert != n_layers {
         return Err(ckpt_err(st.path(), format!("{n_expert} expert layers for {n_layers} decoder layers (num_expert_layers != num_vlm_layers is not supported)")));
     }
     let features = policy.obj("input_features")?;
-    let feature_dim = |f: &Json, key: &str| -> Result<usize> {
-        f.obj(key)?.get("shape").and_then(|s| s.get(0)).and_then(serde_json::Value::as_u64).map(|d| d as usize).ok_or_else(|| bad(format!("feature {key:?} has no shape")))
-    };
-    let n_images = features.value.as_object().map_or(0, |o| o.values().filter(|f| f.get("type").and_then(|t| t.as_str()) == Some("VISUAL")).count());
+    let n_images = super::count_visual_features(&features);
     let cfg = SmolVlaConfig {
         vision,
         scale_factor,
@@ -303,16 +402,21 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
         n_layers,
         lm_inter: st.require_shape(&format!("{lm}0.mlp.gate_proj.weight"))?[0],
         vocab_size,
-        attn: AttentionConfig {
+        attn: DecoderConfig {
             q_heads: q_dim / head_dim.max(1),
             kv_heads: kv_dim / head_dim.max(1),
             head_dim,
             rope_theta: ROPE_THETA,
-            norm_eps: tc.as_ref().and_then(|c| c.f64("rms_norm_eps").ok()).unwrap_or(1e-5) as f32,
+            norm_eps: tc
+                .as_ref()
+                .and_then(|c| c.f64("rms_norm_eps").ok())
+                .unwrap_or(1e-5) as f32,
+            ffn: crate::layers::GatedActivation::Silu,
         },
         expert_hidden: expert_norm[0],
         expert_inter: st.require_shape(&format!("{EXPERT}layers.0.mlp.gate_proj.weight"))?[0],
-        self_attn_every_n_layers: usize::try_from(policy.i64("self_attn_every_n_layers")?).unwrap_or(0),
+        self_attn_every_n_layers: usize::try_from(policy.i64("self_attn_every_n_layers")?)
+            .unwrap_or(0),
         n_images,
         tokenizer_max_length: policy.usize("tokenizer_max_length")?,
         // Pad positions are masked out, so any id in the vocabulary gives the same chunk.
@@ -321,31 +425,49 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
         num_steps: policy.usize("num_steps")?,
         max_state_dim: policy.usize("max_state_dim")?,
         max_action_dim: policy.usize("max_action_dim")?,
-        state_dim: feature_dim(&features, "observation.state")?,
-        action_dim: feature_dim(&policy.obj("output_features")?, "action")?,
+        state_dim: super::feature_dim(&features, "observation.state")?,
+        action_dim: super::feature_dim(&policy.obj("output_features")?, "action")?,
         min_period: policy.f64("min_period")?,
         max_period: policy.f64("max_period")?,
     };
     if cfg.self_attn_every_n_layers == 0 {
-        return Err(bad("self_attn_every_n_layers <= 0 (every expert layer cross-attending) is not supported".into()));
+        return Err(bad(
+            "self_attn_every_n_layers <= 0 (every expert layer cross-attending) is not supported"
+                .into(),
+        ));
     }
     if q_dim % head_dim != 0 || kv_dim % head_dim != 0 || vh % cfg.vision.heads.max(1) != 0 {
         return Err(bad(format!("head sizes do not divide: q {q_dim}, kv {kv_dim}, head_dim {head_dim}, vision {vh} / {}", cfg.vision.heads)));
     }
-    if let Some(r) = policy.get("resize_imgs_with_padding").and_then(|r| r.as_array()) {
+    if let Some(r) = policy
+        .get("resize_imgs_with_padding")
+        .and_then(|r| r.as_array())
+    {
         let want = serde_json::json!([cfg.vision.image_size, cfg.vision.image_size]);
         if r != want.as_array().expect("array") {
-            return Err(bad(format!("resize_imgs_with_padding {r:?} differs from the vision tower's {0}x{0}", cfg.vision.image_size)));
+            return Err(bad(format!(
+                "resize_imgs_with_padding {r:?} differs from the vision tower's {0}x{0}",
+                cfg.vision.image_size
+            )));
         }
     }
     if scale_factor * scale_factor * vh != proj_in {
-        return Err(ckpt_err(st.path(), format!("connector input {proj_in} is not vision width {vh} x a square scale factor")));
+        return Err(ckpt_err(
+            st.path(),
+            format!("connector input {proj_in} is not vision width {vh} x a square scale factor"),
+        ));
     }
     Ok(cfg)
 }
 
 /// `state_mean/std` and `action_mean/std`, in that order.
-fn read_stats(ckpt: &Path, policy: &Json, st: &Safetensors, cfg: &SmolVlaConfig, notes: &mut Vec<String>) -> Result<Vec<(&'static str, Vec<f32>)>> {
+fn read_stats(
+    ckpt: &Path,
+    policy: &Json,
+    st: &Safetensors,
+    cfg: &SmolVlaConfig,
+    notes: &mut Vec<String>,
+) -> Result<Vec<(&'static str, Vec<f32>)>> {
     let mapping = policy.obj("normalization_mapping")?;
     let mut out = Vec::new();
     for (feature, kind, dim, pre) in [
@@ -353,52 +475,31 @@ fn read_stats(ckpt: &Path, policy: &Json, st: &Safetensors, cfg: &SmolVlaConfig,
         ("action", "ACTION", cfg.action_dim, "action"),
     ] {
         let (mean, std) = match mapping.str(kind)? {
-            "MEAN_STD" => find_stats(ckpt, st, feature, notes)?,
+            "MEAN_STD" => {
+                let [mean, std] = super::find_stats(ckpt, Some(st), feature, ["mean", "std"], notes)?;
+                (mean, std)
+            }
             "IDENTITY" => (vec![0.0; dim], vec![1.0; dim]),
             other => return Err(ckpt_err(policy.path, format!("normalization_mapping {kind} = {other:?}: only MEAN_STD and IDENTITY are supported"))),
         };
         for (what, v) in [("mean", &mean), ("std", &std)] {
             if v.len() != dim {
-                return Err(ckpt_err(ckpt, format!("{feature}.{what} has {} values, the feature has {dim}", v.len())));
+                return Err(ckpt_err(
+                    ckpt,
+                    format!(
+                        "{feature}.{what} has {} values, the feature has {dim}",
+                        v.len()
+                    ),
+                ));
             }
         }
-        let (m, s) = if pre == "state" { ("state_mean", "state_std") } else { ("action_mean", "action_std") };
+        let (m, s) = if pre == "state" {
+            ("state_mean", "state_std")
+        } else {
+            ("action_mean", "action_std")
+        };
         out.push((m, mean));
         out.push((s, std));
     }
     Ok(out)
-}
-
-/// Mean and std of `feature` from lerobot's processor files, else from the old in-model buffers.
-fn find_stats(ckpt: &Path, st: &Safetensors, feature: &str, notes: &mut Vec<String>) -> Result<(Vec<f32>, Vec<f32>)> {
-    let pre = ("policy_preprocessor.json", "normalizer_processor");
-    let post = ("policy_postprocessor.json", "unnormalizer_processor");
-    // Actions are unnormalised by the postprocessor: its statistics first.
-    let order = if feature == "action" { [post, pre] } else { [pre, post] };
-    for (json, step) in order {
-        let path = ckpt.join(json);
-        if !path.is_file() {
-            continue;
-        }
-        let v = read_json(&path)?;
-        let steps = v.get("steps").and_then(|s| s.as_array()).into_iter().flatten();
-        for s in steps.filter(|s| s.get("registry_name").and_then(|n| n.as_str()) == Some(step)) {
-            let Some(file) = s.get("state_file").and_then(|f| f.as_str()) else { continue };
-            let stats = Safetensors::open(&ckpt.join(file))?;
-            let (m, d) = (format!("{feature}.mean"), format!("{feature}.std"));
-            if stats.contains(&m) && stats.contains(&d) {
-                notes.push(format!("{feature} statistics from {file}"));
-                return Ok((stats.f32(&m)?, stats.f32(&d)?));
-            }
-        }
-    }
-    let buffer = feature.replace('.', "_");
-    for module in ["normalize_inputs", "unnormalize_outputs", "normalize_targets"] {
-        let (m, d) = (format!("{module}.buffer_{buffer}.mean"), format!("{module}.buffer_{buffer}.std"));
-        if st.contains(&m) && st.contains(&d) {
-            notes.push(format!("{feature} statistics from model.safetensors ({module})"));
-            return Ok((st.f32(&m)?, st.f32(&d)?));
-        }
-    }
-    Err(ckpt_err(ckpt, format!("no mean/std for {feature:?}: neither a normaliser file named by policy_preprocessor.json/policy_postprocessor.json nor normalize_inputs buffers in model.safetensors")))
 }

@@ -1,5 +1,7 @@
 //! Architectures: each is config + composition of [`crate::modules`] + predict.
 
+pub mod common;
+pub mod pi0;
 pub mod schema;
 pub mod smolvla;
 
@@ -8,7 +10,7 @@ use crate::policy::{Policy, RuntimeOptions};
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 
-pub const ARCHS: &[&str] = &[smolvla::ARCH];
+pub const ARCHS: &[&str] = &[smolvla::ARCH, pi0::ARCH_PI0, pi0::ARCH_PI05];
 
 /// Opens the GGUF at `path` and builds the policy its `general.architecture` names.
 pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
@@ -29,6 +31,7 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
     let arch = file.architecture()?.to_owned();
     match arch.as_str() {
         smolvla::ARCH => Ok(Box::new(smolvla::SmolVla::new(file, opts)?)),
+        pi0::ARCH_PI0 | pi0::ARCH_PI05 => Ok(Box::new(pi0::Pi0::new(file, opts)?)),
         _ => Err(Error::InvalidArgument(format!(
             "unsupported architecture {arch:?} (supported: {})",
             ARCHS.join(", ")
@@ -43,13 +46,20 @@ fn with_weight_dtype(file: &GgufFile, ty: GgmlType) -> Result<GgufFile> {
             "weight dtype {ty}: expected f32, f16 or bf16 (use vla-quantize for block types)"
         )));
     }
-    let (writer, _) = crate::gguf::retype(file, |t| crate::gguf::is_matmul_weight(t).then_some(ty), |_, _| {})?;
+    let (writer, _) = crate::gguf::retype(
+        file,
+        |t| crate::gguf::is_matmul_weight(t).then_some(ty),
+        |_, _| {},
+    )?;
     GgufFile::from_bytes(writer.to_bytes()?)
 }
 
 /// The backend `opts` names, with its options.
 pub(crate) fn open_backend(opts: &RuntimeOptions) -> Result<Box<dyn crate::backend::Backend>> {
-    let backend_opts = crate::backend::BackendOptions { flash_attn: opts.flash_attn, threads: opts.threads };
+    let backend_opts = crate::backend::BackendOptions {
+        flash_attn: opts.flash_attn,
+        threads: opts.threads,
+    };
     crate::backend::open_with(&opts.backend, &backend_opts)
 }
 
@@ -67,5 +77,8 @@ pub fn dtype_summary(file: &GgufFile) -> String {
     }
     let mut v: Vec<_> = counts.into_iter().collect();
     v.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-    v.iter().map(|(t, n)| format!("{t} ({n})")).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|(t, n)| format!("{t} ({n})"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

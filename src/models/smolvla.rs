@@ -9,23 +9,28 @@
 //! (one velocity evaluation). Masks, positions, the time embedding and the Euler update are
 //! computed here on the host.
 
+use super::common::{
+    self, camera_pixels, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer,
+};
 use super::schema::{Meta, Schema};
-use crate::backend::Executable;
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder, NodeId};
-use crate::layers::{linear, rms_norm};
-use crate::modules::decoder::{finish_layer, layer_prefix, norm_and_query, project_heads, rotate, rotated_kv, AttentionConfig};
+use crate::layers::{linear, rms_norm, GatedActivation};
+use crate::modules::decoder::{
+    finish_layer, layer_prefix, layer_tensor_shapes, norm_and_query, project_heads, rotate,
+    rotated_kv, DecoderConfig, Layer,
+};
 use crate::modules::flow::{euler_integrate, sinusoidal_time_embedding};
-use crate::modules::image::{resize_with_pad, to_chw_unit};
-use crate::modules::vision::{image_tokens, PatchPositions, VisionConfig};
+use crate::modules::image::PadAlign;
+use crate::modules::vision::{image_tokens, Connector, PatchPositions, VisionConfig};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::tokenizer::{demo::tiny_byte_level, SpecialTokens, Tokenizer};
 use crate::{Error, Result, Tensor};
 use std::time::Instant;
 
+pub use super::common::gaussian_noise;
+
 pub const ARCH: &str = "smolvla";
-/// lerobot's normaliser epsilon: `(x - mean) / (std + eps)`.
-const NORM_EPS: f32 = 1e-8;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SmolVlaConfig {
@@ -36,7 +41,7 @@ pub struct SmolVlaConfig {
     pub n_layers: usize,
     pub lm_inter: usize,
     pub vocab_size: usize,
-    pub attn: AttentionConfig,
+    pub attn: DecoderConfig,
     pub expert_hidden: usize,
     pub expert_inter: usize,
     /// Expert layer `i` self-attends when `i % self_attn_every_n_layers == 0`.
@@ -83,7 +88,9 @@ impl SmolVlaConfig {
                     _ => {
                         let id = m.usize("vit_positions")?;
                         PatchPositions::from_id(id).ok_or_else(|| {
-                            Error::InvalidArgument(format!("metadata \"{ARCH}.vit_positions\" = {id}: expected 0 or 1"))
+                            Error::InvalidArgument(format!(
+                                "metadata \"{ARCH}.vit_positions\" = {id}: expected 0 or 1"
+                            ))
                         })?
                     }
                 },
@@ -93,12 +100,13 @@ impl SmolVlaConfig {
             n_layers: m.usize("n_layers")?,
             lm_inter: m.usize("lm_inter")?,
             vocab_size: m.usize("vocab_size")?,
-            attn: AttentionConfig {
+            attn: DecoderConfig {
                 q_heads: m.usize("n_q_heads")?,
                 kv_heads: m.usize("n_kv_heads")?,
                 head_dim: m.usize("head_dim")?,
                 rope_theta: m.f32("rope_theta")?,
                 norm_eps: m.f32("norm_eps")?,
+                ffn: GatedActivation::Silu,
             },
             expert_hidden: m.usize("expert_h")?,
             expert_inter: m.usize("expert_inter")?,
@@ -124,14 +132,38 @@ impl SmolVlaConfig {
         let v = &self.vision;
         let side = v.image_size / v.patch_size.max(1);
         let checks = [
-            (v.patch_size > 0 && v.image_size % v.patch_size == 0, "image_size must be a multiple of patch_size"),
-            (self.scale_factor > 0 && side % self.scale_factor == 0, "patches per side must be a multiple of scale_factor"),
-            (v.heads > 0 && v.hidden % v.heads == 0, "vit_hidden must be a multiple of vit_heads"),
-            (self.attn.kv_heads > 0 && self.attn.q_heads % self.attn.kv_heads == 0, "n_q_heads must be a multiple of n_kv_heads"),
-            (self.attn.head_dim % 2 == 0 && self.expert_hidden % 2 == 0, "head_dim and expert_h must be even"),
-            (self.state_dim <= self.max_state_dim && self.action_dim <= self.max_action_dim, "real dims exceed max dims"),
-            (self.n_images > 0 && self.chunk_size > 0 && self.num_steps > 0 && self.n_layers > 0, "zero-sized config"),
-            (self.tokenizer_max_length > 0, "tokenizer_max_length must be positive"),
+            (
+                v.patch_size > 0 && v.image_size % v.patch_size == 0,
+                "image_size must be a multiple of patch_size",
+            ),
+            (
+                self.scale_factor > 0 && side % self.scale_factor == 0,
+                "patches per side must be a multiple of scale_factor",
+            ),
+            (
+                v.heads > 0 && v.hidden % v.heads == 0,
+                "vit_hidden must be a multiple of vit_heads",
+            ),
+            (
+                self.attn.kv_heads > 0 && self.attn.q_heads % self.attn.kv_heads == 0,
+                "n_q_heads must be a multiple of n_kv_heads",
+            ),
+            (
+                self.attn.head_dim % 2 == 0 && self.expert_hidden % 2 == 0,
+                "head_dim and expert_h must be even",
+            ),
+            (
+                self.state_dim <= self.max_state_dim && self.action_dim <= self.max_action_dim,
+                "real dims exceed max dims",
+            ),
+            (
+                self.n_images > 0 && self.chunk_size > 0 && self.num_steps > 0 && self.n_layers > 0,
+                "zero-sized config",
+            ),
+            (
+                self.tokenizer_max_length > 0,
+                "tokenizer_max_length must be positive",
+            ),
         ];
         match checks.iter().find(|(ok, _)| !ok) {
             Some((_, why)) => Err(Error::InvalidArgument(format!("smolvla config: {why}"))),
@@ -144,17 +176,34 @@ impl SmolVlaConfig {
         let v = &self.vision;
         let mut m = Schema::new(w, ARCH)?;
         for (k, x) in [
-            ("vit_hidden", v.hidden), ("vit_layers", v.layers), ("vit_heads", v.heads), ("vit_inter", v.inter),
-            ("image_size", v.image_size), ("patch_size", v.patch_size), ("scale_factor", self.scale_factor),
-            ("n_img_tokens", self.n_img_tokens()), ("hidden", self.hidden), ("n_layers", self.n_layers),
-            ("lm_inter", self.lm_inter), ("vocab_size", self.vocab_size), ("n_q_heads", self.attn.q_heads),
-            ("n_kv_heads", self.attn.kv_heads), ("head_dim", self.attn.head_dim), ("expert_h", self.expert_hidden),
-            ("expert_inter", self.expert_inter), ("self_attn_every_n_layers", self.self_attn_every_n_layers),
-            ("n_images", self.n_images), ("tokenizer_max_length", self.tokenizer_max_length),
-            ("pad_token_id", self.pad_token_id as usize), ("chunk_size", self.chunk_size),
-            ("num_steps", self.num_steps), ("max_state_dim", self.max_state_dim),
-            ("max_action_dim", self.max_action_dim), ("real_state_dim", self.state_dim),
-            ("real_action_dim", self.action_dim), ("vit_positions", v.positions.id()),
+            ("vit_hidden", v.hidden),
+            ("vit_layers", v.layers),
+            ("vit_heads", v.heads),
+            ("vit_inter", v.inter),
+            ("image_size", v.image_size),
+            ("patch_size", v.patch_size),
+            ("scale_factor", self.scale_factor),
+            ("n_img_tokens", self.n_img_tokens()),
+            ("hidden", self.hidden),
+            ("n_layers", self.n_layers),
+            ("lm_inter", self.lm_inter),
+            ("vocab_size", self.vocab_size),
+            ("n_q_heads", self.attn.q_heads),
+            ("n_kv_heads", self.attn.kv_heads),
+            ("head_dim", self.attn.head_dim),
+            ("expert_h", self.expert_hidden),
+            ("expert_inter", self.expert_inter),
+            ("self_attn_every_n_layers", self.self_attn_every_n_layers),
+            ("n_images", self.n_images),
+            ("tokenizer_max_length", self.tokenizer_max_length),
+            ("pad_token_id", self.pad_token_id as usize),
+            ("chunk_size", self.chunk_size),
+            ("num_steps", self.num_steps),
+            ("max_state_dim", self.max_state_dim),
+            ("max_action_dim", self.max_action_dim),
+            ("real_state_dim", self.state_dim),
+            ("real_action_dim", self.action_dim),
+            ("vit_positions", v.positions.id()),
         ] {
             m.u32(k, x)?;
         }
@@ -170,69 +219,60 @@ impl SmolVlaConfig {
     pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
         let v = &self.vision;
         let (h, eh, a) = (self.hidden, self.expert_hidden, &self.attn);
-        let (qd, kvd) = (a.q_heads * a.head_dim, a.kv_heads * a.head_dim);
-        let mut t: Vec<(String, Vec<usize>)> = vec![
-            ("vit.patch_embd.weight".into(), vec![v.hidden, 3, v.patch_size, v.patch_size]),
-            ("vit.patch_embd.bias".into(), vec![v.hidden]),
-            ("vit.pos_embd.weight".into(), vec![v.n_patches(), v.hidden]),
-            ("vit.post_ln.weight".into(), vec![v.hidden]),
-            ("vit.post_ln.bias".into(), vec![v.hidden]),
-            ("mm.proj.weight".into(), vec![h, v.hidden * self.scale_factor * self.scale_factor]),
+        let mut t = v.tensor_shapes();
+        t.extend([
+            (
+                "mm.proj.weight".into(),
+                vec![h, v.hidden * self.scale_factor * self.scale_factor],
+            ),
             ("token_embd.weight".into(), vec![self.vocab_size, h]),
             ("state_proj.weight".into(), vec![h, self.max_state_dim]),
             ("state_proj.bias".into(), vec![h]),
-            ("action_in_proj.weight".into(), vec![eh, self.max_action_dim]),
+            (
+                "action_in_proj.weight".into(),
+                vec![eh, self.max_action_dim],
+            ),
             ("action_in_proj.bias".into(), vec![eh]),
             ("action_time_mlp_in.weight".into(), vec![eh, 2 * eh]),
             ("action_time_mlp_in.bias".into(), vec![eh]),
             ("action_time_mlp_out.weight".into(), vec![eh, eh]),
             ("action_time_mlp_out.bias".into(), vec![eh]),
-            ("action_out_proj.weight".into(), vec![self.max_action_dim, eh]),
+            (
+                "action_out_proj.weight".into(),
+                vec![self.max_action_dim, eh],
+            ),
             ("action_out_proj.bias".into(), vec![self.max_action_dim]),
             ("aex.output_norm.weight".into(), vec![eh]),
             ("state_mean".into(), vec![self.state_dim]),
             ("state_std".into(), vec![self.state_dim]),
             ("action_mean".into(), vec![self.action_dim]),
             ("action_std".into(), vec![self.action_dim]),
-        ];
-        for i in 0..v.layers {
-            let p = format!("vit.blk.{i}");
-            for n in ["ln1", "ln2"] {
-                t.push((format!("{p}.{n}.weight"), vec![v.hidden]));
-                t.push((format!("{p}.{n}.bias"), vec![v.hidden]));
-            }
-            for n in ["attn_q", "attn_k", "attn_v", "attn_o"] {
-                t.push((format!("{p}.{n}.weight"), vec![v.hidden, v.hidden]));
-                t.push((format!("{p}.{n}.bias"), vec![v.hidden]));
-            }
-            let inter = v.inter;
-            t.push((format!("{p}.fc1.weight"), vec![inter, v.hidden]));
-            t.push((format!("{p}.fc1.bias"), vec![inter]));
-            t.push((format!("{p}.fc2.weight"), vec![v.hidden, inter]));
-            t.push((format!("{p}.fc2.bias"), vec![v.hidden]));
-        }
-        let decoder = |t: &mut Vec<(String, Vec<usize>)>, p: &str, width: usize, kv_in: usize, inter: usize| {
-            t.push((format!("{p}.attn_norm.weight"), vec![width]));
-            t.push((format!("{p}.attn_q.weight"), vec![qd, width]));
-            t.push((format!("{p}.attn_k.weight"), vec![kvd, kv_in]));
-            t.push((format!("{p}.attn_v.weight"), vec![kvd, kv_in]));
-            t.push((format!("{p}.attn_o.weight"), vec![width, qd]));
-            t.push((format!("{p}.ffn_norm.weight"), vec![width]));
-            t.push((format!("{p}.ffn_gate.weight"), vec![inter, width]));
-            t.push((format!("{p}.ffn_up.weight"), vec![inter, width]));
-            t.push((format!("{p}.ffn_down.weight"), vec![width, inter]));
-        };
+        ]);
         for i in 0..self.n_layers {
-            decoder(&mut t, &layer_prefix("vlm", i), h, h, self.lm_inter);
-            let kv_in = if self.is_self_attn(i) { eh } else { kvd };
-            decoder(&mut t, &layer_prefix("aex", i), eh, kv_in, self.expert_inter);
+            t.extend(layer_tensor_shapes(
+                &layer_prefix("vlm", i),
+                h,
+                h,
+                self.lm_inter,
+                a,
+                None,
+            ));
+            let kv_in = if self.is_self_attn(i) {
+                eh
+            } else {
+                a.kv_heads * a.head_dim
+            };
+            t.extend(layer_tensor_shapes(
+                &layer_prefix("aex", i),
+                eh,
+                kv_in,
+                self.expert_inter,
+                a,
+                None,
+            ));
         }
         t
     }
-}
-
-fn time_f32(t0: Instant) -> f32 {
-    t0.elapsed().as_secs_f32() * 1e3
 }
 
 /// Graph builders, shared by the policy and by tests that inspect intermediate tensors.
@@ -245,7 +285,15 @@ pub mod graphs {
         let mut g = GraphBuilder::new(file);
         let s = cfg.vision.image_size;
         let img = g.input("image", &[3, s, s]);
-        let out = image_tokens(&mut g, img, &cfg.vision, cfg.scale_factor)?;
+        let out = image_tokens(
+            &mut g,
+            img,
+            &cfg.vision,
+            Connector {
+                pixel_shuffle: cfg.scale_factor,
+                bias: false,
+            },
+        )?;
         g.build(&[out])
     }
 
@@ -271,22 +319,27 @@ pub mod graphs {
         let mut x = g.concat(&[img, lang, state], 0)?;
         let mut outputs = Vec::new();
         for i in 0..cfg.n_layers {
-            let pre = layer_prefix("vlm", i);
-            let (hn, q) = norm_and_query(&mut g, x, &pre, a)?;
+            let layer = Layer::new("vlm", i);
+            let (hn, q, _) = norm_and_query(&mut g, x, &layer, a)?;
             let q = rotate(&mut g, q, positions, a)?;
-            let (k, v) = rotated_kv(&mut g, hn, positions, &pre, a)?;
+            let (k, v) = rotated_kv(&mut g, hn, positions, &layer.prefix, a)?;
             if cfg.is_self_attn(i) {
                 outputs.extend([k, v]);
             } else {
                 let aex = layer_prefix("aex", i);
-                let flat = |g: &mut GraphBuilder, t: NodeId| g.reshape(t, &[p, a.kv_heads * a.head_dim]);
+                let flat =
+                    |g: &mut GraphBuilder, t: NodeId| g.reshape(t, &[p, a.kv_heads * a.head_dim]);
                 let (kf, vf) = (flat(&mut g, k)?, flat(&mut g, v)?);
-                outputs.push(project_heads(&mut g, kf, &aex, "attn_k", a.kv_heads, a.head_dim)?);
-                outputs.push(project_heads(&mut g, vf, &aex, "attn_v", a.kv_heads, a.head_dim)?);
+                outputs.push(project_heads(
+                    &mut g, kf, &aex, "attn_k", a.kv_heads, a.head_dim,
+                )?);
+                outputs.push(project_heads(
+                    &mut g, vf, &aex, "attn_v", a.kv_heads, a.head_dim,
+                )?);
             }
             // The last layer's output feeds nothing the expert reads.
             if i + 1 < cfg.n_layers {
-                x = finish_layer(&mut g, x, q, k, v, Some(mask), &pre, a)?;
+                x = finish_layer(&mut g, x, q, k, v, Some(mask), None, &layer, a)?;
             }
         }
         g.build(&outputs)
@@ -311,13 +364,13 @@ pub mod graphs {
         let fused = g.silu(fused);
         let mut x = linear(&mut g, fused, "action_time_mlp_out", true)?;
         for i in 0..cfg.n_layers {
-            let pre = layer_prefix("aex", i);
+            let layer = Layer::new("aex", i);
             let cache_k = g.input(format!("kv.{i}.k"), &[p, a.kv_heads, a.head_dim]);
             let cache_v = g.input(format!("kv.{i}.v"), &[p, a.kv_heads, a.head_dim]);
-            let (hn, q) = norm_and_query(&mut g, x, &pre, a)?;
+            let (hn, q, _) = norm_and_query(&mut g, x, &layer, a)?;
             let (q, k, v, mask) = if cfg.is_self_attn(i) {
                 let q = rotate(&mut g, q, pos_self, a)?;
-                let (k, v) = rotated_kv(&mut g, hn, pos_self, &pre, a)?;
+                let (k, v) = rotated_kv(&mut g, hn, pos_self, &layer.prefix, a)?;
                 let k = g.concat(&[cache_k, k], 0)?;
                 let v = g.concat(&[cache_v, v], 0)?;
                 (q, k, v, mask_self)
@@ -325,7 +378,7 @@ pub mod graphs {
                 let q = rotate(&mut g, q, pos_cross, a)?;
                 (q, cache_k, cache_v, mask_cross)
             };
-            x = finish_layer(&mut g, x, q, k, v, Some(mask), &pre, a)?;
+            x = finish_layer(&mut g, x, q, k, v, Some(mask), None, &layer, a)?;
         }
         let x = rms_norm(&mut g, x, "aex.output_norm", a.norm_eps)?;
         let out = linear(&mut g, x, "action_out_proj", true)?;
@@ -370,75 +423,96 @@ impl PrefixLayout {
             }
         }
         let n_valid = valid.iter().filter(|&&v| v).count();
-        PrefixLayout { valid, positions, mask, n_valid }
+        PrefixLayout {
+            valid,
+            positions,
+            mask,
+            n_valid,
+        }
     }
 
     /// The [`graphs::denoise`] inputs fixed for a request: `pos_self` (action tokens follow
     /// the valid prefix), `pos_cross` (from 0, as lerobot's cross-attention layers),
     /// `mask_self` (valid prefix + causal over the chunk) and `mask_cross` (valid prefix).
-    pub fn suffix_inputs(&self, cfg: &SmolVlaConfig) -> Result<[(&'static str, Tensor<'static>); 4]> {
+    pub fn suffix_inputs(
+        &self,
+        cfg: &SmolVlaConfig,
+    ) -> Result<[(&'static str, Tensor<'static>); 4]> {
         let (p, c) = (self.valid.len(), cfg.chunk_size);
         let valid = |j: usize| f32::from(u8::from(self.valid[j]));
         let mask_self: Vec<f32> = (0..c)
             .flat_map(|i| (0..p + c).map(move |j| (i, j)))
-            .map(|(i, j)| if j < p { valid(j) } else { f32::from(u8::from(j - p <= i)) })
+            .map(|(i, j)| {
+                if j < p {
+                    valid(j)
+                } else {
+                    f32::from(u8::from(j - p <= i))
+                }
+            })
             .collect();
         Ok([
-            ("pos_self", Tensor::from_f32(vec![c], (0..c).map(|i| (self.n_valid + i) as f32).collect::<Vec<_>>())?),
-            ("pos_cross", Tensor::from_f32(vec![c], (0..c).map(|i| i as f32).collect::<Vec<_>>())?),
+            (
+                "pos_self",
+                Tensor::from_f32(
+                    vec![c],
+                    (0..c)
+                        .map(|i| (self.n_valid + i) as f32)
+                        .collect::<Vec<_>>(),
+                )?,
+            ),
+            (
+                "pos_cross",
+                Tensor::from_f32(vec![c], (0..c).map(|i| i as f32).collect::<Vec<_>>())?,
+            ),
             ("mask_self", Tensor::from_f32(vec![c, p + c], mask_self)?),
-            ("mask_cross", Tensor::from_f32(vec![c, p], (0..c * p).map(|k| valid(k % p)).collect::<Vec<_>>())?),
+            (
+                "mask_cross",
+                Tensor::from_f32(
+                    vec![c, p],
+                    (0..c * p).map(|k| valid(k % p)).collect::<Vec<_>>(),
+                )?,
+            ),
         ])
     }
 }
 
 /// The [`graphs::denoise`] input `time_emb` at time `t`: the sinusoidal embedding, one row per action.
 pub fn time_input(cfg: &SmolVlaConfig, t: f32) -> Result<Tensor<'static>> {
-    let emb = sinusoidal_time_embedding(f64::from(t), cfg.expert_hidden, cfg.min_period, cfg.max_period);
-    Tensor::from_f32(vec![cfg.chunk_size, cfg.expert_hidden], emb.repeat(cfg.chunk_size))
+    let emb = sinusoidal_time_embedding(
+        f64::from(t),
+        cfg.expert_hidden,
+        cfg.min_period,
+        cfg.max_period,
+    );
+    Tensor::from_f32(
+        vec![cfg.chunk_size, cfg.expert_hidden],
+        emb.repeat(cfg.chunk_size),
+    )
 }
 
-struct Compiled {
-    vision: Box<dyn Executable>,
-    prefill: Box<dyn Executable>,
-    denoise: Box<dyn Executable>,
-}
+/// Graph indices in [`LoadedGraphs`].
+const VISION: usize = 0;
+const PREFILL: usize = 1;
+const DENOISE: usize = 2;
 
 pub struct SmolVla {
     cfg: SmolVlaConfig,
     info: PolicyInfo,
-    stats: [Vec<f32>; 4],
+    state_norm: Normalizer,
+    action_norm: Normalizer,
     /// From the GGUF's `tokenizer.ggml.*` metadata; without it only token ids are accepted.
     tokenizer: Option<Tokenizer>,
-    /// Borrows `file`; dropped first (see `Drop`).
-    exec: Option<Compiled>,
-    /// Leaked so the executables can borrow it for their whole life; reclaimed in `Drop`.
-    file: *mut GgufFile,
-}
-
-// SAFETY: `file` is owned by this struct alone (a leaked Box) and only read; the
-// executables are Send.
-unsafe impl Send for SmolVla {}
-
-impl Drop for SmolVla {
-    fn drop(&mut self) {
-        self.exec = None;
-        // SAFETY: created by Box::into_raw in `new`; nothing borrows it once `exec` is gone.
-        unsafe { drop(Box::from_raw(self.file)) };
-    }
+    graphs: LoadedGraphs,
 }
 
 impl SmolVla {
     pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
         let mut cfg = SmolVlaConfig::read(&file)?;
-        if let Some(steps) = opts.num_steps {
-            if steps == 0 || steps > 1000 {
-                return Err(Error::InvalidArgument(format!("steps {steps}: expected 1..=1000")));
-            }
-            cfg.num_steps = steps;
-        }
-        check_tensors(&file, &cfg)?;
-        let tokenizer = Tokenizer::in_gguf(&file).then(|| Tokenizer::from_gguf(&file)).transpose()?;
+        cfg.num_steps = common::steps_override(cfg.num_steps, opts)?;
+        check_tensors(&file, &cfg.tensor_shapes())?;
+        let tokenizer = Tokenizer::in_gguf(&file)
+            .then(|| Tokenizer::from_gguf(&file))
+            .transpose()?;
         if let Some(t) = tokenizer.as_ref().filter(|t| t.len() > cfg.vocab_size) {
             return Err(Error::InvalidArgument(format!(
                 "the tokenizer has {} tokens, more than the model's vocab_size {}",
@@ -446,35 +520,16 @@ impl SmolVla {
                 cfg.vocab_size
             )));
         }
-        let stat = |n: &str| file.dequantize(n);
-        let stats = [stat("state_mean")?, stat("state_std")?, stat("action_mean")?, stat("action_std")?];
-        let backend = super::open_backend(opts)?;
-        let file: &'static GgufFile = Box::leak(Box::new(file));
-        let ptr = file as *const GgufFile as *mut GgufFile;
-        let compiled = (|| -> Result<Compiled> {
-            Ok(Compiled {
-                vision: backend.compile(&graphs::vision(file, &cfg)?, file)?,
-                prefill: backend.compile(&graphs::prefill(file, &cfg)?, file)?,
-                denoise: backend.compile(&graphs::denoise(file, &cfg)?, file)?,
-            })
-        })();
-        let compiled = match compiled {
-            Ok(c) => c,
-            Err(e) => {
-                // SAFETY: as in Drop; nothing borrows `file` after a failed compile.
-                unsafe { drop(Box::from_raw(ptr)) };
-                return Err(e);
-            }
-        };
-        let mem: u64 = [&compiled.vision, &compiled.prefill, &compiled.denoise]
-            .iter()
-            .map(|e| {
-                let s = e.stats();
-                s.weight_bytes + s.peak_activation_bytes
-            })
-            .sum();
+        let state_norm = Normalizer::from_gguf(&file, "state", cfg.state_dim)?;
+        let action_norm = Normalizer::from_gguf(&file, "action", cfg.action_dim)?;
+        let graphs = LoadedGraphs::compile(file, opts, |f| {
+            Ok(vec![
+                graphs::vision(f, &cfg)?,
+                graphs::prefill(f, &cfg)?,
+                graphs::denoise(f, &cfg)?,
+            ])
+        })?;
         let info = PolicyInfo {
-            arch: ARCH.into(),
             n_images: cfg.n_images,
             image_height: cfg.vision.image_size,
             image_width: cfg.vision.image_size,
@@ -484,12 +539,16 @@ impl SmolVla {
             max_action_dim: cfg.max_action_dim,
             action_dim: cfg.action_dim,
             num_steps: cfg.num_steps,
-            param_count: file.tensors().iter().map(|t| t.n_elements()).sum(),
-            weight_dtypes: super::dtype_summary(file),
-            backend: backend.description(),
-            memory_bytes: mem,
+            ..graphs.info(ARCH)
         };
-        Ok(SmolVla { cfg, info, stats, tokenizer, exec: Some(compiled), file: ptr })
+        Ok(SmolVla {
+            cfg,
+            info,
+            state_norm,
+            action_norm,
+            tokenizer,
+            graphs,
+        })
     }
 
     pub fn config(&self) -> &SmolVlaConfig {
@@ -520,39 +579,22 @@ impl SmolVla {
 
     /// The padded instruction ids and how many are real.
     fn tokens(&self, obs: &Observation) -> Result<(Vec<f32>, usize)> {
-        let ids = match (&obs.tokens, &obs.prompt) {
-            (Some(t), None) => t.clone(),
-            (None, Some(p)) => self.tokenize_prompt(p)?.into_iter().map(|t| t as i32).collect(),
-            (Some(_), Some(_)) => return Err(Error::InvalidArgument("give a prompt or tokens, not both".into())),
-            (None, None) => return Err(Error::InvalidArgument("no instruction: give a prompt or tokens".into())),
-        };
-        let max = self.cfg.tokenizer_max_length;
-        if ids.is_empty() || ids.len() > max {
-            return Err(Error::InvalidArgument(format!("{} instruction tokens: expected 1..={max}", ids.len())));
-        }
-        if let Some(bad) = ids.iter().find(|&&t| t < 0 || t as usize >= self.cfg.vocab_size) {
-            return Err(Error::InvalidArgument(format!("token id {bad} outside the vocabulary (0..{})", self.cfg.vocab_size)));
-        }
-        let n = ids.len();
-        let mut out: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
-        out.resize(max, self.cfg.pad_token_id as f32);
-        Ok((out, n))
+        let cfg = &self.cfg;
+        instruction_ids(
+            obs,
+            cfg.tokenizer_max_length,
+            cfg.vocab_size,
+            cfg.pad_token_id,
+            |p| self.tokenize_prompt(p),
+        )
     }
 
-    fn normalised_state(&self, state: &[f32]) -> Result<Vec<f32>> {
+    fn normalised_state(&self, obs: &Observation) -> Result<Vec<f32>> {
         let cfg = &self.cfg;
-        if state.len() != cfg.state_dim && state.len() != cfg.max_state_dim {
-            return Err(Error::InvalidArgument(format!(
-                "state has {} values, expected {} (or {} zero-padded)",
-                state.len(),
-                cfg.state_dim,
-                cfg.max_state_dim
-            )));
-        }
-        let [mean, std, ..] = &self.stats;
+        let state = common::state_values(obs, cfg.state_dim, cfg.max_state_dim)?;
         let mut out = vec![0f32; cfg.max_state_dim];
-        for i in 0..cfg.state_dim {
-            out[i] = (state[i] - mean[i]) / (std[i] + NORM_EPS);
+        for (i, &x) in state.iter().enumerate() {
+            out[i] = self.state_norm.normalize(i, x);
         }
         Ok(out)
     }
@@ -561,36 +603,22 @@ impl SmolVla {
     pub fn image_tokens(&mut self, obs: &Observation) -> Result<Vec<f32>> {
         let cfg = &self.cfg;
         if obs.images.len() != cfg.n_images {
-            return Err(Error::InvalidArgument(format!("{} images, this model takes {}", obs.images.len(), cfg.n_images)));
+            return Err(Error::InvalidArgument(format!(
+                "{} images, this model takes {}",
+                obs.images.len(),
+                cfg.n_images
+            )));
         }
         let s = cfg.vision.image_size;
-        let exec = self.exec.as_mut().expect("compiled");
         let mut all = Vec::new();
         for img in &obs.images {
-            let unit = to_chw_unit(img)?;
-            let px: Vec<f32> = resize_with_pad(&unit, img.height, img.width, s, s, 0.0)
-                .into_iter()
-                .map(|v| v * 2.0 - 1.0)
-                .collect();
+            let px = camera_pixels(img, s, 0.0, PadAlign::BottomRight)?;
             let t = Tensor::from_f32(vec![3, s, s], px)?;
-            let out = exec.vision.run(&[("image", &t)])?;
+            let out = self.graphs.exec(VISION).run(&[("image", &t)])?;
             all.extend_from_slice(out[0].as_f32()?);
         }
         Ok(all)
     }
-}
-
-fn check_tensors(file: &GgufFile, cfg: &SmolVlaConfig) -> Result<()> {
-    for (name, shape) in cfg.tensor_shapes() {
-        let info = file.tensor_info(&name)?;
-        if info.shape() != shape {
-            return Err(Error::InvalidArgument(format!(
-                "tensor {name:?} has shape {:?}, the config implies {shape:?}",
-                info.shape()
-            )));
-        }
-    }
-    Ok(())
 }
 
 impl Policy for SmolVla {
@@ -601,20 +629,14 @@ impl Policy for SmolVla {
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
         let t0 = Instant::now();
         let (tokens, n_tokens) = self.tokens(obs)?;
-        let state = self.normalised_state(&obs.state)?;
+        let state = self.normalised_state(obs)?;
         let (c, ad) = (self.cfg.chunk_size, self.cfg.max_action_dim);
-        let noise = match &obs.noise {
-            Some(n) if n.len() == c * ad => n.clone(),
-            Some(n) => {
-                return Err(Error::InvalidArgument(format!("noise has {} values, expected {c} x {ad}", n.len())))
-            }
-            None => gaussian_noise(c * ad, noise_seed()),
-        };
+        let noise = common::noise_or_draw(obs, c, ad)?;
         let img = self.image_tokens(obs)?;
-        let vision_ms = time_f32(t0);
+        let vision_ms = ms_since(t0);
 
         let t1 = Instant::now();
-        let (cfg, exec) = (&self.cfg, self.exec.as_mut().expect("compiled"));
+        let (cfg, graphs) = (&self.cfg, &mut self.graphs);
         let layout = PrefixLayout::new(cfg, n_tokens);
         let p = cfg.prefix_len();
         let img = Tensor::from_f32(vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden], img)?;
@@ -622,17 +644,19 @@ impl Policy for SmolVla {
         let state = Tensor::from_f32(vec![1, cfg.max_state_dim], state)?;
         let positions = Tensor::from_f32(vec![p], &layout.positions[..])?;
         let mask = Tensor::from_f32(vec![p, p], &layout.mask[..])?;
-        let kv = exec.prefill.run(&[
+        let kv = graphs.exec(PREFILL).run(&[
             ("img_tokens", &img),
             ("tokens", &tokens),
             ("state", &state),
             ("positions", &positions),
             ("mask", &mask),
         ])?;
-        let prefill_ms = time_f32(t1);
+        let prefill_ms = ms_since(t1);
 
         let t2 = Instant::now();
-        let names: Vec<String> = (0..cfg.n_layers).flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")]).collect();
+        let names: Vec<String> = (0..cfg.n_layers)
+            .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
+            .collect();
         let suffix = layout.suffix_inputs(cfg)?;
         let x = euler_integrate(noise, cfg.num_steps, |x, t| {
             let time = time_input(cfg, t)?;
@@ -640,54 +664,57 @@ impl Policy for SmolVla {
             let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
             inputs.extend(suffix.iter().map(|(n, t)| (*n, t)));
             inputs.extend(names.iter().map(String::as_str).zip(kv.iter()));
-            let out = exec.denoise.run(&inputs)?;
+            let out = graphs.exec(DENOISE).run(&inputs)?;
             out[0].to_vec_f32()
         })?;
-        let denoise_ms = time_f32(t2);
+        let denoise_ms = ms_since(t2);
 
-        let [_, _, mean, std] = &self.stats;
         let d = cfg.action_dim;
         let mut actions = Vec::with_capacity(c * d);
         for row in x.chunks(ad) {
-            actions.extend((0..d).map(|j| row[j] * std[j] + mean[j]));
+            actions.extend((0..d).map(|j| self.action_norm.unnormalize(j, row[j])));
         }
-        let total_ms = time_f32(t0);
+        let total_ms = ms_since(t0);
         Ok(ActionChunk {
             actions,
             chunk_size: c,
             action_dim: d,
-            times: StageTimes { vision_ms, prefill_ms, denoise_ms, total_ms },
+            times: StageTimes {
+                vision_ms,
+                prefill_ms,
+                denoise_ms,
+                total_ms,
+            },
         })
     }
-}
-
-fn noise_seed() -> u64 {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// Standard normal draws (Box-Muller over SplitMix64), deterministic per seed.
-pub fn gaussian_noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut rng = super::schema::SplitMix64(seed);
-    (0..n)
-        .map(|_| {
-            let u1 = (rng.next_f64()).max(f64::MIN_POSITIVE);
-            let u2 = rng.next_f64();
-            ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
-        })
-        .collect()
 }
 
 /// A small SmolVLA-shaped config for the demo model and fast tests.
 pub fn demo_config() -> SmolVlaConfig {
     SmolVlaConfig {
-        vision: VisionConfig { hidden: 64, layers: 2, heads: 4, inter: 128, image_size: 64, patch_size: 8, ln_eps: 1e-6, positions: PatchPositions::Grid },
+        vision: VisionConfig {
+            hidden: 64,
+            layers: 2,
+            heads: 4,
+            inter: 128,
+            image_size: 64,
+            patch_size: 8,
+            ln_eps: 1e-6,
+            positions: PatchPositions::Grid,
+        },
         scale_factor: 2,
         hidden: 96,
         n_layers: 4,
         lm_inter: 256,
         vocab_size: 512,
-        attn: AttentionConfig { q_heads: 6, kv_heads: 2, head_dim: 16, rope_theta: 10000.0, norm_eps: 1e-5 },
+        attn: DecoderConfig {
+            q_heads: 6,
+            kv_heads: 2,
+            head_dim: 16,
+            rope_theta: 10000.0,
+            norm_eps: 1e-5,
+            ffn: GatedActivation::Silu,
+        },
         expert_hidden: 72,
         expert_inter: 256,
         self_attn_every_n_layers: 2,
@@ -710,13 +737,56 @@ pub fn demo_config() -> SmolVlaConfig {
 /// instruction words single tokens; fewer tokens than the demo config's vocab_size.
 pub fn demo_tokenizer() -> Result<Tokenizer> {
     const WORDS: &[&str] = &[
-        "Ġthe", "Ġpick", "Ġup", "Ġput", "Ġplace", "Ġin", "Ġon", "Ġinto", "Ġand", "Ġto", "Ġred",
-        "Ġblue", "Ġgreen", "Ġyellow", "Ġcube", "Ġblock", "Ġbowl", "Ġcup", "Ġbox", "Ġtray",
-        "Ġdrawer", "Ġdoor", "Ġopen", "Ġclose", "Ġpush", "Ġmove", "Ġleft", "Ġright", "Ġtop",
-        "Ġtable", "Ġgripper", "Ġstack", "pick", "put", "open", "close", "move", "push", "ĊĊ",
+        "Ġthe",
+        "Ġpick",
+        "Ġup",
+        "Ġput",
+        "Ġplace",
+        "Ġin",
+        "Ġon",
+        "Ġinto",
+        "Ġand",
+        "Ġto",
+        "Ġred",
+        "Ġblue",
+        "Ġgreen",
+        "Ġyellow",
+        "Ġcube",
+        "Ġblock",
+        "Ġbowl",
+        "Ġcup",
+        "Ġbox",
+        "Ġtray",
+        "Ġdrawer",
+        "Ġdoor",
+        "Ġopen",
+        "Ġclose",
+        "Ġpush",
+        "Ġmove",
+        "Ġleft",
+        "Ġright",
+        "Ġtop",
+        "Ġtable",
+        "Ġgripper",
+        "Ġstack",
+        "pick",
+        "put",
+        "open",
+        "close",
+        "move",
+        "push",
+        "ĊĊ",
     ];
-    let special = SpecialTokens { eos: Some(2), pad: Some(2), ..Default::default() };
-    tiny_byte_level(&["<|endoftext|>", "<|im_start|>", "<|im_end|>"], WORDS, special)
+    let special = SpecialTokens {
+        eos: Some(2),
+        pad: Some(2),
+        ..Default::default()
+    };
+    tiny_byte_level(
+        &["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        WORDS,
+        special,
+    )
 }
 
 /// A GGUF for `cfg` with random weights drawn from `seed` (norm gains near 1, std near 1,
@@ -731,27 +801,7 @@ pub fn random_gguf(cfg: &SmolVlaConfig, seed: u64, ty: GgmlType) -> Result<Vec<u
     if tokenizer.len() <= cfg.vocab_size {
         tokenizer.write_gguf(&mut w)?;
     }
-    let mut rng = super::schema::SplitMix64(seed);
-    for (name, shape) in cfg.tensor_shapes() {
-        let n: usize = shape.iter().product();
-        let fan_in = *shape.last().unwrap_or(&1) as f64;
-        let gain_like = name.contains("norm") || name.contains("ln") || name.ends_with("_std");
-        let vals: Vec<f32> = (0..n)
-            .map(|_| {
-                let u = rng.next_f64() * 2.0 - 1.0;
-                if gain_like {
-                    (1.0 + 0.1 * u) as f32
-                } else if name.ends_with("_mean") || name.ends_with(".bias") {
-                    (0.1 * u) as f32
-                } else {
-                    (u * (3.0 / fan_in).sqrt()) as f32
-                }
-            })
-            .collect();
-        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
-        let is_matrix = shape.len() == 2 && !name.starts_with("state_") && !name.starts_with("action_");
-        let t = if is_matrix && name.ends_with(".weight") { ty } else { GgmlType::F32 };
-        w.add_f32(name, t, &dims, &vals)?;
-    }
+    let is_float_matrix = |name: &str| !name.starts_with("state_") && !name.starts_with("action_");
+    common::add_random_tensors(&mut w, &cfg.tensor_shapes(), seed, ty, is_float_matrix)?;
     w.to_bytes()
 }

@@ -1,6 +1,6 @@
 //! Camera-image preprocessing as the PyTorch references do it: HWC u8 or [0,1] floats to a
 //! CHW f32 tensor, aspect-preserving bilinear resize (`F.interpolate`, `align_corners=False`,
-//! no antialias) padded on the left and top, then an affine map of the value range.
+//! no antialias) padded to the model's size, then an affine map of the value range.
 
 use crate::policy::{Image, ImageData};
 use crate::{Error, Result};
@@ -12,7 +12,9 @@ pub const MAX_SIDE: usize = 8192;
 pub fn to_chw_unit(img: &Image) -> Result<Vec<f32>> {
     let (h, w) = (img.height, img.width);
     if h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE {
-        return Err(Error::InvalidArgument(format!("image {w}x{h}: each side must be 1..={MAX_SIDE}")));
+        return Err(Error::InvalidArgument(format!(
+            "image {w}x{h}: each side must be 1..={MAX_SIDE}"
+        )));
     }
     let n = h * w;
     let len = match &img.data {
@@ -20,7 +22,10 @@ pub fn to_chw_unit(img: &Image) -> Result<Vec<f32>> {
         ImageData::RgbF32(d) => d.len(),
     };
     if len != n * 3 {
-        return Err(Error::InvalidArgument(format!("image {w}x{h}: {len} values, expected {}", n * 3)));
+        return Err(Error::InvalidArgument(format!(
+            "image {w}x{h}: {len} values, expected {}",
+            n * 3
+        )));
     }
     let mut out = vec![0f32; n * 3];
     for i in 0..n {
@@ -35,7 +40,14 @@ pub fn to_chw_unit(img: &Image) -> Result<Vec<f32>> {
 }
 
 /// Bilinear resize of CHW planes, `F.interpolate(mode="bilinear", align_corners=False)`.
-pub fn resize_bilinear(src: &[f32], c: usize, h: usize, w: usize, oh: usize, ow: usize) -> Vec<f32> {
+pub fn resize_bilinear(
+    src: &[f32],
+    c: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+) -> Vec<f32> {
     let taps = |in_len: usize, out_len: usize| -> Vec<(usize, usize, f32)> {
         let scale = in_len as f32 / out_len as f32;
         (0..out_len)
@@ -62,14 +74,39 @@ pub fn resize_bilinear(src: &[f32], c: usize, h: usize, w: usize, oh: usize, ow:
     out
 }
 
-/// Resizes to fit `out_h x out_w` keeping the aspect ratio, pads with `pad` on the left and
-/// top (the image sits bottom-right), as lerobot's `resize_with_pad`.
-pub fn resize_with_pad(src: &[f32], h: usize, w: usize, out_h: usize, out_w: usize, pad: f32) -> Vec<f32> {
+/// Where [`resize_with_pad`] puts the resized image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PadAlign {
+    /// Padding on the left and top only (lerobot SmolVLA's `resize_with_pad`).
+    BottomRight,
+    /// Padding split evenly, the odd row or column at the bottom or right (openpi's
+    /// `resize_with_pad`, which pi0 and pi0.5 use).
+    Center,
+}
+
+/// Resizes to fit `out_h x out_w` keeping the aspect ratio and pads with `pad`.
+pub fn resize_with_pad(
+    src: &[f32],
+    h: usize,
+    w: usize,
+    out_h: usize,
+    out_w: usize,
+    pad: f32,
+    align: PadAlign,
+) -> Vec<f32> {
     let ratio = (w as f64 / out_w as f64).max(h as f64 / out_h as f64);
     let rh = ((h as f64 / ratio) as usize).max(1);
     let rw = ((w as f64 / ratio) as usize).max(1);
-    let resized = if (rh, rw) == (h, w) { src.to_vec() } else { resize_bilinear(src, 3, h, w, rh, rw) };
+    let resized = if (rh, rw) == (h, w) {
+        src.to_vec()
+    } else {
+        resize_bilinear(src, 3, h, w, rh, rw)
+    };
     let (pad_h, pad_w) = (out_h.saturating_sub(rh), out_w.saturating_sub(rw));
+    let (pad_h, pad_w) = match align {
+        PadAlign::BottomRight => (pad_h, pad_w),
+        PadAlign::Center => (pad_h / 2, pad_w / 2),
+    };
     let mut out = vec![pad; 3 * out_h * out_w];
     for c in 0..3 {
         for y in 0..rh.min(out_h) {
@@ -99,8 +136,17 @@ mod tests {
     fn padding_goes_left_and_top() {
         // A 2x4 (h x w) image into 4x4: width fits, 2 rows of padding on top.
         let src = vec![1.0f32; 3 * 2 * 4];
-        let out = resize_with_pad(&src, 2, 4, 4, 4, -1.0);
+        let out = resize_with_pad(&src, 2, 4, 4, 4, -1.0, PadAlign::BottomRight);
         assert!(out[..8].iter().all(|&v| v == -1.0));
         assert!(out[8..16].iter().all(|&v| v == 1.0));
+    }
+
+    #[test]
+    fn centred_padding_puts_the_odd_row_at_the_bottom() {
+        // A 1x4 image into 4x4: one row on top, two below (openpi's divmod split).
+        let src = vec![1.0f32; 3 * 4];
+        let out = resize_with_pad(&src, 1, 4, 4, 4, -1.0, PadAlign::Center);
+        let rows: Vec<f32> = (0..4).map(|y| out[y * 4]).collect();
+        assert_eq!(rows, vec![-1.0, 1.0, -1.0, -1.0]);
     }
 }

@@ -1,5 +1,6 @@
 //! SigLIP-style ViT (patch embedding + learned positions + pre-LN encoder + post-LN) and the
-//! Idefics3/SmolVLM pixel-shuffle connector.
+//! connectors that turn its features into language-model tokens (Idefics3/SmolVLM's pixel
+//! shuffle + projection, PaliGemma's projection).
 
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{attend, gelu_mlp, layer_norm, linear, split_heads};
@@ -41,13 +42,46 @@ impl PatchPositions {
     }
 
     pub fn from_id(id: usize) -> Option<Self> {
-        [PatchPositions::Grid, PatchPositions::Shifted].into_iter().find(|p| p.id() == id)
+        [PatchPositions::Grid, PatchPositions::Shifted]
+            .into_iter()
+            .find(|p| p.id() == id)
     }
 }
 
 impl VisionConfig {
     pub fn n_patches(&self) -> usize {
         (self.image_size / self.patch_size).pow(2)
+    }
+
+    /// The tower's tensors (`vit.*`, see [`vision_tower`]) with their row-major shapes.
+    pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (d, inter) = (self.hidden, self.inter);
+        let mut t: Vec<(String, Vec<usize>)> = vec![
+            (
+                "vit.patch_embd.weight".into(),
+                vec![d, 3, self.patch_size, self.patch_size],
+            ),
+            ("vit.patch_embd.bias".into(), vec![d]),
+            ("vit.pos_embd.weight".into(), vec![self.n_patches(), d]),
+            ("vit.post_ln.weight".into(), vec![d]),
+            ("vit.post_ln.bias".into(), vec![d]),
+        ];
+        for i in 0..self.layers {
+            let p = format!("vit.blk.{i}");
+            for n in ["ln1", "ln2"] {
+                t.push((format!("{p}.{n}.weight"), vec![d]));
+                t.push((format!("{p}.{n}.bias"), vec![d]));
+            }
+            for n in ["attn_q", "attn_k", "attn_v", "attn_o"] {
+                t.push((format!("{p}.{n}.weight"), vec![d, d]));
+                t.push((format!("{p}.{n}.bias"), vec![d]));
+            }
+            t.push((format!("{p}.fc1.weight"), vec![inter, d]));
+            t.push((format!("{p}.fc1.bias"), vec![inter]));
+            t.push((format!("{p}.fc2.weight"), vec![d, inter]));
+            t.push((format!("{p}.fc2.bias"), vec![d]));
+        }
+        t
     }
 }
 
@@ -110,9 +144,26 @@ pub fn pixel_shuffle(g: &mut GraphBuilder, x: NodeId, scale: usize) -> Result<No
     g.reshape(x, &[seq / (scale * scale), e * scale * scale])
 }
 
-/// Vision tower + pixel shuffle + the connector's bias-free projection `mm.proj`.
-pub fn image_tokens(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig, scale: usize) -> Result<NodeId> {
-    let x = vision_tower(g, image, cfg)?;
-    let x = pixel_shuffle(g, x, scale)?;
-    linear(g, x, "mm.proj", false)
+/// How tower features become language-model tokens: an optional pixel shuffle, then the
+/// linear projection `mm.proj`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connector {
+    /// Pixel-shuffle factor (Idefics3/SmolVLM); 1 = none (PaliGemma).
+    pub pixel_shuffle: usize,
+    /// Whether `mm.proj` has a bias (PaliGemma's does, SmolVLM's does not).
+    pub bias: bool,
+}
+
+/// Vision tower + connector: `image` `[3, S, S]` -> image tokens.
+pub fn image_tokens(
+    g: &mut GraphBuilder,
+    image: NodeId,
+    cfg: &VisionConfig,
+    connector: Connector,
+) -> Result<NodeId> {
+    let mut x = vision_tower(g, image, cfg)?;
+    if connector.pixel_shuffle > 1 {
+        x = pixel_shuffle(g, x, connector.pixel_shuffle)?;
+    }
+    linear(g, x, "mm.proj", connector.bias)
 }

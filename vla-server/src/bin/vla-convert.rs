@@ -2,18 +2,24 @@
 //!
 //! ```sh
 //! vla-convert smolvla --ckpt path/to/lerobot_ckpt --out smolvla.gguf [--dtype f32|f16|bf16] [--force]
+//! vla-convert pi0 --ckpt path/to/lerobot_pi0_ckpt --out pi0.gguf [--tokenizer tokenizer.json]
+//! vla-convert pi05 --ckpt path/to/lerobot_pi05_ckpt --out pi05.gguf
 //! ```
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use vla::convert::smolvla;
+use vla::convert::{pi0, smolvla};
 use vla::gguf::GgmlType;
 use vla::modules::vision::PatchPositions;
 
 #[derive(Parser)]
-#[command(name = "vla-convert", version, about = "Convert a published VLA checkpoint to a vla-rs GGUF file")]
+#[command(
+    name = "vla-convert",
+    version,
+    about = "Convert a published VLA checkpoint to a vla-rs GGUF file"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -51,6 +57,35 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// A lerobot pi0 checkpoint folder (config.json, model.safetensors, processor files).
+    Pi0(PiArgs),
+    /// A lerobot pi0.5 checkpoint folder (config.json, model.safetensors, processor files).
+    Pi05(PiArgs),
+}
+
+#[derive(clap::Args)]
+struct PiArgs {
+    /// Checkpoint folder.
+    #[arg(long)]
+    ckpt: PathBuf,
+    /// GGUF file to write.
+    #[arg(long)]
+    out: PathBuf,
+    /// Type of the 2-D matmul weights (norms, biases, embeddings and statistics stay f32).
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    dtype: Dtype,
+    /// JSON with what tensor shapes do not fix, for non-standard sizes:
+    /// {"vision": {"heads", "ln_eps"}, "vlm": {"head_dim", "rms_eps", "rope_theta"}};
+    /// default: openpi's (16 vision heads, head_dim 256, eps 1e-6, theta 10000).
+    #[arg(long)]
+    sizes: Option<PathBuf>,
+    /// PaliGemma's tokenizer.json, shipped in the GGUF so the server takes text; default:
+    /// <ckpt>/tokenizer/tokenizer.json if present.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Overwrite --out if it exists.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -79,13 +114,33 @@ impl From<Dtype> for GgmlType {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Smolvla { ckpt, out, dtype, vlm_config, vit_positions, tokenizer, force } => {
+        Command::Smolvla {
+            ckpt,
+            out,
+            dtype,
+            vlm_config,
+            vit_positions,
+            tokenizer,
+            force,
+        } => {
             let positions = match vit_positions {
                 Positions::Shifted => PatchPositions::Shifted,
                 Positions::Grid => PatchPositions::Grid,
             };
-            convert_smolvla(&ckpt, &out, smolvla::Options { dtype: dtype.into(), vlm_config, positions, tokenizer }, force)
+            convert_smolvla(
+                &ckpt,
+                &out,
+                smolvla::Options {
+                    dtype: dtype.into(),
+                    vlm_config,
+                    positions,
+                    tokenizer,
+                },
+                force,
+            )
         }
+        Command::Pi0(args) => convert_pi(args, pi0::Variant::Pi0),
+        Command::Pi05(args) => convert_pi(args, pi0::Variant::Pi05),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -93,29 +148,91 @@ fn main() {
     }
 }
 
-fn convert_smolvla(ckpt: &Path, out: &Path, opts: smolvla::Options, force: bool) -> Result<()> {
-    if out.exists() && !force {
-        bail!("{} exists; pass --force to overwrite it", out.display());
-    }
+/// A progress bar for `convert(progress)`, cleared when it returns.
+fn with_progress<T>(convert: impl FnOnce(&mut dyn FnMut(usize, usize, &str)) -> T) -> Result<T> {
     let bar = ProgressBar::new(0);
-    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} tensors {msg}").context("progress template")?);
-    let converted = smolvla::convert(ckpt, &opts, &mut |done, total, name| {
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} tensors {msg}")
+            .context("progress template")?,
+    );
+    let out = convert(&mut |done, total, name| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
         bar.set_message(name.to_owned());
-    })
-    .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    });
     bar.finish_and_clear();
-    for note in &converted.notes {
+    Ok(out)
+}
+
+fn refuse_overwrite(out: &Path, force: bool) -> Result<()> {
+    if out.exists() && !force {
+        bail!("{} exists; pass --force to overwrite it", out.display());
+    }
+    Ok(())
+}
+
+/// Prints the notes, writes the file, returns its size in MB.
+fn finish(notes: &[String], writer: &vla::gguf::GgufWriter, out: &Path) -> Result<f64> {
+    for note in notes {
         eprintln!("note: {note}");
     }
-    converted.writer.write_to_file(out).with_context(|| format!("cannot write {}", out.display()))?;
+    writer
+        .write_to_file(out)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    Ok(std::fs::metadata(out).map(|m| m.len()).unwrap_or(0) as f64 / 1e6)
+}
+
+fn convert_pi(args: PiArgs, variant: pi0::Variant) -> Result<()> {
+    refuse_overwrite(&args.out, args.force)?;
+    let sizes = args
+        .sizes
+        .as_deref()
+        .map(pi0::Sizes::from_json)
+        .transpose()?;
+    let opts = pi0::Options {
+        dtype: Some(args.dtype.into()),
+        sizes,
+        tokenizer: args.tokenizer,
+    };
+    let converted = with_progress(|p| pi0::convert(&args.ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", args.ckpt.display()))?;
     let c = &converted.config;
-    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    if c.variant != variant {
+        bail!(
+            "{} is a {} checkpoint: run `vla-convert {}`",
+            args.ckpt.display(),
+            c.arch(),
+            c.arch()
+        );
+    }
+    let mb = finish(&converted.notes, &converted.writer, &args.out)?;
     println!(
-        "wrote {} ({:.1} MB): smolvla, vision {}x{} ({}px), decoder {}x{}, expert {}, {} cameras, chunk {}x{}, weights {}",
+        "wrote {} ({mb:.1} MB): {}, vision {}x{} ({}px), decoder {}x{}, expert {}, {} cameras, chunk {}x{}, weights {}",
+        args.out.display(),
+        c.arch(),
+        c.vision.hidden,
+        c.vision.layers,
+        c.vision.image_size,
+        c.hidden,
+        c.n_layers,
+        c.expert_hidden,
+        c.n_images,
+        c.chunk_size,
+        c.action_dim,
+        GgmlType::from(args.dtype),
+    );
+    Ok(())
+}
+
+fn convert_smolvla(ckpt: &Path, out: &Path, opts: smolvla::Options, force: bool) -> Result<()> {
+    refuse_overwrite(out, force)?;
+    let converted = with_progress(|p| smolvla::convert(ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): smolvla, vision {}x{} ({}px), decoder {}x{}, expert {}, {} cameras, chunk {}x{}, weights {}",
         out.display(),
-        bytes as f64 / 1e6,
         c.vision.hidden,
         c.vision.layers,
         c.vision.image_size,
