@@ -27,7 +27,11 @@ struct Running {
 
 impl Running {
     fn start(opts: ServeOptions) -> Running {
-        let server = Server::bind(demo_policy(), "tcp://127.0.0.1:*", opts).unwrap();
+        Self::serve(demo_policy(), opts)
+    }
+
+    fn serve(policy: Box<dyn Policy>, opts: ServeOptions) -> Running {
+        let server = Server::bind(policy, "tcp://127.0.0.1:*", opts).unwrap();
         let addr = server.endpoint().to_string();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -97,6 +101,32 @@ fn ping_info_and_a_correct_chunk() {
     assert_eq!(resp.action_chunk, expected(&prompted));
     let stats = server.stop();
     assert_eq!(stats, ServeStats { predicted: 2, errors: 0 });
+}
+
+#[test]
+fn serves_pi0_and_pi05() {
+    use vla::models::pi0::{random_gguf, small_config, Variant};
+    for variant in [Variant::Pi0, Variant::Pi05] {
+        let cfg = small_config(variant);
+        let policy = || {
+            let bytes = random_gguf(&cfg, 3, vla::gguf::GgmlType::F32).unwrap();
+            vla::models::from_gguf(GgufFile::from_bytes(bytes).unwrap(), &RuntimeOptions::default()).unwrap()
+        };
+        let server = Running::serve(policy(), ServeOptions::default());
+        let mut c = server.client();
+        let info = c.info().unwrap();
+        assert_eq!(info["arch"], cfg.arch());
+        assert_eq!(info["chunk_size"], cfg.chunk_size);
+        let mut obs = observation(2);
+        obs.noise = Some(obs.noise.unwrap()[..cfg.chunk_size * cfg.max_action_dim].to_vec());
+        let resp = c.predict(&obs).unwrap();
+        assert_eq!((resp.chunk_size as usize, resp.action_dim as usize), (cfg.chunk_size, cfg.action_dim));
+        assert_eq!(resp.action_chunk, policy().predict(&obs).unwrap().actions, "{variant:?}");
+        // No tokenizer in these GGUFs: a text prompt is a clear error, and serving goes on.
+        let err = c.predict(&Observation { tokens: None, prompt: Some("pick".into()), ..obs.clone() }).unwrap_err();
+        assert!(err.to_string().contains("no tokenizer"), "{err}");
+        assert!(c.predict(&obs).is_ok());
+    }
 }
 
 #[test]

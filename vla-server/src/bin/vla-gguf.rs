@@ -32,9 +32,13 @@ enum Command {
         #[arg(short, long)]
         out: Option<PathBuf>,
     },
-    /// Write the built-in demo model (what `vla-server --demo` serves) to a file.
+    /// Write the built-in demo model (what `vla-server --demo` serves), or a small
+    /// random-weight model of another arch, to a file.
     Demo {
         out: PathBuf,
+        /// smolvla (the demo), pi0 or pi05 (small random-weight configs, no tokenizer).
+        #[arg(long, default_value = "smolvla")]
+        arch: String,
         /// Overwrite OUT if it exists.
         #[arg(long)]
         force: bool,
@@ -46,7 +50,7 @@ fn main() {
     let result = match cli.command {
         Command::Info { file, full } => info(&file, full),
         Command::Dequant { file, tensor, out } => dequant(&file, &tensor, out.as_deref()),
-        Command::Demo { out, force } => demo(&out, force),
+        Command::Demo { out, arch, force } => demo(&out, &arch, force),
     };
     if let Err(e) = result {
         // A closed pipe (`vla-gguf info f | head`) is not an error worth reporting.
@@ -124,11 +128,20 @@ fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) 
     Ok(())
 }
 
-fn demo(out: &std::path::Path, force: bool) -> Result<()> {
+fn demo(out: &std::path::Path, arch: &str, force: bool) -> Result<()> {
+    use vla::models::pi0;
     if out.exists() && !force {
         bail!("{} exists: pass --force to overwrite it", out.display());
     }
-    std::fs::write(out, vla::models::demo_gguf()?).with_context(|| format!("cannot write {}", out.display()))?;
-    println!("{}: the demo model (smolvla-shaped, random weights)", out.display());
+    let (bytes, what) = match (arch, pi0::Variant::from_arch(arch)) {
+        ("smolvla", _) => (vla::models::demo_gguf()?, "the demo model (smolvla-shaped, random weights)"),
+        (_, Some(v)) => (
+            pi0::random_gguf(&pi0::small_config(v), 0x5eed, vla::gguf::GgmlType::F32)?,
+            "a small random-weight model, no tokenizer (send token ids)",
+        ),
+        _ => bail!("--arch {arch:?}: expected smolvla, pi0 or pi05"),
+    };
+    std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    println!("{}: {arch}: {what}", out.display());
     Ok(())
 }

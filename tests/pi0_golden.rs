@@ -1,0 +1,211 @@
+//! pi0 and pi0.5 against lerobot 0.4.4 itself (with openpi's patched transformers). The
+//! fixtures `tests/fixtures/pi0-tiny` and `pi05-tiny` are lerobot checkpoints with random
+//! (re-randomized) weights plus lerobot's inputs, per-stage intermediates and action chunk,
+//! made by `tools/golden/pi0.py` (rerun instructions there). Each test converts the fixture
+//! with `vla::convert::pi0` and compares preprocessing, the vision tower + projector per
+//! camera, the prefill's keys/values per layer, the first velocity, and the whole chunk on
+//! cpu, vulkan and ggml. Intermediates are fed lerobot's own inputs, so a mismatch points at
+//! the stage that has it.
+
+mod support;
+
+use std::path::PathBuf;
+use support::{check, cosine, fixture, open, Golden};
+use vla::convert::pi0 as convert;
+use vla::gguf::{GgmlType, GgufFile};
+use vla::graph::GraphBuilder;
+use vla::models::common::camera_pixels;
+use vla::models::pi0::{graphs, time_input, Pi0, Pi0Config, PrefixLayout, Variant};
+use vla::modules::image::PadAlign;
+use vla::modules::vision::vision_tower;
+use vla::policy::{Observation, Policy, RuntimeOptions};
+use vla::Tensor;
+
+const TOL: f32 = 1e-4;
+
+fn dir(v: Variant) -> PathBuf {
+    fixture(match v {
+        Variant::Pi0 => "pi0-tiny",
+        Variant::Pi05 => "pi05-tiny",
+    })
+}
+
+fn converted(v: Variant, dtype: GgmlType) -> GgufFile {
+    let sizes = convert::Sizes::from_json(&dir(v).join("arch.json")).unwrap();
+    let opts = convert::Options { dtype: Some(dtype), sizes: Some(sizes), tokenizer: None };
+    let c = convert::convert(&dir(v), &opts, &mut |_, _, _| {}).unwrap();
+    GgufFile::from_bytes(c.writer.to_bytes().unwrap()).unwrap()
+}
+
+/// The instruction ids lerobot fed (without its padding).
+fn ids(g: &Golden) -> Vec<i32> {
+    let all = g.ids("token_ids");
+    all[..g.usize("n_valid_tokens")].to_vec()
+}
+
+fn observation(g: &Golden) -> Observation {
+    Observation {
+        images: (0..g.usize("n_images")).map(|i| g.image(i)).collect(),
+        state: g.f32("state"),
+        prompt: None,
+        tokens: Some(ids(g)),
+        noise: Some(g.f32("noise")),
+    }
+}
+
+#[test]
+fn converted_config_is_the_fixtures() {
+    for v in [Variant::Pi0, Variant::Pi05] {
+        let arch: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir(v).join("arch.json")).unwrap()).unwrap();
+        let cfg = Pi0Config::read(&converted(v, GgmlType::F32)).unwrap();
+        let u = |x: &serde_json::Value| x.as_u64().unwrap() as usize;
+        let (vi, vl, ex) = (&arch["vision"], &arch["vlm"], &arch["expert"]);
+        assert_eq!(cfg.variant, v);
+        assert_eq!(
+            (cfg.vision.hidden, cfg.vision.layers, cfg.vision.heads, cfg.vision.inter, cfg.vision.image_size, cfg.vision.patch_size),
+            (u(&vi["hidden"]), u(&vi["layers"]), u(&vi["heads"]), u(&vi["inter"]), u(&vi["image_size"]), u(&vi["patch_size"]))
+        );
+        assert_eq!(
+            (cfg.hidden, cfg.n_layers, cfg.lm_inter, cfg.attn.q_heads, cfg.attn.kv_heads, cfg.attn.head_dim, cfg.vocab_size),
+            (u(&vl["width"]), u(&vl["depth"]), u(&vl["mlp_dim"]), u(&vl["num_heads"]), u(&vl["num_kv_heads"]), u(&vl["head_dim"]), u(&vl["vocab_size"]))
+        );
+        assert_eq!((cfg.expert_hidden, cfg.expert_inter), (u(&ex["width"]), u(&ex["mlp_dim"])));
+        let g = Golden::load(&dir(v));
+        assert_eq!((cfg.n_images, cfg.chunk_size, cfg.num_steps), (g.usize("n_images"), g.usize("chunk_size"), g.usize("num_steps")));
+        assert_eq!(cfg.prefix_len(), g.usize("prefix_len"));
+    }
+}
+
+#[test]
+fn preprocessing_matches_lerobot() {
+    for v in [Variant::Pi0, Variant::Pi05] {
+        let g = Golden::load(&dir(v));
+        let s = Pi0Config::read(&converted(v, GgmlType::F32)).unwrap().vision.image_size;
+        for i in 0..g.usize("n_images") {
+            let img = g.image(i);
+            let px = camera_pixels(&img, s, -1.0, PadAlign::Center).unwrap();
+            check(&format!("{v:?} pixels, camera {i} ({}x{})", img.height, img.width), &px, &g.f32(&format!("pixels.{i}")), 1e-5);
+        }
+    }
+}
+
+/// Vision, prefill and the first denoising step on `backend`, each fed lerobot's inputs.
+fn stages_match_lerobot(v: Variant, backend: &str) {
+    let Some(be) = open(backend) else { return };
+    let g = Golden::load(&dir(v));
+    let file = converted(v, GgmlType::F32);
+    let cfg = Pi0Config::read(&file).unwrap();
+    let s = cfg.vision.image_size;
+    let mut vision = be.compile(&graphs::vision(&file, &cfg).unwrap(), &file).unwrap();
+    let mut tower = {
+        let mut gb = GraphBuilder::new(&file);
+        let img = gb.input("image", &[3, s, s]);
+        let out = vision_tower(&mut gb, img, &cfg.vision).unwrap();
+        be.compile(&gb.build(&[out]).unwrap(), &file).unwrap()
+    };
+    let mut img_tokens = Vec::new();
+    for i in 0..cfg.n_images {
+        let px = Tensor::from_f32(vec![3, s, s], g.f32(&format!("pixels.{i}"))).unwrap();
+        let out = tower.run(&[("image", &px)]).unwrap();
+        check(&format!("{v:?} {backend}: vision tower, camera {i}"), out[0].as_f32().unwrap(), &g.f32(&format!("vit.{i}")), TOL);
+        let want = g.f32(&format!("vision.{i}"));
+        let out = vision.run(&[("image", &px)]).unwrap();
+        check(&format!("{v:?} {backend}: vision + projector, camera {i}"), out[0].as_f32().unwrap(), &want, TOL);
+        img_tokens.extend(want);
+    }
+
+    let ids = ids(&g);
+    let layout = PrefixLayout::new(&cfg, ids.len());
+    let p = cfg.prefix_len();
+    let tokens: Vec<f32> = g.ids("token_ids").iter().map(|&t| t as f32).collect();
+    let t = |shape: Vec<usize>, v: Vec<f32>| Tensor::from_f32(shape, v).unwrap();
+    let inputs = [
+        ("img_tokens", t(vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden], img_tokens)),
+        ("tokens", t(vec![cfg.tokenizer_max_length], tokens)),
+        ("positions", t(vec![p], layout.positions.clone())),
+        ("mask", t(vec![p, p], layout.mask.clone())),
+    ];
+    let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+    let mut prefill = be.compile(&graphs::prefill(&file, &cfg).unwrap(), &file).unwrap();
+    let kv = prefill.run(&refs).unwrap();
+    // Rows of padding tokens differ by design after layer 0 (lerobot's padding queries
+    // attend to everything, ours to themselves); nothing reads them, so compare valid rows.
+    let row = cfg.attn.kv_heads * cfg.attn.head_dim;
+    let valid_rows = |x: &[f32]| -> Vec<f32> { x.chunks(row).zip(&layout.valid).filter(|(_, &ok)| ok).flat_map(|(r, _)| r.to_vec()).collect() };
+    for l in 0..cfg.n_layers {
+        for (k, name) in [(0, "k"), (1, "v")] {
+            let got = valid_rows(kv[2 * l + k].as_f32().unwrap());
+            let want = valid_rows(&g.f32(&format!("kv.{l}.{name}")));
+            check(&format!("{v:?} {backend}: prefill layer {l} {name}"), &got, &want, TOL);
+        }
+    }
+
+    // The first velocity, over lerobot's cache (padding rows are masked out).
+    let mut denoise = be.compile(&graphs::denoise(&file, &cfg).unwrap(), &file).unwrap();
+    let lerobot_kv: Vec<Tensor> = (0..cfg.n_layers)
+        .flat_map(|l| ["k", "v"].map(|n| t(vec![p, cfg.attn.kv_heads, cfg.attn.head_dim], g.f32(&format!("kv.{l}.{n}")))))
+        .collect();
+    let names: Vec<String> = (0..cfg.n_layers).flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")]).collect();
+    let x_t = t(vec![cfg.chunk_size, cfg.max_action_dim], g.f32("noise"));
+    let time = time_input(&cfg, 1.0).unwrap();
+    let mut state = g.f32("state_norm");
+    state.resize(cfg.max_state_dim, 0.0);
+    let state = t(vec![1, cfg.max_state_dim], state);
+    let suffix = layout.suffix_inputs(&cfg).unwrap();
+    let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
+    if v == Variant::Pi0 {
+        inputs.push(("state", &state));
+    }
+    inputs.extend(suffix.iter().map(|(n, t)| (*n, t)));
+    inputs.extend(names.iter().map(String::as_str).zip(lerobot_kv.iter()));
+    let out = denoise.run(&inputs).unwrap();
+    check(&format!("{v:?} {backend}: first velocity"), out[0].as_f32().unwrap(), &g.f32("velocity.0"), TOL);
+}
+
+fn chunk_matches_lerobot(v: Variant, backend: &str) {
+    if backend != "cpu" && open(backend).is_none() {
+        return;
+    }
+    let g = Golden::load(&dir(v));
+    let opts = RuntimeOptions { backend: backend.into(), ..Default::default() };
+    let mut m = Pi0::new(converted(v, GgmlType::F32), &opts).unwrap();
+    let chunk = m.predict(&observation(&g)).unwrap();
+    check(&format!("{v:?} {backend}: action chunk"), &chunk.actions, &g.f32("actions"), TOL);
+}
+
+#[test]
+fn cpu_matches_lerobot() {
+    for v in [Variant::Pi0, Variant::Pi05] {
+        stages_match_lerobot(v, "cpu");
+        chunk_matches_lerobot(v, "cpu");
+    }
+}
+
+#[test]
+fn vulkan_matches_lerobot() {
+    for v in [Variant::Pi0, Variant::Pi05] {
+        stages_match_lerobot(v, "vulkan");
+        chunk_matches_lerobot(v, "vulkan");
+    }
+}
+
+#[cfg(feature = "ggml")]
+#[test]
+fn ggml_matches_lerobot() {
+    for v in [Variant::Pi0, Variant::Pi05] {
+        stages_match_lerobot(v, "ggml");
+        chunk_matches_lerobot(v, "ggml");
+    }
+}
+
+#[test]
+fn bf16_weights_stay_close() {
+    for v in [Variant::Pi0, Variant::Pi05] {
+        let g = Golden::load(&dir(v));
+        let mut m = Pi0::new(converted(v, GgmlType::BF16), &RuntimeOptions::default()).unwrap();
+        let chunk = m.predict(&observation(&g)).unwrap();
+        let cos = cosine(&chunk.actions, &g.f32("actions"));
+        println!("{v:?} bf16 weights: cosine {cos:.6} vs lerobot f32");
+        assert!(cos >= 0.999, "{v:?}: bf16 cosine {cos}");
+    }
+}

@@ -1,0 +1,86 @@
+//! Shared by the golden tests: reading a fixture made by `tools/golden/*.py`, opening
+//! backends (GPU backends fail loudly without an adapter; `VLA_ALLOW_NO_GPU=1` turns that
+//! into a warning), and comparing against the reference.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use vla::backend::{self, Backend};
+use vla::convert::Safetensors;
+use vla::policy::{Image, ImageData};
+
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// `golden.safetensors` (the reference's inputs, intermediates and outputs) and `golden.json`.
+pub struct Golden {
+    pub st: Safetensors,
+    pub meta: serde_json::Value,
+}
+
+impl Golden {
+    pub fn load(dir: &Path) -> Self {
+        let st = Safetensors::open(&dir.join("golden.safetensors")).unwrap();
+        let meta = serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
+        Golden { st, meta }
+    }
+
+    pub fn f32(&self, name: &str) -> Vec<f32> {
+        self.st.f32(name).unwrap()
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.st.contains(name)
+    }
+
+    pub fn usize(&self, key: &str) -> usize {
+        self.meta[key].as_u64().unwrap_or_else(|| panic!("golden.json: {key}")) as usize
+    }
+
+    pub fn ids(&self, key: &str) -> Vec<i32> {
+        self.meta[key].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect()
+    }
+
+    /// Camera frame `i` (u8 HWC).
+    pub fn image(&self, i: usize) -> Image {
+        let name = format!("image.{i}");
+        let shape = self.st.shape(&name).unwrap().to_vec();
+        Image { height: shape[0], width: shape[1], data: ImageData::RgbU8(self.st.u8(&name).unwrap()) }
+    }
+}
+
+fn allow_no_gpu() -> bool {
+    std::env::var("VLA_ALLOW_NO_GPU").is_ok_and(|v| v == "1")
+}
+
+/// The backend, or `None` after a loud warning when a GPU backend has no adapter and
+/// `VLA_ALLOW_NO_GPU=1`.
+pub fn open(name: &str) -> Option<Box<dyn Backend>> {
+    match backend::open(name) {
+        Ok(b) => Some(b),
+        Err(e) if name != "cpu" && allow_no_gpu() => {
+            eprintln!("WARNING: VLA_ALLOW_NO_GPU=1: {name}: {e}: NOT TESTED on {name}");
+            None
+        }
+        Err(e) => panic!("{name}: {e}\n(scripts/test.sh installs lavapipe; VLA_ALLOW_NO_GPU=1 skips loudly)"),
+    }
+}
+
+pub fn max_abs(v: &[f32]) -> f32 {
+    v.iter().fold(0f32, |a, x| a.max(x.abs()))
+}
+
+/// Max abs difference; fails above `tol * max(1, max |want|)`.
+pub fn check(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: {} values vs the reference's {}", got.len(), want.len());
+    let err = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let scale = max_abs(want);
+    println!("{what}: max abs err {err:.3e} (max |reference| {scale:.3})");
+    assert!(err.is_finite() && err <= tol * scale.max(1.0), "{what}: max abs err {err:e} vs the reference");
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
