@@ -757,9 +757,44 @@ pub fn small_config(variant: Variant) -> Pi0Config {
     }
 }
 
+/// openpi's sizes (SigLIP So400m/14 at 224, Gemma 2B, Gemma 300M expert), two cameras,
+/// lerobot's defaults otherwise: for benchmarks of full-size random-weight models.
+pub fn full_config(variant: Variant) -> Pi0Config {
+    Pi0Config {
+        variant,
+        vision: VisionConfig { hidden: 1152, layers: 27, heads: 16, inter: 4304, image_size: 224, patch_size: 14, ln_eps: 1e-6, positions: PatchPositions::Grid },
+        hidden: 2048,
+        n_layers: 18,
+        lm_inter: 16384,
+        vocab_size: 257152,
+        attn: DecoderConfig { q_heads: 8, kv_heads: 1, head_dim: 256, rope_theta: 10000.0, norm_eps: 1e-6, ffn: GatedActivation::GeluTanh },
+        expert_hidden: 1024,
+        expert_inter: 4096,
+        n_images: 2,
+        tokenizer_max_length: match variant {
+            Variant::Pi0 => 48,
+            Variant::Pi05 => 200,
+        },
+        pad_token_id: 0,
+        chunk_size: 50,
+        num_steps: 10,
+        max_state_dim: 32,
+        max_action_dim: 32,
+        state_dim: 6,
+        action_dim: 6,
+        min_period: 4e-3,
+        max_period: 4.0,
+    }
+}
+
 /// A GGUF for `cfg` with random weights drawn from `seed` and random statistics (mean/std
 /// for pi0, quantiles for pi0.5, as lerobot's defaults); no tokenizer.
 pub fn random_gguf(cfg: &Pi0Config, seed: u64, ty: GgmlType) -> Result<Vec<u8>> {
+    random_writer(cfg, seed, ty)?.to_bytes()
+}
+
+/// [`random_gguf`] as a writer, for files too large to build twice in memory.
+pub fn random_writer(cfg: &Pi0Config, seed: u64, ty: GgmlType) -> Result<GgufWriter<'static>> {
     let mut w = GgufWriter::new();
     cfg.write(&mut w)?;
     w.add_metadata(
@@ -778,5 +813,5 @@ pub fn random_gguf(cfg: &Pi0Config, seed: u64, ty: GgmlType) -> Result<Vec<u8>> 
         !name.starts_with("state_") && !name.starts_with("action_") && !name.contains("time_mlp")
     };
     common::add_random_tensors(&mut w, &shapes, seed, ty, is_float_matrix)?;
-    w.to_bytes()
+    Ok(w)
 }

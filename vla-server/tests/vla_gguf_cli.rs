@@ -70,3 +70,19 @@ fn errors_are_one_clear_line() {
     assert!(err.contains("runs past the end of the file"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn demo_writes_small_models_of_each_arch() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["smolvla", "pi0", "pi05"] {
+        let out = dir.path().join(format!("{arch}.gguf"));
+        let run = vla_gguf(&["demo", out.to_str().unwrap(), "--arch", arch]);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        let file = vla::gguf::GgufFile::open(&out).unwrap();
+        assert_eq!(file.architecture().unwrap(), arch);
+        vla::models::load(&out, &vla::policy::RuntimeOptions::default()).unwrap();
+    }
+    let bad = vla_gguf(&["demo", dir.path().join("x.gguf").to_str().unwrap(), "--arch", "octo"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected smolvla, pi0 or pi05"));
+}

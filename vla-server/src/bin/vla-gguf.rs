@@ -39,6 +39,13 @@ enum Command {
         /// smolvla (the demo), pi0 or pi05 (small random-weight configs, no tokenizer).
         #[arg(long, default_value = "smolvla")]
         arch: String,
+        /// pi0/pi05 only: openpi's full sizes (SigLIP So400m, Gemma 2B + 300M; ~13 GB in f32),
+        /// for benchmarks.
+        #[arg(long)]
+        full: bool,
+        /// Type of the matmul weights of a pi0/pi05 model: f32, f16 or bf16.
+        #[arg(long, default_value = "f32")]
+        dtype: String,
         /// Overwrite OUT if it exists.
         #[arg(long)]
         force: bool,
@@ -50,7 +57,7 @@ fn main() {
     let result = match cli.command {
         Command::Info { file, full } => info(&file, full),
         Command::Dequant { file, tensor, out } => dequant(&file, &tensor, out.as_deref()),
-        Command::Demo { out, arch, force } => demo(&out, &arch, force),
+        Command::Demo { out, arch, full, dtype, force } => demo(&out, &arch, full, &dtype, force),
     };
     if let Err(e) = result {
         // A closed pipe (`vla-gguf info f | head`) is not an error worth reporting.
@@ -128,20 +135,31 @@ fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) 
     Ok(())
 }
 
-fn demo(out: &std::path::Path, arch: &str, force: bool) -> Result<()> {
+fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool) -> Result<()> {
+    use vla::gguf::GgmlType;
     use vla::models::pi0;
     if out.exists() && !force {
         bail!("{} exists: pass --force to overwrite it", out.display());
     }
-    let (bytes, what) = match (arch, pi0::Variant::from_arch(arch)) {
-        ("smolvla", _) => (vla::models::demo_gguf()?, "the demo model (smolvla-shaped, random weights)"),
-        (_, Some(v)) => (
-            pi0::random_gguf(&pi0::small_config(v), 0x5eed, vla::gguf::GgmlType::F32)?,
-            "a small random-weight model, no tokenizer (send token ids)",
-        ),
-        _ => bail!("--arch {arch:?}: expected smolvla, pi0 or pi05"),
+    let ty = match dtype {
+        "f32" => GgmlType::F32,
+        "f16" => GgmlType::F16,
+        "bf16" => GgmlType::BF16,
+        _ => bail!("--dtype {dtype:?}: expected f32, f16 or bf16"),
     };
-    std::fs::write(out, bytes).with_context(|| format!("cannot write {}", out.display()))?;
-    println!("{}: {arch}: {what}", out.display());
+    match (arch, pi0::Variant::from_arch(arch)) {
+        ("smolvla", _) if !full && ty == GgmlType::F32 => {
+            std::fs::write(out, vla::models::demo_gguf()?).with_context(|| format!("cannot write {}", out.display()))?;
+            println!("{}: the demo model (smolvla-shaped, random weights)", out.display());
+        }
+        ("smolvla", _) => bail!("--full and --dtype are for pi0/pi05; the smolvla demo is fixed"),
+        (_, Some(v)) => {
+            let cfg = if full { pi0::full_config(v) } else { pi0::small_config(v) };
+            eprintln!("generating {} random {arch} weights...", if full { "full-size" } else { "small" });
+            pi0::random_writer(&cfg, 0x5eed, ty)?.write_to_file(out).with_context(|| format!("cannot write {}", out.display()))?;
+            println!("{}: {arch} with random {dtype} weights, no tokenizer (send token ids)", out.display());
+        }
+        _ => bail!("--arch {arch:?}: expected smolvla, pi0 or pi05"),
+    }
     Ok(())
 }
