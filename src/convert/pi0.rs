@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 
 const PALI: &str = "model.paligemma_with_expert.paligemma.model.";
 const EXPERT: &str = "model.paligemma_with_expert.gemma_expert.model.";
+/// Where the token embeddings are when saving dropped `embed_tokens` for the tied head.
+const TIED_EMBED: &str = "model.paligemma_with_expert.paligemma.lm_head.weight";
 /// Checkpoint tensors nothing the action chunk depends on reads: the two LM heads and the
 /// decoder's final norm (the prefix's last hidden state is never used).
 const IGNORED: &[&str] = &[
@@ -267,7 +269,13 @@ pub fn convert(
     };
     let config = read_config(&policy, &st, &sizes)?;
     config.validate()?;
-    let map = name_map(&config);
+    let mut map = name_map(&config);
+    // PaliGemma ties its input embeddings to its LM head, and saving keeps only one name.
+    let embed = &mut map.iter_mut().find(|(ours, _)| ours == "token_embd.weight").expect("in the map").1;
+    if !st.contains(embed) && st.contains(TIED_EMBED) {
+        *embed = TIED_EMBED.to_owned();
+        notes.push(format!("token embeddings from {TIED_EMBED} (tied)"));
+    }
     super::check_coverage(&st, &map, IGNORED, &[])?;
     let stats = read_stats(ckpt, &policy, &config, &mut notes)?;
 
@@ -397,9 +405,9 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
             )));
         }
     }
-    let embed = st
-        .require_shape(&format!("{PALI}language_model.embed_tokens.weight"))?
-        .to_vec();
+    let embed_key = format!("{PALI}language_model.embed_tokens.weight");
+    let embed_key = if st.contains(&embed_key) { embed_key.as_str() } else { TIED_EMBED };
+    let embed = st.require_shape(embed_key)?.to_vec();
     let (vocab_size, hidden) = (embed[0], embed[1]);
     let lm = format!("{PALI}language_model.layers.");
     let ex = format!("{EXPERT}layers.");
