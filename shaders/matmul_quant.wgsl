@@ -76,7 +76,29 @@ fn quantize_x(
         xq[blk * 8u + t] = word;
     }
     // ggml stores both as f16 (block_q8_0.d, block_q8_1.s): round them the same way
-    xds[blk] = unpack2x16float(pack2x16float(vec2<f32>(d, d * f32(sum))));
+    xds[blk] = vec2<f32>(round_to_f16(d), round_to_f16(d * f32(sum)));
+}
+
+// v rounded to the nearest f16 value (ties to even, subnormals, overflow to inf), as an
+// f32, in integer and exact float steps: unpack2x16float(pack2x16float(v)) may be folded
+// away by a driver (lavapipe does), and its rounding mode is not specified.
+fn round_to_f16(v: f32) -> f32 {
+    let b = bitcast<u32>(v);
+    let sign = b & 0x80000000u;
+    let a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return v; // NaN
+    }
+    if (a >= 0x477ff000u) {
+        return bitcast<f32>(sign | 0x7f800000u); // 65520 and up round to inf
+    }
+    if (a < 0x38800000u) {
+        // below 2^-14: f16 subnormals are multiples of 2^-24; WGSL's round() ties to even
+        return select(1.0, -1.0, sign != 0u) * round(bitcast<f32>(a) * 16777216.0) / 16777216.0;
+    }
+    // keep 10 mantissa bits, ties to even (a carry moves into the exponent correctly)
+    let r = (a + 0xfffu + ((a >> 13u) & 1u)) & 0xffffe000u;
+    return bitcast<f32>(sign | r);
 }
 
 #if QUANT
@@ -87,7 +109,23 @@ fn block_dot(xb: u32, wb: WBlock) -> f32 {
         s += dot4(xq[xb * 8u + t], wb.q[t]);
     }
     let ds = xds[xb];
-    return f32(s) * wb.d * ds.x + wb.m * ds.y;
+    // Each type associates the scales as ggml-cpu's scalar vec_dot does, so a block's
+    // result is the same f32 number (see docs/GGML.md).
+#if Q8_0
+    return f32(s) * (wb.d * ds.x);
+#endif
+#if Q4_0
+    return f32(s) * wb.d * ds.x;
+#endif
+#if Q5_0
+    return (wb.d * ds.x) * f32(s);
+#endif
+#if Q4_1
+    return (wb.d * ds.x) * f32(s) + wb.m * ds.y;
+#endif
+#if Q5_1
+    return (wb.d * ds.x) * f32(s) + wb.m * ds.y;
+#endif
 }
 
 @compute @workgroup_size(8, 8)
