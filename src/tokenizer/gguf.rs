@@ -1,6 +1,6 @@
 //! The tokenizer as llama.cpp's `tokenizer.ggml.*` metadata (docs/GGUF.md).
 
-use super::{err, PreTokenizer, SpecialTokens, TokenType, Tokenizer};
+use super::{err, Model, PreTokenizer, SpecialTokens, TokenType, Tokenizer};
 use crate::gguf::{GgufFile, GgufWriter, Value, ValueType};
 use crate::{Error, Result};
 
@@ -8,8 +8,12 @@ pub const MODEL_KEY: &str = "tokenizer.ggml.model";
 const PRE_KEY: &str = "tokenizer.ggml.pre";
 const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
 const TYPES_KEY: &str = "tokenizer.ggml.token_type";
+const SCORES_KEY: &str = "tokenizer.ggml.scores";
 const MERGES_KEY: &str = "tokenizer.ggml.merges";
 const ADD_BOS_KEY: &str = "tokenizer.ggml.add_bos_token";
+const ADD_EOS_KEY: &str = "tokenizer.ggml.add_eos_token";
+const ADD_PREFIX_KEY: &str = "tokenizer.ggml.add_space_prefix";
+const REMOVE_WS_KEY: &str = "tokenizer.ggml.remove_extra_whitespaces";
 const ID_KEYS: [&str; 4] = [
     "tokenizer.ggml.bos_token_id",
     "tokenizer.ggml.eos_token_id",
@@ -18,6 +22,10 @@ const ID_KEYS: [&str; 4] = [
 ];
 /// llama.cpp's name for byte-level BPE.
 const BPE_MODEL: &str = "gpt2";
+/// llama.cpp's name for SentencePiece (Llama, Gemma).
+const SPM_MODEL: &str = "llama";
+/// The `tokenizer.ggml.pre` llama.cpp's converter writes for SentencePiece (which ignores it).
+const SPM_PRE: &str = "default";
 
 fn strings<'f>(file: &'f GgufFile, key: &str) -> Result<Vec<&'f str>> {
     file.get_array(key)?
@@ -32,25 +40,63 @@ fn strings<'f>(file: &'f GgufFile, key: &str) -> Result<Vec<&'f str>> {
         .collect()
 }
 
+/// An optional bool, `default` when absent.
+fn flag(file: &GgufFile, key: &str, default: bool) -> Result<bool> {
+    match file.get(key) {
+        Some(_) => file.get_bool(key),
+        None => Ok(default),
+    }
+}
+
+fn merges(file: &GgufFile) -> Result<Vec<(&str, &str)>> {
+    strings(file, MERGES_KEY)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            split_merge(m)
+                .ok_or_else(|| err(format!("{MERGES_KEY}[{i}] {m:?} is not two tokens \"a b\"")))
+        })
+        .collect()
+}
+
+/// `tokenizer.ggml.scores`: f32 (or i32, which llama.cpp also reads), one per token.
+fn scores(file: &GgufFile) -> Result<Vec<f32>> {
+    file.get_array(SCORES_KEY)?
+        .iter()
+        .map(|v| match v {
+            Value::F32(x) => Ok(*x),
+            Value::I32(x) => Ok(*x as f32),
+            _ => Err(err(format!("{SCORES_KEY}: {v} is not an f32"))),
+        })
+        .collect()
+}
+
 impl Tokenizer {
     /// Whether `file` carries tokenizer metadata at all.
     pub fn in_gguf(file: &GgufFile) -> bool {
         file.get(MODEL_KEY).is_some()
     }
 
+    /// Reads `tokenizer.ggml.*`: model `gpt2` (byte-level BPE) or `llama` (SentencePiece
+    /// BPE), with llama.cpp's defaults for absent keys (see docs/GGUF.md).
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let model = file.get_str(MODEL_KEY)?;
-        if model != BPE_MODEL {
+        if model != BPE_MODEL && model != SPM_MODEL {
             return Err(err(format!(
-                "{MODEL_KEY} {model:?} is not supported (only {BPE_MODEL:?}, byte-level BPE)"
+                "{MODEL_KEY} {model:?} is not supported (only {BPE_MODEL:?}, byte-level BPE, \
+                 and {SPM_MODEL:?}, SentencePiece BPE)"
             )));
         }
-        let pre_name = file.get_str(PRE_KEY)?;
-        let pre = PreTokenizer::from_gguf_name(pre_name).ok_or_else(|| {
-            err(format!(
-                "{PRE_KEY} {pre_name:?} is not supported (gpt2, smollm)"
-            ))
-        })?;
+        let spm = model == SPM_MODEL;
+        // Options that would change the ids and that neither kind implements.
+        if flag(file, ADD_EOS_KEY, false)? {
+            return Err(err(format!("{ADD_EOS_KEY} is set, which is not supported")));
+        }
+        if flag(file, REMOVE_WS_KEY, false)? {
+            return Err(err(format!(
+                "{REMOVE_WS_KEY} is set, which is not supported"
+            )));
+        }
         let tokens: Vec<String> = strings(file, TOKENS_KEY)?
             .into_iter()
             .map(str::to_owned)
@@ -67,15 +113,6 @@ impl Tokenizer {
                 })
                 .collect::<Result<_>>()?,
         };
-        let merges = strings(file, MERGES_KEY)?
-            .into_iter()
-            .enumerate()
-            .map(|(i, m)| {
-                split_merge(m).ok_or_else(|| {
-                    err(format!("{MERGES_KEY}[{i}] {m:?} is not two tokens \"a b\""))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
         let mut ids = [None; 4];
         for (slot, key) in ids.iter_mut().zip(ID_KEYS) {
             if file.get(key).is_some() {
@@ -84,51 +121,95 @@ impl Tokenizer {
                     Some(u32::try_from(v).map_err(|_| err(format!("{key} {v} is out of range")))?);
             }
         }
-        let add_bos = match file.get(ADD_BOS_KEY) {
-            Some(_) => file.get_bool(ADD_BOS_KEY)?,
-            None => false,
-        };
+        // llama.cpp adds BOS by default for SentencePiece, not for byte-level BPE.
+        let add_bos = flag(file, ADD_BOS_KEY, spm)?;
         let [bos, eos, pad, unk] = ids;
-        Tokenizer::new(
-            tokens,
-            types,
-            &merges,
-            pre,
-            SpecialTokens {
-                bos,
-                eos,
-                pad,
-                unk,
-                add_bos,
-            },
-        )
+        let special = SpecialTokens {
+            bos,
+            eos,
+            pad,
+            unk,
+            add_bos,
+        };
+        if spm {
+            // llama.cpp's default is a dummy prefix (Llama); Gemma's files say false.
+            let add_space_prefix = flag(file, ADD_PREFIX_KEY, true)?;
+            let merges = match file.get(MERGES_KEY) {
+                Some(_) => Some(merges(file)?),
+                None => None,
+            };
+            let scores = match (file.get(SCORES_KEY), &merges) {
+                (Some(_), _) => Some(scores(file)?),
+                (None, Some(_)) => None,
+                (None, None) => {
+                    return Err(err(format!(
+                        "{SCORES_KEY} is missing: SentencePiece BPE merges by score"
+                    )))
+                }
+            };
+            return Tokenizer::new_sentencepiece(
+                tokens,
+                types,
+                scores,
+                merges.as_deref(),
+                add_space_prefix,
+                special,
+            );
+        }
+        let pre_name = file.get_str(PRE_KEY)?;
+        let pre = PreTokenizer::from_gguf_name(pre_name).ok_or_else(|| {
+            err(format!(
+                "{PRE_KEY} {pre_name:?} is not supported (gpt2, smollm)"
+            ))
+        })?;
+        Tokenizer::new(tokens, types, &merges(file)?, pre, special)
     }
 
-    /// Adds the `tokenizer.ggml.*` metadata that [`Tokenizer::from_gguf`] reads.
+    /// Adds the `tokenizer.ggml.*` metadata that [`Tokenizer::from_gguf`] reads. A
+    /// SentencePiece tokenizer is written as llama.cpp's converter writes Gemma's (model
+    /// `llama`, scores, no merges), plus its merges when the scores alone would merge
+    /// differently ([`Tokenizer::scores_reproduce_merges`]); llama.cpp ignores them.
     pub fn write_gguf(&self, w: &mut GgufWriter) -> Result<()> {
-        w.add_metadata(MODEL_KEY, BPE_MODEL)?;
-        w.add_metadata(PRE_KEY, self.pre.gguf_name())?;
+        let (model, pre) = match self.model {
+            Model::ByteLevel(pre) => (BPE_MODEL, pre.gguf_name()),
+            Model::SentencePiece { .. } => (SPM_MODEL, SPM_PRE),
+        };
+        w.add_metadata(MODEL_KEY, model)?;
+        w.add_metadata(PRE_KEY, pre)?;
         w.add_metadata(TOKENS_KEY, Value::from_strs(&self.tokens))?;
+        if let Some(scores) = self.scores() {
+            w.add_metadata(SCORES_KEY, Value::from_f32s(scores))?;
+        }
         let types = self.types.iter().map(|&t| Value::I32(t as i32)).collect();
         w.add_metadata(TYPES_KEY, Value::Array(ValueType::I32, types))?;
-        let merges: Vec<String> = self
-            .merges
-            .iter()
-            .map(|&(a, b)| format!("{} {}", self.tokens[a as usize], self.tokens[b as usize]))
-            .collect();
-        w.add_metadata(MERGES_KEY, Value::from_strs(&merges))?;
+        let with_merges = match self.model {
+            Model::ByteLevel(_) => true,
+            Model::SentencePiece { .. } => !self.scores_reproduce_merges(),
+        };
+        if with_merges {
+            let merges: Vec<String> = self
+                .merges
+                .iter()
+                .map(|&(a, b)| format!("{} {}", self.tokens[a as usize], self.tokens[b as usize]))
+                .collect();
+            w.add_metadata(MERGES_KEY, Value::from_strs(&merges))?;
+        }
         let s = self.special;
         for (key, id) in ID_KEYS.into_iter().zip([s.bos, s.eos, s.pad, s.unk]) {
             if let Some(id) = id {
                 w.add_metadata(key, id)?;
             }
         }
-        w.add_metadata(ADD_BOS_KEY, s.add_bos)
+        w.add_metadata(ADD_BOS_KEY, s.add_bos)?;
+        if let Model::SentencePiece { add_space_prefix } = self.model {
+            w.add_metadata(ADD_PREFIX_KEY, add_space_prefix)?;
+        }
+        Ok(())
     }
 }
 
 /// `"a b"` -> `("a", "b")`. A merge holds exactly one space: byte-level tokens spell the
-/// space byte as `Ġ`, so none contains a real one.
+/// space byte as `Ġ`, SentencePiece ones a space as `▁`, so none contains a real one.
 pub(super) fn split_merge(m: &str) -> Option<(&str, &str)> {
     let (a, b) = m.split_once(' ')?;
     (!a.is_empty() && !b.is_empty() && !b.contains(' ')).then_some((a, b))

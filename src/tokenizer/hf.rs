@@ -1,10 +1,11 @@
 //! Reading a Hugging Face `tokenizer.json`, for converters that ship the tokenizer in
-//! the GGUF. Only what byte-level BPE of the GPT-2 family uses is accepted; any other
-//! normalizer, pre-tokenizer, model option or post-processor is an error naming it, so a
-//! converted model never tokenizes differently in silence.
+//! the GGUF. Only what byte-level BPE of the GPT-2 family and Gemma-style SentencePiece BPE
+//! use is accepted; any other normalizer, pre-tokenizer, model option or post-processor is
+//! an error naming it, so a converted model never tokenizes differently in silence.
 
 use super::gguf::split_merge;
-use super::{err, PreTokenizer, SpecialTokens, TokenType, Tokenizer, MAX_TOKENS};
+use super::spm::SPACE;
+use super::{err, Model, PreTokenizer, SpecialTokens, TokenType, Tokenizer, MAX_TOKENS};
 use crate::{Error, Result};
 use serde_json::Value as Json;
 use std::collections::HashMap;
@@ -22,22 +23,26 @@ impl Tokenizer {
     }
 
     /// Parses a `tokenizer.json`: `model` (BPE: `vocab`, `merges` as `"a b"` strings or
-    /// `["a", "b"]` pairs, `unk_token`), `added_tokens`, `pre_tokenizer` and
-    /// `post_processor` (a leading BOS). EOS and padding ids live in other files
+    /// `["a", "b"]` pairs, `unk_token`), `added_tokens`, `normalizer`, `pre_tokenizer` and
+    /// `post_processor` (a leading BOS). No normalizer means byte-level BPE (GPT-2's
+    /// `ByteLevel` pre-tokenizer); `Replace(" ", "▁")`, optionally after `Prepend("▁")`,
+    /// means SentencePiece BPE with byte fallback (Gemma's conversion by transformers; no
+    /// pre-tokenizer, or its no-op `Split(" ")`). EOS and padding ids live in other files
     /// (`tokenizer_config.json`, the model config): set them with
     /// [`Tokenizer::with_special`].
     pub fn from_hf_json(text: &str) -> Result<Self> {
         let root: Json =
             serde_json::from_str(text).map_err(|e| err(format!("tokenizer.json: {e}")))?;
-        if !root["normalizer"].is_null() {
-            return Err(err(format!(
-                "normalizer {} is not supported",
-                root["normalizer"]
-            )));
-        }
-        let pre = pre_tokenizer(&root["pre_tokenizer"])?;
+        let kind = match sentencepiece_normalizer(&root["normalizer"])? {
+            None => Model::ByteLevel(pre_tokenizer(&root["pre_tokenizer"])?),
+            Some(add_space_prefix) => {
+                check_split(&root["pre_tokenizer"])?;
+                Model::SentencePiece { add_space_prefix }
+            }
+        };
+        let spm = matches!(kind, Model::SentencePiece { .. });
         let model = &root["model"];
-        check_model(model)?;
+        check_model(model, spm)?;
 
         let vocab = model["vocab"]
             .as_object()
@@ -49,13 +54,20 @@ impl Tokenizer {
         let mut entries: Vec<(u32, &str, TokenType)> =
             Vec::with_capacity(vocab.len() + added.len());
         for (s, id) in vocab {
-            entries.push((id_of(id, s)?, s, TokenType::Normal));
+            // SentencePiece's byte-fallback tokens, typed as llama.cpp's converter does.
+            let ty = if spm && s.len() == 6 && super::spm::token_byte(s).is_some() {
+                TokenType::Byte
+            } else {
+                TokenType::Normal
+            };
+            entries.push((id_of(id, s)?, s, ty));
         }
         for a in added {
-            entries.push(added_token(a)?);
+            entries.push(added_token(a, kind)?);
         }
         let tokens_and_types = dense(&entries)?;
-        let (tokens, types): (Vec<String>, Vec<TokenType>) = tokens_and_types.into_iter().unzip();
+        let (tokens, mut types): (Vec<String>, Vec<TokenType>) =
+            tokens_and_types.into_iter().unzip();
 
         let merges = merges(&model["merges"])?;
         let ids: HashMap<&str, u32> = entries.iter().map(|&(id, s, _)| (s, id)).collect();
@@ -67,6 +79,10 @@ impl Tokenizer {
             ),
             v => return Err(err(format!("model.unk_token {v} is not a string"))),
         };
+        if let (true, Some(unk)) = (spm, unk) {
+            // As llama.cpp's converter types SentencePiece's unknown piece.
+            types[unk as usize] = TokenType::Unknown;
+        }
         let bos = leading_bos(&root["post_processor"])?;
         let special = SpecialTokens {
             bos,
@@ -78,26 +94,17 @@ impl Tokenizer {
             .iter()
             .map(|(a, b)| (a.as_str(), b.as_str()))
             .collect();
-        Tokenizer::new(tokens, types, &merges, pre, special)
-    }
-
-    /// The same tokenizer with other special ids (checked as in [`Tokenizer::new`]).
-    pub fn with_special(self, special: SpecialTokens) -> Result<Self> {
-        let merges: Vec<(String, String)> = self
-            .merges
-            .iter()
-            .map(|&(a, b)| {
-                (
-                    self.tokens[a as usize].clone(),
-                    self.tokens[b as usize].clone(),
-                )
-            })
-            .collect();
-        let merges: Vec<(&str, &str)> = merges
-            .iter()
-            .map(|(a, b)| (a.as_str(), b.as_str()))
-            .collect();
-        Tokenizer::new(self.tokens, self.types, &merges, self.pre, special)
+        match kind {
+            Model::ByteLevel(pre) => Tokenizer::new(tokens, types, &merges, pre, special),
+            Model::SentencePiece { add_space_prefix } => Tokenizer::new_sentencepiece(
+                tokens,
+                types,
+                None,
+                Some(&merges),
+                add_space_prefix,
+                special,
+            ),
+        }
     }
 }
 
@@ -112,7 +119,7 @@ fn id_of(v: &Json, token: &str) -> Result<u32> {
         })
 }
 
-fn added_token(a: &Json) -> Result<(u32, &str, TokenType)> {
+fn added_token(a: &Json, kind: Model) -> Result<(u32, &str, TokenType)> {
     let content = a["content"]
         .as_str()
         .ok_or_else(|| err(format!("added token {a} has no content")))?;
@@ -120,6 +127,20 @@ fn added_token(a: &Json) -> Result<(u32, &str, TokenType)> {
         if a[flag].as_bool() == Some(true) {
             return Err(err(format!(
                 "added token {content:?} sets {flag}, which is not supported"
+            )));
+        }
+    }
+    // A normalized added token is matched in the normalized text; we match all in the
+    // original text, which is the same only where the normalizer changes nothing: for
+    // Replace(" ", "▁") alone, a token without spaces or "▁".
+    if let Model::SentencePiece { add_space_prefix } = kind {
+        // `tokenizers`' default: special tokens are not normalized, others are.
+        let normalized = a["normalized"]
+            .as_bool()
+            .unwrap_or(a["special"].as_bool() != Some(true));
+        if normalized && (add_space_prefix || content.contains([' ', SPACE])) {
+            return Err(err(format!(
+                "added token {content:?} is normalized, which is not supported with this normalizer"
             )));
         }
     }
@@ -160,25 +181,79 @@ fn dense(entries: &[(u32, &str, TokenType)]) -> Result<Vec<(String, TokenType)>>
         .collect())
 }
 
-fn check_model(model: &Json) -> Result<()> {
+/// Checks the BPE model's options: each that changes tokenization must be off, except
+/// `byte_fallback`, which SentencePiece BPE needs (and byte-level BPE must not have).
+fn check_model(model: &Json, spm: bool) -> Result<()> {
     if model["type"].as_str() != Some("BPE") {
         return Err(err(format!(
             "model type {} is not supported (only BPE)",
             model["type"]
         )));
     }
-    // Options that change tokenization; each must be off.
     for key in ["dropout", "continuing_subword_prefix", "end_of_word_suffix"] {
         if !model[key].is_null() {
             return Err(err(format!("model.{key} {} is not supported", model[key])));
         }
     }
-    for key in ["byte_fallback", "ignore_merges"] {
-        if model[key].as_bool() == Some(true) {
-            return Err(err(format!("model.{key} is not supported")));
+    if model["ignore_merges"].as_bool() == Some(true) {
+        return Err(err("model.ignore_merges is not supported"));
+    }
+    let byte_fallback = model["byte_fallback"].as_bool() == Some(true);
+    match (spm, byte_fallback) {
+        (false, true) => Err(err(
+            "model.byte_fallback is not supported without the SentencePiece normalizer",
+        )),
+        (true, false) => Err(err(
+            "the SentencePiece normalizer needs model.byte_fallback (as Gemma's has)",
+        )),
+        // Consecutive unknown characters always make one <unk> (Gemma's `fuse_unk`).
+        (true, true) if model["fuse_unk"].as_bool() != Some(true) => {
+            Err(err("model.fuse_unk false is not supported"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `None` without a normalizer (byte-level BPE); for SentencePiece's, whether it has the
+/// dummy prefix: `Replace(" ", "▁")` (Gemma) is `Some(false)`,
+/// `Sequence[Prepend("▁"), Replace(" ", "▁")]` (Llama) `Some(true)`.
+fn sentencepiece_normalizer(v: &Json) -> Result<Option<bool>> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    let space = SPACE.to_string();
+    let replace = |p: &Json| {
+        p["type"] == "Replace" && p["pattern"]["String"] == " " && p["content"] == space.as_str()
+    };
+    let prepend = |p: &Json| p["type"] == "Prepend" && p["prepend"] == space.as_str();
+    if replace(v) {
+        return Ok(Some(false));
+    }
+    if v["type"] == "Sequence" {
+        match v["normalizers"].as_array().map(Vec::as_slice) {
+            Some([r]) if replace(r) => return Ok(Some(false)),
+            Some([p, r]) if prepend(p) && replace(r) => return Ok(Some(true)),
+            _ => {}
         }
     }
-    Ok(())
+    Err(err(format!(
+        "normalizer {v} is not supported (none, Replace(\" \", \"▁\"), or that after Prepend(\"▁\"))"
+    )))
+}
+
+/// SentencePiece BPE has no pre-tokenizer; transformers' Gemma conversion writes
+/// `Split(" ", MergedWithPrevious)`, which finds nothing once the normalizer has replaced
+/// every space.
+fn check_split(v: &Json) -> Result<()> {
+    let noop = v.is_null()
+        || (v["type"] == "Split" && v["pattern"]["String"] == " " && v["invert"] != true);
+    if noop {
+        Ok(())
+    } else {
+        Err(err(format!(
+            "pre_tokenizer {v} is not supported with the SentencePiece normalizer (none, or Split(\" \"))"
+        )))
+    }
 }
 
 fn merges(v: &Json) -> Result<Vec<(String, String)>> {

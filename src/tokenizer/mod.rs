@@ -1,32 +1,51 @@
-//! Byte-level BPE tokenization (the GPT-2 family, which SmolLM2 and so SmolVLA belong to),
-//! loaded from llama.cpp's `tokenizer.ggml.*` GGUF metadata (see docs/GGUF.md) or from a
-//! Hugging Face `tokenizer.json` (for converters).
+//! BPE tokenization of two kinds, chosen by the file ([`Model`]):
+//!
+//! - byte-level BPE (the GPT-2 family, which SmolLM2 and so SmolVLA belong to): llama.cpp's
+//!   `tokenizer.ggml.model = "gpt2"`, a `tokenizer.json` without normalizer;
+//! - SentencePiece BPE with byte fallback (Gemma, and so PaliGemma, which pi0 and pi0.5
+//!   tokenize with): llama.cpp's `"llama"`, a `tokenizer.json` whose normalizer replaces
+//!   `" "` by `"▁"` (U+2581).
+//!
+//! Either is loaded from llama.cpp's `tokenizer.ggml.*` GGUF metadata (see docs/GGUF.md) or
+//! from a Hugging Face `tokenizer.json` (for converters), and written back as GGUF metadata.
 //!
 //! [`Tokenizer::encode`] follows Hugging Face `tokenizers`, the reference the tests compare
-//! against: added tokens are split out literally first (leftmost, then longest), the rest
-//! is pre-tokenized ([`PreTokenizer`]), each word's UTF-8 bytes become GPT-2's byte
-//! characters, and merges apply lowest rank first.
+//! against. Both kinds first split added tokens out literally (leftmost, then longest).
+//! Byte-level BPE then pre-tokenizes the rest ([`PreTokenizer`]), maps each word's UTF-8
+//! bytes to GPT-2's byte characters and merges lowest rank first. SentencePiece BPE
+//! replaces each space by `▁` (and puts a `▁` before each piece of text when the tokenizer
+//! has a dummy prefix: Llama does, Gemma does not), starts from the characters of the whole
+//! piece (a character outside the vocabulary becomes one `<0xNN>` token per UTF-8 byte), and
+//! merges either by rank, when it has merges (a `tokenizer.json`), or by score, when it has
+//! only scores (llama.cpp's files): the adjacent pair whose merged token has the highest
+//! score goes first. Ties are broken as transformers orders the merges it generates from
+//! SentencePiece scores (longer left part, then longer right part, then lower ids, then
+//! leftmost), so that scores and the merges made from them give the same ids; llama.cpp
+//! takes the leftmost pair of a tie instead, which differs only where two overlapping
+//! candidate pairs tie (Gemma's user-defined pieces all score 0), see docs/GGUF.md.
 //!
-//! Known differences from `tokenizers` (neither shows in the golden inputs): added
-//! tokens are found in one leftmost-longest pass (`tokenizers` first matches those with
+//! Known differences from `tokenizers` (none shows in the golden inputs): added tokens are
+//! found in one leftmost-longest pass (`tokenizers` first matches those with
 //! `normalized: false`, then the others), which differs only when added tokens overlap;
 //! the `\p{L}`/`\p{N}`/`\s` tables are the `regex` crate's Unicode version, not
 //! Oniguruma's, which differs only for recently assigned characters. Options that would
-//! change the ids (normalizers, `lstrip`/`rstrip`, other pre-tokenizers) are refused.
+//! change the ids (other normalizers, `lstrip`/`rstrip`, other pre-tokenizers, a
+//! normalized added token the SentencePiece normalizer could change) are refused.
 
 mod bpe;
 pub mod demo;
 mod gguf;
 mod hf;
 mod pretok;
+mod spm;
 
 pub use pretok::{byte_to_char, char_to_byte, PreTokenizer};
 
 use crate::{Error, Result};
 use std::collections::HashMap;
 
-/// Vocabulary larger than this is refused as hostile (SmolLM2 has 49152; the largest
-/// public vocabularies are a few hundred thousand).
+/// Vocabulary larger than this is refused as hostile (SmolLM2 has 49152, PaliGemma 257152;
+/// the largest public vocabularies are a few hundred thousand).
 pub const MAX_TOKENS: usize = 1 << 20;
 /// Longer input is refused: an instruction is a sentence, and BPE cost grows with word
 /// length.
@@ -36,6 +55,7 @@ pub const MAX_TEXT_BYTES: usize = 1 << 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenType {
     Normal = 1,
+    /// The unknown token (`<unk>`): matched literally in the text, as llama.cpp does.
     Unknown = 2,
     /// A special added token (BOS, `<|im_start|>`, ...): matched literally in the text.
     Control = 3,
@@ -43,6 +63,7 @@ pub enum TokenType {
     UserDefined = 4,
     /// A placeholder for an id the source vocabulary leaves unused; never produced.
     Unused = 5,
+    /// SentencePiece's `<0xNN>` byte-fallback tokens.
     Byte = 6,
 }
 
@@ -60,8 +81,12 @@ impl TokenType {
         })
     }
 
+    /// Whether the token is matched literally in the text before BPE.
     fn is_added(self) -> bool {
-        matches!(self, TokenType::Control | TokenType::UserDefined)
+        matches!(
+            self,
+            TokenType::Control | TokenType::UserDefined | TokenType::Unknown
+        )
     }
 }
 
@@ -75,34 +100,79 @@ pub struct SpecialTokens {
     pub add_bos: bool,
 }
 
+/// The tokenization algorithm, chosen by the file: llama.cpp's `tokenizer.ggml.model`
+/// (`gpt2` or `llama`), or a `tokenizer.json`'s normalizer (none, or `" "` -> `"▁"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Model {
+    /// Byte-level BPE after the given pre-tokenizer (GPT-2 family, SmolLM2).
+    ByteLevel(PreTokenizer),
+    /// SentencePiece BPE with byte fallback (Gemma, PaliGemma, Llama 1/2). With
+    /// `add_space_prefix`, each piece of text between added tokens gets a leading `▁`
+    /// (SentencePiece's dummy prefix: Llama has it, Gemma not).
+    SentencePiece { add_space_prefix: bool },
+}
+
 #[derive(Clone, Debug)]
 pub struct Tokenizer {
     tokens: Vec<String>,
     types: Vec<TokenType>,
     /// Merge pairs (as ids) in rank order, as given.
     merges: Vec<(u32, u32)>,
-    pre: PreTokenizer,
+    model: Model,
     special: SpecialTokens,
     /// Pair -> (rank, merged id).
     ranks: HashMap<(u32, u32), (u32, u32)>,
-    /// Each byte's single-character token.
+    /// Each byte's token: its GPT-2 character (byte-level), or `<0xNN>` (SentencePiece).
     byte_ids: [Option<u32>; 256],
     /// Added tokens by first byte, longest first, for leftmost-longest matching.
     added: HashMap<u8, Vec<u32>>,
+    /// What SentencePiece BPE needs besides; `None` for byte-level.
+    spm: Option<Box<spm::Spm>>,
 }
 
 fn err(msg: impl Into<String>) -> Error {
     Error::Tokenizer(msg.into())
 }
 
+/// Checks that every special id is in a vocabulary of `n` tokens.
+fn check_special(special: &SpecialTokens, n: usize) -> Result<()> {
+    for (what, id) in [
+        ("bos", special.bos),
+        ("eos", special.eos),
+        ("pad", special.pad),
+        ("unk", special.unk),
+    ] {
+        if let Some(id) = id.filter(|&id| id as usize >= n) {
+            return Err(err(format!(
+                "{what} token id {id} is outside the vocabulary (0..{n})"
+            )));
+        }
+    }
+    if special.add_bos && special.bos.is_none() {
+        return Err(err("add_bos is set but there is no bos token"));
+    }
+    Ok(())
+}
+
 impl Tokenizer {
-    /// Builds a tokenizer from its parts, checking that they are consistent: every merge's
-    /// parts and result are tokens, every special id is in range.
+    /// Builds a byte-level BPE tokenizer from its parts, checking that they are consistent:
+    /// every merge's parts and result are tokens, every special id is in range.
     pub fn new(
         tokens: Vec<String>,
         types: Vec<TokenType>,
         merges: &[(&str, &str)],
         pre: PreTokenizer,
+        special: SpecialTokens,
+    ) -> Result<Self> {
+        Self::build(tokens, types, merges, Model::ByteLevel(pre), special)
+    }
+
+    /// The parts every kind has; SentencePiece adds [`spm::Spm`] afterwards.
+    fn build(
+        tokens: Vec<String>,
+        types: Vec<TokenType>,
+        merges: &[(&str, &str)],
+        model: Model,
         special: SpecialTokens,
     ) -> Result<Self> {
         let n = tokens.len();
@@ -112,21 +182,7 @@ impl Tokenizer {
         if types.len() != n {
             return Err(err(format!("{} token types for {n} tokens", types.len())));
         }
-        for (what, id) in [
-            ("bos", special.bos),
-            ("eos", special.eos),
-            ("pad", special.pad),
-            ("unk", special.unk),
-        ] {
-            if let Some(id) = id.filter(|&id| id as usize >= n) {
-                return Err(err(format!(
-                    "{what} token id {id} is outside the vocabulary (0..{n})"
-                )));
-            }
-        }
-        if special.add_bos && special.bos.is_none() {
-            return Err(err("add_bos is set but there is no bos token"));
-        }
+        check_special(&special, n)?;
         // The first of duplicate strings wins, as a merge or byte lookup needs one id.
         let mut ids: HashMap<&str, u32> = HashMap::with_capacity(n);
         for (i, t) in tokens.iter().enumerate() {
@@ -134,6 +190,7 @@ impl Tokenizer {
         }
         let mut ranks = HashMap::with_capacity(merges.len());
         let mut merge_ids = Vec::with_capacity(merges.len());
+        let mut merged = String::new();
         for (rank, &(a, b)) in merges.iter().enumerate() {
             let id = |s: &str| {
                 ids.get(s).copied().ok_or_else(|| {
@@ -143,20 +200,28 @@ impl Tokenizer {
                 })
             };
             if a.contains(' ') || b.contains(' ') {
-                // GGUF spells a merge "a b"; byte-level tokens spell a space as `Ġ`.
+                // GGUF spells a merge "a b"; byte-level tokens spell a space as `Ġ`,
+                // SentencePiece ones as `▁`.
                 return Err(err(format!(
                     "merge {rank} ({a:?} {b:?}): a part contains a space"
                 )));
             }
             let pair = (id(a)?, id(b)?);
-            let merged = id(&format!("{a}{b}"))?;
+            merged.clear();
+            merged.push_str(a);
+            merged.push_str(b);
+            let merged = id(&merged)?;
             merge_ids.push(pair);
             // A repeated pair keeps its first (lowest) rank.
             ranks.entry(pair).or_insert((rank as u32, merged));
         }
         let mut byte_ids = [None; 256];
-        for (b, c) in byte_to_char().iter().enumerate() {
-            byte_ids[b] = ids.get(c.encode_utf8(&mut [0; 4]) as &str).copied();
+        for (b, slot) in byte_ids.iter_mut().enumerate() {
+            *slot = match model {
+                Model::ByteLevel(_) => ids.get(byte_to_char()[b].encode_utf8(&mut [0; 4]) as &str),
+                Model::SentencePiece { .. } => ids.get(spm::byte_token(b as u8).as_str()),
+            }
+            .copied();
         }
         let mut added: HashMap<u8, Vec<u32>> = HashMap::new();
         for (i, t) in tokens.iter().enumerate() {
@@ -172,11 +237,12 @@ impl Tokenizer {
             tokens,
             types,
             merges: merge_ids,
-            pre,
+            model,
             special,
             ranks,
             byte_ids,
             added,
+            spm: None,
         })
     }
 
@@ -192,11 +258,27 @@ impl Tokenizer {
         self.special
     }
 
-    pub fn pre_tokenizer(&self) -> PreTokenizer {
-        self.pre
+    /// The same tokenizer with other special ids (checked as in [`Tokenizer::new`]).
+    pub fn with_special(mut self, special: SpecialTokens) -> Result<Self> {
+        check_special(&special, self.tokens.len())?;
+        self.special = special;
+        Ok(self)
     }
 
-    /// The token string of `id` (byte-level characters for normal tokens).
+    pub fn model(&self) -> Model {
+        self.model
+    }
+
+    /// The pre-tokenizer of byte-level BPE; `None` for SentencePiece.
+    pub fn pre_tokenizer(&self) -> Option<PreTokenizer> {
+        match self.model {
+            Model::ByteLevel(pre) => Some(pre),
+            Model::SentencePiece { .. } => None,
+        }
+    }
+
+    /// The token string of `id` (byte-level characters for normal byte-level tokens, `▁`
+    /// for a space in SentencePiece ones).
     pub fn token(&self, id: u32) -> Option<&str> {
         self.tokens.get(id as usize).map(String::as_str)
     }
@@ -240,14 +322,23 @@ impl Tokenizer {
         })
     }
 
+    /// Encodes text that holds no added token.
     fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
-        let mut result = Ok(());
-        self.pre.split(text, |word| {
-            if result.is_ok() {
-                result = self.encode_word(word, out);
+        match (self.model, &self.spm) {
+            (Model::ByteLevel(pre), _) => {
+                let mut result = Ok(());
+                pre.split(text, |word| {
+                    if result.is_ok() {
+                        result = self.encode_word(word, out);
+                    }
+                });
+                result
             }
-        });
-        result
+            (Model::SentencePiece { add_space_prefix }, Some(spm)) => {
+                self.encode_spm(spm, text, add_space_prefix, out)
+            }
+            (Model::SentencePiece { .. }, None) => unreachable!("built with Spm"),
+        }
     }
 
     /// Text for `ids` (lossy where the ids split a UTF-8 sequence; out-of-range ids show
@@ -259,6 +350,10 @@ impl Tokenizer {
                 bytes.extend("\u{FFFD}".as_bytes());
                 continue;
             };
+            if self.spm.is_some() {
+                spm::decode_token(t, &mut bytes);
+                continue;
+            }
             if self.types[id as usize].is_added() {
                 bytes.extend(t.as_bytes());
                 continue;
