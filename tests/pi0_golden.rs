@@ -209,3 +209,22 @@ fn bf16_weights_stay_close() {
         assert!(cos >= 0.999, "{v:?}: bf16 cosine {cos}");
     }
 }
+
+#[test]
+fn text_prompt_tokenizes_as_lerobot() {
+    // The converter ships the checkpoint's tokenizer (a PaliGemma-style SentencePiece BPE);
+    // the task plus the state must give lerobot's ids, and so lerobot's chunk.
+    for v in [Variant::Pi0, Variant::Pi05] {
+        let g = Golden::load(&dir(v));
+        let mut m = Pi0::new(converted(v, GgmlType::F32), &RuntimeOptions::default()).unwrap();
+        assert!(m.tokenizer().is_some(), "{v:?}: the converted GGUF should carry the tokenizer");
+        let obs = observation(&g);
+        let state = m.normalised_state(&obs).unwrap();
+        let task = g.meta["task"].as_str().unwrap();
+        assert_eq!(m.prompt_text(task, &state), g.meta["prompt"].as_str().unwrap(), "{v:?} prompt text");
+        let got: Vec<i32> = m.tokenize_prompt(task, &state).unwrap().iter().map(|&t| t as i32).collect();
+        assert_eq!(got, ids(&g), "{v:?} token ids");
+        let by_text = Observation { tokens: None, prompt: Some(task.into()), ..obs };
+        check(&format!("{v:?}: chunk from the text prompt"), &m.predict(&by_text).unwrap().actions, &g.f32("actions"), TOL);
+    }
+}
