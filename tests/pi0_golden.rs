@@ -228,3 +228,30 @@ fn text_prompt_tokenizes_as_lerobot() {
         check(&format!("{v:?}: chunk from the text prompt"), &m.predict(&by_text).unwrap().actions, &g.f32("actions"), TOL);
     }
 }
+
+/// At openpi's real sizes: `VLA_PI0_GOLDEN=DIR` names a folder written by
+/// `tools/golden/pi0.py --size full` (pi0 or pi05, ~14 GB); the test converts it once to
+/// `DIR/vla-f32.gguf` and compares the chunk on `VLA_TEST_BACKEND` (default cpu). Needs
+/// ~16 GB of RAM and minutes; run with `cargo test --release --test pi0_golden -- --ignored full_size`.
+#[test]
+#[ignore]
+fn full_size_matches_lerobot() {
+    let Some(dir) = std::env::var_os("VLA_PI0_GOLDEN").map(PathBuf::from) else {
+        panic!("set VLA_PI0_GOLDEN to a folder from tools/golden/pi0.py --size full");
+    };
+    let gguf = dir.join("vla-f32.gguf");
+    if !gguf.is_file() {
+        let sizes = convert::Sizes::from_json(&dir.join("arch.json")).unwrap();
+        let opts = convert::Options { dtype: Some(GgmlType::F32), sizes: Some(sizes), tokenizer: None };
+        let c = convert::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
+        c.writer.write_to_file(&gguf).unwrap();
+    }
+    let g = Golden::load(&dir);
+    let backend = std::env::var("VLA_TEST_BACKEND").unwrap_or_else(|_| "cpu".into());
+    let opts = RuntimeOptions { backend: backend.clone(), ..Default::default() };
+    let mut m = Pi0::new(GgufFile::open(&gguf).unwrap(), &opts).unwrap();
+    let v = m.config().variant;
+    let chunk = m.predict(&observation(&g)).unwrap();
+    println!("{v:?} full size on {}: {:?}", m.info().backend, chunk.times);
+    check(&format!("{v:?} full size {backend}: action chunk"), &chunk.actions, &g.f32("actions"), TOL);
+}
