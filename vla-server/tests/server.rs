@@ -268,7 +268,11 @@ fn latest_queue_supersedes_and_fifo_queue_fills() {
     assert_eq!(replies[&1].error, "");
     let full = replies.values().filter(|r| error_of(r).0 == ErrorCode::QueueFull).count();
     assert!((3..=4).contains(&full), "{full} queue-full replies");
-    assert!(replies[&5].error.contains("queue full"));
+    // Whether request 5 or an earlier one is refused depends on when the worker dequeues;
+    // every reply is either a chunk or a clear queue-full error.
+    for r in replies.values() {
+        assert!(r.error.is_empty() || r.error.contains("queue full"), "{}", r.error);
+    }
 }
 
 fn collect(c: &mut Client, n: usize) -> std::collections::HashMap<u64, PredictResponse> {
