@@ -257,7 +257,7 @@ fn quantile_range(q01: f32, q99: f32) -> f32 {
     }
 }
 
-/// `noise` from the request, or a fresh Gaussian draw of `n` values.
+/// `noise` from the request (checked to be `chunk x dim`), or a fresh Gaussian draw.
 pub fn noise_or_draw(obs: &Observation, chunk: usize, dim: usize) -> Result<Vec<f32>> {
     match &obs.noise {
         Some(n) if n.len() == chunk * dim => Ok(n.clone()),
