@@ -7,6 +7,8 @@ use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::Graph;
 use crate::modules::image::{resize_with_pad, to_chw_unit, PadAlign};
 use crate::policy::{Image, Observation, PolicyInfo, RuntimeOptions};
+use crate::tokenizer::Tokenizer;
+use crate::Tensor;
 use crate::{Error, Result};
 use std::time::Instant;
 
@@ -188,6 +190,50 @@ pub fn state_values<'o>(obs: &'o Observation, real: usize, max: usize) -> Result
     Ok(&s[..real])
 }
 
+/// The tokenizer in the GGUF's `tokenizer.ggml.*` metadata, if any, checked to fit the
+/// model's vocabulary.
+pub fn gguf_tokenizer(file: &GgufFile, vocab_size: usize) -> Result<Option<Tokenizer>> {
+    let tokenizer = Tokenizer::in_gguf(file).then(|| Tokenizer::from_gguf(file)).transpose()?;
+    if let Some(t) = tokenizer.as_ref().filter(|t| t.len() > vocab_size) {
+        return Err(Error::InvalidArgument(format!(
+            "the tokenizer has {} tokens, more than the model's vocab_size {vocab_size}",
+            t.len()
+        )));
+    }
+    Ok(tokenizer)
+}
+
+/// The tokenizer, or the error a text prompt gets from a model without one.
+pub fn require_tokenizer(tokenizer: Option<&Tokenizer>) -> Result<&Tokenizer> {
+    tokenizer.ok_or_else(|| {
+        Error::InvalidArgument(
+            "this model's GGUF has no tokenizer (tokenizer.ggml.* metadata): send token ids, not a prompt".into(),
+        )
+    })
+}
+
+/// Runs the vision graph `exec` on each camera view (after [`camera_pixels`] with `pad`
+/// and `align`), checking the view count: the image tokens of all views, concatenated.
+pub fn image_tokens(
+    exec: &mut dyn crate::backend::Executable,
+    obs: &Observation,
+    n_images: usize,
+    size: usize,
+    pad: f32,
+    align: PadAlign,
+) -> Result<Vec<f32>> {
+    if obs.images.len() != n_images {
+        return Err(Error::InvalidArgument(format!("{} images, this model takes {n_images}", obs.images.len())));
+    }
+    let mut all = Vec::new();
+    for img in &obs.images {
+        let t = Tensor::from_f32(vec![3, size, size], camera_pixels(img, size, pad, align)?)?;
+        let out = exec.run(&[("image", &t)])?;
+        all.extend_from_slice(out[0].as_f32()?);
+    }
+    Ok(all)
+}
+
 /// lerobot's normalisation of states and actions, per dimension.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Normalizer {
@@ -238,6 +284,20 @@ impl Normalizer {
                 2.0 * (x - q01[i]) / quantile_range(q01[i], q99[i]) - 1.0
             }
         }
+    }
+
+    /// The request's state (see [`state_values`]) normalised and zero-padded to `max`.
+    pub fn normalize_state(&self, obs: &Observation, real: usize, max: usize) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; max];
+        for (i, &x) in state_values(obs, real, max)?.iter().enumerate() {
+            out[i] = self.normalize(i, x);
+        }
+        Ok(out)
+    }
+
+    /// The first `dim` columns of each `width`-wide row of `x`, unnormalised.
+    pub fn unnormalize_rows(&self, x: &[f32], width: usize, dim: usize) -> Vec<f32> {
+        x.chunks(width).flat_map(|row| (0..dim).map(move |j| self.unnormalize(j, row[j]))).collect()
     }
 
     pub fn unnormalize(&self, i: usize, x: f32) -> f32 {

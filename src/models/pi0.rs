@@ -12,7 +12,7 @@
 //! the time embedding, the prompt and the Euler update are computed here on the host.
 
 use super::common::{
-    self, camera_pixels, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer,
+    self, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer,
 };
 use super::schema::{Meta, Schema};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
@@ -533,16 +533,7 @@ impl Pi0 {
         let mut cfg = Pi0Config::read(&file)?;
         cfg.num_steps = common::steps_override(cfg.num_steps, opts)?;
         check_tensors(&file, &cfg.tensor_shapes())?;
-        let tokenizer = Tokenizer::in_gguf(&file)
-            .then(|| Tokenizer::from_gguf(&file))
-            .transpose()?;
-        if let Some(t) = tokenizer.as_ref().filter(|t| t.len() > cfg.vocab_size) {
-            return Err(Error::InvalidArgument(format!(
-                "the tokenizer has {} tokens, more than the model's vocab_size {}",
-                t.len(),
-                cfg.vocab_size
-            )));
-        }
+        let tokenizer = common::gguf_tokenizer(&file, cfg.vocab_size)?;
         let state_norm = Normalizer::from_gguf(&file, "state", cfg.state_dim)?;
         let action_norm = Normalizer::from_gguf(&file, "action", cfg.action_dim)?;
         let graphs = LoadedGraphs::compile(file, opts, |f| {
@@ -594,11 +585,7 @@ impl Pi0 {
 
     /// [`Self::prompt_text`] tokenized with right truncation to `tokenizer_max_length`.
     pub fn tokenize_prompt(&self, task: &str, normalised_state: &[f32]) -> Result<Vec<u32>> {
-        let tok = self.tokenizer.as_ref().ok_or_else(|| {
-            Error::InvalidArgument(
-                "this model's GGUF has no tokenizer (tokenizer.ggml.* metadata): send token ids, not a prompt".into(),
-            )
-        })?;
+        let tok = common::require_tokenizer(self.tokenizer.as_ref())?;
         let mut ids = tok.encode(&self.prompt_text(task, normalised_state))?;
         ids.truncate(self.cfg.tokenizer_max_length);
         Ok(ids)
@@ -607,33 +594,13 @@ impl Pi0 {
     /// The normalised state, zero-padded to `max_state_dim`.
     pub fn normalised_state(&self, obs: &Observation) -> Result<Vec<f32>> {
         let cfg = &self.cfg;
-        let state = common::state_values(obs, cfg.state_dim, cfg.max_state_dim)?;
-        let mut out = vec![0f32; cfg.max_state_dim];
-        for (i, &x) in state.iter().enumerate() {
-            out[i] = self.state_norm.normalize(i, x);
-        }
-        Ok(out)
+        self.state_norm.normalize_state(obs, cfg.state_dim, cfg.max_state_dim)
     }
 
     /// Runs the vision tower on each camera view: `[n_images * n_img_tokens, hidden]`.
     pub fn image_tokens(&mut self, obs: &Observation) -> Result<Vec<f32>> {
-        let cfg = &self.cfg;
-        if obs.images.len() != cfg.n_images {
-            return Err(Error::InvalidArgument(format!(
-                "{} images, this model takes {}",
-                obs.images.len(),
-                cfg.n_images
-            )));
-        }
-        let s = cfg.vision.image_size;
-        let mut all = Vec::new();
-        for img in &obs.images {
-            let px = camera_pixels(img, s, PAD_UNIT, PadAlign::Center)?;
-            let t = Tensor::from_f32(vec![3, s, s], px)?;
-            let out = self.graphs.exec(VISION).run(&[("image", &t)])?;
-            all.extend_from_slice(out[0].as_f32()?);
-        }
-        Ok(all)
+        let (n, s) = (self.cfg.n_images, self.cfg.vision.image_size);
+        common::image_tokens(self.graphs.exec(VISION), obs, n, s, PAD_UNIT, PadAlign::Center)
     }
 }
 
@@ -695,10 +662,7 @@ impl Policy for Pi0 {
         let denoise_ms = ms_since(t2);
 
         let d = cfg.action_dim;
-        let mut actions = Vec::with_capacity(c * d);
-        for row in x.chunks(ad) {
-            actions.extend((0..d).map(|j| self.action_norm.unnormalize(j, row[j])));
-        }
+        let actions = self.action_norm.unnormalize_rows(&x, ad, d);
         let total_ms = ms_since(t0);
         Ok(ActionChunk {
             actions,

@@ -10,7 +10,7 @@
 //! computed here on the host.
 
 use super::common::{
-    self, camera_pixels, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer,
+    self, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer,
 };
 use super::schema::{Meta, Schema};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
@@ -510,16 +510,7 @@ impl SmolVla {
         let mut cfg = SmolVlaConfig::read(&file)?;
         cfg.num_steps = common::steps_override(cfg.num_steps, opts)?;
         check_tensors(&file, &cfg.tensor_shapes())?;
-        let tokenizer = Tokenizer::in_gguf(&file)
-            .then(|| Tokenizer::from_gguf(&file))
-            .transpose()?;
-        if let Some(t) = tokenizer.as_ref().filter(|t| t.len() > cfg.vocab_size) {
-            return Err(Error::InvalidArgument(format!(
-                "the tokenizer has {} tokens, more than the model's vocab_size {}",
-                t.len(),
-                cfg.vocab_size
-            )));
-        }
+        let tokenizer = common::gguf_tokenizer(&file, cfg.vocab_size)?;
         let state_norm = Normalizer::from_gguf(&file, "state", cfg.state_dim)?;
         let action_norm = Normalizer::from_gguf(&file, "action", cfg.action_dim)?;
         let graphs = LoadedGraphs::compile(file, opts, |f| {
@@ -564,11 +555,7 @@ impl SmolVla {
     /// unless the task ends with one (`SmolVLANewLineProcessor`), then the tokenizer with
     /// right truncation to `tokenizer_max_length` (`TokenizerProcessorStep`).
     pub fn tokenize_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
-        let tok = self.tokenizer.as_ref().ok_or_else(|| {
-            Error::InvalidArgument(
-                "this model's GGUF has no tokenizer (tokenizer.ggml.* metadata): send token ids, not a prompt".into(),
-            )
-        })?;
+        let tok = common::require_tokenizer(self.tokenizer.as_ref())?;
         let mut ids = match prompt.ends_with('\n') {
             true => tok.encode(prompt)?,
             false => tok.encode(&format!("{prompt}\n"))?,
@@ -591,33 +578,13 @@ impl SmolVla {
 
     fn normalised_state(&self, obs: &Observation) -> Result<Vec<f32>> {
         let cfg = &self.cfg;
-        let state = common::state_values(obs, cfg.state_dim, cfg.max_state_dim)?;
-        let mut out = vec![0f32; cfg.max_state_dim];
-        for (i, &x) in state.iter().enumerate() {
-            out[i] = self.state_norm.normalize(i, x);
-        }
-        Ok(out)
+        self.state_norm.normalize_state(obs, cfg.state_dim, cfg.max_state_dim)
     }
 
     /// Runs the vision tower on each preprocessed camera view: `[n_images * n_img_tokens, hidden]`.
     pub fn image_tokens(&mut self, obs: &Observation) -> Result<Vec<f32>> {
-        let cfg = &self.cfg;
-        if obs.images.len() != cfg.n_images {
-            return Err(Error::InvalidArgument(format!(
-                "{} images, this model takes {}",
-                obs.images.len(),
-                cfg.n_images
-            )));
-        }
-        let s = cfg.vision.image_size;
-        let mut all = Vec::new();
-        for img in &obs.images {
-            let px = camera_pixels(img, s, 0.0, PadAlign::BottomRight)?;
-            let t = Tensor::from_f32(vec![3, s, s], px)?;
-            let out = self.graphs.exec(VISION).run(&[("image", &t)])?;
-            all.extend_from_slice(out[0].as_f32()?);
-        }
-        Ok(all)
+        let (n, s) = (self.cfg.n_images, self.cfg.vision.image_size);
+        common::image_tokens(self.graphs.exec(VISION), obs, n, s, 0.0, PadAlign::BottomRight)
     }
 }
 
@@ -670,10 +637,7 @@ impl Policy for SmolVla {
         let denoise_ms = ms_since(t2);
 
         let d = cfg.action_dim;
-        let mut actions = Vec::with_capacity(c * d);
-        for row in x.chunks(ad) {
-            actions.extend((0..d).map(|j| self.action_norm.unnormalize(j, row[j])));
-        }
+        let actions = self.action_norm.unnormalize_rows(&x, ad, d);
         let total_ms = ms_since(t0);
         Ok(ActionChunk {
             actions,
