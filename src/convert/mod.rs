@@ -328,3 +328,66 @@ pub(crate) fn find_stats(
         ),
     ))
 }
+
+/// Ships the Hugging Face tokenizer at `path` in `w`, checked to fit `vocab_size`; without
+/// one, adds `missing_note` (the GGUF then takes token ids only).
+pub(crate) fn ship_tokenizer(
+    w: &mut crate::gguf::GgufWriter,
+    path: Option<PathBuf>,
+    vocab_size: usize,
+    notes: &mut Vec<String>,
+    missing_note: &str,
+) -> Result<()> {
+    let Some(p) = path else {
+        notes.push(missing_note.into());
+        return Ok(());
+    };
+    let tok = crate::tokenizer::Tokenizer::from_hf_file(&p)?;
+    if tok.len() > vocab_size {
+        return Err(ckpt_err(&p, format!("{} tokens, more than the model's vocab_size {vocab_size}", tok.len())));
+    }
+    tok.write_gguf(w)?;
+    notes.push(format!("tokenizer: {} ({} tokens)", p.display(), tok.len()));
+    Ok(())
+}
+
+/// Writes every tensor of `map` (our name, checkpoint key), checked against the shape
+/// `shapes` gives our name and passed through `adjust`, as `dtype` where
+/// [`takes_float_dtype`] allows (else F32); then the statistics as F32. `progress(done,
+/// total, name)` is called once per tensor.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_tensors<S: AsRef<str>>(
+    w: &mut crate::gguf::GgufWriter,
+    st: &Safetensors,
+    map: &[(String, String)],
+    shapes: Vec<(String, Vec<usize>)>,
+    dtype: crate::gguf::GgmlType,
+    adjust: impl Fn(&str, &mut [f32]),
+    stats: Vec<(S, Vec<f32>)>,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<()> {
+    use crate::gguf::GgmlType;
+    let shapes: BTreeMap<String, Vec<usize>> = shapes.into_iter().collect();
+    let total = map.len() + stats.len();
+    for (done, (ours, theirs)) in map.iter().enumerate() {
+        let want = &shapes[ours];
+        let got = st.require_shape(theirs)?;
+        if got != &want[..] {
+            return Err(ckpt_err(
+                st.path(),
+                format!("tensor {theirs:?} (-> {ours}) has shape {got:?}, the config implies {want:?}"),
+            ));
+        }
+        let mut vals = st.f32(theirs)?;
+        adjust(ours, &mut vals);
+        let ty = if takes_float_dtype(ours, want) { dtype } else { GgmlType::F32 };
+        w.add_f32(ours.clone(), ty, &ggml_dims(want), &vals)?;
+        progress(done + 1, total, ours);
+    }
+    for (k, (name, vals)) in stats.into_iter().enumerate() {
+        let name = name.as_ref();
+        w.add_f32(name.to_owned(), GgmlType::F32, &[vals.len() as u64], &vals)?;
+        progress(map.len() + k + 1, total, name);
+    }
+    Ok(())
+}

@@ -16,9 +16,7 @@ use crate::layers::GatedActivation;
 pub use crate::models::pi0::{Pi0Config, Variant};
 use crate::modules::decoder::DecoderConfig;
 use crate::modules::vision::{PatchPositions, VisionConfig};
-use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const PALI: &str = "model.paligemma_with_expert.paligemma.model.";
@@ -293,55 +291,19 @@ pub fn convert(
         .tokenizer
         .clone()
         .or_else(|| Some(ckpt.join("tokenizer/tokenizer.json")).filter(|p| p.is_file()));
-    match tokenizer {
-        Some(p) => {
-            let tok = Tokenizer::from_hf_file(&p)?;
-            if tok.len() > config.vocab_size {
-                return Err(ckpt_err(
-                    &p,
-                    format!(
-                        "{} tokens, more than the model's vocab_size {}",
-                        tok.len(),
-                        config.vocab_size
-                    ),
-                ));
-            }
-            tok.write_gguf(&mut w)?;
-            notes.push(format!("tokenizer: {} ({} tokens)", p.display(), tok.len()));
-        }
-        None => notes.push(
-            "no tokenizer given: the GGUF takes token ids only, not text (pass --tokenizer)".into(),
-        ),
-    }
-    let shapes: BTreeMap<String, Vec<usize>> = config.tensor_shapes().into_iter().collect();
-    let total = map.len() + stats.len();
-    for (done, (ours, theirs)) in map.iter().enumerate() {
-        let want = &shapes[ours];
-        let got = st.require_shape(theirs)?;
-        if got != &want[..] {
-            return Err(ckpt_err(
-                st.path(),
-                format!(
-                    "tensor {theirs:?} (-> {ours}) has shape {got:?}, the config implies {want:?}"
-                ),
-            ));
-        }
-        let mut vals = st.f32(theirs)?;
+    super::ship_tokenizer(
+        &mut w,
+        tokenizer,
+        config.vocab_size,
+        &mut notes,
+        "no tokenizer given: the GGUF takes token ids only, not text (pass --tokenizer)",
+    )?;
+    let add_gemma_one = |ours: &str, vals: &mut [f32]| {
         if is_gemma_gain(ours) {
             vals.iter_mut().for_each(|v| *v += 1.0);
         }
-        let ty = if super::takes_float_dtype(ours, want) {
-            dtype
-        } else {
-            GgmlType::F32
-        };
-        w.add_f32(ours.clone(), ty, &super::ggml_dims(want), &vals)?;
-        progress(done + 1, total, ours);
-    }
-    for (k, (name, vals)) in stats.into_iter().enumerate() {
-        w.add_f32(name.clone(), GgmlType::F32, &[vals.len() as u64], &vals)?;
-        progress(map.len() + k + 1, total, &name);
-    }
+    };
+    super::write_tensors(&mut w, &st, &map, config.tensor_shapes(), dtype, add_gemma_one, stats, progress)?;
     Ok(Converted {
         config,
         writer: w,

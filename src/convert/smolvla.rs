@@ -14,9 +14,7 @@ use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::smolvla::{SmolVlaConfig, ARCH};
 use crate::modules::decoder::DecoderConfig;
 use crate::modules::vision::{PatchPositions, VisionConfig};
-use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const VLM: &str = "model.vlm_with_expert.vlm.model.";
@@ -208,53 +206,14 @@ pub fn convert(
         let beside = vlm_path.as_ref()?.with_file_name("tokenizer.json");
         beside.is_file().then_some(beside)
     });
-    match tokenizer_path {
-        Some(p) => {
-            let tok = Tokenizer::from_hf_file(&p)?;
-            if tok.len() > config.vocab_size {
-                return Err(ckpt_err(
-                    &p,
-                    format!(
-                        "{} tokens, more than the model's vocab_size {}",
-                        tok.len(),
-                        config.vocab_size
-                    ),
-                ));
-            }
-            tok.write_gguf(&mut w)?;
-            notes.push(format!("tokenizer: {} ({} tokens)", p.display(), tok.len()));
-        }
-        None => notes.push(
-            "no tokenizer.json found: the GGUF takes token ids only, not text (pass --tokenizer)"
-                .into(),
-        ),
-    }
-    let shapes: BTreeMap<String, Vec<usize>> = config.tensor_shapes().into_iter().collect();
-    let total = map.len() + stats.len();
-    for (done, (ours, theirs)) in map.iter().enumerate() {
-        let want = &shapes[ours];
-        let got = st.require_shape(theirs)?;
-        if got != &want[..] {
-            return Err(ckpt_err(
-                st.path(),
-                format!(
-                    "tensor {theirs:?} (-> {ours}) has shape {got:?}, the config implies {want:?}"
-                ),
-            ));
-        }
-        let vals = st.f32(theirs)?;
-        let ty = if super::takes_float_dtype(ours, want) {
-            opts.dtype
-        } else {
-            GgmlType::F32
-        };
-        w.add_f32(ours.clone(), ty, &super::ggml_dims(want), &vals)?;
-        progress(done + 1, total, ours);
-    }
-    for (k, (name, vals)) in stats.into_iter().enumerate() {
-        w.add_f32(name, GgmlType::F32, &[vals.len() as u64], &vals)?;
-        progress(map.len() + k + 1, total, name);
-    }
+    super::ship_tokenizer(
+        &mut w,
+        tokenizer_path,
+        config.vocab_size,
+        &mut notes,
+        "no tokenizer.json found: the GGUF takes token ids only, not text (pass --tokenizer)",
+    )?;
+    super::write_tensors(&mut w, &st, &map, config.tensor_shapes(), opts.dtype, |_, _| {}, stats, progress)?;
     Ok(Converted {
         config,
         writer: w,
