@@ -174,7 +174,7 @@ pub fn instruction_ids(
 }
 
 /// The request's state, `real` values or zero-padded to `max`, checked.
-pub fn state_values<'o>(obs: &'o Observation, real: usize, max: usize) -> Result<&'o [f32]> {
+pub fn state_values(obs: &Observation, real: usize, max: usize) -> Result<&[f32]> {
     let s = &obs.state;
     if s.len() != real && s.len() != max {
         return Err(Error::InvalidArgument(format!(
@@ -311,9 +311,11 @@ impl Normalizer {
 }
 
 fn quantile_range(q01: f32, q99: f32) -> f32 {
-    match q99 - q01 {
-        d if d == 0.0 => NORM_EPS,
-        d => d,
+    let d = q99 - q01;
+    if d == 0.0 {
+        NORM_EPS
+    } else {
+        d
     }
 }
 
