@@ -22,6 +22,9 @@ use vla::policy::{Observation, Policy, RuntimeOptions};
 use vla::Tensor;
 
 const TOL: f32 = 1e-4;
+/// The first velocity and the chunk are held tighter: 0.004's f32 rounding in the time
+/// embedding's period moved pi0's by 7e-5 / 1.8e-5, which passed `TOL`.
+const OUT_TOL: f32 = 2e-5;
 
 fn dir(v: Variant) -> PathBuf {
     fixture(match v {
@@ -159,7 +162,7 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
     inputs.extend(suffix.iter().map(|(n, t)| (*n, t)));
     inputs.extend(names.iter().map(String::as_str).zip(lerobot_kv.iter()));
     let out = denoise.run(&inputs).unwrap();
-    check(&format!("{v:?} {backend}: first velocity"), out[0].as_f32().unwrap(), &g.f32("velocity.0"), TOL);
+    check(&format!("{v:?} {backend}: first velocity"), out[0].as_f32().unwrap(), &g.f32("velocity.0"), OUT_TOL);
 }
 
 fn chunk_matches_lerobot(v: Variant, backend: &str) {
@@ -170,7 +173,7 @@ fn chunk_matches_lerobot(v: Variant, backend: &str) {
     let opts = RuntimeOptions { backend: backend.into(), ..Default::default() };
     let mut m = Pi0::new(converted(v, GgmlType::F32), &opts).unwrap();
     let chunk = m.predict(&observation(&g)).unwrap();
-    check(&format!("{v:?} {backend}: action chunk"), &chunk.actions, &g.f32("actions"), TOL);
+    check(&format!("{v:?} {backend}: action chunk"), &chunk.actions, &g.f32("actions"), OUT_TOL);
 }
 
 #[test]
@@ -225,7 +228,7 @@ fn text_prompt_tokenizes_as_lerobot() {
         let got: Vec<i32> = m.tokenize_prompt(task, &state).unwrap().iter().map(|&t| t as i32).collect();
         assert_eq!(got, ids(&g), "{v:?} token ids");
         let by_text = Observation { tokens: None, prompt: Some(task.into()), ..obs };
-        check(&format!("{v:?}: chunk from the text prompt"), &m.predict(&by_text).unwrap().actions, &g.f32("actions"), TOL);
+        check(&format!("{v:?}: chunk from the text prompt"), &m.predict(&by_text).unwrap().actions, &g.f32("actions"), OUT_TOL);
     }
 }
 

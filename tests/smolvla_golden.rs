@@ -109,6 +109,9 @@ fn check(what: &str, got: &[f32], want: &[f32], tol: f32) {
 }
 
 const TOL: f32 = 1e-4;
+/// The velocity and the chunk are held tighter: 0.004's f32 rounding in the time
+/// embedding's period moved them by 2.4e-5 / 8.8e-6, which passed `TOL`.
+const OUT_TOL: f32 = 1e-5;
 
 #[test]
 fn converted_config_is_the_checkpoints() {
@@ -246,7 +249,7 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     inputs.extend(lerobot_kv.iter().map(|(n, t)| (n.as_str(), t)));
     let mut denoise = be.compile(&graphs::denoise(&file, &cfg).unwrap(), &file).unwrap();
     let v = denoise.run(&inputs).unwrap();
-    check(&format!("{name}: velocity at step 0"), v[0].as_f32().unwrap(), &g.f32("velocity.0"), tol);
+    check(&format!("{name}: velocity at step 0"), v[0].as_f32().unwrap(), &g.f32("velocity.0"), tol.min(OUT_TOL));
 }
 
 /// The whole chunk from a converted f32 GGUF.
@@ -259,7 +262,7 @@ fn chunk_matches_lerobot(name: &str, dir: &Path, tol: f32) {
     let mut m = SmolVla::new(converted_from(dir, GgmlType::F32), &opts).unwrap();
     println!("backend {}", m.info().backend);
     let got = m.predict(&g.observation()).unwrap();
-    check(&format!("{name}: action chunk (f32 GGUF)"), &got.actions, &g.f32("actions"), tol);
+    check(&format!("{name}: action chunk (f32 GGUF)"), &got.actions, &g.f32("actions"), tol.min(OUT_TOL));
 }
 
 #[test]

@@ -41,6 +41,17 @@ impl<'f> Meta<'f> {
     pub fn f32(&self, k: &str) -> Result<f32> {
         self.f64(k).map(|v| v as f32)
     }
+
+    /// A real number the checkpoint wrote as a decimal: GGUF metadata holds it as f32, so
+    /// this is the shortest decimal that rounds to that f32 (0.004, not 0.004000000189989805);
+    /// a value no f32 holds exactly (an f64 entry) is returned as it is. Needed where the reference computes in f64 from the
+    /// decimal and the value is amplified: the time embedding's fastest angle at t = 1 is
+    /// 2 pi / 0.004 ~ 1571 rad, which 0.004's f32 rounding (4.7e-8 relative) shifts by 7e-5.
+    pub fn decimal(&self, k: &str) -> Result<f64> {
+        let v = self.f64(k)?;
+        let f = v as f32;
+        Ok(if f64::from(f) == v { f.to_string().parse().unwrap_or(v) } else { v })
+    }
 }
 
 /// Writes `<arch>.<key>` entries (and `<arch>.architecture`, as vla.cpp files carry it).
@@ -80,5 +91,30 @@ impl SplitMix64 {
     /// Uniform in [0, 1).
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_with(value: crate::gguf::Value) -> GgufFile {
+        let mut w = GgufWriter::new();
+        w.add_metadata("test.period", value).unwrap();
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn decimal_undoes_the_f32_rounding_of_a_written_decimal() {
+        for x in [0.004f64, 1e-3, 0.1, 3.3333] {
+            let f = file_with(crate::gguf::Value::F32(x as f32));
+            let m = Meta::new(&f, "test");
+            assert_ne!(m.f64("period").unwrap(), x, "{x} is exact in f32: not a test of the rounding");
+            assert_eq!(m.decimal("period").unwrap(), x);
+        }
+        // An f64 entry that is not an f32 is taken as written.
+        let v = 0.0040000001;
+        let f = file_with(crate::gguf::Value::F64(v));
+        assert_eq!(Meta::new(&f, "test").decimal("period").unwrap(), v);
     }
 }

@@ -120,8 +120,8 @@ impl SmolVlaConfig {
             max_action_dim: m.usize("max_action_dim")?,
             state_dim: m.usize("real_state_dim")?,
             action_dim: m.usize("real_action_dim")?,
-            min_period: m.f64("min_period")?,
-            max_period: m.f64("max_period")?,
+            min_period: m.decimal("min_period")?,
+            max_period: m.decimal("max_period")?,
         };
         cfg.validate()?;
         Ok(cfg)
