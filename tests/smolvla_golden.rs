@@ -9,62 +9,31 @@
 //! GPU backends fail loudly without an adapter; `VLA_ALLOW_NO_GPU=1` turns that into a warning.
 
 use std::path::{Path, PathBuf};
-use vla::backend::{self, Backend};
-use vla::convert::{smolvla as convert, Safetensors};
+use vla::convert::smolvla as convert;
 use vla::gguf::{GgmlType, GgufFile};
 use vla::graph::GraphBuilder;
 use vla::models::smolvla::{graphs, time_input, PrefixLayout, SmolVla, SmolVlaConfig};
 use vla::modules::image::{resize_with_pad, to_chw_unit, PadAlign};
 use vla::modules::vision::vision_tower;
-use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
+use vla::policy::{Observation, Policy, RuntimeOptions};
 use vla::Tensor;
 
+mod support;
+
+use support::{check, open, Golden};
+
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smolvla-tiny")
+    support::fixture("smolvla-tiny")
 }
 
-struct Golden {
-    st: Safetensors,
-    meta: serde_json::Value,
-}
-
-impl Golden {
-    fn load() -> Self {
-        Self::load_from(&fixture())
-    }
-
-    fn load_from(dir: &Path) -> Self {
-        let st = Safetensors::open(&dir.join("golden.safetensors")).unwrap();
-        let meta = serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
-        Golden { st, meta }
-    }
-
-    fn f32(&self, name: &str) -> Vec<f32> {
-        self.st.f32(name).unwrap()
-    }
-
-    fn tokens(&self) -> Vec<i32> {
-        self.meta["token_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect()
-    }
-
-    fn n_images(&self) -> usize {
-        self.meta["n_images"].as_u64().unwrap() as usize
-    }
-
-    fn image(&self, i: usize) -> Image {
-        let name = format!("image.{i}");
-        let shape = self.st.shape(&name).unwrap().to_vec();
-        Image { height: shape[0], width: shape[1], data: ImageData::RgbU8(self.st.u8(&name).unwrap()) }
-    }
-
-    fn observation(&self) -> Observation {
-        Observation {
-            images: (0..self.n_images()).map(|i| self.image(i)).collect(),
-            state: self.f32("state"),
-            prompt: None,
-            tokens: Some(self.tokens()),
-            noise: Some(self.f32("noise")),
-        }
+/// lerobot's inputs: camera frames, raw state, token ids and noise.
+fn observation(g: &Golden) -> Observation {
+    Observation {
+        images: (0..g.usize("n_images")).map(|i| g.image(i)).collect(),
+        state: g.f32("state"),
+        prompt: None,
+        tokens: Some(g.ids("token_ids")),
+        noise: Some(g.f32("noise")),
     }
 }
 
@@ -76,36 +45,6 @@ fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
     let opts = convert::Options { dtype, ..Default::default() };
     let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
     GgufFile::from_bytes(c.writer.to_bytes().unwrap()).unwrap()
-}
-
-fn allow_no_gpu() -> bool {
-    std::env::var("VLA_ALLOW_NO_GPU").is_ok_and(|v| v == "1")
-}
-
-/// The backend, or `None` after a loud warning when a GPU backend has no adapter and
-/// `VLA_ALLOW_NO_GPU=1`.
-fn open(name: &str) -> Option<Box<dyn Backend>> {
-    match backend::open(name) {
-        Ok(b) => Some(b),
-        Err(e) if name != "cpu" && allow_no_gpu() => {
-            eprintln!("WARNING: VLA_ALLOW_NO_GPU=1: {name}: {e}: SmolVLA golden NOT TESTED on {name}");
-            None
-        }
-        Err(e) => panic!("{name}: {e}\n(scripts/test.sh installs lavapipe; VLA_ALLOW_NO_GPU=1 skips loudly)"),
-    }
-}
-
-fn max_abs(v: &[f32]) -> f32 {
-    v.iter().fold(0f32, |a, x| a.max(x.abs()))
-}
-
-/// Max abs difference; fails above `tol * max(1, max |want|)`.
-fn check(what: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: {} values vs lerobot's {}", got.len(), want.len());
-    let err = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    let scale = max_abs(want);
-    println!("{what}: max abs err {err:.3e} (max |lerobot| {scale:.3})");
-    assert!(err.is_finite() && err <= tol * scale.max(1.0), "{what}: max abs err {err:e} vs lerobot");
 }
 
 const TOL: f32 = 1e-4;
@@ -156,15 +95,15 @@ fn converted_config_is_the_checkpoints() {
     assert_eq!(cfg.state_dim, u(&policy["input_features"]["observation.state"]["shape"][0]));
     assert_eq!(cfg.action_dim, u(&policy["output_features"]["action"]["shape"][0]));
     assert_eq!((cfg.min_period as f32, cfg.max_period as f32), (f(&policy["min_period"]), f(&policy["max_period"])));
-    assert_eq!(cfg.n_images, Golden::load().n_images());
+    assert_eq!(cfg.n_images, Golden::load(&fixture()).usize("n_images"));
 }
 
 #[test]
 fn preprocessing_matches_lerobot() {
     // u8 HWC frame -> [0,1] CHW -> resize-with-pad -> [-1, 1], as lerobot's prepare_images.
-    let g = Golden::load();
+    let g = Golden::load(&fixture());
     let s = SmolVlaConfig::read(&converted(GgmlType::F32)).unwrap().vision.image_size;
-    for i in 0..g.n_images() {
+    for i in 0..g.usize("n_images") {
         let img = g.image(i);
         let unit = to_chw_unit(&img).unwrap();
         let px: Vec<f32> = resize_with_pad(&unit, img.height, img.width, s, s, 0.0, PadAlign::BottomRight).iter().map(|v| v * 2.0 - 1.0).collect();
@@ -176,7 +115,7 @@ fn preprocessing_matches_lerobot() {
 fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     let Some(be) = open(name) else { return };
     println!("backend {}", be.description());
-    let g = Golden::load_from(dir);
+    let g = Golden::load(dir);
     let file = converted_from(dir, GgmlType::F32);
     let cfg = SmolVlaConfig::read(&file).unwrap();
 
@@ -189,7 +128,7 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
         be.compile(&gb.build(&[out]).unwrap(), &file).unwrap()
     };
     let mut img_tokens = Vec::new();
-    for i in 0..g.n_images() {
+    for i in 0..g.usize("n_images") {
         let px = Tensor::from_f32(vec![3, s, s], g.f32(&format!("pixels.{i}"))).unwrap();
         let out = tower.run(&[("image", &px)]).unwrap();
         check(&format!("{name}: vision tower, camera {i}"), out[0].as_f32().unwrap(), &g.f32(&format!("vit.{i}")), tol);
@@ -201,7 +140,7 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
 
     // Prefill over lerobot's image tokens, its token ids padded to tokenizer_max_length, its
     // normalised state.
-    let ids = g.tokens();
+    let ids = g.ids("token_ids");
     let layout = PrefixLayout::new(&cfg, ids.len());
     let p = cfg.prefix_len();
     let mut tokens: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
@@ -257,11 +196,11 @@ fn chunk_matches_lerobot(name: &str, dir: &Path, tol: f32) {
     if open(name).is_none() {
         return;
     }
-    let g = Golden::load_from(dir);
+    let g = Golden::load(dir);
     let opts = RuntimeOptions { backend: name.into(), ..Default::default() };
     let mut m = SmolVla::new(converted_from(dir, GgmlType::F32), &opts).unwrap();
     println!("backend {}", m.info().backend);
-    let got = m.predict(&g.observation()).unwrap();
+    let got = m.predict(&observation(&g)).unwrap();
     check(&format!("{name}: action chunk (f32 GGUF)"), &got.actions, &g.f32("actions"), tol.min(OUT_TOL));
 }
 
@@ -298,12 +237,12 @@ fn base_size_matches_lerobot() {
 
 #[test]
 fn bf16_conversion_stays_close() {
-    let g = Golden::load();
+    let g = Golden::load(&fixture());
     let file = converted(GgmlType::BF16);
     let n_bf16 = file.tensors().iter().filter(|t| t.ty == GgmlType::BF16).count();
     assert!(n_bf16 > 0, "no bf16 tensors in a --dtype bf16 conversion");
     let mut m = SmolVla::new(file, &RuntimeOptions::default()).unwrap();
-    let got = m.predict(&g.observation()).unwrap().actions;
+    let got = m.predict(&observation(&g)).unwrap().actions;
     let want = g.f32("actions");
     let dot: f64 = got.iter().zip(&want).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
     let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
@@ -317,14 +256,14 @@ fn bf16_conversion_stays_close() {
 /// tokenizer gave, and a text prompt the same chunk as those ids.
 #[test]
 fn text_prompt_tokenizes_as_lerobot() {
-    let g = Golden::load();
+    let g = Golden::load(&fixture());
     let file = converted(GgmlType::F32);
     let tok = vla::tokenizer::Tokenizer::from_gguf(&file).unwrap();
     let task = g.meta["task_as_tokenized"].as_str().unwrap();
     let ids: Vec<i32> = tok.encode(task).unwrap().into_iter().map(|i| i as i32).collect();
-    assert_eq!(ids, g.tokens(), "our ids for {task:?} differ from lerobot's");
+    assert_eq!(ids, g.ids("token_ids"), "our ids for {task:?} differ from lerobot's");
     let mut m = SmolVla::new(file, &RuntimeOptions::default()).unwrap();
-    let by_ids = m.predict(&g.observation()).unwrap().actions;
-    let text = Observation { tokens: None, prompt: Some(g.meta["task"].as_str().unwrap().into()), ..g.observation() };
+    let by_ids = m.predict(&observation(&g)).unwrap().actions;
+    let text = Observation { tokens: None, prompt: Some(g.meta["task"].as_str().unwrap().into()), ..observation(&g) };
     assert_eq!(m.predict(&text).unwrap().actions, by_ids);
 }
