@@ -29,42 +29,16 @@ struct Cli {
 enum Command {
     /// A lerobot SmolVLA checkpoint folder: config.json, model.safetensors and the
     /// policy_preprocessor / policy_postprocessor files holding the normaliser statistics.
-    Smolvla {
-        /// Checkpoint folder.
-        #[arg(long)]
-        ckpt: PathBuf,
-        /// GGUF file to write.
-        #[arg(long)]
-        out: PathBuf,
-        /// Type of the 2-D matmul weights (norms, biases, embeddings and statistics stay f32).
-        #[arg(long, value_enum, default_value_t = Dtype::F32)]
-        dtype: Dtype,
-        /// SmolVLM config.json (or its folder) for head counts and epsilons; default: the
-        /// checkpoint's vlm_model_name if it is a local folder, else the Hugging Face cache.
-        #[arg(long)]
-        vlm_config: Option<PathBuf>,
-        /// Position rows of the vision tower: `shifted` reproduces lerobot 0.4.4 (from
-        /// transformers 4.55 on, SmolVLM's patch positions are bucketized one row down,
-        /// transformers issue #41190); `grid` is plain SigLIP, what checkpoints trained before
-        /// that saw.
-        #[arg(long, value_enum, default_value_t = Positions::Shifted)]
-        vit_positions: Positions,
-        /// The language model's tokenizer.json, shipped in the GGUF so the server takes text;
-        /// default: the one beside the SmolVLM config.
-        #[arg(long)]
-        tokenizer: Option<PathBuf>,
-        /// Overwrite --out if it exists.
-        #[arg(long)]
-        force: bool,
-    },
+    Smolvla(SmolvlaArgs),
     /// A lerobot pi0 checkpoint folder (config.json, model.safetensors, processor files).
     Pi0(PiArgs),
     /// A lerobot pi0.5 checkpoint folder (config.json, model.safetensors, processor files).
     Pi05(PiArgs),
 }
 
+/// What every converter takes.
 #[derive(clap::Args)]
-struct PiArgs {
+struct Common {
     /// Checkpoint folder.
     #[arg(long)]
     ckpt: PathBuf,
@@ -74,6 +48,35 @@ struct PiArgs {
     /// Type of the 2-D matmul weights (norms, biases, embeddings and statistics stay f32).
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
     dtype: Dtype,
+    /// Overwrite --out if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(clap::Args)]
+struct SmolvlaArgs {
+    #[command(flatten)]
+    common: Common,
+    /// SmolVLM config.json (or its folder) for head counts and epsilons; default: the
+    /// checkpoint's vlm_model_name if it is a local folder, else the Hugging Face cache.
+    #[arg(long)]
+    vlm_config: Option<PathBuf>,
+    /// Position rows of the vision tower: `shifted` reproduces lerobot 0.4.4 (from
+    /// transformers 4.55 on, SmolVLM's patch positions are bucketized one row down,
+    /// transformers issue #41190); `grid` is plain SigLIP, what checkpoints trained before
+    /// that saw.
+    #[arg(long, value_enum, default_value_t = Positions::Shifted)]
+    vit_positions: Positions,
+    /// The language model's tokenizer.json, shipped in the GGUF so the server takes text;
+    /// default: the one beside the SmolVLM config.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct PiArgs {
+    #[command(flatten)]
+    common: Common,
     /// JSON with what tensor shapes do not fix, for non-standard sizes:
     /// {"vision": {"heads", "ln_eps"}, "vlm": {"head_dim", "rms_eps", "rope_theta"}};
     /// default: openpi's (16 vision heads, head_dim 256, eps 1e-6, theta 10000).
@@ -83,9 +86,6 @@ struct PiArgs {
     /// <ckpt>/tokenizer/tokenizer.json if present.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    /// Overwrite --out if it exists.
-    #[arg(long)]
-    force: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -114,31 +114,7 @@ impl From<Dtype> for GgmlType {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Smolvla {
-            ckpt,
-            out,
-            dtype,
-            vlm_config,
-            vit_positions,
-            tokenizer,
-            force,
-        } => {
-            let positions = match vit_positions {
-                Positions::Shifted => PatchPositions::Shifted,
-                Positions::Grid => PatchPositions::Grid,
-            };
-            convert_smolvla(
-                &ckpt,
-                &out,
-                smolvla::Options {
-                    dtype: dtype.into(),
-                    vlm_config,
-                    positions,
-                    tokenizer,
-                },
-                force,
-            )
-        }
+        Command::Smolvla(args) => convert_smolvla(args),
         Command::Pi0(args) => convert_pi(args, pi0::Variant::Pi0),
         Command::Pi05(args) => convert_pi(args, pi0::Variant::Pi05),
     };
@@ -183,32 +159,38 @@ fn finish(notes: &[String], writer: &vla::gguf::GgufWriter, out: &Path) -> Resul
 }
 
 fn convert_pi(args: PiArgs, variant: pi0::Variant) -> Result<()> {
-    refuse_overwrite(&args.out, args.force)?;
+    let Common {
+        ckpt,
+        out,
+        dtype,
+        force,
+    } = args.common;
+    refuse_overwrite(&out, force)?;
     let sizes = args
         .sizes
         .as_deref()
         .map(pi0::Sizes::from_json)
         .transpose()?;
     let opts = pi0::Options {
-        dtype: Some(args.dtype.into()),
+        dtype: Some(dtype.into()),
         sizes,
         tokenizer: args.tokenizer,
     };
-    let converted = with_progress(|p| pi0::convert(&args.ckpt, &opts, p))?
-        .with_context(|| format!("cannot convert {}", args.ckpt.display()))?;
+    let converted = with_progress(|p| pi0::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
     let c = &converted.config;
     if c.variant != variant {
         bail!(
             "{} is a {} checkpoint: run `vla-convert {}`",
-            args.ckpt.display(),
+            ckpt.display(),
             c.arch(),
             c.arch()
         );
     }
-    let mb = finish(&converted.notes, &converted.writer, &args.out)?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
     println!(
         "wrote {} ({mb:.1} MB): {}, vision {}x{} ({}px), decoder {}x{}, expert {}, {} cameras, chunk {}x{}, weights {}",
-        args.out.display(),
+        out.display(),
         c.arch(),
         c.vision.hidden,
         c.vision.layers,
@@ -219,16 +201,32 @@ fn convert_pi(args: PiArgs, variant: pi0::Variant) -> Result<()> {
         c.n_images,
         c.chunk_size,
         c.action_dim,
-        GgmlType::from(args.dtype),
+        GgmlType::from(dtype),
     );
     Ok(())
 }
 
-fn convert_smolvla(ckpt: &Path, out: &Path, opts: smolvla::Options, force: bool) -> Result<()> {
-    refuse_overwrite(out, force)?;
-    let converted = with_progress(|p| smolvla::convert(ckpt, &opts, p))?
+fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
+    let Common {
+        ckpt,
+        out,
+        dtype,
+        force,
+    } = args.common;
+    refuse_overwrite(&out, force)?;
+    let positions = match args.vit_positions {
+        Positions::Shifted => PatchPositions::Shifted,
+        Positions::Grid => PatchPositions::Grid,
+    };
+    let opts = smolvla::Options {
+        dtype: dtype.into(),
+        vlm_config: args.vlm_config,
+        positions,
+        tokenizer: args.tokenizer,
+    };
+    let converted = with_progress(|p| smolvla::convert(&ckpt, &opts, p))?
         .with_context(|| format!("cannot convert {}", ckpt.display()))?;
-    let mb = finish(&converted.notes, &converted.writer, out)?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
     let c = &converted.config;
     println!(
         "wrote {} ({mb:.1} MB): smolvla, vision {}x{} ({}px), decoder {}x{}, expert {}, {} cameras, chunk {}x{}, weights {}",
