@@ -141,7 +141,8 @@ fn prompt_without_a_tokenizer_is_an_error() {
     assert_eq!(m.predict(&observation()).unwrap().actions, model("cpu").predict(&observation()).unwrap().actions);
 }
 
-fn agrees_with_cpu(backend: &str) {
+/// The chunk within `tol` x max |action| of the cpu reference's.
+fn agrees_with_cpu(backend: &str, tol: f32) {
     let obs = observation();
     let want = model("cpu").predict(&obs).unwrap();
     let mut m = model(backend);
@@ -150,18 +151,27 @@ fn agrees_with_cpu(backend: &str) {
     let err = max_abs_diff(&want.actions, &got.actions);
     let scale = want.actions.iter().fold(0f32, |a, v| a.max(v.abs()));
     println!("{backend}: max abs err vs cpu {err:e} (max |action| {scale})");
-    assert!(err <= 1e-4 * scale.max(1.0), "{backend}: max abs err {err}");
+    assert!(err <= tol * scale.max(1.0), "{backend}: max abs err {err}");
 }
 
 #[test]
 fn vulkan_agrees_with_cpu() {
-    agrees_with_cpu("vulkan");
+    agrees_with_cpu("vulkan", 1e-4);
 }
 
+/// On ggml-cpu, and on each other ggml device in `VLA_TEST_GGML_DEVICES` (as the op
+/// harness). ggml's GPU kernels take matmul inputs in f16 (ggml-vulkan: NMSE ~1e-7 per F32
+/// matmul, 3e-6 per F16 one), which moved the demo chunks by 3-5e-4 of their scale there.
 #[cfg(feature = "ggml")]
 #[test]
 fn ggml_agrees_with_cpu() {
-    agrees_with_cpu("ggml");
+    let devices = std::env::var("VLA_TEST_GGML_DEVICES").unwrap_or_else(|_| "CPU".into());
+    for device in devices.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        match device.eq_ignore_ascii_case("cpu") {
+            true => agrees_with_cpu("ggml", 1e-4),
+            false => agrees_with_cpu(&format!("ggml:{device}"), 5e-3),
+        }
+    }
 }
 
 #[test]

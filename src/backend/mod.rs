@@ -1,6 +1,6 @@
 //! Backends run a [`Graph`]: `cpu` (the reference, [`crate::ops`]), `wgpu`
-//! (WGSL kernels on Vulkan, Metal, DX12 or GL) and `ggml` (ggml's CPU backend, or CUDA with
-//! the `ggml-cuda` feature).
+//! (WGSL kernels on Vulkan, Metal, DX12 or GL) and `ggml` (ggml's CPU backend, or CUDA,
+//! Vulkan or SYCL with the `ggml-cuda` / `ggml-vulkan` / `ggml-sycl` features).
 
 mod cpu;
 #[cfg(feature = "ggml")]
@@ -93,13 +93,16 @@ pub(crate) fn match_inputs<'i>(
 }
 
 /// Backend names accepted by [`open`] (plus `ggml:<DEVICE>` for any ggml device).
-pub const BACKEND_NAMES: &[&str] = &["cpu", "vulkan", "metal", "dx12", "gl", "wgpu", "ggml", "ggml-cpu", "ggml-cuda"];
+pub const BACKEND_NAMES: &[&str] =
+    &["cpu", "vulkan", "metal", "dx12", "gl", "wgpu", "ggml", "ggml-cpu", "ggml-cuda", "ggml-vulkan", "ggml-sycl"];
 
 /// Which cargo feature a backend name needs.
 fn feature_of(name: &str) -> &'static str {
     match name {
         "ggml" | "ggml-cpu" => "ggml",
         "ggml-cuda" => "ggml-cuda",
+        "ggml-vulkan" => "ggml-vulkan",
+        "ggml-sycl" => "ggml-sycl",
         _ => "wgpu",
     }
 }
@@ -121,8 +124,8 @@ pub fn open(name: &str) -> Result<Box<dyn Backend>> {
 
 /// Opens a backend by name: `cpu`, a wgpu API (`vulkan`, `metal`, `dx12`, `gl`, or
 /// `wgpu` for whichever wgpu finds first), `ggml` / `ggml-cpu` (ggml's CPU backend),
-/// `ggml-cuda` (first CUDA device), or `ggml:<DEVICE>` for a ggml device by its registry
-/// name (`ggml:CUDA1`, ...).
+/// `ggml-cuda` / `ggml-vulkan` / `ggml-sycl` (the first device of that ggml backend), or
+/// `ggml:<DEVICE>` for a ggml device by its registry name (`ggml:CUDA1`, ...).
 pub fn open_with(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
     let _ = opts; // unused when neither the wgpu nor the ggml feature is on
     #[cfg(feature = "ggml")]
@@ -131,6 +134,10 @@ pub fn open_with(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>> 
             "ggml" | "ggml-cpu" => Some("CPU"),
             #[cfg(feature = "ggml-cuda")]
             "ggml-cuda" => Some("CUDA0"),
+            #[cfg(feature = "ggml-vulkan")]
+            "ggml-vulkan" => Some("Vulkan0"),
+            #[cfg(feature = "ggml-sycl")]
+            "ggml-sycl" => Some("SYCL0"),
             _ => name.strip_prefix("ggml:"),
         };
         if let Some(device) = device {
@@ -168,5 +175,30 @@ pub fn open_with(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>> 
             "unknown backend {name:?} (expected one of: {})",
             BACKEND_NAMES.join(", ")
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GPU backend of ggml this build lacks names the feature that adds it; an unknown
+    /// name lists the known ones.
+    #[test]
+    fn a_missing_backend_names_its_feature() {
+        let lacking = [
+            ("ggml-cuda", cfg!(feature = "ggml-cuda")),
+            ("ggml-vulkan", cfg!(feature = "ggml-vulkan")),
+            ("ggml-sycl", cfg!(feature = "ggml-sycl")),
+        ];
+        for (name, built) in lacking {
+            if built {
+                continue;
+            }
+            let e = open(name).err().unwrap_or_else(|| panic!("{name} opened without its feature")).to_string();
+            assert!(e.contains(&format!("needs the `{name}` cargo feature")), "{name}: {e}");
+        }
+        let e = open("ggml-metal").err().unwrap().to_string();
+        assert!(e.contains("unknown backend") && e.contains("ggml-sycl"), "{e}");
     }
 }

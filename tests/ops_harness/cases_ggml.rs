@@ -206,8 +206,10 @@ fn cases() -> Cases {
 
 #[test]
 fn ggml_ops_vs_cpu() {
-    let backend = GgmlBackend::cpu().unwrap();
-    println!("ggml ops on {}", vla::backend::Backend::description(&backend));
+    let backends = super::ggml_backends();
+    for (label, b) in &backends {
+        println!("ggml ops on {label}: {}", vla::backend::Backend::description(b));
+    }
     let cases = cases();
     let mut failures = Vec::new();
     for case in &cases.list {
@@ -217,15 +219,17 @@ fn ggml_ops_vs_cpu() {
             g.build(&[out]).unwrap()
         };
         let reference = run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
-        match run(&backend, &graph, case) {
-            Err(e) => failures.push(format!("{}: {e}", case.name)),
-            Ok(out) => {
-                let bad = out.iter().filter(|v| !v.is_finite()).count();
-                let e = nmse(&out, &reference);
-                let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
-                println!("{:<52} nmse {e:9.2e} (max {:.0e}) {}", case.name, case.max_nmse, if ok { "ok" } else { "FAIL" });
-                if !ok {
-                    failures.push(format!("{}: nmse {e:.3e} > {:.0e}, {bad} non-finite", case.name, case.max_nmse));
+        for (label, backend) in &backends {
+            match run(backend, &graph, case) {
+                Err(e) => failures.push(format!("{} on {label}: {e}", case.name)),
+                Ok(out) => {
+                    let bad = out.iter().filter(|v| !v.is_finite()).count();
+                    let e = nmse(&out, &reference);
+                    let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
+                    println!("{:<52} {label:<12} nmse {e:9.2e} (max {:.0e}) {}", case.name, case.max_nmse, if ok { "ok" } else { "FAIL" });
+                    if !ok {
+                        failures.push(format!("{} on {label}: nmse {e:.3e} > {:.0e}, {bad} non-finite", case.name, case.max_nmse));
+                    }
                 }
             }
         }

@@ -31,7 +31,7 @@ pub struct ServerArgs {
     /// Where to listen (ZeroMQ endpoint). `tcp://127.0.0.1:*` picks a free port.
     #[arg(long)]
     pub bind: Option<String>,
-    /// cpu | vulkan | metal | dx12 | gl | wgpu | ggml | ggml-cpu | ggml-cuda | ggml:<DEVICE>
+    /// cpu | vulkan | metal | dx12 | gl | wgpu | ggml | ggml-cpu | ggml-cuda | ggml-vulkan | ggml-sycl | ggml:<DEVICE>
     #[arg(long)]
     pub backend: Option<String>,
     /// JSON file with a "runtime" object holding any of these options (snake_case keys).

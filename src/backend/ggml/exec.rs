@@ -135,7 +135,9 @@ impl Executable for GgmlExecutable {
         for s in &self.lowered.shadows {
             shadow_data.push(to_i32(s, &by_name[&s.input].f32_cow()?)?);
         }
-        self.alloc()?;
+        // The graph stays allocated from `new`. Allocating it again would drop the
+        // scheduler's copies of the inputs for a GPU device (its split inputs), so the
+        // device would read copies nobody fills (zeros on ggml-vulkan).
         for (name, t) in &self.lowered.inputs {
             if allocated(*t) {
                 let v = by_name[name].f32_cow()?;

@@ -1,10 +1,11 @@
 //! The ggml backend: a [`Graph`] lowered to a ggml compute graph ([`lower`]) and run by
 //! one of ggml's backends through its scheduler.
 //!
-//! `ggml-cpu` is always built (feature `ggml`); `ggml-cuda` needs the `ggml-cuda` feature
-//! (and a CUDA toolkit). Devices are opened with `ggml_backend_init_by_name`, so any
-//! backend compiled into the sys crate is reachable by its device name (`CPU`, `CUDA0`,
-//! ...). See docs/GGML.md for the build flags and what is bit-exact.
+//! `ggml-cpu` is always built (feature `ggml`); `ggml-cuda`, `ggml-vulkan` and `ggml-sycl`
+//! need their features (and the vendor's toolchain). Devices are opened with
+//! `ggml_backend_init_by_name`, so any backend compiled into the sys crate is reachable by
+//! its device name (`CPU`, `CUDA0`, `Vulkan0`, `SYCL0`, ...). See docs/GGML.md for the
+//! build flags and what is bit-exact.
 //!
 //! Threads: `VLA_GGML_THREADS` (default: all cores) for the CPU backend.
 
@@ -17,6 +18,28 @@ use crate::graph::Graph;
 use crate::Result;
 
 pub use exec::GgmlExecutable;
+
+// llama-cpp-sys-2 has no SYCL feature: ggml-sycl is compiled only when the oneAPI
+// environment reaches its CMake build, and links only as shared libraries. Stop the build
+// here rather than produce a binary whose `ggml-sycl` backend can never open.
+#[cfg(feature = "ggml-sycl")]
+const _: () = {
+    const fn is_on(value: Option<&str>) -> bool {
+        let Some(v) = value else { return false };
+        let v = v.as_bytes();
+        matches!(v, b"1" | b"ON" | b"on" | b"On" | b"TRUE" | b"true" | b"YES" | b"yes")
+    }
+    // The sys crate's build script reads exactly "1" here.
+    const fn is_one(value: Option<&str>) -> bool {
+        matches!(value, Some(v) if matches!(v.as_bytes(), b"1"))
+    }
+    assert!(
+        is_on(option_env!("GGML_SYCL")) && is_one(option_env!("LLAMA_BUILD_SHARED_LIBS")),
+        "the `ggml-sycl` feature needs the oneAPI build environment: build with \
+         `scripts/build-ggml-gpu.sh sycl` (it sets GGML_SYCL=ON, CMAKE_C_COMPILER=icx, \
+         CMAKE_CXX_COMPILER=icpx, LLAMA_BUILD_SHARED_LIBS=1; see docs/GGML.md)"
+    );
+};
 
 /// A ggml device by name. Cheap: each compiled graph opens its own backend instance.
 #[derive(Clone, Debug)]
