@@ -140,11 +140,17 @@ fn with_progress<T>(convert: impl FnOnce(&mut dyn FnMut(usize, usize, &str)) -> 
     Ok(out)
 }
 
-fn refuse_overwrite(out: &Path, force: bool) -> Result<()> {
-    if out.exists() && !force {
-        bail!("{} exists; pass --force to overwrite it", out.display());
+impl Common {
+    /// Checkpoint, output and dtype, once --out is known not to be overwritten unasked.
+    fn checked(self) -> Result<(PathBuf, PathBuf, Dtype)> {
+        if self.out.exists() && !self.force {
+            bail!(
+                "{} exists; pass --force to overwrite it",
+                self.out.display()
+            );
+        }
+        Ok((self.ckpt, self.out, self.dtype))
     }
-    Ok(())
 }
 
 /// Prints the notes, writes the file, returns its size in MB.
@@ -159,13 +165,7 @@ fn finish(notes: &[String], writer: &vla::gguf::GgufWriter, out: &Path) -> Resul
 }
 
 fn convert_pi(args: PiArgs, variant: pi0::Variant) -> Result<()> {
-    let Common {
-        ckpt,
-        out,
-        dtype,
-        force,
-    } = args.common;
-    refuse_overwrite(&out, force)?;
+    let (ckpt, out, dtype) = args.common.checked()?;
     let sizes = args
         .sizes
         .as_deref()
@@ -207,13 +207,7 @@ fn convert_pi(args: PiArgs, variant: pi0::Variant) -> Result<()> {
 }
 
 fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
-    let Common {
-        ckpt,
-        out,
-        dtype,
-        force,
-    } = args.common;
-    refuse_overwrite(&out, force)?;
+    let (ckpt, out, dtype) = args.common.checked()?;
     let positions = match args.vit_positions {
         Positions::Shifted => PatchPositions::Shifted,
         Positions::Grid => PatchPositions::Grid,
