@@ -10,7 +10,6 @@ chunk against the recorded one. The pre/post processors (normalisation, tokeniza
 the timing.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -21,11 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dir")
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    a = ap.parse_args()
+    from _bench import parse_args, recorded_batch, time_and_report
+
+    a = parse_args(__doc__)
 
     import torch
     from safetensors.torch import load_file
@@ -47,28 +44,10 @@ def main():
     t0 = time.perf_counter()
     policy = Policy.from_pretrained(d).eval()
     load_s = time.perf_counter() - t0
-    cams = [k for k in policy.config.input_features if k.startswith("observation.images.")]
-    batch = {
-        "observation.state": g["state_norm"][None],
-        "observation.language.tokens": torch.tensor([meta["token_ids"]]),
-        "observation.language.attention_mask": torch.tensor([meta["attention_mask"]], dtype=torch.bool),
-    }
-    for i, k in enumerate(cams):
-        batch[k] = g[f"image.{i}"].permute(2, 0, 1)[None].float() / 255.0
-    noise = g["noise"][None]
-    times = []
-    with torch.no_grad():
-        for i in range(a.iters + 1):
-            t0 = time.perf_counter()
-            out = policy.predict_action_chunk(dict(batch), noise=noise.clone())
-            if i:
-                times.append((time.perf_counter() - t0) * 1e3)
-    err = (out[0] - g["actions_norm"][:, : out.shape[-1]]).abs().max().item()
-    times.sort()
-    print(f"lerobot {meta['versions']['lerobot']} {meta['arch']}, torch {torch.__version__}, {a.threads} threads, "
-          f"{len(cams)} cameras, load {load_s:.0f} s")
-    print(f"predict_action_chunk ms: min {times[0]:.1f} median {times[len(times) // 2]:.1f} max {times[-1]:.1f}")
-    print(f"max abs diff vs recorded normalised chunk: {err:.2e}")
+    batch, n_cams = recorded_batch(policy, g, meta["token_ids"], meta["attention_mask"])
+    time_and_report(policy, batch, g, a.iters,
+                    f"lerobot {meta['versions']['lerobot']} {meta['arch']}, torch {torch.__version__}, "
+                    f"{a.threads} threads, {n_cams} cameras, load {load_s:.0f} s")
 
 
 if __name__ == "__main__":

@@ -9,20 +9,18 @@ one warm-up call, and checks the chunk against the recorded one. The pre/post pr
 (normalisation, tokenization) are outside the timing; they take well under a millisecond.
 """
 
-import argparse
 import json
 import os
-import time
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dir")
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    a = ap.parse_args()
+    from _bench import parse_args, recorded_batch, time_and_report
+
+    a = parse_args(__doc__)
 
     import torch
     from safetensors.torch import load_file
@@ -34,28 +32,9 @@ def main():
     meta = json.load(open("golden.json"))
     g = load_file("golden.safetensors")
     policy = SmolVLAPolicy.from_pretrained(d).eval()
-    cams = [k for k in policy.config.input_features if k.startswith("observation.images.")]
-    tokens = torch.tensor([meta["token_ids"]])
-    batch = {
-        "observation.state": g["state_norm"][None],
-        "observation.language.tokens": tokens,
-        "observation.language.attention_mask": torch.ones_like(tokens, dtype=torch.bool),
-    }
-    for i, k in enumerate(cams):
-        batch[k] = g[f"image.{i}"].permute(2, 0, 1)[None].float() / 255.0
-    noise = g["noise"][None]
-    times = []
-    with torch.no_grad():
-        for i in range(a.iters + 1):
-            t0 = time.perf_counter()
-            out = policy.predict_action_chunk(dict(batch), noise=noise.clone())
-            if i:
-                times.append((time.perf_counter() - t0) * 1e3)
-    err = (out[0] - g["actions_norm"][:, : out.shape[-1]]).abs().max().item()
-    times.sort()
-    print(f"lerobot {meta['versions']['lerobot']}, torch {torch.__version__}, {a.threads} threads, {len(cams)} cameras")
-    print(f"predict_action_chunk ms: min {times[0]:.1f} median {times[len(times) // 2]:.1f} max {times[-1]:.1f}")
-    print(f"max abs diff vs recorded normalised chunk: {err:.2e}")
+    batch, n_cams = recorded_batch(policy, g, meta["token_ids"])
+    time_and_report(policy, batch, g, a.iters,
+                    f"lerobot {meta['versions']['lerobot']}, torch {torch.__version__}, {a.threads} threads, {n_cams} cameras")
 
 
 if __name__ == "__main__":
