@@ -2,6 +2,8 @@
 //! chunk, padding and the suffix masks behave, bad requests get clear errors. (Agreement
 //! with lerobot itself: tests/pi0_golden.rs.)
 
+mod support;
+
 use vla::gguf::{GgmlType, GgufFile};
 use vla::models::common::gaussian_noise;
 use vla::models::pi0::{pi05_prompt, random_gguf, small_config, state_bin, Pi0, Variant};
@@ -155,12 +157,8 @@ fn vulkan_agrees_with_cpu() {
 #[cfg(feature = "ggml")]
 #[test]
 fn ggml_agrees_with_cpu() {
-    let devices = std::env::var("VLA_TEST_GGML_DEVICES").unwrap_or_else(|_| "CPU".into());
-    for device in devices.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        match device.eq_ignore_ascii_case("cpu") {
-            true => agrees_with_cpu("ggml", 1e-4),
-            false => agrees_with_cpu(&format!("ggml:{device}"), 5e-3),
-        }
+    for name in support::ggml_backend_names() {
+        agrees_with_cpu(&name, if name == "ggml" { 1e-4 } else { 5e-3 });
     }
 }
 

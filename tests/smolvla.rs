@@ -1,6 +1,8 @@
 //! SmolVLA on the random-weight demo config: every backend gives the CPU reference's chunk,
 //! and bad requests get clear errors. (Agreement with lerobot itself: tests/smolvla_golden.rs.)
 
+mod support;
+
 use vla::gguf::GgufFile;
 use vla::models::smolvla::{demo_config, demo_tokenizer, gaussian_noise, random_gguf, SmolVla};
 use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
@@ -165,12 +167,8 @@ fn vulkan_agrees_with_cpu() {
 #[cfg(feature = "ggml")]
 #[test]
 fn ggml_agrees_with_cpu() {
-    let devices = std::env::var("VLA_TEST_GGML_DEVICES").unwrap_or_else(|_| "CPU".into());
-    for device in devices.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        match device.eq_ignore_ascii_case("cpu") {
-            true => agrees_with_cpu("ggml", 1e-4),
-            false => agrees_with_cpu(&format!("ggml:{device}"), 5e-3),
-        }
+    for name in support::ggml_backend_names() {
+        agrees_with_cpu(&name, if name == "ggml" { 1e-4 } else { 5e-3 });
     }
 }
 

@@ -208,7 +208,7 @@ fn cases() -> Cases {
 fn ggml_ops_vs_cpu() {
     let backends = super::ggml_backends();
     for (label, b) in &backends {
-        println!("ggml ops on {label}: {}", vla::backend::Backend::description(b));
+        println!("ggml ops on {label}: {}", b.description());
     }
     let cases = cases();
     let mut failures = Vec::new();
@@ -220,7 +220,7 @@ fn ggml_ops_vs_cpu() {
         };
         let reference = run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
         for (label, backend) in &backends {
-            match run(backend, &graph, case) {
+            match run(backend.as_ref(), &graph, case) {
                 Err(e) => failures.push(format!("{} on {label}: {e}", case.name)),
                 Ok(out) => {
                     let bad = out.iter().filter(|v| !v.is_finite()).count();

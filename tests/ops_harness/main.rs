@@ -12,6 +12,10 @@
 //! ggml lowering does not map (`Error::NotImplemented`) is listed and must appear in
 //! `cases_ggml::NOT_IMPLEMENTED`, so a regression cannot hide there.
 
+#[cfg(feature = "ggml")]
+#[path = "../support/mod.rs"]
+mod support;
+
 mod cases_attention;
 mod cases_basic;
 mod cases_copy;
@@ -185,23 +189,19 @@ fn backends() -> Vec<Harnessed> {
         .map(|b| Harnessed { label: b.label, int_dot_only: b.int_dot_only, backend: Box::new(b.backend) })
         .collect();
     #[cfg(feature = "ggml")]
-    out.extend(ggml_backends().into_iter().map(|(label, b)| Harnessed { label, backend: Box::new(b), int_dot_only: false }));
+    out.extend(ggml_backends().into_iter().map(|(label, backend)| Harnessed { label, backend, int_dot_only: false }));
     out
 }
 
-/// The ggml devices under test, labelled `ggml` (CPU) or `ggml:<DEVICE>`:
-/// `VLA_TEST_GGML_DEVICES`, comma-separated registry names (default `CPU`; e.g.
-/// `CPU,Vulkan0` with the `ggml-vulkan` feature). A listed device that does not open fails.
+/// The ggml backends under test (see `support::ggml_backend_names`), each labelled by its
+/// name: `ggml` (CPU) or `ggml:<DEVICE>`. A listed device that does not open fails.
 #[cfg(feature = "ggml")]
-pub fn ggml_backends() -> Vec<(String, vla::backend::ggml::GgmlBackend)> {
-    let names = std::env::var("VLA_TEST_GGML_DEVICES").unwrap_or_else(|_| "CPU".into());
-    let names: Vec<&str> = names.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    names
+pub fn ggml_backends() -> Vec<(String, Box<dyn Backend>)> {
+    support::ggml_backend_names()
         .into_iter()
-        .map(|device| {
-            let b = vla::backend::ggml::GgmlBackend::new(device).unwrap_or_else(|e| panic!("VLA_TEST_GGML_DEVICES: {e}"));
-            let label = if device.eq_ignore_ascii_case("cpu") { "ggml".to_string() } else { format!("ggml:{device}") };
-            (label, b)
+        .map(|name| {
+            let b = vla::backend::open(&name).unwrap_or_else(|e| panic!("VLA_TEST_GGML_DEVICES: {e}"));
+            (name, b)
         })
         .collect()
 }

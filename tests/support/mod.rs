@@ -84,3 +84,16 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     dot / (norm(a) * norm(b))
 }
+
+/// The ggml backends under test, by [`backend::open`] name: `ggml` (ggml-cpu) and
+/// `ggml:<DEVICE>` for each other device in `VLA_TEST_GGML_DEVICES` (comma-separated
+/// registry names, default `CPU`; e.g. `CPU,Vulkan0` with the `ggml-vulkan` feature).
+pub fn ggml_backend_names() -> Vec<String> {
+    let devices = std::env::var("VLA_TEST_GGML_DEVICES").unwrap_or_else(|_| "CPU".into());
+    devices
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| if d.eq_ignore_ascii_case("cpu") { "ggml".to_string() } else { format!("ggml:{d}") })
+        .collect()
+}
