@@ -102,3 +102,28 @@ fn half_precision_checkpoints_convert_to_their_values() {
         }
     }
 }
+
+#[test]
+fn zero_head_counts_in_the_vlm_config_are_errors() {
+    for (section, edits) in [
+        ("text_config", &[("head_dim", 0)][..]),
+        ("text_config", &[("head_dim", -1), ("num_attention_heads", 0)][..]),
+        ("vision_config", &[("num_attention_heads", 0)][..]),
+    ] {
+        let dir = checkpoint(&fixture_tensors());
+        let path = dir.path().join("vlm/config.json");
+        let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        for &(key, value) in edits {
+            // A negative value removes the key, so the converter falls back to the next source.
+            if value < 0 {
+                config[section].as_object_mut().unwrap().remove(key);
+            } else {
+                config[section][key] = value.into();
+            }
+        }
+        std::fs::write(&path, config.to_string()).unwrap();
+        let err = convert_err(dir.path());
+        println!("{section} {edits:?}: {err}");
+        assert!(err.contains("vlm/config.json") && err.contains("head"), "{section} {edits:?}: {err}");
+    }
+}

@@ -338,14 +338,22 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
     let lm = format!("{VLM}text_model.layers.");
     let q_dim = st.require_shape(&format!("{lm}0.self_attn.q_proj.weight"))?[0];
     let kv_dim = st.require_shape(&format!("{lm}0.self_attn.k_proj.weight"))?[0];
-    let head_dim = tc
-        .as_ref()
-        .and_then(|c| {
-            c.usize("head_dim")
-                .ok()
-                .or_else(|| Some(hidden / c.usize("num_attention_heads").ok()?))
-        })
-        .unwrap_or(64);
+    // Head sizes are not in the weights' shapes: they come from the SmolVLM config.
+    let vlm_err = |why: String| ckpt_err(vlm.map_or(path, |v| v.path), why);
+    let head_dim = match &tc {
+        // No SmolVLM config: SmolVLM2's, as the caller notes.
+        None => 64,
+        Some(c) => c
+            .usize("head_dim")
+            .ok()
+            .or_else(|| hidden.checked_div(c.usize("num_attention_heads").ok()?))
+            .filter(|&d| d > 0)
+            .ok_or_else(|| {
+                vlm_err(format!(
+                    "text_config: no head size (head_dim, or hidden {hidden} / num_attention_heads, must be positive)"
+                ))
+            })?,
+    };
     let expert_norm = st.require_shape(&format!("{EXPERT}layers.0.input_layernorm.weight"))?;
     let n_layers = super::count_layers(st, &lm, ".input_layernorm.weight");
     let n_expert = super::count_layers(st, &format!("{EXPERT}layers."), ".input_layernorm.weight");
@@ -395,8 +403,12 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
                 .into(),
         ));
     }
-    if q_dim % head_dim != 0 || kv_dim % head_dim != 0 || vh % cfg.vision.heads.max(1) != 0 {
-        return Err(bad(format!("head sizes do not divide: q {q_dim}, kv {kv_dim}, head_dim {head_dim}, vision {vh} / {}", cfg.vision.heads)));
+    if q_dim % head_dim != 0
+        || kv_dim % head_dim != 0
+        || cfg.vision.heads == 0
+        || vh % cfg.vision.heads != 0
+    {
+        return Err(vlm_err(format!("head sizes do not divide: q {q_dim}, kv {kv_dim}, head_dim {head_dim}, vision {vh} / {}", cfg.vision.heads)));
     }
     if let Some(r) = policy
         .get("resize_imgs_with_padding")
