@@ -127,3 +127,39 @@ fn zero_head_counts_in_the_vlm_config_are_errors() {
         assert!(err.contains("vlm/config.json") && err.contains("head"), "{section} {edits:?}: {err}");
     }
 }
+
+#[test]
+fn shapes_the_sizes_are_read_from_must_have_their_rank_and_no_zero_dimension() {
+    let vit = "model.vlm_with_expert.vlm.model.vision_model.embeddings.";
+    for (name, shape) in [
+        ("model.vlm_with_expert.vlm.model.text_model.embed_tokens.weight", None),
+        (&format!("{vit}patch_embedding.weight")[..], None),
+        // No bytes back a zero dimension, so the other one can be anything: it sized the image.
+        (&format!("{vit}position_embedding.weight")[..], Some(vec![usize::MAX, 0])),
+    ] {
+        let mut t = fixture_tensors();
+        let x = t.iter_mut().find(|x| x.0 == name).unwrap();
+        match shape {
+            Some(s) => (x.2, x.3) = (s, vec![]),
+            None => x.2 = vec![x.2.iter().product()],
+        }
+        let err = convert_err(checkpoint(&t).path());
+        println!("{err}");
+        assert!(err.contains(name) && err.contains("non-zero dimensions"), "{err}");
+    }
+}
+
+#[test]
+fn an_absurd_feature_size_is_an_error_not_an_allocation() {
+    let dir = checkpoint(&fixture_tensors());
+    let path = dir.path().join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["input_features"]["observation.state"]["shape"] = serde_json::json!([1u64 << 62]);
+    config["max_state_dim"] = serde_json::json!(1u64 << 62);
+    // Identity statistics are built from the size alone.
+    config["normalization_mapping"]["STATE"] = "IDENTITY".into();
+    std::fs::write(&path, config.to_string()).unwrap();
+    let err = convert_err(dir.path());
+    println!("{err}");
+    assert!(err.contains("observation.state") && err.contains("dimensions"), "{err}");
+}

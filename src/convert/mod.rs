@@ -5,6 +5,7 @@
 pub mod pi0;
 pub mod smolvla;
 
+use crate::modules::vision::{PatchPositions, VisionConfig};
 use crate::{Error, Result};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, TensorInfo};
@@ -73,6 +74,19 @@ impl Safetensors {
     pub fn require_shape(&self, name: &str) -> Result<&[usize]> {
         self.shape(name)
             .ok_or_else(|| ckpt_err(&self.path, format!("tensor {name:?} is missing")))
+    }
+
+    /// The shape of a tensor that sizes are read from: `rank` dimensions, none of them zero
+    /// (with a zero the others could be anything, as no bytes back them).
+    pub fn config_shape(&self, name: &str, rank: usize) -> Result<&[usize]> {
+        let shape = self.require_shape(name)?;
+        if shape.len() != rank || shape.contains(&0) {
+            return Err(ckpt_err(
+                &self.path,
+                format!("tensor {name:?} has shape {shape:?}, expected {rank} non-zero dimensions"),
+            ));
+        }
+        Ok(shape)
     }
 
     fn bytes(&self, name: &str) -> Result<(Dtype, &[u8])> {
@@ -239,6 +253,44 @@ pub(crate) fn check_coverage(
     ))
 }
 
+/// A SigLIP vision tower under `prefix` (`...vision_model.`), sized from its weights' shapes.
+/// Those do not fix the head count (`heads` gets the width), the epsilon or the position
+/// layout: the caller supplies them.
+pub(crate) fn vision_tower(
+    st: &Safetensors,
+    prefix: &str,
+    heads: impl FnOnce(usize) -> usize,
+    ln_eps: f32,
+    positions: PatchPositions,
+) -> Result<VisionConfig> {
+    let patch = st.config_shape(&format!("{prefix}embeddings.patch_embedding.weight"), 4)?;
+    if patch[1] != 3 || patch[2] != patch[3] {
+        return Err(ckpt_err(
+            st.path(),
+            format!("patch embedding has shape {patch:?}, expected [hidden, 3, p, p]"),
+        ));
+    }
+    let (hidden, patch_size) = (patch[0], patch[2]);
+    let n_pos = st.config_shape(&format!("{prefix}embeddings.position_embedding.weight"), 2)?[0];
+    let side = (n_pos as f64).sqrt().round() as usize;
+    if side * side != n_pos {
+        return Err(ckpt_err(
+            st.path(),
+            format!("{n_pos} vision positions: not a square grid"),
+        ));
+    }
+    Ok(VisionConfig {
+        hidden,
+        layers: count_layers(st, &format!("{prefix}encoder.layers."), ".layer_norm1.weight"),
+        heads: heads(hidden),
+        inter: st.config_shape(&format!("{prefix}encoder.layers.0.mlp.fc1.weight"), 2)?[0],
+        image_size: side * patch_size,
+        patch_size,
+        ln_eps,
+        positions,
+    })
+}
+
 /// Counts `<prefix>{i}<suffix>` for i = 0, 1, ... present in the checkpoint.
 pub(crate) fn count_layers(st: &Safetensors, prefix: &str, suffix: &str) -> usize {
     (0..)
@@ -257,13 +309,22 @@ pub(crate) fn count_visual_features(features: &Json) -> usize {
 
 /// The first dimension of feature `key`'s shape.
 pub(crate) fn feature_dim(features: &Json, key: &str) -> Result<usize> {
-    features
+    // Far above any robot's state or action, and small enough that the identity statistics
+    // built from it cannot exhaust memory.
+    const MAX_FEATURE_DIM: u64 = 1 << 16;
+    let dim = features
         .obj(key)?
         .get("shape")
         .and_then(|s| s.get(0))
         .and_then(serde_json::Value::as_u64)
-        .map(|d| d as usize)
-        .ok_or_else(|| ckpt_err(features.path, format!("feature {key:?} has no shape")))
+        .ok_or_else(|| ckpt_err(features.path, format!("feature {key:?} has no shape")))?;
+    if dim == 0 || dim > MAX_FEATURE_DIM {
+        return Err(ckpt_err(
+            features.path,
+            format!("feature {key:?} has {dim} dimensions: expected 1 to {MAX_FEATURE_DIM}"),
+        ));
+    }
+    Ok(dim as usize)
 }
 
 /// Statistics `keys` (e.g. mean and std) of `feature` from lerobot's processor files, else

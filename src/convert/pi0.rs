@@ -15,7 +15,7 @@ use crate::gguf::{GgmlType, GgufWriter};
 use crate::layers::GatedActivation;
 pub use crate::models::pi0::{Pi0Config, Variant};
 use crate::modules::decoder::DecoderConfig;
-use crate::modules::vision::{PatchPositions, VisionConfig};
+use crate::modules::vision::PatchPositions;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -331,34 +331,13 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
         }
     }
     let vit = format!("{PALI}vision_tower.vision_model.");
-    let patch = st
-        .require_shape(&format!("{vit}embeddings.patch_embedding.weight"))?
-        .to_vec();
-    if patch.len() != 4 || patch[1] != 3 || patch[2] != patch[3] {
-        return Err(ckpt_err(
-            st.path(),
-            format!("patch embedding has shape {patch:?}, expected [hidden, 3, p, p]"),
-        ));
-    }
-    let (vh, ps) = (patch[0], patch[2]);
-    let n_pos = st.require_shape(&format!("{vit}embeddings.position_embedding.weight"))?[0];
-    let side = (n_pos as f64).sqrt().round() as usize;
-    if side * side != n_pos {
-        return Err(ckpt_err(
-            st.path(),
-            format!("{n_pos} vision positions: not a square grid"),
-        ));
-    }
-    let vision = VisionConfig {
-        hidden: vh,
-        layers: super::count_layers(st, &format!("{vit}encoder.layers."), ".layer_norm1.weight"),
-        heads: sizes.vit_heads,
-        inter: st.require_shape(&format!("{vit}encoder.layers.0.mlp.fc1.weight"))?[0],
-        image_size: side * ps,
-        patch_size: ps,
-        ln_eps: sizes.vit_ln_eps,
-        positions: PatchPositions::Grid,
-    };
+    let vision = super::vision_tower(
+        st,
+        &vit,
+        |_| sizes.vit_heads,
+        sizes.vit_ln_eps,
+        PatchPositions::Grid,
+    )?;
     if let Some(r) = policy.get("image_resolution").and_then(|r| r.as_array()) {
         if r[0].as_u64() != Some(vision.image_size as u64) {
             return Err(bad(format!(
@@ -369,18 +348,18 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
     }
     let embed_key = format!("{PALI}language_model.embed_tokens.weight");
     let embed_key = if st.contains(&embed_key) { embed_key.as_str() } else { TIED_EMBED };
-    let embed = st.require_shape(embed_key)?.to_vec();
+    let embed = st.config_shape(embed_key, 2)?.to_vec();
     let (vocab_size, hidden) = (embed[0], embed[1]);
     let lm = format!("{PALI}language_model.layers.");
     let ex = format!("{EXPERT}layers.");
-    let q_dim = st.require_shape(&format!("{lm}0.self_attn.q_proj.weight"))?[0];
-    let kv_dim = st.require_shape(&format!("{lm}0.self_attn.k_proj.weight"))?[0];
+    let q_dim = st.config_shape(&format!("{lm}0.self_attn.q_proj.weight"), 2)?[0];
+    let kv_dim = st.config_shape(&format!("{lm}0.self_attn.k_proj.weight"), 2)?[0];
     let hd = sizes.head_dim.max(1);
     for (who, q, kv) in [
         (
             "expert",
-            st.require_shape(&format!("{ex}0.self_attn.q_proj.weight"))?[0],
-            st.require_shape(&format!("{ex}0.self_attn.k_proj.weight"))?[0],
+            st.config_shape(&format!("{ex}0.self_attn.q_proj.weight"), 2)?[0],
+            st.config_shape(&format!("{ex}0.self_attn.k_proj.weight"), 2)?[0],
         ),
         ("decoder", q_dim, kv_dim),
     ] {
@@ -396,14 +375,14 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
             format!("{n_expert} expert layers for {n_layers} decoder layers"),
         ));
     }
-    let expert_hidden = st.require_shape(&format!("{ex}0.self_attn.o_proj.weight"))?[0];
+    let expert_hidden = st.config_shape(&format!("{ex}0.self_attn.o_proj.weight"), 2)?[0];
     let features = policy.obj("input_features")?;
     Ok(Pi0Config {
         variant,
         vision,
         hidden,
         n_layers,
-        lm_inter: st.require_shape(&format!("{lm}0.mlp.gate_proj.weight"))?[0],
+        lm_inter: st.config_shape(&format!("{lm}0.mlp.gate_proj.weight"), 2)?[0],
         vocab_size,
         attn: DecoderConfig {
             q_heads: q_dim / hd,
@@ -414,7 +393,7 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
             ffn: GatedActivation::GeluTanh,
         },
         expert_hidden,
-        expert_inter: st.require_shape(&format!("{ex}0.mlp.gate_proj.weight"))?[0],
+        expert_inter: st.config_shape(&format!("{ex}0.mlp.gate_proj.weight"), 2)?[0],
         n_images: super::count_visual_features(&features),
         tokenizer_max_length: policy.usize("tokenizer_max_length")?,
         // PaliGemma's <pad>; pad positions are masked out anyway.

@@ -13,7 +13,7 @@ use super::{ckpt_err, read_json, Json, Safetensors};
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::smolvla::{SmolVlaConfig, ARCH};
 use crate::modules::decoder::DecoderConfig;
-use crate::modules::vision::{PatchPositions, VisionConfig};
+use crate::modules::vision::PatchPositions;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -298,46 +298,31 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
             )));
         }
     }
-    let vit = format!("{VLM}vision_model.");
-    let patch = st
-        .require_shape(&format!("{vit}embeddings.patch_embedding.weight"))?
-        .to_vec();
-    if patch.len() != 4 || patch[1] != 3 || patch[2] != patch[3] {
-        return Err(ckpt_err(
-            st.path(),
-            format!("patch embedding has shape {patch:?}, expected [hidden, 3, p, p]"),
-        ));
-    }
-    let (vh, ps) = (patch[0], patch[2]);
-    let n_pos = st.require_shape(&format!("{vit}embeddings.position_embedding.weight"))?[0];
-    let side = (n_pos as f64).sqrt().round() as usize;
     let vc = vlm.and_then(|v| v.obj("vision_config").ok());
     let tc = vlm.and_then(|v| v.obj("text_config").ok());
-    let vision = VisionConfig {
-        hidden: vh,
-        layers: super::count_layers(st, &format!("{vit}encoder.layers."), ".layer_norm1.weight"),
-        heads: vc
-            .as_ref()
-            .and_then(|c| c.usize("num_attention_heads").ok())
-            .unwrap_or(vh / 64),
-        inter: st.require_shape(&format!("{vit}encoder.layers.0.mlp.fc1.weight"))?[0],
-        image_size: side * ps,
-        patch_size: ps,
-        ln_eps: vc
-            .as_ref()
+    let vision = super::vision_tower(
+        st,
+        &format!("{VLM}vision_model."),
+        |width| {
+            vc.as_ref()
+                .and_then(|c| c.usize("num_attention_heads").ok())
+                .unwrap_or(width / 64)
+        },
+        vc.as_ref()
             .and_then(|c| c.f64("layer_norm_eps").ok())
             .unwrap_or(1e-6) as f32,
-        positions: PatchPositions::default(),
-    };
-    let proj_in = st.require_shape(&format!("{VLM}connector.modality_projection.proj.weight"))?[1];
+        PatchPositions::default(),
+    )?;
+    let vh = vision.hidden;
+    let proj_in = st.config_shape(&format!("{VLM}connector.modality_projection.proj.weight"), 2)?[1];
     let scale_factor = ((proj_in / vh.max(1)) as f64).sqrt().round() as usize;
     let embed = st
-        .require_shape(&format!("{VLM}text_model.embed_tokens.weight"))?
+        .config_shape(&format!("{VLM}text_model.embed_tokens.weight"), 2)?
         .to_vec();
     let (vocab_size, hidden) = (embed[0], embed[1]);
     let lm = format!("{VLM}text_model.layers.");
-    let q_dim = st.require_shape(&format!("{lm}0.self_attn.q_proj.weight"))?[0];
-    let kv_dim = st.require_shape(&format!("{lm}0.self_attn.k_proj.weight"))?[0];
+    let q_dim = st.config_shape(&format!("{lm}0.self_attn.q_proj.weight"), 2)?[0];
+    let kv_dim = st.config_shape(&format!("{lm}0.self_attn.k_proj.weight"), 2)?[0];
     // Head sizes are not in the weights' shapes: they come from the SmolVLM config.
     let vlm_err = |why: String| ckpt_err(vlm.map_or(path, |v| v.path), why);
     let head_dim = match &tc {
@@ -354,7 +339,7 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
                 ))
             })?,
     };
-    let expert_norm = st.require_shape(&format!("{EXPERT}layers.0.input_layernorm.weight"))?;
+    let expert_norm = st.config_shape(&format!("{EXPERT}layers.0.input_layernorm.weight"), 1)?;
     let n_layers = super::count_layers(st, &lm, ".input_layernorm.weight");
     let n_expert = super::count_layers(st, &format!("{EXPERT}layers."), ".input_layernorm.weight");
     if n_expert != n_layers {
@@ -367,7 +352,7 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
         scale_factor,
         hidden,
         n_layers,
-        lm_inter: st.require_shape(&format!("{lm}0.mlp.gate_proj.weight"))?[0],
+        lm_inter: st.config_shape(&format!("{lm}0.mlp.gate_proj.weight"), 2)?[0],
         vocab_size,
         attn: DecoderConfig {
             q_heads: q_dim / head_dim.max(1),
@@ -381,7 +366,7 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
             ffn: crate::layers::GatedActivation::Silu,
         },
         expert_hidden: expert_norm[0],
-        expert_inter: st.require_shape(&format!("{EXPERT}layers.0.mlp.gate_proj.weight"))?[0],
+        expert_inter: st.config_shape(&format!("{EXPERT}layers.0.mlp.gate_proj.weight"), 2)?[0],
         self_attn_every_n_layers: usize::try_from(policy.i64("self_attn_every_n_layers")?)
             .unwrap_or(0),
         n_images,
