@@ -309,9 +309,8 @@ pub(crate) fn count_visual_features(features: &Json) -> usize {
 
 /// The first dimension of feature `key`'s shape.
 pub(crate) fn feature_dim(features: &Json, key: &str) -> Result<usize> {
-    // Far above any robot's state or action, and small enough that the identity statistics
-    // built from it cannot exhaust memory.
-    const MAX_FEATURE_DIM: u64 = 1 << 16;
+    // Bounded before the identity statistics are built from it (the model's check comes later).
+    const MAX_FEATURE_DIM: u64 = crate::models::limits::MAX_ROBOT_DIM as u64;
     let dim = features
         .obj(key)?
         .get("shape")

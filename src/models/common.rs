@@ -2,6 +2,7 @@
 //! it, checking tensor shapes, turning a request's instruction, state, noise and images into
 //! model inputs, and making random-weight models for tests and demos.
 
+use super::limits::MAX_STEPS;
 use crate::backend::Executable;
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::Graph;
@@ -122,9 +123,9 @@ pub fn check_tensors(file: &GgufFile, shapes: &[(String, Vec<usize>)]) -> Result
 pub fn steps_override(own: usize, opts: &RuntimeOptions) -> Result<usize> {
     match opts.num_steps {
         None => Ok(own),
-        Some(s) if (1..=1000).contains(&s) => Ok(s),
+        Some(s) if (1..=MAX_STEPS).contains(&s) => Ok(s),
         Some(s) => Err(Error::InvalidArgument(format!(
-            "steps {s}: expected 1..=1000"
+            "steps {s}: expected 1..={MAX_STEPS}"
         ))),
     }
 }

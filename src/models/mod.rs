@@ -1,6 +1,7 @@
 //! Architectures: each is config + composition of [`crate::modules`] + predict.
 
 pub mod common;
+pub mod limits;
 pub mod pi0;
 pub mod schema;
 pub mod smolvla;

@@ -14,6 +14,7 @@
 use super::common::{
     self, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer,
 };
+use super::limits::{SharedConfig, MAX_SEQUENCE};
 use super::schema::{Meta, Schema};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder};
@@ -161,47 +162,44 @@ impl Pi0Config {
         Ok(cfg)
     }
 
-    /// Checks that the sizes fit together (`read` calls it; so does the converter).
+    /// Checks that the sizes fit together and stay within [`super::limits`] (`read` calls
+    /// it; so does the converter).
     pub fn validate(&self) -> Result<()> {
-        let v = &self.vision;
-        let a = &self.attn;
-        let checks = [
-            (
-                v.patch_size > 0 && v.image_size % v.patch_size == 0,
-                "image_size must be a multiple of patch_size",
-            ),
-            (
-                v.heads > 0 && v.hidden % v.heads == 0,
-                "vit_hidden must be a multiple of vit_heads",
-            ),
-            (
-                a.kv_heads > 0 && a.q_heads % a.kv_heads == 0,
-                "n_q_heads must be a multiple of n_kv_heads",
-            ),
-            (
-                a.head_dim % 2 == 0 && self.expert_hidden % 2 == 0,
-                "head_dim and expert_h must be even",
-            ),
-            (
-                self.state_dim <= self.max_state_dim && self.action_dim <= self.max_action_dim,
-                "real dims exceed max dims",
-            ),
-            (
-                self.n_images > 0 && self.chunk_size > 0 && self.num_steps > 0 && self.n_layers > 0,
-                "zero-sized config",
-            ),
-            (
-                self.tokenizer_max_length > 0,
-                "tokenizer_max_length must be positive",
-            ),
-        ];
-        match checks.iter().find(|(ok, _)| !ok) {
-            Some((_, why)) => Err(Error::InvalidArgument(format!(
-                "{} config: {why}",
-                self.arch()
-            ))),
-            None => Ok(()),
-        }
+        let shared = SharedConfig {
+            vision: &self.vision,
+            attn: &self.attn,
+            widths: &[
+                ("hidden", self.hidden),
+                ("lm_inter", self.lm_inter),
+                ("expert_inter", self.expert_inter),
+            ],
+            n_layers: self.n_layers,
+            expert_hidden: self.expert_hidden,
+            vocab_size: self.vocab_size,
+            pad_token_id: self.pad_token_id,
+            n_images: self.n_images,
+            tokenizer_max_length: self.tokenizer_max_length,
+            chunk_size: self.chunk_size,
+            num_steps: self.num_steps,
+            max_state_dim: self.max_state_dim,
+            max_action_dim: self.max_action_dim,
+            state_dim: self.state_dim,
+            action_dim: self.action_dim,
+            min_period: self.min_period,
+            max_period: self.max_period,
+        };
+        shared
+            .check()
+            .and_then(|()| {
+                // Bounded by the shared check, so the sum cannot overflow.
+                let tokens = self.prefix_len() + self.suffix_len();
+                if tokens > MAX_SEQUENCE {
+                    Err(format!("{tokens} tokens (prefix + suffix): more than {MAX_SEQUENCE}"))
+                } else {
+                    Ok(())
+                }
+            })
+            .map_err(|why| Error::InvalidArgument(format!("{} config: {why}", self.arch())))
     }
 
     /// Writes `general.architecture` and the `<arch>.*` metadata (see docs/GGUF.md).

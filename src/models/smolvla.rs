@@ -22,6 +22,7 @@ use crate::modules::decoder::{
 };
 use crate::modules::flow::{euler_integrate, sinusoidal_time_embedding};
 use crate::modules::image::PadAlign;
+use super::limits::{SharedConfig, MAX_SEQUENCE};
 use crate::modules::vision::{image_tokens, Connector, PatchPositions, VisionConfig};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::tokenizer::{demo::tiny_byte_level, SpecialTokens, Tokenizer};
@@ -127,48 +128,50 @@ impl SmolVlaConfig {
         Ok(cfg)
     }
 
-    /// Checks that the sizes fit together (`read` calls it; so does the converter).
+    /// Checks that the sizes fit together and stay within [`super::limits`] (`read` calls
+    /// it; so does the converter).
     pub fn validate(&self) -> Result<()> {
-        let v = &self.vision;
-        let side = v.image_size / v.patch_size.max(1);
-        let checks = [
-            (
-                v.patch_size > 0 && v.image_size % v.patch_size == 0,
-                "image_size must be a multiple of patch_size",
-            ),
-            (
-                self.scale_factor > 0 && side % self.scale_factor == 0,
-                "patches per side must be a multiple of scale_factor",
-            ),
-            (
-                v.heads > 0 && v.hidden % v.heads == 0,
-                "vit_hidden must be a multiple of vit_heads",
-            ),
-            (
-                self.attn.kv_heads > 0 && self.attn.q_heads % self.attn.kv_heads == 0,
-                "n_q_heads must be a multiple of n_kv_heads",
-            ),
-            (
-                self.attn.head_dim % 2 == 0 && self.expert_hidden % 2 == 0,
-                "head_dim and expert_h must be even",
-            ),
-            (
-                self.state_dim <= self.max_state_dim && self.action_dim <= self.max_action_dim,
-                "real dims exceed max dims",
-            ),
-            (
-                self.n_images > 0 && self.chunk_size > 0 && self.num_steps > 0 && self.n_layers > 0,
-                "zero-sized config",
-            ),
-            (
-                self.tokenizer_max_length > 0,
-                "tokenizer_max_length must be positive",
-            ),
-        ];
-        match checks.iter().find(|(ok, _)| !ok) {
-            Some((_, why)) => Err(Error::InvalidArgument(format!("smolvla config: {why}"))),
-            None => Ok(()),
-        }
+        let shared = SharedConfig {
+            vision: &self.vision,
+            attn: &self.attn,
+            widths: &[
+                ("hidden", self.hidden),
+                ("lm_inter", self.lm_inter),
+                ("expert_inter", self.expert_inter),
+            ],
+            n_layers: self.n_layers,
+            expert_hidden: self.expert_hidden,
+            vocab_size: self.vocab_size,
+            pad_token_id: self.pad_token_id,
+            n_images: self.n_images,
+            tokenizer_max_length: self.tokenizer_max_length,
+            chunk_size: self.chunk_size,
+            num_steps: self.num_steps,
+            max_state_dim: self.max_state_dim,
+            max_action_dim: self.max_action_dim,
+            state_dim: self.state_dim,
+            action_dim: self.action_dim,
+            min_period: self.min_period,
+            max_period: self.max_period,
+        };
+        let side = self.vision.image_size / self.vision.patch_size.max(1);
+        shared
+            .check()
+            .and_then(|()| {
+                // Bounded by the shared check, so the products below cannot overflow.
+                if self.scale_factor == 0 || side % self.scale_factor != 0 {
+                    Err("patches per side must be a multiple of scale_factor".into())
+                } else if self.prefix_len() + self.chunk_size > MAX_SEQUENCE {
+                    Err(format!(
+                        "{} prefix + {} action tokens: more than {MAX_SEQUENCE}",
+                        self.prefix_len(),
+                        self.chunk_size
+                    ))
+                } else {
+                    Ok(())
+                }
+            })
+            .map_err(|why| Error::InvalidArgument(format!("smolvla config: {why}")))
     }
 
     /// Writes the `smolvla.*` metadata (see docs/GGUF.md).

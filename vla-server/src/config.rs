@@ -8,6 +8,7 @@ use clap::Parser;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use vla::gguf::GgmlType;
+use vla::models::limits::MAX_STEPS;
 use vla::policy::RuntimeOptions;
 
 #[derive(Parser, Debug, Clone, Default)]
@@ -164,8 +165,8 @@ impl Settings {
         }
         let num_steps = args.steps.or(file.num_steps);
         if let Some(n) = num_steps {
-            if !(1..=1000).contains(&n) {
-                return Err(Error::Config(format!("steps {n}: expected 1..=1000")));
+            if !(1..=MAX_STEPS).contains(&n) {
+                return Err(Error::Config(format!("steps {n}: expected 1..={MAX_STEPS}")));
             }
         }
         let threads = args.threads.or(file.threads);

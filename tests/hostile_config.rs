@@ -1,0 +1,59 @@
+//! A GGUF whose tensors are fine but whose config metadata is hostile: sizes no tensor's
+//! shape bounds, zeros, epsilons ggml aborts on. Each must fail the load with an error
+//! naming the key, not panic, allocate without end or make every request loop for hours.
+
+use vla::gguf::{GgmlType, GgufFile, Value};
+use vla::models::{from_gguf, pi0, smolvla};
+use vla::policy::RuntimeOptions;
+
+/// The file `bytes` holds with metadata `key` set to `value`.
+fn with_metadata(bytes: &[u8], key: &str, value: Value) -> GgufFile {
+    let file = GgufFile::from_bytes(bytes.to_vec()).unwrap();
+    let (mut w, _) = vla::gguf::retype(&file, |_| None, |_, _| {}).unwrap();
+    w.set_metadata(key, value).unwrap();
+    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+}
+
+fn cases() -> Vec<(&'static str, Value)> {
+    let huge = 1u32 << 24;
+    vec![
+        ("n_layers", huge.into()),
+        ("vit_layers", huge.into()),
+        ("tokenizer_max_length", huge.into()),
+        ("chunk_size", huge.into()),
+        ("num_steps", huge.into()),
+        ("max_state_dim", huge.into()),
+        ("max_action_dim", 0u32.into()),
+        ("image_size", huge.into()),
+        ("hidden", 0u32.into()),
+        ("vit_hidden", 0u32.into()),
+        ("expert_h", 0u32.into()),
+        ("pad_token_id", huge.into()),
+        ("norm_eps", (-1e-5f32).into()),
+        ("vit_ln_eps", (-1.0f32).into()),
+        ("rope_theta", 0f32.into()),
+        ("min_period", 0f32.into()),
+    ]
+}
+
+#[test]
+fn hostile_config_metadata_fails_the_load_naming_the_key() {
+    let models = [
+        (smolvla::ARCH, smolvla::random_gguf(&smolvla::demo_config(), 1, GgmlType::F32).unwrap()),
+        (pi0::ARCH_PI0, pi0::random_gguf(&pi0::small_config(pi0::Variant::Pi0), 1, GgmlType::F32).unwrap()),
+        (pi0::ARCH_PI05, pi0::random_gguf(&pi0::small_config(pi0::Variant::Pi05), 1, GgmlType::F32).unwrap()),
+    ];
+    let opts = RuntimeOptions { backend: "cpu".into(), ..Default::default() };
+    for (arch, bytes) in &models {
+        assert!(from_gguf(GgufFile::from_bytes(bytes.clone()).unwrap(), &opts).is_ok(), "{arch}: the unedited file loads");
+        for (key, value) in cases() {
+            let file = with_metadata(bytes, &format!("{arch}.{key}"), value.clone());
+            let err = match from_gguf(file, &opts) {
+                Ok(_) => panic!("{arch}.{key} = {value:?} loaded"),
+                Err(e) => e.to_string(),
+            };
+            println!("{arch}.{key} = {value:?}: {err}");
+            assert!(err.contains(key), "{arch}.{key} = {value:?}: {err}");
+        }
+    }
+}
