@@ -55,10 +55,18 @@ fn short_name(b: &dyn Backend) -> String {
 /// y = x @ w^T with x [m, k] and w [n, k] of `ty`.
 fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
     let mut group = c.benchmark_group("matmul");
-    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
     for &(m, n, k) in &[(50, 2560, 960), (1, 2560, 960), (50, 16384, 2048)] {
         for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
-            let w = Tensor::from_bytes(vec![n, k], ty, quant::quantize(ty, &values(n * k, 7)).unwrap()).unwrap();
+            let w = Tensor::from_bytes(
+                vec![n, k],
+                ty,
+                quant::quantize(ty, &values(n * k, 7)).unwrap(),
+            )
+            .unwrap();
             let weights = HashMap::from([("w".to_owned(), w)]);
             let mut g = GraphBuilder::new(&weights);
             let xi = g.input("x", &[m, k]);
@@ -68,12 +76,17 @@ fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
             let x = Tensor::from_f32(vec![m, k], values(m * k, 3)).unwrap();
             group.throughput(Throughput::Elements((2 * m * n * k) as u64));
             for b in backends {
-                let Ok(mut exe) = b.compile(&graph, &weights) else { continue };
+                let Ok(mut exe) = b.compile(&graph, &weights) else {
+                    continue;
+                };
                 if let Err(e) = exe.run(&[("x", &x)]) {
                     eprintln!("matmul {ty} on {}: {e}", short_name(b.as_ref()));
                     continue;
                 }
-                let id = BenchmarkId::new(format!("{}/{ty}", short_name(b.as_ref())), format!("m{m}_n{n}_k{k}"));
+                let id = BenchmarkId::new(
+                    format!("{}/{ty}", short_name(b.as_ref())),
+                    format!("m{m}_n{n}_k{k}"),
+                );
                 group.bench_function(id, |bench| bench.iter(|| exe.run(&[("x", &x)]).unwrap()));
             }
         }
@@ -84,7 +97,10 @@ fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
 /// SmolVLA-like expert attention: 15 query heads over 5 kv heads, head dim 64.
 fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
     let mut group = c.benchmark_group("attention");
-    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
     let weights: HashMap<String, Tensor<'static>> = HashMap::new();
     for &(sq, sk) in &[(50, 350), (300, 300)] {
         let (hq, hkv, d) = (15, 5, 64);
@@ -92,7 +108,9 @@ fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
         let q = g.input("q", &[hq, sq, d]);
         let k = g.input("k", &[hkv, sk, d]);
         let v = g.input("v", &[hkv, sk, d]);
-        let Ok(o) = g.attention(q, k, v, AttentionMask::Causal, None, None) else { continue };
+        let Ok(o) = g.attention(q, k, v, AttentionMask::Causal, None, None) else {
+            continue;
+        };
         let graph = g.build(&[o]).unwrap();
         let inputs = [
             Tensor::from_f32(vec![hq, sq, d], values(hq * sq * d, 1)).unwrap(),
@@ -102,7 +120,9 @@ fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
         let named = [("q", &inputs[0]), ("k", &inputs[1]), ("v", &inputs[2])];
         group.throughput(Throughput::Elements((4 * hq * sq * sk * d) as u64));
         for b in backends {
-            let Ok(mut exe) = b.compile(&graph, &weights) else { continue };
+            let Ok(mut exe) = b.compile(&graph, &weights) else {
+                continue;
+            };
             if let Err(e) = exe.run(&named) {
                 eprintln!("attention on {}: {e}", short_name(b.as_ref()));
                 continue;

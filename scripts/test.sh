@@ -26,8 +26,8 @@
 #
 # Extra args go to cargo test: ./scripts/test.sh -p vla -- --nocapture
 # With none, `-- --show-output` is passed so the log shows the op harness table
-# (which adapter it ran on, NMSE per op), and the Python client tests run too
-# (clients/python/tests, pytest).
+# (which adapter it ran on, NMSE per op), the Python client tests run too
+# (clients/python/tests, pytest), and formatting is checked first (cargo fmt --check).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -303,6 +303,18 @@ fi
 if [[ "${VLA_TEST_SKIP_CARGO:-}" == 1 ]]; then
     log "VLA_TEST_SKIP_CARGO=1: would run: cargo ${cargo_args[*]}"
     exit 0
+fi
+if (($# == 0)); then
+    # The code is formatted with rustfmt's defaults (no rustfmt.toml); a full run checks it.
+    if cargo fmt --version >/dev/null 2>&1; then
+        log "cargo fmt --all --check"
+        cargo fmt --all --check >/dev/null || {
+            echo "error: the code is not rustfmt-formatted: run cargo fmt --all" >&2
+            exit 1
+        }
+    else
+        note "rustfmt is not installed (rustup component add rustfmt): formatting not checked"
+    fi
 fi
 log "cargo ${cargo_args[*]}"
 cargo "${cargo_args[@]}"

@@ -94,7 +94,11 @@ pub fn dequantize_into(dtype: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(
     if src.len() < need {
         return Err(Error::shape(
             "dequantize",
-            format!("{} elements of {dtype} need {need} bytes, got {}", dst.len(), src.len()),
+            format!(
+                "{} elements of {dtype} need {need} bytes, got {}",
+                dst.len(),
+                src.len()
+            ),
         ));
     }
     quant::dequantize(dtype, &src[..need], dst)

@@ -17,7 +17,11 @@ type Tensors = Vec<(String, Dtype, Vec<usize>, Vec<u8>)>;
 fn fixture_tensors() -> Tensors {
     let bytes = std::fs::read(fixture().join("model.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut out: Tensors = st.tensors().into_iter().map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec())).collect();
+    let mut out: Tensors = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
@@ -33,9 +37,19 @@ fn checkpoint(tensors: &Tensors) -> tempfile::TempDir {
         }
     }
     std::fs::create_dir(dir.path().join("vlm")).unwrap();
-    std::fs::copy(fixture().join("vlm/config.json"), dir.path().join("vlm/config.json")).unwrap();
-    let views = tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()));
-    std::fs::write(dir.path().join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
+    std::fs::copy(
+        fixture().join("vlm/config.json"),
+        dir.path().join("vlm/config.json"),
+    )
+    .unwrap();
+    let views = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()));
+    std::fs::write(
+        dir.path().join("model.safetensors"),
+        safetensors::serialize(views, None).unwrap(),
+    )
+    .unwrap();
     dir
 }
 
@@ -65,7 +79,10 @@ fn a_misshaped_tensor_is_named_with_both_shapes() {
     let (got, want) = (format!("{:?}", x.2), format!("{:?}", [x.2[1], x.2[0]]));
     let err = convert_err(checkpoint(&t).path());
     println!("{err}");
-    assert!(err.contains(name) && err.contains(&got) && err.contains(&want), "{err}");
+    assert!(
+        err.contains(name) && err.contains(&got) && err.contains(&want),
+        "{err}"
+    );
 }
 
 #[test]
@@ -82,13 +99,24 @@ fn an_unknown_tensor_is_an_error_not_dropped() {
 fn half_precision_checkpoints_convert_to_their_values() {
     let original = fixture_tensors();
     for (dtype, encode, decode) in [
-        (Dtype::BF16, (|v: f32| half::bf16::from_f32(v).to_le_bytes()) as fn(f32) -> [u8; 2], (|b: [u8; 2]| half::bf16::from_le_bytes(b).to_f32()) as fn([u8; 2]) -> f32),
-        (Dtype::F16, |v| half::f16::from_f32(v).to_le_bytes(), |b| half::f16::from_le_bytes(b).to_f32()),
+        (
+            Dtype::BF16,
+            (|v: f32| half::bf16::from_f32(v).to_le_bytes()) as fn(f32) -> [u8; 2],
+            (|b: [u8; 2]| half::bf16::from_le_bytes(b).to_f32()) as fn([u8; 2]) -> f32,
+        ),
+        (
+            Dtype::F16,
+            |v| half::f16::from_f32(v).to_le_bytes(),
+            |b| half::f16::from_le_bytes(b).to_f32(),
+        ),
     ] {
         let t: Tensors = original
             .iter()
             .map(|(n, _, s, b)| {
-                let bytes = b.chunks_exact(4).flat_map(|c| encode(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect();
+                let bytes = b
+                    .chunks_exact(4)
+                    .flat_map(|c| encode(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                    .collect();
                 (n.clone(), dtype, s.clone(), bytes)
             })
             .collect();
@@ -107,12 +135,16 @@ fn half_precision_checkpoints_convert_to_their_values() {
 fn zero_head_counts_in_the_vlm_config_are_errors() {
     for (section, edits) in [
         ("text_config", &[("head_dim", 0)][..]),
-        ("text_config", &[("head_dim", -1), ("num_attention_heads", 0)][..]),
+        (
+            "text_config",
+            &[("head_dim", -1), ("num_attention_heads", 0)][..],
+        ),
         ("vision_config", &[("num_attention_heads", 0)][..]),
     ] {
         let dir = checkpoint(&fixture_tensors());
         let path = dir.path().join("vlm/config.json");
-        let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         for &(key, value) in edits {
             // A negative value removes the key, so the converter falls back to the next source.
             if value < 0 {
@@ -124,7 +156,10 @@ fn zero_head_counts_in_the_vlm_config_are_errors() {
         std::fs::write(&path, config.to_string()).unwrap();
         let err = convert_err(dir.path());
         println!("{section} {edits:?}: {err}");
-        assert!(err.contains("vlm/config.json") && err.contains("head"), "{section} {edits:?}: {err}");
+        assert!(
+            err.contains("vlm/config.json") && err.contains("head"),
+            "{section} {edits:?}: {err}"
+        );
     }
 }
 
@@ -132,10 +167,16 @@ fn zero_head_counts_in_the_vlm_config_are_errors() {
 fn shapes_the_sizes_are_read_from_must_have_their_rank_and_no_zero_dimension() {
     let vit = "model.vlm_with_expert.vlm.model.vision_model.embeddings.";
     for (name, shape) in [
-        ("model.vlm_with_expert.vlm.model.text_model.embed_tokens.weight", None),
+        (
+            "model.vlm_with_expert.vlm.model.text_model.embed_tokens.weight",
+            None,
+        ),
         (&format!("{vit}patch_embedding.weight")[..], None),
         // No bytes back a zero dimension, so the other one can be anything: it sized the image.
-        (&format!("{vit}position_embedding.weight")[..], Some(vec![usize::MAX, 0])),
+        (
+            &format!("{vit}position_embedding.weight")[..],
+            Some(vec![usize::MAX, 0]),
+        ),
     ] {
         let mut t = fixture_tensors();
         let x = t.iter_mut().find(|x| x.0 == name).unwrap();
@@ -145,7 +186,10 @@ fn shapes_the_sizes_are_read_from_must_have_their_rank_and_no_zero_dimension() {
         }
         let err = convert_err(checkpoint(&t).path());
         println!("{err}");
-        assert!(err.contains(name) && err.contains("non-zero dimensions"), "{err}");
+        assert!(
+            err.contains(name) && err.contains("non-zero dimensions"),
+            "{err}"
+        );
     }
 }
 
@@ -153,7 +197,8 @@ fn shapes_the_sizes_are_read_from_must_have_their_rank_and_no_zero_dimension() {
 fn an_absurd_feature_size_is_an_error_not_an_allocation() {
     let dir = checkpoint(&fixture_tensors());
     let path = dir.path().join("config.json");
-    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     config["input_features"]["observation.state"]["shape"] = serde_json::json!([1u64 << 62]);
     config["max_state_dim"] = serde_json::json!(1u64 << 62);
     // Identity statistics are built from the size alone.
@@ -161,5 +206,8 @@ fn an_absurd_feature_size_is_an_error_not_an_allocation() {
     std::fs::write(&path, config.to_string()).unwrap();
     let err = convert_err(dir.path());
     println!("{err}");
-    assert!(err.contains("observation.state") && err.contains("dimensions"), "{err}");
+    assert!(
+        err.contains("observation.state") && err.contains("dimensions"),
+        "{err}"
+    );
 }

@@ -64,7 +64,11 @@ fn scalar_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
             // Activations: ggml-cpu's quantize_row_q8_0 in the scalar build is the reference one.
             let xq = quant::quantize(GgmlType::Q8_0, x).unwrap();
             let mut sumf = 0.0f32;
-            for (b, (wb, xb)) in w.chunks_exact(ty.type_size()).zip(xq.chunks_exact(34)).enumerate() {
+            for (b, (wb, xb)) in w
+                .chunks_exact(ty.type_size())
+                .zip(xq.chunks_exact(34))
+                .enumerate()
+            {
                 let _ = b;
                 let (dw, dx) = (f16_at(wb, 0), f16_at(xb, 0));
                 let xs = |j: usize| i32::from(xb[2 + j] as i8);
@@ -114,15 +118,25 @@ fn matmul_matches_ggml_scalar_formula() {
     }
     let mut rng = Rng(0x9E3779B97F4A7C15);
     let mut report = Vec::new();
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+    ] {
         for (m, n, k) in [(1, 1, 32), (3, 17, 96), (8, 33, 1024), (2, 5, 4096)] {
             // Large activations and a few big outliers exercise rounding and scales.
             let mut x = rng.vec(m * k, 3.0);
             x[k / 3] = 40.0;
             let wf = rng.vec(n * k, 0.5);
             let wb = quant::quantize(ty, &wf).unwrap();
-            let weights: HashMap<String, Tensor<'static>> =
-                [("w".to_string(), Tensor::from_bytes(vec![n, k], ty, wb.clone()).unwrap())].into();
+            let weights: HashMap<String, Tensor<'static>> = [(
+                "w".to_string(),
+                Tensor::from_bytes(vec![n, k], ty, wb.clone()).unwrap(),
+            )]
+            .into();
             let graph = {
                 let mut g = GraphBuilder::new(&weights);
                 let xi = g.input("x", &[m, k]);
@@ -132,7 +146,12 @@ fn matmul_matches_ggml_scalar_formula() {
             };
             let mut exe = backend.compile(&graph, &weights).unwrap();
             let xt = Tensor::from_f32(vec![m, k], x.clone()).unwrap();
-            let got = exe.run(&[("x", &xt)]).unwrap().remove(0).to_vec_f32().unwrap();
+            let got = exe
+                .run(&[("x", &xt)])
+                .unwrap()
+                .remove(0)
+                .to_vec_f32()
+                .unwrap();
             let row = wb.len() / n;
             let (mut diff, mut err, mut norm) = (0usize, 0f64, 0f64);
             for i in 0..m {
@@ -145,7 +164,10 @@ fn matmul_matches_ggml_scalar_formula() {
                 }
             }
             let nmse = err / norm.max(f64::MIN_POSITIVE);
-            report.push(format!("{ty} m{m} n{n} k{k}: {diff}/{} values differ, nmse {nmse:.2e}", m * n));
+            report.push(format!(
+                "{ty} m{m} n{n} k{k}: {diff}/{} values differ, nmse {nmse:.2e}",
+                m * n
+            ));
             if simd {
                 assert!(nmse < 5e-4, "{}", report.last().unwrap());
             } else {

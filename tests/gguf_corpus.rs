@@ -33,6 +33,10 @@ fn corpus() {
             panic!("{name}: corpus files are named ok-* or bad-*");
         }
     }
-    assert!(ok >= 1 && bad >= 1, "corpus in {} is missing cases", dir.display());
+    assert!(
+        ok >= 1 && bad >= 1,
+        "corpus in {} is missing cases",
+        dir.display()
+    );
     println!("{} corpus files ({ok} ok, {bad} bad)", entries.len());
 }

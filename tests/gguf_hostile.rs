@@ -43,7 +43,10 @@ fn err(bytes: Vec<u8>) -> String {
 
 fn assert_err_contains(bytes: Vec<u8>, needle: &str) {
     let e = err(bytes);
-    assert!(e.contains(needle), "error {e:?} does not mention {needle:?}");
+    assert!(
+        e.contains(needle),
+        "error {e:?} does not mention {needle:?}"
+    );
 }
 
 #[test]
@@ -56,8 +59,14 @@ fn not_gguf() {
 
 #[test]
 fn versions() {
-    assert_eq!(err(header(1, 0, 0, &[])), "unsupported GGUF version 1 (supported: 2, 3)");
-    assert_eq!(err(header(4, 0, 0, &[])), "unsupported GGUF version 4 (supported: 2, 3)");
+    assert_eq!(
+        err(header(1, 0, 0, &[])),
+        "unsupported GGUF version 1 (supported: 2, 3)"
+    );
+    assert_eq!(
+        err(header(4, 0, 0, &[])),
+        "unsupported GGUF version 4 (supported: 2, 3)"
+    );
     assert_err_contains(header(3u32.swap_bytes(), 0, 0, &[]), "big-endian");
     assert!(GgufFile::from_bytes(header(2, 0, 0, &[])).is_ok());
     assert!(GgufFile::from_bytes(header(3, 0, 0, &[])).is_ok());
@@ -80,12 +89,18 @@ fn absurd_counts_fail_before_allocating() {
     // an array of 2^60 u8
     let mut arr = 0u32.to_le_bytes().to_vec();
     arr.extend((1u64 << 60).to_le_bytes());
-    assert_err_contains(header(3, 0, 1, &kv("k", 9, &arr)), "array elements cannot fit");
+    assert_err_contains(
+        header(3, 0, 1, &kv("k", 9, &arr)),
+        "array elements cannot fit",
+    );
     // an array of 2^40 strings, each of which would need 8 bytes
     let mut arr = 8u32.to_le_bytes().to_vec();
     arr.extend((1u64 << 40).to_le_bytes());
     arr.extend([0u8; 64]);
-    assert_err_contains(header(3, 0, 1, &kv("k", 9, &arr)), "array elements cannot fit");
+    assert_err_contains(
+        header(3, 0, 1, &kv("k", 9, &arr)),
+        "array elements cannot fit",
+    );
 }
 
 #[test]
@@ -110,10 +125,20 @@ fn bad_values() {
     two.extend(kv("k", 4, &[2, 0, 0, 0]));
     assert_err_contains(header(3, 0, 2, &two), "duplicate metadata key \"k\"");
     for bad in [0u32, 3, 48] {
-        let e = err(header(3, 0, 1, &kv("general.alignment", 4, &bad.to_le_bytes())));
+        let e = err(header(
+            3,
+            0,
+            1,
+            &kv("general.alignment", 4, &bad.to_le_bytes()),
+        ));
         assert!(e.contains("power-of-two u32"), "{e}");
     }
-    let e = err(header(3, 0, 1, &kv("general.alignment", 10, &32u64.to_le_bytes())));
+    let e = err(header(
+        3,
+        0,
+        1,
+        &kv("general.alignment", 10, &32u64.to_le_bytes()),
+    ));
     assert!(e.contains("power-of-two u32"), "{e}");
 }
 
@@ -128,14 +153,23 @@ fn bad_tensor_infos() {
     let ok = with_data(&[tensor_info("t", &[4, 2], 0, 0)], 32);
     let f = GgufFile::from_bytes(ok).unwrap();
     assert_eq!(f.dequantize("t").unwrap(), vec![0.0; 8]);
-    assert!(matches!(f.dequantize("nope"), Err(vla::Error::TensorNotFound(_))));
+    assert!(matches!(
+        f.dequantize("nope"),
+        Err(vla::Error::TensorNotFound(_))
+    ));
 
     assert_err_contains(
         with_data(&[tensor_info("t", &[4], 99, 0)], 32),
         "tensor \"t\": unsupported tensor type 99",
     );
-    assert_err_contains(with_data(&[tensor_info("t", &[4], 4, 0)], 32), "unsupported tensor type 4");
-    assert_err_contains(with_data(&[tensor_info("t", &[1; 5], 0, 0)], 32), "5 dimensions");
+    assert_err_contains(
+        with_data(&[tensor_info("t", &[4], 4, 0)], 32),
+        "unsupported tensor type 4",
+    );
+    assert_err_contains(
+        with_data(&[tensor_info("t", &[1; 5], 0, 0)], 32),
+        "5 dimensions",
+    );
     assert_err_contains(
         with_data(&[tensor_info("t", &[1 << 32, 1 << 32, 1 << 32], 0, 0)], 32),
         "not a valid F32 shape",
@@ -144,12 +178,27 @@ fn bad_tensor_infos() {
         with_data(&[tensor_info("t", &[31], GgmlType::Q8_0.id(), 0)], 64),
         "not a valid Q8_0 shape",
     );
-    assert_err_contains(with_data(&[tensor_info("t", &[4, 2], 0, 0)], 31), "runs past the end");
-    assert_err_contains(with_data(&[tensor_info("t", &[1], 0, 1 << 62)], 32), "runs past the end");
-    assert_err_contains(with_data(&[tensor_info("t", &[1], 0, u64::MAX - 31)], 32), "runs past the end");
-    assert_err_contains(with_data(&[tensor_info("t", &[1], 0, 4)], 64), "not a multiple of the alignment");
     assert_err_contains(
-        with_data(&[tensor_info("t", &[1], 0, 0), tensor_info("t", &[1], 0, 32)], 64),
+        with_data(&[tensor_info("t", &[4, 2], 0, 0)], 31),
+        "runs past the end",
+    );
+    assert_err_contains(
+        with_data(&[tensor_info("t", &[1], 0, 1 << 62)], 32),
+        "runs past the end",
+    );
+    assert_err_contains(
+        with_data(&[tensor_info("t", &[1], 0, u64::MAX - 31)], 32),
+        "runs past the end",
+    );
+    assert_err_contains(
+        with_data(&[tensor_info("t", &[1], 0, 4)], 64),
+        "not a multiple of the alignment",
+    );
+    assert_err_contains(
+        with_data(
+            &[tensor_info("t", &[1], 0, 0), tensor_info("t", &[1], 0, 32)],
+            64,
+        ),
         "duplicate tensor name \"t\"",
     );
 }

@@ -24,7 +24,9 @@ fn gguf_py(args: &[&std::ffi::OsStr]) {
 
 fn read_f32(path: &Path) -> Vec<f32> {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 fn json(path: &Path) -> Json {
@@ -76,7 +78,11 @@ fn check_metadata(ours: &[(String, Value)], theirs: &[Json]) {
         if let Value::Array(elem, _) = value {
             assert_eq!(e["elem"], type_name(*elem), "{key}");
         }
-        assert!(same(value, &e["value"]), "{key}: ours {value:?}, gguf-py {}", e["value"]);
+        assert!(
+            same(value, &e["value"]),
+            "{key}: ours {value:?}, gguf-py {}",
+            e["value"]
+        );
     }
 }
 
@@ -97,19 +103,37 @@ fn files_written_by_gguf_py_read_identically() {
     for t in tensors {
         let name = t["name"].as_str().unwrap();
         let info = f.tensor_info(name).unwrap();
-        assert_eq!(u64::from(info.ty.id()), t["type"].as_u64().unwrap(), "{name}");
-        let dims: Vec<u64> = t["dims"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
+        assert_eq!(
+            u64::from(info.ty.id()),
+            t["type"].as_u64().unwrap(),
+            "{name}"
+        );
+        let dims: Vec<u64> = t["dims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .collect();
         assert_eq!(info.dims, dims, "{name}");
 
         let base = dir.join(name);
         let theirs = read_f32(&base.with_extension(format!("{}.dequant.f32", ext(name))));
         let ours = f.dequantize(name).unwrap();
-        assert_eq!(bits(&ours), bits(&theirs), "{name}: dequantized values differ");
+        assert_eq!(
+            bits(&ours),
+            bits(&theirs),
+            "{name}: dequantized values differ"
+        );
 
         // Same source values, same quantizer: byte-identical blocks.
         let source = read_f32(&base.with_extension(format!("{}.source.f32", ext(name))));
-        let their_bytes = std::fs::read(base.with_extension(format!("{}.bytes", ext(name)))).unwrap();
-        assert_same_bytes(f.tensor_bytes(info), &their_bytes, &format!("{name}: stored bytes"));
+        let their_bytes =
+            std::fs::read(base.with_extension(format!("{}.bytes", ext(name)))).unwrap();
+        assert_same_bytes(
+            f.tensor_bytes(info),
+            &their_bytes,
+            &format!("{name}: stored bytes"),
+        );
         let our_bytes = quant::quantize(info.ty, &source).unwrap();
         let what = format!("{name}: our {} quantizer vs gguf-py's", info.ty);
         assert_same_bytes(&our_bytes, &their_bytes, &what);
@@ -124,7 +148,10 @@ fn ext(name: &str) -> &str {
 fn assert_same_bytes(ours: &[u8], theirs: &[u8], what: &str) {
     assert_eq!(ours.len(), theirs.len(), "{what}: lengths");
     if let Some(i) = ours.iter().zip(theirs).position(|(a, b)| a != b) {
-        panic!("{what}: first difference at byte {i}: ours {}, theirs {}", ours[i], theirs[i]);
+        panic!(
+            "{what}: first difference at byte {i}: ours {}, theirs {}",
+            ours[i], theirs[i]
+        );
     }
 }
 
@@ -152,9 +179,18 @@ fn files_we_write_read_identically_in_gguf_py() {
         ("a.str", "ünïcode ✓".into()),
         ("a.arr_str", Value::from_strs(&["x", "", "yz"])),
         ("a.arr_f32", Value::from_f32s(&[1.5, -0.0, 7.0])),
-        ("a.arr_i16", Value::Array(ValueType::I16, vec![Value::I16(-1), Value::I16(2)])),
-        ("a.arr_u64", Value::Array(ValueType::U64, vec![Value::U64(1 << 40)])),
-        ("a.arr_bool", Value::Array(ValueType::Bool, vec![Value::Bool(false)])),
+        (
+            "a.arr_i16",
+            Value::Array(ValueType::I16, vec![Value::I16(-1), Value::I16(2)]),
+        ),
+        (
+            "a.arr_u64",
+            Value::Array(ValueType::U64, vec![Value::U64(1 << 40)]),
+        ),
+        (
+            "a.arr_bool",
+            Value::Array(ValueType::Bool, vec![Value::Bool(false)]),
+        ),
     ];
     for (k, v) in &metadata {
         w.add_metadata(*k, v.clone()).unwrap();
@@ -162,7 +198,9 @@ fn files_we_write_read_identically_in_gguf_py() {
     let mut ours = Vec::new();
     for (i, ty) in GgmlType::SUPPORTED.into_iter().enumerate() {
         let dims = [64u64, 3, 2];
-        let x: Vec<f32> = (0..384).map(|j| ((j * 7919 + i * 13) % 211) as f32 / 17.0 - 6.0).collect();
+        let x: Vec<f32> = (0..384)
+            .map(|j| ((j * 7919 + i * 13) % 211) as f32 / 17.0 - 6.0)
+            .collect();
         let name = format!("t.{ty}");
         w.add_f32(&name, ty, &dims, &x).unwrap();
         ours.push((name, ty, dims));
@@ -172,8 +210,10 @@ fn files_we_write_read_identically_in_gguf_py() {
     gguf_py(&["read".as_ref(), path.as_os_str(), dir.as_os_str()]);
 
     let read = json(&dir.join("read.json"));
-    let ours_meta: Vec<(String, Value)> =
-        metadata.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    let ours_meta: Vec<(String, Value)> = metadata
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
     check_metadata(&ours_meta, read["metadata"].as_array().unwrap());
 
     let f = GgufFile::open(&path).unwrap();
@@ -182,7 +222,12 @@ fn files_we_write_read_identically_in_gguf_py() {
     for (t, (name, ty, dims)) in tensors.iter().zip(&ours) {
         assert_eq!(t["name"], name.as_str());
         assert_eq!(t["type"].as_u64(), Some(u64::from(ty.id())));
-        let their_dims: Vec<u64> = t["dims"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
+        let their_dims: Vec<u64> = t["dims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .collect();
         assert_eq!(&their_dims, dims, "{name}");
         let theirs = read_f32(&dir.join(format!("{name}.gguf_py.f32")));
         assert_eq!(bits(&f.dequantize(name).unwrap()), bits(&theirs), "{name}");

@@ -67,7 +67,11 @@ fn metadata_and_tensors_round_trip() {
     assert_eq!(f.version(), 3);
     assert_eq!(f.alignment(), 32);
     assert_eq!(f.data_offset() % 32, 0);
-    let got: Vec<_> = f.metadata().iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let got: Vec<_> = f
+        .metadata()
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
     assert_eq!(got, every_metadata_type());
     assert_eq!(f.architecture().unwrap(), "test");
     assert_eq!(f.get_u64("t.u32").unwrap(), 4_000_000_000);
@@ -89,8 +93,10 @@ fn metadata_and_tensors_round_trip() {
 #[test]
 fn custom_alignment_is_honoured() {
     let mut w = GgufWriter::new();
-    w.add_metadata("general.alignment", Value::U32(256)).unwrap();
-    w.add_f32("a", GgmlType::F32, &[3], &[1.0, 2.0, 3.0]).unwrap();
+    w.add_metadata("general.alignment", Value::U32(256))
+        .unwrap();
+    w.add_f32("a", GgmlType::F32, &[3], &[1.0, 2.0, 3.0])
+        .unwrap();
     w.add_f32("b", GgmlType::F32, &[1], &[4.0]).unwrap();
     let path = tempfile::tempdir().unwrap().keep().join("aligned.gguf");
     w.write_to_file(&path).unwrap();
@@ -99,17 +105,30 @@ fn custom_alignment_is_honoured() {
     assert_eq!(f.data_offset() % 256, 0);
     assert_eq!(f.tensor_info("b").unwrap().offset, 256);
     assert_eq!(f.dequantize("b").unwrap(), vec![4.0]);
-    assert!(w.add_metadata("general.alignment", Value::U32(256)).is_err());
+    assert!(w
+        .add_metadata("general.alignment", Value::U32(256))
+        .is_err());
 }
 
 #[test]
 fn writer_rejects_bad_tensors() {
     let mut w = GgufWriter::new();
-    assert!(w.add_tensor("x", GgmlType::Q8_0, &[31], vec![0u8; 34]).is_err());
-    assert!(w.add_tensor("x", GgmlType::F32, &[2], vec![0u8; 4]).is_err());
-    assert!(w.add_tensor("x", GgmlType::F32, &[1, 1, 1, 1, 1], vec![0u8; 4]).is_err());
-    w.add_tensor("x", GgmlType::F32, &[1], vec![0u8; 4]).unwrap();
-    assert!(w.add_tensor("x", GgmlType::F32, &[1], vec![0u8; 4]).is_err());
-    assert!(w.add_metadata("k", Value::Array(ValueType::U8, vec![Value::I8(1)])).is_err());
+    assert!(w
+        .add_tensor("x", GgmlType::Q8_0, &[31], vec![0u8; 34])
+        .is_err());
+    assert!(w
+        .add_tensor("x", GgmlType::F32, &[2], vec![0u8; 4])
+        .is_err());
+    assert!(w
+        .add_tensor("x", GgmlType::F32, &[1, 1, 1, 1, 1], vec![0u8; 4])
+        .is_err());
+    w.add_tensor("x", GgmlType::F32, &[1], vec![0u8; 4])
+        .unwrap();
+    assert!(w
+        .add_tensor("x", GgmlType::F32, &[1], vec![0u8; 4])
+        .is_err());
+    assert!(w
+        .add_metadata("k", Value::Array(ValueType::U8, vec![Value::I8(1)]))
+        .is_err());
     assert!(w.add_metadata("general.alignment", Value::U32(48)).is_err());
 }

@@ -6,16 +6,31 @@ use vla::graph::GraphBuilder;
 use vla::{ops, Tensor};
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
-    (0..n).map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0).collect()
+    (0..n)
+        .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
 }
 
 /// A pre-norm MLP block: y = x + down(gelu(up(rms_norm(x)))).
 fn model_file(dir: &std::path::Path) -> GgufFile {
     let (d, h) = (64, 160);
     let mut w = GgufWriter::new();
-    w.add_f32("norm.weight", GgmlType::F32, &[d], &values(d as usize, 1)).unwrap();
-    w.add_f32("up.weight", GgmlType::F16, &[d, h], &values((d * h) as usize, 2)).unwrap();
-    w.add_f32("down.weight", GgmlType::Q8_0, &[h, d], &values((d * h) as usize, 3)).unwrap();
+    w.add_f32("norm.weight", GgmlType::F32, &[d], &values(d as usize, 1))
+        .unwrap();
+    w.add_f32(
+        "up.weight",
+        GgmlType::F16,
+        &[d, h],
+        &values((d * h) as usize, 2),
+    )
+    .unwrap();
+    w.add_f32(
+        "down.weight",
+        GgmlType::Q8_0,
+        &[h, d],
+        &values((d * h) as usize, 3),
+    )
+    .unwrap();
     let path = dir.join("mlp.gguf");
     w.write_to_file(&path).unwrap();
     GgufFile::open(&path).unwrap()
@@ -44,17 +59,31 @@ fn mlp_block_on_cpu_matches_ops_and_borrows_weights() {
 
     // The same computation, op by op, on tensors borrowed from the mapped file.
     use vla::backend::WeightStore;
-    let (nw, uw, dw) = (file.weight("norm.weight").unwrap(), file.weight("up.weight").unwrap(), file.weight("down.weight").unwrap());
-    assert!(nw.is_borrowed() && uw.is_borrowed() && dw.is_borrowed(), "weights must be zero-copy");
+    let (nw, uw, dw) = (
+        file.weight("norm.weight").unwrap(),
+        file.weight("up.weight").unwrap(),
+        file.weight("down.weight").unwrap(),
+    );
+    assert!(
+        nw.is_borrowed() && uw.is_borrowed() && dw.is_borrowed(),
+        "weights must be zero-copy"
+    );
     let n = ops::rms_norm(&xin, &nw, 1e-6).unwrap();
     let u = ops::matmul(&n, &uw).unwrap();
-    let y = ops::add(&xin, &ops::matmul(&ops::gelu_tanh(&u).unwrap(), &dw).unwrap()).unwrap();
+    let y = ops::add(
+        &xin,
+        &ops::matmul(&ops::gelu_tanh(&u).unwrap(), &dw).unwrap(),
+    )
+    .unwrap();
     assert_eq!(outs[0].as_f32().unwrap(), y.as_f32().unwrap());
     assert_eq!(outs[1].as_f32().unwrap(), u.as_f32().unwrap());
 
     let stats = exe.stats();
     assert_eq!(stats.dispatches, 6); // input, norm, up, gelu, down, add
-    assert_eq!(stats.weight_bytes, 64 * 4 + 64 * 160 * 2 + 160 / 32 * 34 * 64);
+    assert_eq!(
+        stats.weight_bytes,
+        64 * 4 + 64 * 160 * 2 + 160 / 32 * 34 * 64
+    );
     assert!(stats.peak_activation_bytes > 0);
 }
 
@@ -70,11 +99,24 @@ fn run_time_inputs_are_checked() {
     let wrong = Tensor::from_f32(vec![3, 64], vec![0.0; 192]).unwrap();
     let right = Tensor::from_f32(vec![2, 64], vec![1.0; 128]).unwrap();
     let e = exe.run(&[("x", &wrong)]).unwrap_err().to_string();
-    assert!(e.contains("shape [3, 64], the graph expects [2, 64]"), "{e}");
-    assert!(exe.run(&[]).unwrap_err().to_string().contains("missing input \"x\""));
-    let e = exe.run(&[("x", &right), ("z", &right)]).unwrap_err().to_string();
+    assert!(
+        e.contains("shape [3, 64], the graph expects [2, 64]"),
+        "{e}"
+    );
+    assert!(exe
+        .run(&[])
+        .unwrap_err()
+        .to_string()
+        .contains("missing input \"x\""));
+    let e = exe
+        .run(&[("x", &right), ("z", &right)])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("unknown input \"z\""), "{e}");
-    assert_eq!(exe.run(&[("x", &right)]).unwrap()[0].as_f32().unwrap(), &[2.0; 128][..]);
+    assert_eq!(
+        exe.run(&[("x", &right)]).unwrap()[0].as_f32().unwrap(),
+        &[2.0; 128][..]
+    );
 }
 
 #[test]
@@ -84,12 +126,29 @@ fn builder_rejects_bad_shapes_and_names() {
     let mut g = GraphBuilder::new(&file);
     let x = g.input("x", &[2, 63]);
     let up = g.weight("up.weight").unwrap();
-    assert!(g.matmul(x, up).unwrap_err().to_string().contains("need x [.., K], w [N, K]"));
-    assert!(matches!(g.weight("nope"), Err(vla::Error::TensorNotFound(_))));
+    assert!(g
+        .matmul(x, up)
+        .unwrap_err()
+        .to_string()
+        .contains("need x [.., K], w [N, K]"));
+    assert!(matches!(
+        g.weight("nope"),
+        Err(vla::Error::TensorNotFound(_))
+    ));
     assert!(g.reshape(x, &[5, 5]).is_err());
     assert!(g.permute(x, &[0, 0]).is_err());
     assert!(g.slice(x, 1, 60, 4).is_err());
-    let e = backend::open("cuda").err().expect("no cuda backend").to_string();
+    let e = backend::open("cuda")
+        .err()
+        .expect("no cuda backend")
+        .to_string();
     assert!(e.contains("expected one of: cpu, vulkan"), "{e}");
-    assert_eq!(backend::open("cpu").unwrap().description().split(' ').next(), Some("cpu"));
+    assert_eq!(
+        backend::open("cpu")
+            .unwrap()
+            .description()
+            .split(' ')
+            .next(),
+        Some("cpu")
+    );
 }

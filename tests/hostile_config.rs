@@ -39,13 +39,28 @@ fn cases() -> Vec<(&'static str, Value)> {
 #[test]
 fn hostile_config_metadata_fails_the_load_naming_the_key() {
     let models = [
-        (smolvla::ARCH, smolvla::random_gguf(&smolvla::demo_config(), 1, GgmlType::F32).unwrap()),
-        (pi0::ARCH_PI0, pi0::random_gguf(&pi0::small_config(pi0::Variant::Pi0), 1, GgmlType::F32).unwrap()),
-        (pi0::ARCH_PI05, pi0::random_gguf(&pi0::small_config(pi0::Variant::Pi05), 1, GgmlType::F32).unwrap()),
+        (
+            smolvla::ARCH,
+            smolvla::random_gguf(&smolvla::demo_config(), 1, GgmlType::F32).unwrap(),
+        ),
+        (
+            pi0::ARCH_PI0,
+            pi0::random_gguf(&pi0::small_config(pi0::Variant::Pi0), 1, GgmlType::F32).unwrap(),
+        ),
+        (
+            pi0::ARCH_PI05,
+            pi0::random_gguf(&pi0::small_config(pi0::Variant::Pi05), 1, GgmlType::F32).unwrap(),
+        ),
     ];
-    let opts = RuntimeOptions { backend: "cpu".into(), ..Default::default() };
+    let opts = RuntimeOptions {
+        backend: "cpu".into(),
+        ..Default::default()
+    };
     for (arch, bytes) in &models {
-        assert!(from_gguf(GgufFile::from_bytes(bytes.clone()).unwrap(), &opts).is_ok(), "{arch}: the unedited file loads");
+        assert!(
+            from_gguf(GgufFile::from_bytes(bytes.clone()).unwrap(), &opts).is_ok(),
+            "{arch}: the unedited file loads"
+        );
         for (key, value) in cases() {
             let file = with_metadata(bytes, &format!("{arch}.{key}"), value.clone());
             let err = match from_gguf(file, &opts) {

@@ -35,7 +35,11 @@ fn dir(v: Variant) -> PathBuf {
 
 fn converted(v: Variant, dtype: GgmlType) -> GgufFile {
     let sizes = convert::Sizes::from_json(&dir(v).join("arch.json")).unwrap();
-    let opts = convert::Options { dtype: Some(dtype), sizes: Some(sizes), tokenizer: None };
+    let opts = convert::Options {
+        dtype: Some(dtype),
+        sizes: Some(sizes),
+        tokenizer: None,
+    };
     let c = convert::convert(&dir(v), &opts, &mut |_, _, _| {}).unwrap();
     GgufFile::from_bytes(c.writer.to_bytes().unwrap()).unwrap()
 }
@@ -59,22 +63,64 @@ fn observation(g: &Golden) -> Observation {
 #[test]
 fn converted_config_is_the_fixtures() {
     for v in [Variant::Pi0, Variant::Pi05] {
-        let arch: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir(v).join("arch.json")).unwrap()).unwrap();
+        let arch: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir(v).join("arch.json")).unwrap())
+                .unwrap();
         let cfg = Pi0Config::read(&converted(v, GgmlType::F32)).unwrap();
         let u = |x: &serde_json::Value| x.as_u64().unwrap() as usize;
         let (vi, vl, ex) = (&arch["vision"], &arch["vlm"], &arch["expert"]);
         assert_eq!(cfg.variant, v);
         assert_eq!(
-            (cfg.vision.hidden, cfg.vision.layers, cfg.vision.heads, cfg.vision.inter, cfg.vision.image_size, cfg.vision.patch_size),
-            (u(&vi["hidden"]), u(&vi["layers"]), u(&vi["heads"]), u(&vi["inter"]), u(&vi["image_size"]), u(&vi["patch_size"]))
+            (
+                cfg.vision.hidden,
+                cfg.vision.layers,
+                cfg.vision.heads,
+                cfg.vision.inter,
+                cfg.vision.image_size,
+                cfg.vision.patch_size
+            ),
+            (
+                u(&vi["hidden"]),
+                u(&vi["layers"]),
+                u(&vi["heads"]),
+                u(&vi["inter"]),
+                u(&vi["image_size"]),
+                u(&vi["patch_size"])
+            )
         );
         assert_eq!(
-            (cfg.hidden, cfg.n_layers, cfg.lm_inter, cfg.attn.q_heads, cfg.attn.kv_heads, cfg.attn.head_dim, cfg.vocab_size),
-            (u(&vl["width"]), u(&vl["depth"]), u(&vl["mlp_dim"]), u(&vl["num_heads"]), u(&vl["num_kv_heads"]), u(&vl["head_dim"]), u(&vl["vocab_size"]))
+            (
+                cfg.hidden,
+                cfg.n_layers,
+                cfg.lm_inter,
+                cfg.attn.q_heads,
+                cfg.attn.kv_heads,
+                cfg.attn.head_dim,
+                cfg.vocab_size
+            ),
+            (
+                u(&vl["width"]),
+                u(&vl["depth"]),
+                u(&vl["mlp_dim"]),
+                u(&vl["num_heads"]),
+                u(&vl["num_kv_heads"]),
+                u(&vl["head_dim"]),
+                u(&vl["vocab_size"])
+            )
         );
-        assert_eq!((cfg.expert_hidden, cfg.expert_inter), (u(&ex["width"]), u(&ex["mlp_dim"])));
+        assert_eq!(
+            (cfg.expert_hidden, cfg.expert_inter),
+            (u(&ex["width"]), u(&ex["mlp_dim"]))
+        );
         let g = Golden::load(&dir(v));
-        assert_eq!((cfg.n_images, cfg.chunk_size, cfg.num_steps), (g.usize("n_images"), g.usize("chunk_size"), g.usize("num_steps")));
+        assert_eq!(
+            (cfg.n_images, cfg.chunk_size, cfg.num_steps),
+            (
+                g.usize("n_images"),
+                g.usize("chunk_size"),
+                g.usize("num_steps")
+            )
+        );
         assert_eq!(cfg.prefix_len(), g.usize("prefix_len"));
     }
 }
@@ -83,11 +129,19 @@ fn converted_config_is_the_fixtures() {
 fn preprocessing_matches_lerobot() {
     for v in [Variant::Pi0, Variant::Pi05] {
         let g = Golden::load(&dir(v));
-        let s = Pi0Config::read(&converted(v, GgmlType::F32)).unwrap().vision.image_size;
+        let s = Pi0Config::read(&converted(v, GgmlType::F32))
+            .unwrap()
+            .vision
+            .image_size;
         for i in 0..g.usize("n_images") {
             let img = g.image(i);
             let px = camera_pixels(&img, s, -1.0, PadAlign::Center).unwrap();
-            check(&format!("{v:?} pixels, camera {i} ({}x{})", img.height, img.width), &px, &g.f32(&format!("pixels.{i}")), 1e-5);
+            check(
+                &format!("{v:?} pixels, camera {i} ({}x{})", img.height, img.width),
+                &px,
+                &g.f32(&format!("pixels.{i}")),
+                1e-5,
+            );
         }
     }
 }
@@ -99,7 +153,9 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
     let file = converted(v, GgmlType::F32);
     let cfg = Pi0Config::read(&file).unwrap();
     let s = cfg.vision.image_size;
-    let mut vision = be.compile(&graphs::vision(&file, &cfg).unwrap(), &file).unwrap();
+    let mut vision = be
+        .compile(&graphs::vision(&file, &cfg).unwrap(), &file)
+        .unwrap();
     let mut tower = {
         let mut gb = GraphBuilder::new(&file);
         let img = gb.input("image", &[3, s, s]);
@@ -110,10 +166,20 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
     for i in 0..cfg.n_images {
         let px = Tensor::from_f32(vec![3, s, s], g.f32(&format!("pixels.{i}"))).unwrap();
         let out = tower.run(&[("image", &px)]).unwrap();
-        check(&format!("{v:?} {backend}: vision tower, camera {i}"), out[0].as_f32().unwrap(), &g.f32(&format!("vit.{i}")), TOL);
+        check(
+            &format!("{v:?} {backend}: vision tower, camera {i}"),
+            out[0].as_f32().unwrap(),
+            &g.f32(&format!("vit.{i}")),
+            TOL,
+        );
         let want = g.f32(&format!("vision.{i}"));
         let out = vision.run(&[("image", &px)]).unwrap();
-        check(&format!("{v:?} {backend}: vision + projector, camera {i}"), out[0].as_f32().unwrap(), &want, TOL);
+        check(
+            &format!("{v:?} {backend}: vision + projector, camera {i}"),
+            out[0].as_f32().unwrap(),
+            &want,
+            TOL,
+        );
         img_tokens.extend(want);
     }
 
@@ -123,32 +189,62 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
     let tokens: Vec<f32> = g.ids("token_ids").iter().map(|&t| t as f32).collect();
     let t = |shape: Vec<usize>, v: Vec<f32>| Tensor::from_f32(shape, v).unwrap();
     let inputs = [
-        ("img_tokens", t(vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden], img_tokens)),
+        (
+            "img_tokens",
+            t(
+                vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden],
+                img_tokens,
+            ),
+        ),
         ("tokens", t(vec![cfg.tokenizer_max_length], tokens)),
         ("positions", t(vec![p], layout.positions.clone())),
         ("mask", t(vec![p, p], layout.mask.clone())),
     ];
     let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
-    let mut prefill = be.compile(&graphs::prefill(&file, &cfg).unwrap(), &file).unwrap();
+    let mut prefill = be
+        .compile(&graphs::prefill(&file, &cfg).unwrap(), &file)
+        .unwrap();
     let kv = prefill.run(&refs).unwrap();
     // Rows of padding tokens differ by design after layer 0 (lerobot's padding queries
     // attend to everything, ours to themselves); nothing reads them, so compare valid rows.
     let row = cfg.attn.kv_heads * cfg.attn.head_dim;
-    let valid_rows = |x: &[f32]| -> Vec<f32> { x.chunks(row).zip(&layout.valid).filter(|(_, &ok)| ok).flat_map(|(r, _)| r.to_vec()).collect() };
+    let valid_rows = |x: &[f32]| -> Vec<f32> {
+        x.chunks(row)
+            .zip(&layout.valid)
+            .filter(|(_, &ok)| ok)
+            .flat_map(|(r, _)| r.to_vec())
+            .collect()
+    };
     for l in 0..cfg.n_layers {
         for (k, name) in [(0, "k"), (1, "v")] {
             let got = valid_rows(kv[2 * l + k].as_f32().unwrap());
             let want = valid_rows(&g.f32(&format!("kv.{l}.{name}")));
-            check(&format!("{v:?} {backend}: prefill layer {l} {name}"), &got, &want, TOL);
+            check(
+                &format!("{v:?} {backend}: prefill layer {l} {name}"),
+                &got,
+                &want,
+                TOL,
+            );
         }
     }
 
     // The first velocity, over lerobot's cache (padding rows are masked out).
-    let mut denoise = be.compile(&graphs::denoise(&file, &cfg).unwrap(), &file).unwrap();
+    let mut denoise = be
+        .compile(&graphs::denoise(&file, &cfg).unwrap(), &file)
+        .unwrap();
     let lerobot_kv: Vec<Tensor> = (0..cfg.n_layers)
-        .flat_map(|l| ["k", "v"].map(|n| t(vec![p, cfg.attn.kv_heads, cfg.attn.head_dim], g.f32(&format!("kv.{l}.{n}")))))
+        .flat_map(|l| {
+            ["k", "v"].map(|n| {
+                t(
+                    vec![p, cfg.attn.kv_heads, cfg.attn.head_dim],
+                    g.f32(&format!("kv.{l}.{n}")),
+                )
+            })
+        })
         .collect();
-    let names: Vec<String> = (0..cfg.n_layers).flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")]).collect();
+    let names: Vec<String> = (0..cfg.n_layers)
+        .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
+        .collect();
     let x_t = t(vec![cfg.chunk_size, cfg.max_action_dim], g.f32("noise"));
     let time = time_input(&cfg, 1.0).unwrap();
     let mut state = g.f32("state_norm");
@@ -162,7 +258,12 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
     inputs.extend(suffix.iter().map(|(n, t)| (*n, t)));
     inputs.extend(names.iter().map(String::as_str).zip(lerobot_kv.iter()));
     let out = denoise.run(&inputs).unwrap();
-    check(&format!("{v:?} {backend}: first velocity"), out[0].as_f32().unwrap(), &g.f32("velocity.0"), OUT_TOL);
+    check(
+        &format!("{v:?} {backend}: first velocity"),
+        out[0].as_f32().unwrap(),
+        &g.f32("velocity.0"),
+        OUT_TOL,
+    );
 }
 
 fn chunk_matches_lerobot(v: Variant, backend: &str) {
@@ -170,10 +271,18 @@ fn chunk_matches_lerobot(v: Variant, backend: &str) {
         return;
     }
     let g = Golden::load(&dir(v));
-    let opts = RuntimeOptions { backend: backend.into(), ..Default::default() };
+    let opts = RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
     let mut m = Pi0::new(converted(v, GgmlType::F32), &opts).unwrap();
     let chunk = m.predict(&observation(&g)).unwrap();
-    check(&format!("{v:?} {backend}: action chunk"), &chunk.actions, &g.f32("actions"), OUT_TOL);
+    check(
+        &format!("{v:?} {backend}: action chunk"),
+        &chunk.actions,
+        &g.f32("actions"),
+        OUT_TOL,
+    );
 }
 
 #[test]
@@ -220,15 +329,36 @@ fn text_prompt_tokenizes_as_lerobot() {
     for v in [Variant::Pi0, Variant::Pi05] {
         let g = Golden::load(&dir(v));
         let mut m = Pi0::new(converted(v, GgmlType::F32), &RuntimeOptions::default()).unwrap();
-        assert!(m.tokenizer().is_some(), "{v:?}: the converted GGUF should carry the tokenizer");
+        assert!(
+            m.tokenizer().is_some(),
+            "{v:?}: the converted GGUF should carry the tokenizer"
+        );
         let obs = observation(&g);
         let state = m.normalised_state(&obs).unwrap();
         let task = g.meta["task"].as_str().unwrap();
-        assert_eq!(m.prompt_text(task, &state), g.meta["prompt"].as_str().unwrap(), "{v:?} prompt text");
-        let got: Vec<i32> = m.tokenize_prompt(task, &state).unwrap().iter().map(|&t| t as i32).collect();
+        assert_eq!(
+            m.prompt_text(task, &state),
+            g.meta["prompt"].as_str().unwrap(),
+            "{v:?} prompt text"
+        );
+        let got: Vec<i32> = m
+            .tokenize_prompt(task, &state)
+            .unwrap()
+            .iter()
+            .map(|&t| t as i32)
+            .collect();
         assert_eq!(got, ids(&g), "{v:?} token ids");
-        let by_text = Observation { tokens: None, prompt: Some(task.into()), ..obs };
-        check(&format!("{v:?}: chunk from the text prompt"), &m.predict(&by_text).unwrap().actions, &g.f32("actions"), OUT_TOL);
+        let by_text = Observation {
+            tokens: None,
+            prompt: Some(task.into()),
+            ..obs
+        };
+        check(
+            &format!("{v:?}: chunk from the text prompt"),
+            &m.predict(&by_text).unwrap().actions,
+            &g.f32("actions"),
+            OUT_TOL,
+        );
     }
 }
 
@@ -245,16 +375,28 @@ fn full_size_matches_lerobot() {
     let gguf = dir.join("vla-f32.gguf");
     if !gguf.is_file() {
         let sizes = convert::Sizes::from_json(&dir.join("arch.json")).unwrap();
-        let opts = convert::Options { dtype: Some(GgmlType::F32), sizes: Some(sizes), tokenizer: None };
+        let opts = convert::Options {
+            dtype: Some(GgmlType::F32),
+            sizes: Some(sizes),
+            tokenizer: None,
+        };
         let c = convert::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
         c.writer.write_to_file(&gguf).unwrap();
     }
     let g = Golden::load(&dir);
     let backend = std::env::var("VLA_TEST_BACKEND").unwrap_or_else(|_| "cpu".into());
-    let opts = RuntimeOptions { backend: backend.clone(), ..Default::default() };
+    let opts = RuntimeOptions {
+        backend: backend.clone(),
+        ..Default::default()
+    };
     let mut m = Pi0::new(GgufFile::open(&gguf).unwrap(), &opts).unwrap();
     let v = m.config().variant;
     let chunk = m.predict(&observation(&g)).unwrap();
     println!("{v:?} full size on {}: {:?}", m.info().backend, chunk.times);
-    check(&format!("{v:?} full size {backend}: action chunk"), &chunk.actions, &g.f32("actions"), TOL);
+    check(
+        &format!("{v:?} full size {backend}: action chunk"),
+        &chunk.actions,
+        &g.f32("actions"),
+        TOL,
+    );
 }

@@ -8,12 +8,20 @@ fn demo() -> GgufFile {
 }
 
 fn observation() -> Observation {
-    let image = |h: usize, w: usize| Image { height: h, width: w, data: ImageData::RgbU8((0..h * w * 3).map(|i| (i * 31 % 251) as u8).collect()) };
+    let image = |h: usize, w: usize| Image {
+        height: h,
+        width: w,
+        data: ImageData::RgbU8((0..h * w * 3).map(|i| (i * 31 % 251) as u8).collect()),
+    };
     Observation {
         images: vec![image(64, 64), image(50, 70)],
         state: vec![0.5, -1.0, 0.25, 2.0, 0.0, -0.5],
         tokens: Some(vec![3, 9, 27, 81]),
-        noise: Some((0..50 * 32).map(|i| ((i * 7919) % 2000) as f32 / 1000.0 - 1.0).collect()),
+        noise: Some(
+            (0..50 * 32)
+                .map(|i| ((i * 7919) % 2000) as f32 / 1000.0 - 1.0)
+                .collect(),
+        ),
         prompt: None,
     }
 }
@@ -36,28 +44,58 @@ fn weight_dtype_reencodes_matmul_weights_only() {
     let (f32_chunk, f32_types) = predict(&RuntimeOptions::default());
     assert_eq!(f32_types, "F32 (126)");
     for ty in [GgmlType::BF16, GgmlType::F16] {
-        let (chunk, types) = predict(&RuntimeOptions { weight_dtype: Some(ty), ..Default::default() });
+        let (chunk, types) = predict(&RuntimeOptions {
+            weight_dtype: Some(ty),
+            ..Default::default()
+        });
         // Norm gains, embeddings, position table, biases and statistics stay f32.
-        assert!(types.contains(&format!("{ty} (")) && types.contains("F32 ("), "{types}");
+        assert!(
+            types.contains(&format!("{ty} (")) && types.contains("F32 ("),
+            "{types}"
+        );
         let cos = cosine(&chunk, &f32_chunk);
         println!("weight_dtype {ty}: cosine vs f32 {cos:.6}");
         assert!(cos >= 0.999, "{ty}: cosine {cos}");
         assert_ne!(chunk, f32_chunk, "{ty}: the weights must actually change");
     }
-    let e = vla::models::from_gguf(demo(), &RuntimeOptions { weight_dtype: Some(GgmlType::Q8_0), ..Default::default() });
-    assert!(e.err().unwrap().to_string().contains("expected f32, f16 or bf16"));
+    let e = vla::models::from_gguf(
+        demo(),
+        &RuntimeOptions {
+            weight_dtype: Some(GgmlType::Q8_0),
+            ..Default::default()
+        },
+    );
+    assert!(e
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("expected f32, f16 or bf16"));
 }
 
 #[test]
 fn unknown_embodiment_is_an_error() {
-    let opts = RuntimeOptions { embodiment: Some("so100".into()), ..Default::default() };
-    let e = vla::models::from_gguf(demo(), &opts).err().unwrap().to_string();
+    let opts = RuntimeOptions {
+        embodiment: Some("so100".into()),
+        ..Default::default()
+    };
+    let e = vla::models::from_gguf(demo(), &opts)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("so100") && e.contains("single set"), "{e}");
 }
 
 #[test]
 fn ggml_threads_option_reaches_the_backend() {
-    let opts = RuntimeOptions { backend: "ggml".into(), threads: Some(1), ..Default::default() };
+    let opts = RuntimeOptions {
+        backend: "ggml".into(),
+        threads: Some(1),
+        ..Default::default()
+    };
     let p = vla::models::from_gguf(demo(), &opts).unwrap();
-    assert!(p.info().backend.ends_with("(1 threads)"), "{}", p.info().backend);
+    assert!(
+        p.info().backend.ends_with("(1 threads)"),
+        "{}",
+        p.info().backend
+    );
 }

@@ -9,7 +9,10 @@ use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
 
 fn model(backend: &str) -> SmolVla {
     let bytes = random_gguf(&demo_config(), 7, vla::gguf::GgmlType::F32).unwrap();
-    let opts = RuntimeOptions { backend: backend.into(), ..Default::default() };
+    let opts = RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
     SmolVla::new(GgufFile::from_bytes(bytes).unwrap(), &opts).unwrap()
 }
 
@@ -18,7 +21,11 @@ fn observation() -> Observation {
     let image = |h: usize, w: usize, k: u32| Image {
         height: h,
         width: w,
-        data: ImageData::RgbU8((0..h * w * 3).map(|i| ((i as u32 * 37 + k * 11) % 251) as u8).collect()),
+        data: ImageData::RgbU8(
+            (0..h * w * 3)
+                .map(|i| ((i as u32 * 37 + k * 11) % 251) as u8)
+                .collect(),
+        ),
     };
     Observation {
         // Not the model's size, not square: exercises resize-with-pad.
@@ -31,7 +38,10 @@ fn observation() -> Observation {
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -66,7 +76,11 @@ fn padding_tokens_do_not_change_the_chunk() {
     let mut short_cfg = demo_config();
     short_cfg.tokenizer_max_length = 5;
     let bytes = random_gguf(&short_cfg, 7, vla::gguf::GgmlType::F32).unwrap();
-    let mut short = SmolVla::new(GgufFile::from_bytes(bytes).unwrap(), &RuntimeOptions::default()).unwrap();
+    let mut short = SmolVla::new(
+        GgufFile::from_bytes(bytes).unwrap(),
+        &RuntimeOptions::default(),
+    )
+    .unwrap();
     let want = short.predict(&obs).unwrap();
     let got = model("cpu").predict(&obs).unwrap();
     let err = max_abs_diff(&want.actions, &got.actions);
@@ -79,7 +93,10 @@ fn prompt_gives_the_chunk_of_its_tokens() {
     // The demo GGUF ships a tokenizer: a text prompt must give exactly the chunk of the ids
     // it encodes to, with lerobot's trailing newline added when missing.
     let mut m = model("cpu");
-    let tok = m.tokenizer().expect("the demo GGUF has a tokenizer").clone();
+    let tok = m
+        .tokenizer()
+        .expect("the demo GGUF has a tokenizer")
+        .clone();
     let text = "pick up the red cube";
     let ids = tok.encode(&format!("{text}\n")).unwrap();
     assert!(ids.len() < text.len(), "merges should apply: {ids:?}");
@@ -93,7 +110,13 @@ fn prompt_gives_the_chunk_of_its_tokens() {
     }
     // Without the newline the ids, and so the chunk, differ.
     let mut bare = observation();
-    bare.tokens = Some(tok.encode(text).unwrap().iter().map(|&t| t as i32).collect());
+    bare.tokens = Some(
+        tok.encode(text)
+            .unwrap()
+            .iter()
+            .map(|&t| t as i32)
+            .collect(),
+    );
     assert_ne!(m.predict(&bare).unwrap().actions, want);
 }
 
@@ -101,7 +124,9 @@ fn prompt_gives_the_chunk_of_its_tokens() {
 fn demo_tokenizer_makes_instruction_words_single_tokens() {
     let tok = demo_tokenizer().unwrap();
     assert!(tok.len() <= demo_config().vocab_size);
-    for word in [" pick", " up", " the", " red", " cube", " drawer", "pick", "\n\n"] {
+    for word in [
+        " pick", " up", " the", " red", " cube", " drawer", "pick", "\n\n",
+    ] {
         assert_eq!(tok.encode(word).unwrap().len(), 1, "{word:?}");
     }
     let text = "pick up the red cube\n";
@@ -119,28 +144,45 @@ fn long_prompts_are_truncated_as_lerobot_does() {
     by_ids.tokens = Some(ids[..max].iter().map(|&t| t as i32).collect());
     let mut by_text = observation();
     (by_text.tokens, by_text.prompt) = (None, Some(text.into()));
-    assert_eq!(m.predict(&by_text).unwrap().actions, m.predict(&by_ids).unwrap().actions);
+    assert_eq!(
+        m.predict(&by_text).unwrap().actions,
+        m.predict(&by_ids).unwrap().actions
+    );
 }
 
 #[test]
 fn prompt_without_a_tokenizer_is_an_error() {
     // The demo weights with every tokenizer.ggml.* key removed.
-    let file = GgufFile::from_bytes(random_gguf(&demo_config(), 7, vla::gguf::GgmlType::F32).unwrap()).unwrap();
+    let file =
+        GgufFile::from_bytes(random_gguf(&demo_config(), 7, vla::gguf::GgmlType::F32).unwrap())
+            .unwrap();
     let mut w = vla::gguf::GgufWriter::new();
-    for (k, v) in file.metadata().iter().filter(|(k, _)| !k.starts_with("tokenizer.")) {
+    for (k, v) in file
+        .metadata()
+        .iter()
+        .filter(|(k, _)| !k.starts_with("tokenizer."))
+    {
         w.add_metadata(k.clone(), v.clone()).unwrap();
     }
     for t in file.tensors() {
-        w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t)).unwrap();
+        w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))
+            .unwrap();
     }
-    let mut m = SmolVla::new(GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap(), &RuntimeOptions::default()).unwrap();
+    let mut m = SmolVla::new(
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap(),
+        &RuntimeOptions::default(),
+    )
+    .unwrap();
     assert!(m.tokenizer().is_none());
     let mut obs = observation();
     (obs.tokens, obs.prompt) = (None, Some("pick up the red cube".into()));
     let err = m.predict(&obs).unwrap_err().to_string();
     assert!(err.contains("no tokenizer"), "{err}");
     // Token ids still work, and give the chunk the model with a tokenizer gives.
-    assert_eq!(m.predict(&observation()).unwrap().actions, model("cpu").predict(&observation()).unwrap().actions);
+    assert_eq!(
+        m.predict(&observation()).unwrap().actions,
+        model("cpu").predict(&observation()).unwrap().actions
+    );
 }
 
 /// The chunk within `tol` x max |action| of the cpu reference's.
@@ -180,11 +222,20 @@ fn bad_requests_are_errors() {
         ("one image", Box::new(|o| drop(o.images.pop()))),
         ("state length", Box::new(|o| o.state.push(1.0))),
         ("noise length", Box::new(|o| o.noise = Some(vec![0.0; 7]))),
-        ("token out of vocab", Box::new(|o| o.tokens = Some(vec![100_000]))),
+        (
+            "token out of vocab",
+            Box::new(|o| o.tokens = Some(vec![100_000])),
+        ),
         ("negative token", Box::new(|o| o.tokens = Some(vec![-1]))),
-        ("too many tokens", Box::new(|o| o.tokens = Some(vec![1; 17]))),
+        (
+            "too many tokens",
+            Box::new(|o| o.tokens = Some(vec![1; 17])),
+        ),
         ("no instruction", Box::new(|o| o.tokens = None)),
-        ("prompt and tokens", Box::new(|o| o.prompt = Some("pick up the cube".into()))),
+        (
+            "prompt and tokens",
+            Box::new(|o| o.prompt = Some("pick up the cube".into())),
+        ),
         ("image data length", Box::new(|o| o.images[0].height += 1)),
         ("zero-size image", Box::new(|o| o.images[0].width = 0)),
     ];

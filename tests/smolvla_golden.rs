@@ -42,7 +42,10 @@ fn converted(dtype: GgmlType) -> GgufFile {
 }
 
 fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
-    let opts = convert::Options { dtype, ..Default::default() };
+    let opts = convert::Options {
+        dtype,
+        ..Default::default()
+    };
     let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
     GgufFile::from_bytes(c.writer.to_bytes().unwrap()).unwrap()
 }
@@ -54,7 +57,9 @@ const OUT_TOL: f32 = 1e-5;
 
 #[test]
 fn converted_config_is_the_checkpoints() {
-    let read = |p: PathBuf| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
+    let read = |p: PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
     let policy = read(fixture().join("config.json"));
     let vlm = read(fixture().join("vlm/config.json"));
     let cfg = SmolVlaConfig::read(&converted(GgmlType::F32)).unwrap();
@@ -62,13 +67,42 @@ fn converted_config_is_the_checkpoints() {
     let u = |v: &serde_json::Value| v.as_u64().unwrap() as usize;
     let f = |v: &serde_json::Value| v.as_f64().unwrap() as f32;
     assert_eq!(
-        (cfg.vision.hidden, cfg.vision.layers, cfg.vision.heads, cfg.vision.inter),
-        (u(&vc["hidden_size"]), u(&vc["num_hidden_layers"]), u(&vc["num_attention_heads"]), u(&vc["intermediate_size"]))
+        (
+            cfg.vision.hidden,
+            cfg.vision.layers,
+            cfg.vision.heads,
+            cfg.vision.inter
+        ),
+        (
+            u(&vc["hidden_size"]),
+            u(&vc["num_hidden_layers"]),
+            u(&vc["num_attention_heads"]),
+            u(&vc["intermediate_size"])
+        )
     );
-    assert_eq!((cfg.vision.image_size, cfg.vision.patch_size, cfg.vision.ln_eps), (u(&vc["image_size"]), u(&vc["patch_size"]), f(&vc["layer_norm_eps"])));
+    assert_eq!(
+        (
+            cfg.vision.image_size,
+            cfg.vision.patch_size,
+            cfg.vision.ln_eps
+        ),
+        (
+            u(&vc["image_size"]),
+            u(&vc["patch_size"]),
+            f(&vc["layer_norm_eps"])
+        )
+    );
     assert_eq!(cfg.scale_factor, u(&vlm["scale_factor"]));
     assert_eq!(
-        (cfg.hidden, cfg.lm_inter, cfg.vocab_size, cfg.attn.q_heads, cfg.attn.kv_heads, cfg.attn.head_dim, cfg.attn.norm_eps),
+        (
+            cfg.hidden,
+            cfg.lm_inter,
+            cfg.vocab_size,
+            cfg.attn.q_heads,
+            cfg.attn.kv_heads,
+            cfg.attn.head_dim,
+            cfg.attn.norm_eps
+        ),
         (
             u(&tc["hidden_size"]),
             u(&tc["intermediate_size"]),
@@ -82,7 +116,13 @@ fn converted_config_is_the_checkpoints() {
     let expert = (cfg.hidden as f64 * policy["expert_width_multiplier"].as_f64().unwrap()) as usize;
     assert_eq!(cfg.expert_hidden, expert);
     assert_eq!(
-        (cfg.n_layers, cfg.self_attn_every_n_layers, cfg.chunk_size, cfg.num_steps, cfg.tokenizer_max_length),
+        (
+            cfg.n_layers,
+            cfg.self_attn_every_n_layers,
+            cfg.chunk_size,
+            cfg.num_steps,
+            cfg.tokenizer_max_length
+        ),
         (
             u(&policy["num_vlm_layers"]),
             u(&policy["self_attn_every_n_layers"]),
@@ -91,10 +131,22 @@ fn converted_config_is_the_checkpoints() {
             u(&policy["tokenizer_max_length"])
         )
     );
-    assert_eq!((cfg.max_state_dim, cfg.max_action_dim), (u(&policy["max_state_dim"]), u(&policy["max_action_dim"])));
-    assert_eq!(cfg.state_dim, u(&policy["input_features"]["observation.state"]["shape"][0]));
-    assert_eq!(cfg.action_dim, u(&policy["output_features"]["action"]["shape"][0]));
-    assert_eq!((cfg.min_period as f32, cfg.max_period as f32), (f(&policy["min_period"]), f(&policy["max_period"])));
+    assert_eq!(
+        (cfg.max_state_dim, cfg.max_action_dim),
+        (u(&policy["max_state_dim"]), u(&policy["max_action_dim"]))
+    );
+    assert_eq!(
+        cfg.state_dim,
+        u(&policy["input_features"]["observation.state"]["shape"][0])
+    );
+    assert_eq!(
+        cfg.action_dim,
+        u(&policy["output_features"]["action"]["shape"][0])
+    );
+    assert_eq!(
+        (cfg.min_period as f32, cfg.max_period as f32),
+        (f(&policy["min_period"]), f(&policy["max_period"]))
+    );
     assert_eq!(cfg.n_images, Golden::load(&fixture()).usize("n_images"));
 }
 
@@ -102,12 +154,31 @@ fn converted_config_is_the_checkpoints() {
 fn preprocessing_matches_lerobot() {
     // u8 HWC frame -> [0,1] CHW -> resize-with-pad -> [-1, 1], as lerobot's prepare_images.
     let g = Golden::load(&fixture());
-    let s = SmolVlaConfig::read(&converted(GgmlType::F32)).unwrap().vision.image_size;
+    let s = SmolVlaConfig::read(&converted(GgmlType::F32))
+        .unwrap()
+        .vision
+        .image_size;
     for i in 0..g.usize("n_images") {
         let img = g.image(i);
         let unit = to_chw_unit(&img).unwrap();
-        let px: Vec<f32> = resize_with_pad(&unit, img.height, img.width, s, s, 0.0, PadAlign::BottomRight).iter().map(|v| v * 2.0 - 1.0).collect();
-        check(&format!("pixels, camera {i} ({}x{})", img.height, img.width), &px, &g.f32(&format!("pixels.{i}")), 1e-5);
+        let px: Vec<f32> = resize_with_pad(
+            &unit,
+            img.height,
+            img.width,
+            s,
+            s,
+            0.0,
+            PadAlign::BottomRight,
+        )
+        .iter()
+        .map(|v| v * 2.0 - 1.0)
+        .collect();
+        check(
+            &format!("pixels, camera {i} ({}x{})", img.height, img.width),
+            &px,
+            &g.f32(&format!("pixels.{i}")),
+            1e-5,
+        );
     }
 }
 
@@ -119,7 +190,9 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     let file = converted_from(dir, GgmlType::F32);
     let cfg = SmolVlaConfig::read(&file).unwrap();
 
-    let mut vision = be.compile(&graphs::vision(&file, &cfg).unwrap(), &file).unwrap();
+    let mut vision = be
+        .compile(&graphs::vision(&file, &cfg).unwrap(), &file)
+        .unwrap();
     let s = cfg.vision.image_size;
     let mut tower = {
         let mut gb = GraphBuilder::new(&file);
@@ -131,10 +204,20 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     for i in 0..g.usize("n_images") {
         let px = Tensor::from_f32(vec![3, s, s], g.f32(&format!("pixels.{i}"))).unwrap();
         let out = tower.run(&[("image", &px)]).unwrap();
-        check(&format!("{name}: vision tower, camera {i}"), out[0].as_f32().unwrap(), &g.f32(&format!("vit.{i}")), tol);
+        check(
+            &format!("{name}: vision tower, camera {i}"),
+            out[0].as_f32().unwrap(),
+            &g.f32(&format!("vit.{i}")),
+            tol,
+        );
         let out = vision.run(&[("image", &px)]).unwrap();
         let want = g.f32(&format!("vision.{i}"));
-        check(&format!("{name}: vision + connector, camera {i}"), out[0].as_f32().unwrap(), &want, tol);
+        check(
+            &format!("{name}: vision + connector, camera {i}"),
+            out[0].as_f32().unwrap(),
+            &want,
+            tol,
+        );
         img_tokens.extend(want);
     }
 
@@ -149,33 +232,56 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     state.resize(cfg.max_state_dim, 0.0);
     let t = |shape: Vec<usize>, v: Vec<f32>| Tensor::from_f32(shape, v).unwrap();
     let inputs = [
-        ("img_tokens", t(vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden], img_tokens)),
+        (
+            "img_tokens",
+            t(
+                vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden],
+                img_tokens,
+            ),
+        ),
         ("tokens", t(vec![cfg.tokenizer_max_length], tokens)),
         ("state", t(vec![1, cfg.max_state_dim], state)),
         ("positions", t(vec![p], layout.positions.clone())),
         ("mask", t(vec![p, p], layout.mask.clone())),
     ];
-    let mut prefill = be.compile(&graphs::prefill(&file, &cfg).unwrap(), &file).unwrap();
-    let kv = prefill.run(&inputs.iter().map(|(n, t)| (*n, t)).collect::<Vec<_>>()).unwrap();
+    let mut prefill = be
+        .compile(&graphs::prefill(&file, &cfg).unwrap(), &file)
+        .unwrap();
+    let kv = prefill
+        .run(&inputs.iter().map(|(n, t)| (*n, t)).collect::<Vec<_>>())
+        .unwrap();
     // lerobot pads to the longest instruction (none here): its rows are our valid rows.
     let valid_rows: Vec<usize> = (0..p).filter(|&r| layout.valid[r]).collect();
     let row = cfg.attn.kv_heads * cfg.attn.head_dim;
-    assert_eq!(valid_rows.len(), g.meta["prefix_len"].as_u64().unwrap() as usize);
+    assert_eq!(
+        valid_rows.len(),
+        g.meta["prefix_len"].as_u64().unwrap() as usize
+    );
     let mut lerobot_kv = Vec::new();
     for l in 0..cfg.n_layers {
         let cross = l % cfg.self_attn_every_n_layers != 0;
         for (j, kind) in ["k", "v"].iter().enumerate() {
-            let ref_name = if cross { format!("kv.{l}.{kind}_expert") } else { format!("kv.{l}.{kind}") };
+            let ref_name = if cross {
+                format!("kv.{l}.{kind}_expert")
+            } else {
+                format!("kv.{l}.{kind}")
+            };
             let want = g.f32(&ref_name);
             let ours = kv[2 * l + j].as_f32().unwrap();
-            let got: Vec<f32> = valid_rows.iter().flat_map(|&r| ours[r * row..(r + 1) * row].iter().copied()).collect();
+            let got: Vec<f32> = valid_rows
+                .iter()
+                .flat_map(|&r| ours[r * row..(r + 1) * row].iter().copied())
+                .collect();
             check(&format!("{name}: prefill {ref_name}"), &got, &want, tol);
             // lerobot's values scattered into our padded layout (padding rows are masked).
             let mut padded = vec![0f32; p * row];
             for (k, &r) in valid_rows.iter().enumerate() {
                 padded[r * row..(r + 1) * row].copy_from_slice(&want[k * row..(k + 1) * row]);
             }
-            lerobot_kv.push((format!("kv.{l}.{kind}"), t(vec![p, cfg.attn.kv_heads, cfg.attn.head_dim], padded)));
+            lerobot_kv.push((
+                format!("kv.{l}.{kind}"),
+                t(vec![p, cfg.attn.kv_heads, cfg.attn.head_dim], padded),
+            ));
         }
     }
 
@@ -186,9 +292,16 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
     inputs.extend(suffix.iter().map(|(n, t)| (*n, t)));
     inputs.extend(lerobot_kv.iter().map(|(n, t)| (n.as_str(), t)));
-    let mut denoise = be.compile(&graphs::denoise(&file, &cfg).unwrap(), &file).unwrap();
+    let mut denoise = be
+        .compile(&graphs::denoise(&file, &cfg).unwrap(), &file)
+        .unwrap();
     let v = denoise.run(&inputs).unwrap();
-    check(&format!("{name}: velocity at step 0"), v[0].as_f32().unwrap(), &g.f32("velocity.0"), tol.min(OUT_TOL));
+    check(
+        &format!("{name}: velocity at step 0"),
+        v[0].as_f32().unwrap(),
+        &g.f32("velocity.0"),
+        tol.min(OUT_TOL),
+    );
 }
 
 /// The whole chunk from a converted f32 GGUF.
@@ -197,11 +310,19 @@ fn chunk_matches_lerobot(name: &str, dir: &Path, tol: f32) {
         return;
     }
     let g = Golden::load(dir);
-    let opts = RuntimeOptions { backend: name.into(), ..Default::default() };
+    let opts = RuntimeOptions {
+        backend: name.into(),
+        ..Default::default()
+    };
     let mut m = SmolVla::new(converted_from(dir, GgmlType::F32), &opts).unwrap();
     println!("backend {}", m.info().backend);
     let got = m.predict(&observation(&g)).unwrap();
-    check(&format!("{name}: action chunk (f32 GGUF)"), &got.actions, &g.f32("actions"), tol.min(OUT_TOL));
+    check(
+        &format!("{name}: action chunk (f32 GGUF)"),
+        &got.actions,
+        &g.f32("actions"),
+        tol.min(OUT_TOL),
+    );
 }
 
 #[test]
@@ -239,16 +360,30 @@ fn base_size_matches_lerobot() {
 fn bf16_conversion_stays_close() {
     let g = Golden::load(&fixture());
     let file = converted(GgmlType::BF16);
-    let n_bf16 = file.tensors().iter().filter(|t| t.ty == GgmlType::BF16).count();
+    let n_bf16 = file
+        .tensors()
+        .iter()
+        .filter(|t| t.ty == GgmlType::BF16)
+        .count();
     assert!(n_bf16 > 0, "no bf16 tensors in a --dtype bf16 conversion");
     let mut m = SmolVla::new(file, &RuntimeOptions::default()).unwrap();
     let got = m.predict(&observation(&g)).unwrap().actions;
     let want = g.f32("actions");
-    let dot: f64 = got.iter().zip(&want).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+    let dot: f64 = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+        .sum();
     let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     let cos = dot / (norm(&got) * norm(&want));
-    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    println!("bf16 GGUF ({n_bf16} bf16 tensors) vs lerobot f32: cosine {cos:.6}, max abs err {err:.3e}");
+    let err = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    println!(
+        "bf16 GGUF ({n_bf16} bf16 tensors) vs lerobot f32: cosine {cos:.6}, max abs err {err:.3e}"
+    );
     assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
 }
 
@@ -260,10 +395,23 @@ fn text_prompt_tokenizes_as_lerobot() {
     let file = converted(GgmlType::F32);
     let tok = vla::tokenizer::Tokenizer::from_gguf(&file).unwrap();
     let task = g.meta["task_as_tokenized"].as_str().unwrap();
-    let ids: Vec<i32> = tok.encode(task).unwrap().into_iter().map(|i| i as i32).collect();
-    assert_eq!(ids, g.ids("token_ids"), "our ids for {task:?} differ from lerobot's");
+    let ids: Vec<i32> = tok
+        .encode(task)
+        .unwrap()
+        .into_iter()
+        .map(|i| i as i32)
+        .collect();
+    assert_eq!(
+        ids,
+        g.ids("token_ids"),
+        "our ids for {task:?} differ from lerobot's"
+    );
     let mut m = SmolVla::new(file, &RuntimeOptions::default()).unwrap();
     let by_ids = m.predict(&observation(&g)).unwrap().actions;
-    let text = Observation { tokens: None, prompt: Some(g.meta["task"].as_str().unwrap().into()), ..observation(&g) };
+    let text = Observation {
+        tokens: None,
+        prompt: Some(g.meta["task"].as_str().unwrap().into()),
+        ..observation(&g)
+    };
     assert_eq!(m.predict(&text).unwrap().actions, by_ids);
 }

@@ -30,8 +30,18 @@ impl Rng {
     }
 }
 
-fn run(be: &dyn Backend, ty: GgmlType, wb: &[u8], x: &[f32], (m, n, k): (usize, usize, usize)) -> Vec<f32> {
-    let weights: HashMap<String, Tensor<'static>> = [("w".to_string(), Tensor::from_bytes(vec![n, k], ty, wb.to_vec()).unwrap())].into();
+fn run(
+    be: &dyn Backend,
+    ty: GgmlType,
+    wb: &[u8],
+    x: &[f32],
+    (m, n, k): (usize, usize, usize),
+) -> Vec<f32> {
+    let weights: HashMap<String, Tensor<'static>> = [(
+        "w".to_string(),
+        Tensor::from_bytes(vec![n, k], ty, wb.to_vec()).unwrap(),
+    )]
+    .into();
     let mut g = GraphBuilder::new(&weights);
     let xi = g.input("x", &[m, k]);
     let w = g.weight("w").unwrap();
@@ -39,32 +49,62 @@ fn run(be: &dyn Backend, ty: GgmlType, wb: &[u8], x: &[f32], (m, n, k): (usize, 
     let graph = g.build(&[y]).unwrap();
     let mut exe = be.compile(&graph, &weights).unwrap();
     let xt = Tensor::from_f32(vec![m, k], x.to_vec()).unwrap();
-    exe.run(&[("x", &xt)]).unwrap().remove(0).to_vec_f32().unwrap()
+    exe.run(&[("x", &xt)])
+        .unwrap()
+        .remove(0)
+        .to_vec_f32()
+        .unwrap()
 }
 
 #[test]
 fn quantized_matmul_matches_ggml_where_integer() {
     let ggml = backend::open("ggml").unwrap();
-    let gpu = backend::open("vulkan").unwrap_or_else(|e| panic!("vulkan: {e} (scripts/test.sh installs lavapipe)"));
+    let gpu = backend::open("vulkan")
+        .unwrap_or_else(|e| panic!("vulkan: {e} (scripts/test.sh installs lavapipe)"));
     if vla::backend::ggml::GgmlBackend::cpu_has_simd() {
         panic!("ggml-cpu was built with SIMD kernels (the ISA pins of .cargo/config.toml were overridden): not comparable");
     }
     let mut rng = Rng(0x2545F4914F6CDD1D);
     let mut report = Vec::new();
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1] {
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+    ] {
         let zero_min = matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0);
-        for (m, n, k) in [(1, 37, 32), (21, 37, 32), (33, 45, 96), (20, 19, 1024), (3, 41, 1024), (1, 7, 4096)] {
+        for (m, n, k) in [
+            (1, 37, 32),
+            (21, 37, 32),
+            (33, 45, 96),
+            (20, 19, 1024),
+            (3, 41, 1024),
+            (1, 7, 4096),
+        ] {
             let exact = k == 32 || (m > 16 && zero_min);
             let mut x = rng.vec(m * k, 3.0);
             x[k / 3] = 40.0; // an outlier: one block's scale far from the others
             let wb = quant::quantize(ty, &rng.vec(n * k, 0.5)).unwrap();
             let want = run(ggml.as_ref(), ty, &wb, &x, (m, n, k));
             let got = run(gpu.as_ref(), ty, &wb, &x, (m, n, k));
-            let diff = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-            let err: f64 = got.iter().zip(&want).map(|(a, b)| (f64::from(*a) - f64::from(*b)).powi(2)).sum();
+            let diff = got
+                .iter()
+                .zip(&want)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            let err: f64 = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (f64::from(*a) - f64::from(*b)).powi(2))
+                .sum();
             let norm: f64 = want.iter().map(|b| f64::from(*b).powi(2)).sum();
             let nmse = err / norm.max(f64::MIN_POSITIVE);
-            let line = format!("{ty} m{m} n{n} k{k}: {diff}/{} differ from ggml, nmse {nmse:.2e}{}", m * n, if exact { " (must be 0)" } else { "" });
+            let line = format!(
+                "{ty} m{m} n{n} k{k}: {diff}/{} differ from ggml, nmse {nmse:.2e}{}",
+                m * n,
+                if exact { " (must be 0)" } else { "" }
+            );
             println!("{line}");
             report.push((line, exact, diff, nmse));
         }
@@ -77,4 +117,3 @@ fn quantized_matmul_matches_ggml_where_integer() {
         }
     }
 }
-

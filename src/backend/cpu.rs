@@ -12,7 +12,11 @@ impl Backend for CpuBackend {
         format!("cpu ({} threads)", rayon::current_num_threads())
     }
 
-    fn compile<'w>(&self, graph: &Graph, weights: &'w dyn WeightStore) -> Result<Box<dyn Executable + 'w>> {
+    fn compile<'w>(
+        &self,
+        graph: &Graph,
+        weights: &'w dyn WeightStore,
+    ) -> Result<Box<dyn Executable + 'w>> {
         let mut resolved = Vec::with_capacity(graph.nodes().len());
         let mut weight_bytes = 0;
         for node in graph.nodes() {
@@ -53,7 +57,9 @@ impl Executable for CpuExecutable<'_> {
             let get = |id: crate::graph::NodeId| -> &Tensor {
                 match &self.weights[id.0] {
                     Some(w) => w,
-                    None => values[id.0].as_ref().expect("inputs are computed before use"),
+                    None => values[id.0]
+                        .as_ref()
+                        .expect("inputs are computed before use"),
                 }
             };
             let x = node.inputs.first().map(|&id| get(id));
@@ -92,7 +98,10 @@ impl Executable for CpuExecutable<'_> {
                 }
                 Op::Slice { axis, start, len } => ops::slice(arg(0), *axis, *start, *len)?,
                 Op::Permute(perm) => ops::permute(arg(0), perm)?,
-                Op::Reshape(shape) => x.expect("reshape has an input").to_f32()?.reshape(shape.clone())?,
+                Op::Reshape(shape) => x
+                    .expect("reshape has an input")
+                    .to_f32()?
+                    .reshape(shape.clone())?,
                 Op::Embedding => {
                     let ids = ids_from_f32(arg(1).as_f32()?)?;
                     ops::embedding(arg(0), &ids)?
@@ -101,7 +110,12 @@ impl Executable for CpuExecutable<'_> {
             if out.shape() != node.shape.as_slice() {
                 return Err(Error::shape(
                     "cpu backend",
-                    format!("node {i} ({}) made {:?}, planned {:?}", node.op.kind(), out.shape(), node.shape),
+                    format!(
+                        "node {i} ({}) made {:?}, planned {:?}",
+                        node.op.kind(),
+                        out.shape(),
+                        node.shape
+                    ),
                 ));
             }
             live += 4 * out.numel() as u64;
@@ -119,7 +133,10 @@ impl Executable for CpuExecutable<'_> {
             .iter()
             .map(|o| match (&values[o.0], &self.weights[o.0]) {
                 (Some(v), _) => Ok(v.clone()),
-                _ => Err(Error::InvalidArgument(format!("output {} was not computed", o.0))),
+                _ => Err(Error::InvalidArgument(format!(
+                    "output {} was not computed",
+                    o.0
+                ))),
             })
             .collect()
     }
@@ -128,7 +145,12 @@ impl Executable for CpuExecutable<'_> {
         ExecStats {
             weight_bytes: self.weight_bytes,
             peak_activation_bytes: self.peak,
-            dispatches: self.graph.nodes().iter().filter(|n| !matches!(n.op, Op::Weight(_))).count(),
+            dispatches: self
+                .graph
+                .nodes()
+                .iter()
+                .filter(|n| !matches!(n.op, Op::Weight(_)))
+                .count(),
         }
     }
 }
@@ -140,7 +162,9 @@ pub(crate) fn ids_from_f32(v: &[f32]) -> Result<Vec<u32>> {
             if x >= 0.0 && x.fract() == 0.0 && x < 16_777_216.0 {
                 Ok(x as u32)
             } else {
-                Err(Error::InvalidArgument(format!("token id {x} is not a non-negative integer below 2^24")))
+                Err(Error::InvalidArgument(format!(
+                    "token id {x} is not a non-negative integer below 2^24"
+                )))
             }
         })
         .collect()

@@ -10,8 +10,8 @@ pub mod wgpu;
 
 pub use cpu::CpuBackend;
 
-use crate::graph::Graph;
 use crate::gguf::GgufFile;
+use crate::graph::Graph;
 use crate::{Error, Result, Tensor};
 use std::collections::HashMap;
 
@@ -57,7 +57,11 @@ pub trait Executable: Send {
 pub trait Backend {
     /// What runs the kernels, e.g. `cpu` or `vulkan: llvmpipe (LLVM 15.0.6, 256 bits)`.
     fn description(&self) -> String;
-    fn compile<'w>(&self, graph: &Graph, weights: &'w dyn WeightStore) -> Result<Box<dyn Executable + 'w>>;
+    fn compile<'w>(
+        &self,
+        graph: &Graph,
+        weights: &'w dyn WeightStore,
+    ) -> Result<Box<dyn Executable + 'w>>;
 }
 
 /// Checks run-time inputs against the graph: every input present once, with its shape.
@@ -68,7 +72,9 @@ pub(crate) fn match_inputs<'i>(
     let mut by_name = HashMap::new();
     for (name, t) in inputs {
         if by_name.insert(name.to_string(), *t).is_some() {
-            return Err(Error::InvalidArgument(format!("input {name:?} given twice")));
+            return Err(Error::InvalidArgument(format!(
+                "input {name:?} given twice"
+            )));
         }
     }
     for node in graph.nodes() {
@@ -87,14 +93,27 @@ pub(crate) fn match_inputs<'i>(
     }
     let known: Vec<&str> = graph.input_names().collect();
     if let Some(extra) = by_name.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(Error::InvalidArgument(format!("unknown input {extra:?} (graph inputs: {known:?})")));
+        return Err(Error::InvalidArgument(format!(
+            "unknown input {extra:?} (graph inputs: {known:?})"
+        )));
     }
     Ok(by_name)
 }
 
 /// Backend names accepted by [`open`] (plus `ggml:<DEVICE>` for any ggml device).
-pub const BACKEND_NAMES: &[&str] =
-    &["cpu", "vulkan", "metal", "dx12", "gl", "wgpu", "ggml", "ggml-cpu", "ggml-cuda", "ggml-vulkan", "ggml-sycl"];
+pub const BACKEND_NAMES: &[&str] = &[
+    "cpu",
+    "vulkan",
+    "metal",
+    "dx12",
+    "gl",
+    "wgpu",
+    "ggml",
+    "ggml-cpu",
+    "ggml-cuda",
+    "ggml-vulkan",
+    "ggml-sycl",
+];
 
 /// Which cargo feature a backend name needs.
 fn feature_of(name: &str) -> &'static str {
@@ -195,10 +214,19 @@ mod tests {
             if built {
                 continue;
             }
-            let e = open(name).err().unwrap_or_else(|| panic!("{name} opened without its feature")).to_string();
-            assert!(e.contains(&format!("needs the `{name}` cargo feature")), "{name}: {e}");
+            let e = open(name)
+                .err()
+                .unwrap_or_else(|| panic!("{name} opened without its feature"))
+                .to_string();
+            assert!(
+                e.contains(&format!("needs the `{name}` cargo feature")),
+                "{name}: {e}"
+            );
         }
         let e = open("ggml-metal").err().unwrap().to_string();
-        assert!(e.contains("unknown backend") && e.contains("ggml-sycl"), "{e}");
+        assert!(
+            e.contains("unknown backend") && e.contains("ggml-sycl"),
+            "{e}"
+        );
     }
 }

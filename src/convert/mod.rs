@@ -281,7 +281,11 @@ pub(crate) fn vision_tower(
     }
     Ok(VisionConfig {
         hidden,
-        layers: count_layers(st, &format!("{prefix}encoder.layers."), ".layer_norm1.weight"),
+        layers: count_layers(
+            st,
+            &format!("{prefix}encoder.layers."),
+            ".layer_norm1.weight",
+        ),
         heads: heads(hidden),
         inter: st.config_shape(&format!("{prefix}encoder.layers.0.mlp.fc1.weight"), 2)?[0],
         image_size: side * patch_size,
@@ -404,7 +408,13 @@ pub(crate) fn ship_tokenizer(
     };
     let tok = crate::tokenizer::Tokenizer::from_hf_file(&p)?;
     if tok.len() > vocab_size {
-        return Err(ckpt_err(&p, format!("{} tokens, more than the model's vocab_size {vocab_size}", tok.len())));
+        return Err(ckpt_err(
+            &p,
+            format!(
+                "{} tokens, more than the model's vocab_size {vocab_size}",
+                tok.len()
+            ),
+        ));
     }
     tok.write_gguf(w)?;
     notes.push(format!("tokenizer: {} ({} tokens)", p.display(), tok.len()));
@@ -435,12 +445,18 @@ pub(crate) fn write_tensors<S: AsRef<str>>(
         if got != &want[..] {
             return Err(ckpt_err(
                 st.path(),
-                format!("tensor {theirs:?} (-> {ours}) has shape {got:?}, the config implies {want:?}"),
+                format!(
+                    "tensor {theirs:?} (-> {ours}) has shape {got:?}, the config implies {want:?}"
+                ),
             ));
         }
         let mut vals = st.f32(theirs)?;
         adjust(ours, &mut vals);
-        let ty = if takes_float_dtype(ours, want) { dtype } else { GgmlType::F32 };
+        let ty = if takes_float_dtype(ours, want) {
+            dtype
+        } else {
+            GgmlType::F32
+        };
         w.add_f32(ours.clone(), ty, &ggml_dims(want), &vals)?;
         progress(done + 1, total, ours);
     }

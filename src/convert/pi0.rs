@@ -269,7 +269,11 @@ pub fn convert(
     config.validate()?;
     let mut map = name_map(&config);
     // PaliGemma ties its input embeddings to its LM head, and saving keeps only one name.
-    let embed = &mut map.iter_mut().find(|(ours, _)| ours == "token_embd.weight").expect("in the map").1;
+    let embed = &mut map
+        .iter_mut()
+        .find(|(ours, _)| ours == "token_embd.weight")
+        .expect("in the map")
+        .1;
     if !st.contains(embed) && st.contains(TIED_EMBED) {
         *embed = TIED_EMBED.to_owned();
         notes.push(format!("token embeddings from {TIED_EMBED} (tied)"));
@@ -303,7 +307,16 @@ pub fn convert(
             vals.iter_mut().for_each(|v| *v += 1.0);
         }
     };
-    super::write_tensors(&mut w, &st, &map, config.tensor_shapes(), dtype, add_gemma_one, stats, progress)?;
+    super::write_tensors(
+        &mut w,
+        &st,
+        &map,
+        config.tensor_shapes(),
+        dtype,
+        add_gemma_one,
+        stats,
+        progress,
+    )?;
     Ok(Converted {
         config,
         writer: w,
@@ -347,7 +360,11 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
         }
     }
     let embed_key = format!("{PALI}language_model.embed_tokens.weight");
-    let embed_key = if st.contains(&embed_key) { embed_key.as_str() } else { TIED_EMBED };
+    let embed_key = if st.contains(&embed_key) {
+        embed_key.as_str()
+    } else {
+        TIED_EMBED
+    };
     let embed = st.config_shape(embed_key, 2)?.to_vec();
     let (vocab_size, hidden) = (embed[0], embed[1]);
     let lm = format!("{PALI}language_model.layers.");

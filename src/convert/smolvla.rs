@@ -213,7 +213,16 @@ pub fn convert(
         &mut notes,
         "no tokenizer.json found: the GGUF takes token ids only, not text (pass --tokenizer)",
     )?;
-    super::write_tensors(&mut w, &st, &map, config.tensor_shapes(), opts.dtype, |_, _| {}, stats, progress)?;
+    super::write_tensors(
+        &mut w,
+        &st,
+        &map,
+        config.tensor_shapes(),
+        opts.dtype,
+        |_, _| {},
+        stats,
+        progress,
+    )?;
     Ok(Converted {
         config,
         writer: w,
@@ -314,7 +323,10 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
         PatchPositions::default(),
     )?;
     let vh = vision.hidden;
-    let proj_in = st.config_shape(&format!("{VLM}connector.modality_projection.proj.weight"), 2)?[1];
+    let proj_in = st.config_shape(
+        &format!("{VLM}connector.modality_projection.proj.weight"),
+        2,
+    )?[1];
     let scale_factor = ((proj_in / vh.max(1)) as f64).sqrt().round() as usize;
     let embed = st
         .config_shape(&format!("{VLM}text_model.embed_tokens.weight"), 2)?

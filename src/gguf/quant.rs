@@ -35,7 +35,10 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
                 GgmlType::Q5_1 => dequant_q5_1,
                 _ => unreachable!("checked by check_len"),
             };
-            for (block, out) in src.chunks_exact(ty.type_size()).zip(dst.chunks_exact_mut(QK)) {
+            for (block, out) in src
+                .chunks_exact(ty.type_size())
+                .zip(dst.chunks_exact_mut(QK))
+            {
                 block_fn(block, out);
             }
         }
@@ -82,7 +85,9 @@ fn check_len(ty: GgmlType, src_len: usize, n: usize, op: &'static str) -> Result
     if !ty.is_supported() {
         return Err(not_supported(ty, op));
     }
-    let need = ty.bytes_for(n as u64).ok_or_else(|| not_whole_blocks(ty, n))?;
+    let need = ty
+        .bytes_for(n as u64)
+        .ok_or_else(|| not_whole_blocks(ty, n))?;
     if src_len as u64 != need {
         return Err(Error::InvalidArgument(format!(
             "{op}: {n} elements of {ty} take {need} bytes, got {src_len}"
@@ -240,7 +245,9 @@ mod tests {
     use super::*;
 
     fn ramp(n: usize) -> Vec<f32> {
-        (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect()
+        (0..n)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect()
     }
 
     #[test]
@@ -298,7 +305,9 @@ mod tests {
             let mut y = vec![0.0; x.len()];
             dequantize(ty, &bytes, &mut y).unwrap();
             for (bx, by) in x.chunks(QK).zip(y.chunks(QK)) {
-                let (lo, hi) = bx.iter().fold((f32::MAX, f32::MIN), |(a, b), v| (a.min(*v), b.max(*v)));
+                let (lo, hi) = bx
+                    .iter()
+                    .fold((f32::MAX, f32::MIN), |(a, b), v| (a.min(*v), b.max(*v)));
                 let amax = lo.abs().max(hi.abs());
                 let step = match ty {
                     GgmlType::F32 => 0.0,
@@ -317,7 +326,10 @@ mod tests {
                 let bound = if clip { step } else { step * 0.5 };
                 for (a, b) in bx.iter().zip(by) {
                     // plus slack for the f16-rounded scale
-                    assert!((a - b).abs() <= bound + amax * 2e-3 + 1e-6, "{ty}: {a} vs {b}");
+                    assert!(
+                        (a - b).abs() <= bound + amax * 2e-3 + 1e-6,
+                        "{ty}: {a} vs {b}"
+                    );
                 }
             }
         }

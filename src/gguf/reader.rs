@@ -449,9 +449,9 @@ impl<'a> Reader<'a> {
         let in_tensor = |e| context(e, &format!("tensor {name:?}"));
         let n_dims = self.u32("the number of dimensions").map_err(in_tensor)?;
         if n_dims as usize > MAX_DIMS {
-            return Err(in_tensor(self.invalid(format!(
-                "{n_dims} dimensions (at most {MAX_DIMS})"
-            ))));
+            return Err(in_tensor(
+                self.invalid(format!("{n_dims} dimensions (at most {MAX_DIMS})")),
+            ));
         }
         let dims = (0..n_dims)
             .map(|_| self.u64("a dimension"))
@@ -462,7 +462,11 @@ impl<'a> Reader<'a> {
         let offset = self.u64("the data offset").map_err(in_tensor)?;
         let n_elements = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
         let n_bytes = n_elements.and_then(|n| ty.bytes_for(n));
-        if n_bytes.is_none() || dims.first().is_some_and(|d0| d0 % ty.block_size() as u64 != 0) {
+        if n_bytes.is_none()
+            || dims
+                .first()
+                .is_some_and(|d0| d0 % ty.block_size() as u64 != 0)
+        {
             return Err(in_tensor(self.invalid(format!(
                 "dims {dims:?} are not a valid {ty} shape (rows of whole {}-element blocks, \
                  size within 2^64)",

@@ -51,8 +51,21 @@ pub fn is_matmul_weight(t: &TensorInfo) -> bool {
 /// where a row is a whole number of blocks. The name list is vla.cpp's quantizer's.
 pub fn is_quantizable(t: &TensorInfo, ty: GgmlType, vision: bool) -> bool {
     const SKIP: &[&str] = &[
-        "token_embd", "output.weight", "patch_embd", "norm", "pos", "embed", "cls", "action", "state",
-        "expert", "aex.", "dit", "adaln", "ada_", "time",
+        "token_embd",
+        "output.weight",
+        "patch_embd",
+        "norm",
+        "pos",
+        "embed",
+        "cls",
+        "action",
+        "state",
+        "expert",
+        "aex.",
+        "dit",
+        "adaln",
+        "ada_",
+        "time",
     ];
     let is_vision = t.name.starts_with("vit.") || t.name.contains("vision");
     is_matmul_weight(t)
@@ -69,9 +82,12 @@ mod tests {
         let mut w = GgufWriter::new();
         w.add_metadata("general.architecture", "test").unwrap();
         let vals: Vec<f32> = (0..64).map(|i| i as f32 * 0.37 - 5.0).collect();
-        w.add_f32("blk.0.attn_q.weight", GgmlType::F32, &[32, 2], &vals).unwrap();
-        w.add_f32("blk.0.attn_norm.weight", GgmlType::F32, &[32, 2], &vals).unwrap();
-        w.add_f32("state_mean", GgmlType::F32, &[64], &vals).unwrap();
+        w.add_f32("blk.0.attn_q.weight", GgmlType::F32, &[32, 2], &vals)
+            .unwrap();
+        w.add_f32("blk.0.attn_norm.weight", GgmlType::F32, &[32, 2], &vals)
+            .unwrap();
+        w.add_f32("state_mean", GgmlType::F32, &[64], &vals)
+            .unwrap();
         GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
     }
 
@@ -79,28 +95,62 @@ mod tests {
     fn retypes_only_selected_tensors() {
         let src = sample();
         let mut seen = 0;
-        let (w, changed) = retype(&src, |t| is_matmul_weight(t).then_some(GgmlType::BF16), |_, _| seen += 1).unwrap();
-        assert_eq!((changed, seen), (vec!["blk.0.attn_q.weight".to_string()], 3));
+        let (w, changed) = retype(
+            &src,
+            |t| is_matmul_weight(t).then_some(GgmlType::BF16),
+            |_, _| seen += 1,
+        )
+        .unwrap();
+        assert_eq!(
+            (changed, seen),
+            (vec!["blk.0.attn_q.weight".to_string()], 3)
+        );
         let out = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
-        assert_eq!(out.tensor_info("blk.0.attn_q.weight").unwrap().ty, GgmlType::BF16);
+        assert_eq!(
+            out.tensor_info("blk.0.attn_q.weight").unwrap().ty,
+            GgmlType::BF16
+        );
         for name in ["blk.0.attn_norm.weight", "state_mean"] {
             assert_eq!(out.tensor_info(name).unwrap().ty, GgmlType::F32);
             assert_eq!(out.dequantize(name).unwrap(), src.dequantize(name).unwrap());
         }
         assert_eq!(out.get_str("general.architecture").unwrap(), "test");
         // bf16 keeps 8 mantissa bits: within 2^-8 relative of the original.
-        let (a, b) = (src.dequantize("blk.0.attn_q.weight").unwrap(), out.dequantize("blk.0.attn_q.weight").unwrap());
-        assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= x.abs() / 256.0));
+        let (a, b) = (
+            src.dequantize("blk.0.attn_q.weight").unwrap(),
+            out.dequantize("blk.0.attn_q.weight").unwrap(),
+        );
+        assert!(a
+            .iter()
+            .zip(&b)
+            .all(|(x, y)| (x - y).abs() <= x.abs() / 256.0));
         assert_ne!(a, b, "bf16 must actually round some of these values");
     }
 
     #[test]
     fn quantization_rule() {
-        let t = |name: &str, d0: u64| TensorInfo { name: name.into(), ty: GgmlType::F32, dims: vec![d0, 8], offset: 0 };
-        let q = |name: &str, d0: u64, vision: bool| is_quantizable(&t(name, d0), GgmlType::Q8_0, vision);
+        let t = |name: &str, d0: u64| TensorInfo {
+            name: name.into(),
+            ty: GgmlType::F32,
+            dims: vec![d0, 8],
+            offset: 0,
+        };
+        let q = |name: &str, d0: u64, vision: bool| {
+            is_quantizable(&t(name, d0), GgmlType::Q8_0, vision)
+        };
         assert!(q("vlm.blk.0.attn_q.weight", 64, false));
-        assert!(!q("vlm.blk.0.attn_q.weight", 48, false), "rows must be whole blocks");
-        for kept in ["token_embd.weight", "vlm.blk.0.attn_norm.weight", "aex.blk.0.ffn_up.weight", "action_in_proj.weight", "state_proj.weight", "action_time_mlp_in.weight"] {
+        assert!(
+            !q("vlm.blk.0.attn_q.weight", 48, false),
+            "rows must be whole blocks"
+        );
+        for kept in [
+            "token_embd.weight",
+            "vlm.blk.0.attn_norm.weight",
+            "aex.blk.0.ffn_up.weight",
+            "action_in_proj.weight",
+            "state_proj.weight",
+            "action_time_mlp_in.weight",
+        ] {
             assert!(!q(kept, 64, true), "{kept}");
         }
         assert!(!q("vit.blk.0.fc1.weight", 64, false));

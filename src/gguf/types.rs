@@ -176,7 +176,10 @@ mod tests {
         }
         for retired in [4, 5, 31, 32, 33, 36, 37, 38, 42, 1000] {
             let err = GgmlType::from_id(retired).unwrap_err();
-            assert_eq!(err.to_string(), format!("unsupported tensor type {retired}"));
+            assert_eq!(
+                err.to_string(),
+                format!("unsupported tensor type {retired}")
+            );
         }
     }
 

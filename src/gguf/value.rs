@@ -180,13 +180,19 @@ impl Value {
     pub fn from_strs<S: AsRef<str>>(items: &[S]) -> Self {
         Value::Array(
             ValueType::String,
-            items.iter().map(|s| Value::String(s.as_ref().to_owned())).collect(),
+            items
+                .iter()
+                .map(|s| Value::String(s.as_ref().to_owned()))
+                .collect(),
         )
     }
 
     /// An array of f32.
     pub fn from_f32s(items: &[f32]) -> Self {
-        Value::Array(ValueType::F32, items.iter().map(|v| Value::F32(*v)).collect())
+        Value::Array(
+            ValueType::F32,
+            items.iter().map(|v| Value::F32(*v)).collect(),
+        )
     }
 
     /// Checks that every array element has the declared element type.

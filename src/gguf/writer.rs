@@ -55,7 +55,9 @@ impl<'a> GgufWriter<'a> {
     pub fn set_metadata(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Result<()> {
         let (key, value) = (key.into(), value.into());
         match self.metadata.iter_mut().find(|(k, _)| *k == key) {
-            Some(_) if key == ALIGNMENT_KEY => Err(Error::InvalidArgument(format!("{ALIGNMENT_KEY} cannot be replaced"))),
+            Some(_) if key == ALIGNMENT_KEY => Err(Error::InvalidArgument(format!(
+                "{ALIGNMENT_KEY} cannot be replaced"
+            ))),
             Some(entry) => {
                 value.check_homogeneous()?;
                 entry.1 = value;
@@ -81,7 +83,9 @@ impl<'a> GgufWriter<'a> {
             )));
         }
         let n: Option<u64> = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-        let row_ok = dims.first().is_none_or(|d0| d0 % ty.block_size() as u64 == 0);
+        let row_ok = dims
+            .first()
+            .is_none_or(|d0| d0 % ty.block_size() as u64 == 0);
         match n.and_then(|n| ty.bytes_for(n)) {
             Some(need) if row_ok && need == data.len() as u64 => {}
             _ => {

@@ -30,7 +30,12 @@ impl<'w> GraphBuilder<'w> {
     }
 
     fn push(&mut self, op: Op, inputs: Vec<NodeId>, shape: Vec<usize>, dtype: GgmlType) -> NodeId {
-        self.nodes.push(Node { op, inputs, shape, dtype });
+        self.nodes.push(Node {
+            op,
+            inputs,
+            shape,
+            dtype,
+        });
         NodeId(self.nodes.len() - 1)
     }
 
@@ -41,7 +46,10 @@ impl<'w> GraphBuilder<'w> {
     fn check_f32(&self, op: &'static str, id: NodeId) -> Result<()> {
         match self.nodes[id.0].dtype {
             GgmlType::F32 => Ok(()),
-            t => Err(err(op, format!("this input must be f32, node {} is {t}", id.0))),
+            t => Err(err(
+                op,
+                format!("this input must be f32, node {} is {t}", id.0),
+            )),
         }
     }
 
@@ -59,7 +67,10 @@ impl<'w> GraphBuilder<'w> {
         self.check_f32("matmul", x)?;
         let (xs, ws) = (self.shape(x), self.shape(w));
         if xs.is_empty() || ws.len() != 2 || xs[xs.len() - 1] != ws[1] {
-            return Err(err("matmul", format!("x {xs:?} @ w^T with w {ws:?}: need x [.., K], w [N, K]")));
+            return Err(err(
+                "matmul",
+                format!("x {xs:?} @ w^T with w {ws:?}: need x [.., K], w [N, K]"),
+            ));
         }
         let mut shape = xs.to_vec();
         *shape.last_mut().expect("non-empty") = ws[0];
@@ -72,7 +83,10 @@ impl<'w> GraphBuilder<'w> {
         let (as_, bs) = (self.shape(a), self.shape(b));
         let (n, k) = if trans_b { (1, 2) } else { (2, 1) };
         if as_.len() != 3 || bs.len() != 3 || as_[0] != bs[0] || as_[2] != bs[k] {
-            return Err(err("bmm", format!("a {as_:?}, b {bs:?} (trans_b {trans_b})")));
+            return Err(err(
+                "bmm",
+                format!("a {as_:?}, b {bs:?} (trans_b {trans_b})"),
+            ));
         }
         let shape = vec![as_[0], as_[1], bs[n]];
         Ok(self.activation(Op::Bmm { trans_b }, vec![a, b], shape))
@@ -120,7 +134,14 @@ impl<'w> GraphBuilder<'w> {
         let d = self.shape(x).last().copied().unwrap_or(0);
         for p in params {
             if self.shape(*p) != [d] {
-                return Err(err(op, format!("parameter {:?} must be [{d}] for x {:?}", self.shape(*p), self.shape(x))));
+                return Err(err(
+                    op,
+                    format!(
+                        "parameter {:?} must be [{d}] for x {:?}",
+                        self.shape(*p),
+                        self.shape(x)
+                    ),
+                ));
             }
         }
         Ok(())
@@ -150,8 +171,18 @@ impl<'w> GraphBuilder<'w> {
             RopeLayout::HeadSeqDim => 1,
         };
         let n_rot = cfg.n_rot.unwrap_or(xs.get(2).copied().unwrap_or(0));
-        if xs.len() != 3 || self.shape(positions) != [xs[seq_axis]] || n_rot % 2 != 0 || n_rot > xs[2] {
-            return Err(err("rope", format!("x {xs:?} with positions {:?}, n_rot {n_rot}", self.shape(positions))));
+        if xs.len() != 3
+            || self.shape(positions) != [xs[seq_axis]]
+            || n_rot % 2 != 0
+            || n_rot > xs[2]
+        {
+            return Err(err(
+                "rope",
+                format!(
+                    "x {xs:?} with positions {:?}, n_rot {n_rot}",
+                    self.shape(positions)
+                ),
+            ));
         }
         Ok(self.unary_with(Op::Rope(cfg), x, &[positions]))
     }
@@ -167,8 +198,13 @@ impl<'w> GraphBuilder<'w> {
         scale: Option<f32>,
     ) -> Result<NodeId> {
         let (qs, ks, vs) = (self.shape(q), self.shape(k), self.shape(v));
-        let ok = qs.len() == 3 && ks.len() == 3 && vs.len() == 3
-            && ks[2] == qs[2] && vs[..2] == ks[..2] && ks[0] > 0 && qs[0] % ks[0] == 0;
+        let ok = qs.len() == 3
+            && ks.len() == 3
+            && vs.len() == 3
+            && ks[2] == qs[2]
+            && vs[..2] == ks[..2]
+            && ks[0] > 0
+            && qs[0] % ks[0] == 0;
         if !ok {
             return Err(err("attention", format!("q {qs:?}, k {ks:?}, v {vs:?}")));
         }
@@ -178,9 +214,17 @@ impl<'w> GraphBuilder<'w> {
         match (mask, allowed) {
             (AttentionMask::Allowed, Some(m)) if self.shape(m) == [qs[1], ks[1]] => inputs.push(m),
             (AttentionMask::Allowed, _) => {
-                return Err(err("attention", format!("an Allowed mask needs an [{}, {}] mask input", qs[1], ks[1])))
+                return Err(err(
+                    "attention",
+                    format!("an Allowed mask needs an [{}, {}] mask input", qs[1], ks[1]),
+                ))
             }
-            (_, Some(_)) => return Err(err("attention", "a mask input needs AttentionMask::Allowed".into())),
+            (_, Some(_)) => {
+                return Err(err(
+                    "attention",
+                    "a mask input needs AttentionMask::Allowed".into(),
+                ))
+            }
             (_, None) => {}
         }
         Ok(self.activation(Op::Attention { mask, scale }, inputs, shape))
@@ -188,15 +232,27 @@ impl<'w> GraphBuilder<'w> {
 
     pub fn patch_embed(&mut self, image: NodeId, w: NodeId, b: NodeId) -> Result<NodeId> {
         let (is, ws, bs) = (self.shape(image), self.shape(w), self.shape(b));
-        if is.len() != 3 || ws.len() != 4 || ws[1] != is[0] || bs != [ws[0]] || ws[2] == 0 || ws[3] == 0 {
-            return Err(err("patch_embed", format!("image {is:?}, w {ws:?}, b {bs:?}")));
+        if is.len() != 3
+            || ws.len() != 4
+            || ws[1] != is[0]
+            || bs != [ws[0]]
+            || ws[2] == 0
+            || ws[3] == 0
+        {
+            return Err(err(
+                "patch_embed",
+                format!("image {is:?}, w {ws:?}, b {bs:?}"),
+            ));
         }
         let shape = vec![(is[1] / ws[2]) * (is[2] / ws[3]), ws[0]];
         Ok(self.activation(Op::PatchEmbed, vec![image, w, b], shape))
     }
 
     pub fn concat(&mut self, xs: &[NodeId], axis: usize) -> Result<NodeId> {
-        let first = xs.first().map(|x| self.shape(*x).to_vec()).unwrap_or_default();
+        let first = xs
+            .first()
+            .map(|x| self.shape(*x).to_vec())
+            .unwrap_or_default();
         if axis >= first.len() {
             return Err(err("concat", format!("axis {axis} for shape {first:?}")));
         }
@@ -205,9 +261,15 @@ impl<'w> GraphBuilder<'w> {
         for x in xs {
             let s = self.shape(*x);
             let same_rest = s.len() == first.len()
-                && s.iter().zip(&first).enumerate().all(|(i, (a, b))| i == axis || a == b);
+                && s.iter()
+                    .zip(&first)
+                    .enumerate()
+                    .all(|(i, (a, b))| i == axis || a == b);
             if !same_rest {
-                return Err(err("concat", format!("{s:?} does not match {first:?} off axis {axis}")));
+                return Err(err(
+                    "concat",
+                    format!("{s:?} does not match {first:?} off axis {axis}"),
+                ));
             }
             shape[axis] += s[axis];
         }
@@ -217,7 +279,10 @@ impl<'w> GraphBuilder<'w> {
     pub fn slice(&mut self, x: NodeId, axis: usize, start: usize, len: usize) -> Result<NodeId> {
         let mut shape = self.shape(x).to_vec();
         if axis >= shape.len() || start.checked_add(len).is_none_or(|end| end > shape[axis]) {
-            return Err(err("slice", format!("axis {axis} [{start}, +{len}) of {shape:?}")));
+            return Err(err(
+                "slice",
+                format!("axis {axis} [{start}, +{len}) of {shape:?}"),
+            ));
         }
         shape[axis] = len;
         Ok(self.activation(Op::Slice { axis, start, len }, vec![x], shape))
@@ -227,7 +292,9 @@ impl<'w> GraphBuilder<'w> {
         let xs = self.shape(x);
         let mut seen = vec![false; xs.len()];
         let valid = perm.len() == xs.len()
-            && perm.iter().all(|&p| p < xs.len() && !std::mem::replace(&mut seen[p], true));
+            && perm
+                .iter()
+                .all(|&p| p < xs.len() && !std::mem::replace(&mut seen[p], true));
         if !valid {
             return Err(err("permute", format!("{perm:?} for shape {xs:?}")));
         }
@@ -257,10 +324,16 @@ impl<'w> GraphBuilder<'w> {
     pub fn build(self, outputs: &[NodeId]) -> Result<Graph> {
         for o in outputs {
             if o.0 >= self.nodes.len() {
-                return Err(Error::InvalidArgument(format!("output node {} does not exist", o.0)));
+                return Err(Error::InvalidArgument(format!(
+                    "output node {} does not exist",
+                    o.0
+                )));
             }
             if self.nodes[o.0].dtype != GgmlType::F32 {
-                return Err(Error::InvalidArgument(format!("output node {} is a non-f32 weight", o.0)));
+                return Err(Error::InvalidArgument(format!(
+                    "output node {} is a non-f32 weight",
+                    o.0
+                )));
             }
         }
         Ok(Graph {

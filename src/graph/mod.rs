@@ -40,7 +40,9 @@ pub enum Op {
     /// `[x [.., M, K], w [N, K]]` -> `x @ w^T`.
     MatMul,
     /// `[a [B, M, K], b [B, N, K]]` (`trans_b`) or `b [B, K, N]` -> `[B, M, N]`.
-    Bmm { trans_b: bool },
+    Bmm {
+        trans_b: bool,
+    },
     /// Broadcasting elementwise ops, `[a, b]`.
     Add,
     Mul,
@@ -51,18 +53,32 @@ pub enum Op {
     /// Over the last dimension.
     Softmax,
     /// `[x, w]`: `x / rms(x) * (w + offset)` over the last dim (offset 1 for Gemma).
-    RmsNorm { eps: f32, offset: f32 },
+    RmsNorm {
+        eps: f32,
+        offset: f32,
+    },
     /// `[x, w, b]` over the last dim.
-    LayerNorm { eps: f32 },
+    LayerNorm {
+        eps: f32,
+    },
     /// `[x, positions [seq]]`.
     Rope(RopeConfig),
     /// `[q [Hq, Sq, D], k [Hkv, Sk, D], v [Hkv, Sk, Dv]]` (+ `allowed [Sq, Sk]`).
-    Attention { mask: AttentionMask, scale: f32 },
+    Attention {
+        mask: AttentionMask,
+        scale: f32,
+    },
     /// `[image [C, H, W], w [O, C, P, P], b [O]]` -> `[patches, O]`.
     PatchEmbed,
     /// All inputs, along `axis`.
-    Concat { axis: usize },
-    Slice { axis: usize, start: usize, len: usize },
+    Concat {
+        axis: usize,
+    },
+    Slice {
+        axis: usize,
+        start: usize,
+        len: usize,
+    },
     Permute(Vec<usize>),
     Reshape(Vec<usize>),
     /// `[table [V, D], ids [n]]` -> `[n, D]`.

@@ -194,7 +194,9 @@ pub fn state_values(obs: &Observation, real: usize, max: usize) -> Result<&[f32]
 /// The tokenizer in the GGUF's `tokenizer.ggml.*` metadata, if any, checked to fit the
 /// model's vocabulary.
 pub fn gguf_tokenizer(file: &GgufFile, vocab_size: usize) -> Result<Option<Tokenizer>> {
-    let tokenizer = Tokenizer::in_gguf(file).then(|| Tokenizer::from_gguf(file)).transpose()?;
+    let tokenizer = Tokenizer::in_gguf(file)
+        .then(|| Tokenizer::from_gguf(file))
+        .transpose()?;
     if let Some(t) = tokenizer.as_ref().filter(|t| t.len() > vocab_size) {
         return Err(Error::InvalidArgument(format!(
             "the tokenizer has {} tokens, more than the model's vocab_size {vocab_size}",
@@ -224,7 +226,10 @@ pub fn image_tokens(
     align: PadAlign,
 ) -> Result<Vec<f32>> {
     if obs.images.len() != n_images {
-        return Err(Error::InvalidArgument(format!("{} images, this model takes {n_images}", obs.images.len())));
+        return Err(Error::InvalidArgument(format!(
+            "{} images, this model takes {n_images}",
+            obs.images.len()
+        )));
     }
     let mut all = Vec::new();
     for img in &obs.images {
@@ -298,7 +303,9 @@ impl Normalizer {
 
     /// The first `dim` columns of each `width`-wide row of `x`, unnormalised.
     pub fn unnormalize_rows(&self, x: &[f32], width: usize, dim: usize) -> Vec<f32> {
-        x.chunks(width).flat_map(|row| (0..dim).map(move |j| self.unnormalize(j, row[j]))).collect()
+        x.chunks(width)
+            .flat_map(|row| (0..dim).map(move |j| self.unnormalize(j, row[j])))
+            .collect()
     }
 
     pub fn unnormalize(&self, i: usize, x: f32) -> f32 {

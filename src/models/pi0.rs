@@ -11,9 +11,7 @@
 //! every layer's rotated keys and values) and `denoise` (one velocity). Masks, positions,
 //! the time embedding, the prompt and the Euler update are computed here on the host.
 
-use super::common::{
-    self, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer,
-};
+use super::common::{self, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer};
 use super::limits::{SharedConfig, MAX_SEQUENCE};
 use super::schema::{Meta, Schema};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
@@ -194,7 +192,9 @@ impl Pi0Config {
                 // Bounded by the shared check, so the sum cannot overflow.
                 let tokens = self.prefix_len() + self.suffix_len();
                 if tokens > MAX_SEQUENCE {
-                    Err(format!("{tokens} tokens (prefix + suffix): more than {MAX_SEQUENCE}"))
+                    Err(format!(
+                        "{tokens} tokens (prefix + suffix): more than {MAX_SEQUENCE}"
+                    ))
                 } else {
                     Ok(())
                 }
@@ -592,13 +592,21 @@ impl Pi0 {
     /// The normalised state, zero-padded to `max_state_dim`.
     pub fn normalised_state(&self, obs: &Observation) -> Result<Vec<f32>> {
         let cfg = &self.cfg;
-        self.state_norm.normalize_state(obs, cfg.state_dim, cfg.max_state_dim)
+        self.state_norm
+            .normalize_state(obs, cfg.state_dim, cfg.max_state_dim)
     }
 
     /// Runs the vision tower on each camera view: `[n_images * n_img_tokens, hidden]`.
     pub fn image_tokens(&mut self, obs: &Observation) -> Result<Vec<f32>> {
         let (n, s) = (self.cfg.n_images, self.cfg.vision.image_size);
-        common::image_tokens(self.graphs.exec(VISION), obs, n, s, PAD_UNIT, PadAlign::Center)
+        common::image_tokens(
+            self.graphs.exec(VISION),
+            obs,
+            n,
+            s,
+            PAD_UNIT,
+            PadAlign::Center,
+        )
     }
 }
 
@@ -724,12 +732,28 @@ pub fn small_config(variant: Variant) -> Pi0Config {
 pub fn full_config(variant: Variant) -> Pi0Config {
     Pi0Config {
         variant,
-        vision: VisionConfig { hidden: 1152, layers: 27, heads: 16, inter: 4304, image_size: 224, patch_size: 14, ln_eps: 1e-6, positions: PatchPositions::Grid },
+        vision: VisionConfig {
+            hidden: 1152,
+            layers: 27,
+            heads: 16,
+            inter: 4304,
+            image_size: 224,
+            patch_size: 14,
+            ln_eps: 1e-6,
+            positions: PatchPositions::Grid,
+        },
         hidden: 2048,
         n_layers: 18,
         lm_inter: 16384,
         vocab_size: 257152,
-        attn: DecoderConfig { q_heads: 8, kv_heads: 1, head_dim: 256, rope_theta: 10000.0, norm_eps: 1e-6, ffn: GatedActivation::GeluTanh },
+        attn: DecoderConfig {
+            q_heads: 8,
+            kv_heads: 1,
+            head_dim: 256,
+            rope_theta: 10000.0,
+            norm_eps: 1e-6,
+            ffn: GatedActivation::GeluTanh,
+        },
         expert_hidden: 1024,
         expert_inter: 4096,
         n_images: 2,

@@ -25,7 +25,9 @@ impl<'f> Meta<'f> {
         usize::try_from(v)
             .ok()
             .filter(|&v| v <= 1 << 24)
-            .ok_or_else(|| Error::InvalidArgument(format!("metadata {key:?} = {v} is out of range")))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("metadata {key:?} = {v} is out of range"))
+            })
     }
 
     pub fn f64(&self, k: &str) -> Result<f64> {
@@ -34,7 +36,9 @@ impl<'f> Meta<'f> {
         if v.is_finite() {
             Ok(v)
         } else {
-            Err(Error::InvalidArgument(format!("metadata {key:?} = {v} is not finite")))
+            Err(Error::InvalidArgument(format!(
+                "metadata {key:?} = {v} is not finite"
+            )))
         }
     }
 
@@ -50,7 +54,11 @@ impl<'f> Meta<'f> {
     pub fn decimal(&self, k: &str) -> Result<f64> {
         let v = self.f64(k)?;
         let f = v as f32;
-        Ok(if f64::from(f) == v { f.to_string().parse().unwrap_or(v) } else { v })
+        Ok(if f64::from(f) == v {
+            f.to_string().parse().unwrap_or(v)
+        } else {
+            v
+        })
     }
 }
 
@@ -67,7 +75,8 @@ impl<'w, 'a> Schema<'w, 'a> {
     }
 
     pub fn u32(&mut self, k: &str, v: usize) -> Result<()> {
-        let v = u32::try_from(v).map_err(|_| Error::InvalidArgument(format!("{k} = {v} does not fit u32")))?;
+        let v = u32::try_from(v)
+            .map_err(|_| Error::InvalidArgument(format!("{k} = {v} does not fit u32")))?;
         self.w.add_metadata(format!("{}.{k}", self.arch), v)
     }
 
@@ -109,7 +118,11 @@ mod tests {
         for x in [0.004f64, 1e-3, 0.1, 3.3333] {
             let f = file_with(crate::gguf::Value::F32(x as f32));
             let m = Meta::new(&f, "test");
-            assert_ne!(m.f64("period").unwrap(), x, "{x} is exact in f32: not a test of the rounding");
+            assert_ne!(
+                m.f64("period").unwrap(),
+                x,
+                "{x} is exact in f32: not a test of the rounding"
+            );
             assert_eq!(m.decimal("period").unwrap(), x);
         }
         // An f64 entry that is not an f32 is taken as written.

@@ -9,9 +9,8 @@
 //! (one velocity evaluation). Masks, positions, the time embedding and the Euler update are
 //! computed here on the host.
 
-use super::common::{
-    self, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer,
-};
+use super::common::{self, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer};
+use super::limits::{SharedConfig, MAX_SEQUENCE};
 use super::schema::{Meta, Schema};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder, NodeId};
@@ -22,7 +21,6 @@ use crate::modules::decoder::{
 };
 use crate::modules::flow::{euler_integrate, sinusoidal_time_embedding};
 use crate::modules::image::PadAlign;
-use super::limits::{SharedConfig, MAX_SEQUENCE};
 use crate::modules::vision::{image_tokens, Connector, PatchPositions, VisionConfig};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::tokenizer::{demo::tiny_byte_level, SpecialTokens, Tokenizer};
@@ -581,13 +579,21 @@ impl SmolVla {
 
     fn normalised_state(&self, obs: &Observation) -> Result<Vec<f32>> {
         let cfg = &self.cfg;
-        self.state_norm.normalize_state(obs, cfg.state_dim, cfg.max_state_dim)
+        self.state_norm
+            .normalize_state(obs, cfg.state_dim, cfg.max_state_dim)
     }
 
     /// Runs the vision tower on each preprocessed camera view: `[n_images * n_img_tokens, hidden]`.
     pub fn image_tokens(&mut self, obs: &Observation) -> Result<Vec<f32>> {
         let (n, s) = (self.cfg.n_images, self.cfg.vision.image_size);
-        common::image_tokens(self.graphs.exec(VISION), obs, n, s, 0.0, PadAlign::BottomRight)
+        common::image_tokens(
+            self.graphs.exec(VISION),
+            obs,
+            n,
+            s,
+            0.0,
+            PadAlign::BottomRight,
+        )
     }
 }
 

@@ -7,7 +7,11 @@ pub fn sinusoidal_time_embedding(t: f64, dim: usize, min_period: f64, max_period
     let half = dim / 2;
     let mut out = vec![0f32; dim];
     for i in 0..half {
-        let fraction = if half > 1 { i as f64 / (half - 1) as f64 } else { 0.0 };
+        let fraction = if half > 1 {
+            i as f64 / (half - 1) as f64
+        } else {
+            0.0
+        };
         let period = min_period * (max_period / min_period).powf(fraction);
         let x = 2.0 * std::f64::consts::PI / period * t;
         out[i] = x.sin() as f32;

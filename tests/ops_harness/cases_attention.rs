@@ -37,42 +37,69 @@ fn row_cases(c: &mut Cases) {
         if rows > 1 {
             v[d..2 * d].fill(ninf);
         }
-        c.add(format!("softmax {shape:?} with -inf"), vec![], vec![("x", t)], NMSE_SOFTMAX, {
-            let shape = shape.clone();
-            move |g| {
-                let x = g.input("x", &shape);
-                Ok(g.softmax(x))
-            }
-        });
-        let t = c.tensor(&[2, 3, d]);
-        c.add(format!("softmax [2, 3, {d}]"), vec![], vec![("x", t)], NMSE_SOFTMAX, move |g| {
-            let x = g.input("x", &[2, 3, d]);
-            Ok(g.softmax(x))
-        });
-
-        for offset in [0.0, 1.0] {
-            let (x, w) = (c.tensor(&shape), c.weight(&[d], GgmlType::F32));
-            c.add(format!("rms_norm {shape:?} offset {offset}"), vec![("w", w)], vec![("x", x)], NMSE_DEFAULT, {
+        c.add(
+            format!("softmax {shape:?} with -inf"),
+            vec![],
+            vec![("x", t)],
+            NMSE_SOFTMAX,
+            {
                 let shape = shape.clone();
                 move |g| {
                     let x = g.input("x", &shape);
-                    let w = g.weight("w")?;
-                    g.rms_norm(x, w, 1e-6, offset)
+                    Ok(g.softmax(x))
                 }
-            });
+            },
+        );
+        let t = c.tensor(&[2, 3, d]);
+        c.add(
+            format!("softmax [2, 3, {d}]"),
+            vec![],
+            vec![("x", t)],
+            NMSE_SOFTMAX,
+            move |g| {
+                let x = g.input("x", &[2, 3, d]);
+                Ok(g.softmax(x))
+            },
+        );
+
+        for offset in [0.0, 1.0] {
+            let (x, w) = (c.tensor(&shape), c.weight(&[d], GgmlType::F32));
+            c.add(
+                format!("rms_norm {shape:?} offset {offset}"),
+                vec![("w", w)],
+                vec![("x", x)],
+                NMSE_DEFAULT,
+                {
+                    let shape = shape.clone();
+                    move |g| {
+                        let x = g.input("x", &shape);
+                        let w = g.weight("w")?;
+                        g.rms_norm(x, w, 1e-6, offset)
+                    }
+                },
+            );
         }
 
         let mut x = c.tensor(&shape);
-        x.as_f32_mut().unwrap().iter_mut().for_each(|v| *v = *v * 4.0 + 3.0);
+        x.as_f32_mut()
+            .unwrap()
+            .iter_mut()
+            .for_each(|v| *v = *v * 4.0 + 3.0);
         let (w, b) = (c.weight(&[d], GgmlType::F32), c.weight(&[d], GgmlType::F32));
-        c.add(format!("layer_norm {shape:?}"), vec![("w", w), ("b", b)], vec![("x", x)], NMSE_DEFAULT, {
-            let shape = shape.clone();
-            move |g| {
-                let x = g.input("x", &shape);
-                let (w, b) = (g.weight("w")?, g.weight("b")?);
-                g.layer_norm(x, w, b, 1e-6)
-            }
-        });
+        c.add(
+            format!("layer_norm {shape:?}"),
+            vec![("w", w), ("b", b)],
+            vec![("x", x)],
+            NMSE_DEFAULT,
+            {
+                let shape = shape.clone();
+                move |g| {
+                    let x = g.input("x", &shape);
+                    let (w, b) = (g.weight("w")?, g.weight("b")?);
+                    g.layer_norm(x, w, b, 1e-6)
+                }
+            },
+        );
     }
 }
 
@@ -96,33 +123,60 @@ fn rope_cases(c: &mut Cases) {
                 };
                 let x = c.tensor(&shape);
                 // integer positions up to max_pos, one fractional
-                let mut pos: Vec<f32> = (0..seq).map(|_| ((c.rng.f32() + 1.0) * 0.5 * max_pos).floor()).collect();
+                let mut pos: Vec<f32> = (0..seq)
+                    .map(|_| ((c.rng.f32() + 1.0) * 0.5 * max_pos).floor())
+                    .collect();
                 pos[0] = 0.0;
                 if seq > 2 {
                     pos[seq - 1] = max_pos - 0.5;
                 }
                 let pos = vla::Tensor::from_f32(vec![seq], pos).unwrap();
-                let cfg = RopeConfig { mode, theta, n_rot, freq_scale, layout };
+                let cfg = RopeConfig {
+                    mode,
+                    theta,
+                    n_rot,
+                    freq_scale,
+                    layout,
+                };
                 let name = format!("rope {mode:?} {layout:?} {shape:?} n_rot {n_rot:?} fs {freq_scale} pos<{max_pos}");
-                c.add(name, vec![], vec![("x", x), ("pos", pos)], NMSE_DEFAULT, move |g| {
-                    let x = g.input("x", &shape);
-                    let p = g.input("pos", &[seq]);
-                    g.rope(x, p, cfg)
-                });
+                c.add(
+                    name,
+                    vec![],
+                    vec![("x", x), ("pos", pos)],
+                    NMSE_DEFAULT,
+                    move |g| {
+                        let x = g.input("x", &shape);
+                        let p = g.input("pos", &[seq]);
+                        g.rope(x, p, cfg)
+                    },
+                );
             }
         }
     }
 }
 
 fn bmm_cases(c: &mut Cases) {
-    for (b, m, n, k) in [(1, 1, 1, 1), (3, 7, 13, 17), (2, 1, 65, 33), (4, 33, 5, 300), (15, 50, 64, 350), (2, 3, 4, 0)] {
+    for (b, m, n, k) in [
+        (1, 1, 1, 1),
+        (3, 7, 13, 17),
+        (2, 1, 65, 33),
+        (4, 33, 5, 300),
+        (15, 50, 64, 350),
+        (2, 3, 4, 0),
+    ] {
         for trans_b in [true, false] {
             let bs = if trans_b { [b, n, k] } else { [b, k, n] };
             let (x, y) = (c.tensor(&[b, m, k]), c.tensor(&bs));
-            c.add(format!("bmm b{b} m{m} n{n} k{k} trans_b {trans_b}"), vec![], vec![("a", x), ("b", y)], NMSE_MATMUL, move |g| {
-                let (x, y) = (g.input("a", &[b, m, k]), g.input("b", &bs));
-                g.bmm(x, y, trans_b)
-            });
+            c.add(
+                format!("bmm b{b} m{m} n{n} k{k} trans_b {trans_b}"),
+                vec![],
+                vec![("a", x), ("b", y)],
+                NMSE_MATMUL,
+                move |g| {
+                    let (x, y) = (g.input("a", &[b, m, k]), g.input("b", &bs));
+                    g.bmm(x, y, trans_b)
+                },
+            );
         }
     }
 }
@@ -144,8 +198,16 @@ const ATTENTION_SHAPES: [(usize, usize, usize, usize, usize, usize); 11] = [
 
 fn attention_cases(c: &mut Cases) {
     for (hq, hkv, sq, sk, d, dv) in ATTENTION_SHAPES {
-        for mask in [AttentionMask::None, AttentionMask::Causal, AttentionMask::Allowed] {
-            let (q, k, v) = (c.tensor(&[hq, sq, d]), c.tensor(&[hkv, sk, d]), c.tensor(&[hkv, sk, dv]));
+        for mask in [
+            AttentionMask::None,
+            AttentionMask::Causal,
+            AttentionMask::Allowed,
+        ] {
+            let (q, k, v) = (
+                c.tensor(&[hq, sq, d]),
+                c.tensor(&[hkv, sk, d]),
+                c.tensor(&[hkv, sk, dv]),
+            );
             let mut inputs = vec![("q", q), ("k", k), ("v", v)];
             if mask == AttentionMask::Allowed {
                 // a prefix-LM block mask, random holes, and a fully masked last row
@@ -154,7 +216,11 @@ fn attention_cases(c: &mut Cases) {
                 for i in 0..sq {
                     for j in 0..sk {
                         let allowed = j < prefix || j <= i + prefix || c.rng.f32() > 0.8;
-                        m[i * sk + j] = if allowed && c.rng.f32() > -0.9 { 1.0 } else { 0.0 };
+                        m[i * sk + j] = if allowed && c.rng.f32() > -0.9 {
+                            1.0
+                        } else {
+                            0.0
+                        };
                     }
                 }
                 if sq > 1 {
@@ -178,12 +244,17 @@ fn attention_cases(c: &mut Cases) {
 /// The attention cases on each GPU backend with the flash kernel forced on, then off.
 #[test]
 fn attention_kernels_forced() {
-    let mut c = Cases { rng: Rng(0x9E3779B97F4A7C15), list: Vec::new() };
+    let mut c = Cases {
+        rng: Rng(0x9E3779B97F4A7C15),
+        list: Vec::new(),
+    };
     attention_cases(&mut c);
     let mut failures = Vec::new();
     for base in gpu_backends().into_iter().filter(|b| !b.int_dot_only) {
         for flash in [true, false] {
-            let b = base.backend.reconfigured(WgpuOptions { flash_attn: Some(flash) });
+            let b = base.backend.reconfigured(WgpuOptions {
+                flash_attn: Some(flash),
+            });
             for case in &c.list {
                 let graph = {
                     let mut g = GraphBuilder::new(&case.weights);
@@ -197,14 +268,25 @@ fn attention_kernels_forced() {
                         let bad = out.iter().filter(|v| !v.is_finite()).count();
                         let e = nmse(&out, &reference);
                         let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
-                        println!("{:<56} flash {flash:<5} nmse {e:9.2e} {}", case.name, if ok { "ok" } else { "FAIL" });
+                        println!(
+                            "{:<56} flash {flash:<5} nmse {e:9.2e} {}",
+                            case.name,
+                            if ok { "ok" } else { "FAIL" }
+                        );
                         if !ok {
-                            failures.push(format!("{} flash {flash}: nmse {e:.3e}, {bad} non-finite", case.name));
+                            failures.push(format!(
+                                "{} flash {flash}: nmse {e:.3e}, {bad} non-finite",
+                                case.name
+                            ));
                         }
                     }
                 }
             }
         }
     }
-    assert!(failures.is_empty(), "attention failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "attention failures:\n{}",
+        failures.join("\n")
+    );
 }

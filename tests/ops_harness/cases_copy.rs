@@ -22,21 +22,27 @@ pub fn add(c: &mut Cases) {
 fn patch_embed(c: &mut Cases) {
     // (C, H, W, O, P, Q, weight dtype)
     for (ch, h, w, o, p, q, ty) in [
-        (3, 32, 32, 8, 16, 16, GgmlType::F32),   // SigLIP-like, small
-        (3, 30, 30, 7, 14, 14, GgmlType::F32),   // remainder dropped, odd O
-        (3, 32, 32, 7, 16, 16, GgmlType::F16),   // f16 weight converted at upload
-        (2, 17, 23, 9, 4, 5, GgmlType::F32),     // non-square kernel, ragged both ways
-        (1, 5, 5, 1, 5, 5, GgmlType::F32),       // one patch, one channel
+        (3, 32, 32, 8, 16, 16, GgmlType::F32),    // SigLIP-like, small
+        (3, 30, 30, 7, 14, 14, GgmlType::F32),    // remainder dropped, odd O
+        (3, 32, 32, 7, 16, 16, GgmlType::F16),    // f16 weight converted at upload
+        (2, 17, 23, 9, 4, 5, GgmlType::F32),      // non-square kernel, ragged both ways
+        (1, 5, 5, 1, 5, 5, GgmlType::F32),        // one patch, one channel
         (3, 224, 224, 64, 14, 14, GgmlType::F32), // realistic image size
     ] {
         let img = c.tensor(&[ch, h, w]);
         let (wt, b) = (c.weight(&[o, ch, p, q], ty), c.tensor(&[o]));
         let name = format!("patch_embed {ty} [{ch}, {h}, {w}] o{o} k{p}x{q}");
-        c.add(name, vec![("w", wt), ("b", b)], vec![("img", img)], NMSE_MATMUL, move |g| {
-            let x = g.input("img", &[ch, h, w]);
-            let (wt, b) = (g.weight("w")?, g.weight("b")?);
-            g.patch_embed(x, wt, b)
-        });
+        c.add(
+            name,
+            vec![("w", wt), ("b", b)],
+            vec![("img", img)],
+            NMSE_MATMUL,
+            move |g| {
+                let x = g.input("img", &[ch, h, w]);
+                let (wt, b) = (g.weight("w")?, g.weight("b")?);
+                g.patch_embed(x, wt, b)
+            },
+        );
     }
 }
 
@@ -51,10 +57,16 @@ fn slices(c: &mut Cases) {
         (vec![4, 6], 1, 3, 0), // empty
     ] {
         let x = c.tensor(&shape);
-        c.add(format!("slice {shape:?} axis {axis} [{start}, +{len})"), vec![], vec![("x", x)], EXACT, move |g| {
-            let x = g.input("x", &shape);
-            g.slice(x, axis, start, len)
-        });
+        c.add(
+            format!("slice {shape:?} axis {axis} [{start}, +{len})"),
+            vec![],
+            vec![("x", x)],
+            EXACT,
+            move |g| {
+                let x = g.input("x", &shape);
+                g.slice(x, axis, start, len)
+            },
+        );
     }
 }
 
@@ -63,19 +75,25 @@ fn permutes(c: &mut Cases) {
         (vec![2, 3], vec![1, 0]),
         (vec![33, 65], vec![1, 0]),
         (vec![2, 3, 4], vec![2, 0, 1]),
-        (vec![2, 3, 4], vec![0, 1, 2]),             // identity
-        (vec![16, 4, 8, 5], vec![1, 0, 2, 3]),      // [S, H, D] heads to the front, batched
+        (vec![2, 3, 4], vec![0, 1, 2]),        // identity
+        (vec![16, 4, 8, 5], vec![1, 0, 2, 3]), // [S, H, D] heads to the front, batched
         (vec![3, 4, 5, 6], vec![0, 2, 1, 3]),
-        (vec![4, 1, 7, 1], vec![3, 2, 0, 1]),       // size-1 dims
+        (vec![4, 1, 7, 1], vec![3, 2, 0, 1]), // size-1 dims
         (vec![2, 3, 4, 5, 6], vec![4, 3, 2, 1, 0]),
         (vec![2, 3, 2, 3, 2, 3], vec![5, 3, 1, 4, 2, 0]),
         (vec![2; 8], vec![7, 6, 5, 4, 3, 2, 1, 0]), // 8 non-mergeable dims: the kernel's max
     ] {
         let x = c.tensor(&shape);
-        c.add(format!("permute {shape:?} {perm:?}"), vec![], vec![("x", x)], EXACT, move |g| {
-            let x = g.input("x", &shape);
-            g.permute(x, &perm)
-        });
+        c.add(
+            format!("permute {shape:?} {perm:?}"),
+            vec![],
+            vec![("x", x)],
+            EXACT,
+            move |g| {
+                let x = g.input("x", &shape);
+                g.permute(x, &perm)
+            },
+        );
     }
 }
 
@@ -83,123 +101,190 @@ fn concats(c: &mut Cases) {
     for (shapes, axis) in [
         (vec![vec![3, 4], vec![5, 4]], 0),
         (vec![vec![3, 4], vec![3, 1], vec![3, 7]], 1),
-        (vec![vec![2, 3, 4], vec![2, 5, 4], vec![2, 1, 4], vec![2, 2, 4]], 1),
+        (
+            vec![vec![2, 3, 4], vec![2, 5, 4], vec![2, 1, 4], vec![2, 2, 4]],
+            1,
+        ),
         (vec![vec![2, 3, 4], vec![2, 3, 3]], 2),
         (vec![vec![6, 2], vec![0, 2], vec![1, 2]], 0), // an empty input
         (vec![vec![1, 2, 3, 2, 2], vec![1, 2, 3, 1, 2]], 3),
         (vec![vec![9]], 0),
     ] {
-        let inputs: Vec<(String, Tensor<'static>)> =
-            shapes.iter().enumerate().map(|(k, s)| (format!("x{k}"), c.tensor(s))).collect();
+        let inputs: Vec<(String, Tensor<'static>)> = shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| (format!("x{k}"), c.tensor(s)))
+            .collect();
         let name = format!("concat {shapes:?} axis {axis}");
         let names: Vec<String> = inputs.iter().map(|(n, _)| n.clone()).collect();
-        let ins = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let ins = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
         c.add(name, vec![], ins, EXACT, move |g| {
-            let xs: Vec<_> = names.iter().zip(&shapes).map(|(n, s)| g.input(n.as_str(), s)).collect();
+            let xs: Vec<_> = names
+                .iter()
+                .zip(&shapes)
+                .map(|(n, s)| g.input(n.as_str(), s))
+                .collect();
             g.concat(&xs, axis)
         });
     }
     // the same node twice (its last use is this node, twice over)
     let x = c.tensor(&[3, 5]);
-    c.add("concat [x, x] axis 1".into(), vec![], vec![("x", x)], EXACT, |g| {
-        let x = g.input("x", &[3, 5]);
-        let y = g.scale(x, 2.0);
-        let z = g.concat(&[y, y], 1)?;
-        let s = g.scale(z, 0.5); // a slot freed twice would be handed out twice
-        let t = g.scale(s, 3.0);
-        g.add(t, z)
-    });
+    c.add(
+        "concat [x, x] axis 1".into(),
+        vec![],
+        vec![("x", x)],
+        EXACT,
+        |g| {
+            let x = g.input("x", &[3, 5]);
+            let y = g.scale(x, 2.0);
+            let z = g.concat(&[y, y], 1)?;
+            let s = g.scale(z, 0.5); // a slot freed twice would be handed out twice
+            let t = g.scale(s, 3.0);
+            g.add(t, z)
+        },
+    );
 }
 
 /// Reshape views and slot reuse around them.
 fn views(c: &mut Cases) {
     // x -> reshape -> permute -> add(x2)
     let (x, x2) = (c.tensor(&[6, 20]), c.tensor(&[4, 6, 5]));
-    c.add("reshape -> permute -> add".into(), vec![], vec![("x", x), ("x2", x2)], EXACT, |g| {
-        let x = g.input("x", &[6, 20]);
-        let r = g.reshape(x, &[6, 4, 5])?;
-        let p = g.permute(r, &[1, 0, 2])?;
-        let x2 = g.input("x2", &[4, 6, 5]);
-        g.add(p, x2)
-    });
+    c.add(
+        "reshape -> permute -> add".into(),
+        vec![],
+        vec![("x", x), ("x2", x2)],
+        EXACT,
+        |g| {
+            let x = g.input("x", &[6, 20]);
+            let r = g.reshape(x, &[6, 4, 5])?;
+            let p = g.permute(r, &[1, 0, 2])?;
+            let x2 = g.input("x2", &[4, 6, 5]);
+            g.add(p, x2)
+        },
+    );
 
     // a view that outlives many reused slots: r is read last, its base x dies early
     let x = c.tensor(&[8, 16]);
-    c.add("reshape view read after its base dies".into(), vec![], vec![("x", x)], EXACT, |g| {
-        let x = g.input("x", &[8, 16]);
-        let r = g.reshape(x, &[16, 8])?;
-        let mut h = g.scale(x, 1.5); // x's last direct use
-        for k in 0..6 {
-            h = g.scale(h, 1.0 + k as f32 * 0.25); // same-size nodes: slot reuse
-        }
-        let h = g.reshape(h, &[16, 8])?;
-        let p = g.permute(r, &[1, 0])?; // reads x's slot through the view
-        let p = g.reshape(p, &[16, 8])?;
-        g.add(p, h)
-    });
+    c.add(
+        "reshape view read after its base dies".into(),
+        vec![],
+        vec![("x", x)],
+        EXACT,
+        |g| {
+            let x = g.input("x", &[8, 16]);
+            let r = g.reshape(x, &[16, 8])?;
+            let mut h = g.scale(x, 1.5); // x's last direct use
+            for k in 0..6 {
+                h = g.scale(h, 1.0 + k as f32 * 0.25); // same-size nodes: slot reuse
+            }
+            let h = g.reshape(h, &[16, 8])?;
+            let p = g.permute(r, &[1, 0])?; // reads x's slot through the view
+            let p = g.reshape(p, &[16, 8])?;
+            g.add(p, h)
+        },
+    );
 
     // reshape of an input that is used elsewhere too, and a reshape of a reshape
     let x = c.tensor(&[2, 3, 4]);
-    c.add("reshape of a shared input, chained".into(), vec![], vec![("x", x)], EXACT, |g| {
-        let x = g.input("x", &[2, 3, 4]);
-        let r = g.reshape(x, &[6, 4])?;
-        let r2 = g.reshape(r, &[24])?;
-        let s = g.slice(r2, 0, 4, 12)?;
-        let s = g.reshape(s, &[3, 4])?;
-        let t = g.slice(x, 0, 1, 1)?; // x read again after its views
-        let t = g.reshape(t, &[3, 4])?;
-        let u = g.mul(s, t)?;
-        let u = g.reshape(u, &[1, 3, 4])?;
-        g.concat(&[x, u], 0)
-    });
+    c.add(
+        "reshape of a shared input, chained".into(),
+        vec![],
+        vec![("x", x)],
+        EXACT,
+        |g| {
+            let x = g.input("x", &[2, 3, 4]);
+            let r = g.reshape(x, &[6, 4])?;
+            let r2 = g.reshape(r, &[24])?;
+            let s = g.slice(r2, 0, 4, 12)?;
+            let s = g.reshape(s, &[3, 4])?;
+            let t = g.slice(x, 0, 1, 1)?; // x read again after its views
+            let t = g.reshape(t, &[3, 4])?;
+            let u = g.mul(s, t)?;
+            let u = g.reshape(u, &[1, 3, 4])?;
+            g.concat(&[x, u], 0)
+        },
+    );
 
     // mul(x, x): both inputs are one node whose last use is here, while a view of it lives
     let x = c.tensor(&[5, 7]);
-    c.add("mul(x, x) with a live view of x".into(), vec![], vec![("x", x)], EXACT, |g| {
-        let x = g.input("x", &[5, 7]);
-        let y = g.scale(x, 2.0);
-        let r = g.reshape(y, &[7, 5])?;
-        let sq = g.mul(y, y)?;
-        let a = g.scale(sq, 0.5); // would land in y's slot if it were freed
-        let b = g.scale(a, 0.5);
-        let b = g.reshape(b, &[7, 5])?;
-        g.add(r, b)
-    });
+    c.add(
+        "mul(x, x) with a live view of x".into(),
+        vec![],
+        vec![("x", x)],
+        EXACT,
+        |g| {
+            let x = g.input("x", &[5, 7]);
+            let y = g.scale(x, 2.0);
+            let r = g.reshape(y, &[7, 5])?;
+            let sq = g.mul(y, y)?;
+            let a = g.scale(sq, 0.5); // would land in y's slot if it were freed
+            let b = g.scale(a, 0.5);
+            let b = g.reshape(b, &[7, 5])?;
+            g.add(r, b)
+        },
+    );
 
     // an input declared after a slot of its size was freed: inputs are written before any
     // dispatch runs, so sharing a slot with an earlier node would clobber the input
     let (a, b) = (c.tensor(&[64]), c.tensor(&[64]));
-    c.add("late input vs freed slot".into(), vec![], vec![("a", a), ("b", b)], EXACT, |g| {
-        let a = g.input("a", &[64]);
-        let t = g.scale(a, 2.0);
-        let u = g.scale(t, 3.0); // t's slot is free after this
-        let b = g.input("b", &[64]);
-        g.add(u, b)
-    });
+    c.add(
+        "late input vs freed slot".into(),
+        vec![],
+        vec![("a", a), ("b", b)],
+        EXACT,
+        |g| {
+            let a = g.input("a", &[64]);
+            let t = g.scale(a, 2.0);
+            let u = g.scale(t, 3.0); // t's slot is free after this
+            let b = g.input("b", &[64]);
+            g.add(u, b)
+        },
+    );
 
     // reshape of an f32 weight (a view of an uploaded buffer, not of a slot)
     let (w, x) = (c.weight(&[6, 4], GgmlType::F32), c.tensor(&[4, 6]));
-    c.add("reshape of an f32 weight".into(), vec![("w", w)], vec![("x", x)], EXACT, |g| {
-        let w = g.weight("w")?;
-        let r = g.reshape(w, &[4, 6])?;
-        let x = g.input("x", &[4, 6]);
-        g.add(r, x)
-    });
+    c.add(
+        "reshape of an f32 weight".into(),
+        vec![("w", w)],
+        vec![("x", x)],
+        EXACT,
+        |g| {
+            let w = g.weight("w")?;
+            let r = g.reshape(w, &[4, 6])?;
+            let x = g.input("x", &[4, 6]);
+            g.add(r, x)
+        },
+    );
 
     // (the builder refuses reshapes of non-f32 weights)
     let w = c.weight(&[3, 5], GgmlType::F32);
-    c.add("reshape of an f32 weight as the output".into(), vec![("w", w)], vec![], EXACT, |g| {
-        let w = g.weight("w")?;
-        g.reshape(w, &[5, 3])
-    });
+    c.add(
+        "reshape of an f32 weight as the output".into(),
+        vec![("w", w)],
+        vec![],
+        EXACT,
+        |g| {
+            let w = g.weight("w")?;
+            g.reshape(w, &[5, 3])
+        },
+    );
 
     // the graph output is a view
     let x = c.tensor(&[3, 8]);
-    c.add("reshape as the output".into(), vec![], vec![("x", x)], EXACT, |g| {
-        let x = g.input("x", &[3, 8]);
-        let p = g.permute(x, &[1, 0])?;
-        g.reshape(p, &[2, 4, 3])
-    });
+    c.add(
+        "reshape as the output".into(),
+        vec![],
+        vec![("x", x)],
+        EXACT,
+        |g| {
+            let x = g.input("x", &[3, 8]);
+            let p = g.permute(x, &[1, 0])?;
+            g.reshape(p, &[2, 4, 3])
+        },
+    );
 }
 
 /// Graphs with several outputs, views among them, against the CPU reference.
@@ -221,14 +306,22 @@ fn views_as_outputs() {
     let w = g.scale(rz, -1.0);
     let rx = g.reshape(xi, &[24]).unwrap(); // a view of an input as an output
     let graph = g.build(&[y, ry, rz, w, rx]).unwrap();
-    let want = CpuBackend.compile(&graph, &weights).unwrap().run(&[("x", &x)]).unwrap();
+    let want = CpuBackend
+        .compile(&graph, &weights)
+        .unwrap()
+        .run(&[("x", &x)])
+        .unwrap();
     for b in &backends {
         let mut exe = b.compile(&graph, &weights).unwrap();
         for _ in 0..2 {
             let got = exe.run(&[("x", &x)]).unwrap();
             for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(g.shape(), w.shape(), "output {k}");
-                assert_eq!(g.to_vec_f32().unwrap(), w.to_vec_f32().unwrap(), "output {k}");
+                assert_eq!(
+                    g.to_vec_f32().unwrap(),
+                    w.to_vec_f32().unwrap(),
+                    "output {k}"
+                );
             }
         }
     }
@@ -237,7 +330,9 @@ fn views_as_outputs() {
 /// A reshape nobody reads must not pin its base's slot for the rest of the graph.
 #[test]
 fn dead_view_releases_its_slot() {
-    let Some(b) = super::gpu_backends().into_iter().next() else { return };
+    let Some(b) = super::gpu_backends().into_iter().next() else {
+        return;
+    };
     let weights = std::collections::HashMap::new();
     let mut g = GraphBuilder::new(&weights);
     let x = g.input("x", &[1000]);
@@ -254,13 +349,18 @@ fn dead_view_releases_its_slot() {
 /// Too many non-mergeable dims is a clear error, not a wrong answer.
 #[test]
 fn permute_deeper_than_the_kernel_is_an_error() {
-    let Some(b) = super::gpu_backends().into_iter().next() else { return };
+    let Some(b) = super::gpu_backends().into_iter().next() else {
+        return;
+    };
     let weights = std::collections::HashMap::new();
     let mut g = GraphBuilder::new(&weights);
     let x = g.input("x", &[2; 9]);
     let p = g.permute(x, &[8, 7, 6, 5, 4, 3, 2, 1, 0]).unwrap();
     let graph = g.build(&[p]).unwrap();
-    let e = b.compile(&graph, &weights).err().expect("a 9-D strided copy is refused");
+    let e = b
+        .compile(&graph, &weights)
+        .err()
+        .expect("a 9-D strided copy is refused");
     let msg = e.to_string();
     assert!(msg.contains("permute") && msg.contains("9-D"), "{msg}");
 }
@@ -268,9 +368,14 @@ fn permute_deeper_than_the_kernel_is_an_error() {
 /// A weight the kernels read in its stored dtype cannot be a computed node or a view.
 #[test]
 fn matmul_of_a_reshaped_weight_is_an_error() {
-    let Some(b) = super::gpu_backends().into_iter().next() else { return };
+    let Some(b) = super::gpu_backends().into_iter().next() else {
+        return;
+    };
     let mut weights = std::collections::HashMap::new();
-    weights.insert("w".to_owned(), Tensor::from_f32(vec![2, 12], vec![0.5; 24]).unwrap());
+    weights.insert(
+        "w".to_owned(),
+        Tensor::from_f32(vec![2, 12], vec![0.5; 24]).unwrap(),
+    );
     let mut g = GraphBuilder::new(&weights);
     let x = g.input("x", &[3, 6]);
     let w = g.weight("w").unwrap();

@@ -12,8 +12,8 @@ use vla::Tensor;
 
 /// Name prefixes of shared-harness cases that ggml answers `NotImplemented` for.
 pub const NOT_IMPLEMENTED: &[&str] = &[
-    "rope ",                    // fractional positions: ggml_rope_ext takes I32 positions
-    "bmm b2 m3 n4 k0",          // zero-size tensors
+    "rope ",           // fractional positions: ggml_rope_ext takes I32 positions
+    "bmm b2 m3 n4 k0", // zero-size tensors
     "slice [4, 6] axis 1 [3, +0)",
     "concat [[6, 2], [0, 2], [1, 2]]",
     "slice [2, 3, 2, 3, 2, 3]", // rank > 4: ggml tensors have 4 dims
@@ -35,34 +35,63 @@ pub const KNOWN_DIVERGENT: &[(&str, &str)] = &[(
 const NMSE_SOFTMAX: f64 = 1e-6;
 
 fn ints(shape: &[usize], v: Vec<usize>) -> Tensor<'static> {
-    Tensor::from_f32(shape.to_vec(), v.into_iter().map(|x| x as f32).collect::<Vec<_>>()).unwrap()
+    Tensor::from_f32(
+        shape.to_vec(),
+        v.into_iter().map(|x| x as f32).collect::<Vec<_>>(),
+    )
+    .unwrap()
 }
 
 fn cases() -> Cases {
-    let mut c = Cases { rng: Rng(0x1234_5678_9ABC_DEF1), list: Vec::new() };
+    let mut c = Cases {
+        rng: Rng(0x1234_5678_9ABC_DEF1),
+        list: Vec::new(),
+    };
 
     for shape in [vec![3, 37], vec![2, 5, 1000], vec![1]] {
         let mut x = c.tensor(&shape);
         x.as_f32_mut().unwrap().iter_mut().for_each(|v| *v *= 10.0);
-        c.add(format!("softmax {shape:?}"), vec![], vec![("x", x)], NMSE_SOFTMAX, move |g| {
-            let x = g.input("x", &shape);
-            Ok(g.softmax(x))
-        });
+        c.add(
+            format!("softmax {shape:?}"),
+            vec![],
+            vec![("x", x)],
+            NMSE_SOFTMAX,
+            move |g| {
+                let x = g.input("x", &shape);
+                Ok(g.softmax(x))
+            },
+        );
     }
 
-    for (ty, offset) in [(GgmlType::F32, 0.0), (GgmlType::F32, 1.0), (GgmlType::F16, 0.0)] {
+    for (ty, offset) in [
+        (GgmlType::F32, 0.0),
+        (GgmlType::F32, 1.0),
+        (GgmlType::F16, 0.0),
+    ] {
         let (x, w) = (c.tensor(&[4, 3, 64]), c.weight(&[64], ty));
-        c.add(format!("rms_norm {ty} offset {offset}"), vec![("w", w)], vec![("x", x)], NMSE_DEFAULT, move |g| {
-            let x = g.input("x", &[4, 3, 64]);
-            let w = g.weight("w")?;
-            g.rms_norm(x, w, 1e-6, offset)
-        });
+        c.add(
+            format!("rms_norm {ty} offset {offset}"),
+            vec![("w", w)],
+            vec![("x", x)],
+            NMSE_DEFAULT,
+            move |g| {
+                let x = g.input("x", &[4, 3, 64]);
+                let w = g.weight("w")?;
+                g.rms_norm(x, w, 1e-6, offset)
+            },
+        );
         let (x, w, b) = (c.tensor(&[5, 96]), c.weight(&[96], ty), c.weight(&[96], ty));
-        c.add(format!("layer_norm {ty} offset {offset}"), vec![("w", w), ("b", b)], vec![("x", x)], NMSE_DEFAULT, |g| {
-            let x = g.input("x", &[5, 96]);
-            let (w, b) = (g.weight("w")?, g.weight("b")?);
-            g.layer_norm(x, w, b, 1e-5)
-        });
+        c.add(
+            format!("layer_norm {ty} offset {offset}"),
+            vec![("w", w), ("b", b)],
+            vec![("x", x)],
+            NMSE_DEFAULT,
+            |g| {
+                let x = g.input("x", &[5, 96]);
+                let (w, b) = (g.weight("w")?, g.weight("b")?);
+                g.layer_norm(x, w, b, 1e-5)
+            },
+        );
     }
 
     for mode in [RopeMode::Normal, RopeMode::Neox] {
@@ -78,25 +107,49 @@ fn cases() -> Cases {
                 let mut cfg = RopeConfig::new(mode, 10000.0);
                 cfg.layout = layout;
                 cfg.n_rot = n_rot;
-                c.add(format!("rope {mode:?} {layout:?} n_rot {n_rot:?}"), vec![], vec![("x", x), ("pos", pos)], NMSE_DEFAULT, move |g| {
-                    let x = g.input("x", &shape);
-                    let p = g.input("pos", &[s]);
-                    g.rope(x, p, cfg)
-                });
+                c.add(
+                    format!("rope {mode:?} {layout:?} n_rot {n_rot:?}"),
+                    vec![],
+                    vec![("x", x), ("pos", pos)],
+                    NMSE_DEFAULT,
+                    move |g| {
+                        let x = g.input("x", &shape);
+                        let p = g.input("pos", &[s]);
+                        g.rope(x, p, cfg)
+                    },
+                );
             }
         }
     }
 
-    for (hq, hkv, sq, sk, d, dv) in [(4, 2, 5, 9, 32, 16), (2, 2, 9, 4, 16, 16), (8, 1, 1, 33, 64, 64)] {
-        for mask in [AttentionMask::None, AttentionMask::Causal, AttentionMask::Allowed] {
-            let (q, k, v) = (c.tensor(&[hq, sq, d]), c.tensor(&[hkv, sk, d]), c.tensor(&[hkv, sk, dv]));
+    for (hq, hkv, sq, sk, d, dv) in [
+        (4, 2, 5, 9, 32, 16),
+        (2, 2, 9, 4, 16, 16),
+        (8, 1, 1, 33, 64, 64),
+    ] {
+        for mask in [
+            AttentionMask::None,
+            AttentionMask::Causal,
+            AttentionMask::Allowed,
+        ] {
+            let (q, k, v) = (
+                c.tensor(&[hq, sq, d]),
+                c.tensor(&[hkv, sk, d]),
+                c.tensor(&[hkv, sk, dv]),
+            );
             let mut inputs = vec![("q", q), ("k", k), ("v", v)];
             if mask == AttentionMask::Allowed {
                 // A prefix-LM style mask with one fully masked row and a non-0/1 "allowed" value.
                 let m: Vec<f32> = (0..sq * sk)
                     .map(|i| {
                         let (r, j) = (i / sk, i % sk);
-                        if r == 1 { 0.0 } else if j < 2 || j <= r { 2.0 } else { 0.0 }
+                        if r == 1 {
+                            0.0
+                        } else if j < 2 || j <= r {
+                            2.0
+                        } else {
+                            0.0
+                        }
                     })
                     .collect();
                 inputs.push(("m", Tensor::from_f32(vec![sq, sk], m).unwrap()));
@@ -113,60 +166,120 @@ fn cases() -> Cases {
     }
 
     for (ty, img) in [(GgmlType::F32, [3, 32, 32]), (GgmlType::F16, [3, 35, 49])] {
-        let (x, w, b) = (c.tensor(&img), c.weight(&[8, 3, 16, 16], ty), c.weight(&[8], GgmlType::F32));
-        c.add(format!("patch_embed {ty} {img:?}"), vec![("w", w), ("b", b)], vec![("x", x)], NMSE_MATMUL, move |g| {
-            let x = g.input("x", &img);
-            let (w, b) = (g.weight("w")?, g.weight("b")?);
-            g.patch_embed(x, w, b)
-        });
+        let (x, w, b) = (
+            c.tensor(&img),
+            c.weight(&[8, 3, 16, 16], ty),
+            c.weight(&[8], GgmlType::F32),
+        );
+        c.add(
+            format!("patch_embed {ty} {img:?}"),
+            vec![("w", w), ("b", b)],
+            vec![("x", x)],
+            NMSE_MATMUL,
+            move |g| {
+                let x = g.input("x", &img);
+                let (w, b) = (g.weight("w")?, g.weight("b")?);
+                g.patch_embed(x, w, b)
+            },
+        );
     }
 
     for axis in 0..3 {
         let mut shapes = vec![[2, 3, 4]; 3];
-        shapes.iter_mut().enumerate().for_each(|(i, s)| s[axis] = i + 1);
-        let inputs: Vec<_> = ["a", "b", "c"].into_iter().zip(shapes.iter().map(|s| c.tensor(s))).collect();
-        c.add(format!("concat axis {axis}"), vec![], inputs, NMSE_DEFAULT, move |g| {
-            let xs: Vec<_> = ["a", "b", "c"].iter().zip(&shapes).map(|(n, s)| g.input(*n, s)).collect();
-            g.concat(&xs, axis)
-        });
+        shapes
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, s)| s[axis] = i + 1);
+        let inputs: Vec<_> = ["a", "b", "c"]
+            .into_iter()
+            .zip(shapes.iter().map(|s| c.tensor(s)))
+            .collect();
+        c.add(
+            format!("concat axis {axis}"),
+            vec![],
+            inputs,
+            NMSE_DEFAULT,
+            move |g| {
+                let xs: Vec<_> = ["a", "b", "c"]
+                    .iter()
+                    .zip(&shapes)
+                    .map(|(n, s)| g.input(*n, s))
+                    .collect();
+                g.concat(&xs, axis)
+            },
+        );
         let x = c.tensor(&[4, 10, 6]);
-        c.add(format!("slice axis {axis}"), vec![], vec![("x", x)], NMSE_DEFAULT, move |g| {
-            let x = g.input("x", &[4, 10, 6]);
-            g.slice(x, axis, 1, 2)
-        });
+        c.add(
+            format!("slice axis {axis}"),
+            vec![],
+            vec![("x", x)],
+            NMSE_DEFAULT,
+            move |g| {
+                let x = g.input("x", &[4, 10, 6]);
+                g.slice(x, axis, 1, 2)
+            },
+        );
     }
 
-    for (shape, perm) in [(vec![2, 3, 4], vec![2, 0, 1]), (vec![2, 3, 4, 5], vec![0, 2, 1, 3]), (vec![5, 7], vec![1, 0])] {
+    for (shape, perm) in [
+        (vec![2, 3, 4], vec![2, 0, 1]),
+        (vec![2, 3, 4, 5], vec![0, 2, 1, 3]),
+        (vec![5, 7], vec![1, 0]),
+    ] {
         let x = c.tensor(&shape);
-        c.add(format!("permute {shape:?} {perm:?}"), vec![], vec![("x", x)], NMSE_DEFAULT, move |g| {
-            let x = g.input("x", &shape);
-            g.permute(x, &perm)
-        });
+        c.add(
+            format!("permute {shape:?} {perm:?}"),
+            vec![],
+            vec![("x", x)],
+            NMSE_DEFAULT,
+            move |g| {
+                let x = g.input("x", &shape);
+                g.permute(x, &perm)
+            },
+        );
     }
 
     let x = c.tensor(&[6, 4]);
-    c.add("reshape [6, 4] -> [2, 3, 4] (output is a view)".into(), vec![], vec![("x", x)], NMSE_DEFAULT, |g| {
-        let x = g.input("x", &[6, 4]);
-        g.reshape(x, &[2, 3, 4])
-    });
+    c.add(
+        "reshape [6, 4] -> [2, 3, 4] (output is a view)".into(),
+        vec![],
+        vec![("x", x)],
+        NMSE_DEFAULT,
+        |g| {
+            let x = g.input("x", &[6, 4]);
+            g.reshape(x, &[2, 3, 4])
+        },
+    );
 
     for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_1] {
         let t = c.weight(&[50, 64], ty);
         let ids = ints(&[6], vec![3, 0, 49, 3, 17, 8]);
-        c.add(format!("embedding {ty}"), vec![("t", t)], vec![("ids", ids)], NMSE_DEFAULT, |g| {
-            let t = g.weight("t")?;
-            let ids = g.input("ids", &[6]);
-            g.embedding(t, ids)
-        });
+        c.add(
+            format!("embedding {ty}"),
+            vec![("t", t)],
+            vec![("ids", ids)],
+            NMSE_DEFAULT,
+            |g| {
+                let t = g.weight("t")?;
+                let ids = g.input("ids", &[6]);
+                g.embedding(t, ids)
+            },
+        );
     }
 
     for trans_b in [true, false] {
         let b_shape = if trans_b { [3, 9, 20] } else { [3, 20, 9] };
         let (a, b) = (c.tensor(&[3, 5, 20]), c.tensor(&b_shape));
-        c.add(format!("bmm trans_b {trans_b}"), vec![], vec![("a", a), ("b", b)], NMSE_MATMUL, move |g| {
-            let (a, b) = (g.input("a", &[3, 5, 20]), g.input("b", &b_shape));
-            g.bmm(a, b, trans_b)
-        });
+        c.add(
+            format!("bmm trans_b {trans_b}"),
+            vec![],
+            vec![("a", a), ("b", b)],
+            NMSE_MATMUL,
+            move |g| {
+                let (a, b) = (g.input("a", &[3, 5, 20]), g.input("b", &b_shape));
+                g.bmm(a, b, trans_b)
+            },
+        );
     }
 
     // A small block: norm -> quantized projections -> rope -> attention -> gelu MLP.
@@ -180,27 +293,44 @@ fn cases() -> Cases {
     ];
     let x = c.tensor(&[s, h * d]);
     let pos = ints(&[s], (0..s).collect());
-    c.add("block (norm, quantized proj, rope, attention, mlp)".into(), weights, vec![("x", x), ("pos", pos)], NMSE_MATMUL, move |g| {
-        let x = g.input("x", &[s, h * d]);
-        let p = g.input("pos", &[s]);
-        let n = g.weight("n")?;
-        let xn = g.rms_norm(x, n, 1e-6, 0.0)?;
-        let mut heads = Vec::new();
-        for (i, w) in ["wq", "wk", "wv"].into_iter().enumerate() {
-            let w = g.weight(w)?;
-            let y = g.matmul(xn, w)?;
-            let y = g.reshape(y, &[s, h, d])?;
-            let y = if i < 2 { g.rope(y, p, RopeConfig::new(RopeMode::Neox, 10000.0))? } else { y };
-            heads.push(g.permute(y, &[1, 0, 2])?);
-        }
-        let a = g.attention(heads[0], heads[1], heads[2], AttentionMask::Causal, None, None)?;
-        let a = g.permute(a, &[1, 0, 2])?;
-        let a = g.reshape(a, &[s, h * d])?;
-        let a = g.add(a, x)?;
-        let up = g.weight("up")?;
-        let u = g.matmul(a, up)?;
-        Ok(g.gelu_tanh(u))
-    });
+    c.add(
+        "block (norm, quantized proj, rope, attention, mlp)".into(),
+        weights,
+        vec![("x", x), ("pos", pos)],
+        NMSE_MATMUL,
+        move |g| {
+            let x = g.input("x", &[s, h * d]);
+            let p = g.input("pos", &[s]);
+            let n = g.weight("n")?;
+            let xn = g.rms_norm(x, n, 1e-6, 0.0)?;
+            let mut heads = Vec::new();
+            for (i, w) in ["wq", "wk", "wv"].into_iter().enumerate() {
+                let w = g.weight(w)?;
+                let y = g.matmul(xn, w)?;
+                let y = g.reshape(y, &[s, h, d])?;
+                let y = if i < 2 {
+                    g.rope(y, p, RopeConfig::new(RopeMode::Neox, 10000.0))?
+                } else {
+                    y
+                };
+                heads.push(g.permute(y, &[1, 0, 2])?);
+            }
+            let a = g.attention(
+                heads[0],
+                heads[1],
+                heads[2],
+                AttentionMask::Causal,
+                None,
+                None,
+            )?;
+            let a = g.permute(a, &[1, 0, 2])?;
+            let a = g.reshape(a, &[s, h * d])?;
+            let a = g.add(a, x)?;
+            let up = g.weight("up")?;
+            let u = g.matmul(a, up)?;
+            Ok(g.gelu_tanh(u))
+        },
+    );
     c
 }
 
@@ -218,7 +348,8 @@ fn ggml_ops_vs_cpu() {
             let out = (case.build)(&mut g).unwrap_or_else(|e| panic!("{}: {e}", case.name));
             g.build(&[out]).unwrap()
         };
-        let reference = run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
+        let reference =
+            run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
         for (label, backend) in &backends {
             match run(backend.as_ref(), &graph, case) {
                 Err(e) => failures.push(format!("{} on {label}: {e}", case.name)),
@@ -226,15 +357,27 @@ fn ggml_ops_vs_cpu() {
                     let bad = out.iter().filter(|v| !v.is_finite()).count();
                     let e = nmse(&out, &reference);
                     let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
-                    println!("{:<52} {label:<12} nmse {e:9.2e} (max {:.0e}) {}", case.name, case.max_nmse, if ok { "ok" } else { "FAIL" });
+                    println!(
+                        "{:<52} {label:<12} nmse {e:9.2e} (max {:.0e}) {}",
+                        case.name,
+                        case.max_nmse,
+                        if ok { "ok" } else { "FAIL" }
+                    );
                     if !ok {
-                        failures.push(format!("{} on {label}: nmse {e:.3e} > {:.0e}, {bad} non-finite", case.name, case.max_nmse));
+                        failures.push(format!(
+                            "{} on {label}: nmse {e:.3e} > {:.0e}, {bad} non-finite",
+                            case.name, case.max_nmse
+                        ));
                     }
                 }
             }
         }
     }
-    assert!(failures.is_empty(), "ggml failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "ggml failures:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -246,7 +389,9 @@ fn ggml_rejects_what_it_cannot_map() {
         let out = build(&mut g);
         let graph = g.build(&[out]).unwrap();
         match vla::backend::Backend::compile(&backend, &graph, &w) {
-            Err(vla::Error::NotImplemented { backend: "ggml", .. }) => {}
+            Err(vla::Error::NotImplemented {
+                backend: "ggml", ..
+            }) => {}
             Err(e) => panic!("expected NotImplemented, got {e}"),
             Ok(_) => panic!("expected NotImplemented, compiled"),
         }
@@ -264,7 +409,10 @@ fn ggml_rejects_what_it_cannot_map() {
 
     // Bad run-time values are errors, not ggml aborts.
     let mut wt = std::collections::HashMap::new();
-    wt.insert("t".to_string(), Tensor::from_f32(vec![4, 8], vec![0.0; 32]).unwrap());
+    wt.insert(
+        "t".to_string(),
+        Tensor::from_f32(vec![4, 8], vec![0.0; 32]).unwrap(),
+    );
     let graph = {
         let mut g = GraphBuilder::new(&wt);
         let t = g.weight("t").unwrap();

@@ -7,7 +7,13 @@ use vla::gguf::{quant, GgmlType};
 use vla::graph::GraphBuilder;
 use vla::Tensor;
 
-const QUANT: [GgmlType; 5] = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1];
+const QUANT: [GgmlType; 5] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+];
 const FLOAT: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 
 fn matmul_case(c: &mut Cases, ty: GgmlType, xs: Vec<usize>, n: usize) {
@@ -19,7 +25,10 @@ fn matmul_case(c: &mut Cases, ty: GgmlType, xs: Vec<usize>, n: usize) {
         // activations' rounding (~1/254 of amax per element) is amplified without bound when
         // random signs cancel (the kernel matches an int8-activation emulation to 1e-5
         // relative). Non-negative x and w keep this case meaningful at the matmul bound.
-        x.as_f32_mut().unwrap().iter_mut().for_each(|v| *v = v.abs());
+        x.as_f32_mut()
+            .unwrap()
+            .iter_mut()
+            .for_each(|v| *v = v.abs());
         let wv: Vec<f32> = c.rng.vec(n * k).iter().map(|v| v.abs()).collect();
         w = Tensor::from_bytes(vec![n, k], ty, quant::quantize(ty, &wv).unwrap()).unwrap();
         name.push_str(" (x, w >= 0)");
@@ -40,14 +49,25 @@ fn ids(v: usize, n: usize, c: &mut Cases) -> Tensor<'static> {
     // first and last rows, repeats, the rest pseudo-random
     let mut ids = vec![0.0, (v - 1) as f32, 0.0];
     while ids.len() < n {
-        ids.push(((c.rng.f32() + 1.0) * 0.5 * v as f32).floor().min((v - 1) as f32));
+        ids.push(
+            ((c.rng.f32() + 1.0) * 0.5 * v as f32)
+                .floor()
+                .min((v - 1) as f32),
+        );
     }
     Tensor::from_f32(vec![n], ids).unwrap()
 }
 
 pub fn add(c: &mut Cases) {
     for ty in QUANT {
-        for (m, n, k) in [(1, 1, 32), (1, 67, 96), (5, 13, 64), (16, 33, 160), (17, 65, 96), (33, 40, 320)] {
+        for (m, n, k) in [
+            (1, 1, 32),
+            (1, 67, 96),
+            (5, 13, 64),
+            (16, 33, 160),
+            (17, 65, 96),
+            (33, 40, 320),
+        ] {
             matmul_case(c, ty, vec![m, k], n);
         }
         matmul_case(c, ty, vec![2, 3, 64], 9);
@@ -57,21 +77,37 @@ pub fn add(c: &mut Cases) {
     matmul_case(c, GgmlType::Q4_0, vec![2, 32], 70_000);
     // matvec with float weights: odd K, M up to 16
     for ty in FLOAT {
-        for (m, n, k) in [(1, 70, 33), (2, 5, 1), (4, 9, 255), (16, 40, 161), (9, 3, 1001)] {
+        for (m, n, k) in [
+            (1, 70, 33),
+            (2, 5, 1),
+            (4, 9, 255),
+            (16, 40, 161),
+            (9, 3, 1001),
+        ] {
             matmul_case(c, ty, vec![m, k], n);
         }
     }
 
     for ty in FLOAT.into_iter().chain(QUANT) {
-        let dims: &[usize] = if ty.is_quantized() { &[32, 96] } else { &[1, 13, 64] };
+        let dims: &[usize] = if ty.is_quantized() {
+            &[32, 96]
+        } else {
+            &[1, 13, 64]
+        };
         for &d in dims {
             let v = 37;
             let (table, ids) = (c.weight(&[v, d], ty), ids(v, 11, c));
-            c.add(format!("embedding {ty} v{v} d{d}"), vec![("t", table)], vec![("ids", ids)], NMSE_DEFAULT, move |g| {
-                let t = g.weight("t")?;
-                let i = g.input("ids", &[11]);
-                g.embedding(t, i)
-            });
+            c.add(
+                format!("embedding {ty} v{v} d{d}"),
+                vec![("t", table)],
+                vec![("ids", ids)],
+                NMSE_DEFAULT,
+                move |g| {
+                    let t = g.weight("t")?;
+                    let i = g.input("ids", &[11]);
+                    g.embedding(t, i)
+                },
+            );
         }
     }
 }
@@ -80,13 +116,22 @@ pub fn add(c: &mut Cases) {
 /// out of bounds.
 #[test]
 fn embedding_bad_ids_give_zero_rows() {
-    let mut c = Cases { rng: super::Rng(7), list: Vec::new() };
+    let mut c = Cases {
+        rng: super::Rng(7),
+        list: Vec::new(),
+    };
     for ty in [GgmlType::F16, GgmlType::Q4_1] {
         let (v, d) = (5, 32);
         let table = c.weight(&[v, d], ty);
         let mut full = Vec::new();
-        table.view().to_vec_f32().unwrap().chunks(d).for_each(|r| full.push(r.to_vec()));
-        let weights: std::collections::HashMap<String, Tensor<'static>> = [("t".to_owned(), table)].into();
+        table
+            .view()
+            .to_vec_f32()
+            .unwrap()
+            .chunks(d)
+            .for_each(|r| full.push(r.to_vec()));
+        let weights: std::collections::HashMap<String, Tensor<'static>> =
+            [("t".to_owned(), table)].into();
         let ids_v = [4.0, -1.0, 5.0, 1e9, 2.5, f32::NAN, 0.0];
         let n = ids_v.len();
         // The gather's output reuses the slot of `junk` (freed after `scale`), so rows it
@@ -104,7 +149,12 @@ fn embedding_bad_ids_give_zero_rows() {
         let junk = Tensor::from_f32(vec![n, d], vec![7.0; n * d]).unwrap();
         for b in gpu_backends().iter().filter(|b| !b.int_dot_only) {
             let mut exe = b.backend.compile(&graph, &weights).unwrap();
-            let out = exe.run(&[("ids", &ids), ("junk", &junk)]).unwrap().remove(0).to_vec_f32().unwrap();
+            let out = exe
+                .run(&[("ids", &ids), ("junk", &junk)])
+                .unwrap()
+                .remove(0)
+                .to_vec_f32()
+                .unwrap();
             let rows: Vec<&[f32]> = out.chunks(d).collect();
             assert_eq!(rows[0], &full[4][..], "{ty}");
             assert_eq!(rows[6], &full[0][..], "{ty}");
@@ -114,4 +164,3 @@ fn embedding_bad_ids_give_zero_rows() {
         }
     }
 }
-

@@ -84,7 +84,10 @@ impl Cases {
     ) {
         self.list.push(Case {
             name,
-            weights: weights.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            weights: weights
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
             inputs: inputs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
             build: Box::new(build),
             max_nmse,
@@ -112,7 +115,10 @@ pub const NMSE_DEFAULT: f64 = 1e-7;
 pub const NMSE_MATMUL: f64 = 5e-4;
 
 fn all_cases() -> Vec<Case> {
-    let mut c = Cases { rng: Rng(0x2545F4914F6CDD1D), list: Vec::new() };
+    let mut c = Cases {
+        rng: Rng(0x2545F4914F6CDD1D),
+        list: Vec::new(),
+    };
     cases_basic::add(&mut c);
     cases_basic::add_planner(&mut c);
     cases_attention::add(&mut c);
@@ -127,7 +133,11 @@ fn nmse(out: &[f32], reference: &[f32]) -> f64 {
         err += (f64::from(*a) - f64::from(*b)).powi(2);
         norm += f64::from(*b).powi(2);
     }
-    if norm == 0.0 { err } else { err / norm }
+    if norm == 0.0 {
+        err
+    } else {
+        err / norm
+    }
 }
 
 /// A backend under test; `int_dot_only` ones (int dot switched off) run only the cases
@@ -161,15 +171,33 @@ pub fn gpu_backends() -> Vec<TestBackend> {
         match WgpuBackend::new(api) {
             Ok(b) => {
                 let int_dot = b.caps().int_dot;
-                out.push(TestBackend { label: b.adapter_info().name.clone(), backend: b, int_dot_only: false });
+                out.push(TestBackend {
+                    label: b.adapter_info().name.clone(),
+                    backend: b,
+                    int_dot_only: false,
+                });
                 if int_dot {
-                    let b = WgpuBackend::with_caps(api, Caps { int_dot: false, ..Caps::ALL })
-                        .unwrap_or_else(|e| panic!("{name} without int dot: {e}"));
-                    out.push(TestBackend { label: format!("{} (no int dot)", b.adapter_info().name), backend: b, int_dot_only: true });
+                    let b = WgpuBackend::with_caps(
+                        api,
+                        Caps {
+                            int_dot: false,
+                            ..Caps::ALL
+                        },
+                    )
+                    .unwrap_or_else(|e| panic!("{name} without int dot: {e}"));
+                    out.push(TestBackend {
+                        label: format!("{} (no int dot)", b.adapter_info().name),
+                        backend: b,
+                        int_dot_only: true,
+                    });
                 }
             }
-            Err(e) if allow_none => eprintln!("WARNING: VLA_ALLOW_NO_GPU=1: {e}: GPU ops NOT TESTED"),
-            Err(e) => panic!("{e}\n(scripts/test.sh installs lavapipe; VLA_ALLOW_NO_GPU=1 skips loudly)"),
+            Err(e) if allow_none => {
+                eprintln!("WARNING: VLA_ALLOW_NO_GPU=1: {e}: GPU ops NOT TESTED")
+            }
+            Err(e) => {
+                panic!("{e}\n(scripts/test.sh installs lavapipe; VLA_ALLOW_NO_GPU=1 skips loudly)")
+            }
         }
     }
     out
@@ -186,10 +214,22 @@ struct Harnessed {
 fn backends() -> Vec<Harnessed> {
     let mut out: Vec<Harnessed> = gpu_backends()
         .into_iter()
-        .map(|b| Harnessed { label: b.label, int_dot_only: b.int_dot_only, backend: Box::new(b.backend) })
+        .map(|b| Harnessed {
+            label: b.label,
+            int_dot_only: b.int_dot_only,
+            backend: Box::new(b.backend),
+        })
         .collect();
     #[cfg(feature = "ggml")]
-    out.extend(ggml_backends().into_iter().map(|(label, backend)| Harnessed { label, backend, int_dot_only: false }));
+    out.extend(
+        ggml_backends()
+            .into_iter()
+            .map(|(label, backend)| Harnessed {
+                label,
+                backend,
+                int_dot_only: false,
+            }),
+    );
     out
 }
 
@@ -200,7 +240,8 @@ pub fn ggml_backends() -> Vec<(String, Box<dyn Backend>)> {
     support::ggml_backend_names()
         .into_iter()
         .map(|name| {
-            let b = vla::backend::open(&name).unwrap_or_else(|e| panic!("VLA_TEST_GGML_DEVICES: {e}"));
+            let b =
+                vla::backend::open(&name).unwrap_or_else(|e| panic!("VLA_TEST_GGML_DEVICES: {e}"));
             (name, b)
         })
         .collect()
@@ -210,7 +251,10 @@ pub fn ggml_backends() -> Vec<(String, Box<dyn Backend>)> {
 fn known_divergence(label: &str, case: &str) -> Option<&'static str> {
     #[cfg(feature = "ggml")]
     if label.starts_with("ggml") {
-        return cases_ggml::KNOWN_DIVERGENT.iter().find(|(p, _)| case.contains(p)).map(|(_, why)| *why);
+        return cases_ggml::KNOWN_DIVERGENT
+            .iter()
+            .find(|(p, _)| case.contains(p))
+            .map(|(_, why)| *why);
     }
     let _ = (label, case);
     None
@@ -221,7 +265,9 @@ fn may_skip(label: &str, err: &vla::Error, case: &str) -> bool {
     #[cfg(feature = "ggml")]
     if label.starts_with("ggml") {
         if let vla::Error::NotImplemented { .. } = err {
-            return cases_ggml::NOT_IMPLEMENTED.iter().any(|p| case.starts_with(p));
+            return cases_ggml::NOT_IMPLEMENTED
+                .iter()
+                .any(|p| case.starts_with(p));
         }
     }
     let _ = (label, err, case);
@@ -238,7 +284,11 @@ fn run(backend: &dyn Backend, graph: &Graph, case: &Case) -> vla::Result<Vec<f32
 fn op_harness() {
     let backends = backends();
     for b in &backends {
-        println!("op harness on {}{}", b.backend.description(), if b.int_dot_only { " (int dot off)" } else { "" });
+        println!(
+            "op harness on {}{}",
+            b.backend.description(),
+            if b.int_dot_only { " (int dot off)" } else { "" }
+        );
     }
     let cases = all_cases();
     let (mut failures, mut skipped) = (Vec::new(), Vec::new());
@@ -249,11 +299,16 @@ fn op_harness() {
             let out = (case.build)(&mut g).unwrap_or_else(|e| panic!("{}: {e}", case.name));
             g.build(&[out]).unwrap()
         };
-        let reference = run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
+        let reference =
+            run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
         for b in backends.iter().filter(|b| case.int_dot || !b.int_dot_only) {
             runs += 1;
             let label = &b.label;
-            let name = format!("{}{}", case.name, if b.int_dot_only { " [no int dot]" } else { "" });
+            let name = format!(
+                "{}{}",
+                case.name,
+                if b.int_dot_only { " [no int dot]" } else { "" }
+            );
             match run(b.backend.as_ref(), &graph, case) {
                 Err(e) if may_skip(label, &e, &case.name) => {
                     println!("{name:<48} {label:<10} SKIP: {e}");
@@ -276,17 +331,33 @@ fn op_harness() {
                         skipped.push(format!("{name} on {label}: {why}"));
                         continue;
                     }
-                    println!("{name:<48} {label:<10} nmse {e:9.2e} (max {:.0e}) {}", case.max_nmse, if ok { "ok" } else { "FAIL" });
+                    println!(
+                        "{name:<48} {label:<10} nmse {e:9.2e} (max {:.0e}) {}",
+                        case.max_nmse,
+                        if ok { "ok" } else { "FAIL" }
+                    );
                     if !ok {
-                        failures.push(format!("{name} on {label}: nmse {e:.3e} > {:.0e}, {bad} non-finite", case.max_nmse));
+                        failures.push(format!(
+                            "{name} on {label}: nmse {e:.3e} > {:.0e}, {bad} non-finite",
+                            case.max_nmse
+                        ));
                     }
                 }
             }
         }
     }
-    println!("{} passed, {} failed, {} not implemented or known divergent", runs - failures.len() - skipped.len(), failures.len(), skipped.len());
+    println!(
+        "{} passed, {} failed, {} not implemented or known divergent",
+        runs - failures.len() - skipped.len(),
+        failures.len(),
+        skipped.len()
+    );
     for s in &skipped {
         println!("  not run or divergent: {s}");
     }
-    assert!(failures.is_empty(), "op harness failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "op harness failures:\n{}",
+        failures.join("\n")
+    );
 }

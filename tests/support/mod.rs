@@ -9,7 +9,9 @@ use vla::convert::Safetensors;
 use vla::policy::{Image, ImageData};
 
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// `golden.safetensors` (the reference's inputs, intermediates and outputs) and `golden.json`.
@@ -21,7 +23,8 @@ pub struct Golden {
 impl Golden {
     pub fn load(dir: &Path) -> Self {
         let st = Safetensors::open(&dir.join("golden.safetensors")).unwrap();
-        let meta = serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap()).unwrap();
+        let meta = serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).unwrap())
+            .unwrap();
         Golden { st, meta }
     }
 
@@ -34,18 +37,29 @@ impl Golden {
     }
 
     pub fn usize(&self, key: &str) -> usize {
-        self.meta[key].as_u64().unwrap_or_else(|| panic!("golden.json: {key}")) as usize
+        self.meta[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("golden.json: {key}")) as usize
     }
 
     pub fn ids(&self, key: &str) -> Vec<i32> {
-        self.meta[key].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect()
+        self.meta[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap() as i32)
+            .collect()
     }
 
     /// Camera frame `i` (u8 HWC).
     pub fn image(&self, i: usize) -> Image {
         let name = format!("image.{i}");
         let shape = self.st.shape(&name).unwrap().to_vec();
-        Image { height: shape[0], width: shape[1], data: ImageData::RgbU8(self.st.u8(&name).unwrap()) }
+        Image {
+            height: shape[0],
+            width: shape[1],
+            data: ImageData::RgbU8(self.st.u8(&name).unwrap()),
+        }
     }
 }
 
@@ -62,7 +76,9 @@ pub fn open(name: &str) -> Option<Box<dyn Backend>> {
             eprintln!("WARNING: VLA_ALLOW_NO_GPU=1: {name}: {e}: NOT TESTED on {name}");
             None
         }
-        Err(e) => panic!("{name}: {e}\n(scripts/test.sh installs lavapipe; VLA_ALLOW_NO_GPU=1 skips loudly)"),
+        Err(e) => panic!(
+            "{name}: {e}\n(scripts/test.sh installs lavapipe; VLA_ALLOW_NO_GPU=1 skips loudly)"
+        ),
     }
 }
 
@@ -72,15 +88,32 @@ pub fn max_abs(v: &[f32]) -> f32 {
 
 /// Max abs difference; fails above `tol * max(1, max |want|)`.
 pub fn check(what: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: {} values vs the reference's {}", got.len(), want.len());
-    let err = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: {} values vs the reference's {}",
+        got.len(),
+        want.len()
+    );
+    let err = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     let scale = max_abs(want);
     println!("{what}: max abs err {err:.3e} (max |reference| {scale:.3})");
-    assert!(err.is_finite() && err <= tol * scale.max(1.0), "{what}: max abs err {err:e} vs the reference");
+    assert!(
+        err.is_finite() && err <= tol * scale.max(1.0),
+        "{what}: max abs err {err:e} vs the reference"
+    );
 }
 
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
     let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     dot / (norm(a) * norm(b))
 }
@@ -94,6 +127,12 @@ pub fn ggml_backend_names() -> Vec<String> {
         .split(',')
         .map(str::trim)
         .filter(|d| !d.is_empty())
-        .map(|d| if d.eq_ignore_ascii_case("cpu") { "ggml".to_string() } else { format!("ggml:{d}") })
+        .map(|d| {
+            if d.eq_ignore_ascii_case("cpu") {
+                "ggml".to_string()
+            } else {
+                format!("ggml:{d}")
+            }
+        })
         .collect()
 }

@@ -22,7 +22,13 @@ impl Client {
         let socket = ctx.socket(zmq::DEALER)?;
         socket.set_linger(0)?;
         socket.connect(addr)?;
-        Ok(Client { socket, addr: addr.into(), timeout: Duration::from_millis(timeout_ms), next_id: 1, _ctx: ctx })
+        Ok(Client {
+            socket,
+            addr: addr.into(),
+            timeout: Duration::from_millis(timeout_ms),
+            next_id: 1,
+            _ctx: ctx,
+        })
     }
 
     /// Sends `req` (with a fresh request id when it has none) and waits for its reply.
@@ -36,9 +42,11 @@ impl Client {
         let deadline = Instant::now() + self.timeout;
         loop {
             let payload = self.recv_frames(deadline)?.pop().unwrap_or_default();
-            let resp = PredictResponse::decode(payload.as_slice()).map_err(|e| Error::Reply(e.to_string()))?;
+            let resp = PredictResponse::decode(payload.as_slice())
+                .map_err(|e| Error::Reply(e.to_string()))?;
             // Request id 0: the server could not read our request, so it could not echo the id.
-            if resp.request_id == req.request_id || (resp.request_id == 0 && !resp.error.is_empty()) {
+            if resp.request_id == req.request_id || (resp.request_id == 0 && !resp.error.is_empty())
+            {
                 return Ok(resp);
             }
         }
@@ -50,12 +58,19 @@ impl Client {
     }
 
     pub fn ping(&mut self) -> Result<()> {
-        checked(self.call(PredictRequest { control: Control::Ping as i32, ..Default::default() })?).map(|_| ())
+        checked(self.call(PredictRequest {
+            control: Control::Ping as i32,
+            ..Default::default()
+        })?)
+        .map(|_| ())
     }
 
     /// The server's INFO reply (arch, image count and size, dims, backend...).
     pub fn info(&mut self) -> Result<serde_json::Value> {
-        let resp = checked(self.call(PredictRequest { control: Control::Info as i32, ..Default::default() })?)?;
+        let resp = checked(self.call(PredictRequest {
+            control: Control::Info as i32,
+            ..Default::default()
+        })?)?;
         serde_json::from_str(&resp.info_json).map_err(|e| Error::Reply(format!("info_json: {e}")))
     }
 
@@ -71,7 +86,10 @@ impl Client {
     pub fn recv_frames(&mut self, deadline: Instant) -> Result<Vec<Vec<u8>>> {
         let left = deadline.saturating_duration_since(Instant::now());
         if self.socket.poll(zmq::POLLIN, left.as_millis() as i64)? == 0 {
-            return Err(Error::Timeout { addr: self.addr.clone(), timeout_ms: self.timeout.as_millis() as u64 });
+            return Err(Error::Timeout {
+                addr: self.addr.clone(),
+                timeout_ms: self.timeout.as_millis() as u64,
+            });
         }
         let mut frames = self.socket.recv_multipart(0)?;
         if frames.first().is_some_and(|f| f.is_empty()) {
@@ -99,9 +117,17 @@ pub fn request_from(obs: &Observation) -> PredictRequest {
         .map(|img| {
             let (encoding, data) = match &img.data {
                 ImageData::RgbU8(b) => (Encoding::RgbU8, b.clone()),
-                ImageData::RgbF32(v) => (Encoding::F32Rgb01, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+                ImageData::RgbF32(v) => (
+                    Encoding::F32Rgb01,
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                ),
             };
-            Image { encoding: encoding as i32, height: img.height as u32, width: img.width as u32, data }
+            Image {
+                encoding: encoding as i32,
+                height: img.height as u32,
+                width: img.width as u32,
+                data,
+            }
         })
         .collect();
     PredictRequest {

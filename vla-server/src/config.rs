@@ -97,7 +97,11 @@ struct ConfigFile {
 }
 
 /// Keys people write by habit, with the one to use.
-const RENAMED_KEYS: &[(&str, &str)] = &[("steps", "num_steps"), ("n_threads", "threads"), ("device", "backend")];
+const RENAMED_KEYS: &[(&str, &str)] = &[
+    ("steps", "num_steps"),
+    ("n_threads", "threads"),
+    ("device", "backend"),
+];
 
 /// Environment variables that read like settings. vla-server reads none of them: each is
 /// refused, naming its flag, rather than silently ignored.
@@ -142,7 +146,10 @@ impl Settings {
             Some(path) => read_config(path)?,
             None => RuntimeKeys::default(),
         };
-        let act_dtype = args.act_dtype.or(file.act_dtype).unwrap_or_else(|| "f32".into());
+        let act_dtype = args
+            .act_dtype
+            .or(file.act_dtype)
+            .unwrap_or_else(|| "f32".into());
         match act_dtype.as_str() {
             "f32" => {}
             "f16" | "bf16" => {
@@ -157,16 +164,27 @@ impl Settings {
             Some("f32") => Some(GgmlType::F32),
             Some("f16") => Some(GgmlType::F16),
             Some("bf16") => Some(GgmlType::BF16),
-            Some(other) => return Err(Error::Config(format!("weight_dtype {other:?}: expected f32, f16 or bf16"))),
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "weight_dtype {other:?}: expected f32, f16 or bf16"
+                )))
+            }
         };
-        let mm_prec = args.mm_prec.or(file.mm_prec).unwrap_or_else(|| "default".into());
+        let mm_prec = args
+            .mm_prec
+            .or(file.mm_prec)
+            .unwrap_or_else(|| "default".into());
         if !["default", "f32"].contains(&mm_prec.as_str()) {
-            return Err(Error::Config(format!("mm_prec {mm_prec:?}: expected default or f32")));
+            return Err(Error::Config(format!(
+                "mm_prec {mm_prec:?}: expected default or f32"
+            )));
         }
         let num_steps = args.steps.or(file.num_steps);
         if let Some(n) = num_steps {
             if !(1..=MAX_STEPS).contains(&n) {
-                return Err(Error::Config(format!("steps {n}: expected 1..={MAX_STEPS}")));
+                return Err(Error::Config(format!(
+                    "steps {n}: expected 1..={MAX_STEPS}"
+                )));
             }
         }
         let threads = args.threads.or(file.threads);
@@ -176,22 +194,40 @@ impl Settings {
         let queue = match args.queue.or(file.queue).as_deref() {
             None | Some("latest") => QueueMode::Latest,
             Some("fifo") => QueueMode::Fifo,
-            Some(other) => return Err(Error::Config(format!("queue {other:?}: expected latest or fifo"))),
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "queue {other:?}: expected latest or fifo"
+                )))
+            }
         };
-        let max_queue = args.max_queue.or(file.max_queue).unwrap_or(ServeOptions::default().max_queue);
+        let max_queue = args
+            .max_queue
+            .or(file.max_queue)
+            .unwrap_or(ServeOptions::default().max_queue);
         if max_queue == 0 {
             return Err(Error::Config("max_queue 0: expected at least 1".into()));
         }
-        let log_level = args.log_level.or(file.log_level).unwrap_or_else(|| "info".into());
+        let log_level = args
+            .log_level
+            .or(file.log_level)
+            .unwrap_or_else(|| "info".into());
         if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
-            return Err(Error::Config(format!("log_level {log_level:?}: expected error, warn, info, debug or trace")));
+            return Err(Error::Config(format!(
+                "log_level {log_level:?}: expected error, warn, info, debug or trace"
+            )));
         }
         Ok(Settings {
             model: args.model,
             demo: args.demo,
-            bind: args.bind.or(file.bind).unwrap_or_else(|| DEFAULT_BIND.into()),
+            bind: args
+                .bind
+                .or(file.bind)
+                .unwrap_or_else(|| DEFAULT_BIND.into()),
             runtime: RuntimeOptions {
-                backend: args.backend.or(file.backend).unwrap_or_else(|| "cpu".into()),
+                backend: args
+                    .backend
+                    .or(file.backend)
+                    .unwrap_or_else(|| "cpu".into()),
                 num_steps,
                 embodiment: args.embodiment.or(file.embodiment),
                 weight_dtype,
@@ -205,16 +241,19 @@ impl Settings {
 }
 
 fn read_config(path: &Path) -> Result<RuntimeKeys> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-    serde_json::from_str::<ConfigFile>(&text).map(|c| c.runtime).map_err(|e| {
-        let mut msg = format!("{}: {e}", path.display());
-        for (old, new) in RENAMED_KEYS {
-            if msg.contains(&format!("unknown field `{old}`")) {
-                msg += &format!(" (the key is {new:?})");
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+    serde_json::from_str::<ConfigFile>(&text)
+        .map(|c| c.runtime)
+        .map_err(|e| {
+            let mut msg = format!("{}: {e}", path.display());
+            for (old, new) in RENAMED_KEYS {
+                if msg.contains(&format!("unknown field `{old}`")) {
+                    msg += &format!(" (the key is {new:?})");
+                }
             }
-        }
-        Error::Config(msg)
-    })
+            Error::Config(msg)
+        })
 }
 
 #[cfg(test)]
@@ -238,7 +277,8 @@ mod tests {
 
     #[test]
     fn command_line_wins_over_file() {
-        let (_f, path) = config(r#"{"runtime": {"num_steps": 4, "backend": "ggml", "threads": 3}}"#);
+        let (_f, path) =
+            config(r#"{"runtime": {"num_steps": 4, "backend": "ggml", "threads": 3}}"#);
         let s = Settings::resolve(args(&["--config", &path, "--steps", "7"]), no_env).unwrap();
         assert_eq!(s.runtime.num_steps, Some(7));
         assert_eq!(s.runtime.backend, "ggml");
@@ -249,10 +289,17 @@ mod tests {
     #[test]
     fn unknown_and_renamed_keys_are_errors() {
         let (_f, path) = config(r#"{"runtime": {"steps": 4}}"#);
-        let e = Settings::resolve(args(&["--config", &path]), no_env).unwrap_err().to_string();
-        assert!(e.contains("unknown field `steps`") && e.contains("\"num_steps\""), "{e}");
+        let e = Settings::resolve(args(&["--config", &path]), no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown field `steps`") && e.contains("\"num_steps\""),
+            "{e}"
+        );
         let (_g, path) = config(r#"{"runtime": {}, "server": {}}"#);
-        let e = Settings::resolve(args(&["--config", &path]), no_env).unwrap_err().to_string();
+        let e = Settings::resolve(args(&["--config", &path]), no_env)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown field `server`"), "{e}");
     }
 
@@ -266,7 +313,9 @@ mod tests {
             (&["--queue", "lifo"], "latest or fifo"),
             (&["--log-level", "loud"], "log_level"),
         ] {
-            let e = Settings::resolve(args(flags), no_env).unwrap_err().to_string();
+            let e = Settings::resolve(args(flags), no_env)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(needle), "{flags:?}: {e}");
         }
     }
@@ -280,7 +329,11 @@ mod tests {
 
     #[test]
     fn flags_map_to_runtime_options() {
-        let s = Settings::resolve(args(&["--weight-dtype", "bf16", "--flash-attn", "--queue", "fifo"]), no_env).unwrap();
+        let s = Settings::resolve(
+            args(&["--weight-dtype", "bf16", "--flash-attn", "--queue", "fifo"]),
+            no_env,
+        )
+        .unwrap();
         assert_eq!(s.runtime.weight_dtype, Some(GgmlType::BF16));
         assert_eq!(s.runtime.flash_attn, Some(true));
         assert_eq!(s.serve.queue, QueueMode::Fifo);

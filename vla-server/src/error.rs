@@ -33,10 +33,16 @@ pub enum Error {
 
 impl Error {
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Error::Request { code: ErrorCode::BadRequest, message: message.into() }
+        Error::Request {
+            code: ErrorCode::BadRequest,
+            message: message.into(),
+        }
     }
 
     pub fn unsupported(message: impl Into<String>) -> Self {
-        Error::Request { code: ErrorCode::Unsupported, message: message.into() }
+        Error::Request {
+            code: ErrorCode::Unsupported,
+            message: message.into(),
+        }
     }
 }

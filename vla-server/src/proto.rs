@@ -97,7 +97,12 @@ pub enum ErrorCode {
 impl PredictResponse {
     /// A reply that carries only an error, as vla.cpp's clients expect.
     pub fn error(request_id: u64, code: ErrorCode, message: impl Into<String>) -> Self {
-        PredictResponse { request_id, error: message.into(), error_code: code as i32, ..Default::default() }
+        PredictResponse {
+            request_id,
+            error: message.into(),
+            error_code: code as i32,
+            ..Default::default()
+        }
     }
 }
 
@@ -120,26 +125,60 @@ mod tests {
             }
         }
         let ours: &[(&str, i32)] = &[
-            ("JPEG", Encoding::Jpeg as i32), ("RGB_U8", Encoding::RgbU8 as i32),
-            ("F32_RGB_01", Encoding::F32Rgb01 as i32), ("encoding", 1), ("height", 2), ("width", 3),
-            ("data", 4), ("images", 1), ("lang_tokens", 2), ("state", 3), ("noise", 4), ("request_id", 5),
-            ("precomputed_img_emb", 6), ("precomputed_img_emb_n_views", 7), ("prompt", 16), ("control", 17),
-            ("PREDICT", Control::Predict as i32), ("PING", Control::Ping as i32), ("INFO", Control::Info as i32),
-            ("request_id", 1), ("action_chunk", 2), ("chunk_size", 3), ("action_dim", 4),
-            ("latency_ms_total", 5), ("latency_ms_inference", 6), ("error", 7), ("latency_ms_prefill", 8),
-            ("latency_ms_denoise", 9), ("latency_ms_vision", 10), ("error_code", 11), ("info_json", 12),
-            ("OK", ErrorCode::Ok as i32), ("BAD_REQUEST", ErrorCode::BadRequest as i32),
-            ("UNSUPPORTED", ErrorCode::Unsupported as i32), ("SUPERSEDED", ErrorCode::Superseded as i32),
-            ("QUEUE_FULL", ErrorCode::QueueFull as i32), ("INTERNAL", ErrorCode::Internal as i32),
+            ("JPEG", Encoding::Jpeg as i32),
+            ("RGB_U8", Encoding::RgbU8 as i32),
+            ("F32_RGB_01", Encoding::F32Rgb01 as i32),
+            ("encoding", 1),
+            ("height", 2),
+            ("width", 3),
+            ("data", 4),
+            ("images", 1),
+            ("lang_tokens", 2),
+            ("state", 3),
+            ("noise", 4),
+            ("request_id", 5),
+            ("precomputed_img_emb", 6),
+            ("precomputed_img_emb_n_views", 7),
+            ("prompt", 16),
+            ("control", 17),
+            ("PREDICT", Control::Predict as i32),
+            ("PING", Control::Ping as i32),
+            ("INFO", Control::Info as i32),
+            ("request_id", 1),
+            ("action_chunk", 2),
+            ("chunk_size", 3),
+            ("action_dim", 4),
+            ("latency_ms_total", 5),
+            ("latency_ms_inference", 6),
+            ("error", 7),
+            ("latency_ms_prefill", 8),
+            ("latency_ms_denoise", 9),
+            ("latency_ms_vision", 10),
+            ("error_code", 11),
+            ("info_json", 12),
+            ("OK", ErrorCode::Ok as i32),
+            ("BAD_REQUEST", ErrorCode::BadRequest as i32),
+            ("UNSUPPORTED", ErrorCode::Unsupported as i32),
+            ("SUPERSEDED", ErrorCode::Superseded as i32),
+            ("QUEUE_FULL", ErrorCode::QueueFull as i32),
+            ("INTERNAL", ErrorCode::Internal as i32),
             ("SHUTTING_DOWN", ErrorCode::ShuttingDown as i32),
         ];
         let want: Vec<(String, i32)> = ours.iter().map(|(n, v)| (n.to_string(), *v)).collect();
-        assert_eq!(found, want, "proto/vla.proto and proto.rs disagree (same order expected)");
+        assert_eq!(
+            found, want,
+            "proto/vla.proto and proto.rs disagree (same order expected)"
+        );
     }
 
     #[test]
     fn roundtrip_and_garbage() {
-        let r = PredictRequest { state: vec![1.0, 2.0], prompt: b"hi".to_vec(), control: 2, ..Default::default() };
+        let r = PredictRequest {
+            state: vec![1.0, 2.0],
+            prompt: b"hi".to_vec(),
+            control: 2,
+            ..Default::default()
+        };
         let b = r.encode_to_vec();
         assert_eq!(PredictRequest::decode(&b[..]).unwrap(), r);
         assert!(PredictRequest::decode(&[0xff, 0xff, 0xff][..]).is_err());

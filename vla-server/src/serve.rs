@@ -41,7 +41,10 @@ impl std::fmt::Display for QueueMode {
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions { queue: QueueMode::Latest, max_queue: 16 }
+        ServeOptions {
+            queue: QueueMode::Latest,
+            max_queue: 16,
+        }
     }
 }
 
@@ -141,7 +144,10 @@ impl Server {
     pub fn run(mut self, stop: &AtomicBool) -> Result<ServeStats> {
         while !stop.load(Ordering::Relaxed) {
             let (client, finished) = {
-                let mut items = [self.router.as_poll_item(zmq::POLLIN), self.done.as_poll_item(zmq::POLLIN)];
+                let mut items = [
+                    self.router.as_poll_item(zmq::POLLIN),
+                    self.done.as_poll_item(zmq::POLLIN),
+                ];
                 match zmq::poll(&mut items, POLL_MS) {
                     Ok(_) => {}
                     Err(zmq::Error::EINTR) => continue,
@@ -165,45 +171,91 @@ impl Server {
     fn on_message(&mut self, frames: Vec<Vec<u8>>) -> Result<()> {
         let (envelope, body) = split_envelope(frames);
         let [payload] = body.as_slice() else {
-            let msg = format!("expected one message frame after the envelope, got {}", body.len());
-            return self.reply(&envelope, &PredictResponse::error(0, ErrorCode::BadRequest, msg));
+            let msg = format!(
+                "expected one message frame after the envelope, got {}",
+                body.len()
+            );
+            return self.reply(
+                &envelope,
+                &PredictResponse::error(0, ErrorCode::BadRequest, msg),
+            );
         };
         let req = match PredictRequest::decode(payload.as_slice()) {
             Ok(r) => r,
             Err(e) => {
                 let msg = format!("malformed PredictRequest ({} bytes): {e}", payload.len());
-                return self.reply(&envelope, &PredictResponse::error(0, ErrorCode::BadRequest, msg));
+                return self.reply(
+                    &envelope,
+                    &PredictResponse::error(0, ErrorCode::BadRequest, msg),
+                );
             }
         };
         let id = req.request_id;
         match Control::try_from(req.control) {
-            Ok(Control::Ping) => self.reply(&envelope, &PredictResponse { request_id: id, ..Default::default() }),
+            Ok(Control::Ping) => self.reply(
+                &envelope,
+                &PredictResponse {
+                    request_id: id,
+                    ..Default::default()
+                },
+            ),
             Ok(Control::Info) => {
-                let resp = PredictResponse { request_id: id, info_json: self.info_json.clone(), ..Default::default() };
+                let resp = PredictResponse {
+                    request_id: id,
+                    info_json: self.info_json.clone(),
+                    ..Default::default()
+                };
                 self.reply(&envelope, &resp)
             }
             Ok(Control::Predict) => match request::observation(&req, &self.info) {
-                Ok(obs) => self.enqueue(Job { envelope, request_id: id, obs, received: Instant::now() }),
+                Ok(obs) => self.enqueue(Job {
+                    envelope,
+                    request_id: id,
+                    obs,
+                    received: Instant::now(),
+                }),
                 Err(e) => self.reply(&envelope, &error_response(id, &e)),
             },
             Err(_) => {
-                let msg = format!("control {}: expected PREDICT (0), PING (1) or INFO (2)", req.control);
-                self.reply(&envelope, &PredictResponse::error(id, ErrorCode::BadRequest, msg))
+                let msg = format!(
+                    "control {}: expected PREDICT (0), PING (1) or INFO (2)",
+                    req.control
+                );
+                self.reply(
+                    &envelope,
+                    &PredictResponse::error(id, ErrorCode::BadRequest, msg),
+                )
             }
         }
     }
 
     fn enqueue(&mut self, job: Job) -> Result<()> {
         if self.opts.queue == QueueMode::Latest {
-            if let Some(old) = self.queue.iter_mut().find(|j| j.envelope[0] == job.envelope[0]) {
+            if let Some(old) = self
+                .queue
+                .iter_mut()
+                .find(|j| j.envelope[0] == job.envelope[0])
+            {
                 let old = std::mem::replace(old, job);
-                let msg = format!("superseded by a newer request from the same client (request {})", old.request_id);
-                return self.reply(&old.envelope, &PredictResponse::error(old.request_id, ErrorCode::Superseded, msg));
+                let msg = format!(
+                    "superseded by a newer request from the same client (request {})",
+                    old.request_id
+                );
+                return self.reply(
+                    &old.envelope,
+                    &PredictResponse::error(old.request_id, ErrorCode::Superseded, msg),
+                );
             }
         }
         if self.queue.len() >= self.opts.max_queue {
-            let msg = format!("queue full ({} pending requests); retry later", self.queue.len());
-            return self.reply(&job.envelope, &PredictResponse::error(job.request_id, ErrorCode::QueueFull, msg));
+            let msg = format!(
+                "queue full ({} pending requests); retry later",
+                self.queue.len()
+            );
+            return self.reply(
+                &job.envelope,
+                &PredictResponse::error(job.request_id, ErrorCode::QueueFull, msg),
+            );
         }
         self.queue.push_back(job);
         Ok(())
@@ -214,7 +266,8 @@ impl Server {
             return Ok(());
         }
         if let (Some(job), Some(tx)) = (self.queue.pop_front(), &self.jobs) {
-            tx.send(job).map_err(|_| Error::Config("the worker thread has stopped".into()))?;
+            tx.send(job)
+                .map_err(|_| Error::Config("the worker thread has stopped".into()))?;
             self.busy = true;
         }
         Ok(())
@@ -238,7 +291,12 @@ impl Server {
     fn reply(&mut self, envelope: &[Vec<u8>], resp: &PredictResponse) -> Result<()> {
         if !resp.error.is_empty() {
             self.stats.errors += 1;
-            tracing::debug!(code = resp.error_code, "refused request {}: {}", resp.request_id, resp.error);
+            tracing::debug!(
+                code = resp.error_code,
+                "refused request {}: {}",
+                resp.request_id,
+                resp.error
+            );
         }
         let mut frames = envelope.to_vec();
         frames.push(resp.encode_to_vec());
@@ -248,7 +306,11 @@ impl Server {
 
     fn shut_down(mut self) -> Result<ServeStats> {
         for job in std::mem::take(&mut self.queue) {
-            let resp = PredictResponse::error(job.request_id, ErrorCode::ShuttingDown, "the server is shutting down");
+            let resp = PredictResponse::error(
+                job.request_id,
+                ErrorCode::ShuttingDown,
+                "the server is shutting down",
+            );
             self.reply(&job.envelope, &resp)?;
         }
         self.jobs = None; // the worker's loop ends once its channel closes
@@ -290,7 +352,11 @@ fn recv_nowait(socket: &zmq::Socket) -> Result<Option<Vec<Vec<u8>>>> {
 /// ROUTER frames are `[identity, (empty delimiter, from REQ or a DEALER that mimics it),
 /// body...]`; the reply goes back with the same envelope.
 fn split_envelope(mut frames: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-    let n = if frames.len() >= 2 && frames[1].is_empty() { 2 } else { 1 };
+    let n = if frames.len() >= 2 && frames[1].is_empty() {
+        2
+    } else {
+        1
+    };
     let body = frames.split_off(n.min(frames.len()));
     (frames, body)
 }
@@ -298,7 +364,9 @@ fn split_envelope(mut frames: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 fn error_response(request_id: u64, e: &Error) -> PredictResponse {
     let code = match e {
         Error::Request { code, .. } => *code,
-        Error::Vla(vla::Error::InvalidArgument(_) | vla::Error::Shape { .. }) => ErrorCode::BadRequest,
+        Error::Vla(vla::Error::InvalidArgument(_) | vla::Error::Shape { .. }) => {
+            ErrorCode::BadRequest
+        }
         Error::Vla(vla::Error::NotImplemented { .. }) => ErrorCode::Unsupported,
         _ => ErrorCode::Internal,
     };
@@ -309,7 +377,8 @@ fn error_response(request_id: u64, e: &Error) -> PredictResponse {
 fn work(mut policy: Box<dyn Policy>, jobs: mpsc::Receiver<Job>, done: zmq::Socket) {
     while let Ok(job) = jobs.recv() {
         let t0 = Instant::now();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy.predict(&job.obs)));
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy.predict(&job.obs)));
         let resp = match result {
             Ok(Ok(chunk)) => PredictResponse {
                 request_id: job.request_id,
@@ -326,11 +395,19 @@ fn work(mut policy: Box<dyn Policy>, jobs: mpsc::Receiver<Job>, done: zmq::Socke
             Ok(Err(e)) => error_response(job.request_id, &Error::Vla(e)),
             Err(_) => {
                 tracing::error!("the model panicked on request {}", job.request_id);
-                PredictResponse::error(job.request_id, ErrorCode::Internal, "internal error: the model panicked")
+                PredictResponse::error(
+                    job.request_id,
+                    ErrorCode::Internal,
+                    "internal error: the model panicked",
+                )
             }
         };
         if resp.error.is_empty() {
-            tracing::debug!("request {}: {:.1} ms", job.request_id, resp.latency_ms_total);
+            tracing::debug!(
+                "request {}: {:.1} ms",
+                job.request_id,
+                resp.latency_ms_total
+            );
         } else {
             tracing::warn!("request {} failed: {}", job.request_id, resp.error);
         }

@@ -24,7 +24,12 @@ fn info() -> PolicyInfo {
 
 fn request(jpeg: Vec<u8>, height: u32, width: u32) -> PredictRequest {
     PredictRequest {
-        images: vec![Image { encoding: Encoding::Jpeg as i32, height, width, data: jpeg }],
+        images: vec![Image {
+            encoding: Encoding::Jpeg as i32,
+            height,
+            width,
+            data: jpeg,
+        }],
         state: vec![0.0, 1.0],
         lang_tokens: vec![1],
         ..Default::default()
@@ -38,17 +43,31 @@ fn jpeg_decodes_like_pillow() {
         let jpeg = std::fs::read(format!("{dir}/{name}-28x20.jpg")).unwrap();
         let want = std::fs::read(format!("{dir}/{name}-28x20.rgb")).unwrap();
         for (h, w) in [(0, 0), (20, 28)] {
-            let obs = vla_server::request::observation(&request(jpeg.clone(), h, w), &info()).unwrap();
+            let obs =
+                vla_server::request::observation(&request(jpeg.clone(), h, w), &info()).unwrap();
             let img = &obs.images[0];
             assert_eq!((img.height, img.width), (20, 28));
-            let ImageData::RgbU8(got) = &img.data else { panic!("JPEG must decode to u8") };
+            let ImageData::RgbU8(got) = &img.data else {
+                panic!("JPEG must decode to u8")
+            };
             // IDCT implementations differ by a level or two.
-            let worst = got.iter().zip(&want).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| a.abs_diff(*b))
+                .max()
+                .unwrap();
             assert!(worst <= 3, "{name}: differs from Pillow by {worst} levels");
         }
-        let e = vla_server::request::observation(&request(jpeg.clone(), 21, 28), &info()).unwrap_err().to_string();
+        let e = vla_server::request::observation(&request(jpeg.clone(), 21, 28), &info())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("height 21, but the JPEG is 20"), "{e}");
-        let e = vla_server::request::observation(&request(jpeg[..jpeg.len() / 2].to_vec(), 0, 0), &info()).unwrap_err();
+        let e = vla_server::request::observation(
+            &request(jpeg[..jpeg.len() / 2].to_vec(), 0, 0),
+            &info(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("JPEG"), "{e}");
     }
 }

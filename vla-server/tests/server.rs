@@ -36,7 +36,11 @@ impl Running {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let handle = std::thread::spawn(move || server.run(&flag).unwrap());
-        Running { addr, stop, handle: Some(handle) }
+        Running {
+            addr,
+            stop,
+            handle: Some(handle),
+        }
     }
 
     fn client(&self) -> Client {
@@ -64,13 +68,29 @@ fn observation(seed: u32) -> Observation {
     let images = (0..info_images)
         .map(|v| {
             let (h, w) = (40 + v * 8, 56);
-            let data = (0..h * w * 3).map(|i| ((i as u32 * 7 + seed * 13 + v as u32 * 29) % 256) as u8).collect();
-            Image { height: h, width: w, data: ImageData::RgbU8(data) }
+            let data = (0..h * w * 3)
+                .map(|i| ((i as u32 * 7 + seed * 13 + v as u32 * 29) % 256) as u8)
+                .collect();
+            Image {
+                height: h,
+                width: w,
+                data: ImageData::RgbU8(data),
+            }
         })
         .collect();
-    let state = (0..6).map(|i| (i as f32 - 2.5) * 0.3 + seed as f32 * 0.01).collect();
-    let noise = (0..50 * 32).map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0).collect();
-    Observation { images, state, prompt: None, tokens: Some(vec![5, 17, 42, (seed % 400) as i32 + 3]), noise: Some(noise) }
+    let state = (0..6)
+        .map(|i| (i as f32 - 2.5) * 0.3 + seed as f32 * 0.01)
+        .collect();
+    let noise = (0..50 * 32)
+        .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    Observation {
+        images,
+        state,
+        prompt: None,
+        tokens: Some(vec![5, 17, 42, (seed % 400) as i32 + 3]),
+        noise: Some(noise),
+    }
 }
 
 fn expected(obs: &Observation) -> Vec<f32> {
@@ -78,7 +98,10 @@ fn expected(obs: &Observation) -> Vec<f32> {
 }
 
 fn error_of(resp: &PredictResponse) -> (ErrorCode, &str) {
-    (ErrorCode::try_from(resp.error_code).unwrap(), resp.error.as_str())
+    (
+        ErrorCode::try_from(resp.error_code).unwrap(),
+        resp.error.as_str(),
+    )
 }
 
 #[test]
@@ -93,14 +116,28 @@ fn ping_info_and_a_correct_chunk() {
     let obs = observation(1);
     let resp = c.predict(&obs).unwrap();
     assert_eq!((resp.chunk_size, resp.action_dim), (50, 6));
-    assert_eq!(resp.action_chunk, expected(&obs), "served chunk differs from a direct predict");
+    assert_eq!(
+        resp.action_chunk,
+        expected(&obs),
+        "served chunk differs from a direct predict"
+    );
     assert!(resp.latency_ms_total >= resp.latency_ms_inference && resp.latency_ms_inference > 0.0);
     // A text prompt, tokenized by the server with the GGUF's tokenizer.
-    let prompted = Observation { tokens: None, prompt: Some("pick up the red cube".into()), ..obs };
+    let prompted = Observation {
+        tokens: None,
+        prompt: Some("pick up the red cube".into()),
+        ..obs
+    };
     let resp = c.predict(&prompted).unwrap();
     assert_eq!(resp.action_chunk, expected(&prompted));
     let stats = server.stop();
-    assert_eq!(stats, ServeStats { predicted: 2, errors: 0 });
+    assert_eq!(
+        stats,
+        ServeStats {
+            predicted: 2,
+            errors: 0
+        }
+    );
 }
 
 #[test]
@@ -110,7 +147,11 @@ fn serves_pi0_and_pi05() {
         let cfg = small_config(variant);
         let policy = || {
             let bytes = random_gguf(&cfg, 3, vla::gguf::GgmlType::F32).unwrap();
-            vla::models::from_gguf(GgufFile::from_bytes(bytes).unwrap(), &RuntimeOptions::default()).unwrap()
+            vla::models::from_gguf(
+                GgufFile::from_bytes(bytes).unwrap(),
+                &RuntimeOptions::default(),
+            )
+            .unwrap()
         };
         let server = Running::serve(policy(), ServeOptions::default());
         let mut c = server.client();
@@ -120,10 +161,23 @@ fn serves_pi0_and_pi05() {
         let mut obs = observation(2);
         obs.noise = Some(obs.noise.unwrap()[..cfg.chunk_size * cfg.max_action_dim].to_vec());
         let resp = c.predict(&obs).unwrap();
-        assert_eq!((resp.chunk_size as usize, resp.action_dim as usize), (cfg.chunk_size, cfg.action_dim));
-        assert_eq!(resp.action_chunk, policy().predict(&obs).unwrap().actions, "{variant:?}");
+        assert_eq!(
+            (resp.chunk_size as usize, resp.action_dim as usize),
+            (cfg.chunk_size, cfg.action_dim)
+        );
+        assert_eq!(
+            resp.action_chunk,
+            policy().predict(&obs).unwrap().actions,
+            "{variant:?}"
+        );
         // No tokenizer in these GGUFs: a text prompt is a clear error, and serving goes on.
-        let err = c.predict(&Observation { tokens: None, prompt: Some("pick".into()), ..obs.clone() }).unwrap_err();
+        let err = c
+            .predict(&Observation {
+                tokens: None,
+                prompt: Some("pick".into()),
+                ..obs.clone()
+            })
+            .unwrap_err();
         assert!(err.to_string().contains("no tokenizer"), "{err}");
         assert!(c.predict(&obs).is_ok());
     }
@@ -161,45 +215,173 @@ fn bad_requests_get_clear_errors() {
     let bad = ErrorCode::BadRequest;
     let cases: Vec<(&str, PredictRequest, ErrorCode, &str)> = vec![
         ("no images", with(&|r| r.images.clear()), bad, "0 views"),
-        ("one image", with(&|r| { r.images.pop(); }), bad, "this model takes 2"),
-        ("17 images", with(&|r| r.images = vec![r.images[0].clone(); 17]), bad, "expected 1..=16"),
-        ("short data", with(&|r| { r.images[0].data.pop(); }), bad, "needs"),
-        ("huge declared size", with(&|r| { r.images[1].height = 8192; r.images[1].width = 8192; }), bad, "needs 201326592"),
-        ("too tall", with(&|r| r.images[0].height = 8193), bad, "height 8193"),
-        ("zero width", with(&|r| r.images[0].width = 0), bad, "width 0"),
-        ("bad encoding", with(&|r| r.images[0].encoding = 9), bad, "encoding 9"),
-        ("bad jpeg", with(&|r| r.images[0].encoding = Encoding::Jpeg as i32), bad, "JPEG"),
-        ("f32 out of range", with(&|r| {
-            let (h, w) = (r.images[0].height, r.images[0].width);
-            r.images[0].encoding = Encoding::F32Rgb01 as i32;
-            r.images[0].data = (0..h * w * 3).flat_map(|_| 2.0f32.to_le_bytes()).collect();
-        }), bad, "outside [0, 1]"),
-        ("no instruction", with(&|r| r.lang_tokens.clear()), bad, "no instruction"),
-        ("prompt and tokens", with(&|r| r.prompt = b"pick".to_vec()), bad, "not both"),
-        ("non-UTF-8 prompt", with(&|r| { r.lang_tokens.clear(); r.prompt = vec![0x66, 0xff, 0xfe]; }), bad, "UTF-8"),
-        ("token out of range", with(&|r| r.lang_tokens[0] = 100_000), bad, "token"),
-        ("negative token", with(&|r| r.lang_tokens[0] = -1), bad, "token"),
-        ("too many tokens", with(&|r| r.lang_tokens = vec![4; 17]), bad, "tokens"),
-        ("state length", with(&|r| r.state.push(0.0)), bad, "state: 7 values"),
-        ("state NaN", with(&|r| r.state[2] = f32::NAN), bad, "state[2]"),
-        ("noise length", with(&|r| r.noise.truncate(10)), bad, "noise: 10 values"),
-        ("precomputed embeddings", with(&|r| r.precomputed_img_emb = vec![0.0; 4]), ErrorCode::Unsupported, "precomputed"),
-        ("unknown control", with(&|r| r.control = 9), bad, "control 9"),
+        (
+            "one image",
+            with(&|r| {
+                r.images.pop();
+            }),
+            bad,
+            "this model takes 2",
+        ),
+        (
+            "17 images",
+            with(&|r| r.images = vec![r.images[0].clone(); 17]),
+            bad,
+            "expected 1..=16",
+        ),
+        (
+            "short data",
+            with(&|r| {
+                r.images[0].data.pop();
+            }),
+            bad,
+            "needs",
+        ),
+        (
+            "huge declared size",
+            with(&|r| {
+                r.images[1].height = 8192;
+                r.images[1].width = 8192;
+            }),
+            bad,
+            "needs 201326592",
+        ),
+        (
+            "too tall",
+            with(&|r| r.images[0].height = 8193),
+            bad,
+            "height 8193",
+        ),
+        (
+            "zero width",
+            with(&|r| r.images[0].width = 0),
+            bad,
+            "width 0",
+        ),
+        (
+            "bad encoding",
+            with(&|r| r.images[0].encoding = 9),
+            bad,
+            "encoding 9",
+        ),
+        (
+            "bad jpeg",
+            with(&|r| r.images[0].encoding = Encoding::Jpeg as i32),
+            bad,
+            "JPEG",
+        ),
+        (
+            "f32 out of range",
+            with(&|r| {
+                let (h, w) = (r.images[0].height, r.images[0].width);
+                r.images[0].encoding = Encoding::F32Rgb01 as i32;
+                r.images[0].data = (0..h * w * 3).flat_map(|_| 2.0f32.to_le_bytes()).collect();
+            }),
+            bad,
+            "outside [0, 1]",
+        ),
+        (
+            "no instruction",
+            with(&|r| r.lang_tokens.clear()),
+            bad,
+            "no instruction",
+        ),
+        (
+            "prompt and tokens",
+            with(&|r| r.prompt = b"pick".to_vec()),
+            bad,
+            "not both",
+        ),
+        (
+            "non-UTF-8 prompt",
+            with(&|r| {
+                r.lang_tokens.clear();
+                r.prompt = vec![0x66, 0xff, 0xfe];
+            }),
+            bad,
+            "UTF-8",
+        ),
+        (
+            "token out of range",
+            with(&|r| r.lang_tokens[0] = 100_000),
+            bad,
+            "token",
+        ),
+        (
+            "negative token",
+            with(&|r| r.lang_tokens[0] = -1),
+            bad,
+            "token",
+        ),
+        (
+            "too many tokens",
+            with(&|r| r.lang_tokens = vec![4; 17]),
+            bad,
+            "tokens",
+        ),
+        (
+            "state length",
+            with(&|r| r.state.push(0.0)),
+            bad,
+            "state: 7 values",
+        ),
+        (
+            "state NaN",
+            with(&|r| r.state[2] = f32::NAN),
+            bad,
+            "state[2]",
+        ),
+        (
+            "noise length",
+            with(&|r| r.noise.truncate(10)),
+            bad,
+            "noise: 10 values",
+        ),
+        (
+            "precomputed embeddings",
+            with(&|r| r.precomputed_img_emb = vec![0.0; 4]),
+            ErrorCode::Unsupported,
+            "precomputed",
+        ),
+        (
+            "unknown control",
+            with(&|r| r.control = 9),
+            bad,
+            "control 9",
+        ),
     ];
     for (name, req, code, needle) in cases {
         let resp = c.call(req).unwrap();
         let (got_code, msg) = error_of(&resp);
         assert_eq!(got_code, code, "{name}: {msg}");
-        assert!(msg.contains(needle), "{name}: {msg:?} does not mention {needle:?}");
-        assert!(resp.action_chunk.is_empty(), "{name}: an error reply carries only the error");
+        assert!(
+            msg.contains(needle),
+            "{name}: {msg:?} does not mention {needle:?}"
+        );
+        assert!(
+            resp.action_chunk.is_empty(),
+            "{name}: an error reply carries only the error"
+        );
     }
 
     // Frames that are not one PredictRequest.
     let deadline = || Instant::now() + Duration::from_millis(TIMEOUT_MS);
     for (name, frames, needle) in [
-        ("garbage", vec![&[0xffu8, 0xff, 0xff, 0x0f][..]], "malformed PredictRequest"),
-        ("truncated", vec![&good.encode_to_vec()[..40]], "malformed PredictRequest"),
-        ("multi-frame", vec![&b"a"[..], &b"b"[..], &b"c"[..]], "got 3"),
+        (
+            "garbage",
+            vec![&[0xffu8, 0xff, 0xff, 0x0f][..]],
+            "malformed PredictRequest",
+        ),
+        (
+            "truncated",
+            vec![&good.encode_to_vec()[..40]],
+            "malformed PredictRequest",
+        ),
+        (
+            "multi-frame",
+            vec![&b"a"[..], &b"b"[..], &b"c"[..]],
+            "got 3",
+        ),
         ("no body", vec![], "got 0"),
     ] {
         c.send_frames(&frames).unwrap();
@@ -216,14 +398,23 @@ fn bad_requests_get_clear_errors() {
 
 #[test]
 fn clients_get_their_own_answers_concurrently() {
-    let server = Running::start(ServeOptions { queue: QueueMode::Fifo, max_queue: 64 });
+    let server = Running::start(ServeOptions {
+        queue: QueueMode::Fifo,
+        max_queue: 64,
+    });
     let addr = server.addr.clone();
     let handles: Vec<_> = (0..8u32)
         .map(|k| {
             let addr = addr.clone();
             std::thread::spawn(move || {
                 let mut c = Client::connect(&addr, TIMEOUT_MS).unwrap();
-                (0..3).map(|j| c.predict(&observation(10 + k * 3 + j)).unwrap().action_chunk).collect::<Vec<_>>()
+                (0..3)
+                    .map(|j| {
+                        c.predict(&observation(10 + k * 3 + j))
+                            .unwrap()
+                            .action_chunk
+                    })
+                    .collect::<Vec<_>>()
             })
         })
         .collect();
@@ -231,7 +422,10 @@ fn clients_get_their_own_answers_concurrently() {
     let mut reference = reference;
     for (k, h) in handles.into_iter().enumerate() {
         for (j, chunk) in h.join().unwrap().into_iter().enumerate() {
-            let want = reference.predict(&observation(10 + k as u32 * 3 + j as u32)).unwrap().actions;
+            let want = reference
+                .predict(&observation(10 + k as u32 * 3 + j as u32))
+                .unwrap()
+                .actions;
             assert_eq!(chunk, want, "client {k} request {j}");
         }
     }
@@ -241,7 +435,10 @@ fn clients_get_their_own_answers_concurrently() {
 #[test]
 fn latest_queue_supersedes_and_fifo_queue_fills() {
     // latest: a burst from one client; the newest is always served.
-    let server = Running::start(ServeOptions { queue: QueueMode::Latest, max_queue: 16 });
+    let server = Running::start(ServeOptions {
+        queue: QueueMode::Latest,
+        max_queue: 16,
+    });
     let mut c = server.client();
     let ids: Vec<u64> = (1..=4).collect();
     for &id in &ids {
@@ -252,12 +449,21 @@ fn latest_queue_supersedes_and_fifo_queue_fills() {
     let replies = collect(&mut c, ids.len());
     let last = &replies[&4];
     assert_eq!(last.error, "", "the newest request must be served");
-    let superseded = replies.values().filter(|r| error_of(r).0 == ErrorCode::Superseded).count();
-    assert!(superseded >= 1, "a burst of 4 while busy supersedes at least one");
+    let superseded = replies
+        .values()
+        .filter(|r| error_of(r).0 == ErrorCode::Superseded)
+        .count();
+    assert!(
+        superseded >= 1,
+        "a burst of 4 while busy supersedes at least one"
+    );
     drop(server);
 
     // fifo with room for one pending request: the rest of a burst is refused, not lost.
-    let server = Running::start(ServeOptions { queue: QueueMode::Fifo, max_queue: 1 });
+    let server = Running::start(ServeOptions {
+        queue: QueueMode::Fifo,
+        max_queue: 1,
+    });
     let mut c = server.client();
     for id in 1..=5u64 {
         let mut r = request_from(&observation(id as u32));
@@ -266,12 +472,19 @@ fn latest_queue_supersedes_and_fifo_queue_fills() {
     }
     let replies = collect(&mut c, 5);
     assert_eq!(replies[&1].error, "");
-    let full = replies.values().filter(|r| error_of(r).0 == ErrorCode::QueueFull).count();
+    let full = replies
+        .values()
+        .filter(|r| error_of(r).0 == ErrorCode::QueueFull)
+        .count();
     assert!((3..=4).contains(&full), "{full} queue-full replies");
     // Whether request 5 or an earlier one is refused depends on when the worker dequeues;
     // every reply is either a chunk or a clear queue-full error.
     for r in replies.values() {
-        assert!(r.error.is_empty() || r.error.contains("queue full"), "{}", r.error);
+        assert!(
+            r.error.is_empty() || r.error.contains("queue full"),
+            "{}",
+            r.error
+        );
     }
 }
 
@@ -291,7 +504,8 @@ fn a_client_vanishing_mid_request_does_not_stop_the_server() {
     let server = Running::start(ServeOptions::default());
     for seed in 0..3 {
         let mut gone = server.client();
-        gone.send_frames(&[&request_from(&observation(seed)).encode_to_vec()]).unwrap();
+        gone.send_frames(&[&request_from(&observation(seed)).encode_to_vec()])
+            .unwrap();
         drop(gone);
     }
     let mut c = server.client();
@@ -323,7 +537,10 @@ fn soak_keeps_memory_steady() {
     }
     let after = rss_kib();
     // Leaking one request's buffers (~21 KB of images and noise) would add ~6 MiB over 300.
-    assert!(after < before + 4 * 1024, "RSS grew from {before} KiB to {after} KiB over 300 requests");
+    assert!(
+        after < before + 4 * 1024,
+        "RSS grew from {before} KiB to {after} KiB over 300 requests"
+    );
     let stats = server.stop();
     assert_eq!(stats.predicted, 330);
     assert_eq!(stats.errors, 330);
@@ -340,7 +557,13 @@ fn control_requests_never_touch_the_model() {
     // An INFO request carries no images: it must not be validated as a predict.
     let server = Running::start(ServeOptions::default());
     let mut c = server.client();
-    let resp = c.call(PredictRequest { control: Control::Info as i32, request_id: 5, ..Default::default() }).unwrap();
+    let resp = c
+        .call(PredictRequest {
+            control: Control::Info as i32,
+            request_id: 5,
+            ..Default::default()
+        })
+        .unwrap();
     assert_eq!(resp.request_id, 5);
     let info: serde_json::Value = serde_json::from_str(&resp.info_json).unwrap();
     assert_eq!(info["state_dim"], 6);

@@ -3,8 +3,15 @@
 use std::process::Command;
 
 fn bench(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vla-bench")).args(args).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_vla-bench"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
@@ -27,19 +34,28 @@ fn measures_a_running_server() {
     let addr = lines
         .by_ref()
         .map(|l| l.unwrap())
-        .find_map(|l| l.strip_prefix("listening on ").map(|rest| rest.split_whitespace().next().unwrap().to_owned()))
+        .find_map(|l| {
+            l.strip_prefix("listening on ")
+                .map(|rest| rest.split_whitespace().next().unwrap().to_owned())
+        })
         .expect("server did not start");
     let (ok, out, err) = bench(&["--server", &addr, "--iters", "2", "--warmup", "0"]);
     server.kill().unwrap();
     server.wait().unwrap();
     assert!(ok, "{err}");
-    assert!(out.contains("smolvla on cpu") && out.contains("round trip"), "{out}");
+    assert!(
+        out.contains("smolvla on cpu") && out.contains("round trip"),
+        "{out}"
+    );
 }
 
 #[test]
 fn bad_arguments_are_one_clear_line() {
     let (ok, _, err) = bench(&["--iters", "1"]);
-    assert!(!ok && err.contains("--ckpt") && err.contains("--demo"), "{err}");
+    assert!(
+        !ok && err.contains("--ckpt") && err.contains("--demo"),
+        "{err}"
+    );
     let (ok, _, err) = bench(&["--ckpt", "/nonexistent.gguf"]);
     assert!(!ok && err.contains("/nonexistent.gguf"), "{err}");
 }

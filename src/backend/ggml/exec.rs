@@ -31,7 +31,12 @@ pub struct GgmlExecutable {
 unsafe impl Send for GgmlExecutable {}
 
 impl GgmlExecutable {
-    pub(crate) fn new(device: &str, threads: usize, graph: &Graph, store: &dyn WeightStore) -> Result<Self> {
+    pub(crate) fn new(
+        device: &str,
+        threads: usize,
+        graph: &Graph,
+        store: &dyn WeightStore,
+    ) -> Result<Self> {
         let primary = BackendHandle::init(device)?;
         primary.set_threads(threads);
         let cpu = if primary.is_cpu() {
@@ -90,7 +95,9 @@ impl GgmlExecutable {
         unsafe {
             sys::ggml_backend_sched_reset(self.sched.raw());
             if !sys::ggml_backend_sched_alloc_graph(self.sched.raw(), self.lowered.graph) {
-                return Err(Error::Gpu("ggml: could not allocate the compute graph".into()));
+                return Err(Error::Gpu(
+                    "ggml: could not allocate the compute graph".into(),
+                ));
             }
         }
         Ok(())
@@ -100,7 +107,12 @@ impl GgmlExecutable {
         let mut b = vec![self.primary.raw()];
         b.extend(self.cpu.as_ref().map(|c| c.raw()));
         // SAFETY: live scheduler and backends.
-        b.iter().map(|&be| unsafe { sys::ggml_backend_sched_get_buffer_size(self.sched.raw(), be) } as u64).sum()
+        b.iter()
+            .map(
+                |&be| unsafe { sys::ggml_backend_sched_get_buffer_size(self.sched.raw(), be) }
+                    as u64,
+            )
+            .sum()
     }
 }
 
@@ -110,11 +122,16 @@ fn to_i32(s: &Shadow, v: &[f32]) -> Result<Vec<i32>> {
         .map(|&x| {
             let int = x.fract() == 0.0 && x.abs() < 2_147_483_648.0;
             match s.vocab {
-                Some(vocab) if !(int && x >= 0.0 && (x as usize) < vocab) => Err(Error::InvalidArgument(format!(
-                    "input {:?}: token id {x} is not an integer in [0, {vocab})",
+                Some(vocab) if !(int && x >= 0.0 && (x as usize) < vocab) => {
+                    Err(Error::InvalidArgument(format!(
+                        "input {:?}: token id {x} is not an integer in [0, {vocab})",
+                        s.input
+                    )))
+                }
+                None if !int => Err(lower::not_impl(format!(
+                    "rope at non-integer position {x} (input {:?})",
                     s.input
                 ))),
-                None if !int => Err(lower::not_impl(format!("rope at non-integer position {x} (input {:?})", s.input))),
                 _ => Ok(x as i32),
             }
         })
@@ -152,9 +169,12 @@ impl Executable for GgmlExecutable {
             }
         }
         // SAFETY: allocated graph on a live scheduler.
-        let status = unsafe { sys::ggml_backend_sched_graph_compute(self.sched.raw(), self.lowered.graph) };
+        let status =
+            unsafe { sys::ggml_backend_sched_graph_compute(self.sched.raw(), self.lowered.graph) };
         if status != sys::GGML_STATUS_SUCCESS {
-            return Err(Error::Gpu(format!("ggml graph compute failed (status {status})")));
+            return Err(Error::Gpu(format!(
+                "ggml graph compute failed (status {status})"
+            )));
         }
         self.peak = self.peak.max(self.activation_bytes());
         self.graph

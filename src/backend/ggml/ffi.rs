@@ -38,7 +38,9 @@ pub(crate) fn device_names() -> Vec<String> {
         (0..sys::ggml_backend_dev_count())
             .map(|i| {
                 let dev = sys::ggml_backend_dev_get(i);
-                CStr::from_ptr(sys::ggml_backend_dev_name(dev)).to_string_lossy().into_owned()
+                CStr::from_ptr(sys::ggml_backend_dev_name(dev))
+                    .to_string_lossy()
+                    .into_owned()
             })
             .collect()
     }
@@ -50,13 +52,16 @@ impl BackendHandle {
     /// `ggml_backend_init_by_name` (device names: `CPU`, `CUDA0`, `SYCL0`, ...).
     pub fn init(device: &str) -> Result<Self> {
         init_logging();
-        let c = CString::new(device).map_err(|_| Error::InvalidArgument(format!("bad device name {device:?}")))?;
+        let c = CString::new(device)
+            .map_err(|_| Error::InvalidArgument(format!("bad device name {device:?}")))?;
         // SAFETY: `c` is a valid C string; a null return means "no such device".
         let b = unsafe { sys::ggml_backend_init_by_name(c.as_ptr(), ptr::null()) };
-        NonNull::new(b).map(BackendHandle).ok_or_else(|| Error::NoAdapter {
-            backend: format!("ggml {device}"),
-            found: device_names().join(", "),
-        })
+        NonNull::new(b)
+            .map(BackendHandle)
+            .ok_or_else(|| Error::NoAdapter {
+                backend: format!("ggml {device}"),
+                found: device_names().join(", "),
+            })
     }
 
     pub fn raw(&self) -> sys::ggml_backend_t {
@@ -105,7 +110,8 @@ impl Context {
     pub fn new(n_tensors: usize, graph_size: usize) -> Result<Self> {
         // SAFETY: size queries.
         let mem = unsafe {
-            sys::ggml_tensor_overhead() * (n_tensors + 8) + sys::ggml_graph_overhead_custom(graph_size, false)
+            sys::ggml_tensor_overhead() * (n_tensors + 8)
+                + sys::ggml_graph_overhead_custom(graph_size, false)
         } + 4096;
         let params = sys::ggml_init_params {
             mem_size: mem,
@@ -145,7 +151,10 @@ impl Buffer {
             let buf = sys::ggml_backend_alloc_ctx_tensors(ctx.raw(), backend.raw());
             let buf = NonNull::new(buf)
                 .ok_or_else(|| Error::Gpu("ggml: could not allocate the weight buffer".into()))?;
-            sys::ggml_backend_buffer_set_usage(buf.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+            sys::ggml_backend_buffer_set_usage(
+                buf.as_ptr(),
+                sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS,
+            );
             Ok(Some(Buffer(buf)))
         }
     }
@@ -172,7 +181,14 @@ impl Sched {
         let mut raw: Vec<sys::ggml_backend_t> = backends.iter().map(|b| b.raw()).collect();
         // SAFETY: the backends outlive the scheduler (the executable drops it first).
         let s = unsafe {
-            sys::ggml_backend_sched_new(raw.as_mut_ptr(), ptr::null_mut(), raw.len() as i32, graph_size, false, true)
+            sys::ggml_backend_sched_new(
+                raw.as_mut_ptr(),
+                ptr::null_mut(),
+                raw.len() as i32,
+                graph_size,
+                false,
+                true,
+            )
         };
         NonNull::new(s)
             .map(Sched)

@@ -6,8 +6,8 @@
 //! layout); a weight read by any other op is dequantized to F32 on the host once.
 
 use super::ffi::{Context, T};
-use crate::graph::{AttentionMask, Graph, NodeId, Op};
 use crate::gguf::GgmlType;
+use crate::graph::{AttentionMask, Graph, NodeId, Op};
 use crate::ops::{RopeLayout, RopeMode};
 use crate::{Error, Result, Tensor};
 use llama_cpp_sys_2 as sys;
@@ -22,7 +22,10 @@ const GGML_DEFAULT_GRAPH_SIZE: usize = 2048;
 const GGML_ROPE_TYPE_NEOX: i32 = 2;
 
 pub(crate) fn not_impl(op: impl Into<String>) -> Error {
-    Error::NotImplemented { op: op.into(), backend: "ggml" }
+    Error::NotImplemented {
+        op: op.into(),
+        backend: "ggml",
+    }
 }
 
 pub(crate) fn ggml_type(t: GgmlType) -> Option<sys::ggml_type> {
@@ -76,7 +79,10 @@ pub(crate) struct Weights<'w> {
 
 /// Whether node `i` reads input `k` in the weight's stored type.
 fn reads_raw(op: &Op, k: usize) -> bool {
-    matches!((op, k), (Op::MatMul, 1) | (Op::Embedding, 0) | (Op::PatchEmbed, 1))
+    matches!(
+        (op, k),
+        (Op::MatMul, 1) | (Op::Embedding, 0) | (Op::PatchEmbed, 1)
+    )
 }
 
 /// Pass 1: weight tensors in `ctx`, plus the constant masks of causal attention.
@@ -101,35 +107,51 @@ pub(crate) fn create_weights<'w>(
     for o in graph.outputs() {
         want_f32[o.0] = true;
     }
-    let mut w = Weights { raw: vec![None; n], f32: vec![None; n], uploads: Vec::new() };
+    let mut w = Weights {
+        raw: vec![None; n],
+        f32: vec![None; n],
+        uploads: Vec::new(),
+    };
     for (i, node) in graph.nodes().iter().enumerate() {
         let Op::Weight(name) = &node.op else { continue };
         if !want_raw[i] && !want_f32[i] {
             continue;
         }
         let t: Tensor<'w> = store.weight(name)?;
-        let ne = ne_of(t.shape()).ok_or_else(|| not_impl(format!("weight {name:?} of rank {}", t.rank())))?;
+        let ne = ne_of(t.shape())
+            .ok_or_else(|| not_impl(format!("weight {name:?} of rank {}", t.rank())))?;
         if t.numel() == 0 {
             return Err(not_impl(format!("empty weight {name:?}")));
         }
-        let ty = ggml_type(t.dtype()).ok_or_else(|| not_impl(format!("weight {name:?} of type {}", t.dtype())))?;
-        let new = |ty| unsafe { sys::ggml_new_tensor_4d(ctx.raw(), ty, ne[0], ne[1], ne[2], ne[3]) };
+        let ty = ggml_type(t.dtype())
+            .ok_or_else(|| not_impl(format!("weight {name:?} of type {}", t.dtype())))?;
+        let new =
+            |ty| unsafe { sys::ggml_new_tensor_4d(ctx.raw(), ty, ne[0], ne[1], ne[2], ne[3]) };
         if t.dtype() == GgmlType::F32 {
             let tt = new(sys::GGML_TYPE_F32);
             w.raw[i] = Some(tt);
             w.f32[i] = Some(tt);
-            w.uploads.push(Upload { tensor: tt, data: t });
+            w.uploads.push(Upload {
+                tensor: tt,
+                data: t,
+            });
             continue;
         }
         if want_f32[i] {
             let tt = new(sys::GGML_TYPE_F32);
             w.f32[i] = Some(tt);
-            w.uploads.push(Upload { tensor: tt, data: t.to_f32()? });
+            w.uploads.push(Upload {
+                tensor: tt,
+                data: t.to_f32()?,
+            });
         }
         if want_raw[i] {
             let tt = new(ty);
             w.raw[i] = Some(tt);
-            w.uploads.push(Upload { tensor: tt, data: t });
+            w.uploads.push(Upload {
+                tensor: tt,
+                data: t,
+            });
         }
     }
     Ok(w)
@@ -170,10 +192,18 @@ pub(crate) fn lower<'a>(
 ) -> Result<(Lowered, Vec<Upload<'static>>)> {
     for (i, node) in graph.nodes().iter().enumerate() {
         if node.shape.len() > 4 {
-            return Err(not_impl(format!("{} of rank {} (ggml has 4 dims)", node.op.kind(), node.shape.len())));
+            return Err(not_impl(format!(
+                "{} of rank {} (ggml has 4 dims)",
+                node.op.kind(),
+                node.shape.len()
+            )));
         }
         if node.numel() == 0 {
-            return Err(not_impl(format!("{} with an empty shape {:?} (node {i})", node.op.kind(), node.shape)));
+            return Err(not_impl(format!(
+                "{} with an empty shape {:?} (node {i})",
+                node.op.kind(),
+                node.shape
+            )));
         }
     }
     let mut l = Lowerer {
@@ -204,7 +234,12 @@ pub(crate) fn lower<'a>(
             sys::ggml_build_forward_expand(gf, t);
             outputs.push(t);
         }
-        let lowered = Lowered { graph: gf, inputs: l.inputs, shadows: l.shadows, outputs };
+        let lowered = Lowered {
+            graph: gf,
+            inputs: l.inputs,
+            shadows: l.shadows,
+            outputs,
+        };
         Ok((lowered, l.const_uploads))
     }
 }
@@ -245,7 +280,16 @@ impl Lowerer<'_> {
     /// A host-filled F32 constant with `ne`.
     fn constant(&mut self, ne: [i64; 4], data: Vec<f32>) -> T {
         // SAFETY: a metadata-only tensor in the constants context.
-        let t = unsafe { sys::ggml_new_tensor_4d(self.consts.raw(), sys::GGML_TYPE_F32, ne[0], ne[1], ne[2], ne[3]) };
+        let t = unsafe {
+            sys::ggml_new_tensor_4d(
+                self.consts.raw(),
+                sys::GGML_TYPE_F32,
+                ne[0],
+                ne[1],
+                ne[2],
+                ne[3],
+            )
+        };
         let shape: Vec<usize> = ne.iter().rev().map(|&d| d as usize).collect();
         let data = Tensor::from_f32(shape, data).expect("constant sized by its ne");
         self.const_uploads.push(Upload { tensor: t, data });
@@ -255,19 +299,29 @@ impl Lowerer<'_> {
     /// An I32 copy of an f32 input node (host-converted each run), or an in-graph cast.
     fn i32_of(&mut self, id: NodeId, vocab: Option<usize>, what: &str) -> Result<T> {
         if let Op::Input(name) = &self.graph.node(id).op {
-            if let Some(s) = self.shadows.iter().find(|s| &s.input == name && s.vocab == vocab) {
+            if let Some(s) = self
+                .shadows
+                .iter()
+                .find(|s| &s.input == name && s.vocab == vocab)
+            {
                 return Ok(s.tensor);
             }
             let n = self.graph.node(id).numel() as i64;
             // SAFETY: a metadata-only tensor in our context.
             let t = unsafe { sys::ggml_new_tensor_1d(self.ctx, sys::GGML_TYPE_I32, n) };
             unsafe { sys::ggml_set_input(t) };
-            self.shadows.push(Shadow { input: name.clone(), tensor: t, vocab });
+            self.shadows.push(Shadow {
+                input: name.clone(),
+                tensor: t,
+                vocab,
+            });
             return Ok(t);
         }
         if vocab.is_some() {
             // get_rows asserts (aborts) on an out-of-range id: only host-checked ids.
-            return Err(not_impl(format!("{what} from a computed node (ids must be a graph input)")));
+            return Err(not_impl(format!(
+                "{what} from a computed node (ids must be a graph input)"
+            )));
         }
         // SAFETY: F32 -> I32 copy (truncating), supported by ggml-cpu.
         Ok(unsafe { sys::ggml_cast(self.ctx, self.val(id), sys::GGML_TYPE_I32) })
@@ -323,7 +377,11 @@ impl Lowerer<'_> {
                 }
                 Op::Bmm { trans_b } => {
                     let b = self.val(inp[1]);
-                    let b = if *trans_b { b } else { sys::ggml_cont(ctx, sys::ggml_transpose(ctx, b)) };
+                    let b = if *trans_b {
+                        b
+                    } else {
+                        sys::ggml_cont(ctx, sys::ggml_transpose(ctx, b))
+                    };
                     sys::ggml_mul_mat(ctx, b, self.val(inp[0]))
                 }
                 Op::Add => self.binary(i, true),
@@ -360,7 +418,19 @@ impl Lowerer<'_> {
                         x = sys::ggml_cont(ctx, sys::ggml_permute(ctx, x, 0, 2, 1, 3));
                     }
                     let y = sys::ggml_rope_ext(
-                        ctx, x, pos, ptr::null_mut(), n_rot, mode, 0, cfg.theta, cfg.freq_scale, 0.0, 1.0, 32.0, 1.0,
+                        ctx,
+                        x,
+                        pos,
+                        ptr::null_mut(),
+                        n_rot,
+                        mode,
+                        0,
+                        cfg.theta,
+                        cfg.freq_scale,
+                        0.0,
+                        1.0,
+                        32.0,
+                        1.0,
                     );
                     if cfg.layout == RopeLayout::HeadSeqDim {
                         sys::ggml_cont(ctx, sys::ggml_permute(ctx, y, 0, 2, 1, 3))
@@ -374,7 +444,17 @@ impl Lowerer<'_> {
                     let ws = self.shape(inp[1]).to_vec(); // [O, C, P, Q]
                     let cols = (ws[1] * ws[2] * ws[3]) as i64;
                     let im = sys::ggml_im2col(
-                        ctx, w, img, ws[3] as i32, ws[2] as i32, 0, 0, 1, 1, true, sys::GGML_TYPE_F32,
+                        ctx,
+                        w,
+                        img,
+                        ws[3] as i32,
+                        ws[2] as i32,
+                        0,
+                        0,
+                        1,
+                        1,
+                        true,
+                        sys::GGML_TYPE_F32,
                     );
                     let patches = shape[0] as i64;
                     let im = sys::ggml_reshape_2d(ctx, im, cols, patches);
@@ -392,12 +472,27 @@ impl Lowerer<'_> {
                     }
                     acc
                 }
-                Op::Slice { axis, start, len: _ } => {
+                Op::Slice {
+                    axis,
+                    start,
+                    len: _,
+                } => {
                     let x = self.val(inp[0]);
                     let g = shape.len() - 1 - axis;
                     let ne = ne_of(&shape).expect("ranks checked");
                     let nb = (*x).nb;
-                    let v = sys::ggml_view_4d(ctx, x, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], start * nb[g]);
+                    let v = sys::ggml_view_4d(
+                        ctx,
+                        x,
+                        ne[0],
+                        ne[1],
+                        ne[2],
+                        ne[3],
+                        nb[1],
+                        nb[2],
+                        nb[3],
+                        start * nb[g],
+                    );
                     sys::ggml_cont(ctx, v)
                 }
                 Op::Permute(perm) => {
@@ -445,7 +540,11 @@ impl Lowerer<'_> {
                         }
                     }
                     let mt = self.constant([sk as i64, sq as i64, 1, 1], m);
-                    let ok = if rows.contains(&0.0) { Some(self.constant([1, sq as i64, 1, 1], rows)) } else { None };
+                    let ok = if rows.contains(&0.0) {
+                        Some(self.constant([1, sq as i64, 1, 1], rows))
+                    } else {
+                        None
+                    };
                     (mt, ok)
                 }
                 AttentionMask::Allowed => {

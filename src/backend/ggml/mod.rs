@@ -27,7 +27,10 @@ const _: () = {
     const fn is_on(value: Option<&str>) -> bool {
         let Some(v) = value else { return false };
         let v = v.as_bytes();
-        matches!(v, b"1" | b"ON" | b"on" | b"On" | b"TRUE" | b"true" | b"YES" | b"yes")
+        matches!(
+            v,
+            b"1" | b"ON" | b"on" | b"On" | b"TRUE" | b"true" | b"YES" | b"yes"
+        )
     }
     // The sys crate's build script reads exactly "1" here.
     const fn is_one(value: Option<&str>) -> bool {
@@ -111,7 +114,16 @@ impl Backend for GgmlBackend {
         }
     }
 
-    fn compile<'w>(&self, graph: &Graph, weights: &'w dyn WeightStore) -> Result<Box<dyn Executable + 'w>> {
-        Ok(Box::new(GgmlExecutable::new(&self.device, self.threads, graph, weights)?))
+    fn compile<'w>(
+        &self,
+        graph: &Graph,
+        weights: &'w dyn WeightStore,
+    ) -> Result<Box<dyn Executable + 'w>> {
+        Ok(Box::new(GgmlExecutable::new(
+            &self.device,
+            self.threads,
+            graph,
+            weights,
+        )?))
     }
 }

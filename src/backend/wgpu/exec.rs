@@ -20,7 +20,10 @@ enum Place {
     /// An activation slot of the buffer plan.
     Slot(usize),
     /// A weight, uploaded in its stored dtype (chunked by rows) and/or as f32.
-    Weight { raw: Vec<Chunk>, f32: Option<wgpu::Buffer> },
+    Weight {
+        raw: Vec<Chunk>,
+        f32: Option<wgpu::Buffer>,
+    },
 }
 
 /// Out-of-bounds guard: in debug builds (or with `VLA_WGPU_GUARD=1`) every activation slot
@@ -64,7 +67,12 @@ fn storage(ctx: &GpuContext, label: &str, size: u64, extra: wgpu::BufferUsages) 
 
 fn upload(ctx: &GpuContext, label: &str, bytes: &[u8]) -> wgpu::Buffer {
     // COPY_SRC: an f32 weight (through a reshape view) can be a graph output
-    let buf = storage(ctx, label, bytes.len() as u64, wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC);
+    let buf = storage(
+        ctx,
+        label,
+        bytes.len() as u64,
+        wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+    );
     let whole = bytes.len() / 4 * 4;
     ctx.queue.write_buffer(&buf, 0, &bytes[..whole]);
     if whole < bytes.len() {
@@ -143,7 +151,10 @@ impl WgpuExecutable {
                     });
                 }
                 let f32 = f32.clone().expect("a reshape reads its input as f32");
-                places[i] = Some(Place::Weight { raw: Vec::new(), f32: Some(f32) });
+                places[i] = Some(Place::Weight {
+                    raw: Vec::new(),
+                    f32: Some(f32),
+                });
                 continue;
             }
             let size = (4 * n.numel() as u64).max(4);
@@ -206,7 +217,11 @@ impl WgpuExecutable {
         }
         // Freed slots are reused, never released: the peak is the total size of all slots.
         let peak: u64 = slot_sizes.iter().sum();
-        let guard_bytes = if guard_enabled() { 4 * GUARD_WORDS as u64 } else { 0 };
+        let guard_bytes = if guard_enabled() {
+            4 * GUARD_WORDS as u64
+        } else {
+            0
+        };
         let slots: Vec<wgpu::Buffer> = slot_sizes
             .iter()
             .enumerate()
@@ -217,7 +232,11 @@ impl WgpuExecutable {
             .collect();
         let guard = (guard_bytes > 0 && !slots.is_empty()).then(|| {
             for (slot, &size) in slots.iter().zip(&slot_sizes) {
-                ctx.queue.write_buffer(slot, size, bytemuck::cast_slice(&[GUARD_WORD; GUARD_WORDS]));
+                ctx.queue.write_buffer(
+                    slot,
+                    size,
+                    bytemuck::cast_slice(&[GUARD_WORD; GUARD_WORDS]),
+                );
             }
             let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("guard readback"),
@@ -227,7 +246,10 @@ impl WgpuExecutable {
             });
             (slot_sizes.clone(), staging)
         });
-        let places: Vec<Place> = places.into_iter().map(|p| p.expect("every node placed")).collect();
+        let places: Vec<Place> = places
+            .into_iter()
+            .map(|p| p.expect("every node placed"))
+            .collect();
 
         // Record dispatches.
         let mut dispatches = Vec::new();
@@ -241,7 +263,9 @@ impl WgpuExecutable {
                 .enumerate()
                 .map(|(k, id)| tensor_buf(&places, &slots, graph, *id, reads_raw(&n.op, k)))
                 .collect::<Result<Vec<_>>>()?;
-            let Place::Slot(out) = places[i] else { unreachable!("activations have slots") };
+            let Place::Slot(out) = places[i] else {
+                unreachable!("activations have slots")
+            };
             let bufs = NodeBuffers {
                 inputs,
                 output: &slots[out],
@@ -302,7 +326,10 @@ fn tensor_buf<'a>(
     Ok(match &places[id.0] {
         Place::Slot(_) if raw => {
             return Err(Error::NotImplemented {
-                op: format!("a computed node ({}) as a matmul weight or embedding table", node.op.kind()),
+                op: format!(
+                    "a computed node ({}) as a matmul weight or embedding table",
+                    node.op.kind()
+                ),
                 backend: "wgpu",
             })
         }
@@ -341,8 +368,16 @@ fn upload_rows(ctx: &GpuContext, name: &str, t: &Tensor, max_binding: u64) -> Re
     let mut start = 0;
     while start < rows {
         let n = rows_per_chunk.min(rows - start);
-        let buffer = upload(ctx, name, &bytes[start * row_bytes..(start + n) * row_bytes]);
-        chunks.push(Chunk { buffer, row_start: start, rows: n });
+        let buffer = upload(
+            ctx,
+            name,
+            &bytes[start * row_bytes..(start + n) * row_bytes],
+        );
+        chunks.push(Chunk {
+            buffer,
+            row_start: start,
+            rows: n,
+        });
         start += n;
     }
     Ok(chunks)
@@ -355,7 +390,11 @@ impl Executable for WgpuExecutable {
             if let Op::Input(name) = &n.op {
                 let data = by_name[name].f32_cow()?;
                 if !data.is_empty() {
-                    self.ctx.queue.write_buffer(self.slot(NodeId(i)), 0, bytemuck::cast_slice(&data));
+                    self.ctx.queue.write_buffer(
+                        self.slot(NodeId(i)),
+                        0,
+                        bytemuck::cast_slice(&data),
+                    );
                 }
             }
         }
@@ -378,12 +417,20 @@ impl Executable for WgpuExecutable {
                 enc.copy_buffer_to_buffer(slot, size, staging, k as u64 * guard_bytes, guard_bytes);
             }
         }
-        let scope = self.ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let scope = self
+            .ctx
+            .device
+            .push_error_scope(wgpu::ErrorFilter::Validation);
         self.ctx.queue.submit([enc.finish()]);
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Gpu(format!("submit: {e}")));
         }
-        for staging in self.readback.iter().map(|(_, b)| b).chain(self.guard.as_ref().map(|(_, b)| b)) {
+        for staging in self
+            .readback
+            .iter()
+            .map(|(_, b)| b)
+            .chain(self.guard.as_ref().map(|(_, b)| b))
+        {
             staging.slice(..).map_async(wgpu::MapMode::Read, |_| {});
         }
         self.ctx
@@ -417,7 +464,9 @@ impl WgpuExecutable {
     /// Compares the (mapped) slot tails with the sentinel; restores any that changed and
     /// names the nodes planned into that slot.
     fn check_guard(&self) -> Result<()> {
-        let Some((sizes, staging)) = &self.guard else { return Ok(()) };
+        let Some((sizes, staging)) = &self.guard else {
+            return Ok(());
+        };
         let bad: Vec<usize> = {
             let view = staging
                 .slice(..)
@@ -425,14 +474,23 @@ impl WgpuExecutable {
                 .map_err(|e| Error::Gpu(format!("reading the guard words: {e}")))?;
             let words: &[u32] = bytemuck::cast_slice(&view);
             let changed = |t: &[u32]| t.iter().any(|&w| w != GUARD_WORD);
-            words.chunks(GUARD_WORDS).enumerate().filter(|(_, t)| changed(t)).map(|(k, _)| k).collect()
+            words
+                .chunks(GUARD_WORDS)
+                .enumerate()
+                .filter(|(_, t)| changed(t))
+                .map(|(k, _)| k)
+                .collect()
         };
         staging.unmap();
         if bad.is_empty() {
             return Ok(());
         }
         for &k in &bad {
-            self.ctx.queue.write_buffer(&self.slots[k], sizes[k], bytemuck::cast_slice(&[GUARD_WORD; GUARD_WORDS]));
+            self.ctx.queue.write_buffer(
+                &self.slots[k],
+                sizes[k],
+                bytemuck::cast_slice(&[GUARD_WORD; GUARD_WORDS]),
+            );
         }
         let nodes: Vec<String> = self
             .graph
@@ -475,11 +533,19 @@ mod tests {
         let graph = g.build(&[y]).unwrap();
         let mut exe = super::WgpuExecutable::new(b.ctx.clone(), &graph, &weights).unwrap();
         let xt = Tensor::from_f32(vec![5], vec![1.0; 5]).unwrap();
-        assert_eq!(exe.run(&[("x", &xt)]).unwrap()[0].to_vec_f32().unwrap(), [2.0; 5]);
-        let super::Place::Slot(s) = exe.places[1] else { panic!("y has a slot") };
+        assert_eq!(
+            exe.run(&[("x", &xt)]).unwrap()[0].to_vec_f32().unwrap(),
+            [2.0; 5]
+        );
+        let super::Place::Slot(s) = exe.places[1] else {
+            panic!("y has a slot")
+        };
         exe.ctx.queue.write_buffer(&exe.slots[s], 20 + 8, &[0u8; 4]);
         let e = exe.run(&[("x", &xt)]).unwrap_err().to_string();
-        assert!(e.contains("out-of-bounds") && e.contains("1 (scale [5])"), "{e}");
+        assert!(
+            e.contains("out-of-bounds") && e.contains("1 (scale [5])"),
+            "{e}"
+        );
         exe.run(&[("x", &xt)]).unwrap();
     }
 }

@@ -56,7 +56,11 @@ pub struct Caps {
 
 impl Caps {
     /// Every capability on: `with_caps(api, Caps::ALL)` is the same as `new(api)`.
-    pub const ALL: Caps = Caps { f16: true, subgroups: true, int_dot: true };
+    pub const ALL: Caps = Caps {
+        f16: true,
+        subgroups: true,
+        int_dot: true,
+    };
 }
 
 /// With [`WgpuOptions::flash_attn`] unset, attention over more keys than this uses the
@@ -138,16 +142,21 @@ impl WgpuBackend {
             apply_limit_buckets: false,
         }))
         .map_err(|_| {
-            let found: Vec<String> = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
-                .iter()
-                .map(|a| {
-                    let i = a.get_info();
-                    format!("{:?} {:?} {:?}", i.backend, i.device_type, i.name)
-                })
-                .collect();
+            let found: Vec<String> =
+                pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+                    .iter()
+                    .map(|a| {
+                        let i = a.get_info();
+                        format!("{:?} {:?} {:?}", i.backend, i.device_type, i.name)
+                    })
+                    .collect();
             Error::NoAdapter {
                 backend: api.name().to_owned(),
-                found: if found.is_empty() { "none".into() } else { found.join(", ") },
+                found: if found.is_empty() {
+                    "none".into()
+                } else {
+                    found.join(", ")
+                },
             }
         })?;
         let available = adapter.features();
@@ -156,7 +165,9 @@ impl WgpuBackend {
             .wgsl_language_features()
             .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct);
         let caps = Caps {
-            f16: allowed.f16 && available.contains(wgpu::Features::SHADER_F16) && !env_flag("VLA_WGPU_NO_F16"),
+            f16: allowed.f16
+                && available.contains(wgpu::Features::SHADER_F16)
+                && !env_flag("VLA_WGPU_NO_F16"),
             subgroups: allowed.subgroups
                 && available.contains(wgpu::Features::SUBGROUP)
                 && !env_flag("VLA_WGPU_NO_SUBGROUPS"),
@@ -230,7 +241,15 @@ impl Backend for WgpuBackend {
         .to_lowercase()
     }
 
-    fn compile<'w>(&self, graph: &Graph, weights: &'w dyn WeightStore) -> Result<Box<dyn Executable + 'w>> {
-        Ok(Box::new(exec::WgpuExecutable::new(self.ctx.clone(), graph, weights)?))
+    fn compile<'w>(
+        &self,
+        graph: &Graph,
+        weights: &'w dyn WeightStore,
+    ) -> Result<Box<dyn Executable + 'w>> {
+        Ok(Box::new(exec::WgpuExecutable::new(
+            self.ctx.clone(),
+            graph,
+            weights,
+        )?))
     }
 }

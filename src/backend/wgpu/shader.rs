@@ -43,7 +43,10 @@ impl Variant {
     }
 
     fn key(&self) -> String {
-        format!("{}:{}:{:?}:{:?}", self.family, self.entry, self.defines, self.constants)
+        format!(
+            "{}:{}:{:?}:{:?}",
+            self.family, self.entry, self.defines, self.constants
+        )
     }
 }
 
@@ -65,10 +68,14 @@ pub(crate) fn preprocess(source: &str, defines: &[&str]) -> Result<String> {
         if let Some(name) = t.strip_prefix("#if ") {
             stack.push(defines.contains(&name.trim()));
         } else if t == "#else" {
-            let top = stack.last_mut().ok_or_else(|| template_err(i, "#else without #if"))?;
+            let top = stack
+                .last_mut()
+                .ok_or_else(|| template_err(i, "#else without #if"))?;
             *top = !*top;
         } else if t == "#endif" {
-            stack.pop().ok_or_else(|| template_err(i, "#endif without #if"))?;
+            stack
+                .pop()
+                .ok_or_else(|| template_err(i, "#endif without #if"))?;
         }
     }
     if !stack.is_empty() {
@@ -89,7 +96,12 @@ pub(crate) struct PipelineCache {
 impl PipelineCache {
     pub fn get(&self, device: &wgpu::Device, v: &Variant) -> Result<Arc<wgpu::ComputePipeline>> {
         let key = v.key();
-        if let Some(p) = self.pipelines.lock().expect("no panics while locked").get(&key) {
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .expect("no panics while locked")
+            .get(&key)
+        {
             return Ok(p.clone());
         }
         let code = preprocess(v.source, &v.defines)?;
@@ -104,7 +116,11 @@ impl PipelineCache {
             module: &module,
             entry_point: Some(v.entry),
             compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &v.constants.iter().map(|(k, x)| (*k, *x)).collect::<Vec<_>>(),
+                constants: &v
+                    .constants
+                    .iter()
+                    .map(|(k, x)| (*k, *x))
+                    .collect::<Vec<_>>(),
                 ..Default::default()
             },
             cache: None,
@@ -113,7 +129,10 @@ impl PipelineCache {
             return Err(Error::Gpu(format!("compiling {} ({}): {e}", v.family, key)));
         }
         let p = Arc::new(pipeline);
-        self.pipelines.lock().expect("no panics while locked").insert(key, p.clone());
+        self.pipelines
+            .lock()
+            .expect("no panics while locked")
+            .insert(key, p.clone());
         Ok(p)
     }
 }
@@ -126,12 +145,20 @@ mod tests {
     fn template_keeps_selected_branches() {
         let src = "a\n#if F16\nb\n#if X\nc\n#else\nd\n#endif\n#else\ne\n#endif\nf\n";
         let kept = |d: &[&str]| -> Vec<String> {
-            preprocess(src, d).unwrap().lines().filter(|l| !l.is_empty()).map(String::from).collect()
+            preprocess(src, d)
+                .unwrap()
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect()
         };
         assert_eq!(kept(&[]), ["a", "e", "f"]);
         assert_eq!(kept(&["F16"]), ["a", "b", "d", "f"]);
         assert_eq!(kept(&["F16", "X"]), ["a", "b", "c", "f"]);
-        assert_eq!(preprocess(src, &[]).unwrap().lines().count(), src.lines().count());
+        assert_eq!(
+            preprocess(src, &[]).unwrap().lines().count(),
+            src.lines().count()
+        );
         assert!(preprocess("#if A\n", &[]).is_err());
         assert!(preprocess("#endif\n", &[]).is_err());
     }

@@ -61,7 +61,11 @@ fn main() -> ExitCode {
 
 /// A synthetic observation of the right shape: fixed pixels, state and noise.
 fn observation(n_images: usize, side: usize, state_dim: usize, noise_len: usize) -> Observation {
-    let image = Image { height: side, width: side, data: ImageData::RgbU8((0..side * side * 3).map(|i| (i * 37 % 256) as u8).collect()) };
+    let image = Image {
+        height: side,
+        width: side,
+        data: ImageData::RgbU8((0..side * side * 3).map(|i| (i * 37 % 256) as u8).collect()),
+    };
     Observation {
         images: vec![image; n_images],
         state: (0..state_dim).map(|i| (i as f32 * 0.37).sin()).collect(),
@@ -73,17 +77,31 @@ fn observation(n_images: usize, side: usize, state_dim: usize, noise_len: usize)
 
 /// min / median / max of each column, in ms.
 fn report(names: &[&str], rows: &[Vec<f32>]) {
-    println!("{:<12} {:>10} {:>10} {:>10}", "stage (ms)", "min", "median", "max");
+    println!(
+        "{:<12} {:>10} {:>10} {:>10}",
+        "stage (ms)", "min", "median", "max"
+    );
     for (k, name) in names.iter().enumerate() {
         let mut v: Vec<f32> = rows.iter().map(|r| r[k]).collect();
         v.sort_by(f32::total_cmp);
-        println!("{name:<12} {:>10.2} {:>10.2} {:>10.2}", v[0], v[v.len() / 2], v[v.len() - 1]);
+        println!(
+            "{name:<12} {:>10.2} {:>10.2} {:>10.2}",
+            v[0],
+            v[v.len() / 2],
+            v[v.len() - 1]
+        );
     }
 }
 
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
     Some(kib / 1024.0)
 }
 
@@ -95,7 +113,9 @@ fn run(args: Args) -> Result<()> {
         return bench_server(addr, &args);
     }
     if let Some(n) = args.threads {
-        rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()?;
     }
     if !args.compare.is_empty() {
         return compare(&args);
@@ -103,17 +123,32 @@ fn run(args: Args) -> Result<()> {
     let file = match (&args.ckpt, args.demo) {
         (Some(p), _) => GgufFile::open(p).with_context(|| format!("opening {}", p.display()))?,
         (None, true) => GgufFile::from_bytes(vla::models::demo_gguf()?)?,
-        (None, false) => bail!("give --ckpt MODEL.gguf, --demo, --server ADDR or --compare A.gguf B.gguf"),
+        (None, false) => {
+            bail!("give --ckpt MODEL.gguf, --demo, --server ADDR or --compare A.gguf B.gguf")
+        }
     };
     let opts = runtime_options(&args)?;
     let t0 = Instant::now();
     let mut policy = vla::models::from_gguf(file, &opts)?;
     let load_s = t0.elapsed().as_secs_f32();
     let info = policy.info().clone();
-    println!("model     {} ({:.1} M params, {}), loaded in {load_s:.2} s", info.arch, info.param_count as f64 / 1e6, info.weight_dtypes);
+    println!(
+        "model     {} ({:.1} M params, {}), loaded in {load_s:.2} s",
+        info.arch,
+        info.param_count as f64 / 1e6,
+        info.weight_dtypes
+    );
     println!("backend   {}", info.backend);
-    println!("shape     {} camera(s) at {}, chunk {} x {}, {} steps", info.n_images, info.image_height, info.chunk_size, info.action_dim, info.num_steps);
-    let obs = observation(info.n_images, info.image_height, info.state_dim, info.chunk_size * info.max_action_dim);
+    println!(
+        "shape     {} camera(s) at {}, chunk {} x {}, {} steps",
+        info.n_images, info.image_height, info.chunk_size, info.action_dim, info.num_steps
+    );
+    let obs = observation(
+        info.n_images,
+        info.image_height,
+        info.state_dim,
+        info.chunk_size * info.max_action_dim,
+    );
     for _ in 0..args.warmup {
         policy.predict(&obs)?;
     }
@@ -125,7 +160,10 @@ fn run(args: Args) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     println!("iters     {} (after {} warm-up)", args.iters, args.warmup);
     report(&["vision", "prefill", "denoise", "total"], &rows);
-    println!("memory    backend {:.1} MiB (weights + peak activations)", info.memory_bytes as f64 / (1 << 20) as f64);
+    println!(
+        "memory    backend {:.1} MiB (weights + peak activations)",
+        info.memory_bytes as f64 / (1 << 20) as f64
+    );
     if let Some(rss) = peak_rss_mib() {
         println!("          process peak RSS {rss:.1} MiB");
     }
@@ -137,7 +175,13 @@ fn runtime_options(args: &Args) -> Result<RuntimeOptions> {
         None => None,
         Some(s) => Some(vla::gguf::GgmlType::from_name(&s.to_ascii_uppercase())?),
     };
-    Ok(RuntimeOptions { backend: args.backend.clone(), num_steps: args.steps, threads: args.threads, weight_dtype, ..Default::default() })
+    Ok(RuntimeOptions {
+        backend: args.backend.clone(),
+        num_steps: args.steps,
+        threads: args.threads,
+        weight_dtype,
+        ..Default::default()
+    })
 }
 
 /// Each model's chunk on one fixed observation and noise, its median latency and file size.
@@ -147,22 +191,39 @@ fn compare(args: &Args) -> Result<()> {
     for path in &args.compare {
         let file = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
         let size = file.file_size();
-        let mut policy = vla::models::from_gguf(file, &opts).with_context(|| format!("loading {}", path.display()))?;
+        let mut policy = vla::models::from_gguf(file, &opts)
+            .with_context(|| format!("loading {}", path.display()))?;
         let info = policy.info().clone();
-        let obs = observation(info.n_images, info.image_height, info.state_dim, info.chunk_size * info.max_action_dim);
+        let obs = observation(
+            info.n_images,
+            info.image_height,
+            info.state_dim,
+            info.chunk_size * info.max_action_dim,
+        );
         let chunk = policy.predict(&obs)?.actions;
         for _ in 1..args.warmup {
             policy.predict(&obs)?;
         }
-        let mut ms = (0..args.iters).map(|_| Ok(policy.predict(&obs)?.times.total_ms)).collect::<Result<Vec<f32>>>()?;
+        let mut ms = (0..args.iters)
+            .map(|_| Ok(policy.predict(&obs)?.times.total_ms))
+            .collect::<Result<Vec<f32>>>()?;
         ms.sort_by(f32::total_cmp);
-        rows.push((path.display().to_string(), size, ms[ms.len() / 2], chunk, info.weight_dtypes));
+        rows.push((
+            path.display().to_string(),
+            size,
+            ms[ms.len() / 2],
+            chunk,
+            info.weight_dtypes,
+        ));
     }
     let (_, size0, ms0, ref0, _) = &rows[0];
     if let Some((name, ..)) = rows.iter().find(|r| r.3.len() != ref0.len()) {
         bail!("{name}: its chunk has another shape than {}'s", rows[0].0);
     }
-    println!("backend {}, {} iterations each, errors of the action chunk against {}", args.backend, args.iters, rows[0].0);
+    println!(
+        "backend {}, {} iterations each, errors of the action chunk against {}",
+        args.backend, args.iters, rows[0].0
+    );
     println!("| model | weights | MiB | size ratio | median ms | latency ratio | max abs err | rel L2 err | cosine |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for (name, size, ms, chunk, dtypes) in &rows {
@@ -188,14 +249,28 @@ fn errors(a: &[f32], b: &[f32]) -> (f64, f64, f64) {
         b2 += y * y;
         dot += x * y;
     }
-    (max_abs, (diff2 / a2.max(f64::MIN_POSITIVE)).sqrt(), dot / (a2 * b2).sqrt().max(f64::MIN_POSITIVE))
+    (
+        max_abs,
+        (diff2 / a2.max(f64::MIN_POSITIVE)).sqrt(),
+        dot / (a2 * b2).sqrt().max(f64::MIN_POSITIVE),
+    )
 }
 
 fn bench_server(addr: &str, args: &Args) -> Result<()> {
     let mut client = Client::connect(addr, 120_000)?;
     let info = client.info().context("asking the server for INFO")?;
-    let get = |k: &str| info[k].as_u64().map(|v| v as usize).with_context(|| format!("INFO lacks {k}"));
-    let obs = observation(get("n_images")?, get("image_height")?, get("state_dim")?, get("chunk_size")? * get("max_action_dim")?);
+    let get = |k: &str| {
+        info[k]
+            .as_u64()
+            .map(|v| v as usize)
+            .with_context(|| format!("INFO lacks {k}"))
+    };
+    let obs = observation(
+        get("n_images")?,
+        get("image_height")?,
+        get("state_dim")?,
+        get("chunk_size")? * get("max_action_dim")?,
+    );
     let text = |k: &str| info[k].as_str().unwrap_or("?").to_owned();
     println!("server    {addr}: {} on {}", text("arch"), text("backend"));
     for _ in 0..args.warmup {
@@ -206,10 +281,27 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
             let t0 = Instant::now();
             let r = client.predict(&obs)?;
             let round_trip = t0.elapsed().as_secs_f32() * 1e3;
-            Ok(vec![r.latency_ms_vision, r.latency_ms_prefill, r.latency_ms_denoise, r.latency_ms_inference, r.latency_ms_total, round_trip])
+            Ok(vec![
+                r.latency_ms_vision,
+                r.latency_ms_prefill,
+                r.latency_ms_denoise,
+                r.latency_ms_inference,
+                r.latency_ms_total,
+                round_trip,
+            ])
         })
         .collect::<Result<Vec<_>>>()?;
     println!("iters     {} (after {} warm-up)", args.iters, args.warmup);
-    report(&["vision", "prefill", "denoise", "inference", "server", "round trip"], &rows);
+    report(
+        &[
+            "vision",
+            "prefill",
+            "denoise",
+            "inference",
+            "server",
+            "round trip",
+        ],
+        &rows,
+    );
     Ok(())
 }

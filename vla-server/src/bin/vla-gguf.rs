@@ -57,7 +57,13 @@ fn main() {
     let result = match cli.command {
         Command::Info { file, full } => info(&file, full),
         Command::Dequant { file, tensor, out } => dequant(&file, &tensor, out.as_deref()),
-        Command::Demo { out, arch, full, dtype, force } => demo(&out, &arch, full, &dtype, force),
+        Command::Demo {
+            out,
+            arch,
+            full,
+            dtype,
+            force,
+        } => demo(&out, &arch, full, &dtype, force),
     };
     if let Err(e) = result {
         // A closed pipe (`vla-gguf info f | head`) is not an error worth reporting.
@@ -97,19 +103,48 @@ fn info(file: &std::path::Path, full: bool) -> Result<()> {
         } else {
             value.to_string()
         };
-        writeln!(out, "  {key:key_width$}  {:<22} {shown}", value.type_description())?;
+        writeln!(
+            out,
+            "  {key:key_width$}  {:<22} {shown}",
+            value.type_description()
+        )?;
     }
     writeln!(out, "\ntensors:")?;
-    let name_width = f.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-    writeln!(out, "  {:name_width$}  {:<7} {:<24} {:>12}", "name", "type", "dims", "bytes")?;
+    let name_width = f
+        .tensors()
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        out,
+        "  {:name_width$}  {:<7} {:<24} {:>12}",
+        "name", "type", "dims", "bytes"
+    )?;
     let mut total = 0u64;
     for t in f.tensors() {
-        let dims = t.dims.iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
-        writeln!(out, "  {:name_width$}  {:<7} {dims:<24} {:>12}", t.name, t.ty.name(), t.n_bytes())?;
+        let dims = t
+            .dims
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" x ");
+        writeln!(
+            out,
+            "  {:name_width$}  {:<7} {dims:<24} {:>12}",
+            t.name,
+            t.ty.name(),
+            t.n_bytes()
+        )?;
         total += t.n_bytes();
     }
     let params: u64 = f.tensors().iter().map(|t| t.n_elements()).sum();
-    writeln!(out, "\n{} tensors, {params} elements, {total} bytes of tensor data", f.tensors().len())?;
+    writeln!(
+        out,
+        "\n{} tensors, {params} elements, {total} bytes of tensor data",
+        f.tensors().len()
+    )?;
     out.flush()?;
     Ok(())
 }
@@ -149,15 +184,31 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
     };
     match (arch, pi0::Variant::from_arch(arch)) {
         ("smolvla", _) if !full && ty == GgmlType::F32 => {
-            std::fs::write(out, vla::models::demo_gguf()?).with_context(|| format!("cannot write {}", out.display()))?;
-            println!("{}: the demo model (smolvla-shaped, random weights)", out.display());
+            std::fs::write(out, vla::models::demo_gguf()?)
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            println!(
+                "{}: the demo model (smolvla-shaped, random weights)",
+                out.display()
+            );
         }
         ("smolvla", _) => bail!("--full and --dtype are for pi0/pi05; the smolvla demo is fixed"),
         (_, Some(v)) => {
-            let cfg = if full { pi0::full_config(v) } else { pi0::small_config(v) };
-            eprintln!("generating {} random {arch} weights...", if full { "full-size" } else { "small" });
-            pi0::random_writer(&cfg, 0x5eed, ty)?.write_to_file(out).with_context(|| format!("cannot write {}", out.display()))?;
-            println!("{}: {arch} with random {dtype} weights, no tokenizer (send token ids)", out.display());
+            let cfg = if full {
+                pi0::full_config(v)
+            } else {
+                pi0::small_config(v)
+            };
+            eprintln!(
+                "generating {} random {arch} weights...",
+                if full { "full-size" } else { "small" }
+            );
+            pi0::random_writer(&cfg, 0x5eed, ty)?
+                .write_to_file(out)
+                .with_context(|| format!("cannot write {}", out.display()))?;
+            println!(
+                "{}: {arch} with random {dtype} weights, no tokenizer (send token ids)",
+                out.display()
+            );
         }
         _ => bail!("--arch {arch:?}: expected smolvla, pi0 or pi05"),
     }

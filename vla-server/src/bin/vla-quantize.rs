@@ -47,33 +47,60 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
-    let ty = GgmlType::from_name(&args.ty.to_ascii_uppercase()).ok().filter(|t| {
-        matches!(t, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1)
-    });
-    let Some(ty) = ty else { bail!("--type {}: expected Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1", args.ty) };
+    let ty = GgmlType::from_name(&args.ty.to_ascii_uppercase())
+        .ok()
+        .filter(|t| {
+            matches!(
+                t,
+                GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1
+            )
+        });
+    let Some(ty) = ty else {
+        bail!(
+            "--type {}: expected Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1",
+            args.ty
+        )
+    };
     if args.output.exists() && !args.force {
-        bail!("{} exists: pass --force to overwrite it", args.output.display());
+        bail!(
+            "{} exists: pass --force to overwrite it",
+            args.output.display()
+        );
     }
-    if args.output.canonicalize().ok().is_some_and(|o| args.input.canonicalize().ok() == Some(o)) {
+    if args
+        .output
+        .canonicalize()
+        .ok()
+        .is_some_and(|o| args.input.canonicalize().ok() == Some(o))
+    {
         bail!("--out must differ from --in");
     }
 
     // Validate first: the file must load as a model before anything is written.
-    let open = || GgufFile::open(&args.input).with_context(|| format!("reading {}", args.input.display()));
+    let open =
+        || GgufFile::open(&args.input).with_context(|| format!("reading {}", args.input.display()));
     vla::models::from_gguf(open()?, &RuntimeOptions::default())
         .with_context(|| format!("{} does not load as a model", args.input.display()))?;
     let file = open()?;
 
     let bar = ProgressBar::new(file.tensors().len() as u64).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} tensors {msg}").expect("static template"),
+        ProgressStyle::with_template("{bar:40} {pos}/{len} tensors {msg}")
+            .expect("static template"),
     );
-    let (mut writer, changed) = retype(&file, |t| is_quantizable(t, ty, args.vision).then_some(ty), |i, t| {
-        bar.set_position(i as u64);
-        bar.set_message(t.name.clone());
-    })?;
+    let (mut writer, changed) = retype(
+        &file,
+        |t| is_quantizable(t, ty, args.vision).then_some(ty),
+        |i, t| {
+            bar.set_position(i as u64);
+            bar.set_message(t.name.clone());
+        },
+    )?;
     bar.finish_and_clear();
     if changed.is_empty() {
-        bail!("no tensor of {} qualifies for {ty}: nothing to do", args.input.display());
+        bail!(
+            "no tensor of {} qualifies for {ty}: nothing to do",
+            args.input.display()
+        );
     }
     writer.set_metadata("vla.quantize.type", ty.name())?;
     writer.set_metadata("vla.quantize.vision", args.vision)?;
@@ -85,9 +112,11 @@ fn run(args: Args) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
         return Err(e).with_context(|| format!("writing {}", tmp.display()));
     }
-    std::fs::rename(&tmp, &args.output).with_context(|| format!("renaming to {}", args.output.display()))?;
+    std::fs::rename(&tmp, &args.output)
+        .with_context(|| format!("renaming to {}", args.output.display()))?;
 
-    let size = |p: &PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64;
+    let size =
+        |p: &PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64;
     let (before, after) = (size(&args.input), size(&args.output));
     println!(
         "{}: {} of {} tensors as {ty}; {before:.1} MiB -> {after:.1} MiB ({:.2}x)",

@@ -28,19 +28,26 @@ fn run(args: ServerArgs) -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     if let Some(n) = settings.runtime.threads {
-        rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("setting up CPU threads")?;
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .context("setting up CPU threads")?;
     }
 
     let t0 = Instant::now();
     let (file, source) = match (&settings.model, settings.demo) {
-        (_, true) => (GgufFile::from_bytes(vla::models::demo_gguf()?)?, "built-in demo (random weights)".to_string()),
+        (_, true) => (
+            GgufFile::from_bytes(vla::models::demo_gguf()?)?,
+            "built-in demo (random weights)".to_string(),
+        ),
         (Some(path), false) => (
             GgufFile::open(path).with_context(|| format!("opening model {}", path.display()))?,
             path.display().to_string(),
         ),
         (None, false) => anyhow::bail!("no model: give MODEL.gguf or --demo"),
     };
-    let policy = vla::models::from_gguf(file, &settings.runtime).with_context(|| format!("loading {source}"))?;
+    let policy = vla::models::from_gguf(file, &settings.runtime)
+        .with_context(|| format!("loading {source}"))?;
     let info = policy.info().clone();
     let load_s = t0.elapsed().as_secs_f32();
 
@@ -56,21 +63,43 @@ fn run(args: ServerArgs) -> Result<()> {
     writeln!(out, "vla-server {}", env!("CARGO_PKG_VERSION"))?;
     writeln!(out, "  model     {source} (loaded in {load_s:.2} s)")?;
     writeln!(out, "  arch      {}", info.arch)?;
-    writeln!(out, "  params    {} ({:.1} M)", info.param_count, info.param_count as f64 / 1e6)?;
+    writeln!(
+        out,
+        "  params    {} ({:.1} M)",
+        info.param_count,
+        info.param_count as f64 / 1e6
+    )?;
     writeln!(out, "  weights   {}", info.weight_dtypes)?;
     writeln!(out, "  backend   {}", info.backend)?;
-    writeln!(out, "  memory    {:.1} MiB (weights + peak activations)", info.memory_bytes as f64 / (1 << 20) as f64)?;
+    writeln!(
+        out,
+        "  memory    {:.1} MiB (weights + peak activations)",
+        info.memory_bytes as f64 / (1 << 20) as f64
+    )?;
     writeln!(
         out,
         "  io        {} camera(s) at {}x{}, state {}, chunk {} x {}, {} steps",
-        info.n_images, info.image_height, info.image_width, info.state_dim, info.chunk_size, info.action_dim, info.num_steps
+        info.n_images,
+        info.image_height,
+        info.image_width,
+        info.state_dim,
+        info.chunk_size,
+        info.action_dim,
+        info.num_steps
     )?;
-    writeln!(out, "  queue     {}, at most {} pending", settings.serve.queue, settings.serve.max_queue)?;
+    writeln!(
+        out,
+        "  queue     {}, at most {} pending",
+        settings.serve.queue, settings.serve.max_queue
+    )?;
     writeln!(out, "listening on {} (Ctrl-C to stop)", server.endpoint())?;
     out.flush()?;
     drop(out);
 
     let stats = server.run(&stop)?;
-    println!("stopped: {} chunks served, {} errors answered", stats.predicted, stats.errors);
+    println!(
+        "stopped: {} chunks served, {} errors answered",
+        stats.predicted, stats.errors
+    );
     Ok(())
 }

@@ -38,8 +38,14 @@ pub(crate) fn choose(flash: Option<bool>, sk: usize, workgroup_bytes: usize) -> 
     (!flash).then_some(cap)
 }
 
-pub(super) fn attention(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
-    let Op::Attention { mask, scale } = node.op else { unreachable!("routed by encode") };
+pub(super) fn attention(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+) -> Result<Vec<Dispatch>> {
+    let Op::Attention { mask, scale } = node.op else {
+        unreachable!("routed by encode")
+    };
     let (qs, ks) = (bufs.inputs[0].shape(), bufs.inputs[1].shape());
     let (hq, sq, d) = (qs[0], qs[1], qs[2]);
     let (hkv, sk) = (ks[0], ks[1]);
@@ -88,7 +94,13 @@ pub(super) fn attention(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Re
     if mask == AttentionMask::Allowed {
         buffers.push((4, bufs.inputs[3].f32()));
     }
-    Ok(vec![dispatch(ctx, &v, &params, &buffers, grid_1d(ctx, rows, 1))?])
+    Ok(vec![dispatch(
+        ctx,
+        &v,
+        &params,
+        &buffers,
+        grid_1d(ctx, rows, 1),
+    )?])
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ const SOURCE: &str = include_str!("../../../../shaders/bmm.wgsl");
 const TILE: usize = 32;
 
 pub(super) fn bmm(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
-    let Op::Bmm { trans_b } = node.op else { unreachable!("routed by encode") };
+    let Op::Bmm { trans_b } = node.op else {
+        unreachable!("routed by encode")
+    };
     let (batch, m, n) = (node.shape[0], node.shape[1], node.shape[2]);
     let k = bufs.inputs[0].shape()[2];
     if node.numel() == 0 {
@@ -21,7 +23,15 @@ pub(super) fn bmm(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<V
     // K = 0 runs no loop iterations and writes zeros, the empty sum.
     let params = [u32_of(m, "M")?, u32_of(n, "N")?, u32_of(k, "K")?, 0];
     let v = Variant::new("bmm", SOURCE, "bmm").define("TRANS_B", trans_b);
-    let grid = [u32_of(n.div_ceil(TILE), "N tiles")?, u32_of(m.div_ceil(TILE), "M tiles")?, u32_of(batch, "batch")?];
-    let buffers = [(1, bufs.inputs[0].f32()), (2, bufs.inputs[1].f32()), (3, bufs.output)];
+    let grid = [
+        u32_of(n.div_ceil(TILE), "N tiles")?,
+        u32_of(m.div_ceil(TILE), "M tiles")?,
+        u32_of(batch, "batch")?,
+    ];
+    let buffers = [
+        (1, bufs.inputs[0].f32()),
+        (2, bufs.inputs[1].f32()),
+        (3, bufs.output),
+    ];
     Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])
 }

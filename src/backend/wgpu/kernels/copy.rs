@@ -39,7 +39,11 @@ struct Dim {
 fn collapse(shape: &[usize], src: &[usize], dst: &[usize]) -> Vec<Dim> {
     let mut out: Vec<Dim> = Vec::new();
     for d in (0..shape.len()).rev() {
-        let dim = Dim { size: shape[d], src: src[d], dst: dst[d] };
+        let dim = Dim {
+            size: shape[d],
+            src: src[d],
+            dst: dst[d],
+        };
         if dim.size == 1 {
             continue;
         }
@@ -98,7 +102,13 @@ fn copy_dispatch(
     params.extend(dst);
     let v = Variant::new("copy", SOURCE, "copy");
     let grid = grid_1d(ctx, n, WG);
-    Ok(Some(dispatch(ctx, &v, &params, &[(1, input), (2, output)], grid)?))
+    Ok(Some(dispatch(
+        ctx,
+        &v,
+        &params,
+        &[(1, input), (2, output)],
+        grid,
+    )?))
 }
 
 /// The copies a node needs, each paired with the index of the input it reads.
@@ -108,13 +118,27 @@ fn plan(node: &Node, input_shapes: &[&[usize]]) -> Vec<(usize, Copy)> {
         Op::Slice { axis, start, .. } => {
             let src = contiguous(input_shapes[0]);
             let dims = collapse(&node.shape, &src, &out_strides);
-            vec![(0, Copy { dims, src_offset: start * src[*axis], dst_offset: 0 })]
+            vec![(
+                0,
+                Copy {
+                    dims,
+                    src_offset: start * src[*axis],
+                    dst_offset: 0,
+                },
+            )]
         }
         Op::Permute(perm) => {
             let in_strides = contiguous(input_shapes[0]);
             let src: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
             let dims = collapse(&node.shape, &src, &out_strides);
-            vec![(0, Copy { dims, src_offset: 0, dst_offset: 0 })]
+            vec![(
+                0,
+                Copy {
+                    dims,
+                    src_offset: 0,
+                    dst_offset: 0,
+                },
+            )]
         }
         Op::Concat { axis } => {
             let mut at = 0;
@@ -123,7 +147,11 @@ fn plan(node: &Node, input_shapes: &[&[usize]]) -> Vec<(usize, Copy)> {
                 .enumerate()
                 .map(|(k, s)| {
                     let dims = collapse(s, &contiguous(s), &out_strides);
-                    let c = Copy { dims, src_offset: 0, dst_offset: at * out_strides[*axis] };
+                    let c = Copy {
+                        dims,
+                        src_offset: 0,
+                        dst_offset: at * out_strides[*axis],
+                    };
                     at += s[*axis];
                     (k, c)
                 })
@@ -142,7 +170,13 @@ pub(super) fn copy(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<
     }
     let mut out = Vec::new();
     for (k, c) in plan(node, &shapes) {
-        out.extend(copy_dispatch(ctx, node, &c, bufs.inputs[k].f32(), bufs.output)?);
+        out.extend(copy_dispatch(
+            ctx,
+            node,
+            &c,
+            bufs.inputs[k].f32(),
+            bufs.output,
+        )?);
     }
     Ok(out)
 }
@@ -159,12 +193,21 @@ mod tests {
     fn collapse_merges_contiguous_dims() {
         // a contiguous copy of any shape is one dim
         let s = [2, 3, 4];
-        assert_eq!(collapse(&s, &contiguous(&s), &contiguous(&s)), [d(24, 1, 1)]);
+        assert_eq!(
+            collapse(&s, &contiguous(&s), &contiguous(&s)),
+            [d(24, 1, 1)]
+        );
         // slice of the middle axis of [2, 5, 4] to len 3: rows of 12 with source pitch 20
         let src = contiguous(&[2, 5, 4]);
-        assert_eq!(collapse(&[2, 3, 4], &src, &contiguous(&[2, 3, 4])), [d(12, 1, 1), d(2, 20, 12)]);
+        assert_eq!(
+            collapse(&[2, 3, 4], &src, &contiguous(&[2, 3, 4])),
+            [d(12, 1, 1), d(2, 20, 12)]
+        );
         // a transpose keeps both dims; size-1 dims vanish
-        assert_eq!(collapse(&[3, 1, 2], &[1, 7, 3], &[2, 2, 1]), [d(2, 3, 1), d(3, 1, 2)]);
+        assert_eq!(
+            collapse(&[3, 1, 2], &[1, 7, 3], &[2, 2, 1]),
+            [d(2, 3, 1), d(3, 1, 2)]
+        );
         assert!(collapse(&[1, 1], &[1, 1], &[1, 1]).is_empty());
     }
 }

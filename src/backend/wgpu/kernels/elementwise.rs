@@ -19,7 +19,11 @@ fn broadcast_strides(shape: &[usize], out: &[usize]) -> [u32; MAX_RANK] {
         let (oi, si) = (MAX_RANK - 1 - i, shape.len().checked_sub(1 + i));
         let dim = si.map_or(1, |k| shape[k]);
         let out_dim = out.len().checked_sub(1 + i).map_or(1, |k| out[k]);
-        strides[oi] = if dim == 1 && out_dim != 1 { 0 } else { stride as u32 };
+        strides[oi] = if dim == 1 && out_dim != 1 {
+            0
+        } else {
+            stride as u32
+        };
         stride *= dim;
     }
     strides
@@ -35,7 +39,10 @@ fn padded(shape: &[usize]) -> Result<[u32; MAX_RANK]> {
 
 pub(super) fn binary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
     if node.shape.len() > MAX_RANK {
-        return Err(Error::NotImplemented { op: format!("{} of rank {}", node.op.kind(), node.shape.len()), backend: "wgpu" });
+        return Err(Error::NotImplemented {
+            op: format!("{} of rank {}", node.op.kind(), node.shape.len()),
+            backend: "wgpu",
+        });
     }
     let (a, b) = (&bufs.inputs[0], &bufs.inputs[1]);
     let op = match node.op {
@@ -50,7 +57,13 @@ pub(super) fn binary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
     params.extend(broadcast_strides(b.shape(), &node.shape));
     let v = Variant::new("elementwise", SOURCE, "binary");
     let grid = grid_1d(ctx, node.numel(), WG);
-    Ok(vec![dispatch(ctx, &v, &params, &[(1, a.f32()), (2, b.f32()), (3, bufs.output)], grid)?])
+    Ok(vec![dispatch(
+        ctx,
+        &v,
+        &params,
+        &[(1, a.f32()), (2, b.f32()), (3, bufs.output)],
+        grid,
+    )?])
 }
 
 pub(super) fn unary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
@@ -64,7 +77,13 @@ pub(super) fn unary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result
     let params = [u32_of(node.numel(), "elements")?, op, scalar.to_bits(), 0];
     let v = Variant::new("elementwise", SOURCE, "unary");
     let grid = grid_1d(ctx, node.numel(), WG);
-    Ok(vec![dispatch(ctx, &v, &params, &[(1, bufs.inputs[0].f32()), (3, bufs.output)], grid)?])
+    Ok(vec![dispatch(
+        ctx,
+        &v,
+        &params,
+        &[(1, bufs.inputs[0].f32()), (3, bufs.output)],
+        grid,
+    )?])
 }
 
 #[cfg(test)]

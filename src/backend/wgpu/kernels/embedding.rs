@@ -19,8 +19,17 @@ const SOURCE: &str = concat!(
 );
 const WG: usize = 256;
 
-pub(super) fn embedding(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
-    let TensorBuf::Raw { chunks, shape: ts, dtype } = &bufs.inputs[0] else {
+pub(super) fn embedding(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+) -> Result<Vec<Dispatch>> {
+    let TensorBuf::Raw {
+        chunks,
+        shape: ts,
+        dtype,
+    } = &bufs.inputs[0]
+    else {
         unreachable!("embedding tables are raw")
     };
     let ids = bufs.inputs[1].f32();
@@ -31,7 +40,9 @@ pub(super) fn embedding(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Re
         return Ok(vec![]);
     }
     let row_bytes = dtype.bytes_for(d as u64).ok_or_else(|| {
-        Error::Gpu(format!("embedding: {dtype} rows of {d} are not whole blocks"))
+        Error::Gpu(format!(
+            "embedding: {dtype} rows of {d} are not whole blocks"
+        ))
     })?;
     let v = Variant::new("embedding", SOURCE, "embedding")
         .define(define, true)
@@ -50,7 +61,13 @@ pub(super) fn embedding(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Re
                 u32_of(row_bytes as usize, "row bytes")?,
                 u32::from(i == 0),
             ];
-            dispatch(ctx, &v, &params, &[(1, ids), (2, &c.buffer), (3, bufs.output)], grid)
+            dispatch(
+                ctx,
+                &v,
+                &params,
+                &[(1, ids), (2, &c.buffer), (3, bufs.output)],
+                grid,
+            )
         })
         .collect()
 }

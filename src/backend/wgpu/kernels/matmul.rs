@@ -64,7 +64,12 @@ fn scratch(ctx: &GpuContext, label: &str, size: u64) -> wgpu::Buffer {
 
 pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
     let x = &bufs.inputs[0];
-    let TensorBuf::Raw { chunks, shape: ws, dtype } = &bufs.inputs[1] else {
+    let TensorBuf::Raw {
+        chunks,
+        shape: ws,
+        dtype,
+    } = &bufs.inputs[1]
+    else {
         unreachable!("matmul weights are raw")
     };
     let (define, quant) = weight_define(*dtype, "matmul")?;
@@ -90,7 +95,13 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
             .iter()
             .map(|c| {
                 let grid = [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1];
-                dispatch(ctx, &v, &params(c)?, &[(1, x.f32()), (2, &c.buffer), (3, bufs.output)], grid)
+                dispatch(
+                    ctx,
+                    &v,
+                    &params(c)?,
+                    &[(1, x.f32()), (2, &c.buffer), (3, bufs.output)],
+                    grid,
+                )
             })
             .collect();
     }
@@ -106,17 +117,29 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
     let mut act: Vec<(u32, &wgpu::Buffer)> = vec![(1, x.f32())];
     if quant {
         if k % 32 != 0 {
-            return Err(Error::Gpu(format!("matmul: {dtype} weight rows of {k} are not whole blocks")));
+            return Err(Error::Gpu(format!(
+                "matmul: {dtype} weight rows of {k} are not whole blocks"
+            )));
         }
         let blocks = m * k / 32;
         xq = scratch(ctx, "matmul xq", 32 * blocks as u64);
         xds = scratch(ctx, "matmul xds", 8 * blocks as u64);
         let qp = [u32_of(m, "M")?, u32_of(n, "N")?, u32_of(k, "K")?, 0, 0];
         let grid = grid_1d(ctx, blocks, QUANTIZE_WG);
-        out.push(dispatch(ctx, &variant("quantize_x"), &qp, &[(1, x.f32()), (4, &xq), (5, &xds)], grid)?);
+        out.push(dispatch(
+            ctx,
+            &variant("quantize_x"),
+            &qp,
+            &[(1, x.f32()), (4, &xq), (5, &xds)],
+            grid,
+        )?);
         act = vec![(4, &xq), (5, &xds)];
     }
-    let (entry, wg_per_row) = if matvec { ("matvec", true) } else { ("matmul_q", false) };
+    let (entry, wg_per_row) = if matvec {
+        ("matvec", true)
+    } else {
+        ("matmul_q", false)
+    };
     let v = variant(entry);
     for c in chunks.iter() {
         let grid = if wg_per_row {

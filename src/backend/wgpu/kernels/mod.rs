@@ -29,10 +29,17 @@ pub(crate) struct Dispatch {
 /// A node input as the kernels see it.
 pub(crate) enum TensorBuf<'a> {
     /// An f32 activation (or a weight converted to f32 at upload), contiguous row-major.
-    F32 { buffer: &'a wgpu::Buffer, shape: &'a [usize] },
+    F32 {
+        buffer: &'a wgpu::Buffer,
+        shape: &'a [usize],
+    },
     /// A weight in its stored dtype, split by rows (dim 0) into buffers that each fit one
     /// binding; rows are stored as in GGUF (ggml blocks along the last dim).
-    Raw { chunks: &'a [Chunk], shape: &'a [usize], dtype: GgmlType },
+    Raw {
+        chunks: &'a [Chunk],
+        shape: &'a [usize],
+        dtype: GgmlType,
+    },
 }
 
 impl<'a> TensorBuf<'a> {
@@ -68,7 +75,10 @@ pub(crate) fn dispatch(
     let pipeline = ctx.pipelines.get(&ctx.device, variant)?;
     let max = ctx.limits.max_compute_workgroups_per_dimension;
     if workgroups.iter().any(|&w| w > max) {
-        return Err(Error::Gpu(format!("{}: grid {workgroups:?} exceeds {max} per dimension", variant.entry)));
+        return Err(Error::Gpu(format!(
+            "{}: grid {workgroups:?} exceeds {max} per dimension",
+            variant.entry
+        )));
     }
     let mut words = params.to_vec();
     words.resize(params.len().next_multiple_of(4).max(4), 0);
@@ -78,7 +88,8 @@ pub(crate) fn dispatch(
         usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
-    ctx.queue.write_buffer(&uniform, 0, bytemuck::cast_slice(&words));
+    ctx.queue
+        .write_buffer(&uniform, 0, bytemuck::cast_slice(&words));
     let mut entries = vec![wgpu::BindGroupEntry {
         binding: 0,
         resource: uniform.as_entire_binding(),
@@ -118,7 +129,8 @@ pub(crate) fn grid_1d(ctx: &GpuContext, n: usize, per_group: usize) -> [u32; 3] 
 
 /// Checked conversion of a size to a kernel parameter.
 pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::Gpu(format!("{what} = {v} does not fit a u32 kernel parameter")))
+    u32::try_from(v)
+        .map_err(|_| Error::Gpu(format!("{what} = {v} does not fit a u32 kernel parameter")))
 }
 
 pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {

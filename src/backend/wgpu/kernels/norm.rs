@@ -37,7 +37,12 @@ pub(super) fn row_op(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::LayerNorm { eps } => ("layer_norm", eps, 0.0),
         _ => unreachable!("routed by encode"),
     };
-    let params = [u32_of(rows, "rows")?, u32_of(d, "row length")?, eps.to_bits(), offset.to_bits()];
+    let params = [
+        u32_of(rows, "rows")?,
+        u32_of(d, "row length")?,
+        eps.to_bits(),
+        offset.to_bits(),
+    ];
     let v = Variant::new("norm", SOURCE, entry)
         .define("SUBGROUPS", ctx.caps.subgroups)
         .constant("WG", f64::from(workgroup_size(ctx, d)));
@@ -49,5 +54,11 @@ pub(super) fn row_op(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
     if let Some(b) = bufs.inputs.get(2) {
         buffers.push((3, b.f32()));
     }
-    Ok(vec![dispatch(ctx, &v, &params, &buffers, grid_1d(ctx, rows, 1))?])
+    Ok(vec![dispatch(
+        ctx,
+        &v,
+        &params,
+        &buffers,
+        grid_1d(ctx, rows, 1),
+    )?])
 }

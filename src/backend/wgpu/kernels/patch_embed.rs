@@ -12,7 +12,11 @@ const WG: usize = 64;
 /// Output channels per invocation (`OB` in the shader).
 const OB: usize = 4;
 
-pub(super) fn patch_embed(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
+pub(super) fn patch_embed(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+) -> Result<Vec<Dispatch>> {
     let (img, w, b) = (&bufs.inputs[0], &bufs.inputs[1], &bufs.inputs[2]);
     let (is, ws) = (img.shape(), w.shape());
     let (c, h, wd) = (is[0], is[1], is[2]);

@@ -23,9 +23,14 @@ pub(crate) fn frequencies(theta: f32, n_rot: usize, freq_scale: f32) -> Vec<[f32
 }
 
 pub(super) fn rope(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
-    let Op::Rope(cfg) = &node.op else { unreachable!("routed by encode") };
+    let Op::Rope(cfg) = &node.op else {
+        unreachable!("routed by encode")
+    };
     if cfg.theta.is_nan() || cfg.theta <= 0.0 {
-        return Err(Error::InvalidArgument(format!("rope: theta must be > 0, got {}", cfg.theta)));
+        return Err(Error::InvalidArgument(format!(
+            "rope: theta must be > 0, got {}",
+            cfg.theta
+        )));
     }
     if node.numel() == 0 {
         return Ok(vec![]);
@@ -44,7 +49,8 @@ pub(super) fn rope(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<
         mapped_at_creation: false,
     });
     if !freqs.is_empty() {
-        ctx.queue.write_buffer(&freq_buf, 0, bytemuck::cast_slice(&freqs));
+        ctx.queue
+            .write_buffer(&freq_buf, 0, bytemuck::cast_slice(&freqs));
     }
     let params = [
         u32_of(node.numel(), "elements")?,
@@ -57,6 +63,17 @@ pub(super) fn rope(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<
         0,
     ];
     let v = Variant::new("rope", SOURCE, "rope");
-    let buffers = [(1, bufs.inputs[0].f32()), (2, bufs.inputs[1].f32()), (3, &freq_buf), (4, bufs.output)];
-    Ok(vec![dispatch(ctx, &v, &params, &buffers, grid_1d(ctx, node.numel(), 256))?])
+    let buffers = [
+        (1, bufs.inputs[0].f32()),
+        (2, bufs.inputs[1].f32()),
+        (3, &freq_buf),
+        (4, bufs.output),
+    ];
+    Ok(vec![dispatch(
+        ctx,
+        &v,
+        &params,
+        &buffers,
+        grid_1d(ctx, node.numel(), 256),
+    )?])
 }
