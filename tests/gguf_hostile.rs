@@ -201,6 +201,37 @@ fn bad_tensor_infos() {
         ),
         "duplicate tensor name \"t\"",
     );
+    assert_err_contains(
+        with_data(
+            &[tensor_info("a", &[8], 0, 0), tensor_info("b", &[8], 0, 0)],
+            32,
+        ),
+        "tensors \"a\" and \"b\" overlap",
+    );
+    // Empty tensors take no bytes, so they may sit anywhere.
+    let empty_beside = with_data(
+        &[
+            tensor_info("a", &[8], 0, 0),
+            tensor_info("e", &[0, 4], 0, 0),
+        ],
+        32,
+    );
+    assert!(GgufFile::from_bytes(empty_beside).is_ok());
+    // A type the reader knows but cannot dequantize fails before its f32 copy is allocated.
+    let q4_k = GgufFile::from_bytes(with_data(&[tensor_info("k", &[256], 12, 0)], 160)).unwrap();
+    let e = q4_k.dequantize("k").unwrap_err().to_string();
+    assert!(e.contains("Q4_K cannot be dequantized"), "{e}");
+}
+
+#[test]
+fn alignment_is_bounded() {
+    let e = err(header(
+        3,
+        0,
+        1,
+        &kv("general.alignment", 4, &(1u32 << 21).to_le_bytes()),
+    ));
+    assert!(e.contains("up to 1048576"), "{e}");
 }
 
 fn valid_file() -> Vec<u8> {

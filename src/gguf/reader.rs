@@ -17,6 +17,12 @@ pub const ALIGNMENT_KEY: &str = "general.alignment";
 pub const MAX_DIMS: usize = 4;
 /// Nesting depth of arrays of arrays that we accept.
 const MAX_ARRAY_DEPTH: u32 = 8;
+/// Larger alignments are legal GGUF but serve no purpose, and a writer copying one would
+/// pad every tensor to it.
+pub const MAX_ALIGNMENT: u32 = 1 << 20;
+/// Counts read from the file reserve at most this many items up front: a parsed value takes
+/// far more memory than its encoding, so the count check alone does not bound a reservation.
+const MAX_RESERVED: usize = 1 << 16;
 
 /// One tensor's header entry.
 #[derive(Clone, Debug, PartialEq)]
@@ -210,6 +216,13 @@ impl GgufFile {
     /// The tensor's values as f32 (dequantized), in ggml order.
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>> {
         let info = self.tensor_info(name)?;
+        // Before allocating: a type we cannot read would otherwise cost its full f32 size first.
+        if !info.ty.is_supported() {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?}: type {} cannot be dequantized",
+                info.ty
+            )));
+        }
         let mut out = vec![0.0f32; info.n_elements() as usize];
         super::quant::dequantize(info.ty, self.tensor_bytes(info), &mut out)?;
         Ok(out)
@@ -256,8 +269,8 @@ impl Header {
         r.check_count(n_kv, 8 + 4 + 1, "metadata entries")?;
         r.check_count(n_tensors, 8 + 4 + 4 + 8, "tensors")?;
 
-        let mut metadata = Vec::with_capacity(n_kv as usize);
-        let mut seen = HashMap::with_capacity(n_kv as usize);
+        let mut metadata = Vec::with_capacity((n_kv as usize).min(MAX_RESERVED));
+        let mut seen = HashMap::with_capacity((n_kv as usize).min(MAX_RESERVED));
         for _ in 0..n_kv {
             let at = r.pos;
             let key = r.string("a metadata key")?;
@@ -276,17 +289,17 @@ impl Header {
 
         let alignment = match metadata.iter().find(|(k, _)| k == ALIGNMENT_KEY) {
             None => DEFAULT_ALIGNMENT,
-            Some((_, Value::U32(a))) if a.is_power_of_two() => u64::from(*a),
+            Some((_, Value::U32(a))) if a.is_power_of_two() && *a <= MAX_ALIGNMENT => u64::from(*a),
             Some((_, v)) => {
                 return Err(r.invalid(format!(
-                    "{ALIGNMENT_KEY} must be a power-of-two u32, found {} {v}",
-                    v.type_description()
-                )))
+                "{ALIGNMENT_KEY} must be a power-of-two u32 up to {MAX_ALIGNMENT}, found {} {v}",
+                v.type_description()
+            )))
             }
         };
 
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
-        let mut names = HashMap::with_capacity(n_tensors as usize);
+        let mut tensors = Vec::with_capacity((n_tensors as usize).min(MAX_RESERVED));
+        let mut names = HashMap::with_capacity((n_tensors as usize).min(MAX_RESERVED));
         for _ in 0..n_tensors {
             let at = r.pos as u64;
             let info = r.tensor_info()?;
@@ -318,6 +331,22 @@ impl Header {
                     t.name,
                     t.n_bytes(),
                     t.offset
+                )));
+            }
+        }
+        // As ggml requires (it wants them back to back), no two tensors share bytes: copies of
+        // one large tensor under many names would multiply what a conversion writes.
+        let mut spans: Vec<(u64, u64, &str)> = tensors
+            .iter()
+            .filter(|t| t.n_bytes() > 0)
+            .map(|t| (t.offset, t.offset + t.n_bytes(), t.name.as_str()))
+            .collect();
+        spans.sort_unstable();
+        for pair in spans.windows(2) {
+            let ((_, end, a), (start, _, b)) = (pair[0], pair[1]);
+            if start < end {
+                return Err(r.invalid(format!(
+                    "tensors {a:?} and {b:?} overlap in the data section"
                 )));
             }
         }
@@ -435,7 +464,7 @@ impl<'a> Reader<'a> {
                 let elem = self.value_type("an array's element type")?;
                 let count = self.u64("an array's length")?;
                 self.check_count(count, elem.min_encoded_size(), "array elements")?;
-                let mut items = Vec::with_capacity(count as usize);
+                let mut items = Vec::with_capacity((count as usize).min(MAX_RESERVED));
                 for _ in 0..count {
                     items.push(self.value(elem, depth + 1)?);
                 }

@@ -258,10 +258,18 @@ impl Normalizer {
     pub fn from_gguf(file: &GgufFile, what: &str, dim: usize) -> Result<Self> {
         let has = |n: &str| file.tensor_info(&format!("{what}_{n}")).is_ok();
         let read = |n: &str| -> Result<Vec<f32>> {
-            let v = file.dequantize(&format!("{what}_{n}"))?;
-            if v.len() != dim || v.iter().any(|x| !x.is_finite()) {
+            let name = format!("{what}_{n}");
+            // The size first: dequantizing a large tensor just to refuse it would cost memory.
+            let found = file.tensor_info(&name)?.n_elements();
+            if found != dim as u64 {
                 return Err(Error::InvalidArgument(format!(
-                    "{what}_{n}: expected {dim} finite values"
+                    "{name}: expected {dim} values, found {found}"
+                )));
+            }
+            let v = file.dequantize(&name)?;
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(Error::InvalidArgument(format!(
+                    "{name}: expected {dim} finite values"
                 )));
             }
             Ok(v)

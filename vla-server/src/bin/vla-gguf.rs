@@ -96,7 +96,16 @@ fn info(file: &std::path::Path, full: bool) -> Result<()> {
         f.file_size()
     )?;
     writeln!(out, "\nmetadata:")?;
-    let key_width = f.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    // Columns fit the usual names; a longer one (or a hostile 1 MiB key) just runs over,
+    // instead of padding every line to it.
+    const MAX_COLUMN: usize = 60;
+    let key_width = f
+        .metadata()
+        .iter()
+        .map(|(k, _)| k.len())
+        .max()
+        .unwrap_or(0)
+        .min(MAX_COLUMN);
     for (key, value) in f.metadata() {
         let shown = if full {
             format!("{value:?}")
@@ -116,7 +125,7 @@ fn info(file: &std::path::Path, full: bool) -> Result<()> {
         .map(|t| t.name.len())
         .max()
         .unwrap_or(4)
-        .max(4);
+        .clamp(4, MAX_COLUMN);
     writeln!(
         out,
         "  {:name_width$}  {:<7} {:<24} {:>12}",
