@@ -8,6 +8,73 @@ use vla::policy::{Image, ImageData, Observation, PolicyInfo};
 /// Protocol limits (vla.cpp's): pixels per image side and camera views per request.
 pub const MAX_IMAGE_SIDE: u32 = 8192;
 pub const MAX_VIEWS: usize = 16;
+/// Pixels of one JPEG (a 4K frame). A JPEG of a flat colour compresses thousands of times,
+/// so this bounds what a small request can make the server decode and hold; raw images are
+/// bounded by the bytes their sender pays for.
+pub const MAX_JPEG_PIXELS: usize = 3840 * 2160;
+/// Bytes of an instruction's text: far beyond any robot instruction, and leaving room for
+/// what a model adds before tokenizing (pi0.5's state bins) under the tokenizer's limit.
+pub const MAX_PROMPT_BYTES: usize = 32 << 10;
+/// Encoded bytes of `lang_tokens`: 8192 ids (a model's most) of up to 5 bytes each, and more.
+pub const MAX_TOKEN_BYTES: usize = 64 << 10;
+
+/// Limits checked on the encoded message, before decoding it: decoding allocates more than
+/// the bytes (an empty `Image` is 2 bytes on the wire and ~40 in memory), so a 512 MiB
+/// message could otherwise cost gigabytes before any count is looked at.
+pub fn check_encoded(payload: &[u8]) -> Result<()> {
+    let malformed = |at: usize, why: &str| {
+        Error::bad_request(format!(
+            "malformed PredictRequest ({} bytes): {why} at byte {at}",
+            payload.len()
+        ))
+    };
+    let varint = |at: &mut usize| -> Result<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *payload
+                .get(*at)
+                .ok_or_else(|| malformed(*at, "truncated varint"))?;
+            *at += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(malformed(*at, "varint longer than 10 bytes"))
+    };
+    let (mut at, mut views, mut token_bytes) = (0, 0, 0);
+    while at < payload.len() {
+        let start = at;
+        let key = varint(&mut at)?;
+        let len = match key & 7 {
+            0 => varint(&mut at).map(|_| 0)?,
+            1 => 8,
+            5 => 4,
+            2 => usize::try_from(varint(&mut at)?).unwrap_or(usize::MAX),
+            wire => return Err(malformed(start, &format!("wire type {wire}"))),
+        };
+        if len > payload.len() - at {
+            return Err(malformed(start, "a field runs past the end"));
+        }
+        at += len;
+        match key >> 3 {
+            1 => views += 1,
+            2 => token_bytes += at - start,
+            _ => {}
+        }
+    }
+    if views > MAX_VIEWS {
+        return Err(Error::bad_request(format!(
+            "images: {views} views in the encoded request, expected 1..={MAX_VIEWS}"
+        )));
+    }
+    if token_bytes > MAX_TOKEN_BYTES {
+        return Err(Error::bad_request(format!(
+            "lang_tokens: {token_bytes} bytes encoded, at most {MAX_TOKEN_BYTES}"
+        )));
+    }
+    Ok(())
+}
 
 pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observation> {
     if !req.precomputed_img_emb.is_empty() || req.precomputed_img_emb_n_views != 0 {
@@ -34,6 +101,12 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
         .map(|(i, img)| image(img).map_err(|e| prefix(&format!("images[{i}]"), e)))
         .collect::<Result<Vec<_>>>()?;
 
+    if req.prompt.len() > MAX_PROMPT_BYTES {
+        return Err(Error::bad_request(format!(
+            "prompt: {} bytes, at most {MAX_PROMPT_BYTES}",
+            req.prompt.len()
+        )));
+    }
     let prompt = match req.prompt.is_empty() {
         true => None,
         false => Some(
@@ -186,6 +259,11 @@ fn jpeg(img: &crate::proto::Image) -> Result<Image> {
         check_side("JPEG height", meta.height.into())?,
         check_side("JPEG width", meta.width.into())?,
     );
+    if h * w > MAX_JPEG_PIXELS {
+        return Err(Error::bad_request(format!(
+            "JPEG: {w}x{h} is more than {MAX_JPEG_PIXELS} pixels (a 4K frame); send it smaller"
+        )));
+    }
     for (field, declared, actual) in [("height", img.height, h), ("width", img.width, w)] {
         if declared != 0 && declared as usize != actual {
             return Err(Error::bad_request(format!(

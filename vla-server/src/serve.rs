@@ -51,6 +51,8 @@ impl Default for ServeOptions {
 /// Requests larger than this are dropped by ZeroMQ before they reach us (16 views of
 /// 8192x8192 f32 would be 13 GB): 512 MiB.
 pub const MAX_MESSAGE_BYTES: i64 = 512 << 20;
+/// Messages taken from the socket between two looks at finished work and the stop flag.
+const MAX_MESSAGES_PER_TURN: usize = 64;
 /// How often the loop looks at the stop flag while idle.
 const POLL_MS: i64 = 100;
 
@@ -159,7 +161,12 @@ impl Server {
                 self.forward_finished()?;
             }
             if client {
-                while let Some(frames) = recv_nowait(&self.router)? {
+                // A bounded batch, so a client that never stops sending cannot keep the loop
+                // from forwarding replies, feeding the worker and seeing the stop flag.
+                for _ in 0..MAX_MESSAGES_PER_TURN {
+                    let Some(frames) = recv_nowait(&self.router)? else {
+                        break;
+                    };
                     self.on_message(frames)?;
                 }
             }
@@ -180,6 +187,9 @@ impl Server {
                 &PredictResponse::error(0, ErrorCode::BadRequest, msg),
             );
         };
+        if let Err(e) = request::check_encoded(payload) {
+            return self.reply(&envelope, &error_response(0, &e));
+        }
         let req = match PredictRequest::decode(payload.as_slice()) {
             Ok(r) => r,
             Err(e) => {

@@ -213,8 +213,54 @@ fn bad_requests_get_clear_errors() {
         r
     };
     let bad = ErrorCode::BadRequest;
+    // A real JPEG whose frame header (SOF0: marker, length, precision, height, width) claims
+    // 4000x3000: it is refused before any pixel is decoded.
+    let mut huge_jpeg = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/rgb-28x20.jpg"
+    ))
+    .unwrap();
+    let sof = huge_jpeg
+        .windows(2)
+        .position(|w| w == [0xff, 0xc0])
+        .unwrap();
+    huge_jpeg[sof + 5..sof + 9].copy_from_slice(&[0x0b, 0xb8, 0x0f, 0xa0]);
     let cases: Vec<(&str, PredictRequest, ErrorCode, &str)> = vec![
         ("no images", with(&|r| r.images.clear()), bad, "0 views"),
+        (
+            "100k empty images (refused before decoding)",
+            with(&|r| r.images = vec![Default::default(); 100_000]),
+            bad,
+            "images: 100000 views in the encoded request",
+        ),
+        (
+            "a 12-megapixel JPEG",
+            with(&|r| {
+                r.images[0] = vla_server::proto::Image {
+                    encoding: Encoding::Jpeg as i32,
+                    height: 0,
+                    width: 0,
+                    data: huge_jpeg.clone(),
+                }
+            }),
+            bad,
+            "4000x3000 is more than",
+        ),
+        (
+            "a 40 kB prompt",
+            with(&|r| {
+                r.lang_tokens.clear();
+                r.prompt = vec![b'a'; 40_000];
+            }),
+            bad,
+            "prompt: 40000 bytes",
+        ),
+        (
+            "70k token ids",
+            with(&|r| r.lang_tokens = vec![1; 70_000]),
+            bad,
+            "lang_tokens: 70004 bytes encoded",
+        ),
         (
             "one image",
             with(&|r| {
