@@ -21,12 +21,13 @@ pub const MAX_STEPS: usize = 1000;
 /// State and action widths (padded and real).
 pub const MAX_ROBOT_DIM: usize = 4096;
 
-/// The sizes every policy config has.
+/// The sizes every policy config has, under the same names ([`shared_config!`] takes them).
 pub(crate) struct SharedConfig<'a> {
     pub vision: &'a VisionConfig,
     pub attn: &'a DecoderConfig,
-    /// Widths no other check covers, by metadata key; each must be positive.
-    pub widths: &'a [(&'static str, usize)],
+    pub hidden: usize,
+    pub lm_inter: usize,
+    pub expert_inter: usize,
     pub n_layers: usize,
     pub expert_hidden: usize,
     pub vocab_size: usize,
@@ -62,9 +63,9 @@ impl SharedConfig<'_> {
                 Err(format!("{name} 0: must be positive"))
             }
         };
-        for &(name, x) in self.widths {
-            positive(name, x)?;
-        }
+        positive("hidden", self.hidden)?;
+        positive("lm_inter", self.lm_inter)?;
+        positive("expert_inter", self.expert_inter)?;
         positive("vit_hidden", v.hidden)?;
         positive("vit_inter", v.inter)?;
         bounded("vit_layers", v.layers, 1, MAX_LAYERS)?;
@@ -134,3 +135,32 @@ impl SharedConfig<'_> {
         }
     }
 }
+
+/// The [`SharedConfig`] of a policy config, which has every one of its fields by name.
+macro_rules! shared_config {
+    ($cfg:expr) => {{
+        let c = $cfg;
+        $crate::models::limits::SharedConfig {
+            vision: &c.vision,
+            attn: &c.attn,
+            hidden: c.hidden,
+            lm_inter: c.lm_inter,
+            expert_inter: c.expert_inter,
+            n_layers: c.n_layers,
+            expert_hidden: c.expert_hidden,
+            vocab_size: c.vocab_size,
+            pad_token_id: c.pad_token_id,
+            n_images: c.n_images,
+            tokenizer_max_length: c.tokenizer_max_length,
+            chunk_size: c.chunk_size,
+            num_steps: c.num_steps,
+            max_state_dim: c.max_state_dim,
+            max_action_dim: c.max_action_dim,
+            state_dim: c.state_dim,
+            action_dim: c.action_dim,
+            min_period: c.min_period,
+            max_period: c.max_period,
+        }
+    }};
+}
+pub(crate) use shared_config;

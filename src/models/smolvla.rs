@@ -10,7 +10,7 @@
 //! computed here on the host.
 
 use super::common::{self, check_tensors, instruction_ids, ms_since, LoadedGraphs, Normalizer};
-use super::limits::{SharedConfig, MAX_SEQUENCE};
+use super::limits::{shared_config, MAX_SEQUENCE};
 use super::schema::{Meta, Schema};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder, NodeId};
@@ -129,29 +129,7 @@ impl SmolVlaConfig {
     /// Checks that the sizes fit together and stay within [`super::limits`] (`read` calls
     /// it; so does the converter).
     pub fn validate(&self) -> Result<()> {
-        let shared = SharedConfig {
-            vision: &self.vision,
-            attn: &self.attn,
-            widths: &[
-                ("hidden", self.hidden),
-                ("lm_inter", self.lm_inter),
-                ("expert_inter", self.expert_inter),
-            ],
-            n_layers: self.n_layers,
-            expert_hidden: self.expert_hidden,
-            vocab_size: self.vocab_size,
-            pad_token_id: self.pad_token_id,
-            n_images: self.n_images,
-            tokenizer_max_length: self.tokenizer_max_length,
-            chunk_size: self.chunk_size,
-            num_steps: self.num_steps,
-            max_state_dim: self.max_state_dim,
-            max_action_dim: self.max_action_dim,
-            state_dim: self.state_dim,
-            action_dim: self.action_dim,
-            min_period: self.min_period,
-            max_period: self.max_period,
-        };
+        let shared = shared_config!(self);
         let side = self.vision.image_size / self.vision.patch_size.max(1);
         shared
             .check()
