@@ -53,6 +53,13 @@ fn checkpoint(tensors: &Tensors) -> tempfile::TempDir {
     dir
 }
 
+/// Rewrites the JSON file at `path` through `edit`.
+fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let mut value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    edit(&mut value);
+    std::fs::write(path, value.to_string()).unwrap();
+}
+
 fn convert_err(dir: &Path) -> String {
     match convert(dir, &Options::default(), &mut |_, _, _| {}) {
         Ok(_) => panic!("converted a broken checkpoint"),
@@ -142,18 +149,16 @@ fn zero_head_counts_in_the_vlm_config_are_errors() {
         ("vision_config", &[("num_attention_heads", 0)][..]),
     ] {
         let dir = checkpoint(&fixture_tensors());
-        let path = dir.path().join("vlm/config.json");
-        let mut config: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        for &(key, value) in edits {
-            // A negative value removes the key, so the converter falls back to the next source.
-            if value < 0 {
-                config[section].as_object_mut().unwrap().remove(key);
-            } else {
-                config[section][key] = value.into();
+        edit_json(&dir.path().join("vlm/config.json"), |config| {
+            for &(key, value) in edits {
+                // A negative value removes the key, so the converter falls back to the next source.
+                if value < 0 {
+                    config[section].as_object_mut().unwrap().remove(key);
+                } else {
+                    config[section][key] = value.into();
+                }
             }
-        }
-        std::fs::write(&path, config.to_string()).unwrap();
+        });
         let err = convert_err(dir.path());
         println!("{section} {edits:?}: {err}");
         assert!(
@@ -196,14 +201,12 @@ fn shapes_the_sizes_are_read_from_must_have_their_rank_and_no_zero_dimension() {
 #[test]
 fn an_absurd_feature_size_is_an_error_not_an_allocation() {
     let dir = checkpoint(&fixture_tensors());
-    let path = dir.path().join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    config["input_features"]["observation.state"]["shape"] = serde_json::json!([1u64 << 62]);
-    config["max_state_dim"] = serde_json::json!(1u64 << 62);
-    // Identity statistics are built from the size alone.
-    config["normalization_mapping"]["STATE"] = "IDENTITY".into();
-    std::fs::write(&path, config.to_string()).unwrap();
+    edit_json(&dir.path().join("config.json"), |config| {
+        config["input_features"]["observation.state"]["shape"] = serde_json::json!([1u64 << 62]);
+        config["max_state_dim"] = serde_json::json!(1u64 << 62);
+        // Identity statistics are built from the size alone.
+        config["normalization_mapping"]["STATE"] = "IDENTITY".into();
+    });
     let err = convert_err(dir.path());
     println!("{err}");
     assert!(
