@@ -313,18 +313,18 @@ pub(crate) fn count_visual_features(features: &Json) -> usize {
 
 /// The first dimension of feature `key`'s shape.
 pub(crate) fn feature_dim(features: &Json, key: &str) -> Result<usize> {
-    // Bounded before the identity statistics are built from it (the model's check comes later).
-    const MAX_FEATURE_DIM: u64 = crate::models::limits::MAX_ROBOT_DIM as u64;
+    use crate::models::limits::MAX_ROBOT_DIM;
     let dim = features
         .obj(key)?
         .get("shape")
         .and_then(|s| s.get(0))
         .and_then(serde_json::Value::as_u64)
         .ok_or_else(|| ckpt_err(features.path, format!("feature {key:?} has no shape")))?;
-    if dim == 0 || dim > MAX_FEATURE_DIM {
+    // Bounded before the identity statistics are built from it (the model's check comes later).
+    if !(1..=MAX_ROBOT_DIM as u64).contains(&dim) {
         return Err(ckpt_err(
             features.path,
-            format!("feature {key:?} has {dim} dimensions: expected 1 to {MAX_FEATURE_DIM}"),
+            format!("feature {key:?} has {dim} dimensions: expected 1 to {MAX_ROBOT_DIM}"),
         ));
     }
     Ok(dim as usize)
