@@ -70,7 +70,7 @@ fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
             let weights = HashMap::from([("w".to_owned(), w)]);
             let mut g = GraphBuilder::new(&weights);
             let xi = g.input("x", &[m, k]);
-            let wi = g.weight("w").unwrap();
+            let wi = g.stored_weight("w").unwrap();
             let y = g.matmul(xi, wi).unwrap();
             let graph = g.build(&[y]).unwrap();
             let x = Tensor::from_f32(vec![m, k], values(m * k, 3)).unwrap();

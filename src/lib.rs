@@ -6,6 +6,7 @@
 //! turns instructions into token ids and [`convert`] turns published checkpoints into GGUF files.
 
 pub mod backend;
+pub mod config;
 pub mod convert;
 pub mod error;
 pub mod gguf;
@@ -15,6 +16,7 @@ pub mod models;
 pub mod modules;
 pub mod ops;
 pub mod policy;
+pub mod preprocess;
 pub mod tensor;
 pub mod tokenizer;
 

@@ -140,7 +140,7 @@ fn matmul_matches_ggml_scalar_formula() {
             let graph = {
                 let mut g = GraphBuilder::new(&weights);
                 let xi = g.input("x", &[m, k]);
-                let w = g.weight("w").unwrap();
+                let w = g.stored_weight("w").unwrap();
                 let y = g.matmul(xi, w).unwrap();
                 g.build(&[y]).unwrap()
             };

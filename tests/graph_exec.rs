@@ -42,9 +42,9 @@ fn mlp_block_on_cpu_matches_ops_and_borrows_weights() {
     let file = model_file(dir.path());
     let mut g = GraphBuilder::new(&file);
     let x = g.input("x", &[5, 64]);
-    let norm = g.weight("norm.weight").unwrap();
-    let up = g.weight("up.weight").unwrap();
-    let down = g.weight("down.weight").unwrap();
+    let norm = g.stored_weight("norm.weight").unwrap();
+    let up = g.stored_weight("up.weight").unwrap();
+    let down = g.stored_weight("down.weight").unwrap();
     let n = g.rms_norm(x, norm, 1e-6, 0.0).unwrap();
     let u = g.matmul(n, up).unwrap();
     let a = g.gelu_tanh(u);
@@ -125,14 +125,14 @@ fn builder_rejects_bad_shapes_and_names() {
     let file = model_file(dir.path());
     let mut g = GraphBuilder::new(&file);
     let x = g.input("x", &[2, 63]);
-    let up = g.weight("up.weight").unwrap();
+    let up = g.stored_weight("up.weight").unwrap();
     assert!(g
         .matmul(x, up)
         .unwrap_err()
         .to_string()
         .contains("need x [.., K], w [N, K]"));
     assert!(matches!(
-        g.weight("nope"),
+        g.stored_weight("nope"),
         Err(vla::Error::TensorNotFound(_))
     ));
     assert!(g.reshape(x, &[5, 5]).is_err());

@@ -13,7 +13,7 @@ const VARIANTS: [Variant; 2] = [Variant::Pi0, Variant::Pi05];
 
 fn model_with(variant: Variant, backend: &str, max_tokens: usize) -> Pi0 {
     let mut cfg = small_config(variant);
-    cfg.tokenizer_max_length = max_tokens;
+    cfg.io.tokenizer_max_length = max_tokens;
     let bytes = random_gguf(&cfg, 11, GgmlType::F32).unwrap();
     let opts = RuntimeOptions {
         backend: backend.into(),
@@ -23,7 +23,11 @@ fn model_with(variant: Variant, backend: &str, max_tokens: usize) -> Pi0 {
 }
 
 fn model(variant: Variant, backend: &str) -> Pi0 {
-    model_with(variant, backend, small_config(variant).tokenizer_max_length)
+    model_with(
+        variant,
+        backend,
+        small_config(variant).io.tokenizer_max_length,
+    )
 }
 
 fn observation(variant: Variant) -> Observation {
@@ -43,7 +47,10 @@ fn observation(variant: Variant) -> Observation {
         state: vec![0.3, -1.2, 0.5, 2.0, 0.0, -0.7],
         prompt: None,
         tokens: Some(vec![2, 77, 301, 12, 9]),
-        noise: Some(gaussian_noise(cfg.chunk_size * cfg.max_action_dim, 42)),
+        noise: Some(gaussian_noise(
+            cfg.io.chunk_size * cfg.io.max_action_dim,
+            42,
+        )),
     }
 }
 

@@ -14,9 +14,8 @@ use support::{check, cosine, fixture, open, Golden};
 use vla::convert::pi0 as convert;
 use vla::gguf::{GgmlType, GgufFile};
 use vla::graph::GraphBuilder;
-use vla::models::common::camera_pixels;
-use vla::models::pi0::{graphs, time_input, Pi0, Pi0Config, PrefixLayout, Variant};
-use vla::modules::image::PadAlign;
+use vla::models::flow::FlowArch;
+use vla::models::pi0::{graphs, time_input, Pi0, Pi0Config, Variant};
 use vla::modules::vision::vision_tower;
 use vla::policy::{Observation, Policy, RuntimeOptions};
 use vla::Tensor;
@@ -90,13 +89,13 @@ fn converted_config_is_the_fixtures() {
         );
         assert_eq!(
             (
-                cfg.hidden,
-                cfg.n_layers,
-                cfg.lm_inter,
+                cfg.lm.hidden,
+                cfg.lm.n_layers,
+                cfg.lm.inter,
                 cfg.attn.q_heads,
                 cfg.attn.kv_heads,
                 cfg.attn.head_dim,
-                cfg.vocab_size
+                cfg.lm.vocab_size
             ),
             (
                 u(&vl["width"]),
@@ -109,12 +108,12 @@ fn converted_config_is_the_fixtures() {
             )
         );
         assert_eq!(
-            (cfg.expert_hidden, cfg.expert_inter),
+            (cfg.expert.hidden, cfg.expert.inter),
             (u(&ex["width"]), u(&ex["mlp_dim"]))
         );
         let g = Golden::load(&dir(v));
         assert_eq!(
-            (cfg.n_images, cfg.chunk_size, cfg.num_steps),
+            (cfg.io.n_images, cfg.io.chunk_size, cfg.io.num_steps),
             (
                 g.usize("n_images"),
                 g.usize("chunk_size"),
@@ -129,13 +128,13 @@ fn converted_config_is_the_fixtures() {
 fn preprocessing_matches_lerobot() {
     for v in [Variant::Pi0, Variant::Pi05] {
         let g = Golden::load(&dir(v));
-        let s = Pi0Config::read(&converted(v, GgmlType::F32))
+        let camera = Pi0Config::read(&converted(v, GgmlType::F32))
             .unwrap()
-            .vision
-            .image_size;
+            .spec()
+            .camera;
         for i in 0..g.usize("n_images") {
             let img = g.image(i);
-            let px = camera_pixels(&img, s, -1.0, PadAlign::Center).unwrap();
+            let px = camera.pixels(&img).unwrap();
             check(
                 &format!("{v:?} pixels, camera {i} ({}x{})", img.height, img.width),
                 &px,
@@ -154,7 +153,10 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
     let cfg = Pi0Config::read(&file).unwrap();
     let s = cfg.vision.image_size;
     let mut vision = be
-        .compile(&graphs::vision(&file, &cfg).unwrap(), &file)
+        .compile(
+            &graphs::vision(GraphBuilder::new(&file), &cfg).unwrap(),
+            &file,
+        )
         .unwrap();
     let mut tower = {
         let mut gb = GraphBuilder::new(&file);
@@ -163,7 +165,7 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
         be.compile(&gb.build(&[out]).unwrap(), &file).unwrap()
     };
     let mut img_tokens = Vec::new();
-    for i in 0..cfg.n_images {
+    for i in 0..cfg.io.n_images {
         let px = Tensor::from_f32(vec![3, s, s], g.f32(&format!("pixels.{i}"))).unwrap();
         let out = tower.run(&[("image", &px)]).unwrap();
         check(
@@ -184,7 +186,7 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
     }
 
     let ids = ids(&g);
-    let layout = PrefixLayout::new(&cfg, ids.len());
+    let layout = cfg.layout(ids.len());
     let p = cfg.prefix_len();
     let tokens: Vec<f32> = g.ids("token_ids").iter().map(|&t| t as f32).collect();
     let t = |shape: Vec<usize>, v: Vec<f32>| Tensor::from_f32(shape, v).unwrap();
@@ -192,17 +194,20 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
         (
             "img_tokens",
             t(
-                vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden],
+                vec![cfg.io.n_images * cfg.n_img_tokens(), cfg.lm.hidden],
                 img_tokens,
             ),
         ),
-        ("tokens", t(vec![cfg.tokenizer_max_length], tokens)),
+        ("tokens", t(vec![cfg.io.tokenizer_max_length], tokens)),
         ("positions", t(vec![p], layout.positions.clone())),
         ("mask", t(vec![p, p], layout.mask.clone())),
     ];
     let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
     let mut prefill = be
-        .compile(&graphs::prefill(&file, &cfg).unwrap(), &file)
+        .compile(
+            &graphs::prefill(GraphBuilder::new(&file), &cfg).unwrap(),
+            &file,
+        )
         .unwrap();
     let kv = prefill.run(&refs).unwrap();
     // Rows of padding tokens differ by design after layer 0 (lerobot's padding queries
@@ -215,7 +220,7 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
             .flat_map(|(r, _)| r.to_vec())
             .collect()
     };
-    for l in 0..cfg.n_layers {
+    for l in 0..cfg.lm.n_layers {
         for (k, name) in [(0, "k"), (1, "v")] {
             let got = valid_rows(kv[2 * l + k].as_f32().unwrap());
             let want = valid_rows(&g.f32(&format!("kv.{l}.{name}")));
@@ -230,9 +235,12 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
 
     // The first velocity, over lerobot's cache (padding rows are masked out).
     let mut denoise = be
-        .compile(&graphs::denoise(&file, &cfg).unwrap(), &file)
+        .compile(
+            &graphs::denoise(GraphBuilder::new(&file), &cfg).unwrap(),
+            &file,
+        )
         .unwrap();
-    let lerobot_kv: Vec<Tensor> = (0..cfg.n_layers)
+    let lerobot_kv: Vec<Tensor> = (0..cfg.lm.n_layers)
         .flat_map(|l| {
             ["k", "v"].map(|n| {
                 t(
@@ -242,20 +250,23 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
             })
         })
         .collect();
-    let names: Vec<String> = (0..cfg.n_layers)
+    let names: Vec<String> = (0..cfg.lm.n_layers)
         .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
         .collect();
-    let x_t = t(vec![cfg.chunk_size, cfg.max_action_dim], g.f32("noise"));
+    let x_t = t(
+        vec![cfg.io.chunk_size, cfg.io.max_action_dim],
+        g.f32("noise"),
+    );
     let time = time_input(&cfg, 1.0).unwrap();
     let mut state = g.f32("state_norm");
-    state.resize(cfg.max_state_dim, 0.0);
-    let state = t(vec![1, cfg.max_state_dim], state);
-    let suffix = layout.suffix_inputs(&cfg).unwrap();
+    state.resize(cfg.io.max_state_dim, 0.0);
+    let state = t(vec![1, cfg.io.max_state_dim], state);
+    let suffix = cfg.suffix_inputs(&layout).unwrap();
     let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
     if v == Variant::Pi0 {
         inputs.push(("state", &state));
     }
-    inputs.extend(suffix.iter().map(|(n, t)| (*n, t)));
+    inputs.extend(suffix.iter().map(|(n, t)| (n.as_str(), t)));
     inputs.extend(names.iter().map(String::as_str).zip(lerobot_kv.iter()));
     let out = denoise.run(&inputs).unwrap();
     check(

@@ -42,7 +42,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 #[test]
 fn weight_dtype_reencodes_matmul_weights_only() {
     let (f32_chunk, f32_types) = predict(&RuntimeOptions::default());
-    assert_eq!(f32_types, "F32 (126)");
+    assert_eq!(f32_types, "F32 (121)");
     for ty in [GgmlType::BF16, GgmlType::F16] {
         let (chunk, types) = predict(&RuntimeOptions {
             weight_dtype: Some(ty),

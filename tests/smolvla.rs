@@ -33,7 +33,10 @@ fn observation() -> Observation {
         state: vec![0.3, -1.2, 0.5, 2.0, 0.0, -0.7],
         prompt: None,
         tokens: Some(vec![5, 77, 301, 12, 9]),
-        noise: Some(gaussian_noise(cfg.chunk_size * cfg.max_action_dim, 42)),
+        noise: Some(gaussian_noise(
+            cfg.io.chunk_size * cfg.io.max_action_dim,
+            42,
+        )),
     }
 }
 
@@ -74,7 +77,7 @@ fn padding_tokens_do_not_change_the_chunk() {
     // tokens of the first are masked out, so both give the same chunk (up to summation order).
     let obs = observation();
     let mut short_cfg = demo_config();
-    short_cfg.tokenizer_max_length = 5;
+    short_cfg.io.tokenizer_max_length = 5;
     let bytes = random_gguf(&short_cfg, 7, vla::gguf::GgmlType::F32).unwrap();
     let mut short = SmolVla::new(
         GgufFile::from_bytes(bytes).unwrap(),
@@ -123,7 +126,7 @@ fn prompt_gives_the_chunk_of_its_tokens() {
 #[test]
 fn demo_tokenizer_makes_instruction_words_single_tokens() {
     let tok = demo_tokenizer().unwrap();
-    assert!(tok.len() <= demo_config().vocab_size);
+    assert!(tok.len() <= demo_config().lm.vocab_size);
     for word in [
         " pick", " up", " the", " red", " cube", " drawer", "pick", "\n\n",
     ] {
@@ -136,7 +139,7 @@ fn demo_tokenizer_makes_instruction_words_single_tokens() {
 #[test]
 fn long_prompts_are_truncated_as_lerobot_does() {
     let mut m = model("cpu");
-    let max = demo_config().tokenizer_max_length;
+    let max = demo_config().io.tokenizer_max_length;
     let text = "pick up the red cube, then open the top drawer and put the cube inside it\n";
     let ids = m.tokenizer().unwrap().encode(text).unwrap();
     assert!(ids.len() > max);

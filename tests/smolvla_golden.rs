@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use vla::convert::smolvla as convert;
 use vla::gguf::{GgmlType, GgufFile};
 use vla::graph::GraphBuilder;
-use vla::models::smolvla::{graphs, time_input, PrefixLayout, SmolVla, SmolVlaConfig};
-use vla::modules::image::{resize_with_pad, to_chw_unit, PadAlign};
+use vla::models::flow::FlowArch;
+use vla::models::smolvla::{graphs, time_input, SmolVla, SmolVlaConfig};
 use vla::modules::vision::vision_tower;
 use vla::policy::{Observation, Policy, RuntimeOptions};
+use vla::preprocess::image::{resize_with_pad, to_chw_unit, PadAlign};
 use vla::Tensor;
 
 mod support;
@@ -95,9 +96,9 @@ fn converted_config_is_the_checkpoints() {
     assert_eq!(cfg.scale_factor, u(&vlm["scale_factor"]));
     assert_eq!(
         (
-            cfg.hidden,
-            cfg.lm_inter,
-            cfg.vocab_size,
+            cfg.lm.hidden,
+            cfg.lm.inter,
+            cfg.lm.vocab_size,
             cfg.attn.q_heads,
             cfg.attn.kv_heads,
             cfg.attn.head_dim,
@@ -113,15 +114,16 @@ fn converted_config_is_the_checkpoints() {
             f(&tc["rms_norm_eps"])
         )
     );
-    let expert = (cfg.hidden as f64 * policy["expert_width_multiplier"].as_f64().unwrap()) as usize;
-    assert_eq!(cfg.expert_hidden, expert);
+    let expert =
+        (cfg.lm.hidden as f64 * policy["expert_width_multiplier"].as_f64().unwrap()) as usize;
+    assert_eq!(cfg.expert.hidden, expert);
     assert_eq!(
         (
-            cfg.n_layers,
+            cfg.lm.n_layers,
             cfg.self_attn_every_n_layers,
-            cfg.chunk_size,
-            cfg.num_steps,
-            cfg.tokenizer_max_length
+            cfg.io.chunk_size,
+            cfg.io.num_steps,
+            cfg.io.tokenizer_max_length
         ),
         (
             u(&policy["num_vlm_layers"]),
@@ -132,22 +134,22 @@ fn converted_config_is_the_checkpoints() {
         )
     );
     assert_eq!(
-        (cfg.max_state_dim, cfg.max_action_dim),
+        (cfg.io.max_state_dim, cfg.io.max_action_dim),
         (u(&policy["max_state_dim"]), u(&policy["max_action_dim"]))
     );
     assert_eq!(
-        cfg.state_dim,
+        cfg.io.state_dim,
         u(&policy["input_features"]["observation.state"]["shape"][0])
     );
     assert_eq!(
-        cfg.action_dim,
+        cfg.io.action_dim,
         u(&policy["output_features"]["action"]["shape"][0])
     );
     assert_eq!(
-        (cfg.min_period as f32, cfg.max_period as f32),
+        (cfg.time.min_period as f32, cfg.time.max_period as f32),
         (f(&policy["min_period"]), f(&policy["max_period"]))
     );
-    assert_eq!(cfg.n_images, Golden::load(&fixture()).usize("n_images"));
+    assert_eq!(cfg.io.n_images, Golden::load(&fixture()).usize("n_images"));
 }
 
 #[test]
@@ -191,7 +193,10 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     let cfg = SmolVlaConfig::read(&file).unwrap();
 
     let mut vision = be
-        .compile(&graphs::vision(&file, &cfg).unwrap(), &file)
+        .compile(
+            &graphs::vision(GraphBuilder::new(&file), &cfg).unwrap(),
+            &file,
+        )
         .unwrap();
     let s = cfg.vision.image_size;
     let mut tower = {
@@ -224,28 +229,31 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     // Prefill over lerobot's image tokens, its token ids padded to tokenizer_max_length, its
     // normalised state.
     let ids = g.ids("token_ids");
-    let layout = PrefixLayout::new(&cfg, ids.len());
+    let layout = cfg.layout(ids.len());
     let p = cfg.prefix_len();
     let mut tokens: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
-    tokens.resize(cfg.tokenizer_max_length, cfg.pad_token_id as f32);
+    tokens.resize(cfg.io.tokenizer_max_length, cfg.io.pad_token_id as f32);
     let mut state = g.f32("state_norm");
-    state.resize(cfg.max_state_dim, 0.0);
+    state.resize(cfg.io.max_state_dim, 0.0);
     let t = |shape: Vec<usize>, v: Vec<f32>| Tensor::from_f32(shape, v).unwrap();
     let inputs = [
         (
             "img_tokens",
             t(
-                vec![cfg.n_images * cfg.n_img_tokens(), cfg.hidden],
+                vec![cfg.io.n_images * cfg.n_img_tokens(), cfg.lm.hidden],
                 img_tokens,
             ),
         ),
-        ("tokens", t(vec![cfg.tokenizer_max_length], tokens)),
-        ("state", t(vec![1, cfg.max_state_dim], state)),
+        ("tokens", t(vec![cfg.io.tokenizer_max_length], tokens)),
+        ("state", t(vec![1, cfg.io.max_state_dim], state)),
         ("positions", t(vec![p], layout.positions.clone())),
         ("mask", t(vec![p, p], layout.mask.clone())),
     ];
     let mut prefill = be
-        .compile(&graphs::prefill(&file, &cfg).unwrap(), &file)
+        .compile(
+            &graphs::prefill(GraphBuilder::new(&file), &cfg).unwrap(),
+            &file,
+        )
         .unwrap();
     let kv = prefill
         .run(&inputs.iter().map(|(n, t)| (*n, t)).collect::<Vec<_>>())
@@ -258,7 +266,7 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
         g.meta["prefix_len"].as_u64().unwrap() as usize
     );
     let mut lerobot_kv = Vec::new();
-    for l in 0..cfg.n_layers {
+    for l in 0..cfg.lm.n_layers {
         let cross = l % cfg.self_attn_every_n_layers != 0;
         for (j, kind) in ["k", "v"].iter().enumerate() {
             let ref_name = if cross {
@@ -286,14 +294,20 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     }
 
     // First velocity at t = 1 from lerobot's noise and cache.
-    let x_t = t(vec![cfg.chunk_size, cfg.max_action_dim], g.f32("noise"));
+    let x_t = t(
+        vec![cfg.io.chunk_size, cfg.io.max_action_dim],
+        g.f32("noise"),
+    );
     let time = time_input(&cfg, 1.0).unwrap();
-    let suffix = layout.suffix_inputs(&cfg).unwrap();
+    let suffix = cfg.suffix_inputs(&layout).unwrap();
     let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
-    inputs.extend(suffix.iter().map(|(n, t)| (*n, t)));
+    inputs.extend(suffix.iter().map(|(n, t)| (n.as_str(), t)));
     inputs.extend(lerobot_kv.iter().map(|(n, t)| (n.as_str(), t)));
     let mut denoise = be
-        .compile(&graphs::denoise(&file, &cfg).unwrap(), &file)
+        .compile(
+            &graphs::denoise(GraphBuilder::new(&file), &cfg).unwrap(),
+            &file,
+        )
         .unwrap();
     let v = denoise.run(&inputs).unwrap();
     check(

@@ -44,7 +44,7 @@ fn run(
     .into();
     let mut g = GraphBuilder::new(&weights);
     let xi = g.input("x", &[m, k]);
-    let w = g.weight("w").unwrap();
+    let w = g.stored_weight("w").unwrap();
     let y = g.matmul(xi, w).unwrap();
     let graph = g.build(&[y]).unwrap();
     let mut exe = be.compile(&graph, &weights).unwrap();

@@ -10,31 +10,12 @@ pub mod wgpu;
 
 pub use cpu::CpuBackend;
 
-use crate::gguf::GgufFile;
 use crate::graph::Graph;
 use crate::{Error, Result, Tensor};
 use std::collections::HashMap;
 
 /// Where weight nodes get their data.
-pub trait WeightStore: Sync {
-    /// The named tensor, borrowed where possible (zero-copy from a mapped GGUF).
-    fn weight(&self, name: &str) -> Result<Tensor<'_>>;
-}
-
-impl WeightStore for GgufFile {
-    fn weight(&self, name: &str) -> Result<Tensor<'_>> {
-        let info = self.tensor_info(name)?;
-        Tensor::from_bytes(info.shape(), info.ty, self.tensor_bytes(info))
-    }
-}
-
-impl WeightStore for HashMap<String, Tensor<'static>> {
-    fn weight(&self, name: &str) -> Result<Tensor<'_>> {
-        self.get(name)
-            .map(Tensor::view)
-            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))
-    }
-}
+pub use crate::graph::WeightStore;
 
 /// Figures an executable reports after compilation and runs.
 #[derive(Clone, Debug, Default, PartialEq)]

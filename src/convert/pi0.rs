@@ -11,10 +11,14 @@
 //! does), so every norm runs as a plain gain.
 
 use super::{ckpt_err, read_json, Json, Safetensors};
+use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::layers::GatedActivation;
+use crate::models::common::ActionIo;
+use crate::models::flow::FlowArch;
 pub use crate::models::pi0::{Pi0Config, Variant};
-use crate::modules::decoder::DecoderConfig;
+use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
+use crate::modules::flow::TimeEmbedding;
 use crate::modules::vision::PatchPositions;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -180,7 +184,7 @@ pub fn name_map(cfg: &Pi0Config) -> Vec<(String, String)> {
             }
         }
     }
-    for i in 0..cfg.n_layers {
+    for i in 0..cfg.lm.n_layers {
         for (ours, theirs, ada) in [
             (
                 format!("vlm.blk.{i}"),
@@ -266,7 +270,7 @@ pub fn convert(
         }
     };
     let config = read_config(&policy, &st, &sizes)?;
-    config.validate()?;
+    config::check(&config, config.arch())?;
     let mut map = name_map(&config);
     // PaliGemma ties its input embeddings to its LM head, and saving keeps only one name.
     let embed = &mut map
@@ -298,7 +302,7 @@ pub fn convert(
     super::ship_tokenizer(
         &mut w,
         tokenizer,
-        config.vocab_size,
+        config.lm.vocab_size,
         &mut notes,
         "no tokenizer given: the GGUF takes token ids only, not text (pass --tokenizer)",
     )?;
@@ -311,7 +315,7 @@ pub fn convert(
         &mut w,
         &st,
         &map,
-        config.tensor_shapes(),
+        config.tensor_shapes()?,
         dtype,
         add_gemma_one,
         stats,
@@ -397,10 +401,12 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
     Ok(Pi0Config {
         variant,
         vision,
-        hidden,
-        n_layers,
-        lm_inter: st.config_shape(&format!("{lm}0.mlp.gate_proj.weight"), 2)?[0],
-        vocab_size,
+        lm: LmConfig {
+            hidden,
+            n_layers,
+            inter: st.config_shape(&format!("{lm}0.mlp.gate_proj.weight"), 2)?[0],
+            vocab_size,
+        },
         attn: DecoderConfig {
             q_heads: q_dim / hd,
             kv_heads: kv_dim / hd,
@@ -408,21 +414,28 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
             rope_theta: sizes.rope_theta,
             norm_eps: sizes.rms_eps,
             ffn: GatedActivation::GeluTanh,
+            ..Default::default()
         },
-        expert_hidden,
-        expert_inter: st.config_shape(&format!("{ex}0.mlp.gate_proj.weight"), 2)?[0],
-        n_images: super::count_visual_features(&features),
-        tokenizer_max_length: policy.usize("tokenizer_max_length")?,
-        // PaliGemma's <pad>; pad positions are masked out anyway.
-        pad_token_id: 0,
-        chunk_size: policy.usize("chunk_size")?,
-        num_steps: policy.usize("num_inference_steps")?,
-        max_state_dim: policy.usize("max_state_dim")?,
-        max_action_dim: policy.usize("max_action_dim")?,
-        state_dim: super::feature_dim(&features, "observation.state")?,
-        action_dim: super::feature_dim(&policy.obj("output_features")?, "action")?,
-        min_period: policy.f64("min_period")?,
-        max_period: policy.f64("max_period")?,
+        expert: ExpertConfig {
+            hidden: expert_hidden,
+            inter: st.config_shape(&format!("{ex}0.mlp.gate_proj.weight"), 2)?[0],
+        },
+        io: ActionIo {
+            n_images: super::count_visual_features(&features),
+            tokenizer_max_length: policy.usize("tokenizer_max_length")?,
+            // PaliGemma's <pad>; pad positions are masked out anyway.
+            pad_token_id: 0,
+            chunk_size: policy.usize("chunk_size")?,
+            num_steps: policy.usize("num_inference_steps")?,
+            max_state_dim: policy.usize("max_state_dim")?,
+            max_action_dim: policy.usize("max_action_dim")?,
+            state_dim: super::feature_dim(&features, "observation.state")?,
+            action_dim: super::feature_dim(&policy.obj("output_features")?, "action")?,
+        },
+        time: TimeEmbedding {
+            min_period: policy.f64("min_period")?,
+            max_period: policy.f64("max_period")?,
+        },
     })
 }
 
@@ -437,8 +450,8 @@ fn read_stats(
     let mapping = policy.obj("normalization_mapping")?;
     let mut out = Vec::new();
     for (feature, kind, dim, ours) in [
-        ("observation.state", "STATE", cfg.state_dim, "state"),
-        ("action", "ACTION", cfg.action_dim, "action"),
+        ("observation.state", "STATE", cfg.io.state_dim, "state"),
+        ("action", "ACTION", cfg.io.action_dim, "action"),
     ] {
         let (keys, values) = match mapping.str(kind)? {
             "MEAN_STD" => (["mean", "std"], super::find_stats(ckpt, None, feature, ["mean", "std"], notes)?),

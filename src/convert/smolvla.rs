@@ -10,9 +10,13 @@
 //! local folder, or the Hugging Face cache), else SmolVLM2's (head_dim 64, eps 1e-6 / 1e-5).
 
 use super::{ckpt_err, read_json, Json, Safetensors};
+use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
+use crate::models::common::ActionIo;
+use crate::models::flow::FlowArch;
 use crate::models::smolvla::{SmolVlaConfig, ARCH};
-use crate::modules::decoder::DecoderConfig;
+use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
+use crate::modules::flow::TimeEmbedding;
 use crate::modules::vision::PatchPositions;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -124,7 +128,7 @@ pub fn name_map(cfg: &SmolVlaConfig) -> Vec<(String, String)> {
             }
         }
     }
-    for i in 0..cfg.n_layers {
+    for i in 0..cfg.lm.n_layers {
         for (ours, theirs) in [
             (
                 format!("vlm.blk.{i}"),
@@ -188,14 +192,13 @@ pub fn convert(
         .map(|(path, value)| Json { path, value });
     let mut config = read_config(&policy, &st, vlm.as_ref())?;
     config.vision.positions = opts.positions;
-    config.validate()?;
+    config::check(&config, ARCH)?;
 
     let map = name_map(&config);
     super::check_coverage(&st, &map, IGNORED, IGNORED_PREFIXES)?;
     let stats = read_stats(ckpt, &policy, &st, &config, &mut notes)?;
 
     let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", ARCH)?;
     let name = ckpt
         .file_name()
         .map_or("smolvla".into(), |n| n.to_string_lossy().into_owned());
@@ -209,7 +212,7 @@ pub fn convert(
     super::ship_tokenizer(
         &mut w,
         tokenizer_path,
-        config.vocab_size,
+        config.lm.vocab_size,
         &mut notes,
         "no tokenizer.json found: the GGUF takes token ids only, not text (pass --tokenizer)",
     )?;
@@ -217,7 +220,7 @@ pub fn convert(
         &mut w,
         &st,
         &map,
-        config.tensor_shapes(),
+        config.tensor_shapes()?,
         opts.dtype,
         |_, _| {},
         stats,
@@ -362,10 +365,12 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
     let cfg = SmolVlaConfig {
         vision,
         scale_factor,
-        hidden,
-        n_layers,
-        lm_inter: st.config_shape(&format!("{lm}0.mlp.gate_proj.weight"), 2)?[0],
-        vocab_size,
+        lm: LmConfig {
+            hidden,
+            n_layers,
+            inter: st.config_shape(&format!("{lm}0.mlp.gate_proj.weight"), 2)?[0],
+            vocab_size,
+        },
         attn: DecoderConfig {
             q_heads: q_dim / head_dim.max(1),
             kv_heads: kv_dim / head_dim.max(1),
@@ -376,23 +381,30 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
                 .and_then(|c| c.f64("rms_norm_eps").ok())
                 .unwrap_or(1e-5) as f32,
             ffn: crate::layers::GatedActivation::Silu,
+            ..Default::default()
         },
-        expert_hidden: expert_norm[0],
-        expert_inter: st.config_shape(&format!("{EXPERT}layers.0.mlp.gate_proj.weight"), 2)?[0],
+        expert: ExpertConfig {
+            hidden: expert_norm[0],
+            inter: st.config_shape(&format!("{EXPERT}layers.0.mlp.gate_proj.weight"), 2)?[0],
+        },
         self_attn_every_n_layers: usize::try_from(policy.i64("self_attn_every_n_layers")?)
             .unwrap_or(0),
-        n_images,
-        tokenizer_max_length: policy.usize("tokenizer_max_length")?,
-        // Pad positions are masked out, so any id in the vocabulary gives the same chunk.
-        pad_token_id: 0,
-        chunk_size: policy.usize("chunk_size")?,
-        num_steps: policy.usize("num_steps")?,
-        max_state_dim: policy.usize("max_state_dim")?,
-        max_action_dim: policy.usize("max_action_dim")?,
-        state_dim: super::feature_dim(&features, "observation.state")?,
-        action_dim: super::feature_dim(&policy.obj("output_features")?, "action")?,
-        min_period: policy.f64("min_period")?,
-        max_period: policy.f64("max_period")?,
+        io: ActionIo {
+            n_images,
+            tokenizer_max_length: policy.usize("tokenizer_max_length")?,
+            // Pad positions are masked out, so any id in the vocabulary gives the same chunk.
+            pad_token_id: 0,
+            chunk_size: policy.usize("chunk_size")?,
+            num_steps: policy.usize("num_steps")?,
+            max_state_dim: policy.usize("max_state_dim")?,
+            max_action_dim: policy.usize("max_action_dim")?,
+            state_dim: super::feature_dim(&features, "observation.state")?,
+            action_dim: super::feature_dim(&policy.obj("output_features")?, "action")?,
+        },
+        time: TimeEmbedding {
+            min_period: policy.f64("min_period")?,
+            max_period: policy.f64("max_period")?,
+        },
     };
     if cfg.self_attn_every_n_layers == 0 {
         return Err(bad(
@@ -439,8 +451,8 @@ fn read_stats(
     let mapping = policy.obj("normalization_mapping")?;
     let mut out = Vec::new();
     for (feature, kind, dim, pre) in [
-        ("observation.state", "STATE", cfg.state_dim, "state"),
-        ("action", "ACTION", cfg.action_dim, "action"),
+        ("observation.state", "STATE", cfg.io.state_dim, "state"),
+        ("action", "ACTION", cfg.io.action_dim, "action"),
     ] {
         let (mean, std) = match mapping.str(kind)? {
             "MEAN_STD" => {

@@ -1,14 +1,18 @@
 //! Building a [`Graph`] with shape inference.
 
-use super::{AttentionMask, Graph, Node, NodeId, Op};
-use crate::backend::WeightStore;
+use super::{AttentionMask, Graph, Node, NodeId, Op, WeightStore};
 use crate::gguf::GgmlType;
 use crate::ops::{RopeConfig, RopeLayout};
 use crate::{Error, Result};
 
 /// Adds nodes one op at a time; each call checks its input shapes and returns the new node.
+///
+/// Weights are declared where the graph uses them, with the shape the model implies
+/// ([`Self::weight`]). Against a weight store the declaration is checked against the stored
+/// tensor; a [`Self::declaring`] builder has no store and records the declarations only, so
+/// the finished graphs list every tensor a model reads ([`Graph::weights`]).
 pub struct GraphBuilder<'w> {
-    weights: &'w dyn WeightStore,
+    weights: Option<&'w dyn WeightStore>,
     nodes: Vec<Node>,
 }
 
@@ -17,10 +21,28 @@ fn err(op: &'static str, reason: String) -> Error {
 }
 
 impl<'w> GraphBuilder<'w> {
-    /// `weights` answers the shapes and dtypes of [`Self::weight`] nodes.
+    /// `weights` answers the shapes and dtypes of weight nodes.
     pub fn new(weights: &'w dyn WeightStore) -> Self {
         GraphBuilder {
-            weights,
+            weights: Some(weights),
+            nodes: Vec::new(),
+        }
+    }
+
+    /// A builder over `store`, or a [`Self::declaring`] one without.
+    pub fn over(store: Option<&'w dyn WeightStore>) -> Self {
+        GraphBuilder {
+            weights: store,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// A builder without weights: every declared weight is taken as f32 of its declared
+    /// shape. For listing a model's tensors (shape checks, random-weight models, converter
+    /// coverage) without a file.
+    pub fn declaring() -> GraphBuilder<'static> {
+        GraphBuilder {
+            weights: None,
             nodes: Vec::new(),
         }
     }
@@ -57,8 +79,45 @@ impl<'w> GraphBuilder<'w> {
         self.activation(Op::Input(name.into()), vec![], shape.to_vec())
     }
 
-    pub fn weight(&mut self, name: &str) -> Result<NodeId> {
-        let t = self.weights.weight(name)?;
+    /// The weight `name`, which the model declares to be `shape` (row-major): the one place
+    /// a model names a tensor. Fails, naming the tensor, when the store lacks it or holds
+    /// another shape, or when the graph already declared it with another shape.
+    pub fn weight(&mut self, name: &str, shape: &[usize]) -> Result<NodeId> {
+        if let Some(prev) = self
+            .nodes
+            .iter()
+            .find(|n| n.op == Op::Weight(name.to_owned()))
+        {
+            if prev.shape != shape {
+                return Err(Error::InvalidArgument(format!(
+                    "tensor {name:?} is declared as {:?} and as {shape:?}",
+                    prev.shape
+                )));
+            }
+        }
+        let dtype = match self.weights {
+            None => GgmlType::F32,
+            Some(store) => {
+                let t = store.weight(name)?;
+                if t.shape() != shape {
+                    return Err(Error::InvalidArgument(format!(
+                        "tensor {name:?} has shape {:?}, the config implies {shape:?}",
+                        t.shape()
+                    )));
+                }
+                t.dtype()
+            }
+        };
+        Ok(self.push(Op::Weight(name.to_owned()), vec![], shape.to_vec(), dtype))
+    }
+
+    /// The weight `name` with whatever shape the store holds (op tests and benchmarks over
+    /// ad-hoc stores; models declare their shapes with [`Self::weight`]).
+    pub fn stored_weight(&mut self, name: &str) -> Result<NodeId> {
+        let store = self.weights.ok_or_else(|| {
+            Error::InvalidArgument(format!("weight {name:?}: a declaring builder has no store"))
+        })?;
+        let t = store.weight(name)?;
         let (shape, dtype) = (t.shape().to_vec(), t.dtype());
         Ok(self.push(Op::Weight(name.to_owned()), vec![], shape, dtype))
     }

@@ -9,8 +9,31 @@ mod builder;
 
 pub use builder::GraphBuilder;
 
-use crate::gguf::GgmlType;
+use crate::gguf::{GgmlType, GgufFile};
 use crate::ops::RopeConfig;
+use crate::{Error, Result, Tensor};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Where a graph's weights come from: a GGUF file, or a map of tensors in tests.
+pub trait WeightStore: Sync {
+    /// The named tensor, borrowed where possible (zero-copy from a mapped GGUF).
+    fn weight(&self, name: &str) -> Result<Tensor<'_>>;
+}
+
+impl WeightStore for GgufFile {
+    fn weight(&self, name: &str) -> Result<Tensor<'_>> {
+        let info = self.tensor_info(name)?;
+        Tensor::from_bytes(info.shape(), info.ty, self.tensor_bytes(info))
+    }
+}
+
+impl WeightStore for HashMap<String, Tensor<'static>> {
+    fn weight(&self, name: &str) -> Result<Tensor<'_>> {
+        self.get(name)
+            .map(Tensor::view)
+            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub(crate) usize);
@@ -158,6 +181,25 @@ impl Graph {
         })
     }
 
+    /// The weights the graph reads, by name, with their declared row-major shapes.
+    pub fn weights(&self) -> impl Iterator<Item = (&str, &[usize])> {
+        self.nodes.iter().filter_map(|n| match &n.op {
+            Op::Weight(name) => Some((name.as_str(), n.shape.as_slice())),
+            _ => None,
+        })
+    }
+
+    /// The weights that a matmul multiplies by (its right operand).
+    pub fn matmul_weights(&self) -> impl Iterator<Item = &str> {
+        self.nodes
+            .iter()
+            .filter(|n| n.op == Op::MatMul)
+            .filter_map(|n| match &self.nodes[n.inputs[1].0].op {
+                Op::Weight(name) => Some(name.as_str()),
+                _ => None,
+            })
+    }
+
     /// For each node, the index of the last node that reads it (outputs live to the end).
     pub fn last_uses(&self) -> Vec<usize> {
         let mut last: Vec<usize> = (0..self.nodes.len()).collect();
@@ -171,4 +213,32 @@ impl Graph {
         }
         last
     }
+}
+
+/// Every weight `graphs` read, with its shape, in first-use order (each once); an error
+/// names a weight two graphs declare with different shapes.
+pub fn declared_weights(graphs: &[Graph]) -> Result<Vec<(String, Vec<usize>)>> {
+    let mut seen: BTreeMap<&str, &[usize]> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (name, shape) in graphs.iter().flat_map(Graph::weights) {
+        match seen.insert(name, shape) {
+            None => out.push((name.to_owned(), shape.to_vec())),
+            Some(prev) if prev != shape => {
+                return Err(Error::InvalidArgument(format!(
+                    "tensor {name:?} is declared as {prev:?} and as {shape:?}"
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The weights some matmul of `graphs` multiplies by.
+pub fn matmul_weights(graphs: &[Graph]) -> BTreeSet<String> {
+    graphs
+        .iter()
+        .flat_map(Graph::matmul_weights)
+        .map(str::to_owned)
+        .collect()
 }

@@ -1,31 +1,45 @@
-//! Building blocks over [`GraphBuilder`]: each adds the nodes of one layer, naming its
-//! weights by a prefix (`<prefix>.weight`, `<prefix>.bias`). Nothing here knows a model.
+//! Building blocks over [`GraphBuilder`]: each adds the nodes of one layer, declaring its
+//! weights by a prefix (`<prefix>.weight`, `<prefix>.bias`) with the shapes the layer
+//! implies. Nothing here knows a model.
 
 use crate::graph::{AttentionMask, GraphBuilder, NodeId};
 use crate::ops::{RopeConfig, RopeMode};
 use crate::Result;
 
-/// `x @ W^T (+ b)` with `<prefix>.weight` `[out, in]` and, when `bias`, `<prefix>.bias`.
-pub fn linear(g: &mut GraphBuilder, x: NodeId, prefix: &str, bias: bool) -> Result<NodeId> {
-    let w = g.weight(&format!("{prefix}.weight"))?;
+/// The last dimension of `x`.
+pub fn width(g: &GraphBuilder, x: NodeId) -> usize {
+    g.shape(x).last().copied().unwrap_or(0)
+}
+
+/// `x [.., in] @ W^T (+ b)` with `<prefix>.weight` `[out, in]` and, when `bias`,
+/// `<prefix>.bias` `[out]`.
+pub fn linear(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    prefix: &str,
+    out: usize,
+    bias: bool,
+) -> Result<NodeId> {
+    let w = g.weight(&format!("{prefix}.weight"), &[out, width(g, x)])?;
     let y = g.matmul(x, w)?;
     if !bias {
         return Ok(y);
     }
-    let b = g.weight(&format!("{prefix}.bias"))?;
+    let b = g.weight(&format!("{prefix}.bias"), &[out])?;
     g.add(y, b)
 }
 
-/// RMSNorm with gain `<prefix>.weight` (Llama style: no offset; Gemma's `1 + w` gains are
-/// stored with the 1 added, as llama.cpp's converter does).
+/// RMSNorm over the last dimension with gain `<prefix>.weight` (Llama style: no offset;
+/// Gemma's `1 + w` gains are stored with the 1 added, as llama.cpp's converter does).
 pub fn rms_norm(g: &mut GraphBuilder, x: NodeId, prefix: &str, eps: f32) -> Result<NodeId> {
-    let w = g.weight(&format!("{prefix}.weight"))?;
+    let w = g.weight(&format!("{prefix}.weight"), &[width(g, x)])?;
     g.rms_norm(x, w, eps, 0.0)
 }
 
 pub fn layer_norm(g: &mut GraphBuilder, x: NodeId, prefix: &str, eps: f32) -> Result<NodeId> {
-    let w = g.weight(&format!("{prefix}.weight"))?;
-    let b = g.weight(&format!("{prefix}.bias"))?;
+    let d = width(g, x);
+    let w = g.weight(&format!("{prefix}.weight"), &[d])?;
+    let b = g.weight(&format!("{prefix}.bias"), &[d])?;
     g.layer_norm(x, w, b, eps)
 }
 
@@ -38,22 +52,24 @@ pub enum GatedActivation {
     GeluTanh,
 }
 
-/// `down(act(gate(x)) * up(x))`, bias-free (Llama/SmolLM/Gemma-style FFN), weights
-/// `<prefix>.ffn_{gate,up,down}`.
+/// `down(act(gate(x)) * up(x))`, bias-free (Llama/SmolLM/Gemma-style FFN) and `inter`
+/// wide, weights `<prefix>.ffn_{gate,up,down}`.
 pub fn gated_ffn(
     g: &mut GraphBuilder,
     x: NodeId,
     prefix: &str,
+    inter: usize,
     act: GatedActivation,
 ) -> Result<NodeId> {
-    let gate = linear(g, x, &format!("{prefix}.ffn_gate"), false)?;
-    let up = linear(g, x, &format!("{prefix}.ffn_up"), false)?;
+    let d = width(g, x);
+    let gate = linear(g, x, &format!("{prefix}.ffn_gate"), inter, false)?;
+    let up = linear(g, x, &format!("{prefix}.ffn_up"), inter, false)?;
     let act = match act {
         GatedActivation::Silu => g.silu(gate),
         GatedActivation::GeluTanh => g.gelu_tanh(gate),
     };
     let h = g.mul(act, up)?;
-    linear(g, h, &format!("{prefix}.ffn_down"), false)
+    linear(g, h, &format!("{prefix}.ffn_down"), d, false)
 }
 
 /// adaRMS (pi0.5): `rms(x) * (1 + scale) + shift`, where `[scale, shift, gate]` is the
@@ -66,8 +82,8 @@ pub fn ada_rms_norm(
     prefix: &str,
     eps: f32,
 ) -> Result<(NodeId, NodeId)> {
-    let width = g.shape(x).last().copied().unwrap_or(0);
-    let m = linear(g, cond, prefix, true)?;
+    let width = width(g, x);
+    let m = linear(g, cond, prefix, 3 * width, true)?;
     let m = g.reshape(m, &[3 * width])?;
     let scale = g.slice(m, 0, 0, width)?;
     let shift = g.slice(m, 0, width, width)?;
@@ -76,11 +92,12 @@ pub fn ada_rms_norm(
     Ok((g.add(y, shift)?, gate))
 }
 
-/// `fc2(gelu_tanh(fc1(x)))` with biases (ViT-style MLP).
-pub fn gelu_mlp(g: &mut GraphBuilder, x: NodeId, prefix: &str) -> Result<NodeId> {
-    let h = linear(g, x, &format!("{prefix}.fc1"), true)?;
+/// `fc2(gelu_tanh(fc1(x)))` with biases, `inter` wide (ViT-style MLP).
+pub fn gelu_mlp(g: &mut GraphBuilder, x: NodeId, prefix: &str, inter: usize) -> Result<NodeId> {
+    let d = width(g, x);
+    let h = linear(g, x, &format!("{prefix}.fc1"), inter, true)?;
     let h = g.gelu_tanh(h);
-    linear(g, h, &format!("{prefix}.fc2"), true)
+    linear(g, h, &format!("{prefix}.fc2"), d, true)
 }
 
 /// `[S, H * D]` -> `[S, H, D]`.

@@ -1,17 +1,75 @@
-//! What every arch's policy does the same way: owning the GGUF and the graphs compiled from
-//! it, checking tensor shapes, turning a request's instruction, state, noise and images into
+//! What every arch's policy does the same way: the action I/O part of its config, owning
+//! the GGUF and the graphs compiled from it, turning a request's instruction and noise into
 //! model inputs, and making random-weight models for tests and demos.
 
-use super::limits::MAX_STEPS;
 use crate::backend::Executable;
+use crate::config::limits::{MAX_CHUNK, MAX_IMAGES, MAX_ROBOT_DIM, MAX_SEQUENCE, MAX_STEPS};
+use crate::config::{bounded, first_failing, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
-use crate::graph::Graph;
-use crate::modules::image::{resize_with_pad, to_chw_unit, PadAlign};
-use crate::policy::{Image, Observation, PolicyInfo, RuntimeOptions};
+use crate::graph::{matmul_weights, Graph};
+use crate::policy::{Observation, PolicyInfo, RuntimeOptions};
 use crate::tokenizer::Tokenizer;
-use crate::Tensor;
 use crate::{Error, Result};
 use std::time::Instant;
+
+/// What a policy takes and returns. Keys: `n_images`, `tokenizer_max_length`,
+/// `pad_token_id`, `chunk_size`, `num_steps`, `max_state_dim`, `max_action_dim`,
+/// `real_state_dim`, `real_action_dim`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ActionIo {
+    /// Camera views per request.
+    pub n_images: usize,
+    pub tokenizer_max_length: usize,
+    pub pad_token_id: u32,
+    pub chunk_size: usize,
+    pub num_steps: usize,
+    pub max_state_dim: usize,
+    pub max_action_dim: usize,
+    pub state_dim: usize,
+    pub action_dim: usize,
+}
+
+impl Section for ActionIo {
+    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
+        k.usize("n_images", &mut self.n_images)?;
+        k.usize("tokenizer_max_length", &mut self.tokenizer_max_length)?;
+        k.u32("pad_token_id", &mut self.pad_token_id)?;
+        k.usize("chunk_size", &mut self.chunk_size)?;
+        k.usize("num_steps", &mut self.num_steps)?;
+        k.usize("max_state_dim", &mut self.max_state_dim)?;
+        k.usize("max_action_dim", &mut self.max_action_dim)?;
+        k.usize("real_state_dim", &mut self.state_dim)?;
+        k.usize("real_action_dim", &mut self.action_dim)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        bounded("n_images", self.n_images, 1, MAX_IMAGES)?;
+        bounded(
+            "tokenizer_max_length",
+            self.tokenizer_max_length,
+            1,
+            MAX_SEQUENCE,
+        )?;
+        bounded("chunk_size", self.chunk_size, 1, MAX_CHUNK)?;
+        bounded("num_steps", self.num_steps, 1, MAX_STEPS)?;
+        bounded("max_state_dim", self.max_state_dim, 1, MAX_ROBOT_DIM)?;
+        bounded("max_action_dim", self.max_action_dim, 1, MAX_ROBOT_DIM)?;
+        first_failing(&[(
+            self.state_dim <= self.max_state_dim && self.action_dim <= self.max_action_dim,
+            "real dims exceed max dims",
+        )])
+    }
+}
+
+impl ActionIo {
+    /// The check that needs the vocabulary's size.
+    pub fn check_vocab(&self, vocab_size: usize) -> std::result::Result<(), String> {
+        first_failing(&[(
+            (self.pad_token_id as usize) < vocab_size,
+            "pad_token_id must be below vocab_size",
+        )])
+    }
+}
 
 /// A GGUF and the graphs compiled against it. The executables borrow the file, so the file
 /// is leaked into a raw pointer and reclaimed in `Drop` after them.
@@ -34,12 +92,21 @@ impl Drop for LoadedGraphs {
 }
 
 impl LoadedGraphs {
-    /// Opens the backend `opts` names and compiles the graphs `build` makes from `file`.
+    /// Opens the backend `opts` names and compiles the graphs `build` makes from `file`
+    /// (which checks every weight's shape). With `opts.weight_dtype`, the float weights
+    /// that some matmul of those graphs multiplies by are re-encoded first.
     pub fn compile(
         file: GgufFile,
         opts: &RuntimeOptions,
-        build: impl FnOnce(&GgufFile) -> Result<Vec<Graph>>,
+        build: impl Fn(&GgufFile) -> Result<Vec<Graph>>,
     ) -> Result<Self> {
+        let file = match opts.weight_dtype {
+            Some(ty) => {
+                let targets = matmul_weights(&build(&file)?);
+                super::with_weight_dtype(&file, ty, |name| targets.contains(name))?
+            }
+            None => file,
+        };
         let backend = super::open_backend(opts)?;
         let file: &'static GgufFile = Box::leak(Box::new(file));
         let ptr = file as *const GgufFile as *mut GgufFile;
@@ -105,20 +172,6 @@ impl LoadedGraphs {
     }
 }
 
-/// Fails naming the first tensor whose shape differs from `shapes` (row-major).
-pub fn check_tensors(file: &GgufFile, shapes: &[(String, Vec<usize>)]) -> Result<()> {
-    for (name, shape) in shapes {
-        let info = file.tensor_info(name)?;
-        if info.shape() != shape.as_slice() {
-            return Err(Error::InvalidArgument(format!(
-                "tensor {name:?} has shape {:?}, the config implies {shape:?}",
-                info.shape()
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// `--steps` over the model's own count.
 pub fn steps_override(own: usize, opts: &RuntimeOptions) -> Result<usize> {
     match opts.num_steps {
@@ -174,23 +227,6 @@ pub fn instruction_ids(
     Ok((out, n))
 }
 
-/// The request's state, `real` values or zero-padded to `max`, checked.
-pub fn state_values(obs: &Observation, real: usize, max: usize) -> Result<&[f32]> {
-    let s = &obs.state;
-    if s.len() != real && s.len() != max {
-        return Err(Error::InvalidArgument(format!(
-            "state has {} values, expected {real} (or {max} zero-padded)",
-            s.len()
-        )));
-    }
-    if let Some(bad) = s.iter().find(|v| !v.is_finite()) {
-        return Err(Error::InvalidArgument(format!(
-            "state value {bad} is not finite"
-        )));
-    }
-    Ok(&s[..real])
-}
-
 /// The tokenizer in the GGUF's `tokenizer.ggml.*` metadata, if any, checked to fit the
 /// model's vocabulary.
 pub fn gguf_tokenizer(file: &GgufFile, vocab_size: usize) -> Result<Option<Tokenizer>> {
@@ -215,126 +251,6 @@ pub fn require_tokenizer(tokenizer: Option<&Tokenizer>) -> Result<&Tokenizer> {
     })
 }
 
-/// Runs the vision graph `exec` on each camera view (after [`camera_pixels`] with `pad`
-/// and `align`), checking the view count: the image tokens of all views, concatenated.
-pub fn image_tokens(
-    exec: &mut dyn crate::backend::Executable,
-    obs: &Observation,
-    n_images: usize,
-    size: usize,
-    pad: f32,
-    align: PadAlign,
-) -> Result<Vec<f32>> {
-    if obs.images.len() != n_images {
-        return Err(Error::InvalidArgument(format!(
-            "{} images, this model takes {n_images}",
-            obs.images.len()
-        )));
-    }
-    let mut all = Vec::new();
-    for img in &obs.images {
-        let t = Tensor::from_f32(vec![3, size, size], camera_pixels(img, size, pad, align)?)?;
-        let out = exec.run(&[("image", &t)])?;
-        all.extend_from_slice(out[0].as_f32()?);
-    }
-    Ok(all)
-}
-
-/// lerobot's normalisation of states and actions, per dimension.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Normalizer {
-    /// `(x - mean) / (std + 1e-8)`; inverse `x * std + mean`.
-    MeanStd { mean: Vec<f32>, std: Vec<f32> },
-    /// `2 (x - q01) / (q99 - q01) - 1` (a zero range counts as 1e-8); inverse accordingly.
-    Quantiles { q01: Vec<f32>, q99: Vec<f32> },
-}
-
-/// lerobot's normaliser epsilon.
-const NORM_EPS: f32 = 1e-8;
-
-impl Normalizer {
-    /// `<what>_mean` / `<what>_std` or `<what>_q01` / `<what>_q99` from the file, whichever
-    /// it has, each of `dim` values.
-    pub fn from_gguf(file: &GgufFile, what: &str, dim: usize) -> Result<Self> {
-        let has = |n: &str| file.tensor_info(&format!("{what}_{n}")).is_ok();
-        let read = |n: &str| -> Result<Vec<f32>> {
-            let name = format!("{what}_{n}");
-            // The size first: dequantizing a large tensor just to refuse it would cost memory.
-            let found = file.tensor_info(&name)?.n_elements();
-            if found != dim as u64 {
-                return Err(Error::InvalidArgument(format!(
-                    "{name}: expected {dim} values, found {found}"
-                )));
-            }
-            let v = file.dequantize(&name)?;
-            if v.iter().any(|x| !x.is_finite()) {
-                return Err(Error::InvalidArgument(format!(
-                    "{name}: expected {dim} finite values"
-                )));
-            }
-            Ok(v)
-        };
-        if has("mean") {
-            Ok(Normalizer::MeanStd {
-                mean: read("mean")?,
-                std: read("std")?,
-            })
-        } else if has("q01") {
-            Ok(Normalizer::Quantiles {
-                q01: read("q01")?,
-                q99: read("q99")?,
-            })
-        } else {
-            Err(Error::InvalidArgument(format!(
-                "no normalisation statistics: expected {what}_mean/_std or {what}_q01/_q99"
-            )))
-        }
-    }
-
-    pub fn normalize(&self, i: usize, x: f32) -> f32 {
-        match self {
-            Normalizer::MeanStd { mean, std } => (x - mean[i]) / (std[i] + NORM_EPS),
-            Normalizer::Quantiles { q01, q99 } => {
-                2.0 * (x - q01[i]) / quantile_range(q01[i], q99[i]) - 1.0
-            }
-        }
-    }
-
-    /// The request's state (see [`state_values`]) normalised and zero-padded to `max`.
-    pub fn normalize_state(&self, obs: &Observation, real: usize, max: usize) -> Result<Vec<f32>> {
-        let mut out = vec![0f32; max];
-        for (i, &x) in state_values(obs, real, max)?.iter().enumerate() {
-            out[i] = self.normalize(i, x);
-        }
-        Ok(out)
-    }
-
-    /// The first `dim` columns of each `width`-wide row of `x`, unnormalised.
-    pub fn unnormalize_rows(&self, x: &[f32], width: usize, dim: usize) -> Vec<f32> {
-        x.chunks(width)
-            .flat_map(|row| (0..dim).map(move |j| self.unnormalize(j, row[j])))
-            .collect()
-    }
-
-    pub fn unnormalize(&self, i: usize, x: f32) -> f32 {
-        match self {
-            Normalizer::MeanStd { mean, std } => x * std[i] + mean[i],
-            Normalizer::Quantiles { q01, q99 } => {
-                (x + 1.0) * quantile_range(q01[i], q99[i]) / 2.0 + q01[i]
-            }
-        }
-    }
-}
-
-fn quantile_range(q01: f32, q99: f32) -> f32 {
-    let d = q99 - q01;
-    if d == 0.0 {
-        NORM_EPS
-    } else {
-        d
-    }
-}
-
 /// `noise` from the request (checked to be `chunk x dim`), or a fresh Gaussian draw.
 pub fn noise_or_draw(obs: &Observation, chunk: usize, dim: usize) -> Result<Vec<f32>> {
     match &obs.noise {
@@ -356,7 +272,7 @@ fn noise_seed() -> u64 {
 
 /// Standard normal draws (Box-Muller over SplitMix64), deterministic per seed.
 pub fn gaussian_noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut rng = super::schema::SplitMix64(seed);
+    let mut rng = SplitMix64(seed);
     (0..n)
         .map(|_| {
             let u1 = (rng.next_f64()).max(f64::MIN_POSITIVE);
@@ -364,18 +280,6 @@ pub fn gaussian_noise(n: usize, seed: u64) -> Vec<f32> {
             ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
         })
         .collect()
-}
-
-/// One camera view as a `[3, size, size]` model input in [-1, 1]: to [0, 1], resized with
-/// padding (`pad` in [0, 1] units, as the reference pads before rescaling), then `2x - 1`.
-pub fn camera_pixels(img: &Image, size: usize, pad: f32, align: PadAlign) -> Result<Vec<f32>> {
-    let unit = to_chw_unit(img)?;
-    Ok(
-        resize_with_pad(&unit, img.height, img.width, size, size, pad, align)
-            .into_iter()
-            .map(|v| v * 2.0 - 1.0)
-            .collect(),
-    )
 }
 
 /// Adds random tensors of `shapes` to `w` (norm gains and `*_std` near 1, statistics and
@@ -388,7 +292,7 @@ pub fn add_random_tensors(
     ty: GgmlType,
     is_float_matrix: impl Fn(&str) -> bool,
 ) -> Result<()> {
-    let mut rng = super::schema::SplitMix64(seed);
+    let mut rng = SplitMix64(seed);
     for (name, shape) in shapes {
         let n: usize = shape.iter().product();
         let fan_in = *shape.last().unwrap_or(&1) as f64;
@@ -419,4 +323,22 @@ pub fn add_random_tensors(
         w.add_f32(name.clone(), t, &dims, &vals)?;
     }
     Ok(())
+}
+
+/// SplitMix64: a tiny, well-mixed, seedable generator (no dependency needed for test data).
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
 }

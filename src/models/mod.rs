@@ -1,9 +1,11 @@
-//! Architectures: each is config + composition of [`crate::modules`] + predict.
+//! Architectures: each is a config (nested [`crate::config::Section`]s), the composition of
+//! [`crate::modules`] into graphs, and the hooks of a driver ([`flow::FlowPolicy`] for
+//! flow-matching VLM + expert policies). docs/ARCHITECTURE.md says how to add one.
 
 pub mod common;
-pub mod limits;
+pub mod flow;
 pub mod pi0;
-pub mod schema;
+pub mod presets;
 pub mod smolvla;
 
 use crate::gguf::{GgmlType, GgufFile};
@@ -25,10 +27,6 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
             "embodiment {name:?}: this model carries a single set of normalisation statistics"
         )));
     }
-    let file = match opts.weight_dtype {
-        Some(ty) => with_weight_dtype(&file, ty)?,
-        None => file,
-    };
     let arch = file.architecture()?.to_owned();
     match arch.as_str() {
         smolvla::ARCH => Ok(Box::new(smolvla::SmolVla::new(file, opts)?)),
@@ -40,16 +38,22 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
     }
 }
 
-/// `file` with its matmul weights re-encoded to `ty` (F32, F16 or BF16).
-fn with_weight_dtype(file: &GgufFile, ty: GgmlType) -> Result<GgufFile> {
-    if !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+/// `file` with the float tensors `is_target` names re-encoded to `ty` (F32, F16 or BF16);
+/// block-quantized tensors stay as stored.
+pub(crate) fn with_weight_dtype(
+    file: &GgufFile,
+    ty: GgmlType,
+    is_target: impl Fn(&str) -> bool,
+) -> Result<GgufFile> {
+    let float = |t: GgmlType| matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    if !float(ty) {
         return Err(Error::InvalidArgument(format!(
             "weight dtype {ty}: expected f32, f16 or bf16 (use vla-quantize for block types)"
         )));
     }
     let (writer, _) = crate::gguf::retype(
         file,
-        |t| crate::gguf::is_matmul_weight(t).then_some(ty),
+        |t| (float(t.ty) && is_target(&t.name)).then_some(ty),
         |_, _| {},
     )?;
     GgufFile::from_bytes(writer.to_bytes()?)

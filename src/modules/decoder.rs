@@ -1,18 +1,26 @@
-//! Decoder-LM layers (Llama / SmolLM2 / Gemma style: pre-RMSNorm, GQA attention with rotary
-//! positions, a gated FFN), split so an action expert can reuse a layer's pieces with its
-//! keys and values coming from elsewhere.
+//! Decoder-LM layers (Llama / SmolLM2 / Gemma / Qwen style: pre-RMSNorm, GQA attention with
+//! rotary positions, a gated FFN), split so an action expert can reuse a layer's pieces with
+//! its keys and values coming from elsewhere.
 //!
 //! Weights under `<prefix>.blk.{i}.`: `attn_norm`, `attn_q`, `attn_k`, `attn_v`, `attn_o`,
-//! `ffn_norm`, `ffn_gate`, `ffn_up`, `ffn_down`. A layer conditioned by adaRMS (pi0.5's
-//! expert) has `ada_attn_norm` / `ada_ffn_norm` (weight and bias) in place of the two norm
-//! gains, and gates both residual branches.
+//! `ffn_norm`, `ffn_gate`, `ffn_up`, `ffn_down`; with [`DecoderConfig::qkv_bias`] the three
+//! projections have biases, with [`DecoderConfig::qk_norm`] queries and keys are
+//! RMS-normalised per head (`attn_q_norm`, `attn_k_norm`, Qwen3) before the rotation. A layer
+//! conditioned by adaRMS (pi0.5's expert) has `ada_attn_norm` / `ada_ffn_norm` (weight and
+//! bias) in place of the two norm gains, and gates both residual branches.
 
+use crate::config::limits::MAX_LAYERS;
+use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{
-    ada_rms_norm, attend, gated_ffn, linear, rms_norm, rope_neox, split_heads, GatedActivation,
+    ada_rms_norm, attend, gated_ffn, linear, rms_norm, rope_neox, split_heads, width,
+    GatedActivation,
 };
 use crate::Result;
 
+/// Attention and FFN options of a decoder stack. Keys: `n_q_heads`, `n_kv_heads`,
+/// `head_dim`, `rope_theta`, `norm_eps`; the FFN activation, QK-norm and qkv bias are the
+/// arch's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecoderConfig {
     pub q_heads: usize,
@@ -20,32 +28,129 @@ pub struct DecoderConfig {
     pub head_dim: usize,
     pub rope_theta: f32,
     pub norm_eps: f32,
-    /// SwiGLU (Llama, SmolLM2) or GeGLU with tanh GELU (Gemma).
+    /// SwiGLU (Llama, SmolLM2, Qwen) or GeGLU with tanh GELU (Gemma).
     pub ffn: GatedActivation,
+    /// Per-head RMSNorm of queries and keys before RoPE (Qwen3).
+    pub qk_norm: bool,
+    /// Biases on the query, key and value projections (Qwen2.5).
+    pub qkv_bias: bool,
+}
+
+impl Default for DecoderConfig {
+    fn default() -> Self {
+        DecoderConfig {
+            q_heads: 0,
+            kv_heads: 0,
+            head_dim: 0,
+            rope_theta: 0.0,
+            norm_eps: 0.0,
+            ffn: GatedActivation::Silu,
+            qk_norm: false,
+            qkv_bias: false,
+        }
+    }
+}
+
+impl Section for DecoderConfig {
+    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
+        k.usize("n_q_heads", &mut self.q_heads)?;
+        k.usize("n_kv_heads", &mut self.kv_heads)?;
+        k.usize("head_dim", &mut self.head_dim)?;
+        k.f32("rope_theta", &mut self.rope_theta)?;
+        k.f32("norm_eps", &mut self.norm_eps)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        positive("head_dim", self.head_dim)?;
+        first_failing(&[
+            (
+                self.kv_heads > 0 && self.q_heads % self.kv_heads == 0,
+                "n_q_heads must be a multiple of n_kv_heads",
+            ),
+            (self.head_dim % 2 == 0, "head_dim must be even"),
+            // ggml asserts eps >= 0; a negative one is NaN on the other backends.
+            (
+                self.norm_eps >= 0.0 && self.norm_eps.is_finite(),
+                "norm_eps must be finite and >= 0",
+            ),
+            (
+                self.rope_theta > 0.0 && self.rope_theta.is_finite(),
+                "rope_theta must be positive",
+            ),
+        ])
+    }
+}
+
+/// The language model's sizes. Keys: `hidden`, `n_layers`, `lm_inter`, `vocab_size`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LmConfig {
+    pub hidden: usize,
+    pub n_layers: usize,
+    /// FFN width.
+    pub inter: usize,
+    pub vocab_size: usize,
+}
+
+impl Section for LmConfig {
+    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
+        k.usize("hidden", &mut self.hidden)?;
+        k.usize("n_layers", &mut self.n_layers)?;
+        k.usize("lm_inter", &mut self.inter)?;
+        k.usize("vocab_size", &mut self.vocab_size)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        positive("hidden", self.hidden)?;
+        positive("lm_inter", self.inter)?;
+        bounded("n_layers", self.n_layers, 1, MAX_LAYERS)?;
+        positive("vocab_size", self.vocab_size)
+    }
+}
+
+/// An action expert's sizes (it has the LM's depth and heads). Keys: `expert_h`,
+/// `expert_inter`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExpertConfig {
+    pub hidden: usize,
+    pub inter: usize,
+}
+
+impl Section for ExpertConfig {
+    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
+        k.usize("expert_h", &mut self.hidden)?;
+        k.usize("expert_inter", &mut self.inter)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        positive("expert_inter", self.inter)?;
+        positive("expert_h", self.hidden)?;
+        // The sinusoidal time embedding is expert_h wide: half sines, half cosines.
+        first_failing(&[(self.hidden % 2 == 0, "expert_h must be even")])
+    }
 }
 
 pub fn layer_prefix(stack: &str, i: usize) -> String {
     format!("{stack}.blk.{i}")
 }
 
-/// One layer: where its weights live and, for an adaRMS layer, its condition `[1, C]`.
+/// One layer: where its weights live, its FFN width and, for an adaRMS layer, its
+/// condition `[1, C]`.
 #[derive(Clone, Debug)]
 pub struct Layer {
     pub prefix: String,
+    pub inter: usize,
     pub cond: Option<NodeId>,
 }
 
 impl Layer {
-    pub fn new(stack: &str, i: usize) -> Self {
-        Layer {
-            prefix: layer_prefix(stack, i),
-            cond: None,
-        }
+    pub fn new(stack: &str, i: usize, inter: usize) -> Self {
+        Layer::conditioned(stack, i, inter, None)
     }
 
-    pub fn conditioned(stack: &str, i: usize, cond: Option<NodeId>) -> Self {
+    pub fn conditioned(stack: &str, i: usize, inter: usize, cond: Option<NodeId>) -> Self {
         Layer {
             prefix: layer_prefix(stack, i),
+            inter,
             cond,
         }
     }
@@ -72,52 +177,41 @@ impl Layer {
     }
 }
 
-/// The tensors of layer `prefix` with their row-major shapes: `width` wide, keys and
-/// values projected from `kv_in` features, FFN `inter` wide; adaRMS norms conditioned on
-/// `cond_dim` features when given.
-pub fn layer_tensor_shapes(
-    prefix: &str,
-    width: usize,
-    kv_in: usize,
-    inter: usize,
-    cfg: &DecoderConfig,
-    cond_dim: Option<usize>,
-) -> Vec<(String, Vec<usize>)> {
-    let (qd, kvd) = (cfg.q_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
-    let mut t: Vec<(String, Vec<usize>)> = Vec::new();
-    let norm = |t: &mut Vec<(String, Vec<usize>)>, which: &str| match cond_dim {
-        None => t.push((format!("{prefix}.{which}_norm.weight"), vec![width])),
-        Some(c) => {
-            t.push((
-                format!("{prefix}.ada_{which}_norm.weight"),
-                vec![3 * width, c],
-            ));
-            t.push((format!("{prefix}.ada_{which}_norm.bias"), vec![3 * width]));
-        }
-    };
-    norm(&mut t, "attn");
-    t.push((format!("{prefix}.attn_q.weight"), vec![qd, width]));
-    t.push((format!("{prefix}.attn_k.weight"), vec![kvd, kv_in]));
-    t.push((format!("{prefix}.attn_v.weight"), vec![kvd, kv_in]));
-    t.push((format!("{prefix}.attn_o.weight"), vec![width, qd]));
-    norm(&mut t, "ffn");
-    t.push((format!("{prefix}.ffn_gate.weight"), vec![inter, width]));
-    t.push((format!("{prefix}.ffn_up.weight"), vec![inter, width]));
-    t.push((format!("{prefix}.ffn_down.weight"), vec![width, inter]));
-    t
-}
-
-/// A bias-free projection `<prefix>.<name>` of `x` `[S, in]`, split to `[S, heads, head_dim]`.
+/// The projection `<prefix>.<name>` of `x` `[S, in]` to `heads` heads, with a bias when
+/// `bias`, split to `[S, heads, head_dim]`.
 pub fn project_heads(
     g: &mut GraphBuilder,
     x: NodeId,
     prefix: &str,
     name: &str,
     heads: usize,
-    head_dim: usize,
+    cfg: &DecoderConfig,
 ) -> Result<NodeId> {
-    let y = linear(g, x, &format!("{prefix}.{name}"), false)?;
-    split_heads(g, y, heads, head_dim)
+    let y = linear(
+        g,
+        x,
+        &format!("{prefix}.{name}"),
+        heads * cfg.head_dim,
+        cfg.qkv_bias,
+    )?;
+    split_heads(g, y, heads, cfg.head_dim)
+}
+
+/// [`project_heads`], then with [`DecoderConfig::qk_norm`] the per-head RMSNorm
+/// `<prefix>.<name>_norm` (`[head_dim]`): for queries and keys.
+fn project_qk(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    prefix: &str,
+    name: &str,
+    heads: usize,
+    cfg: &DecoderConfig,
+) -> Result<NodeId> {
+    let y = project_heads(g, x, prefix, name, heads, cfg)?;
+    match cfg.qk_norm {
+        true => rms_norm(g, y, &format!("{prefix}.{name}_norm"), cfg.norm_eps),
+        false => Ok(y),
+    }
 }
 
 pub fn rotate(
@@ -139,14 +233,7 @@ pub fn norm_and_query(
     cfg: &DecoderConfig,
 ) -> Result<(NodeId, NodeId, Option<NodeId>)> {
     let (normed, gate) = layer.norm(g, x, "attn", cfg.norm_eps)?;
-    let q = project_heads(
-        g,
-        normed,
-        &layer.prefix,
-        "attn_q",
-        cfg.q_heads,
-        cfg.head_dim,
-    )?;
+    let q = project_qk(g, normed, &layer.prefix, "attn_q", cfg.q_heads, cfg)?;
     Ok((normed, q, gate))
 }
 
@@ -158,8 +245,8 @@ pub fn rotated_kv(
     prefix: &str,
     cfg: &DecoderConfig,
 ) -> Result<(NodeId, NodeId)> {
-    let k = project_heads(g, normed, prefix, "attn_k", cfg.kv_heads, cfg.head_dim)?;
-    let v = project_heads(g, normed, prefix, "attn_v", cfg.kv_heads, cfg.head_dim)?;
+    let k = project_qk(g, normed, prefix, "attn_k", cfg.kv_heads, cfg)?;
+    let v = project_heads(g, normed, prefix, "attn_v", cfg.kv_heads, cfg)?;
     Ok((rotate(g, k, positions, cfg)?, v))
 }
 
@@ -187,9 +274,15 @@ pub fn finish_layer(
     cfg: &DecoderConfig,
 ) -> Result<NodeId> {
     let o = attend(g, q, k, v, mask)?;
-    let o = linear(g, o, &format!("{}.attn_o", layer.prefix), false)?;
+    let o = linear(
+        g,
+        o,
+        &format!("{}.attn_o", layer.prefix),
+        width(g, x),
+        false,
+    )?;
     let x = residual(g, x, o, attn_gate)?;
     let (h, ffn_gate) = layer.norm(g, x, "ffn", cfg.norm_eps)?;
-    let h = gated_ffn(g, h, &layer.prefix, cfg.ffn)?;
+    let h = gated_ffn(g, h, &layer.prefix, layer.inter, cfg.ffn)?;
     residual(g, x, h, ffn_gate)
 }

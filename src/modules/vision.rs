@@ -2,12 +2,18 @@
 //! connectors that turn its features into language-model tokens (Idefics3/SmolVLM's pixel
 //! shuffle + projection, PaliGemma's projection).
 
+use crate::config::limits::{MAX_LAYERS, MAX_PATCHES_PER_SIDE};
+use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{attend, gelu_mlp, layer_norm, linear, split_heads};
-use crate::Result;
+use crate::{Error, Result};
 
+/// A SigLIP-style tower. Keys: `vit_hidden`, `vit_layers`, `vit_heads`, `vit_inter`,
+/// `image_size`, `patch_size`, `vit_ln_eps`, `vit_positions` (absent: grid).
 #[derive(Clone, Debug, PartialEq)]
 pub struct VisionConfig {
+    /// Tensor prefix (`vit`): two towers side by side differ in this.
+    pub prefix: &'static str,
     pub hidden: usize,
     pub layers: usize,
     pub heads: usize,
@@ -17,6 +23,66 @@ pub struct VisionConfig {
     pub patch_size: usize,
     pub ln_eps: f32,
     pub positions: PatchPositions,
+}
+
+impl Default for VisionConfig {
+    fn default() -> Self {
+        VisionConfig {
+            prefix: "vit",
+            hidden: 0,
+            layers: 0,
+            heads: 0,
+            inter: 0,
+            image_size: 0,
+            patch_size: 0,
+            ln_eps: 0.0,
+            positions: PatchPositions::Grid,
+        }
+    }
+}
+
+impl Section for VisionConfig {
+    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
+        k.usize("vit_hidden", &mut self.hidden)?;
+        k.usize("vit_layers", &mut self.layers)?;
+        k.usize("vit_heads", &mut self.heads)?;
+        k.usize("vit_inter", &mut self.inter)?;
+        k.usize("image_size", &mut self.image_size)?;
+        k.usize("patch_size", &mut self.patch_size)?;
+        k.f32("vit_ln_eps", &mut self.ln_eps)?;
+        let mut id = self.positions.id();
+        k.usize_or("vit_positions", &mut id, PatchPositions::Grid.id())?;
+        self.positions = PatchPositions::from_id(id).ok_or_else(|| {
+            Error::InvalidArgument(format!("vit_positions = {id}: expected 0 or 1"))
+        })?;
+        Ok(())
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        positive("vit_hidden", self.hidden)?;
+        positive("vit_inter", self.inter)?;
+        bounded("vit_layers", self.layers, 1, MAX_LAYERS)?;
+        first_failing(&[
+            (
+                self.patch_size > 0 && self.image_size % self.patch_size == 0,
+                "image_size must be a multiple of patch_size",
+            ),
+            (
+                self.image_size > 0
+                    && self.image_size / self.patch_size.max(1) <= MAX_PATCHES_PER_SIDE,
+                "patches per side (image_size / patch_size) must be 1 to 1024",
+            ),
+            (
+                self.heads > 0 && self.hidden % self.heads == 0,
+                "vit_hidden must be a multiple of vit_heads",
+            ),
+            // ggml asserts eps >= 0; a negative one is NaN on the other backends.
+            (
+                self.ln_eps >= 0.0 && self.ln_eps.is_finite(),
+                "vit_ln_eps must be finite and >= 0",
+            ),
+        ])
+    }
 }
 
 /// Which row of the position table each patch adds.
@@ -49,73 +115,49 @@ impl PatchPositions {
 }
 
 impl VisionConfig {
-    pub fn n_patches(&self) -> usize {
-        (self.image_size / self.patch_size).pow(2)
+    pub fn patches_per_side(&self) -> usize {
+        self.image_size / self.patch_size
     }
 
-    /// The tower's tensors (`vit.*`, see [`vision_tower`]) with their row-major shapes.
-    pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
-        let (d, inter) = (self.hidden, self.inter);
-        let mut t: Vec<(String, Vec<usize>)> = vec![
-            (
-                "vit.patch_embd.weight".into(),
-                vec![d, 3, self.patch_size, self.patch_size],
-            ),
-            ("vit.patch_embd.bias".into(), vec![d]),
-            ("vit.pos_embd.weight".into(), vec![self.n_patches(), d]),
-            ("vit.post_ln.weight".into(), vec![d]),
-            ("vit.post_ln.bias".into(), vec![d]),
-        ];
-        for i in 0..self.layers {
-            let p = format!("vit.blk.{i}");
-            for n in ["ln1", "ln2"] {
-                t.push((format!("{p}.{n}.weight"), vec![d]));
-                t.push((format!("{p}.{n}.bias"), vec![d]));
-            }
-            for n in ["attn_q", "attn_k", "attn_v", "attn_o"] {
-                t.push((format!("{p}.{n}.weight"), vec![d, d]));
-                t.push((format!("{p}.{n}.bias"), vec![d]));
-            }
-            t.push((format!("{p}.fc1.weight"), vec![inter, d]));
-            t.push((format!("{p}.fc1.bias"), vec![inter]));
-            t.push((format!("{p}.fc2.weight"), vec![d, inter]));
-            t.push((format!("{p}.fc2.bias"), vec![d]));
-        }
-        t
+    pub fn n_patches(&self) -> usize {
+        self.patches_per_side().pow(2)
     }
 }
 
 /// `image` `[3, S, S]` (already in the tower's value range) -> `[patches, hidden]`.
-/// Weights under `vit.`: `patch_embd`, `pos_embd`, `blk.{i}.{ln1,attn_q,attn_k,attn_v,attn_o,ln2,fc1,fc2}`, `post_ln`.
+/// Weights under `<prefix>.`: `patch_embd`, `pos_embd`,
+/// `blk.{i}.{ln1,attn_q,attn_k,attn_v,attn_o,ln2,fc1,fc2}`, `post_ln`.
 pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> Result<NodeId> {
-    let w = g.weight("vit.patch_embd.weight")?;
-    let b = g.weight("vit.patch_embd.bias")?;
+    let (d, p, pre) = (cfg.hidden, cfg.patch_size, cfg.prefix);
+    let w = g.weight(&format!("{pre}.patch_embd.weight"), &[d, 3, p, p])?;
+    let b = g.weight(&format!("{pre}.patch_embd.bias"), &[d])?;
     let mut x = g.patch_embed(image, w, b)?;
-    let mut pos = g.weight("vit.pos_embd.weight")?;
+    let mut pos = g.weight(&format!("{pre}.pos_embd.weight"), &[cfg.n_patches(), d])?;
     if cfg.positions == PatchPositions::Shifted {
-        pos = shift_positions(g, pos, cfg.image_size / cfg.patch_size)?;
+        pos = shift_positions(g, pos, cfg.patches_per_side())?;
     }
     x = g.add(x, pos)?;
-    let head_dim = cfg.hidden / cfg.heads;
+    let head_dim = d / cfg.heads;
     for i in 0..cfg.layers {
-        let p = format!("vit.blk.{i}");
+        let p = format!("{pre}.blk.{i}");
         let h = layer_norm(g, x, &format!("{p}.ln1"), cfg.ln_eps)?;
-        let q = linear(g, h, &format!("{p}.attn_q"), true)?;
-        let k = linear(g, h, &format!("{p}.attn_k"), true)?;
-        let v = linear(g, h, &format!("{p}.attn_v"), true)?;
+        let heads = |g: &mut GraphBuilder, n: &str| {
+            let y = linear(g, h, &format!("{p}.{n}"), d, true)?;
+            split_heads(g, y, cfg.heads, head_dim)
+        };
         let (q, k, v) = (
-            split_heads(g, q, cfg.heads, head_dim)?,
-            split_heads(g, k, cfg.heads, head_dim)?,
-            split_heads(g, v, cfg.heads, head_dim)?,
+            heads(g, "attn_q")?,
+            heads(g, "attn_k")?,
+            heads(g, "attn_v")?,
         );
         let o = attend(g, q, k, v, None)?;
-        let o = linear(g, o, &format!("{p}.attn_o"), true)?;
+        let o = linear(g, o, &format!("{p}.attn_o"), d, true)?;
         x = g.add(x, o)?;
         let h = layer_norm(g, x, &format!("{p}.ln2"), cfg.ln_eps)?;
-        let h = gelu_mlp(g, h, &p)?;
+        let h = gelu_mlp(g, h, &p, cfg.inter)?;
         x = g.add(x, h)?;
     }
-    layer_norm(g, x, "vit.post_ln", cfg.ln_eps)
+    layer_norm(g, x, &format!("{pre}.post_ln"), cfg.ln_eps)
 }
 
 /// `table [side*side, E]` -> the rows [`PatchPositions::Shifted`] picks: along each grid
@@ -144,26 +186,57 @@ pub fn pixel_shuffle(g: &mut GraphBuilder, x: NodeId, scale: usize) -> Result<No
     g.reshape(x, &[seq / (scale * scale), e * scale * scale])
 }
 
-/// How tower features become language-model tokens: an optional pixel shuffle, then the
-/// linear projection `mm.proj`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Connector {
-    /// Pixel-shuffle factor (Idefics3/SmolVLM); 1 = none (PaliGemma).
-    pub pixel_shuffle: usize,
-    /// Whether `mm.proj` has a bias (PaliGemma's does, SmolVLM's does not).
-    pub bias: bool,
+/// How tower features become language-model tokens, under the tensor prefix `mm`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Connector {
+    /// An optional pixel shuffle (factor `pixel_shuffle`, 1 = none), then the linear map
+    /// `mm.proj`, with a bias when `bias` (Idefics3/SmolVLM: shuffle, no bias; PaliGemma:
+    /// no shuffle, bias).
+    Linear { pixel_shuffle: usize, bias: bool },
+    /// An optional pixel shuffle, then LayerNorm `mm.ln`, `mm.fc1`, erf GELU, `mm.fc2`, all
+    /// with biases and both linear maps to the LM width (InternVL/Eagle's `mlp1`).
+    Mlp { pixel_shuffle: usize, ln_eps: f32 },
+    /// The tower's features are the tokens.
+    Identity,
 }
 
-/// Vision tower + connector: `image` `[3, S, S]` -> image tokens.
-pub fn image_tokens(
+impl Connector {
+    pub fn pixel_shuffle(self) -> usize {
+        match self {
+            Connector::Linear { pixel_shuffle, .. } | Connector::Mlp { pixel_shuffle, .. } => {
+                pixel_shuffle.max(1)
+            }
+            Connector::Identity => 1,
+        }
+    }
+
+    /// Image tokens per view for a tower of `n_patches`.
+    pub fn n_tokens(self, n_patches: usize) -> usize {
+        n_patches / self.pixel_shuffle().pow(2)
+    }
+}
+
+/// Builds the vision tower and `connector` over `image` `[3, S, S]`: image tokens
+/// `[n_tokens, out]` (`out` is ignored by [`Connector::Identity`]).
+pub fn embed_image(
     g: &mut GraphBuilder,
     image: NodeId,
     cfg: &VisionConfig,
     connector: Connector,
+    out: usize,
 ) -> Result<NodeId> {
     let mut x = vision_tower(g, image, cfg)?;
-    if connector.pixel_shuffle > 1 {
-        x = pixel_shuffle(g, x, connector.pixel_shuffle)?;
+    if connector.pixel_shuffle() > 1 {
+        x = pixel_shuffle(g, x, connector.pixel_shuffle())?;
     }
-    linear(g, x, "mm.proj", connector.bias)
+    match connector {
+        Connector::Linear { bias, .. } => linear(g, x, "mm.proj", out, bias),
+        Connector::Mlp { ln_eps, .. } => {
+            let x = layer_norm(g, x, "mm.ln", ln_eps)?;
+            let x = linear(g, x, "mm.fc1", out, true)?;
+            let x = g.gelu_erf(x);
+            linear(g, x, "mm.fc2", out, true)
+        }
+        Connector::Identity => Ok(x),
+    }
 }

@@ -38,3 +38,60 @@ pub fn tiny_byte_level(
         .collect();
     Tokenizer::new(tokens, types, &merges, PreTokenizer::Gpt2Digits, special)
 }
+
+/// The SmolVLA demo model's tokenizer: SmolLM2's first three special tokens (so the demo's pad id
+/// 2 is `<|im_end|>`, SmolLM2-Instruct's pad token), the 256 byte tokens, and merges that make common
+/// instruction words single tokens; fewer tokens than the demo config's vocab_size.
+pub fn smollm2_like() -> Result<Tokenizer> {
+    const WORDS: &[&str] = &[
+        "Ġthe",
+        "Ġpick",
+        "Ġup",
+        "Ġput",
+        "Ġplace",
+        "Ġin",
+        "Ġon",
+        "Ġinto",
+        "Ġand",
+        "Ġto",
+        "Ġred",
+        "Ġblue",
+        "Ġgreen",
+        "Ġyellow",
+        "Ġcube",
+        "Ġblock",
+        "Ġbowl",
+        "Ġcup",
+        "Ġbox",
+        "Ġtray",
+        "Ġdrawer",
+        "Ġdoor",
+        "Ġopen",
+        "Ġclose",
+        "Ġpush",
+        "Ġmove",
+        "Ġleft",
+        "Ġright",
+        "Ġtop",
+        "Ġtable",
+        "Ġgripper",
+        "Ġstack",
+        "pick",
+        "put",
+        "open",
+        "close",
+        "move",
+        "push",
+        "ĊĊ",
+    ];
+    let special = SpecialTokens {
+        eos: Some(2),
+        pad: Some(2),
+        ..Default::default()
+    };
+    tiny_byte_level(
+        &["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        WORDS,
+        special,
+    )
+}

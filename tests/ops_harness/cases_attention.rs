@@ -73,7 +73,7 @@ fn row_cases(c: &mut Cases) {
                     let shape = shape.clone();
                     move |g| {
                         let x = g.input("x", &shape);
-                        let w = g.weight("w")?;
+                        let w = g.stored_weight("w")?;
                         g.rms_norm(x, w, 1e-6, offset)
                     }
                 },
@@ -95,7 +95,7 @@ fn row_cases(c: &mut Cases) {
                 let shape = shape.clone();
                 move |g| {
                     let x = g.input("x", &shape);
-                    let (w, b) = (g.weight("w")?, g.weight("b")?);
+                    let (w, b) = (g.stored_weight("w")?, g.stored_weight("b")?);
                     g.layer_norm(x, w, b, 1e-6)
                 }
             },

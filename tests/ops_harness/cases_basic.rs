@@ -76,7 +76,7 @@ pub fn add(c: &mut Cases) {
                 NMSE_MATMUL,
                 move |g| {
                     let x = g.input("x", &[m, k]);
-                    let w = g.weight("w")?;
+                    let w = g.stored_weight("w")?;
                     g.matmul(x, w)
                 },
             );
@@ -89,7 +89,7 @@ pub fn add(c: &mut Cases) {
             NMSE_MATMUL,
             |g| {
                 let x = g.input("x", &[2, 3, 40]);
-                let w = g.weight("w")?;
+                let w = g.stored_weight("w")?;
                 g.matmul(x, w)
             },
         );
@@ -140,7 +140,7 @@ fn tensors_split_across_bindings() {
             NMSE_MATMUL,
             move |g| {
                 let x = g.input("x", &[m, k]);
-                let w = g.weight("w")?;
+                let w = g.stored_weight("w")?;
                 g.matmul(x, w)
             },
         );
@@ -157,7 +157,7 @@ fn tensors_split_across_bindings() {
         vec![("ids", ids)],
         NMSE_DEFAULT,
         |g| {
-            let t = g.weight("t")?;
+            let t = g.stored_weight("t")?;
             let ids = g.input("ids", &[6]);
             g.embedding(t, ids)
         },

@@ -39,7 +39,7 @@ fn patch_embed(c: &mut Cases) {
             NMSE_MATMUL,
             move |g| {
                 let x = g.input("img", &[ch, h, w]);
-                let (wt, b) = (g.weight("w")?, g.weight("b")?);
+                let (wt, b) = (g.stored_weight("w")?, g.stored_weight("b")?);
                 g.patch_embed(x, wt, b)
             },
         );
@@ -252,7 +252,7 @@ fn views(c: &mut Cases) {
         vec![("x", x)],
         EXACT,
         |g| {
-            let w = g.weight("w")?;
+            let w = g.stored_weight("w")?;
             let r = g.reshape(w, &[4, 6])?;
             let x = g.input("x", &[4, 6]);
             g.add(r, x)
@@ -267,7 +267,7 @@ fn views(c: &mut Cases) {
         vec![],
         EXACT,
         |g| {
-            let w = g.weight("w")?;
+            let w = g.stored_weight("w")?;
             g.reshape(w, &[5, 3])
         },
     );
@@ -378,7 +378,7 @@ fn matmul_of_a_reshaped_weight_is_an_error() {
     );
     let mut g = GraphBuilder::new(&weights);
     let x = g.input("x", &[3, 6]);
-    let w = g.weight("w").unwrap();
+    let w = g.stored_weight("w").unwrap();
     let r = g.reshape(w, &[4, 6]).unwrap();
     let y = g.matmul(x, r).unwrap();
     let graph = g.build(&[y]).unwrap();

@@ -76,7 +76,7 @@ fn cases() -> Cases {
             NMSE_DEFAULT,
             move |g| {
                 let x = g.input("x", &[4, 3, 64]);
-                let w = g.weight("w")?;
+                let w = g.stored_weight("w")?;
                 g.rms_norm(x, w, 1e-6, offset)
             },
         );
@@ -88,7 +88,7 @@ fn cases() -> Cases {
             NMSE_DEFAULT,
             |g| {
                 let x = g.input("x", &[5, 96]);
-                let (w, b) = (g.weight("w")?, g.weight("b")?);
+                let (w, b) = (g.stored_weight("w")?, g.stored_weight("b")?);
                 g.layer_norm(x, w, b, 1e-5)
             },
         );
@@ -178,7 +178,7 @@ fn cases() -> Cases {
             NMSE_MATMUL,
             move |g| {
                 let x = g.input("x", &img);
-                let (w, b) = (g.weight("w")?, g.weight("b")?);
+                let (w, b) = (g.stored_weight("w")?, g.stored_weight("b")?);
                 g.patch_embed(x, w, b)
             },
         );
@@ -260,7 +260,7 @@ fn cases() -> Cases {
             vec![("ids", ids)],
             NMSE_DEFAULT,
             |g| {
-                let t = g.weight("t")?;
+                let t = g.stored_weight("t")?;
                 let ids = g.input("ids", &[6]);
                 g.embedding(t, ids)
             },
@@ -301,11 +301,11 @@ fn cases() -> Cases {
         move |g| {
             let x = g.input("x", &[s, h * d]);
             let p = g.input("pos", &[s]);
-            let n = g.weight("n")?;
+            let n = g.stored_weight("n")?;
             let xn = g.rms_norm(x, n, 1e-6, 0.0)?;
             let mut heads = Vec::new();
             for (i, w) in ["wq", "wk", "wv"].into_iter().enumerate() {
-                let w = g.weight(w)?;
+                let w = g.stored_weight(w)?;
                 let y = g.matmul(xn, w)?;
                 let y = g.reshape(y, &[s, h, d])?;
                 let y = if i < 2 {
@@ -326,7 +326,7 @@ fn cases() -> Cases {
             let a = g.permute(a, &[1, 0, 2])?;
             let a = g.reshape(a, &[s, h * d])?;
             let a = g.add(a, x)?;
-            let up = g.weight("up")?;
+            let up = g.stored_weight("up")?;
             let u = g.matmul(a, up)?;
             Ok(g.gelu_tanh(u))
         },
@@ -415,7 +415,7 @@ fn ggml_rejects_what_it_cannot_map() {
     );
     let graph = {
         let mut g = GraphBuilder::new(&wt);
-        let t = g.weight("t").unwrap();
+        let t = g.stored_weight("t").unwrap();
         let ids = g.input("ids", &[2]);
         let y = g.embedding(t, ids).unwrap();
         g.build(&[y]).unwrap()

@@ -35,7 +35,7 @@ fn matmul_case(c: &mut Cases, ty: GgmlType, xs: Vec<usize>, n: usize) {
     }
     let build = move |g: &mut GraphBuilder| {
         let x = g.input("x", &xs);
-        let w = g.weight("w")?;
+        let w = g.stored_weight("w")?;
         g.matmul(x, w)
     };
     if ty.is_quantized() {
@@ -103,7 +103,7 @@ pub fn add(c: &mut Cases) {
                 vec![("ids", ids)],
                 NMSE_DEFAULT,
                 move |g| {
-                    let t = g.weight("t")?;
+                    let t = g.stored_weight("t")?;
                     let i = g.input("ids", &[11]);
                     g.embedding(t, i)
                 },
@@ -138,7 +138,7 @@ fn embedding_bad_ids_give_zero_rows() {
         // does not write would show the junk.
         let graph = {
             let mut g = GraphBuilder::new(&weights);
-            let t = g.weight("t").unwrap();
+            let t = g.stored_weight("t").unwrap();
             let junk = g.input("junk", &[n, d]);
             let i = g.input("ids", &[n]);
             let s = g.scale(junk, 1.0);

@@ -7,8 +7,8 @@ use crate::{Error, Result};
 use clap::Parser;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use vla::config::limits::MAX_STEPS;
 use vla::gguf::GgmlType;
-use vla::models::limits::MAX_STEPS;
 use vla::policy::RuntimeOptions;
 
 #[derive(Parser, Debug, Clone, Default)]

@@ -156,14 +156,14 @@ fn serves_pi0_and_pi05() {
         let server = Running::serve(policy(), ServeOptions::default());
         let mut c = server.client();
         let info = c.info().unwrap();
-        assert_eq!(info["arch"], cfg.arch());
-        assert_eq!(info["chunk_size"], cfg.chunk_size);
+        assert_eq!(info["arch"], variant.arch());
+        assert_eq!(info["chunk_size"], cfg.io.chunk_size);
         let mut obs = observation(2);
-        obs.noise = Some(obs.noise.unwrap()[..cfg.chunk_size * cfg.max_action_dim].to_vec());
+        obs.noise = Some(obs.noise.unwrap()[..cfg.io.chunk_size * cfg.io.max_action_dim].to_vec());
         let resp = c.predict(&obs).unwrap();
         assert_eq!(
             (resp.chunk_size as usize, resp.action_dim as usize),
-            (cfg.chunk_size, cfg.action_dim)
+            (cfg.io.chunk_size, cfg.io.action_dim)
         );
         assert_eq!(
             resp.action_chunk,

@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use vla::convert::{pi0, smolvla};
 use vla::gguf::GgmlType;
+use vla::models::flow::FlowArch;
 use vla::modules::vision::PatchPositions;
 
 #[derive(Parser)]
@@ -195,12 +196,12 @@ fn convert_pi(args: PiArgs, variant: pi0::Variant) -> Result<()> {
         c.vision.hidden,
         c.vision.layers,
         c.vision.image_size,
-        c.hidden,
-        c.n_layers,
-        c.expert_hidden,
-        c.n_images,
-        c.chunk_size,
-        c.action_dim,
+        c.lm.hidden,
+        c.lm.n_layers,
+        c.expert.hidden,
+        c.io.n_images,
+        c.io.chunk_size,
+        c.io.action_dim,
         GgmlType::from(dtype),
     );
     Ok(())
@@ -228,12 +229,12 @@ fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
         c.vision.hidden,
         c.vision.layers,
         c.vision.image_size,
-        c.hidden,
-        c.n_layers,
-        c.expert_hidden,
-        c.n_images,
-        c.chunk_size,
-        c.action_dim,
+        c.lm.hidden,
+        c.lm.n_layers,
+        c.expert.hidden,
+        c.io.n_images,
+        c.io.chunk_size,
+        c.io.action_dim,
         opts.dtype,
     );
     Ok(())

@@ -1,4 +1,4 @@
-//! Camera-image preprocessing as the PyTorch references do it: HWC u8 or [0,1] floats to a
+//! Camera-image resizing as the PyTorch references do it: HWC u8 or [0,1] floats to a
 //! CHW f32 tensor, aspect-preserving bilinear resize (`F.interpolate`, `align_corners=False`,
 //! no antialias) padded to the model's size, then an affine map of the value range.
 

@@ -1,0 +1,93 @@
+//! Turning a request into model inputs on the host, apart from any graph: camera frames
+//! resized, padded and mapped to the tower's value range, states normalised and actions
+//! unnormalised with the checkpoint's statistics.
+
+pub mod image;
+pub mod normalize;
+
+pub use image::PadAlign;
+pub use normalize::{state_values, Normalizer};
+
+use crate::policy::Image;
+use crate::Result;
+use image::{resize_with_pad, to_chw_unit};
+
+/// How a tower wants its pixels, from [0, 1].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PixelMap {
+    /// `2x - 1` (SigLIP, PaliGemma, SmolVLM).
+    MinusOneToOne,
+    /// `(x - mean[c]) / std[c]` per channel (ImageNet statistics for DINOv2, TurboVLA).
+    MeanStd { mean: [f32; 3], std: [f32; 3] },
+}
+
+impl PixelMap {
+    /// ImageNet's channel statistics.
+    pub const IMAGENET: PixelMap = PixelMap::MeanStd {
+        mean: [0.485, 0.456, 0.406],
+        std: [0.229, 0.224, 0.225],
+    };
+
+    fn apply(self, channel: usize, x: f32) -> f32 {
+        match self {
+            PixelMap::MinusOneToOne => x * 2.0 - 1.0,
+            PixelMap::MeanStd { mean, std } => (x - mean[channel]) / std[channel],
+        }
+    }
+}
+
+/// One tower's camera preprocessing: resize keeping the aspect ratio into `size x size`,
+/// pad, map the values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CameraInput {
+    pub size: usize,
+    /// Padding value in [0, 1] units (the references pad before mapping the range).
+    pub pad: f32,
+    pub align: PadAlign,
+    pub pixels: PixelMap,
+}
+
+impl CameraInput {
+    /// One camera view as a `[3, size, size]` model input.
+    pub fn pixels(&self, img: &Image) -> Result<Vec<f32>> {
+        let unit = to_chw_unit(img)?;
+        let s = self.size;
+        let mut out = resize_with_pad(&unit, img.height, img.width, s, s, self.pad, self.align);
+        for (c, plane) in out.chunks_mut(s * s).enumerate() {
+            for v in plane {
+                *v = self.pixels.apply(c, *v);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::ImageData;
+
+    #[test]
+    fn pixel_maps_follow_their_formulas() {
+        let img = Image {
+            height: 1,
+            width: 1,
+            data: ImageData::RgbF32(vec![0.0, 0.5, 1.0]),
+        };
+        let cam = |pixels| CameraInput {
+            size: 1,
+            pad: 0.0,
+            align: PadAlign::Center,
+            pixels,
+        };
+        assert_eq!(
+            cam(PixelMap::MinusOneToOne).pixels(&img).unwrap(),
+            vec![-1.0, 0.0, 1.0]
+        );
+        let got = cam(PixelMap::IMAGENET).pixels(&img).unwrap();
+        let want = [-0.485 / 0.229, (0.5 - 0.456) / 0.224, (1.0 - 0.406) / 0.225];
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-6, "{got:?}");
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! State and action normalisation as lerobot does it, from statistics stored in the GGUF.
+
+use crate::gguf::GgufFile;
+use crate::policy::Observation;
+use crate::{Error, Result};
+
+/// The request's state, `real` values or zero-padded to `max`, checked.
+pub fn state_values(obs: &Observation, real: usize, max: usize) -> Result<&[f32]> {
+    let s = &obs.state;
+    if s.len() != real && s.len() != max {
+        return Err(Error::InvalidArgument(format!(
+            "state has {} values, expected {real} (or {max} zero-padded)",
+            s.len()
+        )));
+    }
+    if let Some(bad) = s.iter().find(|v| !v.is_finite()) {
+        return Err(Error::InvalidArgument(format!(
+            "state value {bad} is not finite"
+        )));
+    }
+    Ok(&s[..real])
+}
+
+/// lerobot's normalisation of states and actions, per dimension.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Normalizer {
+    /// `(x - mean) / (std + 1e-8)`; inverse `x * std + mean`.
+    MeanStd { mean: Vec<f32>, std: Vec<f32> },
+    /// `2 (x - q01) / (q99 - q01) - 1` (a zero range counts as 1e-8); inverse accordingly.
+    Quantiles { q01: Vec<f32>, q99: Vec<f32> },
+}
+
+/// lerobot's normaliser epsilon.
+const NORM_EPS: f32 = 1e-8;
+
+impl Normalizer {
+    /// `<what>_mean` / `<what>_std` or `<what>_q01` / `<what>_q99` from the file, whichever
+    /// it has, each of `dim` values.
+    pub fn from_gguf(file: &GgufFile, what: &str, dim: usize) -> Result<Self> {
+        let has = |n: &str| file.tensor_info(&format!("{what}_{n}")).is_ok();
+        let read = |n: &str| -> Result<Vec<f32>> {
+            let name = format!("{what}_{n}");
+            // The size first: dequantizing a large tensor just to refuse it would cost memory.
+            let found = file.tensor_info(&name)?.n_elements();
+            if found != dim as u64 {
+                return Err(Error::InvalidArgument(format!(
+                    "{name}: expected {dim} values, found {found}"
+                )));
+            }
+            let v = file.dequantize(&name)?;
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(Error::InvalidArgument(format!(
+                    "{name}: expected {dim} finite values"
+                )));
+            }
+            Ok(v)
+        };
+        if has("mean") {
+            Ok(Normalizer::MeanStd {
+                mean: read("mean")?,
+                std: read("std")?,
+            })
+        } else if has("q01") {
+            Ok(Normalizer::Quantiles {
+                q01: read("q01")?,
+                q99: read("q99")?,
+            })
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "no normalisation statistics: expected {what}_mean/_std or {what}_q01/_q99"
+            )))
+        }
+    }
+
+    pub fn normalize(&self, i: usize, x: f32) -> f32 {
+        match self {
+            Normalizer::MeanStd { mean, std } => (x - mean[i]) / (std[i] + NORM_EPS),
+            Normalizer::Quantiles { q01, q99 } => {
+                2.0 * (x - q01[i]) / quantile_range(q01[i], q99[i]) - 1.0
+            }
+        }
+    }
+
+    /// The request's state (see [`state_values`]) normalised and zero-padded to `max`.
+    pub fn normalize_state(&self, obs: &Observation, real: usize, max: usize) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; max];
+        for (i, &x) in state_values(obs, real, max)?.iter().enumerate() {
+            out[i] = self.normalize(i, x);
+        }
+        Ok(out)
+    }
+
+    /// The first `dim` columns of each `width`-wide row of `x`, unnormalised.
+    pub fn unnormalize_rows(&self, x: &[f32], width: usize, dim: usize) -> Vec<f32> {
+        x.chunks(width)
+            .flat_map(|row| (0..dim).map(move |j| self.unnormalize(j, row[j])))
+            .collect()
+    }
+
+    pub fn unnormalize(&self, i: usize, x: f32) -> f32 {
+        match self {
+            Normalizer::MeanStd { mean, std } => x * std[i] + mean[i],
+            Normalizer::Quantiles { q01, q99 } => {
+                (x + 1.0) * quantile_range(q01[i], q99[i]) / 2.0 + q01[i]
+            }
+        }
+    }
+}
+
+fn quantile_range(q01: f32, q99: f32) -> f32 {
+    let d = q99 - q01;
+    if d == 0.0 {
+        NORM_EPS
+    } else {
+        d
+    }
+}
