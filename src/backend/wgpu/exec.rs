@@ -1,19 +1,12 @@
 //! Compiling a graph for wgpu: weight upload, activation buffer plan, recorded dispatches,
 //! and running it.
 
-use super::kernels::{self, Dispatch, NodeBuffers, TensorBuf};
+use super::kernels::{self, Chunk, Dispatch, NodeBuffers, TensorBuf};
 use super::GpuContext;
 use crate::backend::{match_inputs, ExecStats, Executable, WeightStore};
 use crate::graph::{Graph, NodeId, Op};
 use crate::{Error, Result, Tensor};
 use std::sync::Arc;
-
-/// One GPU buffer holding rows `[row_start, row_start + rows)` of a tensor.
-pub(crate) struct Chunk {
-    pub buffer: wgpu::Buffer,
-    pub row_start: usize,
-    pub rows: usize,
-}
 
 /// Where a node's value lives.
 enum Place {

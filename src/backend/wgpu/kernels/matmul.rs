@@ -10,8 +10,7 @@
 //! - M <= 16, any weight type: the `matvec` entry of `matmul_quant.wgsl`, one workgroup
 //!   per weight row splitting K, reduced with subgroups when `caps.subgroups`.
 
-use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers, TensorBuf};
-use crate::backend::wgpu::exec::Chunk;
+use super::{dispatch, grid_1d, u32_of, Chunk, Dispatch, NodeBuffers, TensorBuf};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::GpuContext;
 use crate::gguf::GgmlType;

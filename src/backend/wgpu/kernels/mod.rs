@@ -11,7 +11,6 @@ mod norm;
 mod patch_embed;
 mod rope;
 
-use super::exec::Chunk;
 use super::shader::Variant;
 use super::GpuContext;
 use crate::gguf::GgmlType;
@@ -24,6 +23,13 @@ pub(crate) struct Dispatch {
     pub pipeline: Arc<wgpu::ComputePipeline>,
     pub bind_group: wgpu::BindGroup,
     pub workgroups: [u32; 3],
+}
+
+/// One GPU buffer holding rows `[row_start, row_start + rows)` of a tensor.
+pub(crate) struct Chunk {
+    pub buffer: wgpu::Buffer,
+    pub row_start: usize,
+    pub rows: usize,
 }
 
 /// A node input as the kernels see it.
@@ -53,7 +59,9 @@ impl<'a> TensorBuf<'a> {
     pub fn f32(&self) -> &'a wgpu::Buffer {
         match self {
             TensorBuf::F32 { buffer, .. } => buffer,
-            TensorBuf::Raw { .. } => unreachable!("exec gives f32 buffers to all but raw readers"),
+            TensorBuf::Raw { .. } => {
+                unreachable!("callers give f32 buffers to all but raw readers")
+            }
         }
     }
 }
