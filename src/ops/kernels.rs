@@ -53,38 +53,6 @@ pub(crate) fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// Decodes `dst.len()` little-endian f16 values from `src` (which must hold that many).
-pub(crate) fn f16_to_f32(src: &[u8], dst: &mut [f32]) {
-    let src = &src[..dst.len() * 2];
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
-            // SAFETY: features checked; `src` holds `dst.len()` f16 values.
-            unsafe { avx2::f16_to_f32(src, dst) };
-            return;
-        }
-    }
-    for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *d = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
-    }
-}
-
-/// Decodes `dst.len()` little-endian bf16 values from `src` (the top half of an f32).
-pub(crate) fn bf16_to_f32(src: &[u8], dst: &mut [f32]) {
-    let src = &src[..dst.len() * 2];
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: feature checked; `src` holds `dst.len()` bf16 values.
-            unsafe { avx2::bf16_to_f32(src, dst) };
-            return;
-        }
-    }
-    for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *d = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
-    }
-}
-
 pub(crate) fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let ca = a.chunks_exact(8);
@@ -117,9 +85,6 @@ mod avx2 {
     // checks make it ~10x slower in the test profile.)
     #[repr(C, packed)]
     struct Unaligned(__m256);
-
-    #[repr(C, packed)]
-    struct Unaligned128(__m128i);
 
     #[inline(always)]
     unsafe fn load(p: *const f32) -> __m256 {
@@ -169,42 +134,6 @@ mod avx2 {
             i += 1;
         }
         s
-    }
-
-    /// Requires `dst.len() * 2 <= src.len()` bytes of little-endian bf16.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn bf16_to_f32(src: &[u8], dst: &mut [f32]) {
-        let n = dst.len();
-        let (ps, pd) = (src.as_ptr(), dst.as_mut_ptr());
-        let mut i = 0;
-        while i + 8 <= n {
-            let h = (*(ps.add(2 * i) as *const Unaligned128)).0;
-            let w = _mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h));
-            store(pd.add(i), _mm256_castsi256_ps(w));
-            i += 8;
-        }
-        while i < n {
-            let b = u16::from_le_bytes([*ps.add(2 * i), *ps.add(2 * i + 1)]) as u32;
-            *pd.add(i) = f32::from_bits(b << 16);
-            i += 1;
-        }
-    }
-
-    /// Requires `dst.len() * 2 <= src.len()` bytes of little-endian f16.
-    #[target_feature(enable = "avx2,f16c")]
-    pub(super) unsafe fn f16_to_f32(src: &[u8], dst: &mut [f32]) {
-        let n = dst.len();
-        let (ps, pd) = (src.as_ptr(), dst.as_mut_ptr());
-        let mut i = 0;
-        while i + 8 <= n {
-            let h = (*(ps.add(2 * i) as *const Unaligned128)).0;
-            store(pd.add(i), _mm256_cvtph_ps(h));
-            i += 8;
-        }
-        while i < n {
-            *pd.add(i) = half::f16::from_le_bytes([*ps.add(2 * i), *ps.add(2 * i + 1)]).to_f32();
-            i += 1;
-        }
     }
 
     /// Requires every `w[j].len() == x.len()`.
@@ -292,35 +221,5 @@ mod tests {
             }
         }
         assert_eq!(dot(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]), 32.0);
-    }
-
-    #[test]
-    fn half_conversions_match_the_half_crate() {
-        let vals: Vec<f32> = (0..37)
-            .map(|i| (i as f32 - 18.0) * 0.37)
-            .chain([65504.0, -0.0, 6e-8, f32::INFINITY])
-            .collect();
-        let hb: Vec<u8> = vals
-            .iter()
-            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
-            .collect();
-        let bb: Vec<u8> = vals
-            .iter()
-            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
-            .collect();
-        let mut d = vec![0.0f32; vals.len()];
-        // Odd start offset too (misaligned).
-        let mut shifted = vec![0u8];
-        shifted.extend_from_slice(&hb);
-        for src in [&hb[..], &shifted[1..]] {
-            f16_to_f32(src, &mut d);
-            for (got, v) in d.iter().zip(&vals) {
-                assert_eq!(got.to_bits(), half::f16::from_f32(*v).to_f32().to_bits());
-            }
-        }
-        bf16_to_f32(&bb, &mut d);
-        for (got, v) in d.iter().zip(&vals) {
-            assert_eq!(got.to_bits(), half::bf16::from_f32(*v).to_f32().to_bits());
-        }
     }
 }
