@@ -1,7 +1,12 @@
 //! Shared by the golden tests: reading a fixture made by `tools/golden/*.py`, opening
 //! backends (GPU backends fail loudly without an adapter; `VLA_ALLOW_NO_GPU=1` turns that
-//! into a warning), and comparing against the reference.
+//! into a warning), and comparing against the reference. The arch cases and the checks every
+//! arch passes (tests/conformance.rs runs them): [`cases`], [`conformance`].
 #![allow(dead_code)]
+
+#[macro_use]
+pub mod cases;
+pub mod conformance;
 
 use std::path::{Path, PathBuf};
 use vla::backend::{self, Backend};

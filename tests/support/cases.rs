@@ -1,0 +1,186 @@
+//! Every arch the conformance suite runs on (tests/support/conformance.rs, and the served
+//! round trip of vla-server/tests/server.rs, which includes this file by path): a new arch is
+//! one line in [`arch_cases!`]. Everything else is made through arch-independent APIs:
+//! [`vla::models::from_gguf`], [`Policy::info`] and the GGUF's `<arch>.<key>` metadata.
+#![allow(dead_code)]
+
+use vla::gguf::{GgmlType::F32, GgufFile, GgufWriter};
+use vla::models::common::gaussian_noise;
+use vla::models::pi0::{self, Variant};
+use vla::models::smolvla;
+use vla::policy::{Image, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions};
+
+/// Calls `$then!` with the list of cases, `name { field: value, ... }` for the fields of
+/// [`ArchCase`] but its name: [`cases`] is made from it, and so are the tests, one per
+/// (check, case), of tests/conformance.rs and vla-server/tests/server.rs.
+macro_rules! arch_cases {
+    ($then:ident) => {
+        $then! {
+            smolvla { gguf: |seed| smolvla::random_gguf(&smolvla::demo_config(), seed, F32), state: StateInput::Direct, tolerance: F32_WEIGHTS },
+            pi0 { gguf: |seed| pi0::random_gguf(&pi0::small_config(Variant::Pi0), seed, F32), state: StateInput::Direct, tolerance: F32_WEIGHTS },
+            pi05 { gguf: |seed| pi0::random_gguf(&pi0::small_config(Variant::Pi05), seed, F32), state: StateInput::PromptOnly, tolerance: F32_WEIGHTS },
+        }
+    };
+}
+
+/// How the robot state reaches the model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StateInput {
+    /// As an input of its own: the chunk depends on it whatever the instruction.
+    Direct,
+    /// Only through the text prompt (pi0.5's state bins): token ids replace the prompt, so
+    /// with token ids the chunk does not depend on it (but it is still checked).
+    PromptOnly,
+}
+
+/// The largest max abs difference from the cpu chunk allowed on each backend, relative to
+/// `max(1, max |action|)`.
+#[derive(Clone, Copy, Debug)]
+pub struct Tolerance {
+    /// The wgpu backends (`vulkan`, ...).
+    pub wgpu: f32,
+    /// `ggml` (ggml-cpu).
+    pub ggml_cpu: f32,
+    /// `ggml:<device>` (GPU kernels).
+    pub ggml_gpu: f32,
+}
+
+impl Tolerance {
+    pub fn of(&self, backend: &str) -> f32 {
+        match backend {
+            "ggml" => self.ggml_cpu,
+            b if b.starts_with("ggml") => self.ggml_gpu,
+            _ => self.wgpu,
+        }
+    }
+}
+
+/// F32 weights. ggml's GPU kernels take matmul inputs in f16 (ggml-vulkan: NMSE ~1e-7 per
+/// F32 matmul, 3e-6 per F16 one), which moved the demo chunks by 3-5e-4 of their scale there.
+pub const F32_WEIGHTS: Tolerance = Tolerance {
+    wgpu: 1e-4,
+    ggml_cpu: 1e-4,
+    ggml_gpu: 5e-3,
+};
+
+/// One arch under test.
+#[derive(Clone, Copy, Debug)]
+pub struct ArchCase {
+    pub name: &'static str,
+    /// A random-weight GGUF of the arch drawn from a seed.
+    pub gguf: fn(u64) -> vla::Result<Vec<u8>>,
+    pub state: StateInput,
+    pub tolerance: Tolerance,
+}
+
+macro_rules! case_list {
+    ($($name:ident { $($field:ident: $value:expr),* $(,)? }),* $(,)?) => {
+        vec![$(ArchCase { name: stringify!($name), $($field: $value),* }),*]
+    };
+}
+
+pub fn cases() -> Vec<ArchCase> {
+    arch_cases!(case_list)
+}
+
+/// The case called `name`.
+pub fn case(name: &str) -> ArchCase {
+    cases()
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no arch case {name:?}"))
+}
+
+/// The seed of the weights every check uses.
+pub const SEED: u64 = 7;
+
+impl ArchCase {
+    pub fn bytes(&self) -> Vec<u8> {
+        (self.gguf)(SEED).unwrap_or_else(|e| panic!("{}: random_gguf: {e}", self.name))
+    }
+
+    /// [`Self::bytes`] with every `tokenizer.*` metadata key removed.
+    pub fn bytes_without_tokenizer(&self) -> Vec<u8> {
+        let file = GgufFile::from_bytes(self.bytes()).unwrap();
+        let mut w = GgufWriter::new();
+        for (k, v) in file.metadata() {
+            if !k.starts_with("tokenizer.") {
+                w.add_metadata(k.clone(), v.clone()).unwrap();
+            }
+        }
+        for t in file.tensors() {
+            w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))
+                .unwrap();
+        }
+        w.to_bytes().unwrap()
+    }
+
+    /// The policy `vla::models::from_gguf` makes of [`Self::bytes`].
+    pub fn load(&self, opts: &RuntimeOptions) -> vla::Result<Box<dyn Policy>> {
+        vla::models::from_gguf(GgufFile::from_bytes(self.bytes())?, opts)
+    }
+
+    /// The cpu reference.
+    pub fn cpu(&self) -> Box<dyn Policy> {
+        self.load(&RuntimeOptions::default())
+            .unwrap_or_else(|e| panic!("{}: load on cpu: {e}", self.name))
+    }
+
+    /// The GGUF's `<arch>.<key>` entry, e.g. `vocab_size`.
+    pub fn meta(&self, key: &str) -> usize {
+        let file = GgufFile::from_bytes(self.bytes()).unwrap();
+        let key = format!("{}.{key}", file.architecture().unwrap());
+        let v = file.get_u64(&key);
+        v.unwrap_or_else(|e| panic!("{}: {key}: {e}", self.name)) as usize
+    }
+}
+
+/// A valid observation for `info`, varied by `seed`: camera views of odd, non-square sizes
+/// other than the model's (resize-with-pad, up and down), five token ids in 1..200 (which
+/// every case's vocabulary holds), the real state and explicit noise.
+pub fn observation(info: &PolicyInfo, seed: u64) -> Observation {
+    let (h, w) = (info.image_height, info.image_width);
+    let images = (0..info.n_images)
+        .map(|v| match v % 2 {
+            0 => image(
+                (h * 3 / 4 + 2 * v) | 1,
+                (w * 5 / 4) | 1,
+                seed * 8 + v as u64,
+            ),
+            _ => image(
+                (h * 9 / 8 + 2 * v) | 1,
+                (w * 3 / 4) | 1,
+                seed * 8 + v as u64,
+            ),
+        })
+        .collect();
+    let state = (0..info.state_dim)
+        .map(|i| ((i as u64 * 7 + seed) % 11) as f32 * 0.3 - 1.5)
+        .collect();
+    let tokens = (0..5u64)
+        .map(|i| 1 + ((seed * 53 + i * 37) % 199) as i32)
+        .collect();
+    Observation {
+        images,
+        state,
+        prompt: None,
+        tokens: Some(tokens),
+        noise: Some(gaussian_noise(
+            info.chunk_size * info.max_action_dim,
+            seed + 42,
+        )),
+    }
+}
+
+/// An `h x w` RGB u8 image, a pattern drawn from `k`.
+pub fn image(h: usize, w: usize, k: u64) -> Image {
+    Image {
+        height: h,
+        width: w,
+        data: ImageData::RgbU8(
+            (0..(h * w * 3) as u64)
+                .map(|i| ((i * 37 + k * 11) % 251) as u8)
+                .collect(),
+        ),
+    }
+}

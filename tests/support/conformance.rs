@@ -1,0 +1,367 @@
+//! What every arch must do, each check a function of one [`ArchCase`]; tests/conformance.rs
+//! runs each on each case of [`super::cases`]. Models, requests and expectations come only
+//! from arch-independent APIs (`models::from_gguf`, [`Policy`], the GGUF's metadata), and
+//! every assert message starts with the case's name.
+
+use super::cases::{observation, ArchCase, StateInput};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use vla::gguf::GgufFile;
+use vla::policy::{ActionChunk, ImageData, Observation, Policy, RuntimeOptions};
+
+/// `p`'s chunk for `obs`, failing with the case's name and `what`.
+fn predict(case: &ArchCase, p: &mut dyn Policy, obs: &Observation, what: &str) -> ActionChunk {
+    p.predict(obs)
+        .unwrap_or_else(|e| panic!("{}: {what}: {e}", case.name))
+}
+
+/// Same observation twice, and the same file loaded twice: the identical chunk on cpu.
+pub fn deterministic_on_cpu(case: &ArchCase) {
+    let mut p = case.cpu();
+    let obs = observation(p.info(), 1);
+    let a = predict(case, p.as_mut(), &obs, "first predict").actions;
+    let b = predict(case, p.as_mut(), &obs, "second predict").actions;
+    assert_eq!(a, b, "{}: the same observation twice", case.name);
+    let c = predict(case, case.cpu().as_mut(), &obs, "second load").actions;
+    assert_eq!(a, c, "{}: a second load of the same file", case.name);
+}
+
+/// `info()` reports the GGUF's config, and the chunk is `chunk_size x action_dim` finite
+/// values, not all zero.
+pub fn info_and_chunk_shape(case: &ArchCase) {
+    let n = case.name;
+    let mut p = case.cpu();
+    let info = p.info().clone();
+    let file = GgufFile::from_bytes(case.bytes()).unwrap();
+    assert_eq!(info.arch, file.architecture().unwrap(), "{n}: info.arch");
+    for (key, got) in [
+        ("n_images", info.n_images),
+        ("chunk_size", info.chunk_size),
+        ("num_steps", info.num_steps),
+        ("max_state_dim", info.max_state_dim),
+        ("max_action_dim", info.max_action_dim),
+        ("real_state_dim", info.state_dim),
+        ("real_action_dim", info.action_dim),
+    ] {
+        assert_eq!(got, case.meta(key), "{n}: info vs the GGUF's {key}");
+    }
+    let sizes = [info.n_images, info.image_height, info.image_width];
+    assert!(sizes.iter().all(|&s| s > 0), "{n}: {info:?}");
+    assert!(info.state_dim <= info.max_state_dim, "{n}: {info:?}");
+    assert!(info.action_dim <= info.max_action_dim, "{n}: {info:?}");
+    let chunk = predict(case, p.as_mut(), &observation(&info, 1), "predict");
+    assert_eq!(
+        (chunk.chunk_size, chunk.action_dim),
+        (info.chunk_size, info.action_dim),
+        "{n}: chunk shape"
+    );
+    assert_eq!(
+        chunk.actions.len(),
+        info.chunk_size * info.action_dim,
+        "{n}"
+    );
+    assert!(
+        chunk.actions.iter().all(|v| v.is_finite()),
+        "{n}: non-finite"
+    );
+    assert!(chunk.actions.iter().any(|&v| v != 0.0), "{n}: all zero");
+}
+
+/// Flips bit 6 of every byte in the middle rows of view `v`.
+fn edit_image(obs: &mut Observation, v: usize) {
+    let img = &mut obs.images[v];
+    let row = img.width * 3;
+    let mid = img.height / 2 * row;
+    if let ImageData::RgbU8(d) = &mut img.data {
+        d[mid - row..mid + row].iter_mut().for_each(|b| *b ^= 0x40);
+    }
+}
+
+/// The chunk changes with the instruction tokens, the state (unless the arch reads it only
+/// through a prompt: then it must not change with token ids), each camera view and the noise.
+pub fn chunk_depends_on_every_input(case: &ArchCase) {
+    let n = case.name;
+    let mut p = case.cpu();
+    let obs = observation(p.info(), 1);
+    let base = predict(case, p.as_mut(), &obs, "base").actions;
+    let mut edits: Vec<(String, Observation, bool)> = Vec::new();
+    let mut o = obs.clone();
+    let t = o.tokens.as_mut().unwrap().last_mut().unwrap();
+    *t = *t % 199 + 1;
+    edits.push(("last token".into(), o, true));
+    let mut o = obs.clone();
+    let last = o.state.len() - 1;
+    o.state[last] += 0.5;
+    edits.push(("state".into(), o, case.state == StateInput::Direct));
+    for v in 0..obs.images.len() {
+        let mut o = obs.clone();
+        edit_image(&mut o, v);
+        edits.push((format!("camera view {v}"), o, true));
+    }
+    let mut o = obs.clone();
+    o.noise.as_mut().unwrap()[3] += 0.5;
+    edits.push(("noise".into(), o, true));
+    for (what, o, changes) in edits {
+        let got = predict(case, p.as_mut(), &o, &what).actions;
+        match changes {
+            true => assert_ne!(got, base, "{n}: the chunk ignores the {what}"),
+            false => assert_eq!(got, base, "{n}: the {what} changed the chunk"),
+        }
+    }
+}
+
+/// The state zero-padded to `max_state_dim`, and the views as [0, 1] floats: the same chunk.
+pub fn equivalent_inputs_give_the_same_chunk(case: &ArchCase) {
+    let n = case.name;
+    let mut p = case.cpu();
+    let max_state = p.info().max_state_dim;
+    let obs = observation(p.info(), 1);
+    let base = predict(case, p.as_mut(), &obs, "base").actions;
+    let mut padded = obs.clone();
+    padded.state.resize(max_state, 0.0);
+    let got = predict(case, p.as_mut(), &padded, "padded state").actions;
+    assert_eq!(got, base, "{n}: the state zero-padded to {max_state}");
+    let mut floats = obs.clone();
+    for img in &mut floats.images {
+        if let ImageData::RgbU8(d) = &img.data {
+            img.data = ImageData::RgbF32(d.iter().map(|&b| b as f32 / 255.0).collect());
+        }
+    }
+    let got = predict(case, p.as_mut(), &floats, "f32 views").actions;
+    assert_eq!(got, base, "{n}: the views as RgbF32");
+}
+
+type Edit = Box<dyn Fn(&mut Observation)>;
+
+/// Every malformed request is an `Err` whose message names the problem, never a panic, and
+/// the policy predicts the same chunk as before afterwards. Requests at the limits succeed.
+pub fn bad_requests_are_errors(case: &ArchCase) {
+    let n = case.name;
+    let mut p = case.cpu();
+    let info = p.info().clone();
+    let good = observation(&info, 1);
+    let want = predict(case, p.as_mut(), &good, "good request").actions;
+    let vocab = case.meta("vocab_size");
+    let max_tokens = case.meta("tokenizer_max_length");
+    let (chunk, dim) = (info.chunk_size, info.max_action_dim);
+    let tokens = |v: Vec<i32>| -> Edit { Box::new(move |o| o.tokens = Some(v.clone())) };
+    let noise = |len: usize| -> Edit { Box::new(move |o| o.noise = Some(vec![0.0; len])) };
+    let mut cases: Vec<(String, &str, Edit)> = vec![
+        ("no images".into(), "image", Box::new(|o| o.images.clear())),
+        (
+            "a view too few".into(),
+            "image",
+            Box::new(|o| drop(o.images.pop())),
+        ),
+        (
+            "a view too many".into(),
+            "image",
+            Box::new(|o| o.images.push(o.images[0].clone())),
+        ),
+        (
+            "image data shorter than its size".into(),
+            "image",
+            Box::new(|o| o.images[0].height += 1),
+        ),
+        (
+            "image data one byte short".into(),
+            "image",
+            Box::new(|o| match &mut o.images[0].data {
+                ImageData::RgbU8(d) => drop(d.pop()),
+                ImageData::RgbF32(d) => drop(d.pop()),
+            }),
+        ),
+        (
+            "f32 image data one value long".into(),
+            "image",
+            Box::new(|o| {
+                let len = o.images[0].height * o.images[0].width * 3;
+                o.images[0].data = ImageData::RgbF32(vec![0.5; len + 1]);
+            }),
+        ),
+        (
+            "zero-width image".into(),
+            "image",
+            Box::new(|o| o.images[0].width = 0),
+        ),
+        (
+            "zero-size image without data".into(),
+            "image",
+            Box::new(|o| {
+                o.images[1].height = 0;
+                o.images[1].data = ImageData::RgbU8(Vec::new());
+            }),
+        ),
+        (
+            "a state value too many".into(),
+            "state",
+            Box::new(|o| o.state.push(1.0)),
+        ),
+        ("no state".into(), "state", Box::new(|o| o.state.clear())),
+        (
+            "NaN state".into(),
+            "state",
+            Box::new(|o| o.state[0] = f32::NAN),
+        ),
+        (
+            "infinite state".into(),
+            "state",
+            Box::new(|o| *o.state.last_mut().unwrap() = f32::INFINITY),
+        ),
+        (
+            format!("token id {vocab} (vocab_size)"),
+            "token",
+            tokens(vec![3, vocab as i32]),
+        ),
+        ("token id i32::MAX".into(), "token", tokens(vec![i32::MAX])),
+        ("negative token id".into(), "token", tokens(vec![4, -1])),
+        ("empty tokens".into(), "token", tokens(vec![])),
+        (
+            format!("{} tokens", max_tokens + 1),
+            "token",
+            tokens(vec![1; max_tokens + 1]),
+        ),
+        (
+            "both prompt and tokens".into(),
+            "prompt",
+            Box::new(|o| o.prompt = Some("pick up the cube".into())),
+        ),
+        (
+            "neither prompt nor tokens".into(),
+            "prompt",
+            Box::new(|o| o.tokens = None),
+        ),
+        ("7 noise values".into(), "noise", noise(7)),
+        ("no noise values".into(), "noise", noise(0)),
+        (
+            "a noise value too many".into(),
+            "noise",
+            noise(chunk * dim + 1),
+        ),
+    ];
+    if vocab <= 100_000 {
+        cases.push(("token id 100000".into(), "token", tokens(vec![100_000])));
+    }
+    if info.action_dim != dim {
+        let what = "noise of chunk_size x action_dim".into();
+        cases.push((what, "noise", noise(chunk * info.action_dim)));
+    }
+    for (what, needle, edit) in cases {
+        let mut obs = good.clone();
+        edit(&mut obs);
+        let err = match catch_unwind(AssertUnwindSafe(|| p.predict(&obs))) {
+            Ok(Ok(_)) => panic!("{n}: {what}: accepted"),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => panic!("{n}: {what}: panicked"),
+        };
+        println!("{n}: {what}: {err}");
+        assert!(
+            err.to_lowercase().contains(needle),
+            "{n}: {what}: {err:?} does not mention {needle:?}"
+        );
+    }
+    // At the limits: as many tokens as the model holds, the last id of its vocabulary.
+    let mut edge = good.clone();
+    edge.tokens = Some(vec![vocab as i32 - 1; max_tokens]);
+    predict(case, p.as_mut(), &edge, "max_tokens ids of vocab_size - 1");
+    let again = predict(case, p.as_mut(), &good, "the good request after bad ones").actions;
+    assert_eq!(again, want, "{n}: the chunk after bad requests");
+}
+
+/// Without a tokenizer in the GGUF a text prompt is an error saying so, and token ids still
+/// give the chunk of the file with its tokenizer.
+pub fn prompt_without_a_tokenizer_is_an_error(case: &ArchCase) {
+    let n = case.name;
+    let opts = RuntimeOptions::default();
+    let file = GgufFile::from_bytes(case.bytes_without_tokenizer()).unwrap();
+    let mut p = vla::models::from_gguf(file, &opts)
+        .unwrap_or_else(|e| panic!("{n}: load without a tokenizer: {e}"));
+    let obs = observation(p.info(), 1);
+    let mut prompted = obs.clone();
+    (prompted.tokens, prompted.prompt) = (None, Some("pick up the red cube".into()));
+    let err = match p.predict(&prompted) {
+        Ok(_) => panic!("{n}: a prompt without a tokenizer was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("no tokenizer"), "{n}: {err}");
+    let got = predict(case, p.as_mut(), &obs, "token ids").actions;
+    let want = predict(case, case.cpu().as_mut(), &obs, "with a tokenizer").actions;
+    assert_eq!(got, want, "{n}: token ids without a tokenizer");
+}
+
+/// On `backend` the chunk is within the case's tolerance of the cpu chunk. A GPU backend
+/// without an adapter fails ([`super::open`]; `VLA_ALLOW_NO_GPU=1` skips with a warning).
+pub fn agrees_with_cpu(case: &ArchCase, backend: &str) {
+    let n = case.name;
+    if super::open(backend).is_none() {
+        return;
+    }
+    let opts = RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
+    let mut p = case
+        .load(&opts)
+        .unwrap_or_else(|e| panic!("{n}: load on {backend}: {e}"));
+    let obs = observation(p.info(), 1);
+    let got = predict(case, p.as_mut(), &obs, backend);
+    let want = predict(case, case.cpu().as_mut(), &obs, "cpu");
+    assert_eq!(got.chunk_size, want.chunk_size, "{n}: {backend}");
+    assert_eq!(got.action_dim, want.action_dim, "{n}: {backend}");
+    let what = format!("{n} on {} vs cpu", p.info().backend);
+    super::check(
+        &what,
+        &got.actions,
+        &want.actions,
+        case.tolerance.of(backend),
+    );
+}
+
+pub fn agrees_with_cpu_on_vulkan(case: &ArchCase) {
+    agrees_with_cpu(case, "vulkan");
+}
+
+/// On ggml-cpu, and on each other ggml device in `VLA_TEST_GGML_DEVICES`.
+pub fn agrees_with_cpu_on_ggml(case: &ArchCase) {
+    for name in super::ggml_backend_names() {
+        agrees_with_cpu(case, &name);
+    }
+}
+
+/// `--steps k` (`RuntimeOptions::num_steps`) replaces the GGUF's step count in `info()` and
+/// in the chunk; 0 or a huge count is a load error.
+pub fn steps_option_sets_the_step_count(case: &ArchCase) {
+    let n = case.name;
+    let mut own = case.cpu();
+    assert_eq!(
+        own.info().num_steps,
+        case.meta("num_steps"),
+        "{n}: own steps"
+    );
+    let k = if own.info().num_steps == 2 { 3 } else { 2 };
+    let opts = |s| RuntimeOptions {
+        num_steps: Some(s),
+        ..Default::default()
+    };
+    let mut p = case
+        .load(&opts(k))
+        .unwrap_or_else(|e| panic!("{n}: --steps {k}: {e}"));
+    assert_eq!(
+        p.info().num_steps,
+        k,
+        "{n}: info().num_steps with --steps {k}"
+    );
+    let obs = observation(p.info(), 1);
+    let got = predict(case, p.as_mut(), &obs, "--steps").actions;
+    assert!(got.iter().all(|v| v.is_finite()), "{n}: --steps {k}");
+    let base = predict(case, own.as_mut(), &obs, "own steps").actions;
+    assert_ne!(
+        got, base,
+        "{n}: --steps {k} gave the chunk of the GGUF's steps"
+    );
+    for bad in [0, 1 << 30] {
+        match case.load(&opts(bad)) {
+            Ok(_) => panic!("{n}: --steps {bad} loaded"),
+            Err(e) => assert!(e.to_string().contains("steps"), "{n}: --steps {bad}: {e}"),
+        }
+    }
+}
