@@ -1,5 +1,6 @@
 //! The server end to end over real ZeroMQ sockets on loopback: answers, every kind of bad
-//! input, queueing, several clients at once, a soak. The model is the built-in demo on cpu.
+//! input, queueing, several clients at once, a soak. The model is the built-in demo on cpu;
+//! every arch of the conformance suite is served as well (server/served.rs).
 
 use prost::Message;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +12,13 @@ use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
 use vla_server::client::{request_from, Client};
 use vla_server::proto::{Control, Encoding, ErrorCode, PredictRequest, PredictResponse};
 use vla_server::serve::{QueueMode, ServeOptions, ServeStats, Server};
+
+/// The archs of the conformance suite (a new arch is one line there), each served: [`served`].
+#[macro_use]
+#[path = "../../tests/support/cases.rs"]
+mod cases;
+#[path = "server/served.rs"]
+mod served;
 
 const TIMEOUT_MS: u64 = 60_000;
 
@@ -138,49 +146,6 @@ fn ping_info_and_a_correct_chunk() {
             errors: 0
         }
     );
-}
-
-#[test]
-fn serves_pi0_and_pi05() {
-    use vla::models::pi0::{random_gguf, small_config, Variant};
-    for variant in [Variant::Pi0, Variant::Pi05] {
-        let cfg = small_config(variant);
-        let policy = || {
-            let bytes = random_gguf(&cfg, 3, vla::gguf::GgmlType::F32).unwrap();
-            vla::models::from_gguf(
-                GgufFile::from_bytes(bytes).unwrap(),
-                &RuntimeOptions::default(),
-            )
-            .unwrap()
-        };
-        let server = Running::serve(policy(), ServeOptions::default());
-        let mut c = server.client();
-        let info = c.info().unwrap();
-        assert_eq!(info["arch"], variant.arch());
-        assert_eq!(info["chunk_size"], cfg.io.chunk_size);
-        let mut obs = observation(2);
-        obs.noise = Some(obs.noise.unwrap()[..cfg.io.chunk_size * cfg.io.max_action_dim].to_vec());
-        let resp = c.predict(&obs).unwrap();
-        assert_eq!(
-            (resp.chunk_size as usize, resp.action_dim as usize),
-            (cfg.io.chunk_size, cfg.io.action_dim)
-        );
-        assert_eq!(
-            resp.action_chunk,
-            policy().predict(&obs).unwrap().actions,
-            "{variant:?}"
-        );
-        // No tokenizer in these GGUFs: a text prompt is a clear error, and serving goes on.
-        let err = c
-            .predict(&Observation {
-                tokens: None,
-                prompt: Some("pick".into()),
-                ..obs.clone()
-            })
-            .unwrap_err();
-        assert!(err.to_string().contains("no tokenizer"), "{err}");
-        assert!(c.predict(&obs).is_ok());
-    }
 }
 
 #[test]

@@ -1,0 +1,76 @@
+//! The served round trip of every arch of the conformance suite (tests/support/cases.rs),
+//! one test each: `served::<case>`.
+
+use super::{cases, Running};
+use vla::gguf::GgufFile;
+use vla::policy::{Observation, RuntimeOptions};
+use vla_server::serve::{info_json, ServeOptions, ServeStats};
+
+/// Every arch of tests/support/cases.rs, served on cpu from its GGUF without the tokenizer:
+/// INFO describes it as the in-process policy's `info()`, a request gets the in-process cpu policy's chunk for the same
+/// observation and noise, malformed requests (refused by the server, by the model, a prompt
+/// with no tokenizer) get errors, and serving goes on, correctly.
+fn served_round_trip(case: &cases::ArchCase) {
+    let n = case.name;
+    let policy = || {
+        let file = GgufFile::from_bytes(case.bytes_without_tokenizer()).unwrap();
+        vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap()
+    };
+    let server = Running::serve(policy(), ServeOptions::default());
+    let mut reference = policy();
+    let info = reference.info().clone();
+    let mut c = server.client();
+    let served = c.info().unwrap();
+    let want = serde_json::from_str::<serde_json::Value>(&info_json(&info)).unwrap();
+    assert_eq!(served, want, "{n}: INFO vs the in-process policy's");
+    for seed in [2, 3] {
+        let obs = cases::observation(&info, seed);
+        let resp = c.predict(&obs).unwrap_or_else(|e| panic!("{n}: {e}"));
+        assert_eq!(
+            (resp.chunk_size as usize, resp.action_dim as usize),
+            (info.chunk_size, info.action_dim),
+            "{n}"
+        );
+        let want = reference.predict(&obs).unwrap().actions;
+        assert_eq!(resp.action_chunk, want, "{n}: served vs in-process chunk");
+        let mut fewer_views = obs.clone();
+        fewer_views.images.pop();
+        let mut bad_token = obs.clone();
+        bad_token.tokens = Some(vec![i32::MAX]);
+        let prompted = Observation {
+            tokens: None,
+            prompt: Some("pick".into()),
+            ..obs
+        };
+        for (what, bad, needle) in [
+            ("a view too few", fewer_views, "this model takes"),
+            ("token id i32::MAX", bad_token, "token"),
+            ("a prompt", prompted, "no tokenizer"),
+        ] {
+            let err = c.predict(&bad).expect_err(what).to_string();
+            assert!(err.contains(needle), "{n}: {what}: {err}");
+        }
+    }
+    let stats = server.stop();
+    assert_eq!(
+        stats,
+        ServeStats {
+            predicted: 2,
+            errors: 6
+        },
+        "{n}"
+    );
+}
+
+macro_rules! served_tests {
+    ($($name:ident $fields:tt),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                served_round_trip(&cases::case(stringify!($name)));
+            }
+        )*
+    };
+}
+
+arch_cases!(served_tests);
