@@ -39,7 +39,10 @@ fn observation(variant: Variant) -> Observation {
         state: vec![0.3, -1.2, 0.5, 2.0, 0.0, -0.7],
         prompt: None,
         tokens: Some(vec![2, 77, 301, 12, 9]),
-        noise: Some(gaussian_noise(cfg.io.chunk_size * cfg.io.max_action_dim, 42)),
+        noise: Some(gaussian_noise(
+            cfg.io.chunk_size * cfg.io.max_action_dim,
+            42,
+        )),
     }
 }
 

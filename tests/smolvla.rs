@@ -35,7 +35,10 @@ fn observation() -> Observation {
         state: vec![0.3, -1.2, 0.5, 2.0, 0.0, -0.7],
         prompt: None,
         tokens: Some(vec![5, 77, 301, 12, 9]),
-        noise: Some(gaussian_noise(cfg.io.chunk_size * cfg.io.max_action_dim, 42)),
+        noise: Some(gaussian_noise(
+            cfg.io.chunk_size * cfg.io.max_action_dim,
+            42,
+        )),
     }
 }
 
