@@ -85,6 +85,75 @@ fn unknown_embodiment_is_an_error() {
     assert!(e.contains("so100") && e.contains("single set"), "{e}");
 }
 
+/// The demo file plus a second set of statistics for embodiment `so100`: the default set
+/// with every mean shifted by `shift` (stds unchanged).
+fn demo_with_so100(shift: f32) -> GgufFile {
+    let file = demo();
+    let (mut w, _) = vla::gguf::retype(&file, |_| None, |_, _| {}).unwrap();
+    for (name, delta) in [
+        ("state_mean", shift),
+        ("state_std", 0.0),
+        ("action_mean", shift),
+        ("action_std", 0.0),
+    ] {
+        let v: Vec<f32> = file
+            .dequantize(name)
+            .unwrap()
+            .iter()
+            .map(|x| x + delta)
+            .collect();
+        let e = format!("{name}.so100");
+        w.add_f32(e, GgmlType::F32, &[v.len() as u64], &v).unwrap();
+    }
+    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+}
+
+#[test]
+fn an_embodiment_selects_its_statistics() {
+    let run = |file: GgufFile, e: Option<&str>| {
+        let opts = RuntimeOptions {
+            embodiment: e.map(str::to_owned),
+            ..Default::default()
+        };
+        let mut p = vla::models::from_gguf(file, &opts).unwrap();
+        p.predict(&observation()).unwrap().actions
+    };
+    let default = run(demo(), None);
+    assert_eq!(run(demo_with_so100(0.0), Some("so100")), default);
+    assert_eq!(run(demo_with_so100(0.5), None), default);
+    // With every mean 0.5 higher, so100 sees state x as the default set sees x - 0.5, and
+    // its actions are the default set's plus 0.5.
+    let shifted = run(demo_with_so100(0.5), Some("so100"));
+    assert_ne!(shifted, default);
+    let state: Vec<f32> = observation().state.iter().map(|x| x - 0.5).collect();
+    let mut obs = observation();
+    obs.state = state;
+    let mut p = vla::models::from_gguf(demo(), &RuntimeOptions::default()).unwrap();
+    let want: Vec<f32> = p
+        .predict(&obs)
+        .unwrap()
+        .actions
+        .iter()
+        .map(|x| x + 0.5)
+        .collect();
+    let err = shifted
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(err < 1e-4, "max abs err {err}");
+
+    let opts = RuntimeOptions {
+        embodiment: Some("gr1".into()),
+        ..Default::default()
+    };
+    let e = vla::models::from_gguf(demo_with_so100(0.5), &opts)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("gr1") && e.contains("so100"), "{e}");
+}
+
 #[test]
 fn ggml_threads_option_reaches_the_backend() {
     let opts = RuntimeOptions {

@@ -112,8 +112,9 @@ impl<A: FlowArch> FlowPolicy<A> {
         spec.io.num_steps = steps_override(spec.io.num_steps, opts)?;
         let io = spec.io.clone();
         let tokenizer = gguf_tokenizer(&file, spec.vocab_size)?;
-        let state_norm = Normalizer::from_gguf(&file, "state", io.state_dim)?;
-        let action_norm = Normalizer::from_gguf(&file, "action", io.action_dim)?;
+        let e = opts.embodiment.as_deref();
+        let state_norm = Normalizer::from_gguf(&file, "state", io.state_dim, e)?;
+        let action_norm = Normalizer::from_gguf(&file, "action", io.action_dim, e)?;
         let graphs = LoadedGraphs::compile(file, opts, |f| Ok(cfg.graphs(Some(f))?.into()))?;
         let size = spec.camera.size;
         let info = PolicyInfo {

@@ -21,12 +21,6 @@ pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Pol
 }
 
 pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
-    if let Some(name) = &opts.embodiment {
-        // No arch here stores more than one set of statistics yet (GR00T will).
-        return Err(Error::InvalidArgument(format!(
-            "embodiment {name:?}: this model carries a single set of normalisation statistics"
-        )));
-    }
     let arch = file.architecture()?.to_owned();
     match arch.as_str() {
         smolvla::ARCH => Ok(Box::new(smolvla::SmolVla::new(file, opts)?)),

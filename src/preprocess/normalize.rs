@@ -33,13 +33,51 @@ pub enum Normalizer {
 /// lerobot's normaliser epsilon.
 const NORM_EPS: f32 = 1e-8;
 
+/// The statistics' kinds, as tensor-name suffixes.
+const STATS: [&str; 4] = ["mean", "std", "q01", "q99"];
+
+/// The embodiments whose statistics the file carries: the `<e>` of `<what>_<stat>.<e>`.
+pub fn embodiments(file: &GgufFile) -> Vec<String> {
+    let mut names: Vec<String> = file
+        .tensors()
+        .iter()
+        .filter_map(|t| {
+            let (base, e) = t.name.split_once('.')?;
+            let (what, stat) = base.rsplit_once('_')?;
+            let known = ["state", "action"].contains(&what) && STATS.contains(&stat);
+            known.then(|| e.to_owned())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 impl Normalizer {
     /// `<what>_mean` / `<what>_std` or `<what>_q01` / `<what>_q99` from the file, whichever
-    /// it has, each of `dim` values.
-    pub fn from_gguf(file: &GgufFile, what: &str, dim: usize) -> Result<Self> {
-        let has = |n: &str| file.tensor_info(&format!("{what}_{n}")).is_ok();
+    /// it has, each of `dim` values; with `embodiment` `e`, that embodiment's set
+    /// (`<what>_mean.<e>`, ...), an error naming the sets there are when it is absent.
+    pub fn from_gguf(
+        file: &GgufFile,
+        what: &str,
+        dim: usize,
+        embodiment: Option<&str>,
+    ) -> Result<Self> {
+        let suffix = embodiment.map_or(String::new(), |e| format!(".{e}"));
+        if let Some(e) = embodiment {
+            let known = embodiments(file);
+            if !known.iter().any(|k| k == e) {
+                return Err(Error::InvalidArgument(match known.is_empty() {
+                    true => format!(
+                        "embodiment {e:?}: this model carries a single set of normalisation statistics"
+                    ),
+                    false => format!("embodiment {e:?}: this model has {}", known.join(", ")),
+                }));
+            }
+        }
+        let has = |n: &str| file.tensor_info(&format!("{what}_{n}{suffix}")).is_ok();
         let read = |n: &str| -> Result<Vec<f32>> {
-            let name = format!("{what}_{n}");
+            let name = format!("{what}_{n}{suffix}");
             // The size first: dequantizing a large tensor just to refuse it would cost memory.
             let found = file.tensor_info(&name)?.n_elements();
             if found != dim as u64 {
@@ -67,7 +105,7 @@ impl Normalizer {
             })
         } else {
             Err(Error::InvalidArgument(format!(
-                "no normalisation statistics: expected {what}_mean/_std or {what}_q01/_q99"
+                "no normalisation statistics: expected {what}_mean/_std or {what}_q01/_q99{suffix}"
             )))
         }
     }
