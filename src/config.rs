@@ -37,7 +37,7 @@ pub trait Keys {
     /// A key that may be absent: `absent` is its value then.
     fn usize_or(&mut self, key: &str, v: &mut usize, absent: usize) -> Result<()>;
     /// A value derived from others, written for readers such as vla.cpp, never read (so
-    /// `v` runs only on a checked config).
+    /// `v` runs only on a checked config: [`write`] checks first).
     fn derived(&mut self, key: &str, v: &dyn Fn() -> usize) -> Result<()>;
 
     fn u32(&mut self, key: &str, v: &mut u32) -> Result<()> {
@@ -71,8 +71,9 @@ pub fn check<S: Section>(s: &S, arch: &str) -> Result<()> {
         .map_err(|why| Error::InvalidArgument(format!("{arch} config: {why}")))
 }
 
-/// Writes `<arch>.architecture` and `section`'s keys under `<arch>.`.
+/// Checks `section`, then writes `<arch>.architecture` and its keys under `<arch>.`.
 pub fn write<S: Section + Clone>(section: &S, w: &mut GgufWriter, arch: &str) -> Result<()> {
+    check(section, arch)?;
     w.add_metadata(format!("{arch}.architecture"), arch)?;
     section.clone().keys(&mut Schema { w, arch })
 }

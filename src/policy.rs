@@ -2,6 +2,7 @@
 //! and turns one observation into one action chunk. Every arch implements it; nothing
 //! outside `models` needs to know which arch it is talking to.
 
+pub use crate::backend::RunCounters;
 use crate::gguf::GgmlType;
 use crate::Result;
 
@@ -52,6 +53,8 @@ pub struct ActionChunk {
     pub chunk_size: usize,
     pub action_dim: usize,
     pub times: StageTimes,
+    /// What this predict moved between host and backend and how often it waited.
+    pub counters: RunCounters,
 }
 
 /// What a client may ask about a loaded policy.

@@ -68,6 +68,24 @@ fn rms(x: &[f32], g: &[f32], d: usize, eps: f32) -> Vec<f32> {
         .collect()
 }
 
+/// GPT-NeoX rotary embedding of `[S, H, d]` rows at `pos[s]`: pairs `(i, i + d/2)`.
+fn rope_neox(x: &[f32], pos: &[f32], d: usize, theta: f32) -> Vec<f32> {
+    let per_token = x.len() / pos.len();
+    let mut out = x.to_vec();
+    for (t, chunk) in out.chunks_mut(per_token).enumerate() {
+        for head in chunk.chunks_mut(d) {
+            for i in 0..d / 2 {
+                let angle = f64::from(pos[t]) * f64::from(theta).powf(-2.0 * i as f64 / d as f64);
+                let (sin, cos) = (angle.sin() as f32, angle.cos() as f32);
+                let (a, b) = (head[i], head[i + d / 2]);
+                head[i] = a * cos - b * sin;
+                head[i + d / 2] = b * cos + a * sin;
+            }
+        }
+    }
+    out
+}
+
 fn assert_close(what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}");
     let err = got
@@ -122,12 +140,12 @@ fn qk_norm_and_qkv_bias_compute_what_qwen_does() {
     let store = store_for(std::slice::from_ref(&declared));
     let graph = build(GraphBuilder::new(&store));
     let x = values(s * w, 99);
-    let pos = vec![0.0f32; s]; // RoPE at position 0 is the identity.
+    let pos = vec![0.0f32, 1.0, 5.0];
     let mut exe = CpuBackend.compile(&graph, &store).unwrap();
     let out = exe
         .run(&[
             ("x", &Tensor::from_f32(vec![s, w], x.clone()).unwrap()),
-            ("pos", &Tensor::from_f32(vec![s], pos).unwrap()),
+            ("pos", &Tensor::from_f32(vec![s], pos.clone()).unwrap()),
         ])
         .unwrap();
     let p = |n: &str| get(&store, &format!("lm.blk.0.{n}"));
@@ -141,7 +159,9 @@ fn qk_norm_and_qkv_bias_compute_what_qwen_does() {
         )
     };
     let q = rms(&proj("attn_q"), &p("attn_q_norm.weight"), 8, cfg.norm_eps);
+    // Keys: normalised per head, then rotated (the norm comes first in Qwen3).
     let k = rms(&proj("attn_k"), &p("attn_k_norm.weight"), 8, cfg.norm_eps);
+    let k = rope_neox(&k, &pos, 8, cfg.rope_theta);
     assert_close("q", &out[0].to_vec_f32().unwrap(), &q);
     assert_close("k", &out[1].to_vec_f32().unwrap(), &k);
     assert_close("v", &out[2].to_vec_f32().unwrap(), &proj("attn_v"));

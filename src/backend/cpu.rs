@@ -1,6 +1,6 @@
 //! The reference backend: each node is one call into [`crate::ops`].
 
-use super::{match_inputs, Backend, ExecStats, Executable, WeightStore};
+use super::{match_inputs, Backend, ExecStats, Executable, RunCounters, WeightStore};
 use crate::graph::{AttentionMask, Graph, Op};
 use crate::ops::{self, Mask};
 use crate::{Error, Result, Tensor};
@@ -35,6 +35,7 @@ impl Backend for CpuBackend {
             last_use: graph.last_uses(),
             weight_bytes,
             peak: 0,
+            runs: RunCounters::default(),
         }))
     }
 }
@@ -45,6 +46,7 @@ struct CpuExecutable<'w> {
     last_use: Vec<usize>,
     weight_bytes: u64,
     peak: u64,
+    runs: RunCounters,
 }
 
 impl Executable for CpuExecutable<'_> {
@@ -128,6 +130,7 @@ impl Executable for CpuExecutable<'_> {
             }
         }
         self.peak = self.peak.max(peak);
+        self.runs.dispatches += self.ops_per_run() as u64;
         self.graph
             .outputs()
             .iter()
@@ -145,13 +148,20 @@ impl Executable for CpuExecutable<'_> {
         ExecStats {
             weight_bytes: self.weight_bytes,
             peak_activation_bytes: self.peak,
-            dispatches: self
-                .graph
-                .nodes()
-                .iter()
-                .filter(|n| !matches!(n.op, Op::Weight(_)))
-                .count(),
+            runs: self.runs,
+            dispatches: self.ops_per_run(),
         }
+    }
+}
+
+impl CpuExecutable<'_> {
+    /// Op calls per run: every node but the weights.
+    fn ops_per_run(&self) -> usize {
+        self.graph
+            .nodes()
+            .iter()
+            .filter(|n| !matches!(n.op, Op::Weight(_)))
+            .count()
     }
 }
 

@@ -26,6 +26,45 @@ pub struct ExecStats {
     pub peak_activation_bytes: u64,
     /// Kernel dispatches (or op calls) per run.
     pub dispatches: usize,
+    /// What the runs so far moved and waited for.
+    pub runs: RunCounters,
+}
+
+/// Traffic and synchronisation between host and backend, counted over runs. Structural
+/// facts, not times: tests may bound them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounters {
+    /// Command submissions (wgpu) or graph computes (ggml); 0 on cpu.
+    pub submits: u64,
+    /// Times the host blocked until the backend finished; 0 on cpu.
+    pub host_waits: u64,
+    /// Bytes written from host memory into backend buffers; 0 on cpu.
+    pub h2d_bytes: u64,
+    /// Bytes read from backend buffers into host memory; 0 on cpu.
+    pub d2h_bytes: u64,
+    /// Kernel dispatches (wgpu), graph nodes computed (ggml) or ops run (cpu).
+    pub dispatches: u64,
+}
+
+impl RunCounters {
+    pub fn add(&mut self, o: &RunCounters) {
+        self.submits += o.submits;
+        self.host_waits += o.host_waits;
+        self.h2d_bytes += o.h2d_bytes;
+        self.d2h_bytes += o.d2h_bytes;
+        self.dispatches += o.dispatches;
+    }
+
+    /// The counts since `before` (an earlier reading of the same counters).
+    pub fn since(&self, before: &RunCounters) -> RunCounters {
+        RunCounters {
+            submits: self.submits - before.submits,
+            host_waits: self.host_waits - before.host_waits,
+            h2d_bytes: self.h2d_bytes - before.h2d_bytes,
+            d2h_bytes: self.d2h_bytes - before.d2h_bytes,
+            dispatches: self.dispatches - before.dispatches,
+        }
+    }
 }
 
 /// A graph compiled for one backend, with its weights in place.

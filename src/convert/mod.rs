@@ -439,6 +439,12 @@ pub(crate) fn write_tensors<S: AsRef<str>>(
 ) -> Result<()> {
     use crate::gguf::GgmlType;
     let shapes: BTreeMap<String, Vec<usize>> = shapes.into_iter().collect();
+    let mapped: BTreeSet<&str> = map.iter().map(|(ours, _)| ours.as_str()).collect();
+    if let Some(missing) = shapes.keys().find(|n| !mapped.contains(n.as_str())) {
+        return Err(Error::InvalidArgument(format!(
+            "converter: no checkpoint tensor is mapped to {missing:?}, which the model reads"
+        )));
+    }
     let total = map.len() + stats.len();
     for (done, (ours, theirs)) in map.iter().enumerate() {
         let got = st.require_shape(theirs)?;

@@ -34,9 +34,10 @@ pub fn retype<'a>(
     Ok((w, changed))
 }
 
-/// Whether a tensor is a weight matrix that a `weight_dtype` setting applies to: a float
-/// 2-D `*.weight` that a matmul reads. Embedding tables, position tables and norm gains
-/// stay as stored (they are gathered or applied elementwise, in f32).
+/// Whether a tensor looks, by its name, like a float weight matrix that a matmul reads: a
+/// float 2-D `*.weight` that is no embedding or position table or norm. vla.cpp's name rule,
+/// kept for `vla-quantize` ([`is_quantizable`]); `--weight-dtype` takes its targets from the
+/// built graphs instead (`graph::matmul_weights`).
 pub fn is_matmul_weight(t: &TensorInfo) -> bool {
     let skip = ["norm", "embd", "pos", "ln1", "ln2", "post_ln"];
     t.dims.len() == 2

@@ -86,7 +86,7 @@ impl<'w> GraphBuilder<'w> {
         if let Some(prev) = self
             .nodes
             .iter()
-            .find(|n| n.op == Op::Weight(name.to_owned()))
+            .find(|n| matches!(&n.op, Op::Weight(w) if w == name))
         {
             if prev.shape != shape {
                 return Err(Error::InvalidArgument(format!(

@@ -2,7 +2,7 @@
 //! the GGUF and the graphs compiled from it, turning a request's instruction and noise into
 //! model inputs, and making random-weight models for tests and demos.
 
-use crate::backend::Executable;
+use crate::backend::{Executable, RunCounters};
 use crate::config::limits::{MAX_CHUNK, MAX_IMAGES, MAX_ROBOT_DIM, MAX_SEQUENCE, MAX_STEPS};
 use crate::config::{bounded, first_failing, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
@@ -102,6 +102,7 @@ impl LoadedGraphs {
     ) -> Result<Self> {
         let file = match opts.weight_dtype {
             Some(ty) => {
+                super::check_weight_dtype(ty)?;
                 let targets = matmul_weights(&build(&file)?);
                 super::with_weight_dtype(&file, ty, |name| targets.contains(name))?
             }
@@ -138,6 +139,15 @@ impl LoadedGraphs {
     /// The `i`-th graph passed to [`Self::compile`].
     pub fn exec(&mut self, i: usize) -> &mut dyn Executable {
         self.execs[i].as_mut()
+    }
+
+    /// The backend's run counters, summed over the graphs.
+    pub fn counters(&self) -> RunCounters {
+        let mut sum = RunCounters::default();
+        for e in &self.execs {
+            sum.add(&e.stats().runs);
+        }
+        sum
     }
 
     /// Bytes the backend holds: weights plus peak activations, summed over the graphs.

@@ -199,6 +199,7 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
 
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
         let t0 = Instant::now();
+        let counters = self.graphs.counters();
         let state = self.normalised_state(obs)?;
         let (io, schedule) = (self.spec.io.clone(), self.spec.schedule);
         let (tokens, n_tokens) = instruction_ids(
@@ -248,6 +249,7 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
                 denoise_ms,
                 total_ms: ms_since(t0),
             },
+            counters: self.graphs.counters().since(&counters),
         })
     }
 }

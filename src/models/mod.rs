@@ -32,6 +32,16 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
     }
 }
 
+/// A `--weight-dtype` must be a float type.
+pub(crate) fn check_weight_dtype(ty: GgmlType) -> Result<()> {
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => Ok(()),
+        _ => Err(Error::InvalidArgument(format!(
+            "weight dtype {ty}: expected f32, f16 or bf16 (use vla-quantize for block types)"
+        ))),
+    }
+}
+
 /// `file` with the float tensors `is_target` names re-encoded to `ty` (F32, F16 or BF16);
 /// block-quantized tensors stay as stored.
 pub(crate) fn with_weight_dtype(
@@ -39,12 +49,8 @@ pub(crate) fn with_weight_dtype(
     ty: GgmlType,
     is_target: impl Fn(&str) -> bool,
 ) -> Result<GgufFile> {
+    check_weight_dtype(ty)?;
     let float = |t: GgmlType| matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-    if !float(ty) {
-        return Err(Error::InvalidArgument(format!(
-            "weight dtype {ty}: expected f32, f16 or bf16 (use vla-quantize for block types)"
-        )));
-    }
     let (writer, _) = crate::gguf::retype(
         file,
         |t| (float(t.ty) && is_target(&t.name)).then_some(ty),

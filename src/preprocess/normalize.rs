@@ -105,7 +105,7 @@ impl Normalizer {
             })
         } else {
             Err(Error::InvalidArgument(format!(
-                "no normalisation statistics: expected {what}_mean/_std or {what}_q01/_q99{suffix}"
+                "no normalisation statistics: expected {what}_mean{suffix} and {what}_std{suffix}, or {what}_q01{suffix} and {what}_q99{suffix}"
             )))
         }
     }

@@ -6,7 +6,9 @@
 use super::cases::{observation, ArchCase, StateInput};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use vla::gguf::GgufFile;
-use vla::policy::{ActionChunk, ImageData, Observation, Policy, RuntimeOptions};
+use vla::policy::{
+    ActionChunk, ImageData, Observation, Policy, PolicyInfo, RunCounters, RuntimeOptions,
+};
 
 /// `p`'s chunk for `obs`, failing with the case's name and `what`.
 fn predict(case: &ArchCase, p: &mut dyn Policy, obs: &Observation, what: &str) -> ActionChunk {
@@ -314,6 +316,25 @@ pub fn agrees_with_cpu(case: &ArchCase, backend: &str) {
         &want.actions,
         case.tolerance.of(backend),
     );
+    check_counters(n, p.info(), &got.counters, &want.counters);
+}
+
+/// The run counters a predict reports. The cpu backend moves nothing and waits for nothing.
+/// Elsewhere, today's structure (one run per camera, one prefill, one per Euler step, each
+/// submitted and waited for, the velocity read back every step): issue 17 (device-resident
+/// predict) tightens these to its bounds.
+fn check_counters(n: &str, info: &PolicyInfo, got: &RunCounters, cpu: &RunCounters) {
+    let zero = RunCounters {
+        dispatches: cpu.dispatches,
+        ..Default::default()
+    };
+    assert_eq!(*cpu, zero, "{n}: cpu counters");
+    assert!(cpu.dispatches > 0, "{n}: cpu ops");
+    let runs = (info.n_images + 1 + info.num_steps) as u64;
+    assert_eq!((got.submits, got.host_waits), (runs, runs), "{n}: {got:?}");
+    let velocities = (info.num_steps * info.chunk_size * info.max_action_dim * 4) as u64;
+    assert!(got.d2h_bytes >= velocities, "{n}: {got:?}");
+    assert!(got.h2d_bytes > 0 && got.dispatches > 0, "{n}: {got:?}");
 }
 
 pub fn agrees_with_cpu_on_vulkan(case: &ArchCase) {

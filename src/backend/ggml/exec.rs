@@ -3,7 +3,7 @@
 
 use super::ffi::{self, BackendHandle, Buffer, Context, Sched};
 use super::lower::{self, Lowered, Shadow};
-use crate::backend::{match_inputs, ExecStats, Executable, WeightStore};
+use crate::backend::{match_inputs, ExecStats, Executable, RunCounters, WeightStore};
 use crate::graph::Graph;
 use crate::{Error, Result, Tensor};
 use llama_cpp_sys_2 as sys;
@@ -23,6 +23,7 @@ pub struct GgmlExecutable {
     lowered: Lowered,
     weight_bytes: u64,
     peak: u64,
+    runs: RunCounters,
 }
 
 // SAFETY: the executable exclusively owns every ggml object it points to (its own backend
@@ -84,6 +85,7 @@ impl GgmlExecutable {
             graph: graph.clone(),
             lowered,
             peak: 0,
+            runs: RunCounters::default(),
         };
         exe.alloc()?;
         exe.peak = exe.activation_bytes();
@@ -155,17 +157,20 @@ impl Executable for GgmlExecutable {
         // The graph stays allocated from `new`. Allocating it again would drop the
         // scheduler's copies of the inputs for a GPU device (its split inputs), so the
         // device would read copies nobody fills (zeros on ggml-vulkan).
+        let mut runs = RunCounters::default();
         for (name, t) in &self.lowered.inputs {
             if allocated(*t) {
                 let v = by_name[name].f32_cow()?;
                 // SAFETY: an allocated F32 tensor of the input's shape (checked by match_inputs).
                 unsafe { ffi::tensor_set(*t, bytemuck::cast_slice(&v)) };
+                runs.h2d_bytes += 4 * v.len() as u64;
             }
         }
         for (s, d) in self.lowered.shadows.iter().zip(&shadow_data) {
             if allocated(s.tensor) {
                 // SAFETY: an allocated I32 tensor with one element per input value.
                 unsafe { ffi::tensor_set(s.tensor, bytemuck::cast_slice(d)) };
+                runs.h2d_bytes += 4 * d.len() as u64;
             }
         }
         // SAFETY: allocated graph on a live scheduler.
@@ -177,22 +182,31 @@ impl Executable for GgmlExecutable {
             )));
         }
         self.peak = self.peak.max(self.activation_bytes());
-        self.graph
+        // A graph compute is one submission the host waits for.
+        runs.submits += 1;
+        runs.host_waits += 1;
+        runs.dispatches += self.stats().dispatches as u64;
+        let outs = self
+            .graph
             .outputs()
             .iter()
             .zip(&self.lowered.outputs)
             .map(|(o, &t)| {
                 // SAFETY: an allocated contiguous F32 output tensor.
                 let v = unsafe { ffi::tensor_get_f32(t) };
+                runs.d2h_bytes += 4 * v.len() as u64;
                 Tensor::from_f32(self.graph.node(*o).shape.clone(), v)
             })
-            .collect()
+            .collect();
+        self.runs.add(&runs);
+        outs
     }
 
     fn stats(&self) -> ExecStats {
         ExecStats {
             weight_bytes: self.weight_bytes,
             peak_activation_bytes: self.peak,
+            runs: self.runs,
             // SAFETY: a live graph.
             dispatches: unsafe { sys::ggml_graph_n_nodes(self.lowered.graph) } as usize,
         }

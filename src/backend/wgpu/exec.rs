@@ -3,7 +3,7 @@
 
 use super::kernels::{self, Chunk, Dispatch, NodeBuffers, TensorBuf};
 use super::GpuContext;
-use crate::backend::{match_inputs, ExecStats, Executable, WeightStore};
+use crate::backend::{match_inputs, ExecStats, Executable, RunCounters, WeightStore};
 use crate::graph::{Graph, NodeId, Op};
 use crate::{Error, Result, Tensor};
 use std::sync::Arc;
@@ -284,6 +284,7 @@ impl WgpuExecutable {
             weight_bytes,
             peak_activation_bytes: peak,
             dispatches: dispatches.len(),
+            runs: Default::default(),
         };
         Ok(WgpuExecutable {
             ctx,
@@ -379,6 +380,12 @@ fn upload_rows(ctx: &GpuContext, name: &str, t: &Tensor, max_binding: u64) -> Re
 impl Executable for WgpuExecutable {
     fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor<'static>>> {
         let by_name = match_inputs(&self.graph, inputs)?;
+        let mut runs = RunCounters {
+            submits: 1,
+            host_waits: 1,
+            dispatches: self.dispatches.len() as u64,
+            ..Default::default()
+        };
         for (i, n) in self.graph.nodes().iter().enumerate() {
             if let Op::Input(name) = &n.op {
                 let data = by_name[name].f32_cow()?;
@@ -388,6 +395,7 @@ impl Executable for WgpuExecutable {
                         0,
                         bytemuck::cast_slice(&data),
                     );
+                    runs.h2d_bytes += 4 * data.len() as u64;
                 }
             }
         }
@@ -442,8 +450,12 @@ impl Executable for WgpuExecutable {
                 bytemuck::cast_slice::<u8, f32>(&view)[..n].to_vec()
             };
             staging.unmap();
+            // The debug guard's sentinel readback is not counted: it exists only in debug
+            // builds and with VLA_WGPU_GUARD=1.
+            runs.d2h_bytes += staging.size();
             outs.push(Tensor::from_f32(shape, data)?);
         }
+        self.stats.runs.add(&runs);
         self.check_guard()?; // after the readbacks are unmapped, so an error leaves none mapped
         Ok(outs)
     }

@@ -47,6 +47,9 @@ struct Args {
     /// Re-encode matmul weights at load: f32 | f16 | bf16.
     #[arg(long)]
     weight_dtype: Option<String>,
+    /// Print one JSON object (stage times, counters, memory) instead of the tables.
+    #[arg(long, conflicts_with_all = ["server", "compare"])]
+    json: bool,
 }
 
 fn main() -> ExitCode {
@@ -82,8 +85,7 @@ fn report(names: &[&str], rows: &[Vec<f32>]) {
         "stage (ms)", "min", "median", "max"
     );
     for (k, name) in names.iter().enumerate() {
-        let mut v: Vec<f32> = rows.iter().map(|r| r[k]).collect();
-        v.sort_by(f32::total_cmp);
+        let v = sorted(rows, k);
         println!(
             "{name:<12} {:>10.2} {:>10.2} {:>10.2}",
             v[0],
@@ -91,6 +93,13 @@ fn report(names: &[&str], rows: &[Vec<f32>]) {
             v[v.len() - 1]
         );
     }
+}
+
+/// Column `k` of `rows`, sorted.
+fn sorted(rows: &[Vec<f32>], k: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = rows.iter().map(|r| r[k]).collect();
+    v.sort_by(f32::total_cmp);
+    v
 }
 
 fn peak_rss_mib() -> Option<f64> {
@@ -132,6 +141,48 @@ fn run(args: Args) -> Result<()> {
     let mut policy = vla::models::from_gguf(file, &opts)?;
     let load_s = t0.elapsed().as_secs_f32();
     let info = policy.info().clone();
+    let obs = observation(
+        info.n_images,
+        info.image_height,
+        info.state_dim,
+        info.chunk_size * info.max_action_dim,
+    );
+    for _ in 0..args.warmup {
+        policy.predict(&obs)?;
+    }
+    let mut counters = Vec::new();
+    let rows = (0..args.iters)
+        .map(|_| {
+            let chunk = policy.predict(&obs)?;
+            counters.push(chunk.counters);
+            let t = chunk.times;
+            Ok(vec![t.vision_ms, t.prefill_ms, t.denoise_ms, t.total_ms])
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // The same structure every predict: the first timed one's counts stand for all.
+    let c = counters[0];
+    if counters.iter().any(|x| *x != c) {
+        bail!("run counters differ between predicts: {counters:?}");
+    }
+    let stages = ["vision", "prefill", "denoise", "total"];
+    if args.json {
+        let stat = |k: usize| {
+            let v = sorted(&rows, k);
+            serde_json::json!({"min": v[0], "median": v[v.len() / 2], "max": v[v.len() - 1]})
+        };
+        let mut out = serde_json::json!({
+            "arch": info.arch, "backend": info.backend, "weight_dtypes": info.weight_dtypes,
+            "params": info.param_count, "steps": info.num_steps, "iters": args.iters,
+            "warmup": args.warmup, "load_s": load_s, "memory_bytes": info.memory_bytes,
+            "submits": c.submits, "host_waits": c.host_waits, "h2d_bytes": c.h2d_bytes,
+            "d2h_bytes": c.d2h_bytes, "dispatches": c.dispatches,
+        });
+        for (k, name) in stages.iter().enumerate() {
+            out[format!("{name}_ms")] = stat(k);
+        }
+        println!("{out}");
+        return Ok(());
+    }
     println!(
         "model     {} ({:.1} M params, {}), loaded in {load_s:.2} s",
         info.arch,
@@ -143,23 +194,16 @@ fn run(args: Args) -> Result<()> {
         "shape     {} camera(s) at {}, chunk {} x {}, {} steps",
         info.n_images, info.image_height, info.chunk_size, info.action_dim, info.num_steps
     );
-    let obs = observation(
-        info.n_images,
-        info.image_height,
-        info.state_dim,
-        info.chunk_size * info.max_action_dim,
-    );
-    for _ in 0..args.warmup {
-        policy.predict(&obs)?;
-    }
-    let rows = (0..args.iters)
-        .map(|_| {
-            let t = policy.predict(&obs)?.times;
-            Ok(vec![t.vision_ms, t.prefill_ms, t.denoise_ms, t.total_ms])
-        })
-        .collect::<Result<Vec<_>>>()?;
     println!("iters     {} (after {} warm-up)", args.iters, args.warmup);
-    report(&["vision", "prefill", "denoise", "total"], &rows);
+    report(&stages, &rows);
+    println!(
+        "per predict  {} submits, {} host waits, {} dispatches; host->device {}, device->host {}",
+        c.submits,
+        c.host_waits,
+        c.dispatches,
+        bytes(c.h2d_bytes),
+        bytes(c.d2h_bytes)
+    );
     println!(
         "memory    backend {:.1} MiB (weights + peak activations)",
         info.memory_bytes as f64 / (1 << 20) as f64
@@ -168,6 +212,14 @@ fn run(args: Args) -> Result<()> {
         println!("          process peak RSS {rss:.1} MiB");
     }
     Ok(())
+}
+
+fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.2} MiB", n as f64 / (1 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
 }
 
 fn runtime_options(args: &Args) -> Result<RuntimeOptions> {
