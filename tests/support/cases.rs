@@ -17,10 +17,17 @@ macro_rules! arch_cases {
     ($then:ident) => {
         $then! {
             smolvla { gguf: |seed| smolvla::random_gguf(&smolvla::demo_config(), seed, F32), state: StateInput::Direct, tolerance: F32_WEIGHTS },
-            pi0 { gguf: |seed| pi0::random_gguf(&pi0::small_config(Variant::Pi0), seed, F32), state: StateInput::Direct, tolerance: F32_WEIGHTS },
-            pi05 { gguf: |seed| pi0::random_gguf(&pi0::small_config(Variant::Pi05), seed, F32), state: StateInput::PromptOnly, tolerance: F32_WEIGHTS },
+            pi0 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi0), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
+            pi05 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi05), seed), state: StateInput::PromptOnly, tolerance: F32_WEIGHTS },
         }
     };
+}
+
+/// A random-weight GGUF of `cfg` carrying the demo tokenizer (the pi0 presets have none),
+/// so that prompts and the no-tokenizer check have something to compare with.
+fn with_tokenizer<A: vla::models::flow::FlowArch>(cfg: &A, seed: u64) -> vla::Result<Vec<u8>> {
+    let tok = smolvla::demo_tokenizer()?;
+    vla::models::presets::random_writer(cfg, seed, F32, Some(&tok))?.to_bytes()
 }
 
 /// How the robot state reaches the model.
