@@ -293,9 +293,14 @@ mod tests {
         assert_eq!(f.get_u64("t.twice_n").unwrap(), 6);
         assert_eq!(f.get_str("t.architecture").unwrap(), "t");
 
+        // A config that fails its checks is neither written nor read.
         let zero = Part { n: 0, ..part };
+        let err = write(&zero, &mut GgufWriter::new(), "t").unwrap_err();
+        assert!(err.to_string().contains("t config: n 0"), "{err}");
         let mut w = GgufWriter::new();
-        write(&zero, &mut w, "t").unwrap();
+        w.add_metadata("t.n", 0u32).unwrap();
+        w.add_metadata("t.eps", 0.5f32).unwrap();
+        w.add_metadata("t.period", 1.0f32).unwrap();
         let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
         let err = read(&f, "t", Part::default()).unwrap_err().to_string();
         assert!(err.contains("t config: n 0"), "{err}");

@@ -5,6 +5,8 @@
 pub mod pi0;
 pub mod smolvla;
 
+use crate::models::common::ActionIo;
+use crate::modules::flow::TimeEmbedding;
 use crate::modules::vision::{PatchPositions, VisionConfig};
 use crate::{Error, Result};
 use memmap2::Mmap;
@@ -294,6 +296,29 @@ pub(crate) fn vision_tower(
         positions,
         ..Default::default()
     })
+}
+
+/// The action I/O and time-embedding parts of a lerobot flow policy's `config.json`
+/// (`steps_key`: `num_steps` for SmolVLA, `num_inference_steps` for pi0 / pi0.5). The pad id
+/// is 0: pad positions are masked out, so any id in the vocabulary gives the same chunk.
+pub(crate) fn flow_io(policy: &Json, steps_key: &str) -> Result<(ActionIo, TimeEmbedding)> {
+    let features = policy.obj("input_features")?;
+    let io = ActionIo {
+        n_images: count_visual_features(&features),
+        tokenizer_max_length: policy.usize("tokenizer_max_length")?,
+        pad_token_id: 0,
+        chunk_size: policy.usize("chunk_size")?,
+        num_steps: policy.usize(steps_key)?,
+        max_state_dim: policy.usize("max_state_dim")?,
+        max_action_dim: policy.usize("max_action_dim")?,
+        state_dim: feature_dim(&features, "observation.state")?,
+        action_dim: feature_dim(&policy.obj("output_features")?, "action")?,
+    };
+    let time = TimeEmbedding {
+        min_period: policy.f64("min_period")?,
+        max_period: policy.f64("max_period")?,
+    };
+    Ok((io, time))
 }
 
 /// Counts `<prefix>{i}<suffix>` for i = 0, 1, ... present in the checkpoint.

@@ -14,11 +14,9 @@ use super::{ckpt_err, read_json, Json, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::layers::GatedActivation;
-use crate::models::common::ActionIo;
 use crate::models::flow::FlowArch;
 pub use crate::models::pi0::{Pi0Config, Variant};
 use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
-use crate::modules::flow::TimeEmbedding;
 use crate::modules::vision::PatchPositions;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -397,7 +395,7 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
         ));
     }
     let expert_hidden = st.config_shape(&format!("{ex}0.self_attn.o_proj.weight"), 2)?[0];
-    let features = policy.obj("input_features")?;
+    let (io, time) = super::flow_io(policy, "num_inference_steps")?;
     Ok(Pi0Config {
         variant,
         vision,
@@ -420,22 +418,8 @@ fn read_config(policy: &Json, st: &Safetensors, sizes: &Sizes) -> Result<Pi0Conf
             hidden: expert_hidden,
             inter: st.config_shape(&format!("{ex}0.mlp.gate_proj.weight"), 2)?[0],
         },
-        io: ActionIo {
-            n_images: super::count_visual_features(&features),
-            tokenizer_max_length: policy.usize("tokenizer_max_length")?,
-            // PaliGemma's <pad>; pad positions are masked out anyway.
-            pad_token_id: 0,
-            chunk_size: policy.usize("chunk_size")?,
-            num_steps: policy.usize("num_inference_steps")?,
-            max_state_dim: policy.usize("max_state_dim")?,
-            max_action_dim: policy.usize("max_action_dim")?,
-            state_dim: super::feature_dim(&features, "observation.state")?,
-            action_dim: super::feature_dim(&policy.obj("output_features")?, "action")?,
-        },
-        time: TimeEmbedding {
-            min_period: policy.f64("min_period")?,
-            max_period: policy.f64("max_period")?,
-        },
+        io,
+        time,
     })
 }
 

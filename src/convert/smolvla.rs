@@ -12,11 +12,9 @@
 use super::{ckpt_err, read_json, Json, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
-use crate::models::common::ActionIo;
 use crate::models::flow::FlowArch;
 use crate::models::smolvla::{SmolVlaConfig, ARCH};
 use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
-use crate::modules::flow::TimeEmbedding;
 use crate::modules::vision::PatchPositions;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -360,8 +358,7 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
     if n_expert != n_layers {
         return Err(ckpt_err(st.path(), format!("{n_expert} expert layers for {n_layers} decoder layers (num_expert_layers != num_vlm_layers is not supported)")));
     }
-    let features = policy.obj("input_features")?;
-    let n_images = super::count_visual_features(&features);
+    let (io, time) = super::flow_io(policy, "num_steps")?;
     let cfg = SmolVlaConfig {
         vision,
         scale_factor,
@@ -389,22 +386,8 @@ fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<Sm
         },
         self_attn_every_n_layers: usize::try_from(policy.i64("self_attn_every_n_layers")?)
             .unwrap_or(0),
-        io: ActionIo {
-            n_images,
-            tokenizer_max_length: policy.usize("tokenizer_max_length")?,
-            // Pad positions are masked out, so any id in the vocabulary gives the same chunk.
-            pad_token_id: 0,
-            chunk_size: policy.usize("chunk_size")?,
-            num_steps: policy.usize("num_steps")?,
-            max_state_dim: policy.usize("max_state_dim")?,
-            max_action_dim: policy.usize("max_action_dim")?,
-            state_dim: super::feature_dim(&features, "observation.state")?,
-            action_dim: super::feature_dim(&policy.obj("output_features")?, "action")?,
-        },
-        time: TimeEmbedding {
-            min_period: policy.f64("min_period")?,
-            max_period: policy.f64("max_period")?,
-        },
+        io,
+        time,
     };
     if cfg.self_attn_every_n_layers == 0 {
         return Err(bad(

@@ -75,21 +75,8 @@ pub fn demo_config() -> SmolVlaConfig {
             inter: 256,
         },
         self_attn_every_n_layers: 2,
-        io: ActionIo {
-            n_images: 2,
-            tokenizer_max_length: 16,
-            pad_token_id: 2,
-            chunk_size: 50,
-            num_steps: 10,
-            max_state_dim: 32,
-            max_action_dim: 32,
-            state_dim: 6,
-            action_dim: 6,
-        },
-        time: TimeEmbedding {
-            min_period: 4e-3,
-            max_period: 4.0,
-        },
+        io: io(16, 2, 50),
+        time: lerobot_time(),
     }
 }
 
@@ -163,20 +150,30 @@ fn sized(
             hidden: expert[0],
             inter: expert[1],
         },
-        io: ActionIo {
-            n_images: 2,
-            tokenizer_max_length: io[0],
-            pad_token_id: 0,
-            chunk_size: io[1],
-            num_steps: 10,
-            max_state_dim: 32,
-            max_action_dim: 32,
-            state_dim: 6,
-            action_dim: 6,
-        },
-        time: TimeEmbedding {
-            min_period: 4e-3,
-            max_period: 4.0,
-        },
+        io: self::io(io[0], 0, io[1]),
+        time: lerobot_time(),
+    }
+}
+
+/// Two cameras, 10 steps, 32-wide padded state and action of 6 real dimensions.
+fn io(tokenizer_max_length: usize, pad_token_id: u32, chunk_size: usize) -> ActionIo {
+    ActionIo {
+        n_images: 2,
+        tokenizer_max_length,
+        pad_token_id,
+        chunk_size,
+        num_steps: 10,
+        max_state_dim: 32,
+        max_action_dim: 32,
+        state_dim: 6,
+        action_dim: 6,
+    }
+}
+
+/// lerobot's (and openpi's) time-embedding periods.
+fn lerobot_time() -> TimeEmbedding {
+    TimeEmbedding {
+        min_period: 4e-3,
+        max_period: 4.0,
     }
 }
