@@ -80,20 +80,19 @@ impl<'w> GraphBuilder<'w> {
     }
 
     /// The weight `name`, which the model declares to be `shape` (row-major): the one place
-    /// a model names a tensor. Fails, naming the tensor, when the store lacks it or holds
-    /// another shape, or when the graph already declared it with another shape.
+    /// a model names a tensor. Declaring it again in the same graph gives the same node (one
+    /// upload). Fails, naming the tensor, when the store lacks it or holds another shape, or
+    /// when the graph already declared it with another shape.
     pub fn weight(&mut self, name: &str, shape: &[usize]) -> Result<NodeId> {
-        if let Some(prev) = self
-            .nodes
-            .iter()
-            .find(|n| matches!(&n.op, Op::Weight(w) if w == name))
-        {
-            if prev.shape != shape {
+        let declared = |n: &Node| matches!(&n.op, Op::Weight(w) if w == name);
+        if let Some(i) = self.nodes.iter().position(declared) {
+            if self.nodes[i].shape != shape {
                 return Err(Error::InvalidArgument(format!(
                     "tensor {name:?} is declared as {:?} and as {shape:?}",
-                    prev.shape
+                    self.nodes[i].shape
                 )));
             }
+            return Ok(NodeId(i));
         }
         let dtype = match self.weights {
             None => GgmlType::F32,

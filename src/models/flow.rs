@@ -34,8 +34,9 @@ pub struct RequestInputs {
 /// An arch the [`FlowPolicy`] driver runs: a config (read from and written to the GGUF) that
 /// builds the three graphs and answers the hooks.
 ///
-/// Graph contract: `vision` takes `image` `[3, S, S]` and returns one view's image tokens
-/// `[T, D]`; `prefill` takes `img_tokens` `[n_images * T, D]` plus [`RequestInputs::prefix`]
+/// Graph contract: `vision` takes `image.{i}` `[3, S, S]` for every camera and returns their
+/// image tokens `[n_images * T, D]` (one run for all views); `prefill` takes `img_tokens`
+/// (that output) plus [`RequestInputs::prefix`]
 /// and returns keys and values, `(k, v)` per layer; `denoise` takes `x_t`
 /// `[chunk, max_action_dim]`, `time_emb`, [`RequestInputs::suffix`] and `kv.{i}.k` /
 /// `kv.{i}.v` (the prefill's outputs), and returns the velocity `[chunk, max_action_dim]`.
@@ -169,8 +170,8 @@ impl<A: FlowArch> FlowPolicy<A> {
         Ok(ids)
     }
 
-    /// Runs the vision graph on every camera view: their image tokens, stacked
-    /// `[n_images * T, D]`.
+    /// Runs the vision graph on every camera view, all in one run: their image tokens,
+    /// stacked `[n_images * T, D]`.
     pub fn run_vision(&mut self, obs: &Observation) -> Result<Tensor<'static>> {
         let n = self.spec.io.n_images;
         if obs.images.len() != n {
@@ -179,16 +180,16 @@ impl<A: FlowArch> FlowPolicy<A> {
                 obs.images.len()
             )));
         }
-        let camera = self.spec.camera;
-        let (mut all, mut shape) = (Vec::new(), vec![0, 0]);
-        for img in &obs.images {
-            let s = camera.size;
-            let t = Tensor::from_f32(vec![3, s, s], camera.pixels(img)?)?;
-            let out = self.graphs.exec(VISION).run(&[("image", &t)])?;
-            shape = vec![shape[0] + out[0].shape()[0], out[0].shape()[1]];
-            all.extend_from_slice(out[0].as_f32()?);
-        }
-        Tensor::from_f32(shape, all)
+        let (camera, s) = (self.spec.camera, self.spec.camera.size);
+        let pixels = obs
+            .images
+            .iter()
+            .map(|img| Tensor::from_f32(vec![3, s, s], camera.pixels(img)?))
+            .collect::<Result<Vec<_>>>()?;
+        let names: Vec<String> = (0..n).map(|i| format!("image.{i}")).collect();
+        let inputs: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&pixels).collect();
+        let mut out = self.graphs.exec(VISION).run(&inputs)?;
+        Ok(out.remove(0))
     }
 }
 

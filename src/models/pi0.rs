@@ -23,7 +23,7 @@ use crate::modules::decoder::{
     finish_layer, norm_and_query, rotate, rotated_kv, DecoderConfig, ExpertConfig, Layer, LmConfig,
 };
 use crate::modules::flow::{Schedule, TimeEmbedding};
-use crate::modules::vision::{embed_image, Connector, VisionConfig};
+use crate::modules::vision::{embed_images, Connector, VisionConfig};
 use crate::preprocess::{CameraInput, PadAlign, PixelMap};
 use crate::{Error, Result, Tensor};
 
@@ -265,11 +265,11 @@ impl FlowArch for Pi0Config {
 pub mod graphs {
     use super::*;
 
-    /// `image` `[3, S, S]` in [-1, 1] -> image tokens `[n_img_tokens, hidden]`.
+    /// `image.{i}` `[3, S, S]` in [-1, 1] for each camera -> their image tokens
+    /// `[n_images * n_img_tokens, hidden]`, in one run.
     pub fn vision(mut g: GraphBuilder, cfg: &Pi0Config) -> Result<Graph> {
-        let s = cfg.vision.image_size;
-        let img = g.input("image", &[3, s, s]);
-        let out = embed_image(&mut g, img, &cfg.vision, cfg.connector(), cfg.lm.hidden)?;
+        let (n, c, h) = (cfg.io.n_images, cfg.connector(), cfg.lm.hidden);
+        let out = embed_images(&mut g, n, &cfg.vision, c, h)?;
         g.build(&[out])
     }
 

@@ -240,3 +240,26 @@ pub fn embed_image(
         Connector::Identity => Ok(x),
     }
 }
+
+/// Every camera view through the tower and `connector` in one graph: inputs `image.{i}`
+/// `[3, S, S]` for `i < n_images` (the weights shared), their image tokens stacked
+/// `[n_images * n_tokens, out]`.
+pub fn embed_images(
+    g: &mut GraphBuilder,
+    n_images: usize,
+    cfg: &VisionConfig,
+    connector: Connector,
+    out: usize,
+) -> Result<NodeId> {
+    let s = cfg.image_size;
+    let views = (0..n_images)
+        .map(|i| {
+            let img = g.input(format!("image.{i}"), &[3, s, s]);
+            embed_image(g, img, cfg, connector, out)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    match views.as_slice() {
+        [one] => Ok(*one),
+        _ => g.concat(&views, 0),
+    }
+}
