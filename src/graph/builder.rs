@@ -41,10 +41,7 @@ impl<'w> GraphBuilder<'w> {
     /// shape. For listing a model's tensors (shape checks, random-weight models, converter
     /// coverage) without a file.
     pub fn declaring() -> GraphBuilder<'static> {
-        GraphBuilder {
-            weights: None,
-            nodes: Vec::new(),
-        }
+        GraphBuilder::over(None)
     }
 
     pub fn shape(&self, id: NodeId) -> &[usize] {

@@ -87,6 +87,15 @@ pub struct FlowSpec {
     pub schedule: Schedule,
 }
 
+/// lerobot's `NewLineProcessor` (SmolVLA, pi0): the task with a newline appended unless it
+/// ends with one.
+pub fn newline_terminated(task: &str) -> String {
+    match task.ends_with('\n') {
+        true => task.to_owned(),
+        false => format!("{task}\n"),
+    }
+}
+
 /// Graph indices in [`LoadedGraphs`].
 const VISION: usize = 0;
 const PREFILL: usize = 1;
@@ -314,17 +323,19 @@ impl PrefixLayout {
         }
     }
 
-    /// The prefill's `positions` `[P]` and `mask` `[P, P]`.
-    pub fn inputs(&self) -> Result<Inputs> {
+    /// The prefill's `positions` `[P]`, `mask` `[P, P]` and instruction `tokens` `[L]`
+    /// (padded ids as f32); the suffix inputs, which need the layout, come first.
+    pub fn into_inputs(self, tokens: Vec<f32>) -> Result<Inputs> {
         let p = self.valid.len();
         Ok(vec![
             (
                 "positions".into(),
-                Tensor::from_f32(vec![p], self.positions.clone())?,
+                Tensor::from_f32(vec![p], self.positions)?,
             ),
+            ("mask".into(), Tensor::from_f32(vec![p, p], self.mask)?),
             (
-                "mask".into(),
-                Tensor::from_f32(vec![p, p], self.mask.clone())?,
+                "tokens".into(),
+                Tensor::from_f32(vec![tokens.len()], tokens)?,
             ),
         ])
     }

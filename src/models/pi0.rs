@@ -12,7 +12,10 @@
 //! velocity). Masks, positions, the time embedding and the prompt are the hooks here.
 
 use super::common::ActionIo;
-use super::flow::{FlowArch, FlowPolicy, FlowSpec, Inputs, PrefixLayout, RequestInputs, Segment};
+use super::flow::{
+    newline_terminated, FlowArch, FlowPolicy, FlowSpec, Inputs, PrefixLayout, RequestInputs,
+    Segment,
+};
 use super::presets;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
@@ -217,8 +220,7 @@ impl FlowArch for Pi0Config {
     /// ([`pi05_prompt`]).
     fn prompt_text(&self, task: &str, state: &[f32]) -> String {
         match self.variant {
-            Variant::Pi0 if task.ends_with('\n') => task.to_owned(),
-            Variant::Pi0 => format!("{task}\n"),
+            Variant::Pi0 => newline_terminated(task),
             Variant::Pi05 => pi05_prompt(task, state),
         }
     }
@@ -230,12 +232,8 @@ impl FlowArch for Pi0Config {
         state: &[f32],
     ) -> Result<RequestInputs> {
         let layout = self.layout(n_tokens);
-        let mut prefix = layout.inputs()?;
-        prefix.push((
-            "tokens".into(),
-            Tensor::from_f32(vec![tokens.len()], tokens)?,
-        ));
         let mut suffix = self.suffix_inputs(&layout)?;
+        let prefix = layout.into_inputs(tokens)?;
         if self.variant == Variant::Pi0 {
             let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
             suffix.push(("state".into(), state));

@@ -9,7 +9,10 @@
 //! (one velocity evaluation). Masks, positions and the time embedding are the hooks here.
 
 use super::common::ActionIo;
-use super::flow::{FlowArch, FlowPolicy, FlowSpec, Inputs, PrefixLayout, RequestInputs, Segment};
+use super::flow::{
+    newline_terminated, FlowArch, FlowPolicy, FlowSpec, Inputs, PrefixLayout, RequestInputs,
+    Segment,
+};
 use super::presets;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
@@ -150,10 +153,7 @@ impl FlowArch for SmolVlaConfig {
 
     /// lerobot's `SmolVLANewLineProcessor`: a newline appended unless the task ends with one.
     fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
-        match task.ends_with('\n') {
-            true => task.to_owned(),
-            false => format!("{task}\n"),
-        }
+        newline_terminated(task)
     }
 
     fn request_inputs(
@@ -163,19 +163,13 @@ impl FlowArch for SmolVlaConfig {
         state: &[f32],
     ) -> Result<RequestInputs> {
         let layout = self.layout(n_tokens);
-        let mut prefix = layout.inputs()?;
-        prefix.push((
-            "tokens".into(),
-            Tensor::from_f32(vec![tokens.len()], tokens)?,
-        ));
+        let suffix = self.suffix_inputs(&layout)?;
+        let mut prefix = layout.into_inputs(tokens)?;
         prefix.push((
             "state".into(),
             Tensor::from_f32(vec![1, state.len()], state.to_vec())?,
         ));
-        Ok(RequestInputs {
-            prefix,
-            suffix: self.suffix_inputs(&layout)?,
-        })
+        Ok(RequestInputs { prefix, suffix })
     }
 
     fn time_input(&self, t: f32) -> Result<Tensor<'static>> {
