@@ -36,12 +36,14 @@ pub struct Observation {
     pub noise: Option<Vec<f32>>,
 }
 
-/// Milliseconds spent per stage of one predict call.
+/// Milliseconds spent per stage of one predict call. A stage time is `None` where the
+/// backend ran the whole predict in one submission and cannot time its stages apart (no
+/// timestamp queries, or one ggml graph compute).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StageTimes {
-    pub vision_ms: f32,
-    pub prefill_ms: f32,
-    pub denoise_ms: f32,
+    pub vision_ms: Option<f32>,
+    pub prefill_ms: Option<f32>,
+    pub denoise_ms: Option<f32>,
     pub total_ms: f32,
 }
 
@@ -101,6 +103,10 @@ pub struct RuntimeOptions {
     pub flash_attn: Option<bool>,
     /// CPU threads for ggml-cpu.
     pub threads: Option<usize>,
+    /// Flow policies: run vision, prefill and each denoise step as separate backend runs
+    /// with the host between them (image tokens, keys and values and x cross the bus),
+    /// instead of one run of the whole predict. For reference and per-stage timing.
+    pub stepwise: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -112,6 +118,7 @@ impl Default for RuntimeOptions {
             weight_dtype: None,
             flash_attn: None,
             threads: None,
+            stepwise: false,
         }
     }
 }

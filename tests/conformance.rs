@@ -52,6 +52,11 @@ macro_rules! conformance_tests {
             }
 
             #[test]
+            fn one_run_matches_stepwise() {
+                check::one_run_matches_stepwise_everywhere(&case(stringify!($name)));
+            }
+
+            #[test]
             fn steps_option_sets_the_step_count() {
                 check::steps_option_sets_the_step_count(&case(stringify!($name)));
             }

@@ -205,7 +205,7 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
         ),
         ("tokens", t(vec![cfg.io.tokenizer_max_length], tokens)),
         ("positions", t(vec![p], layout.positions.clone())),
-        ("mask", t(vec![p, p], layout.mask.clone())),
+        ("valid", layout.valid_input().unwrap()),
     ];
     let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
     let mut prefill = be
@@ -267,7 +267,9 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
     state.resize(cfg.io.max_state_dim, 0.0);
     let state = t(vec![1, cfg.io.max_state_dim], state);
     let suffix = cfg.suffix_inputs(&layout).unwrap();
-    let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
+    let valid = layout.valid_input().unwrap();
+    let mut inputs: Vec<(&str, &Tensor)> =
+        vec![("x_t", &x_t), ("time_emb", &time), ("valid", &valid)];
     if v == Variant::Pi0 {
         inputs.push(("state", &state));
     }

@@ -253,7 +253,7 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
         ("tokens", t(vec![cfg.io.tokenizer_max_length], tokens)),
         ("state", t(vec![1, cfg.io.max_state_dim], state)),
         ("positions", t(vec![p], layout.positions.clone())),
-        ("mask", t(vec![p, p], layout.mask.clone())),
+        ("valid", layout.valid_input().unwrap()),
     ];
     let mut prefill = be
         .compile(
@@ -306,7 +306,9 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     );
     let time = time_input(&cfg, 1.0).unwrap();
     let suffix = cfg.suffix_inputs(&layout).unwrap();
-    let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
+    let valid = layout.valid_input().unwrap();
+    let mut inputs: Vec<(&str, &Tensor)> =
+        vec![("x_t", &x_t), ("time_emb", &time), ("valid", &valid)];
     inputs.extend(suffix.iter().map(|(n, t)| (n.as_str(), t)));
     inputs.extend(lerobot_kv.iter().map(|(n, t)| (n.as_str(), t)));
     let mut denoise = be

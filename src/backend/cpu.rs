@@ -4,6 +4,7 @@ use super::{match_inputs, Backend, ExecStats, Executable, RunCounters, WeightSto
 use crate::graph::{AttentionMask, Graph, Op};
 use crate::ops::{self, Mask};
 use crate::{Error, Result, Tensor};
+use std::time::Instant;
 
 pub struct CpuBackend;
 
@@ -22,7 +23,7 @@ impl Backend for CpuBackend {
         for node in graph.nodes() {
             resolved.push(match &node.op {
                 Op::Weight(name) => {
-                    let t = weights.weight(name)?;
+                    let t = graph.weight_data(weights, name)?;
                     weight_bytes += t.raw_bytes().len() as u64;
                     Some(t)
                 }
@@ -36,6 +37,7 @@ impl Backend for CpuBackend {
             weight_bytes,
             peak: 0,
             runs: RunCounters::default(),
+            stage_ms: None,
         }))
     }
 }
@@ -47,6 +49,7 @@ struct CpuExecutable<'w> {
     weight_bytes: u64,
     peak: u64,
     runs: RunCounters,
+    stage_ms: Option<Vec<f32>>,
 }
 
 impl Executable for CpuExecutable<'_> {
@@ -55,7 +58,12 @@ impl Executable for CpuExecutable<'_> {
         let n = self.graph.nodes().len();
         let mut values: Vec<Option<Tensor<'static>>> = (0..n).map(|_| None).collect();
         let (mut live, mut peak) = (0u64, 0u64);
+        let starts: Vec<usize> = self.graph.stages().iter().map(|s| s.1).collect();
+        let mut marks = Vec::with_capacity(starts.len() + 1);
         for (i, node) in self.graph.nodes().iter().enumerate() {
+            while marks.len() < starts.len() && starts[marks.len()] <= i {
+                marks.push(Instant::now());
+            }
             let get = |id: crate::graph::NodeId| -> &Tensor {
                 match &self.weights[id.0] {
                     Some(w) => w,
@@ -131,6 +139,12 @@ impl Executable for CpuExecutable<'_> {
         }
         self.peak = self.peak.max(peak);
         self.runs.dispatches += self.ops_per_run() as u64;
+        marks.resize(starts.len(), Instant::now());
+        marks.push(Instant::now());
+        self.stage_ms = (!starts.is_empty()).then(|| {
+            let ms = |w: &[Instant]| (w[1] - w[0]).as_secs_f32() * 1e3;
+            marks.windows(2).map(ms).collect()
+        });
         self.graph
             .outputs()
             .iter()
@@ -142,6 +156,10 @@ impl Executable for CpuExecutable<'_> {
                 ))),
             })
             .collect()
+    }
+
+    fn stage_ms(&self) -> Option<Vec<f32>> {
+        self.stage_ms.clone()
     }
 
     fn stats(&self) -> ExecStats {

@@ -72,6 +72,12 @@ pub trait Executable: Send {
     /// Runs the graph on named f32 inputs; returns the graph's outputs in order.
     fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor<'static>>>;
     fn stats(&self) -> ExecStats;
+    /// Milliseconds each of the graph's stages ([`Graph::stages`]) took in the last run,
+    /// where the backend can tell them apart (`None` where it cannot, e.g. one ggml graph
+    /// compute, or a wgpu adapter without timestamp queries).
+    fn stage_ms(&self) -> Option<Vec<f32>> {
+        None
+    }
 }
 
 pub trait Backend {

@@ -3,7 +3,8 @@
 use super::{AttentionMask, Graph, Node, NodeId, Op, WeightStore};
 use crate::gguf::GgmlType;
 use crate::ops::{RopeConfig, RopeLayout};
-use crate::{Error, Result};
+use crate::{Error, Result, Tensor};
+use std::collections::{BTreeMap, HashMap};
 
 /// Adds nodes one op at a time; each call checks its input shapes and returns the new node.
 ///
@@ -14,6 +15,15 @@ use crate::{Error, Result};
 pub struct GraphBuilder<'w> {
     weights: Option<&'w dyn WeightStore>,
     nodes: Vec<Node>,
+    /// Weight (and constant) nodes by name: one node per name.
+    weight_nodes: HashMap<String, NodeId>,
+    /// Input nodes by name (the last one made under each name).
+    input_nodes: HashMap<String, NodeId>,
+    constants: BTreeMap<String, Tensor<'static>>,
+    stages: Vec<(String, usize)>,
+    /// Nodes [`Self::inline`] made, by (op, inputs): an inlined node that computes what one
+    /// of them computes is that node.
+    inlined: HashMap<String, NodeId>,
 }
 
 fn err(op: &'static str, reason: String) -> Error {
@@ -23,10 +33,7 @@ fn err(op: &'static str, reason: String) -> Error {
 impl<'w> GraphBuilder<'w> {
     /// `weights` answers the shapes and dtypes of weight nodes.
     pub fn new(weights: &'w dyn WeightStore) -> Self {
-        GraphBuilder {
-            weights: Some(weights),
-            nodes: Vec::new(),
-        }
+        GraphBuilder::over(Some(weights))
     }
 
     /// A builder over `store`, or a [`Self::declaring`] one without.
@@ -34,6 +41,11 @@ impl<'w> GraphBuilder<'w> {
         GraphBuilder {
             weights: store,
             nodes: Vec::new(),
+            weight_nodes: HashMap::new(),
+            input_nodes: HashMap::new(),
+            constants: BTreeMap::new(),
+            stages: Vec::new(),
+            inlined: HashMap::new(),
         }
     }
 
@@ -73,7 +85,124 @@ impl<'w> GraphBuilder<'w> {
     }
 
     pub fn input(&mut self, name: impl Into<String>, shape: &[usize]) -> NodeId {
-        self.activation(Op::Input(name.into()), vec![], shape.to_vec())
+        let name = name.into();
+        let id = self.activation(Op::Input(name.clone()), vec![], shape.to_vec());
+        self.input_nodes.insert(name, id);
+        id
+    }
+
+    /// Starts the stage `name`: the nodes added from here on, up to the next stage, are
+    /// timed together where the backend can tell stages apart ([`Graph::stages`]).
+    pub fn stage(&mut self, name: &str) {
+        self.stages.push((name.to_owned(), self.nodes.len()));
+    }
+
+    /// The input node last made under `name` (by [`Self::input`] or [`Self::inline`]).
+    pub fn input_node(&self, name: &str) -> Option<NodeId> {
+        self.input_nodes.get(name).copied()
+    }
+
+    /// A tensor the graph carries itself (backends upload it with the weights): values the
+    /// model derives from its config, such as per-step time embeddings or mask structure.
+    /// Named like a weight, but not in the weight store nor in [`Graph::weights`]; a name
+    /// given twice must carry the same tensor, and gives the same node.
+    pub fn constant(&mut self, name: &str, value: Tensor<'static>) -> Result<NodeId> {
+        if let Some(&id) = self.weight_nodes.get(name) {
+            return match self.constants.get(name) {
+                Some(c) if c.shape() == value.shape() && c.raw_bytes() == value.raw_bytes() => {
+                    Ok(id)
+                }
+                _ => Err(Error::InvalidArgument(format!(
+                    "constant {name:?} is given twice with different values (or names a weight)"
+                ))),
+            };
+        }
+        let id = self.push(
+            Op::Weight(name.to_owned()),
+            vec![],
+            value.shape().to_vec(),
+            value.dtype(),
+        );
+        self.weight_nodes.insert(name.to_owned(), id);
+        self.constants.insert(name.to_owned(), value);
+        Ok(id)
+    }
+
+    /// Copies `graph`'s nodes into this graph and returns its outputs here. `bind(name)`
+    /// gives the node that replaces input `name` (of the input's shape); an unbound input
+    /// becomes the input `{namespace}.{name}`, one node shared by every graph inlined under
+    /// that namespace. Weights and constants are shared by name, so a weight that several
+    /// inlined graphs read is one node (one upload). An op whose inputs are the same nodes
+    /// as those of an op inlined before is that node (every op is pure): what a graph
+    /// inlined many times computes from its shared inputs alone (a mask from the request,
+    /// say) is computed once.
+    pub fn inline(
+        &mut self,
+        graph: &Graph,
+        namespace: &str,
+        bind: impl Fn(&str) -> Option<NodeId>,
+    ) -> Result<Vec<NodeId>> {
+        let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
+        for n in &graph.nodes {
+            let id = match &n.op {
+                Op::Input(name) => match bind(name) {
+                    Some(id) if self.shape(id) == n.shape.as_slice() => id,
+                    Some(id) => {
+                        return Err(err(
+                            "inline",
+                            format!(
+                                "input {name:?} is {:?}, bound to a node of shape {:?}",
+                                n.shape,
+                                self.shape(id)
+                            ),
+                        ))
+                    }
+                    None => {
+                        let full = format!("{namespace}.{name}");
+                        match self.input_nodes.get(&full) {
+                            Some(&id) if self.shape(id) == n.shape.as_slice() => id,
+                            Some(_) => {
+                                return Err(err(
+                                    "inline",
+                                    format!("input {full:?} is made with two shapes"),
+                                ))
+                            }
+                            None => self.input(full, &n.shape),
+                        }
+                    }
+                },
+                Op::Weight(name) => match graph.constants.get(name) {
+                    Some(c) => self.constant(name, c.clone())?,
+                    None => match self.weight_nodes.get(name) {
+                        Some(&id) if self.nodes[id.0].shape == n.shape => id,
+                        Some(_) => {
+                            return Err(Error::InvalidArgument(format!(
+                                "tensor {name:?} is declared with two shapes"
+                            )))
+                        }
+                        None => {
+                            let id = self.push(n.op.clone(), vec![], n.shape.clone(), n.dtype);
+                            self.weight_nodes.insert(name.clone(), id);
+                            id
+                        }
+                    },
+                },
+                op => {
+                    let inputs: Vec<NodeId> = n.inputs.iter().map(|i| map[i.0]).collect();
+                    let key = format!("{op:?} {inputs:?} {:?}", n.shape);
+                    match self.inlined.get(&key) {
+                        Some(&id) => id,
+                        None => {
+                            let id = self.push(op.clone(), inputs, n.shape.clone(), n.dtype);
+                            self.inlined.insert(key, id);
+                            id
+                        }
+                    }
+                }
+            };
+            map.push(id);
+        }
+        Ok(graph.outputs.iter().map(|o| map[o.0]).collect())
     }
 
     /// The weight `name`, which the model declares to be `shape` (row-major): the one place
@@ -81,15 +210,14 @@ impl<'w> GraphBuilder<'w> {
     /// upload). Fails, naming the tensor, when the store lacks it or holds another shape, or
     /// when the graph already declared it with another shape.
     pub fn weight(&mut self, name: &str, shape: &[usize]) -> Result<NodeId> {
-        let declared = |n: &Node| matches!(&n.op, Op::Weight(w) if w == name);
-        if let Some(i) = self.nodes.iter().position(declared) {
-            if self.nodes[i].shape != shape {
+        if let Some(&id) = self.weight_nodes.get(name) {
+            if self.constants.contains_key(name) || self.nodes[id.0].shape != shape {
                 return Err(Error::InvalidArgument(format!(
                     "tensor {name:?} is declared as {:?} and as {shape:?}",
-                    self.nodes[i].shape
+                    self.nodes[id.0].shape
                 )));
             }
-            return Ok(NodeId(i));
+            return Ok(id);
         }
         let dtype = match self.weights {
             None => GgmlType::F32,
@@ -104,7 +232,9 @@ impl<'w> GraphBuilder<'w> {
                 t.dtype()
             }
         };
-        Ok(self.push(Op::Weight(name.to_owned()), vec![], shape.to_vec(), dtype))
+        let id = self.push(Op::Weight(name.to_owned()), vec![], shape.to_vec(), dtype);
+        self.weight_nodes.insert(name.to_owned(), id);
+        Ok(id)
     }
 
     /// The weight `name` with whatever shape the store holds (op tests and benchmarks over
@@ -115,7 +245,9 @@ impl<'w> GraphBuilder<'w> {
         })?;
         let t = store.weight(name)?;
         let (shape, dtype) = (t.shape().to_vec(), t.dtype());
-        Ok(self.push(Op::Weight(name.to_owned()), vec![], shape, dtype))
+        let id = self.push(Op::Weight(name.to_owned()), vec![], shape, dtype);
+        self.weight_nodes.insert(name.to_owned(), id);
+        Ok(id)
     }
 
     pub fn matmul(&mut self, x: NodeId, w: NodeId) -> Result<NodeId> {
@@ -394,6 +526,8 @@ impl<'w> GraphBuilder<'w> {
         Ok(Graph {
             nodes: self.nodes,
             outputs: outputs.to_vec(),
+            constants: self.constants,
+            stages: self.stages,
         })
     }
 }

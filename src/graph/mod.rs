@@ -158,6 +158,10 @@ impl Node {
 pub struct Graph {
     pub(crate) nodes: Vec<Node>,
     pub(crate) outputs: Vec<NodeId>,
+    /// Weight nodes whose data the graph carries ([`GraphBuilder::constant`]).
+    pub(crate) constants: BTreeMap<String, Tensor<'static>>,
+    /// Named stages as (name, first node), in node order ([`GraphBuilder::stage`]).
+    pub(crate) stages: Vec<(String, usize)>,
 }
 
 impl Graph {
@@ -173,6 +177,12 @@ impl Graph {
         &self.outputs
     }
 
+    /// The graph's named stages: (name, index of its first node), in node order; each runs
+    /// to the next one's start (the last to the end). Empty for an unstaged graph.
+    pub fn stages(&self) -> &[(String, usize)] {
+        &self.stages
+    }
+
     /// Names of the run-time inputs, in node order.
     pub fn input_names(&self) -> impl Iterator<Item = &str> {
         self.nodes.iter().filter_map(|n| match &n.op {
@@ -181,23 +191,35 @@ impl Graph {
         })
     }
 
-    /// The weights the graph reads, by name, with their declared row-major shapes.
+    /// The weights the graph reads from its store, by name, with their declared row-major
+    /// shapes (not the constants it carries).
     pub fn weights(&self) -> impl Iterator<Item = (&str, &[usize])> {
         self.nodes.iter().filter_map(|n| match &n.op {
-            Op::Weight(name) => Some((name.as_str(), n.shape.as_slice())),
+            Op::Weight(name) if !self.constants.contains_key(name) => {
+                Some((name.as_str(), n.shape.as_slice()))
+            }
             _ => None,
         })
     }
 
-    /// The weights that a matmul multiplies by (its right operand).
+    /// The stored weights that a matmul multiplies by (its right operand).
     pub fn matmul_weights(&self) -> impl Iterator<Item = &str> {
         self.nodes
             .iter()
             .filter(|n| n.op == Op::MatMul)
             .filter_map(|n| match &self.nodes[n.inputs[1].0].op {
-                Op::Weight(name) => Some(name.as_str()),
+                Op::Weight(name) if !self.constants.contains_key(name) => Some(name.as_str()),
                 _ => None,
             })
+    }
+
+    /// The data of weight node `name`: the constant the graph carries, or the store's
+    /// tensor. Backends load every weight node through this.
+    pub fn weight_data<'w>(&self, store: &'w dyn WeightStore, name: &str) -> Result<Tensor<'w>> {
+        match self.constants.get(name) {
+            Some(c) => Ok(c.clone()),
+            None => store.weight(name),
+        }
     }
 
     /// For each node, the index of the last node that reads it (outputs live to the end).

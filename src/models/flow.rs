@@ -4,6 +4,12 @@
 //! schedule, and the actions unnormalised. An arch supplies its config, its three graphs and
 //! the hooks below ([`FlowArch`]); archs that predict in one pass implement
 //! [`Policy`] directly instead.
+//!
+//! By default the three graphs are composed into one predict graph ([`predict_graph`]):
+//! vision, prefill and every denoise step with its Euler update, so a predict is one backend
+//! run (one upload of the request, one readback of the chunk) and nothing the model computes
+//! crosses the bus. `RuntimeOptions::stepwise` runs the three graphs separately with the
+//! host integrating between them: the reference the one-run path is tested against.
 
 use super::common::{
     gguf_tokenizer, instruction_ids, ms_since, noise_or_draw, require_tokenizer, steps_override,
@@ -11,7 +17,7 @@ use super::common::{
 };
 use crate::config::Section;
 use crate::gguf::{GgufFile, GgufWriter};
-use crate::graph::{declared_weights, Graph, WeightStore};
+use crate::graph::{declared_weights, Graph, GraphBuilder, WeightStore};
 use crate::modules::flow::{euler_integrate, Schedule};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::preprocess::{CameraInput, Normalizer};
@@ -19,15 +25,15 @@ use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
 use std::time::Instant;
 
-/// Named graph inputs.
-pub type Inputs = Vec<(String, Tensor<'static>)>;
+pub use super::prefix::{mask_constant, valid_rows, Inputs, PrefixLayout, Segment, VALID};
 
 /// What one request gives the prefill and denoise graphs besides the image tokens, `x_t`,
 /// the time input and the cached keys and values.
 pub struct RequestInputs {
-    /// Prefill inputs: instruction tokens, positions, mask, ...
+    /// Prefill inputs: instruction tokens, positions, [`VALID`], ...
     pub prefix: Inputs,
-    /// Denoise inputs fixed over the steps: positions, masks, ...
+    /// Denoise inputs fixed over the steps (positions, ...), besides [`VALID`], which the
+    /// denoise graph takes from the prefix.
     pub suffix: Inputs,
 }
 
@@ -38,8 +44,9 @@ pub struct RequestInputs {
 /// image tokens `[n_images * T, D]` (one run for all views); `prefill` takes `img_tokens`
 /// (that output) plus [`RequestInputs::prefix`]
 /// and returns keys and values, `(k, v)` per layer; `denoise` takes `x_t`
-/// `[chunk, max_action_dim]`, `time_emb`, [`RequestInputs::suffix`] and `kv.{i}.k` /
-/// `kv.{i}.v` (the prefill's outputs), and returns the velocity `[chunk, max_action_dim]`.
+/// `[chunk, max_action_dim]`, `time_emb`, [`RequestInputs::suffix`], the prefix's
+/// [`VALID`] and `kv.{i}.k` / `kv.{i}.v` (the prefill's outputs), and returns the velocity
+/// `[chunk, max_action_dim]`.
 pub trait FlowArch: Section + Clone + Send + Sized {
     /// The `general.architecture` of this config.
     fn arch(&self) -> &'static str;
@@ -96,10 +103,74 @@ pub fn newline_terminated(task: &str) -> String {
     }
 }
 
-/// Graph indices in [`LoadedGraphs`].
+/// Stage graph indices in [`LoadedGraphs`] when stepwise.
 const VISION: usize = 0;
 const PREFILL: usize = 1;
 const DENOISE: usize = 2;
+
+/// The stages of [`predict_graph`] and of a predict's [`StageTimes`].
+const STAGES: [&str; 3] = ["vision", "prefill", "denoise"];
+
+/// A whole predict as one graph: the vision graph, the prefill on its image tokens, and
+/// `spec.io.num_steps` denoise evaluations on the prefill's keys and values, each followed
+/// by the Euler update `x += dt * v`. The time embeddings of the steps are constants of the
+/// graph (one set per step count). Inputs: `noise` `[chunk, max_action_dim]` (x at the
+/// schedule's start), and the stage graphs' request inputs under the names
+/// `vision.image.{i}`, `prefill.{name}` and `denoise.{name}`; output: x at the schedule's
+/// end. Stages `vision`, `prefill`, `denoise` ([`Graph::stages`]).
+pub fn predict_graph<A: FlowArch>(
+    cfg: &A,
+    spec: &FlowSpec,
+    store: Option<&dyn WeightStore>,
+) -> Result<Graph> {
+    let [vision, prefill, denoise] = cfg.graphs(store)?;
+    let mut g = GraphBuilder::over(store);
+    g.stage(STAGES[0]);
+    let img = g.inline(&vision, STAGES[0], |_| None)?[0];
+    g.stage(STAGES[1]);
+    let kv = g.inline(&prefill, STAGES[1], |n| (n == "img_tokens").then_some(img))?;
+    let valid = g.input_node(&format!("{}.{VALID}", STAGES[1]));
+    g.stage(STAGES[2]);
+    let mut x = g.input("noise", &[spec.io.chunk_size, spec.io.max_action_dim]);
+    for (step, (t, dt)) in spec
+        .schedule
+        .steps(spec.io.num_steps)
+        .into_iter()
+        .enumerate()
+    {
+        let time = g.constant(&format!("flow.time_emb.{step}"), cfg.time_input(t)?)?;
+        let bind = |name: &str| match name {
+            "x_t" => Some(x),
+            "time_emb" => Some(time),
+            VALID => valid,
+            _ => kv_index(name).and_then(|k| kv.get(k).copied()),
+        };
+        let v = g.inline(&denoise, STAGES[2], bind)?[0];
+        let step = g.scale(v, dt);
+        x = g.add(x, step)?;
+    }
+    g.build(&[x])
+}
+
+/// `kv.{i}.k` -> `2 i`, `kv.{i}.v` -> `2 i + 1`: the prefill output a denoise input names.
+fn kv_index(name: &str) -> Option<usize> {
+    let rest = name.strip_prefix("kv.")?;
+    let (layer, which) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    match which {
+        "k" => Some(2 * layer),
+        "v" => Some(2 * layer + 1),
+        _ => None,
+    }
+}
+
+/// One request as model inputs, made on the host.
+struct Request {
+    /// `[3, S, S]` per camera.
+    pixels: Vec<Tensor<'static>>,
+    inputs: RequestInputs,
+    noise: Vec<f32>,
+}
 
 /// A flow-matching policy: an arch's config and compiled graphs, its tokenizer and
 /// normalisers.
@@ -112,7 +183,9 @@ pub struct FlowPolicy<A: FlowArch> {
     action_norm: Normalizer,
     /// From the GGUF's `tokenizer.ggml.*` metadata; without it only token ids are accepted.
     tokenizer: Option<Tokenizer>,
+    /// [`predict_graph`], or the vision, prefill and denoise graphs when stepwise.
     graphs: LoadedGraphs,
+    stepwise: bool,
 }
 
 impl<A: FlowArch> FlowPolicy<A> {
@@ -125,7 +198,10 @@ impl<A: FlowArch> FlowPolicy<A> {
         let e = opts.embodiment.as_deref();
         let state_norm = Normalizer::from_gguf(&file, "state", io.state_dim, e)?;
         let action_norm = Normalizer::from_gguf(&file, "action", io.action_dim, e)?;
-        let graphs = LoadedGraphs::compile(file, opts, |f| Ok(cfg.graphs(Some(f))?.into()))?;
+        let graphs = LoadedGraphs::compile(file, opts, |f| match opts.stepwise {
+            true => Ok(cfg.graphs(Some(f))?.into()),
+            false => Ok(vec![predict_graph(&cfg, &spec, Some(f))?]),
+        })?;
         let size = spec.camera.size;
         let info = PolicyInfo {
             n_images: io.n_images,
@@ -147,6 +223,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             action_norm,
             tokenizer,
             graphs,
+            stepwise: opts.stepwise,
         })
     }
 
@@ -179,26 +256,99 @@ impl<A: FlowArch> FlowPolicy<A> {
         Ok(ids)
     }
 
-    /// Runs the vision graph on every camera view, all in one run: their image tokens,
-    /// stacked `[n_images * T, D]`.
-    pub fn run_vision(&mut self, obs: &Observation) -> Result<Tensor<'static>> {
-        let n = self.spec.io.n_images;
-        if obs.images.len() != n {
+    /// Checks `obs` and turns it into model inputs: pixels, instruction, state, noise.
+    fn request(&self, obs: &Observation) -> Result<Request> {
+        let io = &self.spec.io;
+        if obs.images.len() != io.n_images {
             return Err(Error::InvalidArgument(format!(
-                "{} images, this model takes {n}",
-                obs.images.len()
+                "{} images, this model takes {}",
+                obs.images.len(),
+                io.n_images
             )));
         }
+        let state = self.normalised_state(obs)?;
+        let (tokens, n_tokens) = instruction_ids(
+            obs,
+            io.tokenizer_max_length,
+            self.spec.vocab_size,
+            io.pad_token_id,
+            |p| self.tokenize_prompt(p, &state),
+        )?;
+        let noise = noise_or_draw(obs, io.chunk_size, io.max_action_dim)?;
         let (camera, s) = (self.spec.camera, self.spec.camera.size);
         let pixels = obs
             .images
             .iter()
             .map(|img| Tensor::from_f32(vec![3, s, s], camera.pixels(img)?))
             .collect::<Result<Vec<_>>>()?;
-        let names: Vec<String> = (0..n).map(|i| format!("image.{i}")).collect();
-        let inputs: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&pixels).collect();
-        let mut out = self.graphs.exec(VISION).run(&inputs)?;
-        Ok(out.remove(0))
+        let inputs = self.cfg.request_inputs(tokens, n_tokens, &state)?;
+        Ok(Request {
+            pixels,
+            inputs,
+            noise,
+        })
+    }
+
+    /// The whole predict in one run of [`predict_graph`]: x at the schedule's end, and the
+    /// stage times where the backend can tell the stages apart.
+    fn run_once(&mut self, req: Request) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let io = &self.spec.io;
+        let mut named: Vec<(String, Tensor)> = Vec::new();
+        for (i, p) in req.pixels.into_iter().enumerate() {
+            named.push((format!("{}.image.{i}", STAGES[0]), p));
+        }
+        for (n, t) in req.inputs.prefix {
+            named.push((format!("{}.{n}", STAGES[1]), t));
+        }
+        for (n, t) in req.inputs.suffix {
+            named.push((format!("{}.{n}", STAGES[2]), t));
+        }
+        let noise = Tensor::from_f32(vec![io.chunk_size, io.max_action_dim], req.noise)?;
+        named.push(("noise".into(), noise));
+        let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let exec = self.graphs.exec(0);
+        let out = exec.run(&inputs)?;
+        Ok((out[0].to_vec_f32()?, exec.stage_ms()))
+    }
+
+    /// The three stage graphs with the host between them: image tokens and keys and values
+    /// come back to the host, and each step uploads them again.
+    fn run_stepwise(&mut self, req: Request) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let (io, schedule) = (self.spec.io.clone(), self.spec.schedule);
+        let t0 = Instant::now();
+        let names: Vec<String> = (0..io.n_images).map(|i| format!("image.{i}")).collect();
+        let inputs: Vec<(&str, &Tensor)> =
+            names.iter().map(String::as_str).zip(&req.pixels).collect();
+        let img = self.graphs.exec(VISION).run(&inputs)?.remove(0);
+        let vision_ms = ms_since(t0);
+
+        let t1 = Instant::now();
+        let (cfg, graphs, prefix) = (&self.cfg, &mut self.graphs, &req.inputs.prefix);
+        let mut prefill: Vec<(&str, &Tensor)> = vec![("img_tokens", &img)];
+        prefill.extend(prefix.iter().map(|(n, t)| (n.as_str(), t)));
+        let kv = graphs.exec(PREFILL).run(&prefill)?;
+        let prefill_ms = ms_since(t1);
+
+        let t2 = Instant::now();
+        let names: Vec<String> = (0..kv.len() / 2)
+            .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
+            .collect();
+        let fixed = prefix.iter().filter(|(n, _)| n == VALID);
+        let fixed: Vec<(&str, &Tensor)> = fixed
+            .chain(&req.inputs.suffix)
+            .map(|(n, t)| (n.as_str(), t))
+            .chain(names.iter().map(String::as_str).zip(kv.iter()))
+            .collect();
+        let (c, ad) = (io.chunk_size, io.max_action_dim);
+        let x = euler_integrate(req.noise, schedule, io.num_steps, |x, t| {
+            let time = cfg.time_input(t)?;
+            let x_t = Tensor::from_f32(vec![c, ad], x)?;
+            let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
+            inputs.extend(fixed.iter().copied());
+            let out = graphs.exec(DENOISE).run(&inputs)?;
+            out[0].to_vec_f32()
+        })?;
+        Ok((x, Some(vec![vision_ms, prefill_ms, ms_since(t2)])))
     }
 }
 
@@ -210,138 +360,25 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
         let t0 = Instant::now();
         let counters = self.graphs.counters();
-        let state = self.normalised_state(obs)?;
-        let (io, schedule) = (self.spec.io.clone(), self.spec.schedule);
-        let (tokens, n_tokens) = instruction_ids(
-            obs,
-            io.tokenizer_max_length,
-            self.spec.vocab_size,
-            io.pad_token_id,
-            |p| self.tokenize_prompt(p, &state),
-        )?;
-        let (c, ad) = (io.chunk_size, io.max_action_dim);
-        let noise = noise_or_draw(obs, c, ad)?;
-        let img = self.run_vision(obs)?;
-        let vision_ms = ms_since(t0);
-
-        let t1 = Instant::now();
-        let (cfg, graphs) = (&self.cfg, &mut self.graphs);
-        let req = cfg.request_inputs(tokens, n_tokens, &state)?;
-        let mut prefill: Vec<(&str, &Tensor)> = vec![("img_tokens", &img)];
-        prefill.extend(req.prefix.iter().map(|(n, t)| (n.as_str(), t)));
-        let kv = graphs.exec(PREFILL).run(&prefill)?;
-        let prefill_ms = ms_since(t1);
-
-        let t2 = Instant::now();
-        let names: Vec<String> = (0..kv.len() / 2)
-            .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
-            .collect();
-        let x = euler_integrate(noise, schedule, io.num_steps, |x, t| {
-            let time = cfg.time_input(t)?;
-            let x_t = Tensor::from_f32(vec![c, ad], x)?;
-            let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
-            inputs.extend(req.suffix.iter().map(|(n, t)| (n.as_str(), t)));
-            inputs.extend(names.iter().map(String::as_str).zip(kv.iter()));
-            let out = graphs.exec(DENOISE).run(&inputs)?;
-            out[0].to_vec_f32()
-        })?;
-        let denoise_ms = ms_since(t2);
-
-        let d = io.action_dim;
+        let req = self.request(obs)?;
+        let (x, stages) = match self.stepwise {
+            true => self.run_stepwise(req)?,
+            false => self.run_once(req)?,
+        };
+        let (ad, d) = (self.spec.io.max_action_dim, self.spec.io.action_dim);
         let actions = self.action_norm.unnormalize_rows(&x, ad, d);
+        let stage = |k: usize| stages.as_ref().map(|s| s[k]);
         Ok(ActionChunk {
             actions,
-            chunk_size: c,
+            chunk_size: self.spec.io.chunk_size,
             action_dim: d,
             times: StageTimes {
-                vision_ms,
-                prefill_ms,
-                denoise_ms,
+                vision_ms: stage(0),
+                prefill_ms: stage(1),
+                denoise_ms: stage(2),
                 total_ms: ms_since(t0),
             },
             counters: self.graphs.counters().since(&counters),
         })
-    }
-}
-
-/// A run of prefix tokens: `len` tokens, the first `real` of them not padding, in attention
-/// block `block`.
-#[derive(Clone, Copy, Debug)]
-pub struct Segment {
-    pub len: usize,
-    pub real: usize,
-    pub block: usize,
-}
-
-/// Masks and positions of one request's prefix.
-pub struct PrefixLayout {
-    /// Per prefix token: not padding.
-    pub valid: Vec<bool>,
-    /// The reference's `cumsum(pad_mask) - 1`.
-    pub positions: Vec<f32>,
-    /// `[P, P]`: 1 where query i may attend key j: real tokens see the real tokens of their
-    /// own and earlier blocks (the references' block-causal `att_masks`).
-    pub mask: Vec<f32>,
-    pub n_valid: usize,
-}
-
-impl Segment {
-    pub fn new(len: usize, real: usize, block: usize) -> Self {
-        Segment { len, real, block }
-    }
-}
-
-impl PrefixLayout {
-    pub fn new(segments: &[Segment]) -> Self {
-        let (mut valid, mut block) = (Vec::new(), Vec::new());
-        for s in segments {
-            valid.extend((0..s.len).map(|i| i < s.real));
-            block.extend(std::iter::repeat_n(s.block, s.len));
-        }
-        let p = valid.len();
-        let mut positions = Vec::with_capacity(p);
-        let mut count = 0f32;
-        for &v in &valid {
-            count += f32::from(u8::from(v));
-            positions.push(count - 1.0);
-        }
-        let mut mask = vec![0f32; p * p];
-        for i in 0..p {
-            for j in 0..p {
-                let ok = valid[i] && valid[j] && block[j] <= block[i];
-                // A padding query sees only itself so no row is empty; padding keys stay
-                // invisible to real tokens, so this changes nothing the model outputs.
-                mask[i * p + j] = f32::from(u8::from(ok || i == j));
-            }
-        }
-        let n_valid = valid.iter().filter(|&&v| v).count();
-        PrefixLayout {
-            valid,
-            positions,
-            mask,
-            n_valid,
-        }
-    }
-
-    /// The prefill's `positions` `[P]`, `mask` `[P, P]` and instruction `tokens` `[L]`
-    /// (padded ids as f32); the suffix inputs, which need the layout, come first.
-    pub fn into_inputs(self, tokens: Vec<f32>) -> Result<Inputs> {
-        let p = self.valid.len();
-        Ok(vec![
-            (
-                "positions".into(),
-                Tensor::from_f32(vec![p], self.positions)?,
-            ),
-            ("mask".into(), Tensor::from_f32(vec![p, p], self.mask)?),
-            (
-                "tokens".into(),
-                Tensor::from_f32(vec![tokens.len()], tokens)?,
-            ),
-        ])
-    }
-
-    /// `[rows, P]`: 1 at the real prefix tokens, for a suffix's view of the prefix.
-    pub fn valid_row(&self) -> impl Iterator<Item = f32> + Clone + '_ {
-        self.valid.iter().map(|&v| f32::from(u8::from(v)))
     }
 }

@@ -5,6 +5,7 @@
 pub mod common;
 pub mod flow;
 pub mod pi0;
+pub mod prefix;
 pub mod presets;
 pub mod smolvla;
 

@@ -13,8 +13,8 @@
 
 use super::common::ActionIo;
 use super::flow::{
-    newline_terminated, FlowArch, FlowPolicy, FlowSpec, Inputs, PrefixLayout, RequestInputs,
-    Segment,
+    mask_constant, newline_terminated, valid_rows, FlowArch, FlowPolicy, FlowSpec, Inputs,
+    PrefixLayout, RequestInputs, Segment, VALID,
 };
 use super::presets;
 use crate::config::limits::MAX_SEQUENCE;
@@ -149,26 +149,15 @@ impl Pi0Config {
         ])
     }
 
-    /// The [`graphs::denoise`] `positions` (the suffix follows the valid prefix) and `mask`
-    /// (the valid prefix, and the suffix bidirectionally, except that pi0's state token
-    /// does not see the actions).
+    /// The [`graphs::denoise`] input fixed for a request besides `valid`: `positions`, the
+    /// suffix's positions after the valid prefix.
     pub fn suffix_inputs(&self, layout: &PrefixLayout) -> Result<Inputs> {
-        let (p, s, extra) = (
-            layout.valid.len(),
-            self.suffix_len(),
-            self.variant.suffix_extra(),
-        );
-        let mask: Vec<f32> = (0..s)
-            .flat_map(|i| {
-                let suffix = (0..s).map(move |j| f32::from(u8::from(i >= extra || j == i)));
-                layout.valid_row().chain(suffix)
-            })
-            .collect();
+        let s = self.suffix_len();
         let positions: Vec<f32> = (0..s).map(|i| (layout.n_valid + i) as f32).collect();
-        Ok(vec![
-            ("positions".into(), Tensor::from_f32(vec![s], positions)?),
-            ("mask".into(), Tensor::from_f32(vec![s, p + s], mask)?),
-        ])
+        Ok(vec![(
+            "positions".into(),
+            Tensor::from_f32(vec![s], positions)?,
+        )])
     }
 }
 
@@ -272,14 +261,17 @@ pub mod graphs {
     }
 
     /// Inputs `img_tokens` `[n_images * n_img_tokens, hidden]`, `tokens` `[L]`, `positions`
-    /// `[P]`, `mask` `[P, P]`. Outputs every layer's rotated keys and values
+    /// `[P]`, `valid` `[P]`. Outputs every layer's rotated keys and values
     /// `[P, kv_heads, head_dim]`, in layer order (k, v).
     pub fn prefill(mut g: GraphBuilder, cfg: &Pi0Config) -> Result<Graph> {
         let (p, h, a) = (cfg.prefix_len(), cfg.lm.hidden, &cfg.attn);
         let img = g.input("img_tokens", &[cfg.io.n_images * cfg.n_img_tokens(), h]);
         let tokens = g.input("tokens", &[cfg.io.tokenizer_max_length]);
         let positions = g.input("positions", &[p]);
-        let mask = g.input("mask", &[p, p]);
+        let valid = g.input(VALID, &[p]);
+        let mask = cfg
+            .layout(cfg.io.tokenizer_max_length)
+            .allowed(&mut g, valid)?;
         let table = g.weight("token_embd.weight", &[cfg.lm.vocab_size, h])?;
         let lang = g.embedding(table, tokens)?;
         // Only the language embeddings are scaled: openpi's Gemma drops the normaliser and
@@ -303,8 +295,10 @@ pub mod graphs {
 
     /// One velocity evaluation. Inputs `x_t` `[chunk, max_action_dim]`, `time_emb`
     /// (`[chunk, expert_h]` for pi0, `[1, expert_h]` for pi0.5), pi0's `state`
-    /// `[1, max_state_dim]` (normalised, padded), `positions` `[S]`, `mask` `[S, P + S]`
-    /// and `kv.{i}.k` / `kv.{i}.v` from [`prefill`]. Output `v_t` `[chunk, max_action_dim]`.
+    /// `[1, max_state_dim]` (normalised, padded), `positions` `[S]`, the prefill's `valid`
+    /// `[P]` and `kv.{i}.k` / `kv.{i}.v` from [`prefill`]. Output `v_t`
+    /// `[chunk, max_action_dim]`. The suffix sees the valid prefix and itself
+    /// bidirectionally, except that pi0's state token does not see the actions.
     pub fn denoise(mut g: GraphBuilder, cfg: &Pi0Config) -> Result<Graph> {
         let (p, c, s, a) = (
             cfg.prefix_len(),
@@ -315,7 +309,11 @@ pub mod graphs {
         let (eh, ad) = (cfg.expert.hidden, cfg.io.max_action_dim);
         let x_t = g.input("x_t", &[c, ad]);
         let positions = g.input("positions", &[s]);
-        let mask = g.input("mask", &[s, p + s]);
+        let valid = g.input(VALID, &[p]);
+        let extra = cfg.variant.suffix_extra();
+        let prefix_part = valid_rows(&mut g, valid, s)?;
+        let suffix_part = mask_constant(&mut g, "mask.suffix", s, s, |i, j| i >= extra || j == i)?;
+        let mask = g.concat(&[prefix_part, suffix_part], 1)?;
         let act = linear(&mut g, x_t, "action_in_proj", eh, true)?;
         let (mut x, cond) = match cfg.variant {
             Variant::Pi0 => {

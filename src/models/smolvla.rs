@@ -10,8 +10,8 @@
 
 use super::common::ActionIo;
 use super::flow::{
-    newline_terminated, FlowArch, FlowPolicy, FlowSpec, Inputs, PrefixLayout, RequestInputs,
-    Segment,
+    mask_constant, newline_terminated, valid_rows, FlowArch, FlowPolicy, FlowSpec, Inputs,
+    PrefixLayout, RequestInputs, Segment, VALID,
 };
 use super::presets;
 use crate::config::limits::MAX_SEQUENCE;
@@ -204,7 +204,7 @@ pub mod graphs {
     }
 
     /// Inputs `img_tokens` `[n_images * n_img_tokens, hidden]`, `tokens` `[L]`, `state`
-    /// `[1, max_state_dim]` (normalised, padded), `positions` `[P]`, `mask` `[P, P]`.
+    /// `[1, max_state_dim]` (normalised, padded), `positions` `[P]`, `valid` `[P]`.
     /// Outputs, for every layer, the keys and values its expert layer attends to: the
     /// decoder's rotated keys and values `[P, kv_heads, head_dim]` for self-attention layers,
     /// and the expert's projections of them for cross-attention layers.
@@ -214,7 +214,10 @@ pub mod graphs {
         let tokens = g.input("tokens", &[cfg.io.tokenizer_max_length]);
         let state = g.input("state", &[1, cfg.io.max_state_dim]);
         let positions = g.input("positions", &[p]);
-        let mask = g.input("mask", &[p, p]);
+        let valid = g.input(VALID, &[p]);
+        let mask = cfg
+            .layout(cfg.io.tokenizer_max_length)
+            .allowed(&mut g, valid)?;
         let embed_scale = (h as f32).sqrt();
         let img = g.scale(img, embed_scale);
         let table = g.weight("token_embd.weight", &[cfg.lm.vocab_size, h])?;
@@ -247,18 +250,23 @@ pub mod graphs {
     }
 
     /// One velocity evaluation. Inputs `x_t` `[chunk, max_action_dim]`, `time_emb`
-    /// `[chunk, expert_h]`, `pos_self` / `pos_cross` `[chunk]`, `mask_self`
-    /// `[chunk, P + chunk]`, `mask_cross` `[chunk, P]`, and `kv.{i}.k` / `kv.{i}.v` from
-    /// [`prefill`]. Output `v_t` `[chunk, max_action_dim]`.
+    /// `[chunk, expert_h]`, `pos_self` `[chunk]`, the prefill's `valid` `[P]`, and
+    /// `kv.{i}.k` / `kv.{i}.v` from [`prefill`]. Output `v_t` `[chunk, max_action_dim]`.
+    /// Self-attention layers see the valid prefix and the chunk causally (positions after
+    /// the valid prefix); cross-attention layers see the valid prefix (positions from 0, as
+    /// lerobot's).
     pub fn denoise(mut g: GraphBuilder, cfg: &SmolVlaConfig) -> Result<Graph> {
         let (p, c, a) = (cfg.prefix_len(), cfg.io.chunk_size, &cfg.attn);
         let (eh, ad) = (cfg.expert.hidden, cfg.io.max_action_dim);
         let x_t = g.input("x_t", &[c, ad]);
         let time = g.input("time_emb", &[c, eh]);
         let pos_self = g.input("pos_self", &[c]);
-        let pos_cross = g.input("pos_cross", &[c]);
-        let mask_self = g.input("mask_self", &[c, p + c]);
-        let mask_cross = g.input("mask_cross", &[c, p]);
+        let valid = g.input(VALID, &[p]);
+        let arange = Tensor::from_f32(vec![c], (0..c).map(|i| i as f32).collect::<Vec<_>>())?;
+        let pos_cross = g.constant(&format!("positions.arange.{c}"), arange)?;
+        let mask_cross = valid_rows(&mut g, valid, c)?;
+        let causal = mask_constant(&mut g, "mask.causal", c, c, |i, j| j <= i)?;
+        let mask_self = g.concat(&[mask_cross, causal], 1)?;
         let act = linear(&mut g, x_t, "action_in_proj", eh, true)?;
         let fused = g.concat(&[act, time], 1)?;
         let fused = linear(&mut g, fused, "action_time_mlp_in", eh, true)?;
@@ -300,35 +308,15 @@ impl SmolVlaConfig {
         ])
     }
 
-    /// The [`graphs::denoise`] inputs fixed for a request: `pos_self` (action tokens follow
-    /// the valid prefix), `pos_cross` (from 0, as lerobot's cross-attention layers),
-    /// `mask_self` (valid prefix + causal over the chunk) and `mask_cross` (valid prefix).
+    /// The [`graphs::denoise`] input fixed for a request besides `valid`: `pos_self`, the
+    /// action tokens' positions after the valid prefix.
     pub fn suffix_inputs(&self, layout: &PrefixLayout) -> Result<Inputs> {
-        let (p, c) = (layout.valid.len(), self.io.chunk_size);
-        let mask_self: Vec<f32> = (0..c)
-            .flat_map(|i| {
-                layout
-                    .valid_row()
-                    .chain((0..c).map(move |j| f32::from(u8::from(j <= i))))
-            })
-            .collect();
-        let mask_cross: Vec<f32> = (0..c).flat_map(|_| layout.valid_row()).collect();
-        let pos_self = (0..c)
-            .map(|i| (layout.n_valid + i) as f32)
-            .collect::<Vec<_>>();
-        let pos_cross = (0..c).map(|i| i as f32).collect::<Vec<_>>();
-        Ok(vec![
-            ("pos_self".into(), Tensor::from_f32(vec![c], pos_self)?),
-            ("pos_cross".into(), Tensor::from_f32(vec![c], pos_cross)?),
-            (
-                "mask_self".into(),
-                Tensor::from_f32(vec![c, p + c], mask_self)?,
-            ),
-            (
-                "mask_cross".into(),
-                Tensor::from_f32(vec![c, p], mask_cross)?,
-            ),
-        ])
+        let c = self.io.chunk_size;
+        let pos_self: Vec<f32> = (0..c).map(|i| (layout.n_valid + i) as f32).collect();
+        Ok(vec![(
+            "pos_self".into(),
+            Tensor::from_f32(vec![c], pos_self)?,
+        )])
     }
 }
 

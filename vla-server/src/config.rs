@@ -233,6 +233,7 @@ impl Settings {
                 weight_dtype,
                 flash_attn: args.flash_attn.or(file.flash_attn),
                 threads,
+                stepwise: false,
             },
             serve: ServeOptions { queue, max_queue },
             log_level,

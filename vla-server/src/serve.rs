@@ -396,9 +396,10 @@ fn work(mut policy: Box<dyn Policy>, jobs: mpsc::Receiver<Job>, done: zmq::Socke
                 action_dim: chunk.action_dim as u32,
                 action_chunk: chunk.actions,
                 latency_ms_inference: ms(t0.elapsed()),
-                latency_ms_vision: chunk.times.vision_ms,
-                latency_ms_prefill: chunk.times.prefill_ms,
-                latency_ms_denoise: chunk.times.denoise_ms,
+                // 0 where the backend ran the predict as one submission (not separable)
+                latency_ms_vision: chunk.times.vision_ms.unwrap_or(0.0),
+                latency_ms_prefill: chunk.times.prefill_ms.unwrap_or(0.0),
+                latency_ms_denoise: chunk.times.denoise_ms.unwrap_or(0.0),
                 latency_ms_total: ms(job.received.elapsed()),
                 ..Default::default()
             },

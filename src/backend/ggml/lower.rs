@@ -117,7 +117,7 @@ pub(crate) fn create_weights<'w>(
         if !want_raw[i] && !want_f32[i] {
             continue;
         }
-        let t: Tensor<'w> = store.weight(name)?;
+        let t: Tensor<'w> = graph.weight_data(store, name)?;
         let ne = ne_of(t.shape())
             .ok_or_else(|| not_impl(format!("weight {name:?} of rank {}", t.rank())))?;
         if t.numel() == 0 {

@@ -2,6 +2,7 @@
 //! and running it.
 
 use super::kernels::{self, Chunk, Dispatch, NodeBuffers, TensorBuf};
+use super::timer::StageTimer;
 use super::GpuContext;
 use crate::backend::{match_inputs, ExecStats, Executable, RunCounters, WeightStore};
 use crate::graph::{Graph, NodeId, Op};
@@ -37,6 +38,11 @@ pub(crate) struct WgpuExecutable {
     places: Vec<Place>,
     slots: Vec<wgpu::Buffer>,
     dispatches: Vec<Dispatch>,
+    /// Per graph stage, the index of its first dispatch (empty for an unstaged graph).
+    stage_starts: Vec<usize>,
+    /// Timestamps around each stage, where the adapter has them.
+    timer: Option<StageTimer>,
+    stage_ms: Option<Vec<f32>>,
     /// (output node, staging buffer)
     readback: Vec<(NodeId, wgpu::Buffer)>,
     /// (planned slot sizes, staging for their tails) when the out-of-bounds guard is on.
@@ -100,7 +106,7 @@ impl WgpuExecutable {
         let mut places: Vec<Option<Place>> = (0..nodes.len()).map(|_| None).collect();
         for (i, n) in nodes.iter().enumerate() {
             let Op::Weight(name) = &n.op else { continue };
-            let t = weights.weight(name)?;
+            let t = graph.weight_data(weights, name)?;
             let mut raw = Vec::new();
             if raw_use[i] {
                 raw = upload_rows(&ctx, name, &t, max_binding)?;
@@ -246,7 +252,12 @@ impl WgpuExecutable {
 
         // Record dispatches.
         let mut dispatches = Vec::new();
+        let stage_nodes: Vec<usize> = graph.stages().iter().map(|s| s.1).collect();
+        let mut stage_starts = Vec::with_capacity(stage_nodes.len());
         for (i, n) in nodes.iter().enumerate() {
+            while stage_starts.len() < stage_nodes.len() && stage_nodes[stage_starts.len()] <= i {
+                stage_starts.push(dispatches.len());
+            }
             if matches!(n.op, Op::Input(_) | Op::Weight(_) | Op::Reshape(_)) {
                 continue;
             }
@@ -265,6 +276,9 @@ impl WgpuExecutable {
             };
             dispatches.extend(kernels::encode(&ctx, n, &bufs)?);
         }
+        stage_starts.resize(stage_nodes.len(), dispatches.len());
+        let timer = (ctx.caps.timestamps && !stage_starts.is_empty())
+            .then(|| StageTimer::new(&ctx, stage_starts.len()));
 
         let readback = graph
             .outputs()
@@ -292,6 +306,9 @@ impl WgpuExecutable {
             places,
             slots,
             dispatches,
+            stage_starts,
+            timer,
+            stage_ms: None,
             readback,
             guard,
             stats,
@@ -400,14 +417,24 @@ impl Executable for WgpuExecutable {
             }
         }
         let mut enc = self.ctx.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            for d in &self.dispatches {
-                pass.set_pipeline(&d.pipeline);
-                pass.set_bind_group(0, &d.bind_group, &[]);
-                let [x, y, z] = d.workgroups;
-                pass.dispatch_workgroups(x, y, z);
+        match &self.timer {
+            // One pass per stage, timestamped at its start and end.
+            Some(timer) => {
+                let all = self.dispatches.len();
+                let ends = self.stage_starts[1..].iter().copied().chain([all]);
+                for (k, (&a, b)) in self.stage_starts.iter().zip(ends).enumerate() {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: Some(timer.writes(k)),
+                    });
+                    record(&mut pass, &self.dispatches[a..b]);
+                }
+                timer.resolve(&mut enc);
             }
+            None => record(
+                &mut enc.begin_compute_pass(&Default::default()),
+                &self.dispatches,
+            ),
         }
         for (o, staging) in &self.readback {
             enc.copy_buffer_to_buffer(self.slot(*o), 0, staging, 0, staging.size());
@@ -431,6 +458,7 @@ impl Executable for WgpuExecutable {
             .iter()
             .map(|(_, b)| b)
             .chain(self.guard.as_ref().map(|(_, b)| b))
+            .chain(self.timer.as_ref().map(|t| &t.staging))
         {
             staging.slice(..).map_async(wgpu::MapMode::Read, |_| {});
         }
@@ -455,6 +483,10 @@ impl Executable for WgpuExecutable {
             runs.d2h_bytes += staging.size();
             outs.push(Tensor::from_f32(shape, data)?);
         }
+        if let Some(timer) = &self.timer {
+            runs.d2h_bytes += timer.staging.size();
+            self.stage_ms = Some(timer.read(&self.ctx)?);
+        }
         self.stats.runs.add(&runs);
         self.check_guard()?; // after the readbacks are unmapped, so an error leaves none mapped
         Ok(outs)
@@ -462,6 +494,20 @@ impl Executable for WgpuExecutable {
 
     fn stats(&self) -> ExecStats {
         self.stats.clone()
+    }
+
+    fn stage_ms(&self) -> Option<Vec<f32>> {
+        self.stage_ms.clone()
+    }
+}
+
+/// Records `dispatches` into `pass`.
+fn record(pass: &mut wgpu::ComputePass, dispatches: &[Dispatch]) {
+    for d in dispatches {
+        pass.set_pipeline(&d.pipeline);
+        pass.set_bind_group(0, &d.bind_group, &[]);
+        let [x, y, z] = d.workgroups;
+        pass.dispatch_workgroups(x, y, z);
     }
 }
 

@@ -3,6 +3,7 @@
 mod exec;
 mod kernels;
 mod shader;
+mod timer;
 
 use super::{Backend, Executable, WeightStore};
 use crate::graph::Graph;
@@ -44,7 +45,8 @@ impl Api {
 
 /// Optional capabilities the kernels use when present. Each has a kill switch so every
 /// fallback path can be tested on any device: `VLA_WGPU_NO_F16=1`, `VLA_WGPU_NO_SUBGROUPS=1`,
-/// `VLA_WGPU_NO_INT_DOT=1`. [`WgpuBackend::with_caps`] turns them off per backend instead.
+/// `VLA_WGPU_NO_INT_DOT=1`, `VLA_WGPU_NO_TIMESTAMPS=1`. [`WgpuBackend::with_caps`] turns them
+/// off per backend instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caps {
     pub f16: bool,
@@ -52,6 +54,9 @@ pub struct Caps {
     /// WGSL `dot4I8Packed` (the `packed_4x8_integer_dot_product` language extension) for
     /// quantized matmuls; without it they use plain integer multiplies.
     pub int_dot: bool,
+    /// Timestamp queries around each stage of a staged graph (stage times in one
+    /// submission); without them a staged graph runs as one pass and reports no stage times.
+    pub timestamps: bool,
 }
 
 impl Caps {
@@ -60,6 +65,7 @@ impl Caps {
         f16: true,
         subgroups: true,
         int_dot: true,
+        timestamps: true,
     };
 }
 
@@ -172,12 +178,18 @@ impl WgpuBackend {
                 && available.contains(wgpu::Features::SUBGROUP)
                 && !env_flag("VLA_WGPU_NO_SUBGROUPS"),
             int_dot: allowed.int_dot && int_dot && !env_flag("VLA_WGPU_NO_INT_DOT"),
+            timestamps: allowed.timestamps
+                && available.contains(wgpu::Features::TIMESTAMP_QUERY)
+                && !env_flag("VLA_WGPU_NO_TIMESTAMPS"),
         };
         if caps.f16 {
             features |= wgpu::Features::SHADER_F16;
         }
         if caps.subgroups {
             features |= wgpu::Features::SUBGROUP;
+        }
+        if caps.timestamps {
+            features |= wgpu::Features::TIMESTAMP_QUERY;
         }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {

@@ -50,6 +50,11 @@ struct Args {
     /// Print one JSON object (stage times, counters, memory) instead of the tables.
     #[arg(long, conflicts_with_all = ["server", "compare"])]
     json: bool,
+    /// Run vision, prefill and each denoise step as separate backend runs with the host
+    /// between them (the path before device-resident predict): stage times on every
+    /// backend, and the traffic it costs.
+    #[arg(long, conflicts_with = "server")]
+    stepwise: bool,
 }
 
 fn main() -> ExitCode {
@@ -86,6 +91,10 @@ fn report(names: &[&str], rows: &[Vec<f32>]) {
     );
     for (k, name) in names.iter().enumerate() {
         let v = sorted(rows, k);
+        if v.iter().all(|x| x.is_nan()) {
+            println!("{name:<12} {:>32}", "not separable (one submission)");
+            continue;
+        }
         println!(
             "{name:<12} {:>10.2} {:>10.2} {:>10.2}",
             v[0],
@@ -156,7 +165,14 @@ fn run(args: Args) -> Result<()> {
             let chunk = policy.predict(&obs)?;
             counters.push(chunk.counters);
             let t = chunk.times;
-            Ok(vec![t.vision_ms, t.prefill_ms, t.denoise_ms, t.total_ms])
+            // NaN: a stage the backend cannot time apart (the whole predict in one submission)
+            let ms = |t: Option<f32>| t.unwrap_or(f32::NAN);
+            Ok(vec![
+                ms(t.vision_ms),
+                ms(t.prefill_ms),
+                ms(t.denoise_ms),
+                t.total_ms,
+            ])
         })
         .collect::<Result<Vec<_>>>()?;
     // The same structure every predict: the first timed one's counts stand for all.
@@ -168,7 +184,12 @@ fn run(args: Args) -> Result<()> {
     if args.json {
         let stat = |k: usize| {
             let v = sorted(&rows, k);
-            serde_json::json!({"min": v[0], "median": v[v.len() / 2], "max": v[v.len() - 1]})
+            match v.iter().all(|x| x.is_nan()) {
+                true => serde_json::Value::Null,
+                false => {
+                    serde_json::json!({"min": v[0], "median": v[v.len() / 2], "max": v[v.len() - 1]})
+                }
+            }
         };
         let mut out = serde_json::json!({
             "arch": info.arch, "backend": info.backend, "weight_dtypes": info.weight_dtypes,
@@ -232,6 +253,7 @@ fn runtime_options(args: &Args) -> Result<RuntimeOptions> {
         num_steps: args.steps,
         threads: args.threads,
         weight_dtype,
+        stepwise: args.stepwise,
         ..Default::default()
     })
 }
