@@ -152,3 +152,77 @@ fn builder_rejects_bad_shapes_and_names() {
         Some("cpu")
     );
 }
+
+/// `GraphBuilder::inline` composes graphs: a weight read by both copies is one node, bound
+/// inputs take the given node, unbound ones get the namespace, an op of the same inputs is
+/// made once, and the composed graph computes the graphs one after the other. Constants
+/// travel with the graph and are not weights.
+#[test]
+fn inlined_graphs_share_weights_and_compute_in_sequence() {
+    use std::collections::HashMap;
+    use vla::graph::Op;
+    let store: HashMap<String, Tensor<'static>> = [(
+        "w".to_string(),
+        Tensor::from_f32(vec![3, 3], values(9, 7)).unwrap(),
+    )]
+    .into();
+    // step(x) = x @ w^T + 2 * c, with c a constant
+    let mut g = GraphBuilder::new(&store);
+    let x = g.input("x", &[2, 3]);
+    let w = g.stored_weight("w").unwrap();
+    let c = Tensor::from_f32(vec![1, 3], vec![0.5, -1.0, 2.0]).unwrap();
+    let c = g.constant("c", c).unwrap();
+    let c2 = g.scale(c, 2.0);
+    let y = g.matmul(x, w).unwrap();
+    let y = g.add(y, c2).unwrap();
+    let step = g.build(&[y]).unwrap();
+    assert_eq!(
+        step.weights().count(),
+        1,
+        "the constant is not a stored weight"
+    );
+
+    let mut h = GraphBuilder::new(&store);
+    h.stage("first");
+    let a = h.inline(&step, "s", |_| None).unwrap()[0];
+    h.stage("second");
+    let b = h.inline(&step, "s", |n| (n == "x").then_some(a)).unwrap()[0];
+    let twice = h.build(&[b]).unwrap();
+    let count = |f: &dyn Fn(&Op) -> bool| twice.nodes().iter().filter(|n| f(&n.op)).count();
+    assert_eq!(
+        count(&|op| matches!(op, Op::Weight(_))),
+        2,
+        "w and c once each"
+    );
+    assert_eq!(
+        count(&|op| matches!(op, Op::Scale(_))),
+        1,
+        "2 * c made once"
+    );
+    assert_eq!(count(&|op| matches!(op, Op::MatMul)), 2);
+    assert_eq!(twice.input_names().collect::<Vec<_>>(), ["s.x"]);
+
+    let cpu = CpuBackend;
+    let x0 = Tensor::from_f32(vec![2, 3], values(6, 3)).unwrap();
+    let mut one = cpu.compile(&step, &store).unwrap();
+    let mid = one.run(&[("x", &x0)]).unwrap().remove(0);
+    let want = one.run(&[("x", &mid)]).unwrap().remove(0);
+    let mut two = cpu.compile(&twice, &store).unwrap();
+    let got = two.run(&[("s.x", &x0)]).unwrap().remove(0);
+    assert_eq!(got.as_f32().unwrap(), want.as_f32().unwrap());
+    assert_eq!(
+        two.stage_ms().map(|s| s.len()),
+        Some(2),
+        "cpu times each stage"
+    );
+    assert_eq!(one.stage_ms(), None, "an unstaged graph has no stage times");
+
+    // A constant name is one value; binding a node of another shape is an error.
+    let mut bad = GraphBuilder::new(&store);
+    let other = Tensor::from_f32(vec![1, 3], vec![0.0; 3]).unwrap();
+    bad.constant("c", other).unwrap();
+    assert!(bad.inline(&step, "s", |_| None).is_err());
+    let mut bad = GraphBuilder::new(&store);
+    let wrong = bad.input("z", &[3, 2]);
+    assert!(bad.inline(&step, "s", |_| Some(wrong)).is_err());
+}
