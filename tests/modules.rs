@@ -305,3 +305,46 @@ fn weight_dtype_targets_are_the_weights_a_matmul_reads() {
         assert_eq!(shape.len(), 2, "{t}");
     }
 }
+
+/// The one-run predict graph of a full-size model (pi0 and pi0.5 at openpi's sizes, built
+/// over no store): every weight once however many steps, the same weights as the stage
+/// graphs, and per step only the denoise nodes that depend on x or t (what depends on the
+/// request alone is made once).
+#[test]
+fn predict_graph_declares_each_weight_once_at_full_size() {
+    use vla::graph::Op;
+    use vla::models::flow::predict_graph;
+    use vla::models::pi0::full_config;
+    for variant in [Variant::Pi0, Variant::Pi05] {
+        let cfg = full_config(variant);
+        let spec = cfg.spec();
+        let graph = |steps| {
+            let mut spec = spec.clone();
+            spec.io.num_steps = steps;
+            predict_graph(&cfg, &spec, None).unwrap()
+        };
+        let (one, ten) = (graph(1), graph(10));
+        let stages = cfg.graphs(None).unwrap();
+        let want = declared_weights(&stages).unwrap();
+        assert_eq!(
+            declared_weights(&[ten.clone()]).unwrap(),
+            want,
+            "{variant:?}"
+        );
+        let ops = |g: &vla::graph::Graph| {
+            let n = g.nodes().iter();
+            n.filter(|n| !matches!(n.op, Op::Weight(_) | Op::Input(_)))
+                .count()
+        };
+        let denoise = ops(&stages[2]);
+        let per_step = (ops(&ten) - ops(&one)) / 9;
+        // x's Euler update adds 2 ops a step; what depends on the request alone is not
+        // repeated: the masks (3 ops), and pi0's state projection (matmul, bias).
+        let hoisted = match variant {
+            Variant::Pi0 => 3 + 2,
+            Variant::Pi05 => 3,
+        };
+        assert_eq!(per_step, denoise + 2 - hoisted, "{variant:?}: ops per step");
+        assert_eq!(ten.stages().len(), 3, "{variant:?}");
+    }
+}
