@@ -327,7 +327,7 @@ fn predict_graph_declares_each_weight_once_at_full_size() {
         let stages = cfg.graphs(None).unwrap();
         let want = declared_weights(&stages).unwrap();
         assert_eq!(
-            declared_weights(&[ten.clone()]).unwrap(),
+            declared_weights(std::slice::from_ref(&ten)).unwrap(),
             want,
             "{variant:?}"
         );
