@@ -80,6 +80,9 @@ pub struct PolicyInfo {
     pub backend: String,
     /// Bytes the backend holds for weights plus peak activations.
     pub memory_bytes: u64,
+    /// Floating-point operations of one predict per stage (`vision`, `prefill`, `denoise`):
+    /// matrix products and attention, 2 per multiply-add ([`crate::graph::Graph::flops_by_stage`]).
+    pub stage_flops: Vec<(String, u64)>,
 }
 
 pub trait Policy: Send {

@@ -313,7 +313,7 @@ impl<'a> Tensor<'a> {
                 .filter(|&(j, _)| j != i)
                 .try_fold(1usize, |a, (_, &d)| a.checked_mul(d))
                 .ok_or_else(|| Error::shape("reshape", format!("shape {shape:?} overflows")))?;
-            if rest == 0 || n % rest != 0 {
+            if rest == 0 || !n.is_multiple_of(rest) {
                 return Err(Error::shape(
                     "reshape",
                     format!("cannot infer a dim of {shape:?} for {n} elements"),

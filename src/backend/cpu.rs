@@ -4,6 +4,7 @@ use super::{match_inputs, Backend, ExecStats, Executable, RunCounters, WeightSto
 use crate::graph::{AttentionMask, Graph, Op};
 use crate::ops::{self, Mask};
 use crate::{Error, Result, Tensor};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 pub struct CpuBackend;
@@ -60,7 +61,11 @@ impl Executable for CpuExecutable<'_> {
         let (mut live, mut peak) = (0u64, 0u64);
         let starts: Vec<usize> = self.graph.stages().iter().map(|s| s.1).collect();
         let mut marks = Vec::with_capacity(starts.len() + 1);
+        // VLA_CPU_PROFILE=1: time per op kind, printed after each run.
+        let profile = std::env::var("VLA_CPU_PROFILE").is_ok_and(|v| v == "1");
+        let mut by_kind: BTreeMap<&'static str, (usize, f64, u64)> = BTreeMap::new();
         for (i, node) in self.graph.nodes().iter().enumerate() {
+            let t_op = profile.then(Instant::now);
             while marks.len() < starts.len() && starts[marks.len()] <= i {
                 marks.push(Instant::now());
             }
@@ -128,6 +133,11 @@ impl Executable for CpuExecutable<'_> {
                     ),
                 ));
             }
+            if let Some(t) = t_op {
+                let e = by_kind.entry(node.op.kind()).or_default();
+                let flops = self.graph.node_flops(i);
+                *e = (e.0 + 1, e.1 + t.elapsed().as_secs_f64(), e.2 + flops);
+            }
             live += 4 * out.numel() as u64;
             peak = peak.max(live);
             values[i] = Some(out);
@@ -135,6 +145,23 @@ impl Executable for CpuExecutable<'_> {
                 if self.last_use[inp.0] == i && values[inp.0].take().is_some() {
                     live -= 4 * self.graph.node(inp).numel() as u64;
                 }
+            }
+        }
+        if profile {
+            let mut rows: Vec<_> = by_kind.into_iter().collect();
+            rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+            let total: f64 = rows.iter().map(|r| r.1 .1).sum();
+            eprintln!("cpu profile (VLA_CPU_PROFILE): op, calls, ms, share, GFLOP/s");
+            for (kind, (n, secs, flops)) in rows {
+                let rate = match flops {
+                    0 => String::new(),
+                    f => format!("{:>8.1}", f as f64 / secs / 1e9),
+                };
+                eprintln!(
+                    "  {kind:<12} {n:>6} {:>10.1} {:>5.1}% {rate}",
+                    secs * 1e3,
+                    100.0 * secs / total
+                );
             }
         }
         self.peak = self.peak.max(peak);

@@ -8,7 +8,7 @@ use super::GgmlType;
 use crate::{Error, Result};
 use half::{bf16, f16};
 
-const QK: usize = 32;
+pub(crate) const QK: usize = 32;
 
 /// Dequantizes `dst.len()` elements of type `ty` from `src`.
 pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
@@ -220,13 +220,54 @@ fn min_max(x: &[f32; QK]) -> (f32, f32) {
         .fold((f32::MAX, -f32::MAX), |(lo, hi), &v| (lo.min(v), hi.max(v)))
 }
 
-fn quant_q8_0(x: &[f32; QK], out: &mut Vec<u8>) {
+/// One Q8_0 block with ggml's reference rounding: the scale `d = amax / 127` stored as f16,
+/// codes `round(x / d)` computed with the f32 inverse (half away from zero, like C's
+/// `roundf`). Also the activation quantizer of the integer matmul (`ops::qgemm`).
+pub(crate) fn q8_0_block(x: &[f32], codes: &mut [i8; QK]) -> f16 {
     let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
     let d = amax / 127.0;
     let id = inverse(d);
-    out.extend(f16::from_f32(d).to_le_bytes());
-    // f32::round is half away from zero, like C's roundf.
-    out.extend(x.iter().map(|v| (v * id).round() as i8 as u8));
+    for (c, v) in codes.iter_mut().zip(x) {
+        *c = (v * id).round() as i8;
+    }
+    f16::from_f32(d)
+}
+
+/// The signed codes and scale of one block of a symmetric type (`x = d * code`): Q8_0,
+/// Q4_0 (`nibble - 8`) and Q5_0 (`5 bits - 16`); `None` for other types. `block` holds
+/// `ty.type_size()` bytes.
+pub(crate) fn symmetric_codes(ty: GgmlType, block: &[u8], codes: &mut [i8; QK]) -> Option<f32> {
+    let d = read_f16(block);
+    match ty {
+        GgmlType::Q8_0 => {
+            for (c, q) in codes.iter_mut().zip(&block[2..2 + QK]) {
+                *c = *q as i8;
+            }
+        }
+        GgmlType::Q4_0 => {
+            for (j, q) in block[2..2 + QK / 2].iter().enumerate() {
+                codes[j] = (q & 0x0f) as i8 - 8;
+                codes[j + QK / 2] = (q >> 4) as i8 - 8;
+            }
+        }
+        GgmlType::Q5_0 => {
+            let qh = read_qh(&block[2..]);
+            for (j, q) in block[6..6 + QK / 2].iter().enumerate() {
+                let hi0 = (((qh >> j) & 1) << 4) as u8;
+                let hi1 = (((qh >> (j + QK / 2)) & 1) << 4) as u8;
+                codes[j] = ((q & 0x0f) | hi0) as i8 - 16;
+                codes[j + QK / 2] = ((q >> 4) | hi1) as i8 - 16;
+            }
+        }
+        _ => return None,
+    }
+    Some(d)
+}
+
+fn quant_q8_0(x: &[f32; QK], out: &mut Vec<u8>) {
+    let mut codes = [0i8; QK];
+    out.extend(q8_0_block(x, &mut codes).to_le_bytes());
+    out.extend(codes.iter().map(|&c| c as u8));
 }
 
 fn quant_q4_0(x: &[f32; QK], out: &mut Vec<u8>) {
@@ -335,6 +376,25 @@ mod tests {
         (0..n)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
             .collect()
+    }
+
+    /// The integer matmul's view of a block (codes and scale) is the dequantizer's.
+    #[test]
+    fn symmetric_codes_times_scale_is_dequantize() {
+        let x: Vec<f32> = (0..QK)
+            .map(|i| ((i * 7919) % 61) as f32 / 30.0 - 1.0)
+            .collect();
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
+            let bytes = quantize(ty, &x).unwrap();
+            let mut deq = vec![0.0f32; QK];
+            dequantize(ty, &bytes, &mut deq).unwrap();
+            let mut codes = [0i8; QK];
+            let d = symmetric_codes(ty, &bytes, &mut codes).unwrap();
+            let back: Vec<f32> = codes.iter().map(|&c| c as f32 * d).collect();
+            assert_eq!(back, deq, "{ty}");
+        }
+        let q41 = quantize(GgmlType::Q4_1, &x).unwrap();
+        assert!(symmetric_codes(GgmlType::Q4_1, &q41, &mut [0; QK]).is_none());
     }
 
     #[test]

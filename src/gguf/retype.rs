@@ -72,7 +72,7 @@ pub fn is_quantizable(t: &TensorInfo, ty: GgmlType, vision: bool) -> bool {
     is_matmul_weight(t)
         && !SKIP.iter().any(|s| t.name.contains(s))
         && (vision || !is_vision)
-        && t.dims[0] % ty.block_size() as u64 == 0
+        && t.dims[0].is_multiple_of(ty.block_size() as u64)
 }
 
 #[cfg(test)]

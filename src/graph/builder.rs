@@ -360,7 +360,7 @@ impl<'w> GraphBuilder<'w> {
         let n_rot = cfg.n_rot.unwrap_or(xs.get(2).copied().unwrap_or(0));
         if xs.len() != 3
             || self.shape(positions) != [xs[seq_axis]]
-            || n_rot % 2 != 0
+            || !n_rot.is_multiple_of(2)
             || n_rot > xs[2]
         {
             return Err(err(

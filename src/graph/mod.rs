@@ -183,6 +183,49 @@ impl Graph {
         &self.stages
     }
 
+    /// Floating-point operations of one run per stage (one entry, named `""`, for an
+    /// unstaged graph): matrix products, attention and patch embedding at 2 per
+    /// multiply-add; elementwise work is not counted. For GFLOP/s figures.
+    pub fn flops_by_stage(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = match self.stages.first() {
+            Some(&(_, 0)) => Vec::new(),
+            _ => vec![(String::new(), 0)],
+        };
+        let mut next = 0;
+        for i in 0..self.nodes.len() {
+            while next < self.stages.len() && self.stages[next].1 <= i {
+                out.push((self.stages[next].0.clone(), 0));
+                next += 1;
+            }
+            if let Some(last) = out.last_mut() {
+                last.1 += self.node_flops(i);
+            }
+        }
+        out
+    }
+
+    /// Floating-point operations of node `i` (see [`Self::flops_by_stage`]).
+    pub fn node_flops(&self, i: usize) -> u64 {
+        let node = &self.nodes[i];
+        let shape = |k: usize| &self.nodes[node.inputs[k].0].shape;
+        let fma = match &node.op {
+            // [.., M, N] from [.., M, K]; bmm [B, M, N] from [B, M, K]
+            Op::MatMul | Op::Bmm { .. } => node.numel() * shape(0).last().copied().unwrap_or(0),
+            // q [Hq, Sq, D], k [Hkv, Sk, D], out [Hq, Sq, Dv]
+            Op::Attention { .. } => {
+                let dv = node.shape[2];
+                node.numel() / dv.max(1) * shape(1)[1] * (shape(0)[2] + dv)
+            }
+            // [patches, out] from a [out, C, p, p] kernel
+            Op::PatchEmbed => {
+                let w = shape(1);
+                node.numel() * (w.iter().product::<usize>() / w[0].max(1))
+            }
+            _ => 0,
+        };
+        2 * fma as u64
+    }
+
     /// Names of the run-time inputs, in node order.
     pub fn input_names(&self) -> impl Iterator<Item = &str> {
         self.nodes.iter().filter_map(|n| match &n.op {

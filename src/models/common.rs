@@ -178,6 +178,7 @@ impl LoadedGraphs {
             weight_dtypes: super::dtype_summary(file),
             backend: self.backend.clone(),
             memory_bytes: self.memory_bytes(),
+            stage_flops: Vec::new(),
         }
     }
 }

@@ -198,9 +198,14 @@ impl<A: FlowArch> FlowPolicy<A> {
         let e = opts.embodiment.as_deref();
         let state_norm = Normalizer::from_gguf(&file, "state", io.state_dim, e)?;
         let action_norm = Normalizer::from_gguf(&file, "action", io.action_dim, e)?;
-        let graphs = LoadedGraphs::compile(file, opts, |f| match opts.stepwise {
-            true => Ok(cfg.graphs(Some(f))?.into()),
-            false => Ok(vec![predict_graph(&cfg, &spec, Some(f))?]),
+        let stage_flops = std::cell::Cell::new(Vec::new());
+        let graphs = LoadedGraphs::compile(file, opts, |f| {
+            let whole = predict_graph(&cfg, &spec, Some(f))?;
+            stage_flops.set(whole.flops_by_stage());
+            match opts.stepwise {
+                true => Ok(cfg.graphs(Some(f))?.into()),
+                false => Ok(vec![whole]),
+            }
         })?;
         let size = spec.camera.size;
         let info = PolicyInfo {
@@ -213,6 +218,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             max_action_dim: io.max_action_dim,
             action_dim: io.action_dim,
             num_steps: io.num_steps,
+            stage_flops: stage_flops.take(),
             ..graphs.info(cfg.arch())
         };
         Ok(FlowPolicy {

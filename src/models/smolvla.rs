@@ -80,7 +80,7 @@ impl Section for SmolVlaConfig {
         // Bounded by the checks above, so the products below cannot overflow.
         let side = self.vision.patches_per_side();
         first_failing(&[(
-            self.scale_factor > 0 && side % self.scale_factor == 0,
+            self.scale_factor > 0 && side.is_multiple_of(self.scale_factor),
             "patches per side must be a multiple of scale_factor",
         )])?;
         let tokens = self.prefix_len() + self.io.chunk_size;
@@ -108,7 +108,7 @@ impl SmolVlaConfig {
     }
 
     fn is_self_attn(&self, layer: usize) -> bool {
-        layer % self.self_attn_every_n_layers.max(1) == 0
+        layer.is_multiple_of(self.self_attn_every_n_layers.max(1))
     }
 }
 

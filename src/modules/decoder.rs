@@ -64,10 +64,10 @@ impl Section for DecoderConfig {
         positive("head_dim", self.head_dim)?;
         first_failing(&[
             (
-                self.kv_heads > 0 && self.q_heads % self.kv_heads == 0,
+                self.kv_heads > 0 && self.q_heads.is_multiple_of(self.kv_heads),
                 "n_q_heads must be a multiple of n_kv_heads",
             ),
-            (self.head_dim % 2 == 0, "head_dim must be even"),
+            (self.head_dim.is_multiple_of(2), "head_dim must be even"),
             // ggml asserts eps >= 0; a negative one is NaN on the other backends.
             (
                 self.norm_eps >= 0.0 && self.norm_eps.is_finite(),
@@ -125,7 +125,7 @@ impl Section for ExpertConfig {
         positive("expert_inter", self.inter)?;
         positive("expert_h", self.hidden)?;
         // The sinusoidal time embedding is expert_h wide: half sines, half cosines.
-        first_failing(&[(self.hidden % 2 == 0, "expert_h must be even")])
+        first_failing(&[(self.hidden.is_multiple_of(2), "expert_h must be even")])
     }
 }
 

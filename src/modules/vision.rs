@@ -64,7 +64,7 @@ impl Section for VisionConfig {
         bounded("vit_layers", self.layers, 1, MAX_LAYERS)?;
         first_failing(&[
             (
-                self.patch_size > 0 && self.image_size % self.patch_size == 0,
+                self.patch_size > 0 && self.image_size.is_multiple_of(self.patch_size),
                 "image_size must be a multiple of patch_size",
             ),
             (
@@ -73,7 +73,7 @@ impl Section for VisionConfig {
                 "patches per side (image_size / patch_size) must be 1 to 1024",
             ),
             (
-                self.heads > 0 && self.hidden % self.heads == 0,
+                self.heads > 0 && self.hidden.is_multiple_of(self.heads),
                 "vit_hidden must be a multiple of vit_heads",
             ),
             // ggml asserts eps >= 0; a negative one is NaN on the other backends.

@@ -4,6 +4,7 @@ use std::f64::consts::PI;
 
 use rayon::prelude::*;
 
+use super::kernels::exp_shifted;
 use super::{f32s, out};
 use crate::{Error, Result, Tensor};
 
@@ -93,14 +94,30 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor<'static>> {
     map(x, gelu_erf_f32)
 }
 
-/// Elementwise [`gelu_tanh_f32`].
+/// `x / (1 + exp(arg(x)))` elementwise with the vectorised `exp`: the logistic form of
+/// SiLU (`arg = -x`) and of tanh-GELU (`0.5 x (1 + tanh u) = x / (1 + exp(-2u))`).
+fn map_logistic(x: &Tensor, arg: impl Fn(f32) -> f32 + Sync) -> Result<Tensor<'static>> {
+    let mut v = f32s(x)?.into_owned();
+    v.par_chunks_mut(4096).for_each_init(Vec::new, |t, c| {
+        t.clear();
+        t.extend(c.iter().map(|&a| arg(a)));
+        exp_shifted(t, 0.0);
+        for (a, e) in c.iter_mut().zip(t.iter()) {
+            *a /= 1.0 + e;
+        }
+    });
+    out(x.shape().to_vec(), v)
+}
+
+/// Elementwise [`gelu_tanh_f32`] (computed in its logistic form, see `map_logistic`).
 pub fn gelu_tanh(x: &Tensor) -> Result<Tensor<'static>> {
-    map(x, gelu_tanh_f32)
+    const C: f32 = std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2;
+    map_logistic(x, |a| -2.0 * C * (a + 0.044715 * a * a * a))
 }
 
 /// Elementwise [`silu_f32`].
 pub fn silu(x: &Tensor) -> Result<Tensor<'static>> {
-    map(x, silu_f32)
+    map_logistic(x, |a| -a)
 }
 
 pub fn sigmoid(x: &Tensor) -> Result<Tensor<'static>> {
@@ -209,6 +226,36 @@ mod tests {
         let x = Tensor::from_f32(vec![2], vec![1.0, -1.0]).unwrap();
         let y = gelu_erf(&x).unwrap();
         assert!((y.as_f32().unwrap()[1] - -0.158_655_25).abs() < 1e-6);
+    }
+
+    /// The tensor ops (logistic form, vectorised exp) against f64 formulas over the range,
+    /// tails and an odd length (SIMD remainder).
+    #[test]
+    fn gelu_tanh_and_silu_tensors_match_f64() {
+        let xs: Vec<f32> = (0..4099).map(|i| -60.0 + i as f32 * 0.0293).collect();
+        let x = Tensor::from_f32(vec![xs.len()], xs.clone()).unwrap();
+        let g = gelu_tanh(&x).unwrap();
+        let si = silu(&x).unwrap();
+        let c = (2.0 / PI).sqrt();
+        for (i, &a) in xs.iter().enumerate() {
+            let a = a as f64;
+            let want_g = 0.5 * a * (1.0 + (c * (a + 0.044715 * a * a * a)).tanh());
+            let want_s = a / (1.0 + (-a).exp());
+            let (gv, sv) = (
+                g.as_f32().unwrap()[i] as f64,
+                si.as_f32().unwrap()[i] as f64,
+            );
+            assert!(
+                (gv - want_g).abs() <= 1e-6 * (1.0 + want_g.abs()),
+                "gelu_tanh({a}): {gv} vs {want_g}"
+            );
+            assert!(
+                (sv - want_s).abs() <= 1e-6 * (1.0 + want_s.abs()),
+                "silu({a}): {sv} vs {want_s}"
+            );
+        }
+        let nan = Tensor::from_f32(vec![1], vec![f32::NAN]).unwrap();
+        assert!(silu(&nan).unwrap().as_f32().unwrap()[0].is_nan());
     }
 
     #[test]

@@ -73,22 +73,25 @@ fn binary(
     let n: usize = shape.iter().product();
     const CH: usize = 4096;
     let mut o = vec![0.0f32; n];
-    if a.shape() == shape.as_slice() && is_trailing(b.shape(), &shape) {
-        let nb = bd.len().max(1);
-        o.par_chunks_mut(CH).enumerate().for_each(|(c, oc)| {
-            for (j, v) in oc.iter_mut().enumerate() {
-                let i = c * CH + j;
-                *v = f(ad[i], bd[i % nb]);
-            }
-        });
-    } else if b.shape() == shape.as_slice() && is_trailing(a.shape(), &shape) {
-        let na = ad.len().max(1);
-        o.par_chunks_mut(CH).enumerate().for_each(|(c, oc)| {
-            for (j, v) in oc.iter_mut().enumerate() {
-                let i = c * CH + j;
-                *v = f(ad[i % na], bd[i]);
-            }
-        });
+    // A full operand and one repeating along the leading dims (same shape, a bias row):
+    // row by row, no index arithmetic per element, so the loops vectorise.
+    let trailing = |full: &[f32], rep: &[f32], o: &mut [f32], swap: bool| {
+        let nr = rep.len();
+        let ch = nr * (CH / nr).max(1);
+        o.par_chunks_mut(ch)
+            .zip(full.par_chunks(ch))
+            .for_each(|(oc, fc)| {
+                for (orow, frow) in oc.chunks_mut(nr).zip(fc.chunks(nr)) {
+                    for ((v, &x), &y) in orow.iter_mut().zip(frow).zip(rep) {
+                        *v = if swap { f(y, x) } else { f(x, y) };
+                    }
+                }
+            });
+    };
+    if n > 0 && a.shape() == shape.as_slice() && is_trailing(b.shape(), &shape) {
+        trailing(&ad, &bd, &mut o, false);
+    } else if n > 0 && b.shape() == shape.as_slice() && is_trailing(a.shape(), &shape) {
+        trailing(&bd, &ad, &mut o, true);
     } else {
         // General case: walk the output index, tracking each operand's offset.
         let sa = broadcast_strides(a.shape(), &shape);
@@ -188,6 +191,17 @@ mod tests {
         let s = add(&a, &Tensor::scalar(1.0)).unwrap();
         assert_eq!(s.shape(), &[2, 3]);
         assert_eq!(s.as_f32().unwrap()[5], 7.0);
+        // Many rows: several parallel chunks of whole rows, both operand orders.
+        let (rows, cols) = (3001, 7);
+        let big: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+        let row: Vec<f32> = (0..cols).map(|j| 0.5 + j as f32).collect();
+        let (bt, rt) = (t(&[rows, cols], big.clone()), t(&[1, cols], row.clone()));
+        let d1 = sub(&bt, &rt).unwrap();
+        let d2 = sub(&rt, &bt).unwrap();
+        for i in 0..rows * cols {
+            assert_eq!(d1.as_f32().unwrap()[i], big[i] - row[i % cols]);
+            assert_eq!(d2.as_f32().unwrap()[i], row[i % cols] - big[i]);
+        }
     }
 
     #[test]

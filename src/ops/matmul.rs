@@ -3,73 +3,109 @@
 
 use rayon::prelude::*;
 
-use super::kernels::{dot, dot4};
-use super::{f32s, out};
+use super::kernels::{sgemm, Dst, Mat, SendPtr};
+use super::{f32s, out, qgemm};
 use crate::{Error, Result, Tensor};
-
-/// Weight rows per task (also the dequantization block).
-const NB: usize = 16;
-/// Activation rows per task.
-const MB: usize = 64;
 
 /// Where the `[N, K]` weight rows come from.
 #[derive(Clone, Copy)]
 enum Weight<'w, 't> {
     F32(&'w [f32]),
-    /// A non-f32 tensor, dequantized `NB` rows at a time.
+    /// A non-f32 tensor, dequantized one panel of rows at a time.
     Packed(&'w Tensor<'t>),
 }
 
-/// `out[m, n] = dot(x[m, :], w[n, :])` for `x [M, K]`, `w [N, K]`.
+/// Up to this many rows, a matmul is split over N only (panels in parallel, each one
+/// single-threaded call): the crate's own split is poor when M is this small.
+const SMALL_M: usize = 96;
+
+/// Weight rows per panel for non-f32 weights: enough panels for every thread to get
+/// several, each small enough that its f32 copy stays in L2 (at most 128 x K floats).
+fn panel_rows(n: usize) -> usize {
+    let tasks = 4 * rayon::current_num_threads();
+    n.div_ceil(tasks).next_multiple_of(16).clamp(16, 128)
+}
+
+/// `out[m, n] = dot(x[m, :], w[n, :])` for `x [M, K]`, `w [N, K]`, on the `gemm` crate's
+/// packed, register-blocked kernels. An f32 weight with M > `SMALL_M` is one multithreaded
+/// call (the crate splits M and N and packs the weight itself); otherwise the weight is cut
+/// into panels of rows, each copied or dequantized into a per-thread f32 scratch and
+/// multiplied single-threaded into its columns, panels in parallel (so a non-f32 weight is
+/// never converted whole).
 fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Result<Vec<f32>> {
     let mut res = vec![0.0f32; m * n];
     if m == 0 || n == 0 || k == 0 {
         return Ok(res);
     }
-    let n_blocks = n.div_ceil(NB);
-    let m_blocks = m.div_ceil(MB);
-    let tiles: Vec<Vec<f32>> = (0..n_blocks * m_blocks)
-        .into_par_iter()
-        .map_init(Vec::<f32>::new, |scratch, t| -> Result<Vec<f32>> {
-            let (bn, bm) = (t % n_blocks, t / n_blocks);
-            let (n0, m0) = (bn * NB, bm * MB);
-            let nb = NB.min(n - n0);
-            let mb = MB.min(m - m0);
-            let rows: &[f32] = match w {
-                Weight::F32(wf) => &wf[n0 * k..(n0 + nb) * k],
-                Weight::Packed(wt) => {
-                    scratch.resize(nb * k, 0.0);
-                    wt.dequantize_rows(n0, &mut scratch[..nb * k])?;
-                    &scratch[..nb * k]
-                }
+    assert!(x.len() >= m * k, "gemm_xwt: x too short");
+    let lhs = Mat {
+        ptr: x.as_ptr(),
+        rs: k as isize,
+        cs: 1,
+    };
+    match w {
+        Weight::F32(wf) if m > SMALL_M => {
+            assert!(wf.len() >= n * k, "gemm_xwt: weight too short");
+            // SAFETY: x holds m*k and wf n*k elements (checked); res is m*n and ours.
+            unsafe {
+                sgemm(
+                    m,
+                    n,
+                    k,
+                    Dst::rows(res.as_mut_ptr(), n),
+                    lhs,
+                    // rhs(p, j) = w[j, p]: the weight read transposed through strides.
+                    Mat {
+                        ptr: wf.as_ptr(),
+                        rs: 1,
+                        cs: k as isize,
+                    },
+                    false,
+                    gemm::Parallelism::Rayon(0),
+                )
             };
-            let row = |j: usize| &rows[j * k..(j + 1) * k];
-            // Tile [mb, nb], row-major.
-            let mut tile = vec![0.0f32; mb * nb];
-            for i in 0..mb {
-                let xr = &x[(m0 + i) * k..(m0 + i + 1) * k];
-                let tr = &mut tile[i * nb..(i + 1) * nb];
-                let mut j = 0;
-                while j + 4 <= nb {
-                    let d = dot4(xr, [row(j), row(j + 1), row(j + 2), row(j + 3)]);
-                    tr[j..j + 4].copy_from_slice(&d);
-                    j += 4;
-                }
-                while j < nb {
-                    tr[j] = dot(xr, row(j));
-                    j += 1;
-                }
-            }
-            Ok(tile)
-        })
-        .collect::<Result<_>>()?;
-    for (t, tile) in tiles.iter().enumerate() {
-        let (bn, bm) = (t % n_blocks, t / n_blocks);
-        let (n0, m0) = (bn * NB, bm * MB);
-        let nb = NB.min(n - n0);
-        for (i, tr) in tile.chunks_exact(nb).enumerate() {
-            let o = (m0 + i) * n + n0;
-            res[o..o + nb].copy_from_slice(tr);
+        }
+        _ => {
+            // Panels of weight rows, copied (f32) or dequantized into a per-thread scratch
+            // whose row stride is padded off powers of two: the crate reads the weight at
+            // that stride, and a 4 KiB multiple (K = 1024, 2048) thrashes the L1 sets
+            // (2.5x slower at M = 50, K = 2048).
+            let nb = panel_rows(n);
+            let ks = k + 16;
+            let dst = SendPtr(res.as_mut_ptr());
+            (0..n.div_ceil(nb)).into_par_iter().try_for_each_init(
+                Vec::<f32>::new,
+                |scratch, p| -> Result<()> {
+                    let (n0, rows) = (p * nb, nb.min(n - p * nb));
+                    scratch.resize(rows * ks, 0.0);
+                    for (j, row) in scratch.chunks_exact_mut(ks).enumerate() {
+                        match w {
+                            Weight::F32(wf) => row[..k].copy_from_slice(&wf[(n0 + j) * k..][..k]),
+                            Weight::Packed(wt) => wt.dequantize_rows(n0 + j, &mut row[..k])?,
+                        }
+                    }
+                    let rhs = Mat {
+                        ptr: scratch.as_ptr(),
+                        rs: 1,
+                        cs: ks as isize,
+                    };
+                    // SAFETY: x holds m*k elements, the scratch rows*ks; this task alone
+                    // writes columns n0..n0+rows of the m x n result.
+                    unsafe {
+                        sgemm(
+                            m,
+                            rows,
+                            k,
+                            Dst::rows(dst.get().add(n0), n),
+                            lhs,
+                            rhs,
+                            false,
+                            gemm::Parallelism::None,
+                        )
+                    };
+                    Ok(())
+                },
+            )?;
         }
     }
     Ok(res)
@@ -77,7 +113,9 @@ fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Resul
 
 /// `x @ w^T`: `x [.., M, K]` (any leading dims, or just `[K]`) times a 2-D weight `w [N, K]`
 /// (out, in) of dtype F32, F16, BF16 or a block-quantized type (Q8_0, Q4_0, Q4_1, Q5_0,
-/// Q5_1, ...), giving `[.., M, N]`. Non-f32 weights are dequantized `NB` rows at a time.
+/// Q5_1, ...), giving `[.., M, N]`. Q8_0/Q4_0/Q5_0 weights run on the integer kernel where
+/// the CPU has one (`qgemm`: activations quantized per 32-block like ggml's); other non-f32
+/// weights are dequantized a panel of rows at a time (see `gemm_xwt`).
 pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor<'static>> {
     let xs = x.shape();
     let Some(&k) = xs.last() else {
@@ -98,12 +136,13 @@ pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor<'static>> {
     }
     let m: usize = xs[..xs.len() - 1].iter().product();
     let xd = f32s(x)?;
-    let wsrc = if w.is_f32() {
-        Weight::F32(w.as_f32()?)
+    let res = if w.is_f32() {
+        gemm_xwt(&xd, m, k, Weight::F32(w.as_f32()?), n)?
+    } else if qgemm::enabled(w.dtype()) {
+        qgemm::xwt(&xd, m, k, w, n)?
     } else {
-        Weight::Packed(w)
+        gemm_xwt(&xd, m, k, Weight::Packed(w), n)?
     };
-    let res = gemm_xwt(&xd, m, k, wsrc, n)?;
     let mut shape = xs.to_vec();
     *shape.last_mut().expect("rank >= 1") = n;
     out(shape, res)
@@ -173,29 +212,60 @@ pub fn bmm(a: &Tensor, b: &Tensor, trans_b: bool) -> Result<Tensor<'static>> {
     let batch = if ba == 1 { bb } else { ba };
     let ad = f32s(a)?;
     let bd = f32s(b)?;
-    let mut res = Vec::with_capacity(batch * m * n);
-    let mut bt = Vec::new();
-    for i in 0..batch {
+    let mut res = vec![0.0f32; batch * m * n];
+    if m == 0 || n == 0 || k == 0 {
+        return out(vec![batch, m, n], res);
+    }
+    // rhs(p, j): b[j, p] when transposed ([N, K] rows), else b[p, j] ([K, N] rows).
+    let (rhs_rs, rhs_cs) = if trans_b {
+        (1, k as isize)
+    } else {
+        (n as isize, 1)
+    };
+    // Many small products (attention-sized) go one per task; few large ones let the
+    // crate split each across the threads.
+    let many = batch >= rayon::current_num_threads();
+    let one = |i: usize, dst: &mut [f32]| {
         let ai = if ba == 1 { 0 } else { i };
         let bi = if bb == 1 { 0 } else { i };
-        let x = &ad[ai * m * k..(ai + 1) * m * k];
-        let bsl = &bd[bi * n * k..(bi + 1) * n * k];
-        let wrows: &[f32] = if trans_b {
-            bsl
-        } else {
-            // [K, N] -> [N, K]; reuse the transposed copy for a broadcast b.
-            if i == 0 || bb != 1 {
-                bt.clear();
-                bt.resize(n * k, 0.0);
-                for kk in 0..k {
-                    for nn in 0..n {
-                        bt[nn * k + kk] = bsl[kk * n + nn];
-                    }
-                }
-            }
-            &bt
+        let lhs = Mat {
+            ptr: ad[ai * m * k..].as_ptr(),
+            rs: k as isize,
+            cs: 1,
         };
-        res.extend(gemm_xwt(x, m, k, Weight::F32(wrows), n)?);
+        let rhs = Mat {
+            ptr: bd[bi * n * k..].as_ptr(),
+            rs: rhs_rs,
+            cs: rhs_cs,
+        };
+        let par = if many {
+            gemm::Parallelism::None
+        } else {
+            gemm::Parallelism::Rayon(0)
+        };
+        // SAFETY: each operand slice holds m*k / n*k elements past its start (shapes
+        // checked above); dst is this batch's own m*n block.
+        unsafe {
+            sgemm(
+                m,
+                n,
+                k,
+                Dst::rows(dst.as_mut_ptr(), n),
+                lhs,
+                rhs,
+                false,
+                par,
+            )
+        };
+    };
+    if many {
+        res.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, dst)| one(i, dst));
+    } else {
+        res.chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, dst)| one(i, dst));
     }
     out(vec![batch, m, n], res)
 }
@@ -220,6 +290,17 @@ mod tests {
             }
         }
         o
+    }
+
+    /// The float path whatever the CPU: packed weights dequantized panel by panel.
+    fn float_path(x: &[f32], m: usize, w: &Tensor) -> Tensor<'static> {
+        let (n, k) = (w.shape()[0], w.shape()[1]);
+        let src = if w.is_f32() {
+            Weight::F32(w.as_f32().unwrap())
+        } else {
+            Weight::Packed(w)
+        };
+        Tensor::from_f32(vec![m, n], gemm_xwt(x, m, k, src, n).unwrap()).unwrap()
     }
 
     #[test]
@@ -351,9 +432,8 @@ mod tests {
         let x = r.vec(m * k);
         let w = r.vec(n * k);
         let (bytes, wdeq) = q8_0_encode(&w);
-        let xt = Tensor::from_f32(vec![m, k], x.clone()).unwrap();
         let wt = Tensor::from_bytes(vec![n, k], GgmlType::Q8_0, bytes).unwrap();
-        let y = matmul(&xt, &wt).unwrap();
+        let y = float_path(&x, m, &wt);
         assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wdeq, m, k, n), 1e-4);
     }
 
@@ -377,7 +457,14 @@ mod tests {
             let mut wdeq = vec![0.0f32; n * k];
             quant::dequantize(ty, &bytes, &mut wdeq).unwrap();
             let wt = Tensor::from_bytes(vec![n, k], ty, bytes).unwrap();
-            let y = matmul(&xt, &wt).unwrap();
+            let y = float_path(&x, m, &wt);
+            // matmul itself takes the integer path for symmetric types where it runs.
+            let via = matmul(&xt, &wt).unwrap();
+            if qgemm::enabled(ty) {
+                assert_eq!(via.as_f32().unwrap(), qgemm::xwt(&x, m, k, &wt, n).unwrap());
+            } else {
+                assert_eq!(via.as_f32().unwrap(), y.as_f32().unwrap());
+            }
             assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wdeq, m, k, n), 1e-4);
             // The quantization error is small but present: the weight was really packed.
             let exact = naive_xwt(&x, &w, m, k, n);
@@ -390,6 +477,75 @@ mod tests {
                 .fold(0.0, f32::max);
             // (4-bit steps are 1/8 of the block range; 96-term dots of values in [-1, 1].)
             assert!(err > 0.0 && err < 2.0, "{ty}: {err}");
+        }
+    }
+
+    /// Shapes that cross the fast kernel's edges: several non-f32 panels (N > 128, and a
+    /// ragged last one), M beyond the crate's register and cache blocks, K not a multiple
+    /// of the SIMD width (f32/f16/bf16) and several K blocks; every dtype against the f64
+    /// oracle on the weight as stored.
+    #[test]
+    fn every_dtype_matches_naive_at_panel_and_block_edges() {
+        let mut r = Rng::new(21);
+        for &(m, k, n) in &[(1, 64, 300), (37, 96, 129), (150, 32, 17), (9, 544, 40)] {
+            let x = r.vec(m * k);
+            let w = r.vec(n * k);
+            for ty in [
+                GgmlType::F32,
+                GgmlType::F16,
+                GgmlType::BF16,
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q5_1,
+            ] {
+                let bytes = quant::quantize(ty, &w).unwrap();
+                let mut stored = vec![0.0f32; n * k];
+                quant::dequantize(ty, &bytes, &mut stored).unwrap();
+                let wt = Tensor::from_bytes(vec![n, k], ty, bytes).unwrap();
+                let y = float_path(&x, m, &wt);
+                let tol = 1e-5 * (k as f32).sqrt();
+                assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &stored, m, k, n), tol);
+            }
+        }
+        // Odd K for the unblocked dtypes.
+        let (m, k, n) = (19, 77, 141);
+        let x = r.vec(m * k);
+        let w = r.vec(n * k);
+        let xt = Tensor::from_f32(vec![m, k], x.clone()).unwrap();
+        let wh: Vec<f32> = w.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+        let bytes: Vec<u8> = w
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+            .collect();
+        let wt = Tensor::from_bytes(vec![n, k], GgmlType::F16, bytes).unwrap();
+        assert_close(
+            matmul(&xt, &wt).unwrap().as_f32().unwrap(),
+            &naive_xwt(&x, &wh, m, k, n),
+            1e-4,
+        );
+    }
+
+    /// Many small products (one per task) and a few large ones (split by the crate).
+    #[test]
+    fn bmm_many_small_and_few_large() {
+        let mut r = Rng::new(17);
+        for &(b, m, k, n) in &[(24, 3, 5, 7), (1, 70, 33, 90), (2, 41, 64, 9)] {
+            let a = r.vec(b * m * k);
+            let bt = r.vec(b * n * k);
+            let at = Tensor::from_f32(vec![b, m, k], a.clone()).unwrap();
+            let btt = Tensor::from_f32(vec![b, n, k], bt.clone()).unwrap();
+            let y = bmm(&at, &btt, true).unwrap();
+            let mut want = Vec::new();
+            for i in 0..b {
+                want.extend(naive_xwt(
+                    &a[i * m * k..][..m * k],
+                    &bt[i * n * k..][..n * k],
+                    m,
+                    k,
+                    n,
+                ));
+            }
+            assert_close(y.as_f32().unwrap(), &want, 1e-4);
         }
     }
 

@@ -20,6 +20,7 @@ mod embedding;
 pub(crate) mod kernels;
 mod matmul;
 mod norm;
+mod qgemm;
 mod rope;
 mod shape;
 mod softmax;

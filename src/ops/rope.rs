@@ -81,7 +81,7 @@ pub fn rope<P: Copy + Into<f64>>(
         ));
     }
     let n_rot = cfg.n_rot.unwrap_or(d);
-    if n_rot % 2 != 0 || n_rot > d {
+    if !n_rot.is_multiple_of(2) || n_rot > d {
         return Err(Error::shape(
             OP,
             format!("n_rot {n_rot} must be even and <= head_dim {d}"),

@@ -2,6 +2,7 @@
 
 use rayon::prelude::*;
 
+use super::kernels::exp_shifted;
 use super::{f32s, out};
 use crate::{Error, Result, Tensor};
 
@@ -13,11 +14,7 @@ pub fn softmax_row(row: &mut [f32]) {
         row.fill(0.0);
         return;
     }
-    let mut sum = 0.0f32;
-    for v in row.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
+    let sum = exp_shifted(row, max);
     let inv = 1.0 / sum;
     for v in row.iter_mut() {
         *v *= inv;

@@ -19,6 +19,7 @@ fn info() -> PolicyInfo {
         weight_dtypes: String::new(),
         backend: String::new(),
         memory_bytes: 0,
+        stage_flops: Vec::new(),
     }
 }
 

@@ -201,6 +201,9 @@ fn run(args: Args) -> Result<()> {
         for (k, name) in stages.iter().enumerate() {
             out[format!("{name}_ms")] = stat(k);
         }
+        for (name, f) in &info.stage_flops {
+            out[format!("{name}_gflop")] = serde_json::json!(*f as f64 / 1e9);
+        }
         println!("{out}");
         return Ok(());
     }
@@ -217,6 +220,32 @@ fn run(args: Args) -> Result<()> {
     );
     println!("iters     {} (after {} warm-up)", args.iters, args.warmup);
     report(&stages, &rows);
+    if !info.stage_flops.is_empty() {
+        // Rates at the median time; a stage not timed apart counts in the total only.
+        let parts: Vec<String> = info
+            .stage_flops
+            .iter()
+            .map(|(name, f)| {
+                let k = stages.iter().position(|s| s == name);
+                let ms = k.map(|k| sorted(&rows, k)[rows.len() / 2]);
+                let gflop = *f as f64 / 1e9;
+                match ms.filter(|m| !m.is_nan()) {
+                    Some(ms) => format!(
+                        "{name} {gflop:.2} GFLOP ({:.1} GFLOP/s)",
+                        gflop / (ms as f64 / 1e3)
+                    ),
+                    None => format!("{name} {gflop:.2} GFLOP"),
+                }
+            })
+            .collect();
+        let total: f64 = info.stage_flops.iter().map(|s| s.1 as f64).sum::<f64>() / 1e9;
+        let ms = sorted(&rows, 3)[rows.len() / 2] as f64;
+        println!(
+            "compute   {}; total {total:.2} GFLOP ({:.1} GFLOP/s; matmul + attention, 2 per FMA)",
+            parts.join(", "),
+            total / (ms / 1e3)
+        );
+    }
     println!(
         "per predict  {} submits, {} host waits, {} dispatches; host->device {}, device->host {}",
         c.submits,

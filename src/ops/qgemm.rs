@@ -1,0 +1,407 @@
+//! Integer matmul for symmetric block-quantized weights (Q8_0, Q4_0, Q5_0) without
+//! dequantizing them to f32.
+//!
+//! The activations are quantized like a Q8_0 row (per 32 elements: `d = amax / 127` rounded
+//! to f16, codes `round(x / d)`; ggml quantizes a Q8_0 matmul's activations the same way),
+//! each 32-block's dot product is exact in int32, and the result accumulates in f32 as
+//! `acc = fma(dot, d_w * d_x, acc)` block by block in K order. Every kernel does exactly that
+//! arithmetic, so they agree bit for bit: `reference` is the portable one (the oracle the
+//! tests compare with) and the AVX512-VNNI one (`vpdpbusd`, 64 byte products per
+//! instruction) runs where the CPU has it. Other CPUs, or `VLA_CPU_INT8=0`, take the
+//! dequantize-and-f32-GEMM path in `matmul` instead (no activation quantization).
+
+use rayon::prelude::*;
+
+use super::kernels::SendPtr;
+use crate::gguf::quant::{q8_0_block, symmetric_codes, QK};
+use crate::gguf::GgmlType;
+use crate::{Error, Result, Tensor};
+
+/// Output columns per packed tile (two 16-lane halves).
+const NT: usize = 32;
+
+/// Activations quantized per 32-block: codes stored as `code + 128` (unsigned, as
+/// `vpdpbusd` takes them) and f32 scales.
+pub(crate) struct QuantRows {
+    k: usize,
+    codes: Vec<u8>,
+    scales: Vec<f32>,
+}
+
+impl QuantRows {
+    /// Quantizes `x [m, k]` (`k` a multiple of 32), rows in parallel.
+    pub(crate) fn new(x: &[f32], m: usize, k: usize) -> Self {
+        let kb = k / QK;
+        let mut codes = vec![0u8; m * k];
+        let mut scales = vec![0.0f32; m * kb];
+        codes
+            .par_chunks_mut(k)
+            .zip(scales.par_chunks_mut(kb))
+            .zip(x.par_chunks(k))
+            .for_each(|((c, s), xr)| {
+                let mut q = [0i8; QK];
+                for b in 0..kb {
+                    s[b] = q8_0_block(&xr[b * QK..(b + 1) * QK], &mut q).to_f32();
+                    for (o, v) in c[b * QK..(b + 1) * QK].iter_mut().zip(q) {
+                        *o = (v as i16 + 128) as u8;
+                    }
+                }
+            });
+        Self { k, codes, scales }
+    }
+
+    fn row(&self, i: usize) -> (&[u8], &[f32]) {
+        let kb = self.k / QK;
+        (
+            &self.codes[i * self.k..(i + 1) * self.k],
+            &self.scales[i * kb..(i + 1) * kb],
+        )
+    }
+}
+
+/// Whether `ty` has signed codes this module can multiply.
+pub(crate) fn is_symmetric(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
+}
+
+/// Whether the integer path runs for weights of `ty` on this CPU (`VLA_CPU_INT8=0` turns it
+/// off everywhere).
+pub(crate) fn enabled(ty: GgmlType) -> bool {
+    is_symmetric(ty) && simd::detected() && std::env::var("VLA_CPU_INT8").as_deref() != Ok("0")
+}
+
+/// `w [n, k]`'s rows `n0..n0 + rows` as signed codes `[rows, k]` and scales `[rows, k/32]`.
+fn weight_codes(
+    w: &Tensor,
+    n0: usize,
+    rows: usize,
+    codes: &mut Vec<i8>,
+    scales: &mut Vec<f32>,
+) -> Result<()> {
+    let ty = w.dtype();
+    let k = w.shape()[1];
+    let kb = k / QK;
+    let bs = ty.type_size();
+    let start = n0 * kb * bs;
+    let bytes = w
+        .raw_bytes()
+        .get(start..start + rows * kb * bs)
+        .ok_or_else(|| Error::shape("matmul", "quantized weight is shorter than its shape"))?;
+    codes.resize(rows * k, 0);
+    scales.resize(rows * kb, 0.0);
+    let mut q = [0i8; QK];
+    for (blk, (block, c)) in bytes
+        .chunks_exact(bs)
+        .zip(codes.chunks_exact_mut(QK))
+        .enumerate()
+    {
+        scales[blk] = symmetric_codes(ty, block, &mut q)
+            .ok_or_else(|| Error::shape("matmul", format!("{ty} has no signed codes")))?;
+        c.copy_from_slice(&q);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+/// The portable kernel: `out[i, j] (row stride ldo) = sum_b fma(dot_b, d_w * d_x)` for
+/// weight rows given as codes/scales.
+pub(crate) fn reference(
+    x: &QuantRows,
+    m: usize,
+    codes: &[i8],
+    scales: &[f32],
+    rows: usize,
+    out: &mut [f32],
+    ldo: usize,
+) {
+    let k = x.k;
+    let kb = k / QK;
+    for i in 0..m {
+        let (xc, xd) = x.row(i);
+        for j in 0..rows {
+            let (wc, wd) = (&codes[j * k..(j + 1) * k], &scales[j * kb..(j + 1) * kb]);
+            let mut acc = 0.0f32;
+            for b in 0..kb {
+                let dot: i32 = (b * QK..(b + 1) * QK)
+                    .map(|e| (xc[e] as i32 - 128) * wc[e] as i32)
+                    .sum();
+                acc = (dot as f32).mul_add(wd[b] * xd[b], acc);
+            }
+            out[i * ldo + j] = acc;
+        }
+    }
+}
+
+/// `x [m, k] @ w^T` for a symmetric block-quantized `w [n, k]` on the fastest kernel this
+/// CPU has; panels of 32-column tiles in parallel, each packed from the weight's blocks into
+/// a per-thread scratch.
+pub(crate) fn xwt(x: &[f32], m: usize, k: usize, w: &Tensor, n: usize) -> Result<Vec<f32>> {
+    let mut res = vec![0.0f32; m * n];
+    if m == 0 || n == 0 || k == 0 {
+        return Ok(res);
+    }
+    if !k.is_multiple_of(QK) {
+        return Err(Error::shape(
+            "matmul",
+            format!("K = {k} is not a multiple of {QK}"),
+        ));
+    }
+    let xq = QuantRows::new(x, m, k);
+    let tiles = n.div_ceil(NT);
+    let per_task = tiles.div_ceil(4 * rayon::current_num_threads()).clamp(1, 4);
+    let dst = SendPtr(res.as_mut_ptr());
+    (0..tiles.div_ceil(per_task))
+        .into_par_iter()
+        .try_for_each_init(
+            || (Vec::new(), Vec::new(), simd::Packed::default()),
+            |(codes, scales, packed), p| -> Result<()> {
+                for t in p * per_task..((p + 1) * per_task).min(tiles) {
+                    let n0 = t * NT;
+                    let rows = NT.min(n - n0);
+                    weight_codes(w, n0, rows, codes, scales)?;
+                    packed.pack(codes, scales, rows, k);
+                    // SAFETY: this task alone writes columns n0..n0+rows of the m x n
+                    // result, and the kernel writes only those (rows < m, stride n).
+                    unsafe { simd::tile(&xq, m, packed, rows, dst.get().add(n0), n) };
+                }
+                Ok(())
+            },
+        )?;
+    Ok(res)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    //! The AVX512-VNNI tile kernel. A 32-column tile is packed per 32-block `b` as two
+    //! 16-column halves of 8 groups of 4 codes: byte `b*1024 + h*512 + g*64 + c*4 + e` is
+    //! column `h*16 + c`, element `b*32 + g*4 + e`, so one `vpdpbusd` adds 4 products into
+    //! each of 16 column lanes; `corr` is `128 * sum(codes)` per block and column (the
+    //! activations carry a +128 offset).
+    use super::{QuantRows, NT, QK};
+    use std::arch::x86_64::*;
+
+    #[derive(Default)]
+    pub(crate) struct Packed {
+        codes: Vec<i8>,
+        scales: Vec<f32>,
+        corr: Vec<i32>,
+        kb: usize,
+    }
+
+    impl Packed {
+        pub(crate) fn pack(&mut self, codes: &[i8], scales: &[f32], rows: usize, k: usize) {
+            let kb = k / QK;
+            self.kb = kb;
+            self.codes.clear();
+            self.codes.resize(kb * NT * QK, 0);
+            self.scales.clear();
+            self.scales.resize(kb * NT, 0.0);
+            self.corr.clear();
+            self.corr.resize(kb * NT, 0);
+            for j in 0..rows {
+                let (h, c) = (j / 16, j % 16);
+                for b in 0..kb {
+                    let src = &codes[j * k + b * QK..j * k + (b + 1) * QK];
+                    for (e, &v) in src.iter().enumerate() {
+                        let (g, e4) = (e / 4, e % 4);
+                        self.codes[b * 1024 + h * 512 + g * 64 + c * 4 + e4] = v;
+                    }
+                    self.scales[b * NT + j] = scales[j * kb + b];
+                    self.corr[b * NT + j] = 128 * src.iter().map(|&v| v as i32).sum::<i32>();
+                }
+            }
+        }
+    }
+
+    pub(crate) fn detected() -> bool {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+
+    /// Writes `out[i * ldo + j]` for every row `i < m` and column `j < rows` of one tile.
+    ///
+    /// # Safety
+    /// Those elements must be writable and written by no one else during the call.
+    pub(crate) unsafe fn tile(
+        x: &QuantRows,
+        m: usize,
+        p: &Packed,
+        rows: usize,
+        out: *mut f32,
+        ldo: usize,
+    ) {
+        assert!(
+            detected(),
+            "the VNNI kernel needs avx512f, avx512bw and avx512vnni"
+        );
+        assert!(rows <= NT && p.kb * QK == x.k && x.codes.len() >= m * x.k);
+        let mut i = 0;
+        // SAFETY: the CPU features were checked; every row index is < m and the packed
+        // arrays hold kb blocks (asserted above); `out` as the caller promised.
+        unsafe {
+            while i + 4 <= m {
+                rows_kernel::<4>(x, i, p, rows, out, ldo);
+                i += 4;
+            }
+            while i < m {
+                rows_kernel::<1>(x, i, p, rows, out, ldo);
+                i += 1;
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn rows_kernel<const R: usize>(
+        x: &QuantRows,
+        i0: usize,
+        p: &Packed,
+        rows: usize,
+        out: *mut f32,
+        ldo: usize,
+    ) {
+        let xr: [(&[u8], &[f32]); R] = std::array::from_fn(|r| x.row(i0 + r));
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let (pc, ps, pk) = (p.codes.as_ptr(), p.scales.as_ptr(), p.corr.as_ptr());
+        for b in 0..p.kb {
+            let mut dot = [[_mm512_setzero_si512(); 2]; R];
+            for g in 0..8 {
+                let w0 = _mm512_loadu_si512(pc.add(b * 1024 + g * 64) as *const _);
+                let w1 = _mm512_loadu_si512(pc.add(b * 1024 + 512 + g * 64) as *const _);
+                for r in 0..R {
+                    let xc = &xr[r].0[b * QK + g * 4..b * QK + g * 4 + 4];
+                    let xb = _mm512_set1_epi32(i32::from_le_bytes([xc[0], xc[1], xc[2], xc[3]]));
+                    dot[r][0] = _mm512_dpbusd_epi32(dot[r][0], xb, w0);
+                    dot[r][1] = _mm512_dpbusd_epi32(dot[r][1], xb, w1);
+                }
+            }
+            for h in 0..2 {
+                let ws = _mm512_loadu_ps(ps.add(b * NT + h * 16));
+                let corr = _mm512_loadu_si512(pk.add(b * NT + h * 16) as *const _);
+                for r in 0..R {
+                    let v = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][h], corr));
+                    let s = _mm512_mul_ps(ws, _mm512_set1_ps(xr[r].1[b]));
+                    acc[r][h] = _mm512_fmadd_ps(v, s, acc[r][h]);
+                }
+            }
+        }
+        let mut buf = [0.0f32; NT];
+        for (r, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(buf.as_mut_ptr(), a[0]);
+            _mm512_storeu_ps(buf.as_mut_ptr().add(16), a[1]);
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), out.add((i0 + r) * ldo), rows);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod simd {
+    use super::QuantRows;
+
+    #[derive(Default)]
+    pub(crate) struct Packed;
+
+    impl Packed {
+        pub(crate) fn pack(&mut self, _: &[i8], _: &[f32], _: usize, _: usize) {}
+    }
+
+    pub(crate) fn detected() -> bool {
+        false
+    }
+
+    pub(crate) unsafe fn tile(
+        _: &QuantRows,
+        _: usize,
+        _: &Packed,
+        _: usize,
+        _: *mut f32,
+        _: usize,
+    ) {
+        unreachable!("enabled() is false without VNNI")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::quant;
+    use crate::ops::testutil::Rng;
+    use half::f16;
+
+    /// Independent oracle: activations quantized here (f32 scale amax/127 rounded to f16,
+    /// codes by the f32 inverse, half away from zero), weights from `quant::dequantize`,
+    /// sums in f64.
+    fn naive(x: &[f32], wdeq: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut xq = vec![0.0f64; m * k];
+        for (blk, o) in x.chunks(QK).zip(xq.chunks_mut(QK)) {
+            let amax = blk.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+            let dh = f16::from_f32(d).to_f32() as f64;
+            for (v, o) in blk.iter().zip(o) {
+                *o = (v * id).round() as f64 * dh;
+            }
+        }
+        let mut out = vec![0.0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k).map(|p| xq[i * k + p] * wdeq[j * k + p] as f64).sum();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn symmetric_types_match_the_naive_oracle_and_the_portable_kernel_bit_for_bit() {
+        let mut r = Rng::new(41);
+        for &(m, k, n) in &[
+            (1, 32, 1),
+            (5, 64, 33),
+            (9, 96, 70),
+            (4, 32, 32),
+            (13, 160, 97),
+        ] {
+            let x = r.vec(m * k);
+            let w = r.vec(n * k);
+            for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
+                let bytes = quant::quantize(ty, &w).unwrap();
+                let mut wdeq = vec![0.0f32; n * k];
+                quant::dequantize(ty, &bytes, &mut wdeq).unwrap();
+                let wt = Tensor::from_bytes(vec![n, k], ty, bytes).unwrap();
+                let want = naive(&x, &wdeq, m, k, n);
+                // The portable kernel against the oracle.
+                let (mut codes, mut scales) = (Vec::new(), Vec::new());
+                weight_codes(&wt, 0, n, &mut codes, &mut scales).unwrap();
+                let xq = QuantRows::new(&x, m, k);
+                let mut port = vec![0.0f32; m * n];
+                reference(&xq, m, &codes, &scales, n, &mut port, n);
+                for (a, b) in port.iter().zip(&want) {
+                    assert!(
+                        (*a as f64 - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                        "{ty} {m}x{k}x{n}: {a} vs {b}"
+                    );
+                }
+                // The SIMD kernel, where this CPU has it, bit for bit.
+                if simd::detected() {
+                    let fast = xwt(&x, m, k, &wt, n).unwrap();
+                    assert_eq!(fast, port, "{ty} {m}x{k}x{n}");
+                } else {
+                    eprintln!(
+                        "NOTE: no AVX512-VNNI on this CPU: the VNNI kernel was not exercised"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_k_is_an_error() {
+        let w = Tensor::from_bytes(
+            vec![1, 32],
+            GgmlType::Q8_0,
+            quant::quantize(GgmlType::Q8_0, &[0.5; 32]).unwrap(),
+        )
+        .unwrap();
+        assert!(xwt(&[0.0; 33], 1, 33, &w, 1).is_err());
+    }
+}
