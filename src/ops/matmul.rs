@@ -19,7 +19,7 @@ enum Weight<'w, 't> {
 /// single-threaded call): the crate's own split is poor when M is this small.
 const SMALL_M: usize = 96;
 
-/// Weight rows per panel for non-f32 weights: enough panels for every thread to get
+/// Weight rows per panel (small-M and non-f32 weights): enough panels for every thread to get
 /// several, each small enough that its f32 copy stays in L2 (at most 128 x K floats).
 fn panel_rows(n: usize) -> usize {
     let tasks = 4 * rayon::current_num_threads();

@@ -1,7 +1,8 @@
 //! CPU reference ops.
 //!
 //! Every op takes `&Tensor` inputs of any supported dtype (non-f32 inputs are converted to
-//! f32 first; `matmul`/`linear`/`embedding` weights are dequantized one row block at a time)
+//! f32 first; `matmul`/`linear`/`embedding` weights are dequantized one row block at a time,
+//! or, for Q8_0/Q4_0/Q5_0 on CPUs with AVX512-VNNI, multiplied as integers: `qgemm`)
 //! and returns an owned f32 tensor. Bad shapes are reported as [`crate::Error::Shape`], never
 //! panics. Shapes are row-major (PyTorch order).
 //!

@@ -161,7 +161,8 @@ pub(crate) fn xwt(x: &[f32], m: usize, k: usize, w: &Tensor, n: usize) -> Result
                     weight_codes(w, n0, rows, codes, scales)?;
                     packed.pack(codes, scales, rows, k);
                     // SAFETY: this task alone writes columns n0..n0+rows of the m x n
-                    // result, and the kernel writes only those (rows < m, stride n).
+                    // result, and the kernel writes only those (rows i < m, columns < rows,
+                    // row stride n).
                     unsafe { simd::tile(&xq, m, packed, rows, dst.get().add(n0), n) };
                 }
                 Ok(())
