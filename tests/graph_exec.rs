@@ -201,6 +201,14 @@ fn inlined_graphs_share_weights_and_compute_in_sequence() {
     );
     assert_eq!(count(&|op| matches!(op, Op::MatMul)), 2);
     assert_eq!(twice.input_names().collect::<Vec<_>>(), ["s.x"]);
+    // FLOPs: 2 per multiply-add of the matmul x [2, 3] @ w^T, elementwise not counted; per stage.
+    let n_out = step.node(step.outputs()[0]).shape[1] as u64;
+    let f = 2 * 2 * n_out * 3;
+    assert_eq!(step.flops_by_stage(), [(String::new(), f)]);
+    assert_eq!(
+        twice.flops_by_stage(),
+        [("first".to_string(), f), ("second".to_string(), f)]
+    );
 
     let cpu = CpuBackend;
     let x0 = Tensor::from_f32(vec![2, 3], values(6, 3)).unwrap();
@@ -225,4 +233,45 @@ fn inlined_graphs_share_weights_and_compute_in_sequence() {
     let mut bad = GraphBuilder::new(&store);
     let wrong = bad.input("z", &[3, 2]);
     assert!(bad.inline(&step, "s", |_| Some(wrong)).is_err());
+}
+
+/// Attention's FLOPs: 2 x Hq x Sq x Sk x (D + Dv) (scores and the weighted sum), whatever the
+/// kv-head count; patch embedding as a matmul over C x p x p.
+#[test]
+fn flops_count_attention_and_patch_embed() {
+    use std::collections::HashMap;
+    use vla::graph::AttentionMask;
+    let mut store: HashMap<String, Tensor<'static>> = HashMap::new();
+    store.insert(
+        "pw".into(),
+        Tensor::from_f32(vec![5, 3, 2, 2], vec![0.0; 60]).unwrap(),
+    );
+    store.insert(
+        "pb".into(),
+        Tensor::from_f32(vec![5], vec![0.0; 5]).unwrap(),
+    );
+    let mut g = GraphBuilder::new(&store);
+    let q = g.input("q", &[4, 3, 8]);
+    let k = g.input("k", &[2, 7, 8]);
+    let v = g.input("v", &[2, 7, 6]);
+    g.stage("attn");
+    let o = g
+        .attention(q, k, v, AttentionMask::None, None, None)
+        .unwrap();
+    g.stage("patches");
+    let img = g.input("img", &[3, 4, 6]);
+    let (pw, pb) = (
+        g.weight("pw", &[5, 3, 2, 2]).unwrap(),
+        g.weight("pb", &[5]).unwrap(),
+    );
+    let p = g.patch_embed(img, pw, pb).unwrap();
+    let graph = g.build(&[o, p]).unwrap();
+    assert_eq!(
+        graph.flops_by_stage(),
+        [
+            ("attn".to_string(), 2 * 4 * 3 * 7 * (8 + 6)),
+            // 6 patches x 5 outputs x (3 x 2 x 2) inputs
+            ("patches".to_string(), 2 * 6 * 5 * 12),
+        ]
+    );
 }

@@ -183,14 +183,11 @@ impl Graph {
         &self.stages
     }
 
-    /// Floating-point operations of one run per stage (one entry, named `""`, for an
-    /// unstaged graph): matrix products, attention and patch embedding at 2 per
+    /// Floating-point operations of one run per stage (`""` for an unstaged graph, or for
+    /// work before the first stage): matrix products, attention and patch embedding at 2 per
     /// multiply-add; elementwise work is not counted. For GFLOP/s figures.
     pub fn flops_by_stage(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = match self.stages.first() {
-            Some(&(_, 0)) => Vec::new(),
-            _ => vec![(String::new(), 0)],
-        };
+        let mut out = vec![(String::new(), 0u64)];
         let mut next = 0;
         for i in 0..self.nodes.len() {
             while next < self.stages.len() && self.stages[next].1 <= i {
@@ -200,6 +197,10 @@ impl Graph {
             if let Some(last) = out.last_mut() {
                 last.1 += self.node_flops(i);
             }
+        }
+        // Nodes before the first stage (inputs, weights) do no work: no "" entry then.
+        if out.len() > 1 && out[0].1 == 0 {
+            out.remove(0);
         }
         out
     }
