@@ -118,6 +118,22 @@ pub fn attention(
     out(vec![hq, sq, dv], o)
 }
 
+/// The largest element (`-inf` for an empty or all `-inf` row; NaN is ignored), eight
+/// lanes at a time so it vectorises.
+fn row_max(row: &[f32]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; 8];
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &b) in m.iter_mut().zip(c) {
+            *a = if b > *a { b } else { *a };
+        }
+    }
+    tail.iter()
+        .chain(&m)
+        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
+}
+
 /// Queries per task.
 const BQ: usize = 64;
 /// Keys per tile.
@@ -207,18 +223,27 @@ impl Ctx<'_> {
                 } else {
                     i * sk
                 } + j0;
-                for (j, x) in srow.iter_mut().enumerate() {
-                    *x = if j >= lim {
-                        f32::NEG_INFINITY
-                    } else {
-                        match self.mask {
-                            Mask::Allowed(m) if !m[mrow + j] => f32::NEG_INFINITY,
-                            Mask::Additive(m) => *x * self.scale + m[mrow + j],
-                            _ => *x * self.scale,
+                let (seen, hidden) = srow.split_at_mut(lim);
+                hidden.fill(f32::NEG_INFINITY);
+                // One loop per mask kind, so the common ones vectorise.
+                match self.mask {
+                    Mask::Allowed(m) => {
+                        for (x, &ok) in seen.iter_mut().zip(&m[mrow..]) {
+                            *x = if ok {
+                                *x * self.scale
+                            } else {
+                                f32::NEG_INFINITY
+                            };
                         }
-                    };
+                    }
+                    Mask::Additive(m) => {
+                        for (x, &b) in seen.iter_mut().zip(&m[mrow..]) {
+                            *x = *x * self.scale + b;
+                        }
+                    }
+                    Mask::None | Mask::Causal => seen.iter_mut().for_each(|x| *x *= self.scale),
                 }
-                let tile_max = srow.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let tile_max = row_max(srow);
                 let new_max = t.max[r].max(tile_max);
                 if new_max == f32::NEG_INFINITY {
                     srow.fill(0.0); // nothing visible yet in this row
