@@ -29,9 +29,9 @@ fn panel_rows(n: usize) -> usize {
 /// `out[m, n] = dot(x[m, :], w[n, :])` for `x [M, K]`, `w [N, K]`, on the `gemm` crate's
 /// packed, register-blocked kernels. An f32 weight with M > `SMALL_M` is one multithreaded
 /// call (the crate splits M and N and packs the weight itself); otherwise the weight is cut
-/// into panels of rows, each copied or dequantized into a per-thread f32 scratch and
-/// multiplied single-threaded into its columns, panels in parallel (so a non-f32 weight is
-/// never converted whole).
+/// into panels of rows (read in place, or copied / dequantized into a per-thread f32
+/// scratch), each multiplied single-threaded into its columns, panels in parallel (so a
+/// non-f32 weight is never converted whole).
 fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Result<Vec<f32>> {
     let mut res = vec![0.0f32; m * n];
     if m == 0 || n == 0 || k == 0 {
@@ -66,10 +66,10 @@ fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Resul
             };
         }
         _ => {
-            // Panels of weight rows, copied (f32) or dequantized into a per-thread scratch
-            // whose row stride is padded off powers of two: the crate reads the weight at
-            // that stride, and a 4 KiB multiple (K = 1024, 2048) thrashes the L1 sets
-            // (2.5x slower at M = 50, K = 2048).
+            // Panels of weight rows. A non-f32 panel is dequantized, and an f32 one whose
+            // row stride is a 1 KiB multiple copied, into a per-thread scratch with a padded
+            // stride: the crate reads the weight at that stride, and a 4 KiB multiple
+            // (K = 1024, 2048) thrashes the L1 sets (2.5x slower at M = 50, K = 2048).
             let nb = panel_rows(n);
             let ks = k + 16;
             let dst = SendPtr(res.as_mut_ptr());
@@ -77,20 +77,34 @@ fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Resul
                 Vec::<f32>::new,
                 |scratch, p| -> Result<()> {
                     let (n0, rows) = (p * nb, nb.min(n - p * nb));
-                    scratch.resize(rows * ks, 0.0);
-                    for (j, row) in scratch.chunks_exact_mut(ks).enumerate() {
-                        match w {
-                            Weight::F32(wf) => row[..k].copy_from_slice(&wf[(n0 + j) * k..][..k]),
-                            Weight::Packed(wt) => wt.dequantize_rows(n0 + j, &mut row[..k])?,
+                    let rhs = match w {
+                        // An f32 weight whose stride is no 1 KiB multiple is read in place.
+                        Weight::F32(wf) if !k.is_multiple_of(256) => Mat {
+                            ptr: wf[n0 * k..].as_ptr(),
+                            rs: 1,
+                            cs: k as isize,
+                        },
+                        _ => {
+                            scratch.resize(rows * ks, 0.0);
+                            for (j, row) in scratch.chunks_exact_mut(ks).enumerate() {
+                                match w {
+                                    Weight::F32(wf) => {
+                                        row[..k].copy_from_slice(&wf[(n0 + j) * k..][..k])
+                                    }
+                                    Weight::Packed(wt) => {
+                                        wt.dequantize_rows(n0 + j, &mut row[..k])?
+                                    }
+                                }
+                            }
+                            Mat {
+                                ptr: scratch.as_ptr(),
+                                rs: 1,
+                                cs: ks as isize,
+                            }
                         }
-                    }
-                    let rhs = Mat {
-                        ptr: scratch.as_ptr(),
-                        rs: 1,
-                        cs: ks as isize,
                     };
-                    // SAFETY: x holds m*k elements, the scratch rows*ks; this task alone
-                    // writes columns n0..n0+rows of the m x n result.
+                    // SAFETY: x holds m*k elements, the weight rows rows*k (or the scratch
+                    // rows*ks); this task alone writes columns n0..n0+rows of the result.
                     unsafe {
                         sgemm(
                             m,
@@ -480,14 +494,21 @@ mod tests {
         }
     }
 
-    /// Shapes that cross the fast kernel's edges: several non-f32 panels (N > 128, and a
+    /// Shapes that cross the fast kernel's edges: several panels (N > 128, and a
     /// ragged last one), M beyond the crate's register and cache blocks, K not a multiple
-    /// of the SIMD width (f32/f16/bf16) and several K blocks; every dtype against the f64
-    /// oracle on the weight as stored.
+    /// of the SIMD width (f32/f16/bf16) and several K blocks, small-M f32 read in place and
+    /// copied (K = 512, a padded stride); every dtype against the f64 oracle on the weight
+    /// as stored.
     #[test]
     fn every_dtype_matches_naive_at_panel_and_block_edges() {
         let mut r = Rng::new(21);
-        for &(m, k, n) in &[(1, 64, 300), (37, 96, 129), (150, 32, 17), (9, 544, 40)] {
+        for &(m, k, n) in &[
+            (1, 64, 300),
+            (37, 96, 129),
+            (150, 32, 17),
+            (9, 544, 40),
+            (3, 512, 37),
+        ] {
             let x = r.vec(m * k);
             let w = r.vec(n * k);
             for ty in [
