@@ -146,19 +146,22 @@ fn read_f16(b: &[u8]) -> f32 {
     f16::from_le_bytes([b[0], b[1]]).to_f32()
 }
 
-fn dequant_q8_0(b: &[u8], y: &mut [f32]) {
-    let d = read_f16(b);
-    for (y, q) in y.iter_mut().zip(&b[2..2 + QK]) {
-        *y = (*q as i8) as f32 * d;
+/// `d * code` for the symmetric types (see [`symmetric_codes`], the one reader of their
+/// codes).
+fn dequant_symmetric(ty: GgmlType, b: &[u8], y: &mut [f32]) {
+    let mut codes = [0i8; QK];
+    let d = symmetric_codes(ty, b, &mut codes).expect("a symmetric type");
+    for (y, c) in y.iter_mut().zip(codes) {
+        *y = c as f32 * d;
     }
 }
 
+fn dequant_q8_0(b: &[u8], y: &mut [f32]) {
+    dequant_symmetric(GgmlType::Q8_0, b, y)
+}
+
 fn dequant_q4_0(b: &[u8], y: &mut [f32]) {
-    let d = read_f16(b);
-    for (j, q) in b[2..2 + QK / 2].iter().enumerate() {
-        y[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
-        y[j + QK / 2] = ((q >> 4) as i32 - 8) as f32 * d;
-    }
+    dequant_symmetric(GgmlType::Q4_0, b, y)
 }
 
 fn dequant_q4_1(b: &[u8], y: &mut [f32]) {
@@ -175,14 +178,7 @@ fn read_qh(b: &[u8]) -> u32 {
 }
 
 fn dequant_q5_0(b: &[u8], y: &mut [f32]) {
-    let d = read_f16(b);
-    let qh = read_qh(&b[2..]);
-    for (j, q) in b[6..6 + QK / 2].iter().enumerate() {
-        let hi0 = ((qh >> j) & 1) << 4;
-        let hi1 = ((qh >> (j + QK / 2)) & 1) << 4;
-        y[j] = (((q & 0x0f) as u32 | hi0) as i32 - 16) as f32 * d;
-        y[j + QK / 2] = (((q >> 4) as u32 | hi1) as i32 - 16) as f32 * d;
-    }
+    dequant_symmetric(GgmlType::Q5_0, b, y)
 }
 
 fn dequant_q5_1(b: &[u8], y: &mut [f32]) {
