@@ -229,6 +229,11 @@ pub(crate) fn q8_0_block(x: &[f32], codes: &mut [i8; QK]) -> f16 {
     f16::from_f32(d)
 }
 
+/// Whether `ty` is a symmetric block type, one [`symmetric_codes`] reads.
+pub(crate) fn is_symmetric(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
+}
+
 /// The signed codes and scale of one block of a symmetric type (`x = d * code`): Q8_0,
 /// Q4_0 (`nibble - 8`) and Q5_0 (`5 bits - 16`); `None` for other types. `block` holds
 /// `ty.type_size()` bytes.
@@ -391,6 +396,18 @@ mod tests {
         }
         let q41 = quantize(GgmlType::Q4_1, &x).unwrap();
         assert!(symmetric_codes(GgmlType::Q4_1, &q41, &mut [0; QK]).is_none());
+        // is_symmetric names exactly the types symmetric_codes reads.
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_1,
+        ] {
+            let bytes = quantize(ty, &x).unwrap();
+            let read = symmetric_codes(ty, &bytes, &mut [0; QK]).is_some();
+            assert_eq!(is_symmetric(ty), read, "{ty}");
+        }
     }
 
     #[test]

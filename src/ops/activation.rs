@@ -73,8 +73,13 @@ pub fn gelu_erf_f32(x: f32) -> f32 {
 /// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`
 /// (PyTorch `approximate="tanh"`, HF `gelu_pytorch_tanh`, used by SigLIP and Gemma).
 pub fn gelu_tanh_f32(x: f32) -> f32 {
+    0.5 * x * (1.0 + gelu_tanh_arg(x).tanh())
+}
+
+/// The tanh argument of tanh-GELU, `sqrt(2/pi) (x + 0.044715 x^3)`.
+fn gelu_tanh_arg(x: f32) -> f32 {
     const C: f32 = std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2; // sqrt(2/pi)
-    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
+    C * (x + 0.044715 * x * x * x)
 }
 
 /// SiLU / swish: `x * sigmoid(x)`.
@@ -111,8 +116,7 @@ fn map_logistic(x: &Tensor, arg: impl Fn(f32) -> f32 + Sync) -> Result<Tensor<'s
 
 /// Elementwise [`gelu_tanh_f32`] (computed in its logistic form, see `map_logistic`).
 pub fn gelu_tanh(x: &Tensor) -> Result<Tensor<'static>> {
-    const C: f32 = std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2;
-    map_logistic(x, |a| -2.0 * C * (a + 0.044715 * a * a * a))
+    map_logistic(x, |a| -2.0 * gelu_tanh_arg(a))
 }
 
 /// Elementwise [`silu_f32`].

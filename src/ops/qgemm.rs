@@ -13,7 +13,7 @@
 use rayon::prelude::*;
 
 use super::kernels::SendPtr;
-use crate::gguf::quant::{q8_0_block, symmetric_codes, QK};
+use crate::gguf::quant::{is_symmetric, q8_0_block, symmetric_codes, QK};
 use crate::gguf::GgmlType;
 use crate::{Error, Result, Tensor};
 
@@ -57,11 +57,6 @@ impl QuantRows {
             &self.scales[i * kb..(i + 1) * kb],
         )
     }
-}
-
-/// Whether `ty` has signed codes this module can multiply.
-pub(crate) fn is_symmetric(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
 }
 
 /// Whether the integer path runs for weights of `ty` on this CPU (`VLA_CPU_INT8=0` turns it
