@@ -75,7 +75,8 @@ fn unary(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
             r = 0.5 * x * (1.0 + tanh(u));
         }
         case 2u: { r = 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476)); }
-        default: { r = x / (1.0 + exp(-x)); }
+        case 3u: { r = x / (1.0 + exp(-x)); }
+        default: { r = max(x, 0.0); }
     }
     y[i] = r;
 }

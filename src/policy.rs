@@ -83,6 +83,8 @@ pub struct PolicyInfo {
     /// Floating-point operations of one predict per stage (`vision`, `prefill`, `denoise`):
     /// matrix products and attention, 2 per multiply-add ([`crate::graph::Graph::flops_by_stage`]).
     pub stage_flops: Vec<(String, u64)>,
+    /// The active embodiment, `tag (id)`, for policies with embodiment-specific weights.
+    pub embodiment: Option<String>,
 }
 
 pub trait Policy: Send {

@@ -90,6 +90,7 @@ impl Executable for CpuExecutable<'_> {
                 Op::GeluTanh => ops::gelu_tanh(arg(0))?,
                 Op::GeluErf => ops::gelu_erf(arg(0))?,
                 Op::Silu => ops::silu(arg(0))?,
+                Op::Relu => ops::relu(arg(0))?,
                 Op::Softmax => ops::softmax(arg(0))?,
                 Op::RmsNorm { eps, offset } => ops::rms_norm_offset(arg(0), arg(1), *eps, *offset)?,
                 Op::LayerNorm { eps } => ops::layer_norm(arg(0), arg(1), Some(arg(2)), *eps)?,

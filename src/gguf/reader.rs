@@ -207,6 +207,34 @@ impl GgufFile {
             .ok_or_else(|| Error::TensorNotFound(name.to_owned()))
     }
 
+    /// Narrows tensor `name` `[N, ...]` to its `index`-th slice `[...]` along the outermost
+    /// dimension, in place: readers of this file then see only that slice (the rest of the
+    /// data stays in the file, unread). For per-embodiment weights.
+    pub fn select_index(&mut self, name: &str, index: usize) -> Result<()> {
+        let i = *self
+            .tensor_index
+            .get(name)
+            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        let info = &mut self.tensors[i];
+        let outer = info.dims.last().copied().unwrap_or(1);
+        if info.dims.len() < 2 || index as u64 >= outer {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?} {:?}: no slice {index} along its outermost dimension",
+                info.shape()
+            )));
+        }
+        let inner: u64 = info.dims[..info.dims.len() - 1].iter().product();
+        let bytes = info.ty.bytes_for(inner).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "tensor {name:?}: a slice of {inner} {} values is not whole blocks",
+                info.ty
+            ))
+        })?;
+        info.dims.pop();
+        info.offset += index as u64 * bytes;
+        Ok(())
+    }
+
     /// The tensor's raw bytes, borrowed from the file.
     pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
         let start = (self.data_offset + info.offset) as usize;

@@ -313,6 +313,10 @@ impl<'w> GraphBuilder<'w> {
         self.unary(Op::Silu, x)
     }
 
+    pub fn relu(&mut self, x: NodeId) -> NodeId {
+        self.unary(Op::Relu, x)
+    }
+
     pub fn softmax(&mut self, x: NodeId) -> NodeId {
         self.unary(Op::Softmax, x)
     }

@@ -73,6 +73,7 @@ pub enum Op {
     GeluTanh,
     GeluErf,
     Silu,
+    Relu,
     /// Over the last dimension.
     Softmax,
     /// `[x, w]`: `x / rms(x) * (w + offset)` over the last dim (offset 1 for Gemma).
@@ -122,6 +123,7 @@ impl Op {
             Op::GeluTanh => "gelu_tanh",
             Op::GeluErf => "gelu_erf",
             Op::Silu => "silu",
+            Op::Relu => "relu",
             Op::Softmax => "softmax",
             Op::RmsNorm { .. } => "rms_norm",
             Op::LayerNorm { .. } => "layer_norm",

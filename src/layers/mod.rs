@@ -4,7 +4,7 @@
 
 use crate::graph::{AttentionMask, GraphBuilder, NodeId};
 use crate::ops::{RopeConfig, RopeMode};
-use crate::Result;
+use crate::{Result, Tensor};
 
 /// The last dimension of `x`.
 pub fn width(g: &GraphBuilder, x: NodeId) -> usize {
@@ -41,6 +41,52 @@ pub fn layer_norm(g: &mut GraphBuilder, x: NodeId, prefix: &str, eps: f32) -> Re
     let w = g.weight(&format!("{prefix}.weight"), &[d])?;
     let b = g.weight(&format!("{prefix}.bias"), &[d])?;
     g.layer_norm(x, w, b, eps)
+}
+
+/// LayerNorm without a learned affine (`elementwise_affine=False`): the gain and bias are
+/// graph constants of ones and zeros.
+pub fn plain_layer_norm(g: &mut GraphBuilder, x: NodeId, eps: f32) -> Result<NodeId> {
+    let d = width(g, x);
+    let ones = g.constant(
+        &format!("const.ones.{d}"),
+        Tensor::from_f32(vec![d], vec![1.0; d])?,
+    )?;
+    let zeros = g.constant(
+        &format!("const.zeros.{d}"),
+        Tensor::from_f32(vec![d], vec![0.0; d])?,
+    )?;
+    g.layer_norm(x, ones, zeros, eps)
+}
+
+/// `LayerNorm(x) * (1 + scale) + shift` (no learned affine) with `scale`, `shift` `[width]`:
+/// diffusers' adaLN modulation.
+pub fn modulated_layer_norm(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    scale: NodeId,
+    shift: NodeId,
+    eps: f32,
+) -> Result<NodeId> {
+    let d = width(g, x);
+    let ones = g.constant(
+        &format!("const.ones.{d}"),
+        Tensor::from_f32(vec![d], vec![1.0; d])?,
+    )?;
+    let gain = g.add(scale, ones)?;
+    g.layer_norm(x, gain, shift, eps)
+}
+
+/// `x [M, in] @ W + b` with `<prefix>.W` stored `[in, out]` (not transposed, as GR00T's
+/// `CategorySpecificLinear` keeps it, one category's slice) and `<prefix>.b` `[out]`.
+pub fn linear_in_out(g: &mut GraphBuilder, x: NodeId, prefix: &str, out: usize) -> Result<NodeId> {
+    let (m, k) = (g.shape(x)[0], width(g, x));
+    let w = g.weight(&format!("{prefix}.W"), &[k, out])?;
+    let w = g.reshape(w, &[1, k, out])?;
+    let x = g.reshape(x, &[1, m, k])?;
+    let y = g.bmm(x, w, false)?;
+    let y = g.reshape(y, &[m, out])?;
+    let b = g.weight(&format!("{prefix}.b"), &[out])?;
+    g.add(y, b)
 }
 
 /// The activation of a gated FFN's gate branch.

@@ -179,6 +179,7 @@ impl LoadedGraphs {
             backend: self.backend.clone(),
             memory_bytes: self.memory_bytes(),
             stage_flops: Vec::new(),
+            embodiment: None,
         }
     }
 }

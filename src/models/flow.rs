@@ -78,6 +78,18 @@ pub trait FlowArch: Section + Clone + Send + Sized {
         declared_weights(&self.graphs(None)?)
     }
 
+    /// Narrows the file's per-embodiment weights to the embodiment `requested` (a tag or id;
+    /// `None`: the file's default) before the graphs are compiled, and names it (for
+    /// [`PolicyInfo::embodiment`]). `Ok(None)`: the arch has no embodiment-specific weights,
+    /// and `requested` selects normalisation statistics only.
+    fn select_weights(
+        &self,
+        _file: &mut GgufFile,
+        _requested: Option<&str>,
+    ) -> Result<Option<String>> {
+        Ok(None)
+    }
+
     /// Writes `general.architecture` and the config's metadata.
     fn write(&self, w: &mut GgufWriter) -> Result<()> {
         w.add_metadata("general.architecture", self.arch())?;
@@ -195,7 +207,13 @@ impl<A: FlowArch> FlowPolicy<A> {
         spec.io.num_steps = steps_override(spec.io.num_steps, opts)?;
         let io = spec.io.clone();
         let tokenizer = gguf_tokenizer(&file, spec.vocab_size)?;
-        let e = opts.embodiment.as_deref();
+        let mut file = file;
+        let mut e = opts.embodiment.as_deref();
+        let embodiment = cfg.select_weights(&mut file, e)?;
+        if embodiment.is_some() && crate::preprocess::embodiments(&file).is_empty() {
+            // The embodiment chose weights; the file has one set of statistics.
+            e = None;
+        }
         let state_norm = Normalizer::from_gguf(&file, "state", io.state_dim, e)?;
         let action_norm = Normalizer::from_gguf(&file, "action", io.action_dim, e)?;
         let stage_flops = std::cell::Cell::new(Vec::new());
@@ -219,6 +237,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             action_dim: io.action_dim,
             num_steps: io.num_steps,
             stage_flops: stage_flops.take(),
+            embodiment,
             ..graphs.info(cfg.arch())
         };
         Ok(FlowPolicy {

@@ -3,11 +3,13 @@
 
 use super::common::{add_random_tensors, ActionIo};
 use super::flow::FlowArch;
+use super::gr00t::{Gr00tConfig, HeadConfig, PromptIds};
 use super::pi0::{Pi0Config, Variant};
 use super::smolvla::SmolVlaConfig;
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
+use crate::modules::dit::BlockStack;
 use crate::modules::flow::TimeEmbedding;
 use crate::modules::vision::VisionConfig;
 use crate::tokenizer::Tokenizer;
@@ -175,5 +177,133 @@ fn lerobot_time() -> TimeEmbedding {
     TimeEmbedding {
         min_period: 4e-3,
         max_period: 4.0,
+    }
+}
+
+/// A small GR00T N1.5-shaped config for tests and demos: two cameras of 4 image tokens, a
+/// two-layer Qwen3, two VL self-attention blocks, a four-block DiT, 4 embodiments.
+pub fn gr00t_small_config() -> Gr00tConfig {
+    gr00t_sized(
+        [32, 2, 2, 64, 28, 14],
+        [64, 2, 128, 512],
+        [4, 2, 16],
+        [2, 4, 16],
+        [4, 2, 24],
+        [40, 4, 4],
+    )
+}
+
+/// GR00T N1.5's sizes (Eagle-2.5: SigLIP 1152 x 27 at 224, Qwen3 2048 wide cut to 12 layers,
+/// 4 VL self-attention blocks of 32 x 64, DiT 16 x 1536 = 32 x 48; head hidden 1024, 32 future
+/// tokens, 32 embodiments), one camera: for benchmarks of full-size random-weight models.
+pub fn gr00t_full_config() -> Gr00tConfig {
+    let mut cfg = gr00t_sized(
+        [1152, 27, 16, 4304, 224, 14],
+        [2048, 12, 6144, 151680],
+        [16, 8, 128],
+        [4, 32, 64],
+        [16, 32, 48],
+        [1024, 32, 32],
+    );
+    cfg.io.n_images = 1;
+    cfg.io.tokenizer_max_length = 48;
+    cfg.io.chunk_size = 16;
+    cfg.io.max_state_dim = 64;
+    cfg.io.max_action_dim = 32;
+    cfg.head.max_seq_len = 1024;
+    cfg.head.image_token = 151669;
+    cfg.prompt = stand_in_prompt(1, cfg.vision.n_patches(), 151669);
+    cfg
+}
+
+/// `vision` `[hidden, layers, heads, inter, image, patch]`, `lm` `[hidden, layers, inter,
+/// vocab]`, `heads` `[q, kv, head_dim]`, `vlsa` and `dit` `[layers, heads, head_dim]`, `head`
+/// `[hidden, future tokens, embodiments]`; two cameras, 4 steps, chunk 8, 16-wide state and
+/// 12-wide action of 6 real dimensions, a stand-in prompt.
+fn gr00t_sized(
+    vision: [usize; 6],
+    lm: [usize; 4],
+    heads: [usize; 3],
+    vlsa: [usize; 3],
+    dit: [usize; 3],
+    head: [usize; 3],
+) -> Gr00tConfig {
+    let [hidden, layers, vheads, inter, image_size, patch_size] = vision;
+    let stack = |name, [layers, heads, head_dim]: [usize; 3]| BlockStack {
+        name,
+        layers,
+        heads,
+        head_dim,
+    };
+    let image_token = lm[3] - 12;
+    let vision = VisionConfig {
+        hidden,
+        layers,
+        heads: vheads,
+        inter,
+        image_size,
+        patch_size,
+        ln_eps: 1e-6,
+        ..Default::default()
+    };
+    let n_images = 2;
+    Gr00tConfig {
+        prompt: stand_in_prompt(n_images, vision.n_patches(), image_token),
+        vision,
+        lm: LmConfig {
+            hidden: lm[0],
+            n_layers: lm[1],
+            inter: lm[2],
+            vocab_size: lm[3],
+        },
+        attn: DecoderConfig {
+            q_heads: heads[0],
+            kv_heads: heads[1],
+            head_dim: heads[2],
+            rope_theta: 1e6,
+            norm_eps: 1e-6,
+            ffn: GatedActivation::Silu,
+            qk_norm: true,
+            ..Default::default()
+        },
+        vlsa: stack("vlsa", vlsa),
+        dit: stack("dit", dit),
+        head: HeadConfig {
+            embed: dit[1] * dit[2],
+            hidden: head[0],
+            future_tokens: head[1],
+            max_seq_len: 32,
+            embodiments: head[2],
+            buckets: 1000,
+            image_token,
+        },
+        io: ActionIo {
+            n_images,
+            tokenizer_max_length: 16,
+            pad_token_id: 0,
+            chunk_size: 8,
+            num_steps: 4,
+            max_state_dim: 16,
+            max_action_dim: 12,
+            state_dim: 6,
+            action_dim: 6,
+        },
+        embodiment_tags: format!(r#"{{"so100": 2, "new_embodiment": {}}}"#, head[2] - 1),
+        default_embodiment: "new_embodiment".into(),
+    }
+}
+
+/// A chat-shaped prompt of arbitrary ids around the instruction: a header, each camera's
+/// image tokens between two markers, and a footer.
+fn stand_in_prompt(cameras: usize, n_img: usize, image_token: usize) -> PromptIds {
+    let mut before = vec![1, 2, 3];
+    for i in 0..cameras as u32 {
+        before.extend([10 + i, 4]);
+        before.extend(std::iter::repeat_n(image_token as u32, n_img));
+        before.push(5);
+    }
+    PromptIds {
+        before,
+        after: vec![6, 7, 8],
     }
 }

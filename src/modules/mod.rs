@@ -2,5 +2,6 @@
 //! vision tower, decoder-LM layers, and flow-matching helpers.
 
 pub mod decoder;
+pub mod dit;
 pub mod flow;
 pub mod vision;

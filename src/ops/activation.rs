@@ -132,6 +132,7 @@ pub fn tanh(x: &Tensor) -> Result<Tensor<'static>> {
     map(x, f32::tanh)
 }
 
+/// Elementwise `max(x, 0)`.
 pub fn relu(x: &Tensor) -> Result<Tensor<'static>> {
     map(x, |a| a.max(0.0))
 }

@@ -6,7 +6,7 @@ pub mod image;
 pub mod normalize;
 
 pub use image::PadAlign;
-pub use normalize::{state_values, Normalizer};
+pub use normalize::{embodiments, state_values, Normalizer};
 
 use crate::policy::Image;
 use crate::Result;

@@ -28,13 +28,16 @@ pub enum Normalizer {
     MeanStd { mean: Vec<f32>, std: Vec<f32> },
     /// `2 (x - q01) / (q99 - q01) - 1` (a zero range counts as 1e-8); inverse accordingly.
     Quantiles { q01: Vec<f32>, q99: Vec<f32> },
+    /// GR00T's `2 (x - min) / (max - min) - 1`, 0 where `max == min`; inverse
+    /// `(y + 1) / 2 (max - min) + min`, `min` where `max == min`.
+    MinMax { min: Vec<f32>, max: Vec<f32> },
 }
 
 /// lerobot's normaliser epsilon.
 const NORM_EPS: f32 = 1e-8;
 
 /// The statistics' kinds, as tensor-name suffixes.
-const STATS: [&str; 4] = ["mean", "std", "q01", "q99"];
+const STATS: [&str; 6] = ["mean", "std", "q01", "q99", "min", "max"];
 
 /// The embodiments whose statistics the file carries: the `<e>` of `<what>_<stat>.<e>`.
 pub fn embodiments(file: &GgufFile) -> Vec<String> {
@@ -54,8 +57,8 @@ pub fn embodiments(file: &GgufFile) -> Vec<String> {
 }
 
 impl Normalizer {
-    /// `<what>_mean` / `<what>_std` or `<what>_q01` / `<what>_q99` from the file, whichever
-    /// it has, each of `dim` values; with `embodiment` `e`, that embodiment's set
+    /// `<what>_mean` / `<what>_std`, `<what>_q01` / `<what>_q99` or `<what>_min` /
+    /// `<what>_max` from the file, whichever it has, each of `dim` values; with `embodiment` `e`, that embodiment's set
     /// (`<what>_mean.<e>`, ...), an error naming the sets there are when it is absent.
     pub fn from_gguf(
         file: &GgufFile,
@@ -103,9 +106,14 @@ impl Normalizer {
                 q01: read("q01")?,
                 q99: read("q99")?,
             })
+        } else if has("min") {
+            Ok(Normalizer::MinMax {
+                min: read("min")?,
+                max: read("max")?,
+            })
         } else {
             Err(Error::InvalidArgument(format!(
-                "no normalisation statistics: expected {what}_mean{suffix} and {what}_std{suffix}, or {what}_q01{suffix} and {what}_q99{suffix}"
+                "no normalisation statistics: expected {what}_mean{suffix} and {what}_std{suffix}, {what}_q01{suffix} and {what}_q99{suffix}, or {what}_min{suffix} and {what}_max{suffix}"
             )))
         }
     }
@@ -116,6 +124,10 @@ impl Normalizer {
             Normalizer::Quantiles { q01, q99 } => {
                 2.0 * (x - q01[i]) / quantile_range(q01[i], q99[i]) - 1.0
             }
+            Normalizer::MinMax { min, max } => match max[i] - min[i] {
+                0.0 => 0.0,
+                d => 2.0 * (x - min[i]) / d - 1.0,
+            },
         }
     }
 
@@ -141,6 +153,10 @@ impl Normalizer {
             Normalizer::Quantiles { q01, q99 } => {
                 (x + 1.0) * quantile_range(q01[i], q99[i]) / 2.0 + q01[i]
             }
+            Normalizer::MinMax { min, max } => match max[i] - min[i] {
+                0.0 => min[i],
+                d => (x + 1.0) * 0.5 * d + min[i],
+            },
         }
     }
 }

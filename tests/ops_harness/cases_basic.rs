@@ -34,7 +34,7 @@ pub fn add(c: &mut Cases) {
     }
 
     for shape in [vec![1], vec![5, 77], vec![3, 3, 257], vec![70000]] {
-        for op in ["scale", "gelu_tanh", "gelu_erf", "silu"] {
+        for op in ["scale", "gelu_tanh", "gelu_erf", "silu", "relu"] {
             let mut t = c.tensor(&shape);
             // cover the tails of the activations too
             t.as_f32_mut().unwrap().iter_mut().for_each(|v| *v *= 8.0);
@@ -51,7 +51,8 @@ pub fn add(c: &mut Cases) {
                             "scale" => g.scale(x, -0.37),
                             "gelu_tanh" => g.gelu_tanh(x),
                             "gelu_erf" => g.gelu_erf(x),
-                            _ => g.silu(x),
+                            "silu" => g.silu(x),
+                            _ => g.relu(x),
                         })
                     }
                 },

@@ -20,6 +20,7 @@ fn info() -> PolicyInfo {
         backend: String::new(),
         memory_bytes: 0,
         stage_flops: Vec::new(),
+        embodiment: None,
     }
 }
 

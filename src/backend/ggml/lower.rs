@@ -390,6 +390,7 @@ impl Lowerer<'_> {
                 Op::GeluTanh => gelu_tanh(ctx, self.val(inp[0])),
                 Op::GeluErf => sys::ggml_gelu_erf(ctx, self.val(inp[0])),
                 Op::Silu => sys::ggml_silu(ctx, self.val(inp[0])),
+                Op::Relu => sys::ggml_relu(ctx, self.val(inp[0])),
                 Op::Softmax => sys::ggml_soft_max(ctx, self.val(inp[0])),
                 Op::RmsNorm { eps, offset } => {
                     let n = sys::ggml_rms_norm(ctx, self.val(inp[0]), *eps);

@@ -72,6 +72,7 @@ pub(super) fn unary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result
         Op::GeluTanh => (1, 0.0),
         Op::GeluErf => (2, 0.0),
         Op::Silu => (3, 0.0),
+        Op::Relu => (4, 0.0),
         _ => unreachable!("routed by encode"),
     };
     let params = [u32_of(node.numel(), "elements")?, op, scalar.to_bits(), 0];
