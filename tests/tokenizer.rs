@@ -4,12 +4,16 @@
 //! SentencePiece BPE converted by transformers with its ids (tools/golden/tokenizer_spm.py).
 //! Encoding must match exactly, from the tokenizer.json and after a round trip through GGUF
 //! metadata; for SentencePiece also from the metadata llama.cpp's converter writes (scores,
-//! no merges).
+//! no merges). The Qwen2 family's (NFC, Qwen2's split) is in tokenizer/qwen2.rs.
 
 use serde_json::Value;
 use vla::gguf::{GgufFile, GgufWriter, Value as Meta, ValueType};
 use vla::tokenizer::{Model, PreTokenizer, SpecialTokens, Tokenizer};
 use vla::Error;
+
+// A submodule, not a test target of its own: it shares this file's helpers.
+#[path = "tokenizer/qwen2.rs"]
+mod qwen2;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokenizer");
 
@@ -200,7 +204,7 @@ fn malformed_metadata_is_an_error() {
         ),
         (
             "other pre",
-            Box::new(|m| set(m, "tokenizer.ggml.pre", "qwen2".into())),
+            Box::new(|m| set(m, "tokenizer.ggml.pre", "llama-bpe".into())),
         ),
         (
             "bos out of range",

@@ -2,6 +2,7 @@
 //! normaliser files) into vla-rs GGUF files. One module per architecture; this one holds
 //! what they share: reading safetensors and JSON with errors that name the file and tensor.
 
+pub mod gr00t;
 pub mod pi0;
 pub mod smolvla;
 
@@ -221,6 +222,7 @@ pub(crate) fn takes_float_dtype(name: &str, shape: &[usize]) -> bool {
         "action",
         "state",
         "time",
+        "future_tokens",
     ];
     shape.len() == 2 && name.ends_with(".weight") && !skip.iter().any(|s| name.contains(s))
 }

@@ -34,7 +34,7 @@ use crate::modules::dit::{
 };
 use crate::modules::flow::Schedule;
 use crate::modules::vision::{vision_tower, VisionConfig};
-use crate::preprocess::{CameraInput, PadAlign, PixelMap};
+use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::{Error, Result, Tensor};
 
 pub const ARCH: &str = "gr00t_n1_5";
@@ -345,6 +345,7 @@ impl FlowArch for Gr00tConfig {
             vocab_size: self.lm.vocab_size,
             camera: CameraInput {
                 size: self.vision.image_size,
+                resize: Resize::StretchBicubicU8,
                 pad: 0.0,
                 align: PadAlign::Center,
                 pixels: PixelMap::MinusOneToOne,
@@ -496,11 +497,11 @@ pub mod graphs {
         g.concat(&parts, 0)
     }
 
-    /// The backbone features the head reads, `[L, hidden]`: the Qwen3 decoder (causal) over
-    /// the spliced prompt, its final norm, `vlln`, and the VL self-attention blocks (which
-    /// see the real tokens only). Inputs `img_tokens`, `tokens` `[L]`, `positions` `[L]`,
-    /// `valid` `[L]`.
-    pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tConfig) -> Result<NodeId> {
+    /// The VLM's features (the Qwen3 decoder, causal, over the spliced prompt, then its
+    /// final norm) and what the head makes of them, `[L, hidden]` each: `vlln` and the VL
+    /// self-attention blocks (which see the real tokens only). Inputs `img_tokens`, `tokens`
+    /// `[L]`, `positions` `[L]`, `valid` `[L]`.
+    pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tConfig) -> Result<(NodeId, NodeId)> {
         let (l, h, a) = (cfg.seq_len(), cfg.lm.hidden, &cfg.attn);
         let img = g.input("img_tokens", &[cfg.io.n_images * cfg.n_img_tokens(), h]);
         let tokens = g.input("tokens", &[l]);
@@ -515,16 +516,19 @@ pub mod graphs {
             let (k, v) = rotated_kv(g, hn, positions, &layer.prefix, a)?;
             x = finish_layer(g, x, q, k, v, Some(mask), None, &layer, a)?;
         }
-        let x = rms_norm(g, x, "vlm.output_norm", a.norm_eps)?;
-        let x = layer_norm(g, x, "aex.vlln", 1e-5)?;
+        let lm = rms_norm(g, x, "vlm.output_norm", a.norm_eps)?;
+        let x = layer_norm(g, lm, "aex.vlln", 1e-5)?;
         let keys = valid_rows(g, valid, l)?;
-        self_attention_stack(g, x, Some(keys), "aex.vlsa", &cfg.vlsa)
+        Ok((
+            lm,
+            self_attention_stack(g, x, Some(keys), "aex.vlsa", &cfg.vlsa)?,
+        ))
     }
 
     /// [`backbone`], then the keys and values `[L, dit_heads, dit_head_dim]` of every
     /// cross-attending DiT block, in block order (k, v).
     pub fn prefill(mut g: GraphBuilder, cfg: &Gr00tConfig) -> Result<Graph> {
-        let vl = backbone(&mut g, cfg)?;
+        let (_, vl) = backbone(&mut g, cfg)?;
         let mut outputs = Vec::new();
         for j in 0..cross_blocks(&cfg.dit) {
             let (k, v) = block_kv(&mut g, vl, &format!("aex.dit.{}", 2 * j), &cfg.dit)?;

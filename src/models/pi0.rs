@@ -27,7 +27,7 @@ use crate::modules::decoder::{
 };
 use crate::modules::flow::{Schedule, TimeEmbedding};
 use crate::modules::vision::{embed_images, Connector, VisionConfig};
-use crate::preprocess::{CameraInput, PadAlign, PixelMap};
+use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::{Error, Result, Tensor};
 
 pub const ARCH_PI0: &str = "pi0";
@@ -189,6 +189,7 @@ impl FlowArch for Pi0Config {
             vocab_size: self.lm.vocab_size,
             camera: CameraInput {
                 size: self.vision.image_size,
+                resize: Resize::KeepAspectPad,
                 pad: PAD_UNIT,
                 align: PadAlign::Center,
                 pixels: PixelMap::MinusOneToOne,

@@ -25,7 +25,7 @@ use crate::modules::decoder::{
 };
 use crate::modules::flow::{Schedule, TimeEmbedding};
 use crate::modules::vision::{embed_images, Connector, VisionConfig};
-use crate::preprocess::{CameraInput, PadAlign, PixelMap};
+use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::tokenizer::Tokenizer;
 use crate::{Result, Tensor};
 
@@ -135,6 +135,7 @@ impl FlowArch for SmolVlaConfig {
             vocab_size: self.lm.vocab_size,
             camera: CameraInput {
                 size: self.vision.image_size,
+                resize: Resize::KeepAspectPad,
                 pad: 0.0,
                 align: PadAlign::BottomRight,
                 pixels: PixelMap::MinusOneToOne,

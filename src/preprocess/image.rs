@@ -39,6 +39,19 @@ pub fn to_chw_unit(img: &Image) -> Result<Vec<f32>> {
     Ok(out)
 }
 
+/// HWC RGB bytes of an image, its size checked; float frames become `trunc(clamp(x, 0, 1) *
+/// 255)`, as lerobot's GR00T processor casts them (exact for every `k / 255`).
+pub fn to_hwc_u8(img: &Image) -> Result<Vec<u8>> {
+    to_chw_unit(img)?; // the size checks
+    Ok(match &img.data {
+        ImageData::RgbU8(d) => d.clone(),
+        ImageData::RgbF32(d) => d
+            .iter()
+            .map(|&x| (x.clamp(0.0, 1.0) * 255.0) as u8)
+            .collect(),
+    })
+}
+
 /// Bilinear resize of CHW planes, `F.interpolate(mode="bilinear", align_corners=False)`.
 pub fn resize_bilinear(
     src: &[f32],

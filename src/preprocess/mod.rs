@@ -2,6 +2,7 @@
 //! resized, padded and mapped to the tower's value range, states normalised and actions
 //! unnormalised with the checkpoint's statistics.
 
+pub mod bicubic;
 pub mod image;
 pub mod normalize;
 
@@ -36,11 +37,23 @@ impl PixelMap {
     }
 }
 
-/// One tower's camera preprocessing: resize keeping the aspect ratio into `size x size`,
-/// pad, map the values.
+/// How a frame becomes `size x size`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Resize {
+    /// Bilinear (`F.interpolate`) keeping the aspect ratio, then padded (`pad`, `align`):
+    /// SmolVLA, pi0, pi0.5.
+    #[default]
+    KeepAspectPad,
+    /// Stretched with torchvision's anti-aliased bicubic on uint8 ([`bicubic`]; float frames
+    /// are rounded to bytes first): GR00T's Eagle processor.
+    StretchBicubicU8,
+}
+
+/// One tower's camera preprocessing: resize into `size x size` ([`Resize`]), map the values.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CameraInput {
     pub size: usize,
+    pub resize: Resize,
     /// Padding value in [0, 1] units (the references pad before mapping the range).
     pub pad: f32,
     pub align: PadAlign,
@@ -50,9 +63,18 @@ pub struct CameraInput {
 impl CameraInput {
     /// One camera view as a `[3, size, size]` model input.
     pub fn pixels(&self, img: &Image) -> Result<Vec<f32>> {
-        let unit = to_chw_unit(img)?;
         let s = self.size;
-        let mut out = resize_with_pad(&unit, img.height, img.width, s, s, self.pad, self.align);
+        let mut out = match self.resize {
+            Resize::KeepAspectPad => {
+                let unit = to_chw_unit(img)?;
+                resize_with_pad(&unit, img.height, img.width, s, s, self.pad, self.align)
+            }
+            Resize::StretchBicubicU8 => {
+                let bytes = image::to_hwc_u8(img)?;
+                let out = bicubic::resize_bicubic_aa(&bytes, img.height, img.width, s, s);
+                hwc_u8_to_chw_unit(&out, s * s)
+            }
+        };
         for (c, plane) in out.chunks_mut(s * s).enumerate() {
             for v in plane {
                 *v = self.pixels.apply(c, *v);
@@ -60,6 +82,17 @@ impl CameraInput {
         }
         Ok(out)
     }
+}
+
+/// `[0, 1]` CHW planes of `n` HWC RGB bytes.
+fn hwc_u8_to_chw_unit(bytes: &[u8], n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; 3 * n];
+    for (i, px) in bytes.chunks(3).enumerate() {
+        for (c, &b) in px.iter().enumerate() {
+            out[c * n + i] = f32::from(b) / 255.0;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -76,6 +109,7 @@ mod tests {
         };
         let cam = |pixels| CameraInput {
             size: 1,
+            resize: Resize::KeepAspectPad,
             pad: 0.0,
             align: PadAlign::Center,
             pixels,

@@ -1,9 +1,11 @@
 //! Reading a Hugging Face `tokenizer.json`, for converters that ship the tokenizer in
-//! the GGUF. Only what byte-level BPE of the GPT-2 family and Gemma-style SentencePiece BPE
-//! use is accepted; any other normalizer, pre-tokenizer, model option or post-processor is
-//! an error naming it, so a converted model never tokenizes differently in silence.
+//! the GGUF. Only what byte-level BPE of the GPT-2 and Qwen2 families and Gemma-style
+//! SentencePiece BPE use is accepted; any other normalizer, pre-tokenizer, model option or
+//! post-processor is an error naming it, so a converted model never tokenizes differently
+//! in silence.
 
 use super::gguf::split_merge;
+use super::pretok::QWEN2_PATTERN;
 use super::spm::SPACE;
 use super::{err, Model, PreTokenizer, SpecialTokens, TokenType, Tokenizer, MAX_TOKENS};
 use crate::{Error, Result};
@@ -25,20 +27,21 @@ impl Tokenizer {
     /// Parses a `tokenizer.json`: `model` (BPE: `vocab`, `merges` as `"a b"` strings or
     /// `["a", "b"]` pairs, `unk_token`), `added_tokens`, `normalizer`, `pre_tokenizer` and
     /// `post_processor` (a leading BOS). No normalizer means byte-level BPE (GPT-2's
-    /// `ByteLevel` pre-tokenizer); `Replace(" ", "▁")`, optionally after `Prepend("▁")`,
-    /// means SentencePiece BPE with byte fallback (Gemma's conversion by transformers; no
+    /// `ByteLevel` pre-tokenizer), NFC byte-level BPE after Qwen2's `Split` (transformers'
+    /// Qwen2 conversion, which Qwen3 keeps); `Replace(" ", "▁")`, optionally after
+    /// `Prepend("▁")`, means SentencePiece BPE with byte fallback (Gemma's conversion by transformers; no
     /// pre-tokenizer, or its no-op `Split(" ")`). EOS and padding ids live in other files
     /// (`tokenizer_config.json`, the model config): set them with
     /// [`Tokenizer::with_special`].
     pub fn from_hf_json(text: &str) -> Result<Self> {
         let root: Json =
             serde_json::from_str(text).map_err(|e| err(format!("tokenizer.json: {e}")))?;
-        let kind = match sentencepiece_normalizer(&root["normalizer"])? {
-            None => Model::ByteLevel(pre_tokenizer(&root["pre_tokenizer"])?),
-            Some(add_space_prefix) => {
+        let kind = match normalizer(&root["normalizer"])? {
+            Normalizer::SentencePiece(add_space_prefix) => {
                 check_split(&root["pre_tokenizer"])?;
                 Model::SentencePiece { add_space_prefix }
             }
+            n => Model::ByteLevel(pre_tokenizer(&root["pre_tokenizer"], n == Normalizer::Nfc)?),
         };
         let spm = matches!(kind, Model::SentencePiece { .. });
         let model = &root["model"];
@@ -190,8 +193,9 @@ fn check_model(model: &Json, spm: bool) -> Result<()> {
             model["type"]
         )));
     }
+    // Qwen2's conversion writes "" for the prefix and suffix, the same as none.
     for key in ["dropout", "continuing_subword_prefix", "end_of_word_suffix"] {
-        if !model[key].is_null() {
+        if !model[key].is_null() && model[key] != "" {
             return Err(err(format!("model.{key} {} is not supported", model[key])));
         }
     }
@@ -214,12 +218,25 @@ fn check_model(model: &Json, spm: bool) -> Result<()> {
     }
 }
 
-/// `None` without a normalizer (byte-level BPE); for SentencePiece's, whether it has the
-/// dummy prefix: `Replace(" ", "▁")` (Gemma) is `Some(false)`,
-/// `Sequence[Prepend("▁"), Replace(" ", "▁")]` (Llama) `Some(true)`.
-fn sentencepiece_normalizer(v: &Json) -> Result<Option<bool>> {
+/// The normalizers we implement.
+#[derive(PartialEq)]
+enum Normalizer {
+    /// Byte-level BPE of the GPT-2 family.
+    None,
+    /// Byte-level BPE of the Qwen2 family.
+    Nfc,
+    /// SentencePiece's, with whether it has the dummy prefix: `Replace(" ", "▁")` (Gemma)
+    /// is `false`, `Sequence[Prepend("▁"), Replace(" ", "▁")]` (Llama) `true`.
+    SentencePiece(bool),
+}
+
+fn normalizer(v: &Json) -> Result<Normalizer> {
+    use Normalizer::*;
     if v.is_null() {
         return Ok(None);
+    }
+    if v["type"] == "NFC" {
+        return Ok(Nfc);
     }
     let space = SPACE.to_string();
     let replace = |p: &Json| {
@@ -227,17 +244,17 @@ fn sentencepiece_normalizer(v: &Json) -> Result<Option<bool>> {
     };
     let prepend = |p: &Json| p["type"] == "Prepend" && p["prepend"] == space.as_str();
     if replace(v) {
-        return Ok(Some(false));
+        return Ok(SentencePiece(false));
     }
     if v["type"] == "Sequence" {
         match v["normalizers"].as_array().map(Vec::as_slice) {
-            Some([r]) if replace(r) => return Ok(Some(false)),
-            Some([p, r]) if prepend(p) && replace(r) => return Ok(Some(true)),
+            Some([r]) if replace(r) => return Ok(SentencePiece(false)),
+            Some([p, r]) if prepend(p) && replace(r) => return Ok(SentencePiece(true)),
             _ => {}
         }
     }
     Err(err(format!(
-        "normalizer {v} is not supported (none, Replace(\" \", \"▁\"), or that after Prepend(\"▁\"))"
+        "normalizer {v} is not supported (none, NFC, Replace(\" \", \"▁\"), or that after Prepend(\"▁\"))"
     )))
 }
 
@@ -274,27 +291,51 @@ fn merges(v: &Json) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-fn pre_tokenizer(v: &Json) -> Result<PreTokenizer> {
-    let unsupported = || {
-        err(format!("pre_tokenizer {v} is not supported (ByteLevel, optionally after Digits(individual_digits))"))
-    };
+/// The byte-level pre-tokenizer, which must go with the normalizer: none for GPT-2's
+/// (`ByteLevel`, optionally after `Digits(individual_digits)`), NFC for Qwen2's
+/// (`Split(QWEN2_PATTERN, Isolated)`, then `ByteLevel` without its own split).
+fn pre_tokenizer(v: &Json, nfc: bool) -> Result<PreTokenizer> {
     // `tokenizers` requires add_prefix_space and defaults use_regex to true.
-    let byte_level = |p: &Json| {
+    let byte_level = |p: &Json, regex: bool| {
         p["type"] == "ByteLevel"
             && p["add_prefix_space"] == false
-            && p["use_regex"].as_bool() != Some(false)
+            && p["use_regex"].as_bool().unwrap_or(true) == regex
     };
-    if byte_level(v) {
-        return Ok(PreTokenizer::Gpt2);
-    }
-    if v["type"] == "Sequence" {
-        if let Some([digits, bl]) = v["pretokenizers"].as_array().map(Vec::as_slice) {
-            if digits["type"] == "Digits" && digits["individual_digits"] == true && byte_level(bl) {
-                return Ok(PreTokenizer::Gpt2Digits);
+    let qwen2_split = |p: &Json| {
+        p["type"] == "Split"
+            && p["pattern"]["Regex"] == QWEN2_PATTERN
+            && p["behavior"] == "Isolated"
+            && p["invert"] == false
+    };
+    let digits = |p: &Json| p["type"] == "Digits" && p["individual_digits"] == true;
+    let pre = match v["pretokenizers"].as_array().map(Vec::as_slice) {
+        _ if byte_level(v, true) => Some(PreTokenizer::Gpt2),
+        Some([first, bl]) if v["type"] == "Sequence" => {
+            if digits(first) && byte_level(bl, true) {
+                Some(PreTokenizer::Gpt2Digits)
+            } else if qwen2_split(first) && byte_level(bl, false) {
+                Some(PreTokenizer::Qwen2)
+            } else {
+                None
             }
         }
+        _ => None,
+    };
+    let pre = pre.ok_or_else(|| {
+        err(format!(
+            "pre_tokenizer {v} is not supported (ByteLevel, optionally after \
+             Digits(individual_digits), or Qwen2's Split then ByteLevel)"
+        ))
+    })?;
+    if nfc != (pre == PreTokenizer::Qwen2) {
+        return Err(err(format!(
+            "pre-tokenizer {} with {} normalizer is not supported (Qwen2's goes with NFC, \
+             the others with none)",
+            pre.gguf_name(),
+            if nfc { "the NFC" } else { "no" }
+        )));
     }
-    Err(unsupported())
+    Ok(pre)
 }
 
 /// The BOS id a post-processor puts before the text, if any. `ByteLevel` only adjusts

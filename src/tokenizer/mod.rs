@@ -1,7 +1,8 @@
 //! BPE tokenization of two kinds, chosen by the file ([`Model`]):
 //!
-//! - byte-level BPE (the GPT-2 family, which SmolLM2 and so SmolVLA belong to): llama.cpp's
-//!   `tokenizer.ggml.model = "gpt2"`, a `tokenizer.json` without normalizer;
+//! - byte-level BPE (the GPT-2 family, which SmolLM2 and so SmolVLA belong to, and
+//!   Qwen2/Qwen3, which Eagle 2.5 and so GR00T N1.5 use): llama.cpp's
+//!   `tokenizer.ggml.model = "gpt2"`, a `tokenizer.json` without normalizer (Qwen2: NFC);
 //! - SentencePiece BPE with byte fallback (Gemma, and so PaliGemma, which pi0 and pi0.5
 //!   tokenize with): llama.cpp's `"llama"`, a `tokenizer.json` whose normalizer replaces
 //!   `" "` by `"▁"` (U+2581).
@@ -11,24 +12,28 @@
 //!
 //! [`Tokenizer::encode`] follows Hugging Face `tokenizers`, the reference the tests compare
 //! against. Both kinds first split added tokens out literally (leftmost, then longest).
-//! Byte-level BPE then pre-tokenizes the rest ([`PreTokenizer`]), maps each word's UTF-8
-//! bytes to GPT-2's byte characters and merges lowest rank first. SentencePiece BPE
-//! replaces each space by `▁` (and puts a `▁` before each piece of text when the tokenizer
-//! has a dummy prefix: Llama does, Gemma does not), starts from the characters of the whole
-//! piece (a character outside the vocabulary becomes one `<0xNN>` token per UTF-8 byte), and
-//! merges either by rank, when it has merges (a `tokenizer.json`), or by score, when it has
-//! only scores (llama.cpp's files): the adjacent pair whose merged token has the highest
-//! score goes first. Ties are broken as transformers orders the merges it generates from
-//! SentencePiece scores (longer left part, then longer right part, then lower ids, then
-//! leftmost), so that scores and the merges made from them give the same ids; llama.cpp
-//! takes the leftmost pair of a tie instead, which differs only where two overlapping
-//! candidate pairs tie (Gemma's user-defined pieces all score 0), see docs/GGUF.md.
+//! Byte-level BPE then normalizes (Qwen2: NFC) and pre-tokenizes the rest
+//! ([`PreTokenizer`]), maps each word's UTF-8 bytes to GPT-2's byte characters and merges
+//! lowest rank first. SentencePiece BPE replaces each space by `▁` (and puts a `▁` before
+//! each piece of text when the tokenizer has a dummy prefix: Llama does, Gemma does not),
+//! starts from the characters of the whole piece (a character outside the vocabulary
+//! becomes one `<0xNN>` token per UTF-8 byte), and merges either by rank, when it has
+//! merges (a `tokenizer.json`), or by score, when it has only scores (llama.cpp's files):
+//! the adjacent pair whose merged token has the highest score goes first. Ties are broken
+//! as transformers orders the merges it generates from SentencePiece scores (longer left
+//! part, then longer right part, then lower ids, then leftmost), so that scores and the
+//! merges made from them give the same ids; llama.cpp takes the leftmost pair of a tie
+//! instead, which differs only where two overlapping candidate pairs tie (Gemma's
+//! user-defined pieces all score 0), see docs/GGUF.md.
 //!
 //! Known differences from `tokenizers` (none shows in the golden inputs): added tokens are
 //! found in one leftmost-longest pass (`tokenizers` first matches those with
 //! `normalized: false`, then the others), which differs only when added tokens overlap;
 //! the `\p{L}`/`\p{N}`/`\s` tables are the `regex` crate's Unicode version, not
-//! Oniguruma's, which differs only for recently assigned characters. Options that would
+//! Oniguruma's, and NFC's are `unicode-normalization`'s, not those of `tokenizers`' older
+//! copy, which differs only for recently assigned characters; with NFC, added tokens are
+//! found before normalizing (`tokenizers` finds those with `normalized: true` after), which
+//! differs only where a combining mark follows or precedes one. Options that would
 //! change the ids (other normalizers, `lstrip`/`rstrip`, other pre-tokenizers, a
 //! normalized added token the SentencePiece normalizer could change) are refused.
 
@@ -104,7 +109,7 @@ pub struct SpecialTokens {
 /// (`gpt2` or `llama`), or a `tokenizer.json`'s normalizer (none, or `" "` -> `"▁"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Model {
-    /// Byte-level BPE after the given pre-tokenizer (GPT-2 family, SmolLM2).
+    /// Byte-level BPE after the given pre-tokenizer (GPT-2 family, SmolLM2, Qwen2).
     ByteLevel(PreTokenizer),
     /// SentencePiece BPE with byte fallback (Gemma, PaliGemma, Llama 1/2). With
     /// `add_space_prefix`, each piece of text between added tokens gets a leading `▁`
@@ -326,8 +331,9 @@ impl Tokenizer {
     fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
         match (self.model, &self.spm) {
             (Model::ByteLevel(pre), _) => {
+                let text = pre.normalize(text);
                 let mut result = Ok(());
-                pre.split(text, |word| {
+                pre.split(&text, |word| {
                     if result.is_ok() {
                         result = self.encode_word(word, out);
                     }

@@ -5,9 +5,17 @@
 //! `Digits(individual_digits)` isolates every `char::is_numeric` character, then
 //! `ByteLevel(use_regex)` splits each piece with GPT-2's pattern
 //! `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
+//! Qwen2's tokenizers normalize to NFC first and split with their own pattern
+//! ([`QWEN2_PATTERN`]) instead: single digits, letters after one other character,
+//! case-insensitive contractions, punctuation runs with their trailing newlines.
 
 use regex::Regex;
+use std::borrow::Cow;
 use std::sync::OnceLock;
+use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
+
+/// Qwen2's (and Qwen3's) `Split` pattern as its `tokenizer.json` spells it.
+pub(super) const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Which split runs before BPE; the names are llama.cpp's `tokenizer.ggml.pre` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +24,8 @@ pub enum PreTokenizer {
     Gpt2,
     /// Every digit on its own, then GPT-2's pattern (`smollm`: SmolLM/SmolLM2, StarCoder).
     Gpt2Digits,
+    /// NFC, then Qwen2's pattern (`qwen2`: Qwen2, Qwen2.5, Qwen3, and so Eagle 2.5).
+    Qwen2,
 }
 
 impl PreTokenizer {
@@ -23,6 +33,7 @@ impl PreTokenizer {
         match name {
             "gpt2" => Some(Self::Gpt2),
             "smollm" => Some(Self::Gpt2Digits),
+            "qwen2" => Some(Self::Qwen2),
             _ => None,
         }
     }
@@ -31,10 +42,23 @@ impl PreTokenizer {
         match self {
             Self::Gpt2 => "gpt2",
             Self::Gpt2Digits => "smollm",
+            Self::Qwen2 => "qwen2",
         }
     }
 
-    /// Calls `word` with each pre-token of `text`, in order; together they cover `text`.
+    /// The text the split sees: Unicode NFC for Qwen2 (its `tokenizer.json`'s normalizer),
+    /// unchanged otherwise. Most text is NFC already and is then borrowed.
+    pub fn normalize(self, text: &str) -> Cow<'_, str> {
+        match self {
+            Self::Qwen2 if is_nfc_quick(text.chars()) != IsNormalized::Yes => {
+                Cow::Owned(text.nfc().collect())
+            }
+            _ => Cow::Borrowed(text),
+        }
+    }
+
+    /// Calls `word` with each pre-token of `text` (already [`normalized`](Self::normalize)),
+    /// in order; together they cover `text`.
     pub fn split<'t>(self, text: &'t str, mut word: impl FnMut(&'t str)) {
         match self {
             Self::Gpt2 => gpt2_split(text, &mut word),
@@ -50,12 +74,13 @@ impl PreTokenizer {
                 }
                 gpt2_split(&text[start..], &mut word);
             }
+            Self::Qwen2 => regex_split(qwen2_regex(), true, text, &mut word),
         }
     }
 }
 
 /// GPT-2's pattern without its `\s+(?!\S)` alternative, which the `regex` crate cannot
-/// express (no look-around); [`gpt2_split`] restores its effect. `regex` gives exact
+/// express (no look-around); [`regex_split`] restores its effect. `regex` gives exact
 /// Unicode `\p{L}`, `\p{N}` and `\s` (White_Space) classes, which `char::is_alphabetic`
 /// does not (it also counts combining marks and some symbols).
 fn gpt2_regex() -> &'static Regex {
@@ -66,16 +91,35 @@ fn gpt2_regex() -> &'static Regex {
     })
 }
 
+/// [`QWEN2_PATTERN`] without `\s+(?!\S)`, likewise. `(?i)` folds case as Oniguruma does
+/// for these letters (`'ſ` is a contraction in both).
+fn qwen2_regex() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        let pattern = QWEN2_PATTERN.replace(r"|\s+(?!\S)", "");
+        Regex::new(&pattern).expect("constant pattern")
+    })
+}
+
 fn gpt2_split<'t>(text: &'t str, word: &mut impl FnMut(&'t str)) {
-    let re = gpt2_regex();
+    regex_split(gpt2_regex(), false, text, word)
+}
+
+/// Splits `text` at the matches of `re`, a pattern whose `\s+(?!\S)` alternative (just
+/// before a final `\s+`) was left out. With `newline_alt`, the pattern has Qwen2's
+/// `\s*[\r\n]+` before those, which takes every whitespace run holding a newline.
+fn regex_split<'t>(re: &Regex, newline_alt: bool, text: &'t str, word: &mut impl FnMut(&'t str)) {
     let mut pos = 0;
     while let Some(m) = re.find_at(text, pos) {
         let mut end = m.end();
         // `\s+(?!\S)` comes before `\s+` in the full pattern: a whitespace run followed by
         // a non-space gives back its last character, which then starts the next word
         // (" word") or stands alone; a single whitespace character cannot give one back.
+        // Only `\s*[\r\n]+` or `\s+` match whitespace alone, and the first one any newline.
         let ws = m.as_str();
-        if end < text.len() && ws.chars().all(char::is_whitespace) {
+        let from_ws_alt =
+            ws.chars().all(char::is_whitespace) && !(newline_alt && ws.contains(['\r', '\n']));
+        if end < text.len() && from_ws_alt {
             let last = ws.chars().next_back().map_or(0, char::len_utf8);
             if ws.len() > last {
                 end -= last;
@@ -157,5 +201,41 @@ mod tests {
             words(PreTokenizer::Gpt2Digits, "it's 12ab"),
             ["it", "'s", " ", "1", "2", "ab"]
         );
+    }
+
+    /// Expected splits are `tokenizers` 0.23.3's for Qwen2's
+    /// `Split(QWEN2_PATTERN, Isolated)`.
+    #[test]
+    fn qwen2_split_matches_hf() {
+        let q = PreTokenizer::Qwen2;
+        assert_eq!(words(q, "a   b"), ["a", "  ", " b"]);
+        assert_eq!(words(q, "a\n\nb"), ["a", "\n\n", "b"]);
+        assert_eq!(words(q, "a \tb  "), ["a", " ", "\tb", "  "]);
+        assert_eq!(
+            words(q, "it's 12ab!?"),
+            ["it", "'s", " ", "1", "2", "ab", "!?"]
+        );
+        assert_eq!(words(q, "  \n  x"), ["  \n", " ", " x"]);
+        assert_eq!(words(q, "hi!!\n\nthere"), ["hi", "!!\n\n", "there"]);
+        assert_eq!(words(q, "a\r\n\r\n  b"), ["a", "\r\n\r\n", " ", " b"]);
+        assert_eq!(words(q, "x \n\n y"), ["x", " \n\n", " y"]);
+        assert_eq!(words(q, "(word) [x]"), ["(word", ")", " [", "x", "]"]);
+        assert_eq!(words(q, "\u{3000}\u{3000}x"), ["\u{3000}", "\u{3000}x"]);
+        assert_eq!(
+            words(q, "x'\u{17f}a we'LL"),
+            ["x", "'\u{17f}", "a", " we", "'LL"]
+        );
+        assert_eq!(words(q, "x'Sa"), ["x", "'S", "a"]);
+    }
+
+    #[test]
+    fn qwen2_normalizes_to_nfc() {
+        let q = PreTokenizer::Qwen2;
+        assert!(matches!(q.normalize("pick up"), Cow::Borrowed(_)));
+        assert_eq!(
+            q.normalize("e\u{301} \u{212b} >\u{338}"),
+            "\u{e9} \u{c5} \u{226f}"
+        );
+        assert_eq!(PreTokenizer::Gpt2.normalize("e\u{301}"), "e\u{301}");
     }
 }

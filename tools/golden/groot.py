@@ -3,11 +3,11 @@
 Rerun (anyone, offline; the venv is outside the repo and CI never needs it):
 
     python3.11 -m venv /work/venv-lerobot
-    /work/venv-lerobot/bin/pip install "lerobot[groot]==0.4.4" dm-tree peft
-        # (lerobot[groot] would also pull flash-attn, which needs CUDA to build; the tool needs only
-        #  lerobot 0.4.4 + transformers 4.57 + diffusers 0.35 + dm-tree + peft: without dm-tree
-        #  groot_n1.py sets `tree = None` and crashes in prepare_input, the vendored Eagle code
-        #  imports peft)
+    /work/venv-lerobot/bin/pip install "lerobot[smolvla]==0.4.4" "dm-tree<1" "peft<1"
+        # not lerobot[groot]: that extra also requires flash-attn (a CUDA build). The groot code
+        # needs transformers 4.57 + diffusers (both come with lerobot[smolvla]) + dm-tree (without
+        # it groot_n1.py sets `tree = None` and crashes in prepare_input) + peft (imported by the
+        # vendored Eagle model)
     HF_HUB_OFFLINE=1 /work/venv-lerobot/bin/python tools/golden/groot.py            # tiny, committed
     HF_HUB_OFFLINE=1 /work/venv-lerobot/bin/python tools/golden/groot.py --size full --out /tmp/groot-full
         # GR00T-N1.5-3B's real sizes (random weights, ~2.7 B parameters: an ~11 GB f32
@@ -68,9 +68,16 @@ max_action_dim] (action_decoder output at Euler step s, last `horizon` rows), ac
 applied to each step: lerobot's GrootActionUnpackUnnormalizeStep keeps only the last step of a 3-D
 chunk, so it is fed one step at a time), token_ids (i64 [T], the input_ids fed to the LM with the
 image tokens expanded), attention_mask (i64 [T]).
+
+--check (run by the tool on what it wrote, in a fresh process) reloads the folder with lerobot and
+reproduces `actions` bit for bit, then recomputes every golden tensor from model.safetensors,
+arch.json and the golden inputs with an independent float64 implementation (reference_pixels,
+reference_forward below: the formulas in arch.json made executable); pixels must match exactly.
 """
 import argparse
+import atexit
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -83,6 +90,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # lerobot reads HF_LEROBOT_HOME at import time; dynamic (trust_remote_code) modules go to
 # HF_MODULES_CACHE. Both point into a temporary folder, set before anything imports lerobot.
 _TMP = tempfile.mkdtemp(prefix="groot-golden-")
+atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
 os.environ["HF_LEROBOT_HOME"] = os.path.join(_TMP, "lerobot-home")
 os.environ["HF_MODULES_CACHE"] = os.path.join(_TMP, "modules")
 ASSETS_REPO = "lerobot/eagle2hg-processor-groot-n1p5"  # GrootConfig.tokenizer_assets_repo default
@@ -99,8 +107,8 @@ CORPUS = ["pick up the red cube and put it in the bowl", "put the green cube in 
           "You are a helpful assistant.", "system user assistant", "<image 1><image 2>",
           "['pick up the red cube']", "0 1 2 3 4 5 6 7 8 9"]
 # Qwen2 / Qwen3 / Eagle special and added tokens, appended after the BPE vocab as Qwen does (ids
-# 151643.. in the real vocab; <IMG_CONTEXT> is 151669 there). special=True for all, as Eagle's
-# <img>, </img>, <IMG_CONTEXT>; Qwen3's <think> tokens are added but not special.
+# 151643.. in the real vocab; <IMG_CONTEXT> is 151669 there). Special, as Qwen's chat tokens and
+# Eagle's <img>, </img>, <IMG_CONTEXT>, except Qwen3's <think> tokens (added, not special).
 ADDED = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<think>", False),
          ("</think>", False), ("<IMG_CONTEXT>", True), ("<img>", True), ("</img>", True), ("<box>", True),
          ("</box>", True), ("<quad>", True), ("</quad>", True), ("<ref>", True), ("</ref>", True)]
@@ -121,8 +129,10 @@ CHAT_TEMPLATE = (
 
 # "full" is GR00T-N1.5-3B: Eagle 2.5 VL = SigLIP (So400m/14 at 224, 27 layers, no pixel shuffle,
 # mlp1 one Linear 1152 -> 2048) + Qwen3-1.7B cut to its first 12 layers (select_layer 12); action
-# head from nvidia/GR00T-N1.5-3B's config.json. tiny keeps the structure with small widths, all
-# distinct so a swapped dimension cannot pass.
+# head from nvidia/GR00T-N1.5-3B's config.json. tiny keeps the structure with small widths, distinct
+# where the structure allows (LM width = vlln = VL self-attention width = DiT cross-attention input;
+# DiT output_dim = action head hidden_size; DiT width 32 happens to equal max_action_dim and the
+# SigLIP width).
 SIZES = {
     "tiny": dict(
         vision=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -153,13 +163,16 @@ EMBODIMENT = "new_embodiment"
 CAMERAS = [(40, 96), (40, 96)]  # (h, w): GrootPackInputsStep np.stacks the cameras: one shape. Height grows, width shrinks
 
 FORMULAS = {
-    "image": "per camera: u8 HWC -> PIL RGB -> one tile (min/max_dynamic_tiles=1, use_thumbnail=False "
-             "from GrootEagleCollateStep): torchvision.transforms.v2.functional.resize(u8 CHW, (S, S), "
-             "BICUBIC, antialias=True) (aspect ratio not kept, no padding, no crop), then float "
-             "(x - 127.5) / 127.5 (rescale 1/255 and mean=std=0.5 fused)",
-    "prompt": "chat template with one user turn: content = [image]*n_cameras + [text str([task])]; "
-              "add_generation_prompt; each <image-k> becomes '<image k><img>' + '<IMG_CONTEXT>' * "
-              "tokens_per_tile + '</img>'; tokenized with no BOS/EOS, padding left (batch 1: none)",
+    "image": "per camera (sorted key order): u8 HWC -> PIL RGB -> one tile (min/max_dynamic_tiles=1, "
+             "use_thumbnail=False from GrootEagleCollateStep): torchvision v2 resize(u8 CHW, (S, S), "
+             "BICUBIC, antialias=True), aspect ratio not kept, no pad, no crop; on CPU this is torch's "
+             "native uint8 kernel (PIL-like: a=-0.5 cubic, support 2*scale when shrinking, int16 "
+             "fixed-point weights, width pass then height pass with a u8 intermediate; see "
+             "_resize_axis), then float (x - 127.5) / 127.5 (rescale 1/255 and mean=std=0.5 fused)",
+    "prompt": "chat template with one user turn: content = [image]*n_cameras + [text: Python str([task]), "
+              "i.e. repr of a one-element list]; add_generation_prompt; each <image-k> becomes "
+              "'<image k><img>' + '<IMG_CONTEXT>' * tokens_per_tile + '</img>'; tokenized with no "
+              "BOS/EOS; padding left (batch of one: none)",
     "vision": "SigLIP last_hidden_state (post_layernorm; the pooling head exists but is unused) -> "
               "mlp1 = one Linear(vit_hidden, lm_hidden) with bias, no pixel shuffle; rows replace the "
               "<IMG_CONTEXT> token embeddings in order (camera 0 patches row-major, then camera 1)",
@@ -187,11 +200,11 @@ FORMULAS = {
                 "rows), action_encoder(x_t) + position_embedding[0..horizon-1]]; state_encoder = "
                 "L2(ReLU(L1(state_padded)))",
     "decoder": "velocity = action_decoder(dit_out)[-horizon:] = L2(ReLU(L1(.))), all of max_action_dim",
-    "euler": "x_0 = noise; for k in 0..N-1: t = k/N, bucket = int(t * 1000) (truncation), "
-             "x += v(x, bucket) / N; output x_N (normalised)",
+    "euler": "x_0 = noise; dt = 1.0 / N; for k in 0..N-1: t = k / N, bucket = int(t * 1000) "
+             "(truncation), x = x + dt * v(x, bucket); output x_N (normalised)",
     "normalisation": "state: 2 * (s - min) / (max - min) - 1 (0 where max == min), no clipping, then "
-                     "zero-padded to max_state_dim; action: (a + 1) / 2 * (max - min) + min on the "
-                     "first action_dim columns of each step (min where max == min)",
+                     "zero-padded to max_state_dim; action: (a + 1) * 0.5 * (max - min) + min on the "
+                     "first action_dim columns of each step (min where max == min), no clipping",
 }
 
 
@@ -412,6 +425,195 @@ def rewrite_base_path(out):
     json.dump(d, open(p, "w"), indent=4)
 
 
+# ----------------------------------------------------------------------------- independent reference
+# A second implementation of the whole inference from the fixture files alone (plain torch ops in
+# float64, no lerobot), run by --check: it is what FORMULAS says, made executable.
+
+def _bicubic(x, a=-0.5):
+    x = abs(x)
+    if x < 1.0:
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    return (((x - 5.0) * x + 8.0) * x - 4.0) * a if x < 2.0 else 0.0
+
+
+def _resize_axis(img, axis, n_out):
+    """torch's CPU uint8 antialiased bicubic kernel (what torchvision v2 resize runs on u8 CPU
+    tensors, PIL-SIMD's algorithm): double weights, normalised, quantised to int16 with precision
+    p = the first p >= 0 with round(w_max * 2^(p+1)) >= 2^15 (at most 22; w_max over the whole axis),
+    w_i16 = trunc(w * 2^p -+ 0.5) (away from zero); acc = 2^(p-1) + sum(w_i16 * x) in int32,
+    clamp(acc >> p, 0, 255)."""
+    img = np.moveaxis(img, axis, -1)
+    n_in = img.shape[-1]
+    scale = n_in / n_out
+    support, inv = (2.0 * scale, 1.0 / scale) if scale >= 1.0 else (2.0, 1.0)
+    rows = []
+    for i in range(n_out):
+        c = scale * (i + 0.5)
+        xmin = max(int(c - support + 0.5), 0)
+        w = [_bicubic((j + xmin - c + 0.5) * inv) for j in range(min(int(c + support + 0.5), n_in) - xmin)]
+        tot = sum(w)
+        rows.append((xmin, [v / tot if tot != 0.0 else v for v in w]))
+    w_max, p = max(max(w) for _, w in rows), 0
+    while p < 22 and int(0.5 + w_max * (1 << (p + 1))) < (1 << 15):
+        p += 1
+    out = np.empty(img.shape[:-1] + (n_out,), np.int64)
+    for i, (xmin, w) in enumerate(rows):
+        acc = np.full(img.shape[:-1], 1 << (p - 1), np.int64)
+        for k, v in enumerate(w):
+            acc += (int(-0.5 + v * (1 << p)) if v < 0 else int(0.5 + v * (1 << p))) * img[..., xmin + k]
+        out[..., i] = np.clip(acc >> p, 0, 255)
+    return np.moveaxis(out, -1, axis)
+
+
+def reference_pixels(hwc_u8, s):
+    """u8 HWC frame -> [3, s, s] SigLIP input: width pass first (u8 intermediate), then height."""
+    x = hwc_u8.astype(np.int64)
+    if x.shape[1] != s:
+        x = _resize_axis(x, 1, s)
+    if x.shape[0] != s:
+        x = _resize_axis(x, 0, s)
+    return torch.from_numpy((x.transpose(2, 0, 1).astype(np.float32) - 127.5) / 127.5)
+
+
+def reference_forward(fixture):
+    """Every golden tensor from model.safetensors + arch.json + the golden inputs; returns max errors."""
+    import math
+    import torch.nn.functional as F
+    f64 = torch.float64
+    from safetensors import safe_open
+    st_file = safe_open(os.path.join(fixture, "model.safetensors"), framework="pt")
+
+    class Weights:  # loaded on use, float64 (the full-size model does not fit in RAM twice as f64)
+        def __contains__(self, k):
+            return "_groot_model." + k in st_file.keys()
+
+        def __getitem__(self, k):
+            return st_file.get_tensor("_groot_model." + k).to(f64)
+
+    W = Weights()
+    G = load_file(os.path.join(fixture, "golden.safetensors"))
+    A = json.load(open(os.path.join(fixture, "arch.json")))
+    J = json.load(open(os.path.join(fixture, "golden.json")))
+    errs = {}
+
+    def err(name, x):
+        errs[name] = float((x - G[name].to(f64)).abs().max())
+
+    def lin(x, p, bias=True):
+        return x @ W[p + ".weight"].T + (W[p + ".bias"] if bias else 0)
+
+    def ln(x, p, eps):  # p None: no elementwise affine
+        y = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+        return y if p is None else y * W[p + ".weight"] + W[p + ".bias"]
+
+    def rms(x, w, eps):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+    def attn(q, k, v, heads, kv_heads, hd, causal=False):
+        t, n = q.shape[0], k.shape[0]
+        q = q.view(t, heads, hd).transpose(0, 1)
+        k = k.view(n, kv_heads, hd).transpose(0, 1).repeat_interleave(heads // kv_heads, 0)
+        v = v.view(n, kv_heads, hd).transpose(0, 1).repeat_interleave(heads // kv_heads, 0)
+        sc = q @ k.transpose(1, 2) / math.sqrt(hd)
+        if causal:
+            sc = sc + torch.full((t, n), float("-inf"), dtype=f64).triu(1)
+        return (sc.softmax(-1) @ v).transpose(0, 1).reshape(t, heads * hd)
+
+    gelu = lambda x: F.gelu(x, approximate="tanh")
+    sv, lm, ah, vs, dt = A["siglip"], A["lm"], A["action_head"], A["vlsa"], A["dit"]
+    # SigLIP -> mlp1
+    P, vis = "backbone.eagle_model.vision_model.vision_model.", []
+    for i in range(J["n_images"]):
+        errs[f"pixels.{i}"] = float((reference_pixels(G[f"image.{i}"].numpy(), sv["image_size"]) - G[f"pixels.{i}"]).abs().max())
+        x = F.conv2d(G[f"pixels.{i}"].to(f64)[None], W[P + "embeddings.patch_embedding.weight"],
+                     W[P + "embeddings.patch_embedding.bias"], stride=sv["patch_size"])
+        x = x.flatten(2)[0].T + W[P + "embeddings.position_embedding.weight"]  # patches row-major
+        hd = sv["hidden"] // sv["heads"]
+        for l in range(sv["layers"]):
+            L = P + f"encoder.layers.{l}."
+            h = ln(x, L + "layer_norm1", sv["ln_eps"])
+            x = x + lin(attn(lin(h, L + "self_attn.q_proj"), lin(h, L + "self_attn.k_proj"), lin(h, L + "self_attn.v_proj"),
+                             sv["heads"], sv["heads"], hd), L + "self_attn.out_proj")
+            x = x + lin(gelu(lin(ln(x, L + "layer_norm2", sv["ln_eps"]), L + "mlp.fc1")), L + "mlp.fc2")
+        x = ln(x, P + "post_layernorm", sv["ln_eps"])
+        err(f"vit.{i}", x)
+        vis.append(lin(x, "backbone.eagle_model.mlp1.0"))
+        err(f"vision.{i}", vis[-1])
+    # Qwen3, cut to layers_used, image rows spliced in at <IMG_CONTEXT>
+    Q = "backbone.eagle_model.language_model."
+    ids = G["token_ids"]
+    emb_key = Q + ("model.embed_tokens.weight" if Q + "model.embed_tokens.weight" in W else "lm_head.weight")
+    x = st_file.get_tensor("_groot_model." + emb_key)[ids].to(f64)  # tied: stored once, as lm_head
+    x[ids == A["image_token_id"]] = torch.cat(vis)
+    t, hd = x.shape[0], lm["head_dim"]
+    inv = 1.0 / lm["rope_theta"] ** (torch.arange(0, hd, 2, dtype=f64) / hd)
+    fr = torch.arange(t, dtype=f64)[:, None] * inv[None]
+    cos, sin = torch.cat([fr, fr], -1).cos()[:, None], torch.cat([fr, fr], -1).sin()[:, None]
+    rope = lambda u: u * cos + torch.cat([-u[..., hd // 2:], u[..., :hd // 2]], -1) * sin
+    for l in range(lm["layers_used"]):
+        L = Q + f"model.layers.{l}."
+        h = rms(x, W[L + "input_layernorm.weight"], lm["rms_eps"])
+        q = rms(lin(h, L + "self_attn.q_proj", False).view(t, lm["heads"], hd), W[L + "self_attn.q_norm.weight"], lm["rms_eps"])
+        k = rms(lin(h, L + "self_attn.k_proj", False).view(t, lm["kv_heads"], hd), W[L + "self_attn.k_norm.weight"], lm["rms_eps"])
+        a = attn(rope(q).reshape(t, -1), rope(k).reshape(t, -1), lin(h, L + "self_attn.v_proj", False),
+                 lm["heads"], lm["kv_heads"], hd, causal=True)
+        x = x + lin(a, L + "self_attn.o_proj", False)
+        h = rms(x, W[L + "post_attention_layernorm.weight"], lm["rms_eps"])
+        x = x + lin(F.silu(lin(h, L + "mlp.gate_proj", False)) * lin(h, L + "mlp.up_proj", False), L + "mlp.down_proj", False)
+    x = rms(x, W[Q + "model.norm.weight"], lm["rms_eps"])
+    err("lm_out", x)
+    # vlln -> VL self-attention
+    H = "action_head."
+    x = ln(x, H + "vlln", 1e-5)
+    for b in range(vs["blocks"]):
+        B = H + f"vl_self_attention.transformer_blocks.{b}."
+        h = ln(x, B + "norm1", 1e-5)
+        x = x + lin(attn(lin(h, B + "attn1.to_q"), lin(h, B + "attn1.to_k"), lin(h, B + "attn1.to_v"),
+                         vs["heads"], vs["heads"], vs["head_dim"]), B + "attn1.to_out.0")
+        x = x + lin(gelu(lin(ln(x, B + "norm3", 1e-5), B + "ff.net.0.proj")), B + "ff.net.2")
+    vl = x
+    err("vl", vl)
+    # Flow-matching action head
+    e = A["embodiment"]["id"]
+    cat_lin = lambda u, p: u @ st_file.get_tensor("_groot_model." + p + ".W")[e].to(f64) + W[p + ".b"][e]
+    mn, mx = (torch.tensor(J["stats"]["observation.state"][k], dtype=f64) for k in ["min", "max"])
+    sn = 2 * (G["state"].to(f64) - mn) / (mx - mn) - 1
+    err("state_norm", sn)
+    s = torch.zeros(ah["max_state_dim"], dtype=f64)
+    s[:sn.shape[0]] = G["state_norm"].to(f64)
+    st = cat_lin(F.relu(cat_lin(s[None], H + "state_encoder.layer1")), H + "state_encoder.layer2")
+    w, n_steps = ah["input_embedding_dim"], ah["num_inference_timesteps"]
+    xa = G["noise"].to(f64)
+    for k in range(n_steps):
+        bucket = float(int(k / n_steps * ah["num_timestep_buckets"]))
+        f = torch.exp(-math.log(10000) * torch.arange(128, dtype=f64) / 127) * bucket
+        TE = H + "model.timestep_encoder.timestep_embedder."
+        temb = lin(F.silu(lin(torch.cat([f.cos(), f.sin()]), TE + "linear_1")), TE + "linear_2")
+        g2 = torch.exp(-torch.arange(w // 2, dtype=f64) * (math.log(10000.0) / (w // 2))) * bucket
+        tau = torch.cat([g2.sin(), g2.cos()]).expand(xa.shape[0], -1)
+        a = cat_lin(xa, H + "action_encoder.W1")
+        a = cat_lin(F.silu(cat_lin(torch.cat([a, tau], -1), H + "action_encoder.W2")), H + "action_encoder.W3")
+        a = a + W[H + "position_embedding.weight"][: xa.shape[0]]
+        x = torch.cat([st, W[H + "future_tokens.weight"], a])
+        for b in range(dt["layers"]):
+            B = H + f"model.transformer_blocks.{b}."
+            scale, shift = lin(F.silu(temb), B + "norm1.linear").chunk(2)
+            h = ln(x, None, 1e-5) * (1 + scale) + shift
+            kv = vl if b % 2 == 0 else h
+            x = x + lin(attn(lin(h, B + "attn1.to_q"), lin(kv, B + "attn1.to_k"), lin(kv, B + "attn1.to_v"),
+                             dt["heads"], dt["heads"], dt["head_dim"]), B + "attn1.to_out.0")
+            x = x + lin(gelu(lin(ln(x, None, 1e-5), B + "ff.net.0.proj")), B + "ff.net.2")
+        shift, scale = lin(F.silu(temb), H + "model.proj_out_1").chunk(2)
+        x = lin(ln(x, None, 1e-6) * (1 + scale) + shift, H + "model.proj_out_2")
+        v = cat_lin(F.relu(cat_lin(x, H + "action_decoder.layer1")), H + "action_decoder.layer2")[-xa.shape[0]:]
+        err(f"velocity.{k}", v)
+        xa = xa + v / n_steps
+    err("actions_norm", xa)
+    mn, mx = (torch.tensor(J["stats"]["action"][k], dtype=f64) for k in ["min", "max"])
+    err("actions", (xa[:, :mn.shape[0]] + 1) / 2 * (mx - mn) + mn)
+    return errs
+
+
 # ----------------------------------------------------------------------------- run
 
 def make_obs(images, state):
@@ -421,7 +623,7 @@ def make_obs(images, state):
     return obs
 
 
-def run_policy(policy, pre, post, images, state, noise, record=None):
+def run_policy(policy, pre, post, images, state, noise):
     """lerobot's inference path: preprocessor -> predict_action_chunk -> postprocessor (per step)."""
     batch = pre(make_obs(images, state))
     with explicit_noise(noise[None]) as calls:
@@ -436,7 +638,6 @@ def check(fixture):
     fixture = os.path.abspath(fixture)
     install_eagle_cache(fixture)
     patch_lerobot()
-    from lerobot.policies.groot.configuration_groot import GrootConfig
     from lerobot.policies.groot.modeling_groot import GrootPolicy
     from lerobot.processor import PolicyProcessorPipeline
     from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
@@ -445,9 +646,8 @@ def check(fixture):
     cwd = os.getcwd()
     os.chdir(fixture)  # config.json says base_model_path "./base"
     try:
-        cfg = GrootConfig.from_pretrained(fixture)
-        assert cfg.base_model_path == "./base"
-        policy = GrootPolicy.from_pretrained(fixture, config=cfg).eval()
+        policy = GrootPolicy.from_pretrained(fixture).eval()
+        assert policy.config.base_model_path == "./base" and not policy.config.use_bf16
     finally:
         os.chdir(cwd)
     pre = PolicyProcessorPipeline.from_pretrained(fixture, config_filename="policy_preprocessor.json")
@@ -455,35 +655,28 @@ def check(fixture):
         fixture, config_filename="policy_postprocessor.json", to_transition=policy_action_to_transition,
         to_output=transition_to_policy_action)
     images = [g[f"image.{i}"] for i in range(sum(k.startswith("image.") for k in g))]
+    model, final = policy._groot_model, []
+    real_get_action = model.get_action
+    model.get_action = lambda inputs: (lambda o: final.append(o["action_pred"].clone()) or o)(real_get_action(inputs))
     with torch.no_grad():
         batch, chunk, actions = run_policy(policy, pre, post, images, g["state"], g["noise"])
     assert torch.equal(batch["eagle_input_ids"][0], g["token_ids"])
-    err = {"actions_norm": float((chunk[0] - g["actions_norm"]).abs().max()),
+    assert torch.equal(chunk[0], final[0][0, :, :chunk.shape[-1]])
+    err = {"actions_norm": float((final[0][0] - g["actions_norm"]).abs().max()),
            "actions": float((actions - g["actions"]).abs().max()),
            "pixels": max(float((batch["eagle_pixel_values"][i] - g[f"pixels.{i}"]).abs().max())
                          for i in range(len(images)))}
     print("reload check (max abs err):", json.dumps(err))
     assert max(err.values()) < 1e-5, err
+    ref = reference_forward(fixture)
+    print("independent float64 reference (max abs err):", json.dumps({k: float(f"{v:.2e}") for k, v in ref.items()}))
+    assert all(ref[k] == 0.0 for k in ref if k.startswith("pixels.")), "resize/normalise not bit-exact"
+    if json.load(open(os.path.join(fixture, "arch.json")))["size"] == "tiny":
+        assert max(ref.values()) < 1e-4, ref
     return err
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    ap.add_argument("--out", help="output folder (default: tests/fixtures/groot-tiny for --size tiny)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--check", metavar="DIR", help="only reload DIR and reproduce its golden actions")
-    ap.add_argument("--no-check", action="store_true", help="skip the reload check after generating")
-    a = ap.parse_args()
-    if a.check:
-        check(a.check)
-        return
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    if a.out is None and a.size != "tiny":
-        ap.error("--size full writes ~11 GB: give --out (outside the repo)")
-    out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", "groot-tiny"))
-    if os.path.isdir(out):
-        shutil.rmtree(out)
+def generate(a, out):
     arch = SIZES[a.size]
     tok = build_tokenizer(os.path.join(out, "tokenizer"))
     img_id, n_img = build_eagle_assets(os.path.join(out, "eagle"), tok, arch)
@@ -618,7 +811,7 @@ def main():
     # Euler: x_{k+1} = x_k + v_k / N, checked from the recorded velocities.
     x = noise.clone()
     for k in range(NUM_STEPS):
-        x = x + (1.0 / NUM_STEPS) * golden[f"velocity.{k}"]
+        x = x + (1.0 / NUM_STEPS) * golden[f"velocity.{k}"]  # flow_matching_action_head.py:397
     assert torch.allclose(x, golden["actions_norm"], atol=1e-6)
 
     h = arch["head"]
@@ -708,10 +901,29 @@ def main():
                                             "timestep_buckets"]}))
     print("actions[0]:", actions[0].tolist(), "max|actions_norm|:", float(golden["actions_norm"].abs().max()))
 
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    ap.add_argument("--out", help="output folder (default: tests/fixtures/groot-tiny for --size tiny)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--check", metavar="DIR", help="only reload DIR and reproduce its golden actions")
+    ap.add_argument("--no-check", action="store_true", help="skip the reload check after generating")
+    a = ap.parse_args()
+    if a.check:
+        check(a.check)
+        return
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    if a.out is None and a.size != "tiny":
+        ap.error("--size full writes ~11 GB: give --out (outside the repo)")
+    out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", "groot-tiny"))
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    generate(a, out)
+    gc.collect()  # the full-size model must be gone before the check process loads it again
     if not a.no_check:  # a fresh process, a fresh HF_LEROBOT_HOME: the folder alone must suffice
         subprocess.run([sys.executable, os.path.abspath(__file__), "--check", out], check=True,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    shutil.rmtree(_TMP, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,20 @@ use_regex=True)]; ByteLevel post-processor and decoder), then writes
   tests/fixtures/tokenizer/tokenizer_gpt2.json  a smaller one trained with ByteLevel alone
   tests/fixtures/tokenizer/golden.json      inputs and the ids HF gives for them
 
+and a Qwen2-layout byte-level BPE as transformers' Qwen2Converter builds Qwen2/Qwen2.5/
+Qwen3's (whose tokenizer Eagle 2.5, GR00T N1.5's VLM, uses): normalizer NFC; pre-tokenizer
+Sequence[Split(QWEN2_PATTERN, Isolated), ByteLevel(use_regex=False)]; BPE with "" as
+subword prefix and suffix, merges as "a b" strings; the special tokens after the
+vocabulary, only in added_tokens (with Eagle's image tokens, a non-special one as Qwen2.5
+has, and a normalized non-special one as Eagle 2 has), no BOS:
+
+  tests/fixtures/tokenizer/tokenizer_qwen2.json  that tokenizer
+  tests/fixtures/tokenizer/golden_qwen2.json     inputs (the ones above, chat prompts,
+                                                 non-NFC text, 300 random strings), HF's
+                                                 ids, HF's decoding of them, and the
+                                                 words its normalizer and pre-tokenizer
+                                                 make of them
+
 The Rust test must reproduce every id list exactly. Run from the repository root:
 
   python3 -m venv /tmp/venv-tok && /tmp/venv-tok/bin/pip install tokenizers
@@ -20,9 +34,20 @@ rerun only to extend the cases, and commit both outputs together.
 
 import json
 import os
+import random
 
 import tokenizers
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 OUT = os.path.join("tests", "fixtures", "tokenizer")
 VOCAB_SIZE = 800
@@ -126,6 +151,121 @@ def train(pre_tokenizer, vocab_size):
     return tok
 
 
+# Qwen2's Split pattern, as in its tokenizer.json (Qwen3's is the same).
+QWEN2_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+# Eagle 2.5's image and grounding tokens, added as special tokens.
+EAGLE = ["<img>", "</img>", "<IMG_CONTEXT>", "<quad>", "</quad>", "<ref>", "</ref>", "<box>", "</box>"]
+# More of what Qwen2's split treats differently: case, punctuation before letters and
+# newlines after it, digit runs, indentation, decomposed characters (NFC composes them).
+QWEN2_CORPUS = CORPUS + [
+    "IT'S DONE! We'LL see; THEY'VE gone.\n\nNext:\r\n- item 1\n- item 22\n",
+    "    if x == 10:\n        return [1, 2, 3]\n\t\tpass\n",
+    "Cafe\u0301 \u1100\u1161\u11a8 Ω ≈ ç √ ∫ ½ ²",
+    "emoji 😀👍🏽 and (parens), [brackets], \"quotes\"...",
+    "한국어 텍스트와 日本語のテキスト",
+    "trailing space \nand two  \nand a tab\t\nthen  \n\n  indented \r\n",
+] * 20
+
+
+def qwen2_cases():
+    """Prompts as Eagle 2.5 builds them, the split's corners, and text that NFC changes."""
+    return [
+        "<|im_start|>user\n<image 1><img><IMG_CONTEXT><IMG_CONTEXT></img>['Pick up the cube']<|im_end|>\n",
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>assistant\n",
+        "<img><IMG_CONTEXT></img><img></img><quad></quad><ref>cube</ref><box>[[1, 2, 3, 4]]</box>",
+        "<tool_call>{\"name\": \"pick\"}</tool_call>",
+        "assistants assistant's <|im_start|>assistant",
+        "<IMG_CONTEXT partial <img <img/> IMG_CONTEXT>",
+        "IT'S it'S we'LL I'M she'D they'Ve you'RE don'T x'\u017fa",
+        "hi!!\n\nthere ...\n (word) [x] \"q\"\n\n",
+        "  \n  x", "a\r\n\r\n  b", "x \n\n y", " \n", "\t\tindented\n\t\tcode",
+        "\u3000\u3000x and \u00a0\u00a0y and \u2009z",
+        "price: $1,234.56 (3.5%) on 2024-01-31T12:00",
+        "Cafe\u0301 nai\u0308ve re\u0301sume\u0301",
+        "\u212b \u2126 \u212a \u2000\u2001 \uf900 \u0958 \u1f71",
+        "\u1100\u1161\u11a8 \u1112\u1161\u11ab\u1100\u116e\u11a8",
+        "a>\u0338b and =\u0338 and <img>\u0338",
+        "q\u0307\u0323 and s\u0323\u0307 and e\u0301\u0301",
+    ]
+
+
+def random_texts(n=300, seed=7):
+    """Strings of pieces that meet each other in every order: letters, digits, marks that
+    compose, every kind of whitespace, apostrophes, punctuation, added tokens."""
+    pool = [
+        "a", "B", "s", "S", "t", "ll", "é", "ж", "中", "한", "1", "٣", "½", "²",
+        " ", " ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\u2009", "\x0b", "\x85",
+        "'", "'s", "'LL", "'ſ", "!", "?", ".", ",", "(", ")", "<", ">", "-", "_", "$",
+        "😀", "👍🏽", "e\u0301", "\u0301", "\u0323", "\u0338", "\u1100\u1161", "\u11a8",
+        "\u212b", "\uf900", "\u2000", "<|im_end|>", "<IMG_CONTEXT>", "<img>", "cube", " pick",
+    ]
+    rng = random.Random(seed)
+    return ["".join(rng.choice(pool) for _ in range(rng.randrange(26))) for _ in range(n)]
+
+
+def train_qwen2():
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(QWEN2_CORPUS, trainer)
+    # As Qwen2Converter writes the model.
+    j = json.loads(tok.to_str())
+    j["model"]["continuing_subword_prefix"] = ""
+    j["model"]["end_of_word_suffix"] = ""
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL + EAGLE])
+    tok.add_tokens([AddedToken("<tool_call>", special=False, normalized=False)])
+    tok.add_tokens([AddedToken("</tool_call>", special=False, normalized=False)])
+    tok.add_tokens([AddedToken("assistant", special=False, normalized=True)])
+    # Merges as the older "a b" strings, as Qwen2.5's file has them (`tokenizers` saves
+    # pairs).
+    j = json.loads(tok.to_str())
+    j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]
+    return json.dumps(j, ensure_ascii=False, indent=2) + "\n"
+
+
+def write_qwen2():
+    path = os.path.join(OUT, "tokenizer_qwen2.json")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(train_qwen2())
+    tok = Tokenizer.from_file(path)
+
+    def encoded(texts):
+        out = []
+        for s in texts:
+            ids = tok.encode(s).ids
+            # The words of the whole text (added tokens not split out), in byte characters.
+            words = [w for w, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(s))]
+            out.append({"text": s, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False), "words": words})
+        return out
+
+    inputs = cases() + qwen2_cases()
+    golden = {
+        "generator": f"tools/golden/tokenizer.py, tokenizers {tokenizers.__version__}",
+        "cases": encoded(inputs),
+        "random_cases": encoded(random_texts()),
+    }
+    with open(os.path.join(OUT, "golden_qwen2.json"), "w", encoding="utf-8") as f:
+        json.dump(golden, f, ensure_ascii=True, indent=1)
+        f.write("\n")
+    print(f"qwen2: vocab {tok.get_vocab_size()}, {len(inputs)} cases + 300 random -> {OUT}")
+
+
 def main():
     smollm = pre_tokenizers.Sequence(
         [
@@ -172,6 +312,7 @@ def main():
         json.dump(golden, f, ensure_ascii=True, indent=1)
         f.write("\n")
     print(f"vocab {tok.get_vocab_size()}, {len(inputs)} cases -> {OUT}")
+    write_qwen2()
 
 
 if __name__ == "__main__":

@@ -51,8 +51,10 @@ pub struct ServerArgs {
     /// give the same results; the key exists for vla.cpp config compatibility.
     #[arg(long, value_name = "default|f32")]
     pub mm_prec: Option<String>,
-    /// Normalisation statistics to use, for models that carry several.
-    #[arg(long)]
+    /// Embodiment: for GR00T, the tag or id whose weights and statistics to use (default:
+    /// the model's; an unknown one is an error listing them); for other models, the set of
+    /// normalisation statistics, for files that carry several. Config key: embodiment.
+    #[arg(long, value_name = "NAME|ID")]
     pub embodiment: Option<String>,
     /// Denoising steps (1-1000); default: the model's own. Config key: num_steps.
     #[arg(long)]

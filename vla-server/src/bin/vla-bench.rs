@@ -47,6 +47,9 @@ struct Args {
     /// Re-encode matmul weights at load: f32 | f16 | bf16.
     #[arg(long)]
     weight_dtype: Option<String>,
+    /// Embodiment tag or id (GR00T), or statistics set; default: the model's.
+    #[arg(long, value_name = "NAME|ID")]
+    embodiment: Option<String>,
     /// Print one JSON object (stage times, counters, memory) instead of the tables.
     #[arg(long, conflicts_with_all = ["server", "compare"])]
     json: bool,
@@ -196,7 +199,7 @@ fn run(args: Args) -> Result<()> {
             "params": info.param_count, "steps": info.num_steps, "iters": args.iters,
             "warmup": args.warmup, "load_s": load_s, "memory_bytes": info.memory_bytes,
             "submits": c.submits, "host_waits": c.host_waits, "h2d_bytes": c.h2d_bytes,
-            "d2h_bytes": c.d2h_bytes, "dispatches": c.dispatches,
+            "d2h_bytes": c.d2h_bytes, "dispatches": c.dispatches, "embodiment": info.embodiment,
         });
         for (k, name) in stages.iter().enumerate() {
             out[format!("{name}_ms")] = stat(k);
@@ -214,6 +217,9 @@ fn run(args: Args) -> Result<()> {
         info.weight_dtypes
     );
     println!("backend   {}", info.backend);
+    if let Some(e) = &info.embodiment {
+        println!("embodiment {e}");
+    }
     println!(
         "shape     {} camera(s) at {}, chunk {} x {}, {} steps",
         info.n_images, info.image_height, info.chunk_size, info.action_dim, info.num_steps
@@ -283,6 +289,7 @@ fn runtime_options(args: &Args) -> Result<RuntimeOptions> {
         threads: args.threads,
         weight_dtype,
         stepwise: args.stepwise,
+        embodiment: args.embodiment.clone(),
         ..Default::default()
     })
 }

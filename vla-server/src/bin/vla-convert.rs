@@ -4,13 +4,14 @@
 //! vla-convert smolvla --ckpt path/to/lerobot_ckpt --out smolvla.gguf [--dtype f32|f16|bf16] [--force]
 //! vla-convert pi0 --ckpt path/to/lerobot_pi0_ckpt --out pi0.gguf [--tokenizer tokenizer.json]
 //! vla-convert pi05 --ckpt path/to/lerobot_pi05_ckpt --out pi05.gguf
+//! vla-convert gr00t_n1_5 --ckpt path/to/lerobot_groot_ckpt --out gr00t.gguf [--eagle DIR] [--base DIR]
 //! ```
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use vla::convert::{pi0, smolvla};
+use vla::convert::{gr00t, pi0, smolvla};
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
 use vla::modules::vision::PatchPositions;
@@ -35,6 +36,11 @@ enum Command {
     Pi0(PiArgs),
     /// A lerobot pi0.5 checkpoint folder (config.json, model.safetensors, processor files).
     Pi05(PiArgs),
+    /// A lerobot GR00T N1.5 checkpoint folder (config.json, model.safetensors, processor
+    /// files), with the GR00T model config its base_model_path names and the Eagle-2.5
+    /// processor folder (config, tokenizer).
+    #[command(name = "gr00t_n1_5")]
+    Gr00tN15(Gr00tArgs),
 }
 
 /// What every converter takes.
@@ -89,6 +95,24 @@ struct PiArgs {
     tokenizer: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct Gr00tArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The Eagle-2.5 processor folder (config.json, tokenizer.json); default: <ckpt>/eagle,
+    /// else lerobot's cache $HF_LEROBOT_HOME/lerobot/eagle2hg-processor-groot-n1p5.
+    #[arg(long)]
+    eagle: Option<PathBuf>,
+    /// The GR00T model folder (its config.json has the head counts and select_layer);
+    /// default: the checkpoint's base_model_path, relative to the checkpoint or as given.
+    #[arg(long)]
+    base: Option<PathBuf>,
+    /// The Eagle tokenizer.json, shipped in the GGUF; default: the one in the Eagle folder,
+    /// else <ckpt>/tokenizer/tokenizer.json.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Positions {
     Shifted,
@@ -118,6 +142,7 @@ fn main() {
         Command::Smolvla(args) => convert_smolvla(args),
         Command::Pi0(args) => convert_pi(args, pi0::Variant::Pi0),
         Command::Pi05(args) => convert_pi(args, pi0::Variant::Pi05),
+        Command::Gr00tN15(args) => convert_gr00t(args),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -202,6 +227,38 @@ fn convert_pi(args: PiArgs, variant: pi0::Variant) -> Result<()> {
         c.io.n_images,
         c.io.chunk_size,
         c.io.action_dim,
+        GgmlType::from(dtype),
+    );
+    Ok(())
+}
+
+fn convert_gr00t(args: Gr00tArgs) -> Result<()> {
+    let (ckpt, out, dtype) = args.common.checked()?;
+    let opts = gr00t::Options {
+        dtype: Some(dtype.into()),
+        eagle: args.eagle,
+        base: args.base,
+        tokenizer: args.tokenizer,
+    };
+    let converted = with_progress(|p| gr00t::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): gr00t_n1_5, vision {}x{} ({}px), LM {}x{}, VL self-attention {}, DiT {}x{}, {} cameras, chunk {}x{}, default embodiment {}, weights {}",
+        out.display(),
+        c.vision.hidden,
+        c.vision.layers,
+        c.vision.image_size,
+        c.lm.hidden,
+        c.lm.n_layers,
+        c.vlsa.layers,
+        c.dit.width(),
+        c.dit.layers,
+        c.io.n_images,
+        c.io.chunk_size,
+        c.io.action_dim,
+        c.default_embodiment,
         GgmlType::from(dtype),
     );
     Ok(())

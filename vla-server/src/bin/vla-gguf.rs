@@ -36,14 +36,15 @@ enum Command {
     /// random-weight model of another arch, to a file.
     Demo {
         out: PathBuf,
-        /// smolvla (the demo), pi0 or pi05 (small random-weight configs, no tokenizer).
+        /// smolvla (the demo), pi0, pi05 or gr00t_n1_5 (small random-weight configs, no
+        /// tokenizer).
         #[arg(long, default_value = "smolvla")]
         arch: String,
-        /// pi0/pi05 only: openpi's full sizes (SigLIP So400m, Gemma 2B + 300M; ~13 GB in f32),
-        /// for benchmarks.
+        /// pi0/pi05/gr00t_n1_5 only: the released sizes (pi0: SigLIP So400m, Gemma 2B + 300M,
+        /// ~13 GB in f32; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB in f32), for benchmarks.
         #[arg(long)]
         full: bool,
-        /// Type of the matmul weights of a pi0/pi05 model: f32, f16 or bf16.
+        /// Type of the matmul weights of a pi0/pi05/gr00t_n1_5 model: f32, f16 or bf16.
         #[arg(long, default_value = "f32")]
         dtype: String,
         /// Overwrite OUT if it exists.
@@ -181,7 +182,7 @@ fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) 
 
 fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool) -> Result<()> {
     use vla::gguf::GgmlType;
-    use vla::models::pi0;
+    use vla::models::{gr00t, pi0, presets};
     if out.exists() && !force {
         bail!("{} exists: pass --force to overwrite it", out.display());
     }
@@ -200,26 +201,47 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
                 out.display()
             );
         }
-        ("smolvla", _) => bail!("--full and --dtype are for pi0/pi05; the smolvla demo is fixed"),
-        (_, Some(v)) => {
-            let cfg = if full {
-                pi0::full_config(v)
-            } else {
-                pi0::small_config(v)
-            };
-            eprintln!(
-                "generating {} random {arch} weights...",
-                if full { "full-size" } else { "small" }
-            );
-            pi0::random_writer(&cfg, 0x5eed, ty)?
-                .write_to_file(out)
-                .with_context(|| format!("cannot write {}", out.display()))?;
-            println!(
-                "{}: {arch} with random {dtype} weights, no tokenizer (send token ids)",
-                out.display()
-            );
+        ("smolvla", _) => {
+            bail!("--full and --dtype are for pi0, pi05 and gr00t_n1_5; the smolvla demo is fixed")
         }
-        _ => bail!("--arch {arch:?}: expected smolvla, pi0 or pi05"),
+        (_, Some(v)) => {
+            let cfg = match full {
+                true => pi0::full_config(v),
+                false => pi0::small_config(v),
+            };
+            write_random(out, &cfg, arch, full, dtype, ty)?;
+        }
+        (gr00t::ARCH, _) => {
+            let cfg = match full {
+                true => presets::gr00t_full_config(),
+                false => presets::gr00t_small_config(),
+            };
+            write_random(out, &cfg, arch, full, dtype, ty)?;
+        }
+        _ => bail!("--arch {arch:?}: expected smolvla, pi0, pi05 or gr00t_n1_5"),
     }
+    Ok(())
+}
+
+/// A random-weight GGUF of `cfg` (no tokenizer) written to `out`.
+fn write_random<A: vla::models::flow::FlowArch>(
+    out: &std::path::Path,
+    cfg: &A,
+    arch: &str,
+    full: bool,
+    dtype: &str,
+    ty: vla::gguf::GgmlType,
+) -> Result<()> {
+    eprintln!(
+        "generating {} random {arch} weights...",
+        if full { "full-size" } else { "small" }
+    );
+    vla::models::presets::random_writer(cfg, 0x5eed, ty, None)?
+        .write_to_file(out)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    println!(
+        "{}: {arch} with random {dtype} weights, no tokenizer (send token ids)",
+        out.display()
+    );
     Ok(())
 }
