@@ -47,15 +47,15 @@ pub fn layer_norm(g: &mut GraphBuilder, x: NodeId, prefix: &str, eps: f32) -> Re
 /// graph constants of ones and zeros.
 pub fn plain_layer_norm(g: &mut GraphBuilder, x: NodeId, eps: f32) -> Result<NodeId> {
     let d = width(g, x);
-    let ones = g.constant(
-        &format!("const.ones.{d}"),
-        Tensor::from_f32(vec![d], vec![1.0; d])?,
-    )?;
-    let zeros = g.constant(
-        &format!("const.zeros.{d}"),
-        Tensor::from_f32(vec![d], vec![0.0; d])?,
-    )?;
+    let ones = filled(g, d, 1.0)?;
+    let zeros = filled(g, d, 0.0)?;
     g.layer_norm(x, ones, zeros, eps)
+}
+
+/// A `[d]` graph constant of `value` (one node per (d, value)).
+fn filled(g: &mut GraphBuilder, d: usize, value: f32) -> Result<NodeId> {
+    let t = Tensor::from_f32(vec![d], vec![value; d])?;
+    g.constant(&format!("const.fill.{d}.{value}"), t)
 }
 
 /// `LayerNorm(x) * (1 + scale) + shift` (no learned affine) with `scale`, `shift` `[width]`:
@@ -68,10 +68,7 @@ pub fn modulated_layer_norm(
     eps: f32,
 ) -> Result<NodeId> {
     let d = width(g, x);
-    let ones = g.constant(
-        &format!("const.ones.{d}"),
-        Tensor::from_f32(vec![d], vec![1.0; d])?,
-    )?;
+    let ones = filled(g, d, 1.0)?;
     let gain = g.add(scale, ones)?;
     g.layer_norm(x, gain, shift, eps)
 }

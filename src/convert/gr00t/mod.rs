@@ -25,6 +25,9 @@ use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
+mod names;
+pub use names::name_map;
+
 const P: &str = "_groot_model.";
 const EAGLE_CACHE: &str = "lerobot/eagle2hg-processor-groot-n1p5";
 /// The longest instruction (in tokens) a request may send; the reference has no bound.
@@ -50,142 +53,6 @@ pub struct Converted {
     pub config: Gr00tConfig,
     pub writer: GgufWriter<'static>,
     pub notes: Vec<String>,
-}
-
-/// Our GGUF name -> the checkpoint key, for every weight of `cfg` (not the statistics).
-pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
-    let vit = format!("{P}backbone.eagle_model.vision_model.vision_model.");
-    let lm = format!("{P}backbone.eagle_model.language_model.model.");
-    let ah = format!("{P}action_head.");
-    let mut m: Vec<(String, String)> = Vec::new();
-    let mut wb = |ours: &str, theirs: &str| {
-        for p in ["weight", "bias"] {
-            m.push((format!("{ours}.{p}"), format!("{theirs}.{p}")));
-        }
-    };
-    wb(
-        "vit.patch_embd",
-        &format!("{vit}embeddings.patch_embedding"),
-    );
-    wb("vit.post_ln", &format!("{vit}post_layernorm"));
-    wb("mm.fc", &format!("{P}backbone.eagle_model.mlp1.0"));
-    wb("aex.vlln", &format!("{ah}vlln"));
-    let dit = format!("{ah}model.");
-    for (ours, theirs) in [
-        (
-            "aex.dit.time_emb.l1",
-            "timestep_encoder.timestep_embedder.linear_1",
-        ),
-        (
-            "aex.dit.time_emb.l2",
-            "timestep_encoder.timestep_embedder.linear_2",
-        ),
-        ("aex.dit.proj_out1", "proj_out_1"),
-        ("aex.dit.proj_out2", "proj_out_2"),
-    ] {
-        wb(ours, &format!("{dit}{theirs}"));
-    }
-    for i in 0..cfg.vision.layers {
-        let (ours, theirs) = (format!("vit.blk.{i}"), format!("{vit}encoder.layers.{i}"));
-        for (a, b) in [
-            ("ln1", "layer_norm1"),
-            ("ln2", "layer_norm2"),
-            ("attn_q", "self_attn.q_proj"),
-            ("attn_k", "self_attn.k_proj"),
-            ("attn_v", "self_attn.v_proj"),
-            ("attn_o", "self_attn.out_proj"),
-            ("fc1", "mlp.fc1"),
-            ("fc2", "mlp.fc2"),
-        ] {
-            wb(&format!("{ours}.{a}"), &format!("{theirs}.{b}"));
-        }
-    }
-    let blocks = |stack: &str, theirs: &str, n: usize, norms: &[(&str, &str)]| {
-        let mut v = Vec::new();
-        for i in 0..n {
-            let (o, t) = (
-                format!("aex.{stack}.{i}"),
-                format!("{theirs}transformer_blocks.{i}"),
-            );
-            let mut pairs = vec![
-                ("attn_q", "attn1.to_q"),
-                ("attn_k", "attn1.to_k"),
-                ("attn_v", "attn1.to_v"),
-                ("attn_o", "attn1.to_out.0"),
-                ("ff0", "ff.net.0.proj"),
-                ("ff2", "ff.net.2"),
-            ];
-            pairs.extend_from_slice(norms);
-            for (a, b) in pairs {
-                for p in ["weight", "bias"] {
-                    v.push((format!("{o}.{a}.{p}"), format!("{t}.{b}.{p}")));
-                }
-            }
-        }
-        v
-    };
-    m.extend(blocks(
-        "dit",
-        &dit,
-        cfg.dit.layers,
-        &[("adaln", "norm1.linear")],
-    ));
-    m.extend(blocks(
-        "vlsa",
-        &format!("{ah}vl_self_attention."),
-        cfg.vlsa.layers,
-        &[("norm1", "norm1"), ("norm3", "norm3")],
-    ));
-    for (ours, theirs) in [
-        (
-            "vit.pos_embd.weight",
-            format!("{vit}embeddings.position_embedding.weight"),
-        ),
-        ("token_embd.weight", format!("{lm}embed_tokens.weight")),
-        ("vlm.output_norm.weight", format!("{lm}norm.weight")),
-        (
-            "aex.pos_embd.weight",
-            format!("{ah}position_embedding.weight"),
-        ),
-        (
-            "aex.future_tokens.weight",
-            format!("{ah}future_tokens.weight"),
-        ),
-    ] {
-        m.push((ours.into(), theirs));
-    }
-    for (ours, theirs) in [
-        ("aex.state_enc.l1", "state_encoder.layer1"),
-        ("aex.state_enc.l2", "state_encoder.layer2"),
-        ("aex.act_enc.W1", "action_encoder.W1"),
-        ("aex.act_enc.W2", "action_encoder.W2"),
-        ("aex.act_enc.W3", "action_encoder.W3"),
-        ("aex.act_dec.l1", "action_decoder.layer1"),
-        ("aex.act_dec.l2", "action_decoder.layer2"),
-    ] {
-        for p in ["W", "b"] {
-            m.push((format!("{ours}.{p}"), format!("{ah}{theirs}.{p}")));
-        }
-    }
-    for i in 0..cfg.lm.n_layers {
-        let (ours, theirs) = (format!("vlm.blk.{i}"), format!("{lm}layers.{i}"));
-        for (a, b) in [
-            ("attn_q", "self_attn.q_proj"),
-            ("attn_k", "self_attn.k_proj"),
-            ("attn_v", "self_attn.v_proj"),
-            ("attn_o", "self_attn.o_proj"),
-            ("attn_q_norm", "self_attn.q_norm"),
-            ("attn_k_norm", "self_attn.k_norm"),
-            ("ffn_gate", "mlp.gate_proj"),
-            ("ffn_up", "mlp.up_proj"),
-            ("ffn_down", "mlp.down_proj"),
-            ("attn_norm", "input_layernorm"),
-            ("ffn_norm", "post_attention_layernorm"),
-        ] {
-            m.push((format!("{ours}.{a}.weight"), format!("{theirs}.{b}.weight")));
-        }
-    }
-    m
 }
 
 /// Converts the lerobot GR00T N1.5 checkpoint folder `ckpt`. `progress(done, total, name)`

@@ -17,25 +17,18 @@
 
 use super::common::ActionIo;
 use super::embodiment::{self, KEY_DEFAULT, KEY_TAGS};
-use super::flow::{
-    valid_rows, FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs, Segment, VALID,
-};
+use super::flow::{FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs, Segment};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, bounded, first_failing, positive, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
-use crate::graph::{Graph, GraphBuilder, NodeId, WeightStore};
-use crate::layers::{layer_norm, linear, linear_in_out, rms_norm, GatedActivation};
-use crate::modules::decoder::{
-    finish_layer, norm_and_query, rotate, rotated_kv, DecoderConfig, Layer, LmConfig,
-};
-use crate::modules::dit::{
-    action_time_encoding, block_kv, cross_blocks, dit, self_attention_stack, time_condition,
-    timestep_projection, BlockStack, TIMESTEP_CHANNELS,
-};
+use crate::graph::{Graph, GraphBuilder, WeightStore};
+use crate::layers::GatedActivation;
+use crate::modules::decoder::{DecoderConfig, LmConfig};
+use crate::modules::dit::{action_time_encoding, timestep_projection, BlockStack};
 use crate::modules::flow::Schedule;
-use crate::modules::vision::{vision_tower, VisionConfig};
+use crate::modules::vision::VisionConfig;
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
-use crate::{Error, Result, Tensor};
+use crate::{Result, Tensor};
 
 pub const ARCH: &str = "gr00t_n1_5";
 
@@ -117,80 +110,6 @@ pub struct Gr00tConfig {
     /// tag): see [`super::embodiment`].
     pub embodiment_tags: String,
     pub default_embodiment: String,
-}
-
-/// The token ids a request's instruction is put between: the Eagle chat template rendered
-/// with the camera views and a placeholder task, tokenized, and split at the task. Arrays
-/// `<arch>.prompt_before_ids`, `<arch>.prompt_after_ids`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PromptIds {
-    pub before: Vec<u32>,
-    pub after: Vec<u32>,
-}
-
-const KEY_BEFORE: &str = "prompt_before_ids";
-const KEY_AFTER: &str = "prompt_after_ids";
-
-impl PromptIds {
-    fn read(file: &GgufFile) -> Result<Self> {
-        let ids = |key: &str| -> Result<Vec<u32>> {
-            let key = format!("{ARCH}.{key}");
-            file.get_array(&key)?
-                .iter()
-                .map(|v| {
-                    v.as_u64()
-                        .and_then(|x| u32::try_from(x).ok())
-                        .ok_or_else(|| Error::InvalidArgument(format!("{key}: expected token ids")))
-                })
-                .collect()
-        };
-        Ok(PromptIds {
-            before: ids(KEY_BEFORE)?,
-            after: ids(KEY_AFTER)?,
-        })
-    }
-
-    fn write(&self, w: &mut GgufWriter) -> Result<()> {
-        use crate::gguf::{Value, ValueType};
-        for (key, ids) in [(KEY_BEFORE, &self.before), (KEY_AFTER, &self.after)] {
-            let items = ids.iter().map(|&i| Value::U32(i)).collect();
-            w.add_metadata(format!("{ARCH}.{key}"), Value::Array(ValueType::U32, items))?;
-        }
-        Ok(())
-    }
-
-    /// Where each run of `n` `image` ids starts in `before`: an error unless there are
-    /// exactly `cameras` runs, each exactly `n` long.
-    pub fn image_starts(&self, image: u32, n: usize, cameras: usize) -> Result<Vec<usize>> {
-        let mut starts = Vec::new();
-        let mut i = 0;
-        while i < self.before.len() {
-            if self.before[i] != image {
-                i += 1;
-                continue;
-            }
-            let len = self.before[i..].iter().take_while(|&&t| t == image).count();
-            if len != n {
-                return Err(Error::InvalidArgument(format!(
-                    "{ARCH}.{KEY_BEFORE}: a run of {len} image tokens at {i}, expected {n}"
-                )));
-            }
-            starts.push(i);
-            i += len;
-        }
-        if starts.len() != cameras {
-            return Err(Error::InvalidArgument(format!(
-                "{ARCH}.{KEY_BEFORE}: {} runs of image tokens for {cameras} cameras",
-                starts.len()
-            )));
-        }
-        if self.after.contains(&image) {
-            return Err(Error::InvalidArgument(format!(
-                "{ARCH}.{KEY_AFTER}: image tokens after the instruction"
-            )));
-        }
-        Ok(starts)
-    }
 }
 
 impl Section for Gr00tConfig {
@@ -451,190 +370,7 @@ impl FlowArch for Gr00tConfig {
 }
 
 /// Graph builders, shared by the policy and by tests that inspect intermediate tensors.
-pub mod graphs {
-    use super::*;
+pub mod graphs;
+mod prompt;
 
-    /// `image.{i}` `[3, S, S]` in [-1, 1] -> image tokens `[n_images * T, hidden]`.
-    pub fn vision(mut g: GraphBuilder, cfg: &Gr00tConfig) -> Result<Graph> {
-        let s = cfg.vision.image_size;
-        let views = (0..cfg.io.n_images)
-            .map(|i| {
-                let img = g.input(format!("image.{i}"), &[3, s, s]);
-                let x = vision_tower(&mut g, img, &cfg.vision)?;
-                linear(&mut g, x, "mm.fc", cfg.lm.hidden, true)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let out = match views.as_slice() {
-            [one] => *one,
-            _ => g.concat(&views, 0)?,
-        };
-        g.build(&[out])
-    }
-
-    /// The sequence's embeddings `[L, hidden]` with camera `i`'s image tokens in place of
-    /// its `<IMG_CONTEXT>` run ([`Gr00tConfig::image_starts`]).
-    fn spliced_embeddings(
-        g: &mut GraphBuilder,
-        cfg: &Gr00tConfig,
-        img: NodeId,
-        tokens: NodeId,
-    ) -> Result<NodeId> {
-        let (l, h, t) = (cfg.seq_len(), cfg.lm.hidden, cfg.n_img_tokens());
-        let table = g.weight("token_embd.weight", &[cfg.lm.vocab_size, h])?;
-        let text = g.embedding(table, tokens)?;
-        let mut parts = Vec::new();
-        let mut at = 0;
-        for (i, start) in cfg.image_starts().into_iter().enumerate() {
-            if start > at {
-                parts.push(g.slice(text, 0, at, start - at)?);
-            }
-            parts.push(g.slice(img, 0, i * t, t)?);
-            at = start + t;
-        }
-        if at < l {
-            parts.push(g.slice(text, 0, at, l - at)?);
-        }
-        g.concat(&parts, 0)
-    }
-
-    /// The VLM's features (the Qwen3 decoder, causal, over the spliced prompt, then its
-    /// final norm) and what the head makes of them, `[L, hidden]` each: `vlln` and the VL
-    /// self-attention blocks (which see the real tokens only). Inputs `img_tokens`, `tokens`
-    /// `[L]`, `positions` `[L]`, `valid` `[L]`.
-    pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tConfig) -> Result<(NodeId, NodeId)> {
-        let (l, h, a) = (cfg.seq_len(), cfg.lm.hidden, &cfg.attn);
-        let img = g.input("img_tokens", &[cfg.io.n_images * cfg.n_img_tokens(), h]);
-        let tokens = g.input("tokens", &[l]);
-        let positions = g.input("positions", &[l]);
-        let valid = g.input(VALID, &[l]);
-        let mask = cfg.layout(l).allowed(g, valid)?;
-        let mut x = spliced_embeddings(g, cfg, img, tokens)?;
-        for i in 0..cfg.lm.n_layers {
-            let layer = Layer::new("vlm", i, cfg.lm.inter);
-            let (hn, q, _) = norm_and_query(g, x, &layer, a)?;
-            let q = rotate(g, q, positions, a)?;
-            let (k, v) = rotated_kv(g, hn, positions, &layer.prefix, a)?;
-            x = finish_layer(g, x, q, k, v, Some(mask), None, &layer, a)?;
-        }
-        let lm = rms_norm(g, x, "vlm.output_norm", a.norm_eps)?;
-        let x = layer_norm(g, lm, "aex.vlln", 1e-5)?;
-        let keys = valid_rows(g, valid, l)?;
-        Ok((
-            lm,
-            self_attention_stack(g, x, Some(keys), "aex.vlsa", &cfg.vlsa)?,
-        ))
-    }
-
-    /// [`backbone`], then the keys and values `[L, dit_heads, dit_head_dim]` of every
-    /// cross-attending DiT block, in block order (k, v).
-    pub fn prefill(mut g: GraphBuilder, cfg: &Gr00tConfig) -> Result<Graph> {
-        let (_, vl) = backbone(&mut g, cfg)?;
-        let mut outputs = Vec::new();
-        for j in 0..cross_blocks(&cfg.dit) {
-            let (k, v) = block_kv(&mut g, vl, &format!("aex.dit.{}", 2 * j), &cfg.dit)?;
-            outputs.extend([k, v]);
-        }
-        g.build(&outputs)
-    }
-
-    /// An embodiment MLP `<prefix>.{layers}` with ReLU between layers.
-    fn embodiment_mlp(
-        g: &mut GraphBuilder,
-        x: NodeId,
-        prefix: &str,
-        widths: [usize; 2],
-    ) -> Result<NodeId> {
-        let h = linear_in_out(g, x, &format!("{prefix}.l1"), widths[0])?;
-        let h = g.relu(h);
-        linear_in_out(g, h, &format!("{prefix}.l2"), widths[1])
-    }
-
-    /// One velocity. Inputs `x_t` `[chunk, max_action_dim]`, `time_emb` `[chunk, E + 256]`
-    /// ([`FlowArch::time_input`]), `state` `[1, max_state_dim]` (normalised, padded), the
-    /// prefill's `valid` `[L]` and `kv.{j}.k` / `kv.{j}.v`. Output `[chunk,
-    /// max_action_dim]`.
-    pub fn denoise(mut g: GraphBuilder, cfg: &Gr00tConfig) -> Result<Graph> {
-        let v = velocity(&mut g, cfg)?;
-        g.build(&[v])
-    }
-
-    fn velocity(g: &mut GraphBuilder, cfg: &Gr00tConfig) -> Result<NodeId> {
-        let (hd, io) = (&cfg.head, &cfg.io);
-        let (c, e, l) = (io.chunk_size, hd.embed, cfg.seq_len());
-        let x_t = g.input("x_t", &[c, io.max_action_dim]);
-        let time = g.input("time_emb", &[c, e + TIMESTEP_CHANNELS]);
-        let state = g.input("state", &[1, io.max_state_dim]);
-        let valid = g.input(VALID, &[l]);
-        let state = embodiment_mlp(g, state, "aex.state_enc", [hd.hidden, e])?;
-        let tau = g.slice(time, 1, 0, e)?;
-        let a = linear_in_out(g, x_t, "aex.act_enc.W1", e)?;
-        let a = g.concat(&[a, tau], 1)?;
-        let a = linear_in_out(g, a, "aex.act_enc.W2", e)?;
-        let a = g.silu(a);
-        let a = linear_in_out(g, a, "aex.act_enc.W3", e)?;
-        let pos = g.weight("aex.pos_embd.weight", &[hd.max_seq_len, e])?;
-        let pos = g.slice(pos, 0, 0, c)?;
-        let a = g.add(a, pos)?;
-        let mut parts = vec![state];
-        if hd.future_tokens > 0 {
-            parts.push(g.weight("aex.future_tokens.weight", &[hd.future_tokens, e])?);
-        }
-        parts.push(a);
-        let x = g.concat(&parts, 0)?;
-        let proj = g.slice(time, 0, 0, 1)?;
-        let proj = g.slice(proj, 1, e, TIMESTEP_CHANNELS)?;
-        let temb = time_condition(g, proj, "aex.dit", cfg.dit.width())?;
-        let cross: Vec<(NodeId, NodeId)> = (0..cross_blocks(&cfg.dit))
-            .map(|j| {
-                let (hh, dd) = (cfg.dit.heads, cfg.dit.head_dim);
-                let k = g.input(format!("kv.{j}.k"), &[l, hh, dd]);
-                let v = g.input(format!("kv.{j}.v"), &[l, hh, dd]);
-                (k, v)
-            })
-            .collect();
-        let mask = valid_rows(g, valid, cfg.suffix_len())?;
-        let out = dit(
-            g,
-            x,
-            temb,
-            &cross,
-            Some(mask),
-            "aex.dit",
-            &cfg.dit,
-            hd.hidden,
-        )?;
-        let s = cfg.suffix_len();
-        let out = g.slice(out, 0, s - c, c)?;
-        embodiment_mlp(g, out, "aex.act_dec", [hd.hidden, io.max_action_dim])
-    }
-}
-
-/// Python's `repr` of a string: single quotes unless the text holds a single quote and no
-/// double quote; backslashes, the quote, and `\n`, `\r`, `\t` escaped, other control
-/// characters as `\xNN`.
-pub fn python_repr(s: &str) -> String {
-    let q = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::from(q);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == q => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(q);
-    out
-}
+pub use prompt::{python_repr, PromptIds};

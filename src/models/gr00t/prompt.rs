@@ -1,0 +1,110 @@
+//! The chat prompt around a GR00T instruction, as token ids stored in the GGUF, and the
+//! instruction text lerobot builds.
+
+use super::ARCH;
+use crate::gguf::{GgufFile, GgufWriter};
+use crate::{Error, Result};
+
+/// The token ids a request's instruction is put between: the Eagle chat template rendered
+/// with the camera views and a placeholder task, tokenized, and split at the task. Arrays
+/// `<arch>.prompt_before_ids`, `<arch>.prompt_after_ids`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PromptIds {
+    pub before: Vec<u32>,
+    pub after: Vec<u32>,
+}
+
+const KEY_BEFORE: &str = "prompt_before_ids";
+const KEY_AFTER: &str = "prompt_after_ids";
+
+impl PromptIds {
+    pub(super) fn read(file: &GgufFile) -> Result<Self> {
+        let ids = |key: &str| -> Result<Vec<u32>> {
+            let key = format!("{ARCH}.{key}");
+            file.get_array(&key)?
+                .iter()
+                .map(|v| {
+                    v.as_u64()
+                        .and_then(|x| u32::try_from(x).ok())
+                        .ok_or_else(|| Error::InvalidArgument(format!("{key}: expected token ids")))
+                })
+                .collect()
+        };
+        Ok(PromptIds {
+            before: ids(KEY_BEFORE)?,
+            after: ids(KEY_AFTER)?,
+        })
+    }
+
+    pub(super) fn write(&self, w: &mut GgufWriter) -> Result<()> {
+        use crate::gguf::{Value, ValueType};
+        for (key, ids) in [(KEY_BEFORE, &self.before), (KEY_AFTER, &self.after)] {
+            let items = ids.iter().map(|&i| Value::U32(i)).collect();
+            w.add_metadata(format!("{ARCH}.{key}"), Value::Array(ValueType::U32, items))?;
+        }
+        Ok(())
+    }
+
+    /// Where each run of `n` `image` ids starts in `before`: an error unless there are
+    /// exactly `cameras` runs, each exactly `n` long.
+    pub fn image_starts(&self, image: u32, n: usize, cameras: usize) -> Result<Vec<usize>> {
+        let mut starts = Vec::new();
+        let mut i = 0;
+        while i < self.before.len() {
+            if self.before[i] != image {
+                i += 1;
+                continue;
+            }
+            let len = self.before[i..].iter().take_while(|&&t| t == image).count();
+            if len != n {
+                return Err(Error::InvalidArgument(format!(
+                    "{ARCH}.{KEY_BEFORE}: a run of {len} image tokens at {i}, expected {n}"
+                )));
+            }
+            starts.push(i);
+            i += len;
+        }
+        if starts.len() != cameras {
+            return Err(Error::InvalidArgument(format!(
+                "{ARCH}.{KEY_BEFORE}: {} runs of image tokens for {cameras} cameras",
+                starts.len()
+            )));
+        }
+        if self.after.contains(&image) {
+            return Err(Error::InvalidArgument(format!(
+                "{ARCH}.{KEY_AFTER}: image tokens after the instruction"
+            )));
+        }
+        Ok(starts)
+    }
+}
+
+/// Python's `repr` of a string: single quotes unless the text holds a single quote and no
+/// double quote; backslashes, the quote, and `\n`, `\r`, `\t` escaped, other control
+/// characters as `\xNN`.
+pub fn python_repr(s: &str) -> String {
+    let q = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::from(q);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == q => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(q);
+    out
+}
