@@ -307,3 +307,30 @@ fn stand_in_prompt(cameras: usize, n_img: usize, image_token: usize) -> PromptId
         after: vec![6, 7, 8],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The released GR00T sizes pass the config checks, and the DiT and the VL self-attention
+    /// blocks declare exactly the parameters lerobot's modules count at those sizes
+    /// (`Total number of DiT parameters: 550386688`, `... SelfAttentionTransformer
+    /// parameters: 201433088`, printed by `tools/golden/groot.py --size full`).
+    #[test]
+    fn gr00t_full_config_is_consistent() {
+        let cfg = gr00t_full_config();
+        crate::config::check(&cfg, cfg.arch()).unwrap();
+        let shapes = cfg.tensor_shapes().unwrap();
+        let count = |prefix: &str| -> usize {
+            shapes
+                .iter()
+                .filter(|(n, _)| n.starts_with(prefix))
+                .map(|(_, s)| s.iter().product::<usize>())
+                .sum()
+        };
+        assert_eq!(count("aex.dit."), 550_386_688);
+        assert_eq!(count("aex.vlsa."), 201_433_088);
+        let small = gr00t_small_config();
+        crate::config::check(&small, small.arch()).unwrap();
+    }
+}

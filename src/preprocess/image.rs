@@ -10,23 +10,8 @@ pub const MAX_SIDE: usize = 8192;
 
 /// `[0, 1]` CHW planes of an image, checking its declared size against its data.
 pub fn to_chw_unit(img: &Image) -> Result<Vec<f32>> {
-    let (h, w) = (img.height, img.width);
-    if h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE {
-        return Err(Error::InvalidArgument(format!(
-            "image {w}x{h}: each side must be 1..={MAX_SIDE}"
-        )));
-    }
-    let n = h * w;
-    let len = match &img.data {
-        ImageData::RgbU8(d) => d.len(),
-        ImageData::RgbF32(d) => d.len(),
-    };
-    if len != n * 3 {
-        return Err(Error::InvalidArgument(format!(
-            "image {w}x{h}: {len} values, expected {}",
-            n * 3
-        )));
-    }
+    check_size(img)?;
+    let n = img.height * img.width;
     let mut out = vec![0f32; n * 3];
     for i in 0..n {
         for c in 0..3 {
@@ -39,10 +24,31 @@ pub fn to_chw_unit(img: &Image) -> Result<Vec<f32>> {
     Ok(out)
 }
 
+/// Checks an image's declared size against the protocol's limit and its data.
+fn check_size(img: &Image) -> Result<()> {
+    let (h, w) = (img.height, img.width);
+    if h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE {
+        return Err(Error::InvalidArgument(format!(
+            "image {w}x{h}: each side must be 1..={MAX_SIDE}"
+        )));
+    }
+    let len = match &img.data {
+        ImageData::RgbU8(d) => d.len(),
+        ImageData::RgbF32(d) => d.len(),
+    };
+    if len != h * w * 3 {
+        return Err(Error::InvalidArgument(format!(
+            "image {w}x{h}: {len} values, expected {}",
+            h * w * 3
+        )));
+    }
+    Ok(())
+}
+
 /// HWC RGB bytes of an image, its size checked; float frames become `trunc(clamp(x, 0, 1) *
 /// 255)`, as lerobot's GR00T processor casts them (exact for every `k / 255`).
 pub fn to_hwc_u8(img: &Image) -> Result<Vec<u8>> {
-    to_chw_unit(img)?; // the size checks
+    check_size(img)?;
     Ok(match &img.data {
         ImageData::RgbU8(d) => d.clone(),
         ImageData::RgbF32(d) => d
