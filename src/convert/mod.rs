@@ -4,6 +4,7 @@
 
 pub mod gr00t;
 pub mod pi0;
+pub mod qwen_vision;
 pub mod smolvla;
 
 use crate::models::common::ActionIo;

@@ -4,4 +4,5 @@
 pub mod decoder;
 pub mod dit;
 pub mod flow;
+pub mod qwen_vision;
 pub mod vision;

@@ -1,0 +1,178 @@
+//! The Qwen3-VL vision tower (GR00T N1.7, VLA-JEPA): patch embedding, a learned position
+//! table resampled to the image's grid, pre-LayerNorm blocks with fused QKV and 2-D rotary
+//! positions (row and column frequencies in the two quarters of each half of a head), a
+//! 2 x 2 patch merger, and "deepstack" mergers tapping intermediate blocks.
+//!
+//! Still images only: the reference's Conv3d over two copies of the frame
+//! (`temporal_patch_size` 2) equals a 2-D patch embedding whose kernel is the sum of the two
+//! temporal slices, and the position table is resampled once for the fixed grid; the
+//! converter stores both that way (`vit.patch_embd`, `vit.pos_embd` `[h * w, D]`). Tokens run
+//! through the blocks in row-major order (attention over one image is order-free; the rotary
+//! tables follow the same order) and are grouped into merge blocks at the mergers.
+//!
+//! Weights under `<prefix>.`: `patch_embd`, `pos_embd`, `blk.{i}.{ln1, attn_qkv, attn_o, ln2,
+//! fc1, fc2}`, `merger.{norm, fc1, fc2}`, `deepstack.{j}.{norm, fc1, fc2}`.
+
+use crate::graph::{GraphBuilder, NodeId};
+use crate::layers::{attend, layer_norm, linear, split_heads};
+use crate::{Result, Tensor};
+
+/// LayerNorm epsilon everywhere in the tower.
+const EPS: f32 = 1e-6;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QwenVisionConfig {
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub inter: usize,
+    pub image_size: usize,
+    pub patch_size: usize,
+    /// Side of the patch blocks the mergers fold into one token (2).
+    pub merge: usize,
+    /// Width of the merged tokens (the language model's).
+    pub out: usize,
+    /// Blocks whose outputs feed a deepstack merger, in order.
+    pub deepstack: Vec<usize>,
+}
+
+impl QwenVisionConfig {
+    pub fn grid(&self) -> usize {
+        self.image_size / self.patch_size
+    }
+
+    /// Tokens per image after merging.
+    pub fn n_tokens(&self) -> usize {
+        (self.grid() / self.merge).pow(2)
+    }
+}
+
+/// The rotary tables `(cos, sin)` `[grid * grid, head_dim]` of row-major patches: frequency
+/// `j < head_dim / 4` turns with the patch's row, the next quarter with its column, and the
+/// second half repeats the first (`rotate_half` layout); `f_j = 10000^(-4j / head_dim)`, in
+/// f32 as the reference computes them.
+pub fn rotary_tables(grid: usize, head_dim: usize) -> (Vec<f32>, Vec<f32>) {
+    let quarter = head_dim / 4;
+    let inv: Vec<f32> = (0..quarter)
+        .map(|j| 1.0 / 10000f32.powf((2 * j) as f32 / (head_dim / 2) as f32))
+        .collect();
+    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    for t in 0..grid * grid {
+        let (r, c) = ((t / grid) as f32, (t % grid) as f32);
+        let half: Vec<f32> = inv
+            .iter()
+            .map(|f| r * f)
+            .chain(inv.iter().map(|f| c * f))
+            .collect();
+        for _ in 0..2 {
+            cos.extend(half.iter().map(|a| a.cos()));
+            sin.extend(half.iter().map(|a| a.sin()));
+        }
+    }
+    (cos, sin)
+}
+
+/// `x * cos + rotate_half(x) * sin` on `x` `[S, H, D]` with tables `[S, 1, D]`.
+pub fn rotate_with_tables(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    cos: NodeId,
+    sin: NodeId,
+) -> Result<NodeId> {
+    let d = g.shape(x)[2];
+    let lo = g.slice(x, 2, 0, d / 2)?;
+    let hi = g.slice(x, 2, d / 2, d / 2)?;
+    let hi = g.scale(hi, -1.0);
+    let rot = g.concat(&[hi, lo], 2)?;
+    let a = g.mul(x, cos)?;
+    let b = g.mul(rot, sin)?;
+    g.add(a, b)
+}
+
+/// `[S, D]` row-major tokens of a `side x side` grid -> `[S / m^2, m^2 D]`: each `m x m`
+/// block's tokens concatenated in row-major order (the reference's merge-block order).
+fn group_blocks(g: &mut GraphBuilder, x: NodeId, side: usize, m: usize) -> Result<NodeId> {
+    let d = g.shape(x)[1];
+    let x = g.reshape(x, &[side / m, m, side / m, m * d])?;
+    let x = g.permute(x, &[0, 2, 1, 3])?;
+    g.reshape(x, &[(side / m) * (side / m), m * m * d])
+}
+
+/// A patch merger `<p>.{norm, fc1, fc2}`: LayerNorm per token before grouping (the final
+/// merger) or over the grouped vector (`post_norm`, the deepstack ones), then
+/// `fc2(gelu_erf(fc1(.)))`.
+fn merger(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    p: &str,
+    cfg: &QwenVisionConfig,
+    post_norm: bool,
+) -> Result<NodeId> {
+    let (side, m) = (cfg.grid(), cfg.merge);
+    let x = match post_norm {
+        true => {
+            let x = group_blocks(g, x, side, m)?;
+            layer_norm(g, x, &format!("{p}.norm"), EPS)?
+        }
+        false => {
+            let x = layer_norm(g, x, &format!("{p}.norm"), EPS)?;
+            group_blocks(g, x, side, m)?
+        }
+    };
+    let wide = cfg.hidden * m * m;
+    let x = linear(g, x, &format!("{p}.fc1"), wide, true)?;
+    let x = g.gelu_erf(x);
+    linear(g, x, &format!("{p}.fc2"), cfg.out, true)
+}
+
+/// `image` `[3, S, S]` (normalised) -> the merged tokens `[n_tokens, out]` and the deepstack
+/// features `[n_tokens, out]` of the tapped blocks, in row-major merged-grid order.
+pub fn qwen_vision_tower(
+    g: &mut GraphBuilder,
+    image: NodeId,
+    cfg: &QwenVisionConfig,
+    pre: &str,
+) -> Result<(NodeId, Vec<NodeId>)> {
+    let (d, p, side) = (cfg.hidden, cfg.patch_size, cfg.grid());
+    let w = g.weight(&format!("{pre}.patch_embd.weight"), &[d, 3, p, p])?;
+    let b = g.weight(&format!("{pre}.patch_embd.bias"), &[d])?;
+    let x = g.patch_embed(image, w, b)?;
+    let pos = g.weight(&format!("{pre}.pos_embd.weight"), &[side * side, d])?;
+    let mut x = g.add(x, pos)?;
+    let hd = d / cfg.heads;
+    let (cos, sin) = rotary_tables(side, hd);
+    let shape = vec![side * side, 1, hd];
+    let cos = g.constant(
+        &format!("{pre}.rope_cos"),
+        Tensor::from_f32(shape.clone(), cos)?,
+    )?;
+    let sin = g.constant(&format!("{pre}.rope_sin"), Tensor::from_f32(shape, sin)?)?;
+    let mut deepstack = Vec::new();
+    for i in 0..cfg.layers {
+        let bp = format!("{pre}.blk.{i}");
+        let h = layer_norm(g, x, &format!("{bp}.ln1"), EPS)?;
+        let qkv = linear(g, h, &format!("{bp}.attn_qkv"), 3 * d, true)?;
+        let part = |g: &mut GraphBuilder, k: usize| -> Result<NodeId> {
+            let y = g.slice(qkv, 1, k * d, d)?;
+            split_heads(g, y, cfg.heads, hd)
+        };
+        let (q, k, v) = (part(g, 0)?, part(g, 1)?, part(g, 2)?);
+        let q = rotate_with_tables(g, q, cos, sin)?;
+        let k = rotate_with_tables(g, k, cos, sin)?;
+        let o = attend(g, q, k, v, None)?;
+        let o = linear(g, o, &format!("{bp}.attn_o"), d, true)?;
+        x = g.add(x, o)?;
+        let h = layer_norm(g, x, &format!("{bp}.ln2"), EPS)?;
+        let h = linear(g, h, &format!("{bp}.fc1"), cfg.inter, true)?;
+        let h = g.gelu_tanh(h);
+        let h = linear(g, h, &format!("{bp}.fc2"), d, true)?;
+        x = g.add(x, h)?;
+        if let Some(j) = cfg.deepstack.iter().position(|&t| t == i) {
+            deepstack.push(merger(g, x, &format!("{pre}.deepstack.{j}"), cfg, true)?);
+        }
+    }
+    Ok((
+        merger(g, x, &format!("{pre}.merger"), cfg, false)?,
+        deepstack,
+    ))
+}
