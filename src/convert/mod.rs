@@ -4,7 +4,7 @@
 
 pub mod gr00t;
 pub mod pi0;
-pub mod qwen_vision;
+pub mod qwen;
 pub mod smolvla;
 
 use crate::models::common::ActionIo;

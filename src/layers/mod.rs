@@ -188,3 +188,47 @@ pub fn attend(
 pub fn rope_neox(g: &mut GraphBuilder, x: NodeId, positions: NodeId, theta: f32) -> Result<NodeId> {
     g.rope(x, positions, RopeConfig::new(RopeMode::Neox, theta))
 }
+
+/// `x * cos + rotate_half(x) * sin` on `x` `[S, H, D]` with tables `[S, 1, D]`.
+pub fn rope_tables(g: &mut GraphBuilder, x: NodeId, cos: NodeId, sin: NodeId) -> Result<NodeId> {
+    let d = g.shape(x)[2];
+    let lo = g.slice(x, 2, 0, d / 2)?;
+    let hi = g.slice(x, 2, d / 2, d / 2)?;
+    let hi = g.scale(hi, -1.0);
+    let rot = g.concat(&[hi, lo], 2)?;
+    let a = g.mul(x, cos)?;
+    let b = g.mul(rot, sin)?;
+    g.add(a, b)
+}
+
+/// `x` `[L, D]` with rows `start..start + n` replaced (or, with `add`, increased) by each
+/// `(start, rows [n, D])` of `pieces` (sorted, not overlapping): image tokens spliced into a
+/// prompt's embeddings, or features added at their positions.
+pub fn splice_rows(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    pieces: &[(usize, NodeId)],
+    add: bool,
+) -> Result<NodeId> {
+    let l = g.shape(x)[0];
+    let mut parts = Vec::new();
+    let mut at = 0;
+    for &(start, rows) in pieces {
+        let n = g.shape(rows)[0];
+        if start > at {
+            parts.push(g.slice(x, 0, at, start - at)?);
+        }
+        parts.push(match add {
+            true => {
+                let old = g.slice(x, 0, start, n)?;
+                g.add(old, rows)?
+            }
+            false => rows,
+        });
+        at = start + n;
+    }
+    if at < l {
+        parts.push(g.slice(x, 0, at, l - at)?);
+    }
+    g.concat(&parts, 0)
+}

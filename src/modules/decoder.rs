@@ -13,7 +13,7 @@ use crate::config::limits::MAX_LAYERS;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{
-    ada_rms_norm, attend, gated_ffn, linear, rms_norm, rope_neox, split_heads, width,
+    ada_rms_norm, attend, gated_ffn, linear, rms_norm, rope_neox, rope_tables, split_heads, width,
     GatedActivation,
 };
 use crate::Result;
@@ -214,13 +214,31 @@ fn project_qk(
     }
 }
 
+/// How a decoder's queries and keys are rotated.
+#[derive(Clone, Copy, Debug)]
+pub enum Rotary {
+    /// RoPE (`rotate_half` layout, base `rope_theta`) at the positions `[S]` of this node.
+    Positions(NodeId),
+    /// Precomputed `cos` and `sin` tables `[S, 1, head_dim]` (multimodal RoPE: Qwen3-VL).
+    Tables { cos: NodeId, sin: NodeId },
+}
+
+impl From<NodeId> for Rotary {
+    fn from(positions: NodeId) -> Self {
+        Rotary::Positions(positions)
+    }
+}
+
 pub fn rotate(
     g: &mut GraphBuilder,
     x: NodeId,
-    positions: NodeId,
+    rotary: impl Into<Rotary>,
     cfg: &DecoderConfig,
 ) -> Result<NodeId> {
-    rope_neox(g, x, positions, cfg.rope_theta)
+    match rotary.into() {
+        Rotary::Positions(p) => rope_neox(g, x, p, cfg.rope_theta),
+        Rotary::Tables { cos, sin } => rope_tables(g, x, cos, sin),
+    }
 }
 
 /// The attention norm of `x` `[S, width]`, its query `[S, q_heads, head_dim]` (not yet
@@ -241,7 +259,7 @@ pub fn norm_and_query(
 pub fn rotated_kv(
     g: &mut GraphBuilder,
     normed: NodeId,
-    positions: NodeId,
+    positions: impl Into<Rotary>,
     prefix: &str,
     cfg: &DecoderConfig,
 ) -> Result<(NodeId, NodeId)> {

@@ -4,5 +4,6 @@
 pub mod decoder;
 pub mod dit;
 pub mod flow;
+pub mod qwen_text;
 pub mod qwen_vision;
 pub mod vision;

@@ -14,7 +14,7 @@
 //! fc1, fc2}`, `merger.{norm, fc1, fc2}`, `deepstack.{j}.{norm, fc1, fc2}`.
 
 use crate::graph::{GraphBuilder, NodeId};
-use crate::layers::{attend, layer_norm, linear, split_heads};
+use crate::layers::{attend, layer_norm, linear, rope_tables, split_heads};
 use crate::{Result, Tensor};
 
 /// LayerNorm epsilon everywhere in the tower.
@@ -70,23 +70,6 @@ pub fn rotary_tables(grid: usize, head_dim: usize) -> (Vec<f32>, Vec<f32>) {
         }
     }
     (cos, sin)
-}
-
-/// `x * cos + rotate_half(x) * sin` on `x` `[S, H, D]` with tables `[S, 1, D]`.
-pub fn rotate_with_tables(
-    g: &mut GraphBuilder,
-    x: NodeId,
-    cos: NodeId,
-    sin: NodeId,
-) -> Result<NodeId> {
-    let d = g.shape(x)[2];
-    let lo = g.slice(x, 2, 0, d / 2)?;
-    let hi = g.slice(x, 2, d / 2, d / 2)?;
-    let hi = g.scale(hi, -1.0);
-    let rot = g.concat(&[hi, lo], 2)?;
-    let a = g.mul(x, cos)?;
-    let b = g.mul(rot, sin)?;
-    g.add(a, b)
 }
 
 /// `[S, D]` row-major tokens of a `side x side` grid -> `[S / m^2, m^2 D]`: each `m x m`
@@ -157,8 +140,8 @@ pub fn qwen_vision_tower(
             split_heads(g, y, cfg.heads, hd)
         };
         let (q, k, v) = (part(g, 0)?, part(g, 1)?, part(g, 2)?);
-        let q = rotate_with_tables(g, q, cos, sin)?;
-        let k = rotate_with_tables(g, k, cos, sin)?;
+        let q = rope_tables(g, q, cos, sin)?;
+        let k = rope_tables(g, k, cos, sin)?;
         let o = attend(g, q, k, v, None)?;
         let o = linear(g, o, &format!("{bp}.attn_o"), d, true)?;
         x = g.add(x, o)?;

@@ -91,8 +91,6 @@ pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
             "vit.pos_embd.weight",
             format!("{vit}embeddings.position_embedding.weight"),
         ),
-        ("token_embd.weight", format!("{lm}embed_tokens.weight")),
-        ("vlm.output_norm.weight", format!("{lm}norm.weight")),
         (
             "aex.pos_embd.weight",
             format!("{ah}position_embedding.weight"),
@@ -117,23 +115,6 @@ pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
             m.push((format!("{ours}.{p}"), format!("{ah}{theirs}.{p}")));
         }
     }
-    for i in 0..cfg.lm.n_layers {
-        let (ours, theirs) = (format!("vlm.blk.{i}"), format!("{lm}layers.{i}"));
-        for (a, b) in [
-            ("attn_q", "self_attn.q_proj"),
-            ("attn_k", "self_attn.k_proj"),
-            ("attn_v", "self_attn.v_proj"),
-            ("attn_o", "self_attn.o_proj"),
-            ("attn_q_norm", "self_attn.q_norm"),
-            ("attn_k_norm", "self_attn.k_norm"),
-            ("ffn_gate", "mlp.gate_proj"),
-            ("ffn_up", "mlp.up_proj"),
-            ("ffn_down", "mlp.down_proj"),
-            ("attn_norm", "input_layernorm"),
-            ("ffn_norm", "post_attention_layernorm"),
-        ] {
-            m.push((format!("{ours}.{a}.weight"), format!("{theirs}.{b}.weight")));
-        }
-    }
+    m.extend(crate::convert::qwen::lm_name_map(&lm, cfg.lm.n_layers));
     m
 }

@@ -3,7 +3,7 @@
 
 use super::Gr00tConfig;
 use crate::graph::{Graph, GraphBuilder, NodeId};
-use crate::layers::{layer_norm, linear, linear_in_out, rms_norm};
+use crate::layers::{layer_norm, linear, linear_in_out, rms_norm, splice_rows};
 use crate::models::flow::{valid_rows, VALID};
 use crate::modules::decoder::{finish_layer, norm_and_query, rotate, rotated_kv, Layer};
 use crate::modules::dit::TIMESTEP_CHANNELS;
@@ -36,22 +36,16 @@ fn spliced_embeddings(
     img: NodeId,
     tokens: NodeId,
 ) -> Result<NodeId> {
-    let (l, h, t) = (cfg.seq_len(), cfg.lm.hidden, cfg.n_img_tokens());
+    let (h, t) = (cfg.lm.hidden, cfg.n_img_tokens());
     let table = g.weight("token_embd.weight", &[cfg.lm.vocab_size, h])?;
     let text = g.embedding(table, tokens)?;
-    let mut parts = Vec::new();
-    let mut at = 0;
-    for (i, start) in cfg.image_starts().into_iter().enumerate() {
-        if start > at {
-            parts.push(g.slice(text, 0, at, start - at)?);
-        }
-        parts.push(g.slice(img, 0, i * t, t)?);
-        at = start + t;
-    }
-    if at < l {
-        parts.push(g.slice(text, 0, at, l - at)?);
-    }
-    g.concat(&parts, 0)
+    let pieces = cfg
+        .image_starts()
+        .into_iter()
+        .enumerate()
+        .map(|(i, start)| Ok((start, g.slice(img, 0, i * t, t)?)))
+        .collect::<Result<Vec<_>>>()?;
+    splice_rows(g, text, &pieces, false)
 }
 
 /// The VLM's features (the Qwen3 decoder, causal, over the spliced prompt, then its

@@ -1,5 +1,6 @@
-//! The Qwen3-VL vision tower's checkpoint tensors (transformers' `Qwen3VLVisionModel` names
-//! under `prefix`) as [`crate::modules::qwen_vision`] reads them: the Conv3d kernel summed
+//! Qwen checkpoints' tensor names: the Qwen3 / Qwen3-VL language model's, and the Qwen3-VL
+//! vision tower's (transformers' `Qwen3VLVisionModel` names under `prefix`) as
+//! [`crate::modules::qwen_vision`] reads them: the Conv3d kernel summed
 //! over its two temporal slices (a still image repeats its frame), and the learned position
 //! table resampled to the fixed patch grid as the reference's `fast_pos_embed_interpolate`
 //! does (bilinear over `linspace(0, n - 1, side)`, in f32), row-major.
@@ -11,8 +12,8 @@ use crate::Result;
 /// One tensor for the GGUF: our name, row-major shape, values.
 pub type Converted = (String, Vec<usize>, Vec<f32>);
 
-/// Our name -> the checkpoint's, for the tensors copied as they are.
-pub fn name_map(cfg: &QwenVisionConfig, prefix: &str, ours: &str) -> Vec<(String, String)> {
+/// The vision tower: our name -> the checkpoint's, for the tensors copied as they are.
+pub fn vision_name_map(cfg: &QwenVisionConfig, prefix: &str, ours: &str) -> Vec<(String, String)> {
     let mut m = Vec::new();
     let mut wb = |a: String, b: String| {
         for p in ["weight", "bias"] {
@@ -49,7 +50,7 @@ pub fn name_map(cfg: &QwenVisionConfig, prefix: &str, ours: &str) -> Vec<(String
 }
 
 /// The patch embedding (temporal slices summed) and the resampled position table.
-pub fn derived(
+pub fn vision_derived(
     st: &Safetensors,
     cfg: &QwenVisionConfig,
     prefix: &str,
@@ -90,6 +91,40 @@ pub fn derived(
         (format!("{ours}.patch_embd.bias"), vec![d], bias),
         (format!("{ours}.pos_embd.weight"), vec![side * side, d], pos),
     ])
+}
+
+/// A Qwen3 decoder's layers under `prefix` (`...model.`): our name -> the checkpoint's, for
+/// `n_layers` layers (QK-norm), the final norm and the token embeddings.
+pub fn lm_name_map(prefix: &str, n_layers: usize) -> Vec<(String, String)> {
+    let mut m = vec![
+        (
+            "token_embd.weight".to_owned(),
+            format!("{prefix}embed_tokens.weight"),
+        ),
+        (
+            "vlm.output_norm.weight".to_owned(),
+            format!("{prefix}norm.weight"),
+        ),
+    ];
+    for i in 0..n_layers {
+        let (ours, theirs) = (format!("vlm.blk.{i}"), format!("{prefix}layers.{i}"));
+        for (a, b) in [
+            ("attn_q", "self_attn.q_proj"),
+            ("attn_k", "self_attn.k_proj"),
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_o", "self_attn.o_proj"),
+            ("attn_q_norm", "self_attn.q_norm"),
+            ("attn_k_norm", "self_attn.k_norm"),
+            ("ffn_gate", "mlp.gate_proj"),
+            ("ffn_up", "mlp.up_proj"),
+            ("ffn_down", "mlp.down_proj"),
+            ("attn_norm", "input_layernorm"),
+            ("ffn_norm", "post_attention_layernorm"),
+        ] {
+            m.push((format!("{ours}.{a}.weight"), format!("{theirs}.{b}.weight")));
+        }
+    }
+    m
 }
 
 /// torch's float `linspace(0, n - 1, steps)`: from both ends towards the middle.

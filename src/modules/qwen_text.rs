@@ -1,0 +1,134 @@
+//! Qwen3-VL's language-model side: interleaved multimodal RoPE (positions `(t, h, w)` per
+//! token; text tokens have three equal positions, an image's tokens their grid's) and
+//! "deepstack" (vision features added to the hidden states at the image tokens after the
+//! first decoder layers). The decoder layers are [`super::decoder`]'s (Qwen3: QK-norm) with
+//! [`Rotary::Tables`].
+
+use super::decoder::{
+    finish_layer, norm_and_query, rotate, rotated_kv, DecoderConfig, Layer, Rotary,
+};
+use crate::graph::{GraphBuilder, NodeId};
+use crate::layers::splice_rows;
+use crate::Result;
+
+/// An image in the sequence: its first token and its merged grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageSpan {
+    pub start: usize,
+    pub grid_h: usize,
+    pub grid_w: usize,
+}
+
+impl ImageSpan {
+    pub fn len(&self) -> usize {
+        self.grid_h * self.grid_w
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `(t, h, w)` positions of a sequence of `len` tokens with `images` (sorted) for one still
+/// frame each, as the reference's `get_rope_index`: text counts on from the previous token;
+/// an image's tokens are `(p, p + row, p + col)` with `p` the position after the text before
+/// it; the text after an image resumes at `p + max(grid_h, grid_w)`.
+pub fn mrope_positions(len: usize, images: &[ImageSpan]) -> Vec<[f32; 3]> {
+    let mut out = Vec::with_capacity(len);
+    let mut next = 0usize;
+    let text = |out: &mut Vec<[f32; 3]>, next: &mut usize, n: usize| {
+        for _ in 0..n {
+            out.push([*next as f32; 3]);
+            *next += 1;
+        }
+    };
+    for im in images {
+        let n = im.start - out.len();
+        text(&mut out, &mut next, n);
+        for r in 0..im.grid_h {
+            for c in 0..im.grid_w {
+                out.push([next as f32, (next + r) as f32, (next + c) as f32]);
+            }
+        }
+        next += im.grid_h.max(im.grid_w);
+    }
+    let rest = len - out.len();
+    text(&mut out, &mut next, rest);
+    out
+}
+
+/// The `cos` / `sin` tables `[T, head_dim]` of `positions`: frequency `f_i = theta^(-2i /
+/// head_dim)` turns with `h` when `i % 3 == 1` and `i < 3 sections[1]`, with `w` when
+/// `i % 3 == 2` and `i < 3 sections[2]`, else with `t` (the interleaved layout); the second
+/// half of a head repeats the first. In f32, as the reference.
+pub fn mrope_tables(
+    positions: &[[f32; 3]],
+    head_dim: usize,
+    theta: f32,
+    sections: [usize; 3],
+) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32))
+        .collect();
+    let axis = |i: usize| match i % 3 {
+        1 if i < 3 * sections[1] => 1,
+        2 if i < 3 * sections[2] => 2,
+        _ => 0,
+    };
+    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    for p in positions {
+        let f: Vec<f32> = (0..half).map(|i| p[axis(i)] * inv[i]).collect();
+        for _ in 0..2 {
+            cos.extend(f.iter().map(|a| a.cos()));
+            sin.extend(f.iter().map(|a| a.sin()));
+        }
+    }
+    (cos, sin)
+}
+
+/// `n_layers` decoder layers `vlm.blk.{i}` over `x` `[L, hidden]` under `mask`, rotated by
+/// `rotary`; after layer `l`, `deepstack[l]`'s `(start, features)` are added at their rows.
+#[allow(clippy::too_many_arguments)]
+pub fn decoder_with_deepstack(
+    g: &mut GraphBuilder,
+    mut x: NodeId,
+    n_layers: usize,
+    inter: usize,
+    cfg: &DecoderConfig,
+    rotary: Rotary,
+    mask: Option<NodeId>,
+    deepstack: &[Vec<(usize, NodeId)>],
+) -> Result<NodeId> {
+    for i in 0..n_layers {
+        let layer = Layer::new("vlm", i, inter);
+        let (hn, q, _) = norm_and_query(g, x, &layer, cfg)?;
+        let q = rotate(g, q, rotary, cfg)?;
+        let (k, v) = rotated_kv(g, hn, rotary, &layer.prefix, cfg)?;
+        x = finish_layer(g, x, q, k, v, mask, None, &layer, cfg)?;
+        if let Some(features) = deepstack.get(i) {
+            x = splice_rows(g, x, features, true)?;
+        }
+    }
+    Ok(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_follow_get_rope_index() {
+        // 5 text tokens, a 2 x 2 image, 7 more: what transformers 4.57 computes.
+        let span = ImageSpan {
+            start: 5,
+            grid_h: 2,
+            grid_w: 2,
+        };
+        let p = mrope_positions(16, &[span]);
+        let col = |k: usize| p.iter().map(|x| x[k] as usize).collect::<Vec<_>>();
+        assert_eq!(col(0), [0, 1, 2, 3, 4, 5, 5, 5, 5, 7, 8, 9, 10, 11, 12, 13]);
+        assert_eq!(col(1), [0, 1, 2, 3, 4, 5, 5, 6, 6, 7, 8, 9, 10, 11, 12, 13]);
+        assert_eq!(col(2), [0, 1, 2, 3, 4, 5, 6, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
+    }
+}
