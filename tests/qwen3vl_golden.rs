@@ -12,8 +12,8 @@ use vla::convert::{qwen, Safetensors};
 use vla::gguf::{GgmlType, GgufFile, GgufWriter};
 use vla::graph::GraphBuilder;
 use vla::layers::{rms_norm, splice_rows, GatedActivation};
-use vla::modules::decoder::{DecoderConfig, Rotary};
-use vla::modules::qwen_text::{decoder_with_deepstack, mrope_positions, mrope_tables, ImageSpan};
+use vla::modules::decoder::{decoder_stack, DecoderConfig, Rotary};
+use vla::modules::qwen_text::{mrope_positions, mrope_tables, ImageSpan};
 use vla::modules::qwen_vision::{qwen_vision_tower, QwenVisionConfig};
 use vla::Tensor;
 
@@ -150,9 +150,10 @@ fn tower_matches(backend: &str) {
     let inter = g.meta["text"]["intermediate_size"].as_u64().unwrap() as usize;
     let deepstack: Vec<Vec<(usize, _)>> = deep.iter().map(|&d| vec![(start, d)]).collect();
     let rotary = Rotary::Tables { cos, sin };
-    let lm = decoder_with_deepstack(
+    let lm = decoder_stack(
         &mut gb,
         x,
+        "vlm",
         lm_layers,
         inter,
         &text,

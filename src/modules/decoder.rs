@@ -13,8 +13,8 @@ use crate::config::limits::MAX_LAYERS;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{
-    ada_rms_norm, attend, gated_ffn, linear, rms_norm, rope_neox, rope_tables, split_heads, width,
-    GatedActivation,
+    ada_rms_norm, attend, gated_ffn, linear, rms_norm, rope_neox, rope_tables, splice_rows,
+    split_heads, width, GatedActivation,
 };
 use crate::Result;
 
@@ -303,4 +303,32 @@ pub fn finish_layer(
     let (h, ffn_gate) = layer.norm(g, x, "ffn", cfg.norm_eps)?;
     let h = gated_ffn(g, h, &layer.prefix, layer.inter, cfg.ffn)?;
     residual(g, x, h, ffn_gate)
+}
+
+/// `n_layers` decoder layers `<stack>.blk.{i}` over `x` `[L, hidden]` under `mask`, rotated
+/// by `rotary`; after layer `l`, `adds[l]`'s `(start, rows)` are added at their rows (Qwen3-VL's
+/// deepstack features; `adds` may be shorter than the stack, or empty).
+#[allow(clippy::too_many_arguments)]
+pub fn decoder_stack(
+    g: &mut GraphBuilder,
+    mut x: NodeId,
+    stack: &str,
+    n_layers: usize,
+    inter: usize,
+    cfg: &DecoderConfig,
+    rotary: Rotary,
+    mask: Option<NodeId>,
+    adds: &[Vec<(usize, NodeId)>],
+) -> Result<NodeId> {
+    for i in 0..n_layers {
+        let layer = Layer::new(stack, i, inter);
+        let (hn, q, _) = norm_and_query(g, x, &layer, cfg)?;
+        let q = rotate(g, q, rotary, cfg)?;
+        let (k, v) = rotated_kv(g, hn, rotary, &layer.prefix, cfg)?;
+        x = finish_layer(g, x, q, k, v, mask, None, &layer, cfg)?;
+        if let Some(rows) = adds.get(i) {
+            x = splice_rows(g, x, rows, true)?;
+        }
+    }
+    Ok(x)
 }

@@ -4,6 +4,7 @@
 pub mod decoder;
 pub mod dit;
 pub mod flow;
+pub mod gr00t_head;
 pub mod qwen_text;
 pub mod qwen_vision;
 pub mod vision;

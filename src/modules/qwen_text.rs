@@ -1,15 +1,9 @@
 //! Qwen3-VL's language-model side: interleaved multimodal RoPE (positions `(t, h, w)` per
 //! token; text tokens have three equal positions, an image's tokens their grid's) and
 //! "deepstack" (vision features added to the hidden states at the image tokens after the
-//! first decoder layers). The decoder layers are [`super::decoder`]'s (Qwen3: QK-norm) with
-//! [`Rotary::Tables`].
-
-use super::decoder::{
-    finish_layer, norm_and_query, rotate, rotated_kv, DecoderConfig, Layer, Rotary,
-};
-use crate::graph::{GraphBuilder, NodeId};
-use crate::layers::splice_rows;
-use crate::Result;
+//! first decoder layers). The decoder layers are [`super::decoder::decoder_stack`] (Qwen3:
+//! QK-norm) with [`super::decoder::Rotary::Tables`] and the deepstack features as its row
+//! additions.
 
 /// An image in the sequence: its first token and its merged grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,32 +79,6 @@ pub fn mrope_tables(
         }
     }
     (cos, sin)
-}
-
-/// `n_layers` decoder layers `vlm.blk.{i}` over `x` `[L, hidden]` under `mask`, rotated by
-/// `rotary`; after layer `l`, `deepstack[l]`'s `(start, features)` are added at their rows.
-#[allow(clippy::too_many_arguments)]
-pub fn decoder_with_deepstack(
-    g: &mut GraphBuilder,
-    mut x: NodeId,
-    n_layers: usize,
-    inter: usize,
-    cfg: &DecoderConfig,
-    rotary: Rotary,
-    mask: Option<NodeId>,
-    deepstack: &[Vec<(usize, NodeId)>],
-) -> Result<NodeId> {
-    for i in 0..n_layers {
-        let layer = Layer::new("vlm", i, inter);
-        let (hn, q, _) = norm_and_query(g, x, &layer, cfg)?;
-        let q = rotate(g, q, rotary, cfg)?;
-        let (k, v) = rotated_kv(g, hn, rotary, &layer.prefix, cfg)?;
-        x = finish_layer(g, x, q, k, v, mask, None, &layer, cfg)?;
-        if let Some(features) = deepstack.get(i) {
-            x = splice_rows(g, x, features, true)?;
-        }
-    }
-    Ok(x)
 }
 
 #[cfg(test)]

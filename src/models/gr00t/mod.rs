@@ -19,13 +19,14 @@ use super::common::ActionIo;
 use super::embodiment::{self, KEY_DEFAULT, KEY_TAGS};
 use super::flow::{FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs, Segment};
 use crate::config::limits::MAX_SEQUENCE;
-use crate::config::{self, bounded, first_failing, positive, Keys, Section};
+use crate::config::{self, first_failing, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder, WeightStore};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::{action_time_encoding, timestep_projection, BlockStack};
 use crate::modules::flow::Schedule;
+pub use crate::modules::gr00t_head::{ChunkShape, HeadConfig};
 use crate::modules::vision::VisionConfig;
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::{Result, Tensor};
@@ -41,55 +42,6 @@ const EMBODIMENT_MLPS: [(&str, &[&str]); 3] = [
     ("aex.act_enc", &["W1", "W2", "W3"]),
     ("aex.act_dec", &["l1", "l2"]),
 ];
-
-/// The action head's sizes. Keys: `input_embedding_dim`, `action_hidden`,
-/// `num_target_vision_tokens`, `max_seq_len`, `max_num_embodiments`, `num_timestep_buckets`,
-/// `image_token_index`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct HeadConfig {
-    /// Width of the DiT's tokens (the state, future and action embeddings).
-    pub embed: usize,
-    /// The DiT's output width and the action decoder's hidden width (`hidden_size`).
-    pub hidden: usize,
-    /// Future tokens between the state and the actions.
-    pub future_tokens: usize,
-    /// Rows of the action position table.
-    pub max_seq_len: usize,
-    pub embodiments: usize,
-    pub buckets: usize,
-    /// The `<IMG_CONTEXT>` id.
-    pub image_token: usize,
-}
-
-impl Section for HeadConfig {
-    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
-        k.usize("input_embedding_dim", &mut self.embed)?;
-        k.usize("action_hidden", &mut self.hidden)?;
-        k.usize("num_target_vision_tokens", &mut self.future_tokens)?;
-        k.usize("max_seq_len", &mut self.max_seq_len)?;
-        k.usize("max_num_embodiments", &mut self.embodiments)?;
-        k.usize("num_timestep_buckets", &mut self.buckets)?;
-        k.usize("image_token_index", &mut self.image_token)
-    }
-
-    fn check(&self) -> std::result::Result<(), String> {
-        positive("input_embedding_dim", self.embed)?;
-        positive("action_hidden", self.hidden)?;
-        bounded(
-            "num_target_vision_tokens",
-            self.future_tokens,
-            0,
-            MAX_SEQUENCE,
-        )?;
-        bounded("max_seq_len", self.max_seq_len, 1, MAX_SEQUENCE)?;
-        bounded("max_num_embodiments", self.embodiments, 1, 1 << 16)?;
-        bounded("num_timestep_buckets", self.buckets, 1, 1 << 20)?;
-        first_failing(&[(
-            self.embed.is_multiple_of(2),
-            "input_embedding_dim must be even",
-        )])
-    }
-}
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Gr00tConfig {
@@ -188,7 +140,15 @@ impl Gr00tConfig {
 
     /// The DiT's sequence: state token, future tokens, actions.
     pub fn suffix_len(&self) -> usize {
-        1 + self.head.future_tokens + self.io.chunk_size
+        self.head.suffix_len(self.io.chunk_size)
+    }
+
+    pub fn chunk_shape(&self) -> ChunkShape {
+        ChunkShape {
+            chunk: self.io.chunk_size,
+            max_state_dim: self.io.max_state_dim,
+            max_action_dim: self.io.max_action_dim,
+        }
     }
 
     /// The LM's sequence: the prompt around the longest instruction.
