@@ -10,7 +10,7 @@ mod support;
 use support::{check, fixture, open, Golden};
 use vla::convert::{qwen, Safetensors};
 use vla::gguf::{GgmlType, GgufFile, GgufWriter};
-use vla::graph::GraphBuilder;
+use vla::graph::{GraphBuilder, NodeId};
 use vla::layers::{rms_norm, splice_rows, GatedActivation};
 use vla::modules::decoder::{decoder_stack, DecoderConfig, Rotary};
 use vla::modules::qwen_text::{mrope_positions, mrope_tables, ImageSpan};
@@ -27,7 +27,8 @@ fn config(g: &Golden) -> QwenVisionConfig {
         layers: u("depth"),
         heads: u("num_heads"),
         inter: u("intermediate_size"),
-        image_size: g.usize("image_size"),
+        image_h: g.usize("image_size"),
+        image_w: g.usize("image_size"),
         patch_size: u("patch_size"),
         merge: u("spatial_merge_size"),
         out: u("out_hidden_size"),
@@ -80,16 +81,99 @@ fn converted(cfg: &QwenVisionConfig, lm_layers: usize) -> GgufFile {
     GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
 }
 
-/// Rows of `x` (`[side * side, d]`, the reference's merge-block order) in row-major order.
-fn row_major(x: &[f32], side: usize, m: usize, d: usize) -> Vec<f32> {
+/// Rows of `x` (`[rows * cols, d]`, the reference's merge-block order) in row-major order.
+fn row_major(x: &[f32], (rows, cols): (usize, usize), m: usize, d: usize) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
-    for k in 0..side * side {
+    for k in 0..rows * cols {
         let (block, ir, ic) = (k / (m * m), (k / m) % m, k % m);
-        let (br, bc) = (block / (side / m), block % (side / m));
-        let t = (br * m + ir) * side + bc * m + ic;
+        let (br, bc) = (block / (cols / m), block % (cols / m));
+        let t = (br * m + ir) * cols + bc * m + ic;
         out[t * d..(t + 1) * d].copy_from_slice(&x[k * d..(k + 1) * d]);
     }
     out
+}
+
+/// Nodes of the backbone graph [`backbone`] builds.
+struct Backbone {
+    patches: NodeId,
+    merged: NodeId,
+    deepstack: Vec<NodeId>,
+    /// The prompt's embeddings with the image spliced in.
+    spliced: NodeId,
+    /// The last layer's output, before the final norm.
+    lm: NodeId,
+    positions: Vec<[f32; 3]>,
+}
+
+/// The vision tower over input `image` `[3, H, W]` and the language model over input
+/// `tokens` (`ids`, one image's pad run at the first `image_id`), M-RoPE and deepstack.
+#[allow(clippy::too_many_arguments)]
+fn backbone(
+    gb: &mut GraphBuilder,
+    cfg: &QwenVisionConfig,
+    text: &DecoderConfig,
+    sections: [usize; 3],
+    [lm_layers, inter, vocab, h]: [usize; 4],
+    ids: &[f32],
+    image_id: f32,
+) -> Backbone {
+    let (d, p) = (cfg.hidden, cfg.patch_size);
+    let img = gb.input("image", &[3, cfg.image_h, cfg.image_w]);
+    let w = gb.weight("vit.patch_embd.weight", &[d, 3, p, p]).unwrap();
+    let b = gb.weight("vit.patch_embd.bias", &[d]).unwrap();
+    let patches = gb.patch_embed(img, w, b).unwrap();
+    let (merged, deepstack) = qwen_vision_tower(gb, img, cfg, "vit").unwrap();
+    let l = ids.len();
+    let start = ids.iter().position(|&t| t == image_id).unwrap();
+    let tokens = gb.input("tokens", &[l]);
+    let table = gb.weight("token_embd.weight", &[vocab, h]).unwrap();
+    let embeds = gb.embedding(table, tokens).unwrap();
+    let spliced = splice_rows(gb, embeds, &[(start, merged)], false).unwrap();
+    let (rows, cols) = cfg.grid();
+    let (grid_h, grid_w) = (rows / cfg.merge, cols / cfg.merge);
+    let positions = mrope_positions(
+        l,
+        &[ImageSpan {
+            start,
+            grid_h,
+            grid_w,
+        }],
+    );
+    let (cos, sin) = mrope_tables(&positions, text.head_dim, text.rope_theta, sections);
+    let shape = vec![l, 1, text.head_dim];
+    let table = |gb: &mut GraphBuilder, n: &str, v| {
+        gb.constant(n, Tensor::from_f32(shape.clone(), v).unwrap())
+            .unwrap()
+    };
+    let (cos, sin) = (table(gb, "mrope.cos", cos), table(gb, "mrope.sin", sin));
+    let causal: Vec<f32> = (0..l * l)
+        .map(|k| f32::from(u8::from(k % l <= k / l)))
+        .collect();
+    let mask = gb
+        .constant("mask.causal", Tensor::from_f32(vec![l, l], causal).unwrap())
+        .unwrap();
+    let adds: Vec<Vec<(usize, NodeId)>> = deepstack.iter().map(|&f| vec![(start, f)]).collect();
+    let rotary = Rotary::Tables { cos, sin };
+    let lm = decoder_stack(
+        gb,
+        spliced,
+        "vlm",
+        lm_layers,
+        inter,
+        text,
+        rotary,
+        Some(mask),
+        &adds,
+    )
+    .unwrap();
+    Backbone {
+        patches,
+        merged,
+        deepstack,
+        spliced,
+        lm,
+        positions,
+    }
 }
 
 fn tower_matches(backend: &str) {
@@ -99,77 +183,31 @@ fn tower_matches(backend: &str) {
     let (text, sections) = text_config(&g);
     let lm_layers = g.meta["text"]["num_hidden_layers"].as_u64().unwrap() as usize;
     let file = converted(&cfg, lm_layers);
-    let (side, d, s) = (cfg.grid(), cfg.hidden, cfg.image_size);
+    let (d, s) = (cfg.hidden, cfg.image_h);
     let pos = file.dequantize("vit.pos_embd.weight").unwrap();
-    let want_pos = row_major(&g.f32("pos_embeds"), side, cfg.merge, d);
+    let want_pos = row_major(&g.f32("pos_embeds"), cfg.grid(), cfg.merge, d);
     check("resampled position table", &pos, &want_pos, 1e-6);
 
-    let mut gb = GraphBuilder::new(&file);
-    let img = gb.input("image", &[3, s, s]);
-    let w = gb
-        .weight(
-            "vit.patch_embd.weight",
-            &[d, 3, cfg.patch_size, cfg.patch_size],
-        )
-        .unwrap();
-    let b = gb.weight("vit.patch_embd.bias", &[d]).unwrap();
-    let patches = gb.patch_embed(img, w, b).unwrap();
-    let (out, deep) = qwen_vision_tower(&mut gb, img, &cfg, "vit").unwrap();
-    // The language model over the prompt, the image's tokens spliced in at its pad ids.
     let ids: Vec<f32> = g.ids("token_ids").iter().map(|&t| t as f32).collect();
     let (l, n_img) = (ids.len(), g.usize("n_img_tokens"));
-    let image_id = g.usize("image_token_id") as f32;
-    let start = ids.iter().position(|&t| t == image_id).unwrap();
-    let tokens = gb.input("tokens", &[l]);
-    let vocab = g.meta["text"]["vocab_size"].as_u64().unwrap() as usize;
-    let h = g.meta["text"]["hidden_size"].as_u64().unwrap() as usize;
-    let table = gb.weight("token_embd.weight", &[vocab, h]).unwrap();
-    let embeds = gb.embedding(table, tokens).unwrap();
-    let x = splice_rows(&mut gb, embeds, &[(start, out)], false).unwrap();
-    let side = cfg.grid() / cfg.merge;
-    let span = ImageSpan {
-        start,
-        grid_h: side,
-        grid_w: side,
-    };
-    let positions = mrope_positions(l, &[span]);
-    let (cos, sin) = mrope_tables(&positions, text.head_dim, text.rope_theta, sections);
-    let shape = vec![l, 1, text.head_dim];
-    let cos = gb
-        .constant("mrope.cos", Tensor::from_f32(shape.clone(), cos).unwrap())
-        .unwrap();
-    let sin = gb
-        .constant("mrope.sin", Tensor::from_f32(shape, sin).unwrap())
-        .unwrap();
-    let causal: Vec<f32> = (0..l * l)
-        .map(|k| f32::from(u8::from(k % l <= k / l)))
-        .collect();
-    let mask = gb
-        .constant("mask.causal", Tensor::from_f32(vec![l, l], causal).unwrap())
-        .unwrap();
-    let inter = g.meta["text"]["intermediate_size"].as_u64().unwrap() as usize;
-    let deepstack: Vec<Vec<(usize, _)>> = deep.iter().map(|&d| vec![(start, d)]).collect();
-    let rotary = Rotary::Tables { cos, sin };
-    let lm = decoder_stack(
-        &mut gb,
-        x,
-        "vlm",
+    let t = |k: &str| g.meta["text"][k].as_u64().unwrap() as usize;
+    let sizes = [
         lm_layers,
-        inter,
-        &text,
-        rotary,
-        Some(mask),
-        &deepstack,
-    )
-    .unwrap();
-    let lm = rms_norm(&mut gb, lm, "vlm.output_norm", text.norm_eps).unwrap();
-    let mut outputs = vec![patches, out, x, lm];
-    outputs.extend(&deep);
+        t("intermediate_size"),
+        t("vocab_size"),
+        t("hidden_size"),
+    ];
+    let image_id = g.usize("image_token_id") as f32;
+    let mut gb = GraphBuilder::new(&file);
+    let bb = backbone(&mut gb, &cfg, &text, sections, sizes, &ids, image_id);
+    let lm = rms_norm(&mut gb, bb.lm, "vlm.output_norm", text.norm_eps).unwrap();
+    let mut outputs = vec![bb.patches, bb.merged, bb.spliced, lm];
+    outputs.extend(&bb.deepstack);
     let mut exe = be.compile(&gb.build(&outputs).unwrap(), &file).unwrap();
     let pixels = Tensor::from_f32(vec![3, s, s], g.f32("pixels")).unwrap();
     let ids = Tensor::from_f32(vec![l], ids).unwrap();
     let got = exe.run(&[("image", &pixels), ("tokens", &ids)]).unwrap();
-    let want = row_major(&g.f32("patch_embeds"), side * cfg.merge, cfg.merge, d);
+    let want = row_major(&g.f32("patch_embeds"), cfg.grid(), cfg.merge, d);
     let what = format!("{backend}: patch embedding (temporal kernel summed)");
     check(&what, got[0].as_f32().unwrap(), &want, TOL);
     check(
@@ -194,11 +232,13 @@ fn tower_matches(backend: &str) {
         &g.f32("inputs_embeds"),
         TOL,
     );
+    let positions = bb.positions;
+    let span_len = (cfg.grid().0 / cfg.merge) * (cfg.grid().1 / cfg.merge);
     let ours: Vec<f32> = (0..3)
         .flat_map(|k| positions.iter().map(move |p| p[k]))
         .collect();
     assert_eq!(ours, g.f32("position_ids"), "multimodal RoPE positions");
-    assert_eq!(span.len(), n_img);
+    assert_eq!(span_len, n_img);
     check(
         &format!("{backend}: language model output"),
         got[3].as_f32().unwrap(),
@@ -221,4 +261,164 @@ fn vulkan_matches_transformers() {
 #[test]
 fn ggml_matches_transformers() {
     tower_matches("ggml");
+}
+
+/// An I64 tensor of the fixture as f32 (ids and positions are exact).
+fn ints(g: &Golden, name: &str) -> Vec<f32> {
+    g.st.i64(name).unwrap().iter().map(|&v| v as f32).collect()
+}
+
+/// GR00T N1.7's backbone (`tests/fixtures/groot17-tiny`, `tools/golden/groot17.py`: lerobot
+/// 0.6.1 with transformers 5.5.4) from the pixels it fed: a non-square 4 x 6 patch grid, an
+/// 8 x 8 position table, three deepstack taps, and the last kept LM layer's output before the
+/// final norm (what the N1.7 head reads).
+fn groot17_backbone_matches(backend: &str) {
+    let Some(be) = open(backend) else { return };
+    let dir = fixture("groot17-tiny");
+    let g = Golden::load(&dir);
+    let arch: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("arch.json")).unwrap()).unwrap();
+    let (v, lm) = (&arch["vision"], &arch["lm"]);
+    let u = |x: &serde_json::Value| x.as_u64().unwrap() as usize;
+    let thw: Vec<usize> = arch["image_processor"]["grid_thw"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(u)
+        .collect();
+    let p = u(&v["patch_size"]);
+    let cfg = QwenVisionConfig {
+        hidden: u(&v["hidden_size"]),
+        layers: u(&v["depth"]),
+        heads: u(&v["num_heads"]),
+        inter: u(&v["intermediate_size"]),
+        image_h: thw[1] * p,
+        image_w: thw[2] * p,
+        patch_size: p,
+        merge: u(&v["spatial_merge_size"]),
+        out: u(&v["out_hidden_size"]),
+        deepstack: v["deepstack_visual_indexes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(u)
+            .collect(),
+    };
+    let sec: Vec<usize> = lm["mrope_section"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(u)
+        .collect();
+    let text = DecoderConfig {
+        q_heads: u(&lm["heads"]),
+        kv_heads: u(&lm["kv_heads"]),
+        head_dim: u(&lm["head_dim"]),
+        rope_theta: lm["rope_theta"].as_f64().unwrap() as f32,
+        norm_eps: lm["rms_eps"].as_f64().unwrap() as f32,
+        ffn: GatedActivation::Silu,
+        qk_norm: true,
+        qkv_bias: false,
+    };
+    let layers = u(&lm["layers_used"]);
+    let (h, vocab) = (u(&lm["hidden"]), u(&lm["vocab"]));
+    // The checkpoint's backbone tensors as a GGUF (the tied embedding is stored as lm_head).
+    let pre = "_groot_model.backbone.model.";
+    let st = Safetensors::open(&dir.join("model.safetensors")).unwrap();
+    let mut map = qwen::vision_name_map(&cfg, &format!("{pre}model.visual."), "vit");
+    map.extend(qwen::lm_name_map(
+        &format!("{pre}model.language_model."),
+        layers,
+    ));
+    map.retain(|(ours, _)| ours != "token_embd.weight");
+    map.push(("token_embd.weight".into(), format!("{pre}lm_head.weight")));
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "groot17_backbone_test")
+        .unwrap();
+    for (ours, theirs) in map {
+        let dims: Vec<u64> = st
+            .require_shape(&theirs)
+            .unwrap()
+            .iter()
+            .rev()
+            .map(|&d| d as u64)
+            .collect();
+        w.add_f32(ours, GgmlType::F32, &dims, &st.f32(&theirs).unwrap())
+            .unwrap();
+    }
+    for (name, shape, vals) in
+        qwen::vision_derived(&st, &cfg, &format!("{pre}model.visual."), "vit").unwrap()
+    {
+        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        w.add_f32(name, GgmlType::F32, &dims, &vals).unwrap();
+    }
+    let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+
+    // The frame back from the processor's patch rows: [C][T][py][px] per row, rows in
+    // merge-window order.
+    let rows = g.f32("pixels");
+    let (gh, gw, m) = (thw[1], thw[2], cfg.merge);
+    let (ih, iw) = (cfg.image_h, cfg.image_w);
+    let mut image = vec![0f32; 3 * ih * iw];
+    for k in 0..gh * gw {
+        let (block, ir, ic) = (k / (m * m), (k / m) % m, k % m);
+        let (r, c) = ((block / (gw / m)) * m + ir, (block % (gw / m)) * m + ic);
+        for ch in 0..3 {
+            for py in 0..p {
+                for px in 0..p {
+                    let src = k * 3 * 2 * p * p + ch * 2 * p * p + py * p + px;
+                    image[ch * ih * iw + (r * p + py) * iw + c * p + px] = rows[src];
+                }
+            }
+        }
+    }
+    let ids: Vec<f32> = ints(&g, "token_ids");
+    let image_id = arch["image_token_id"].as_u64().unwrap() as f32;
+    let mut gb = GraphBuilder::new(&file);
+    let sizes = [layers, u(&lm["intermediate"]), vocab, h];
+    let bb = backbone(
+        &mut gb,
+        &cfg,
+        &text,
+        [sec[0], sec[1], sec[2]],
+        sizes,
+        &ids,
+        image_id,
+    );
+    let mut outputs = vec![bb.merged, bb.lm];
+    outputs.extend(&bb.deepstack);
+    let mut exe = be.compile(&gb.build(&outputs).unwrap(), &file).unwrap();
+    let image = Tensor::from_f32(vec![3, ih, iw], image).unwrap();
+    let tokens = Tensor::from_f32(vec![ids.len()], ids).unwrap();
+    let got = exe.run(&[("image", &image), ("tokens", &tokens)]).unwrap();
+    check(
+        &format!("{backend}: N1.7 merged image tokens"),
+        got[0].as_f32().unwrap(),
+        &g.f32("vision"),
+        TOL,
+    );
+    for j in 0..cfg.deepstack.len() {
+        let what = format!("{backend}: N1.7 deepstack {j}");
+        check(
+            &what,
+            got[2 + j].as_f32().unwrap(),
+            &g.f32(&format!("deepstack.{j}")),
+            TOL,
+        );
+    }
+    let ours: Vec<f32> = (0..3)
+        .flat_map(|k| bb.positions.iter().map(move |p| p[k]))
+        .collect();
+    assert_eq!(ours, ints(&g, "position_ids"), "N1.7 M-RoPE positions");
+    let what = format!("{backend}: N1.7 LM features (last kept layer, before the norm)");
+    check(&what, got[1].as_f32().unwrap(), &g.f32("lm_out"), TOL);
+}
+
+#[test]
+fn groot17_backbone_matches_lerobot() {
+    for backend in ["cpu", "vulkan"] {
+        groot17_backbone_matches(backend);
+    }
+    #[cfg(feature = "ggml")]
+    groot17_backbone_matches("ggml");
 }

@@ -105,6 +105,20 @@ impl Safetensors {
         ))
     }
 
+    /// An I64 tensor's values, row-major (token ids, positions).
+    pub fn i64(&self, name: &str) -> Result<Vec<i64>> {
+        match self.bytes(name)? {
+            (Dtype::I64, bytes) => Ok(bytes
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect()),
+            (other, _) => Err(ckpt_err(
+                &self.path,
+                format!("tensor {name:?} has dtype {other:?}, expected I64"),
+            )),
+        }
+    }
+
     /// A U8 tensor's bytes, row-major.
     pub fn u8(&self, name: &str) -> Result<Vec<u8>> {
         match self.bytes(name)? {

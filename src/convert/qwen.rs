@@ -56,7 +56,7 @@ pub fn vision_derived(
     prefix: &str,
     ours: &str,
 ) -> Result<Vec<Converted>> {
-    let (d, p, side) = (cfg.hidden, cfg.patch_size, cfg.grid());
+    let (d, p, (rows, cols)) = (cfg.hidden, cfg.patch_size, cfg.grid());
     let name = format!("{prefix}patch_embed.proj.weight");
     let shape = st.require_shape(&name)?.to_vec();
     if shape != [d, 3, 2, p, p] {
@@ -81,7 +81,7 @@ pub fn vision_derived(
         ));
     }
     let table = st.f32(&table_name)?;
-    let pos = resample(&table, per_side, d, side);
+    let pos = resample(&table, per_side, d, rows, cols);
     Ok(vec![
         (
             format!("{ours}.patch_embd.weight"),
@@ -89,7 +89,7 @@ pub fn vision_derived(
             kernel,
         ),
         (format!("{ours}.patch_embd.bias"), vec![d], bias),
-        (format!("{ours}.pos_embd.weight"), vec![side * side, d], pos),
+        (format!("{ours}.pos_embd.weight"), vec![rows * cols, d], pos),
     ])
 }
 
@@ -142,21 +142,25 @@ fn linspace(n: usize, steps: usize) -> Vec<f32> {
         .collect()
 }
 
-/// `table` `[n * n, d]` resampled bilinearly to `side x side` rows, row-major.
-fn resample(table: &[f32], n: usize, d: usize, side: usize) -> Vec<f32> {
-    let idx = linspace(n, side);
-    let lo: Vec<usize> = idx.iter().map(|&x| x as usize).collect();
-    let hi: Vec<usize> = lo.iter().map(|&i| (i + 1).min(n - 1)).collect();
-    let frac: Vec<f32> = idx.iter().zip(&lo).map(|(&x, &i)| x - i as f32).collect();
-    let mut out = Vec::with_capacity(side * side * d);
-    for r in 0..side {
-        for c in 0..side {
-            let (dh, dw) = (frac[r], frac[c]);
+/// `table` `[n * n, d]` resampled bilinearly to `rows x cols` rows, row-major.
+fn resample(table: &[f32], n: usize, d: usize, rows: usize, cols: usize) -> Vec<f32> {
+    let axis = |len: usize| {
+        let idx = linspace(n, len);
+        let lo: Vec<usize> = idx.iter().map(|&x| x as usize).collect();
+        let hi: Vec<usize> = lo.iter().map(|&i| (i + 1).min(n - 1)).collect();
+        let frac: Vec<f32> = idx.iter().zip(&lo).map(|(&x, &i)| x - i as f32).collect();
+        (lo, hi, frac)
+    };
+    let ((rlo, rhi, rf), (clo, chi, cf)) = (axis(rows), axis(cols));
+    let mut out = Vec::with_capacity(rows * cols * d);
+    for r in 0..rows {
+        for c in 0..cols {
+            let (dh, dw) = (rf[r], cf[c]);
             let taps = [
-                (lo[r] * n + lo[c], (1.0 - dh) * (1.0 - dw)),
-                (lo[r] * n + hi[c], (1.0 - dh) * dw),
-                (hi[r] * n + lo[c], dh * (1.0 - dw)),
-                (hi[r] * n + hi[c], dh * dw),
+                (rlo[r] * n + clo[c], (1.0 - dh) * (1.0 - dw)),
+                (rlo[r] * n + chi[c], (1.0 - dh) * dw),
+                (rhi[r] * n + clo[c], dh * (1.0 - dw)),
+                (rhi[r] * n + chi[c], dh * dw),
             ];
             for e in 0..d {
                 let v = taps

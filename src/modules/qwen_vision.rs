@@ -26,7 +26,9 @@ pub struct QwenVisionConfig {
     pub layers: usize,
     pub heads: usize,
     pub inter: usize,
-    pub image_size: usize,
+    /// Frame height and width (multiples of `patch_size * merge`).
+    pub image_h: usize,
+    pub image_w: usize,
     pub patch_size: usize,
     /// Side of the patch blocks the mergers fold into one token (2).
     pub merge: usize,
@@ -37,28 +39,33 @@ pub struct QwenVisionConfig {
 }
 
 impl QwenVisionConfig {
-    pub fn grid(&self) -> usize {
-        self.image_size / self.patch_size
+    /// Patch rows and columns.
+    pub fn grid(&self) -> (usize, usize) {
+        (
+            self.image_h / self.patch_size,
+            self.image_w / self.patch_size,
+        )
     }
 
     /// Tokens per image after merging.
     pub fn n_tokens(&self) -> usize {
-        (self.grid() / self.merge).pow(2)
+        let (h, w) = self.grid();
+        (h / self.merge) * (w / self.merge)
     }
 }
 
-/// The rotary tables `(cos, sin)` `[grid * grid, head_dim]` of row-major patches: frequency
+/// The rotary tables `(cos, sin)` `[rows * cols, head_dim]` of row-major patches: frequency
 /// `j < head_dim / 4` turns with the patch's row, the next quarter with its column, and the
 /// second half repeats the first (`rotate_half` layout); `f_j = 10000^(-4j / head_dim)`, in
 /// f32 as the reference computes them.
-pub fn rotary_tables(grid: usize, head_dim: usize) -> (Vec<f32>, Vec<f32>) {
+pub fn rotary_tables(rows: usize, cols: usize, head_dim: usize) -> (Vec<f32>, Vec<f32>) {
     let quarter = head_dim / 4;
     let inv: Vec<f32> = (0..quarter)
         .map(|j| 1.0 / 10000f32.powf((2 * j) as f32 / (head_dim / 2) as f32))
         .collect();
     let (mut cos, mut sin) = (Vec::new(), Vec::new());
-    for t in 0..grid * grid {
-        let (r, c) = ((t / grid) as f32, (t % grid) as f32);
+    for t in 0..rows * cols {
+        let (r, c) = ((t / cols) as f32, (t % cols) as f32);
         let half: Vec<f32> = inv
             .iter()
             .map(|f| r * f)
@@ -72,13 +79,18 @@ pub fn rotary_tables(grid: usize, head_dim: usize) -> (Vec<f32>, Vec<f32>) {
     (cos, sin)
 }
 
-/// `[S, D]` row-major tokens of a `side x side` grid -> `[S / m^2, m^2 D]`: each `m x m`
+/// `[S, D]` row-major tokens of a `rows x cols` grid -> `[S / m^2, m^2 D]`: each `m x m`
 /// block's tokens concatenated in row-major order (the reference's merge-block order).
-fn group_blocks(g: &mut GraphBuilder, x: NodeId, side: usize, m: usize) -> Result<NodeId> {
+fn group_blocks(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    (rows, cols): (usize, usize),
+    m: usize,
+) -> Result<NodeId> {
     let d = g.shape(x)[1];
-    let x = g.reshape(x, &[side / m, m, side / m, m * d])?;
+    let x = g.reshape(x, &[rows / m, m, cols / m, m * d])?;
     let x = g.permute(x, &[0, 2, 1, 3])?;
-    g.reshape(x, &[(side / m) * (side / m), m * m * d])
+    g.reshape(x, &[(rows / m) * (cols / m), m * m * d])
 }
 
 /// A patch merger `<p>.{norm, fc1, fc2}`: LayerNorm per token before grouping (the final
@@ -91,15 +103,15 @@ fn merger(
     cfg: &QwenVisionConfig,
     post_norm: bool,
 ) -> Result<NodeId> {
-    let (side, m) = (cfg.grid(), cfg.merge);
+    let (grid, m) = (cfg.grid(), cfg.merge);
     let x = match post_norm {
         true => {
-            let x = group_blocks(g, x, side, m)?;
+            let x = group_blocks(g, x, grid, m)?;
             layer_norm(g, x, &format!("{p}.norm"), EPS)?
         }
         false => {
             let x = layer_norm(g, x, &format!("{p}.norm"), EPS)?;
-            group_blocks(g, x, side, m)?
+            group_blocks(g, x, grid, m)?
         }
     };
     let wide = cfg.hidden * m * m;
@@ -108,7 +120,7 @@ fn merger(
     linear(g, x, &format!("{p}.fc2"), cfg.out, true)
 }
 
-/// `image` `[3, S, S]` (normalised) -> the merged tokens `[n_tokens, out]` and the deepstack
+/// `image` `[3, H, W]` (normalised) -> the merged tokens `[n_tokens, out]` and the deepstack
 /// features `[n_tokens, out]` of the tapped blocks, in row-major merged-grid order.
 pub fn qwen_vision_tower(
     g: &mut GraphBuilder,
@@ -116,15 +128,15 @@ pub fn qwen_vision_tower(
     cfg: &QwenVisionConfig,
     pre: &str,
 ) -> Result<(NodeId, Vec<NodeId>)> {
-    let (d, p, side) = (cfg.hidden, cfg.patch_size, cfg.grid());
+    let (d, p, (rows, cols)) = (cfg.hidden, cfg.patch_size, cfg.grid());
     let w = g.weight(&format!("{pre}.patch_embd.weight"), &[d, 3, p, p])?;
     let b = g.weight(&format!("{pre}.patch_embd.bias"), &[d])?;
     let x = g.patch_embed(image, w, b)?;
-    let pos = g.weight(&format!("{pre}.pos_embd.weight"), &[side * side, d])?;
+    let pos = g.weight(&format!("{pre}.pos_embd.weight"), &[rows * cols, d])?;
     let mut x = g.add(x, pos)?;
     let hd = d / cfg.heads;
-    let (cos, sin) = rotary_tables(side, hd);
-    let shape = vec![side * side, 1, hd];
+    let (cos, sin) = rotary_tables(rows, cols, hd);
+    let shape = vec![rows * cols, 1, hd];
     let cos = g.constant(
         &format!("{pre}.rope_cos"),
         Tensor::from_f32(shape.clone(), cos)?,
