@@ -338,6 +338,43 @@ pub(crate) fn flow_io(policy: &Json, steps_key: &str) -> Result<(ActionIo, TimeE
     Ok((io, time))
 }
 
+/// A SigLIP tower under `vit` (`...vision_model.`): our `vit.*` name -> the checkpoint's, for
+/// the patch and position embeddings, `layers` encoder layers and the post-LayerNorm.
+pub(crate) fn siglip_name_map(vit: &str, layers: usize) -> Vec<(String, String)> {
+    let mut m = vec![(
+        "vit.pos_embd.weight".to_owned(),
+        format!("{vit}embeddings.position_embedding.weight"),
+    )];
+    let mut pairs = vec![
+        (
+            "vit.patch_embd".to_owned(),
+            format!("{vit}embeddings.patch_embedding"),
+        ),
+        ("vit.post_ln".to_owned(), format!("{vit}post_layernorm")),
+    ];
+    for i in 0..layers {
+        let (ours, theirs) = (format!("vit.blk.{i}"), format!("{vit}encoder.layers.{i}"));
+        for (a, b) in [
+            ("ln1", "layer_norm1"),
+            ("ln2", "layer_norm2"),
+            ("attn_q", "self_attn.q_proj"),
+            ("attn_k", "self_attn.k_proj"),
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_o", "self_attn.out_proj"),
+            ("fc1", "mlp.fc1"),
+            ("fc2", "mlp.fc2"),
+        ] {
+            pairs.push((format!("{ours}.{a}"), format!("{theirs}.{b}")));
+        }
+    }
+    for (ours, theirs) in pairs {
+        for p in ["weight", "bias"] {
+            m.push((format!("{ours}.{p}"), format!("{theirs}.{p}")));
+        }
+    }
+    m
+}
+
 /// Counts `<prefix>{i}<suffix>` for i = 0, 1, ... present in the checkpoint.
 pub(crate) fn count_layers(st: &Safetensors, prefix: &str, suffix: &str) -> usize {
     (0..)
@@ -373,6 +410,21 @@ pub(crate) fn feature_dim(features: &Json, key: &str) -> Result<usize> {
     Ok(dim as usize)
 }
 
+/// The steps named `registry_name` of a lerobot processor file (`policy_preprocessor.json`,
+/// `policy_postprocessor.json`), in order.
+pub(crate) fn processor_steps(path: &Path, registry_name: &str) -> Result<Vec<serde_json::Value>> {
+    let v = read_json(path)?;
+    let steps = v
+        .get("steps")
+        .and_then(|s| s.as_array())
+        .into_iter()
+        .flatten();
+    Ok(steps
+        .filter(|s| s.get("registry_name").and_then(|n| n.as_str()) == Some(registry_name))
+        .cloned()
+        .collect())
+}
+
 /// Statistics `keys` (e.g. mean and std) of `feature` from lerobot's processor files, else
 /// from the in-model normaliser buffers of older checkpoints (`st`).
 pub(crate) fn find_stats(
@@ -395,13 +447,7 @@ pub(crate) fn find_stats(
         if !path.is_file() {
             continue;
         }
-        let v = read_json(&path)?;
-        let steps = v
-            .get("steps")
-            .and_then(|s| s.as_array())
-            .into_iter()
-            .flatten();
-        for s in steps.filter(|s| s.get("registry_name").and_then(|n| n.as_str()) == Some(step)) {
+        for s in processor_steps(&path, step)? {
             let Some(file) = s.get("state_file").and_then(|f| f.as_str()) else {
                 continue;
             };

@@ -97,27 +97,8 @@ pub struct Converted {
 /// Our GGUF name -> the lerobot state-dict key, for every weight of `cfg` (not the statistics).
 pub fn name_map(cfg: &Pi0Config) -> Vec<(String, String)> {
     let vit = format!("{PALI}vision_tower.vision_model.");
-    let mut m: Vec<(String, String)> = vec![
-        (
-            "vit.patch_embd.weight".into(),
-            format!("{vit}embeddings.patch_embedding.weight"),
-        ),
-        (
-            "vit.patch_embd.bias".into(),
-            format!("{vit}embeddings.patch_embedding.bias"),
-        ),
-        (
-            "vit.pos_embd.weight".into(),
-            format!("{vit}embeddings.position_embedding.weight"),
-        ),
-        (
-            "vit.post_ln.weight".into(),
-            format!("{vit}post_layernorm.weight"),
-        ),
-        (
-            "vit.post_ln.bias".into(),
-            format!("{vit}post_layernorm.bias"),
-        ),
+    let mut m = super::siglip_name_map(&vit, cfg.vision.layers);
+    m.extend([
         (
             "mm.proj.weight".into(),
             format!("{PALI}multi_modal_projector.linear.weight"),
@@ -130,7 +111,7 @@ pub fn name_map(cfg: &Pi0Config) -> Vec<(String, String)> {
             "token_embd.weight".into(),
             format!("{PALI}language_model.embed_tokens.weight"),
         ),
-    ];
+    ]);
     let heads: &[&str] = match cfg.variant {
         Variant::Pi0 => &[
             "state_proj",
@@ -162,23 +143,6 @@ pub fn name_map(cfg: &Pi0Config) -> Vec<(String, String)> {
                     format!("aex.ada_output_norm.{p}"),
                     format!("{EXPERT}norm.dense.{p}"),
                 ));
-            }
-        }
-    }
-    for i in 0..cfg.vision.layers {
-        let (ours, theirs) = (format!("vit.blk.{i}"), format!("{vit}encoder.layers.{i}"));
-        for (a, b) in [
-            ("ln1", "layer_norm1"),
-            ("ln2", "layer_norm2"),
-            ("attn_q", "self_attn.q_proj"),
-            ("attn_k", "self_attn.k_proj"),
-            ("attn_v", "self_attn.v_proj"),
-            ("attn_o", "self_attn.out_proj"),
-            ("fc1", "mlp.fc1"),
-            ("fc2", "mlp.fc2"),
-        ] {
-            for p in ["weight", "bias"] {
-                m.push((format!("{ours}.{a}.{p}"), format!("{theirs}.{b}.{p}")));
             }
         }
     }

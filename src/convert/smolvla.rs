@@ -70,34 +70,22 @@ pub struct Converted {
 /// Our GGUF name -> the lerobot state-dict key, for every weight of `cfg` (not the statistics).
 pub fn name_map(cfg: &SmolVlaConfig) -> Vec<(String, String)> {
     let vit = format!("{VLM}vision_model.");
-    let mut m: Vec<(String, String)> = [
-        (
-            "vit.patch_embd.weight",
-            format!("{vit}embeddings.patch_embedding.weight"),
-        ),
-        (
-            "vit.patch_embd.bias",
-            format!("{vit}embeddings.patch_embedding.bias"),
-        ),
-        (
-            "vit.pos_embd.weight",
-            format!("{vit}embeddings.position_embedding.weight"),
-        ),
-        ("vit.post_ln.weight", format!("{vit}post_layernorm.weight")),
-        ("vit.post_ln.bias", format!("{vit}post_layernorm.bias")),
-        (
-            "mm.proj.weight",
-            format!("{VLM}connector.modality_projection.proj.weight"),
-        ),
-        (
-            "token_embd.weight",
-            format!("{VLM}text_model.embed_tokens.weight"),
-        ),
-        ("aex.output_norm.weight", format!("{EXPERT}norm.weight")),
-    ]
-    .into_iter()
-    .map(|(a, b)| (a.to_owned(), b))
-    .collect();
+    let mut m = super::siglip_name_map(&vit, cfg.vision.layers);
+    m.extend(
+        [
+            (
+                "mm.proj.weight",
+                format!("{VLM}connector.modality_projection.proj.weight"),
+            ),
+            (
+                "token_embd.weight",
+                format!("{VLM}text_model.embed_tokens.weight"),
+            ),
+            ("aex.output_norm.weight", format!("{EXPERT}norm.weight")),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_owned(), b)),
+    );
     for n in [
         "state_proj",
         "action_in_proj",
@@ -107,23 +95,6 @@ pub fn name_map(cfg: &SmolVlaConfig) -> Vec<(String, String)> {
     ] {
         for p in ["weight", "bias"] {
             m.push((format!("{n}.{p}"), format!("model.{n}.{p}")));
-        }
-    }
-    for i in 0..cfg.vision.layers {
-        let (ours, theirs) = (format!("vit.blk.{i}"), format!("{vit}encoder.layers.{i}"));
-        for (a, b) in [
-            ("ln1", "layer_norm1"),
-            ("ln2", "layer_norm2"),
-            ("attn_q", "self_attn.q_proj"),
-            ("attn_k", "self_attn.k_proj"),
-            ("attn_v", "self_attn.v_proj"),
-            ("attn_o", "self_attn.out_proj"),
-            ("fc1", "mlp.fc1"),
-            ("fc2", "mlp.fc2"),
-        ] {
-            for p in ["weight", "bias"] {
-                m.push((format!("{ours}.{a}.{p}"), format!("{theirs}.{b}.{p}")));
-            }
         }
     }
     for i in 0..cfg.lm.n_layers {

@@ -202,16 +202,7 @@ fn eagle_dir(ckpt: &Path, opts: &Options) -> Result<PathBuf> {
 /// file).
 fn pack_step(ckpt: &Path) -> Result<(serde_json::Value, PathBuf)> {
     let path = ckpt.join("policy_preprocessor.json");
-    let v = read_json(&path)?;
-    let steps = v
-        .get("steps")
-        .and_then(|s| s.as_array())
-        .into_iter()
-        .flatten();
-    for s in steps {
-        if s.get("registry_name").and_then(|n| n.as_str()) != Some(PACK_STEP) {
-            continue;
-        }
+    if let Some(s) = super::processor_steps(&path, PACK_STEP)?.into_iter().next() {
         let file = s
             .get("state_file")
             .and_then(|f| f.as_str())

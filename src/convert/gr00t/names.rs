@@ -7,17 +7,12 @@ pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
     let vit = format!("{P}backbone.eagle_model.vision_model.vision_model.");
     let lm = format!("{P}backbone.eagle_model.language_model.model.");
     let ah = format!("{P}action_head.");
-    let mut m: Vec<(String, String)> = Vec::new();
+    let mut m = crate::convert::siglip_name_map(&vit, cfg.vision.layers);
     let mut wb = |ours: &str, theirs: &str| {
         for p in ["weight", "bias"] {
             m.push((format!("{ours}.{p}"), format!("{theirs}.{p}")));
         }
     };
-    wb(
-        "vit.patch_embd",
-        &format!("{vit}embeddings.patch_embedding"),
-    );
-    wb("vit.post_ln", &format!("{vit}post_layernorm"));
     wb("mm.fc", &format!("{P}backbone.eagle_model.mlp1.0"));
     wb("aex.vlln", &format!("{ah}vlln"));
     let dit = format!("{ah}model.");
@@ -34,21 +29,6 @@ pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
         ("aex.dit.proj_out2", "proj_out_2"),
     ] {
         wb(ours, &format!("{dit}{theirs}"));
-    }
-    for i in 0..cfg.vision.layers {
-        let (ours, theirs) = (format!("vit.blk.{i}"), format!("{vit}encoder.layers.{i}"));
-        for (a, b) in [
-            ("ln1", "layer_norm1"),
-            ("ln2", "layer_norm2"),
-            ("attn_q", "self_attn.q_proj"),
-            ("attn_k", "self_attn.k_proj"),
-            ("attn_v", "self_attn.v_proj"),
-            ("attn_o", "self_attn.out_proj"),
-            ("fc1", "mlp.fc1"),
-            ("fc2", "mlp.fc2"),
-        ] {
-            wb(&format!("{ours}.{a}"), &format!("{theirs}.{b}"));
-        }
     }
     let blocks = |stack: &str, theirs: &str, n: usize, norms: &[(&str, &str)]| {
         let mut v = Vec::new();
@@ -87,10 +67,6 @@ pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
         &[("norm1", "norm1"), ("norm3", "norm3")],
     ));
     for (ours, theirs) in [
-        (
-            "vit.pos_embd.weight",
-            format!("{vit}embeddings.position_embedding.weight"),
-        ),
         (
             "aex.pos_embd.weight",
             format!("{ah}position_embedding.weight"),
