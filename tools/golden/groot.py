@@ -76,7 +76,6 @@ reference_forward below: the formulas in arch.json made executable); pixels must
 """
 import argparse
 import atexit
-import contextlib
 import gc
 import hashlib
 import json
@@ -99,6 +98,9 @@ EAGLE_CACHE = os.path.join(os.environ["HF_LEROBOT_HOME"], ASSETS_REPO)
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from _noise import explicit_noise
+from resize_ref import torch_bicubic_resize_u8
 
 TASK = "Pick up the red cube and put it in the bowl"
 CORPUS = ["pick up the red cube and put it in the bowl", "put the green cube in the bowl",
@@ -168,7 +170,7 @@ FORMULAS = {
              "BICUBIC, antialias=True), aspect ratio not kept, no pad, no crop; on CPU this is torch's "
              "native uint8 kernel (PIL-like: a=-0.5 cubic, support 2*scale when shrinking, int16 "
              "fixed-point weights, width pass then height pass with a u8 intermediate; see "
-             "_resize_axis), then float (x - 127.5) / 127.5 (rescale 1/255 and mean=std=0.5 fused)",
+             "resize_ref.torch_bicubic_u8), then float (x - 127.5) / 127.5 (rescale 1/255 and mean=std=0.5 fused)",
     "prompt": "chat template with one user turn: content = [image]*n_cameras + [text: Python str([task]), "
               "i.e. repr of a one-element list]; add_generation_prompt; each <image-k> becomes "
               "'<image k><img>' + '<IMG_CONTEXT>' * tokens_per_tile + '</img>'; tokenized with no "
@@ -376,24 +378,6 @@ def patch_lerobot():
     modeling_siglip.SiglipVisionModel = SiglipVisionModel
 
 
-@contextlib.contextmanager
-def explicit_noise(noise):
-    """FlowmatchingActionHead.get_action: `torch.randn(size=(B, horizon, action_dim), ...)`."""
-    real, calls = torch.randn, []
-
-    def randn(*args, **kw):
-        if tuple(kw.get("size", ())) == tuple(noise.shape) and not args:
-            calls.append(1)
-            return noise.clone().to(kw.get("dtype") or noise.dtype)
-        return real(*args, **kw)
-
-    torch.randn = randn
-    try:
-        yield calls
-    finally:
-        torch.randn = real
-
-
 def rerandomize(policy, gen):
     """Every tensor gets fresh values (lerobot's init leaves LayerNorm / RMSNorm gains at 1 and
     biases at 0, CategorySpecificLinear biases at 0, which would hide a dropped term). Norm gains
@@ -429,49 +413,9 @@ def rewrite_base_path(out):
 # A second implementation of the whole inference from the fixture files alone (plain torch ops in
 # float64, no lerobot), run by --check: it is what FORMULAS says, made executable.
 
-def _bicubic(x, a=-0.5):
-    x = abs(x)
-    if x < 1.0:
-        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-    return (((x - 5.0) * x + 8.0) * x - 4.0) * a if x < 2.0 else 0.0
-
-
-def _resize_axis(img, axis, n_out):
-    """torch's CPU uint8 antialiased bicubic kernel (what torchvision v2 resize runs on u8 CPU
-    tensors, PIL-SIMD's algorithm): double weights, normalised, quantised to int16 with precision
-    p = the first p >= 0 with round(w_max * 2^(p+1)) >= 2^15 (at most 22; w_max over the whole axis),
-    w_i16 = trunc(w * 2^p -+ 0.5) (away from zero); acc = 2^(p-1) + sum(w_i16 * x) in int32,
-    clamp(acc >> p, 0, 255)."""
-    img = np.moveaxis(img, axis, -1)
-    n_in = img.shape[-1]
-    scale = n_in / n_out
-    support, inv = (2.0 * scale, 1.0 / scale) if scale >= 1.0 else (2.0, 1.0)
-    rows = []
-    for i in range(n_out):
-        c = scale * (i + 0.5)
-        xmin = max(int(c - support + 0.5), 0)
-        w = [_bicubic((j + xmin - c + 0.5) * inv) for j in range(min(int(c + support + 0.5), n_in) - xmin)]
-        tot = sum(w)
-        rows.append((xmin, [v / tot if tot != 0.0 else v for v in w]))
-    w_max, p = max(max(w) for _, w in rows), 0
-    while p < 22 and int(0.5 + w_max * (1 << (p + 1))) < (1 << 15):
-        p += 1
-    out = np.empty(img.shape[:-1] + (n_out,), np.int64)
-    for i, (xmin, w) in enumerate(rows):
-        acc = np.full(img.shape[:-1], 1 << (p - 1), np.int64)
-        for k, v in enumerate(w):
-            acc += (int(-0.5 + v * (1 << p)) if v < 0 else int(0.5 + v * (1 << p))) * img[..., xmin + k]
-        out[..., i] = np.clip(acc >> p, 0, 255)
-    return np.moveaxis(out, -1, axis)
-
-
 def reference_pixels(hwc_u8, s):
     """u8 HWC frame -> [3, s, s] SigLIP input: width pass first (u8 intermediate), then height."""
-    x = hwc_u8.astype(np.int64)
-    if x.shape[1] != s:
-        x = _resize_axis(x, 1, s)
-    if x.shape[0] != s:
-        x = _resize_axis(x, 0, s)
+    x = torch_bicubic_resize_u8(hwc_u8, s, s)
     return torch.from_numpy((x.transpose(2, 0, 1).astype(np.float32) - 127.5) / 127.5)
 
 

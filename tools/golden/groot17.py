@@ -112,6 +112,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import py311_compat  # noqa: E402
 import resize_ref  # noqa: E402
+from _noise import explicit_noise  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 _TMP = tempfile.mkdtemp(prefix="groot17-golden-")
@@ -445,24 +446,6 @@ def build_base(out, arch, backbone_path, stats):
 
 
 # ----------------------------------------------------------------------------- lerobot patches
-
-@contextlib.contextmanager
-def explicit_noise(noise):
-    """GR00TN17ActionHead.get_action_with_features: `torch.randn(size=(B, horizon, action_dim), ...)`."""
-    real, calls = torch.randn, []
-
-    def randn(*args, **kw):
-        if tuple(kw.get("size", ())) == tuple(noise.shape) and not args:
-            calls.append(1)
-            return noise.clone().to(kw.get("dtype") or noise.dtype)
-        return real(*args, **kw)
-
-    torch.randn = randn
-    try:
-        yield calls
-    finally:
-        torch.randn = real
-
 
 @contextlib.contextmanager
 def record_frames():

@@ -1,8 +1,8 @@
 """Reference (numpy, integer-exact where the library is) image resizes used by the golden tools.
 
 - `torch_bicubic_u8(img, axis, n_out)`: torch's CPU uint8 anti-aliased bicubic kernel, which
-  torchvision v2 `resize(..., BICUBIC, antialias=True)` runs on uint8 CPU tensors (the same formula
-  as `_resize_axis` in tools/golden/groot.py, kept there unchanged).
+  torchvision v2 `resize(..., BICUBIC, antialias=True)` runs on uint8 CPU tensors (groot.py's
+  independent reference uses it too).
 - `cv2_area_u8(img, out_h, out_w)`: OpenCV's `cv2.resize(img, (out_w, out_h), interpolation=
   cv2.INTER_AREA)` on uint8 HWC images, which GR00T N1.7's albumentations-style eval transform runs
   (lerobot processor_groot.py `_transform_n1_7_image_for_vlm_albumentations`). Two regimes, as in
@@ -39,7 +39,10 @@ def _bicubic(x, a=-0.5):
 
 
 def torch_bicubic_u8(img, axis, n_out):
-    """torch's CPU uint8 antialiased bicubic along one axis (see groot.py `_resize_axis`)."""
+    """torch's CPU uint8 antialiased bicubic kernel along one axis (PIL-SIMD's algorithm): double
+    weights, normalised, quantised to int16 with precision p = the first p >= 0 with
+    round(w_max * 2^(p+1)) >= 2^15 (at most 22; w_max over the whole axis), w_i16 = trunc(w * 2^p
+    -+ 0.5) (away from zero); acc = 2^(p-1) + sum(w_i16 * x) in int32, clamp(acc >> p, 0, 255)."""
     img = np.moveaxis(np.asarray(img, np.int64), axis, -1)
     n_in = img.shape[-1]
     scale = n_in / n_out
