@@ -46,23 +46,9 @@ pub fn random_writer<A: FlowArch>(
 /// A small SmolVLA-shaped config for the demo model and fast tests.
 pub fn demo_config() -> SmolVlaConfig {
     SmolVlaConfig {
-        vision: VisionConfig {
-            hidden: 64,
-            layers: 2,
-            heads: 4,
-            inter: 128,
-            image_size: 64,
-            patch_size: 8,
-            ln_eps: 1e-6,
-            ..Default::default()
-        },
+        vision: siglip([64, 2, 4, 128, 64, 8]),
         scale_factor: 2,
-        lm: LmConfig {
-            hidden: 96,
-            n_layers: 4,
-            inter: 256,
-            vocab_size: 512,
-        },
+        lm: lm_sizes([96, 4, 256, 512]),
         attn: DecoderConfig {
             q_heads: 6,
             kv_heads: 2,
@@ -120,25 +106,10 @@ fn sized(
     expert: [usize; 2],
     io: [usize; 2],
 ) -> Pi0Config {
-    let [hidden, layers, vheads, inter, image_size, patch_size] = vision;
     Pi0Config {
         variant,
-        vision: VisionConfig {
-            hidden,
-            layers,
-            heads: vheads,
-            inter,
-            image_size,
-            patch_size,
-            ln_eps: 1e-6,
-            ..Default::default()
-        },
-        lm: LmConfig {
-            hidden: lm[0],
-            n_layers: lm[1],
-            inter: lm[2],
-            vocab_size: lm[3],
-        },
+        vision: siglip(vision),
+        lm: lm_sizes(lm),
         attn: DecoderConfig {
             q_heads: heads[0],
             kv_heads: heads[1],
@@ -154,6 +125,30 @@ fn sized(
         },
         io: self::io(io[0], 0, io[1]),
         time: lerobot_time(),
+    }
+}
+
+/// A SigLIP tower of `[hidden, layers, heads, inter, image, patch]`, LayerNorm eps 1e-6.
+fn siglip([hidden, layers, heads, inter, image_size, patch_size]: [usize; 6]) -> VisionConfig {
+    VisionConfig {
+        hidden,
+        layers,
+        heads,
+        inter,
+        image_size,
+        patch_size,
+        ln_eps: 1e-6,
+        ..Default::default()
+    }
+}
+
+/// A language model of `[hidden, layers, inter, vocab]`.
+fn lm_sizes([hidden, n_layers, inter, vocab_size]: [usize; 4]) -> LmConfig {
+    LmConfig {
+        hidden,
+        n_layers,
+        inter,
+        vocab_size,
     }
 }
 
@@ -228,7 +223,6 @@ fn gr00t_sized(
     dit: [usize; 3],
     head: [usize; 3],
 ) -> Gr00tConfig {
-    let [hidden, layers, vheads, inter, image_size, patch_size] = vision;
     let stack = |name, [layers, heads, head_dim]: [usize; 3]| BlockStack {
         name,
         layers,
@@ -236,26 +230,12 @@ fn gr00t_sized(
         head_dim,
     };
     let image_token = lm[3] - 12;
-    let vision = VisionConfig {
-        hidden,
-        layers,
-        heads: vheads,
-        inter,
-        image_size,
-        patch_size,
-        ln_eps: 1e-6,
-        ..Default::default()
-    };
+    let vision = siglip(vision);
     let n_images = 2;
     Gr00tConfig {
         prompt: stand_in_prompt(n_images, vision.n_patches(), image_token),
         vision,
-        lm: LmConfig {
-            hidden: lm[0],
-            n_layers: lm[1],
-            inter: lm[2],
-            vocab_size: lm[3],
-        },
+        lm: lm_sizes(lm),
         attn: DecoderConfig {
             q_heads: heads[0],
             kv_heads: heads[1],
