@@ -50,6 +50,26 @@ pub trait Keys {
     }
 }
 
+/// `<arch>.<key>`: an array of u32 (token ids, layer indices), each checked to fit.
+pub fn read_u32s(file: &GgufFile, arch: &str, key: &str) -> Result<Vec<u32>> {
+    let key = format!("{arch}.{key}");
+    file.get_array(&key)?
+        .iter()
+        .map(|v| {
+            v.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| Error::InvalidArgument(format!("{key}: expected an array of u32")))
+        })
+        .collect()
+}
+
+/// Writes `<arch>.<key>` as an array of u32 ([`read_u32s`]).
+pub fn write_u32s(w: &mut GgufWriter, arch: &str, key: &str, v: &[u32]) -> Result<()> {
+    use crate::gguf::{Value, ValueType};
+    let items = v.iter().map(|&i| Value::U32(i)).collect();
+    w.add_metadata(format!("{arch}.{key}"), Value::Array(ValueType::U32, items))
+}
+
 /// One part of a config: its keys and its own checks.
 pub trait Section {
     fn keys(&mut self, k: &mut dyn Keys) -> Result<()>;

@@ -70,7 +70,11 @@ pub struct PolicyInfo {
     pub image_width: usize,
     pub max_state_dim: usize,
     pub state_dim: usize,
+    /// The actions the model integrates per chunk (the rows of a request's noise).
     pub chunk_size: usize,
+    /// The rows a predict returns: the first `action_rows` of `chunk_size` (GR00T N1.7
+    /// integrates 40 and returns 16; elsewhere all).
+    pub action_rows: usize,
     pub max_action_dim: usize,
     pub action_dim: usize,
     pub num_steps: usize,
@@ -85,6 +89,17 @@ pub struct PolicyInfo {
     pub stage_flops: Vec<(String, u64)>,
     /// The active embodiment, `tag (id)`, for policies with embodiment-specific weights.
     pub embodiment: Option<String>,
+}
+
+impl PolicyInfo {
+    /// The chunk's shape for people: `"50 x 6"`, or `"40 x 7 (first 16 returned)"`.
+    pub fn chunk_text(&self) -> String {
+        let shape = format!("{} x {}", self.chunk_size, self.action_dim);
+        match self.action_rows < self.chunk_size {
+            true => format!("{shape} (first {} returned)", self.action_rows),
+            false => shape,
+        }
+    }
 }
 
 pub trait Policy: Send {

@@ -7,7 +7,7 @@
 
 mod support;
 
-use support::{check, fixture, open, Golden};
+use support::{check, fixture, open, qwen_patch_rows_to_chw, Golden};
 use vla::convert::{qwen, Safetensors};
 use vla::gguf::{GgmlType, GgufFile, GgufWriter};
 use vla::graph::{GraphBuilder, NodeId};
@@ -354,24 +354,8 @@ fn groot17_backbone_matches(backend: &str) {
     }
     let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
 
-    // The frame back from the processor's patch rows: [C][T][py][px] per row, rows in
-    // merge-window order.
-    let rows = g.f32("pixels");
-    let (gh, gw, m) = (thw[1], thw[2], cfg.merge);
     let (ih, iw) = (cfg.image_h, cfg.image_w);
-    let mut image = vec![0f32; 3 * ih * iw];
-    for k in 0..gh * gw {
-        let (block, ir, ic) = (k / (m * m), (k / m) % m, k % m);
-        let (r, c) = ((block / (gw / m)) * m + ir, (block % (gw / m)) * m + ic);
-        for ch in 0..3 {
-            for py in 0..p {
-                for px in 0..p {
-                    let src = k * 3 * 2 * p * p + ch * 2 * p * p + py * p + px;
-                    image[ch * ih * iw + (r * p + py) * iw + c * p + px] = rows[src];
-                }
-            }
-        }
-    }
+    let image = qwen_patch_rows_to_chw(&g.f32("pixels"), (thw[1], thw[2]), p, cfg.merge);
     let ids: Vec<f32> = ints(&g, "token_ids");
     let image_id = arch["image_token_id"].as_u64().unwrap() as f32;
     let mut gb = GraphBuilder::new(&file);

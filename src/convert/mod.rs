@@ -3,6 +3,7 @@
 //! what they share: reading safetensors and JSON with errors that name the file and tensor.
 
 pub mod gr00t;
+pub mod gr00t_n1_7;
 pub mod pi0;
 pub mod qwen;
 pub mod smolvla;

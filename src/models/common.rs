@@ -171,6 +171,7 @@ impl LoadedGraphs {
             max_state_dim: 0,
             state_dim: 0,
             chunk_size: 0,
+            action_rows: 0,
             max_action_dim: 0,
             action_dim: 0,
             num_steps: 0,
@@ -294,8 +295,8 @@ pub fn gaussian_noise(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Adds random tensors of `shapes` to `w` (norm gains and `*_std` near 1, statistics and
-/// biases small, matrices scaled by fan-in) drawn from `seed`; 2-D `.weight` tensors for
+/// Adds random tensors of `shapes` to `w` (norm gains and `*_std` near 1, means and biases
+/// small, `*_q01` / `*_min` near -1 and `*_q99` / `*_max` near 1, matrices scaled by fan-in) drawn from `seed`; 2-D `.weight` tensors for
 /// which `is_float_matrix` holds are stored as `ty`, the rest as F32.
 pub fn add_random_tensors(
     w: &mut GgufWriter,
@@ -317,9 +318,9 @@ pub fn add_random_tensors(
                     (1.0 + 0.1 * u) as f32
                 } else if name.ends_with("_mean") || name.ends_with(".bias") {
                     (0.1 * u) as f32
-                } else if name.ends_with("_q01") {
+                } else if name.ends_with("_q01") || name.ends_with("_min") {
                     (-1.0 + 0.1 * u) as f32
-                } else if name.ends_with("_q99") {
+                } else if name.ends_with("_q99") || name.ends_with("_max") {
                     (1.0 + 0.1 * u) as f32
                 } else {
                     (u * (3.0 / fan_in).sqrt()) as f32

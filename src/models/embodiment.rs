@@ -3,6 +3,8 @@
 //! (`<arch>.embodiment_tag_mapping`, a JSON object) and names the default
 //! (`<arch>.embodiment`); a run picks one by tag or id (`--embodiment`).
 
+use crate::gguf::GgufFile;
+use crate::modules::gr00t_head::embodiment_weights;
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 
@@ -51,6 +53,37 @@ pub fn resolve(
         )));
     }
     Ok((tag, id))
+}
+
+/// Graph weight shapes with the leading embodiment axis (`n`) the per-embodiment weights
+/// ([`embodiment_weights`]) have in the file.
+pub fn with_embodiment_axis(
+    mut shapes: Vec<(String, Vec<usize>)>,
+    n: usize,
+) -> Vec<(String, Vec<usize>)> {
+    let indexed = embodiment_weights();
+    for (name, shape) in &mut shapes {
+        if indexed.contains(name) {
+            shape.insert(0, n);
+        }
+    }
+    shapes
+}
+
+/// Narrows the file's per-embodiment weights to the embodiment `requested` ([`resolve`]
+/// against the tag map `json`, the `default` tag and `n` slices) and names it, `tag (id)`.
+pub fn select(
+    file: &mut GgufFile,
+    json: &str,
+    default: &str,
+    requested: Option<&str>,
+    n: usize,
+) -> Result<Option<String>> {
+    let (tag, id) = resolve(json, default, requested, n)?;
+    for name in embodiment_weights() {
+        file.select_index(&name, id)?;
+    }
+    Ok(Some(format!("{tag} ({id})")))
 }
 
 #[cfg(test)]

@@ -104,6 +104,12 @@ pub struct FlowSpec {
     pub vocab_size: usize,
     pub camera: CameraInput,
     pub schedule: Schedule,
+    /// Rows of the chunk a predict returns: the first `output_rows` of the `io.chunk_size`
+    /// the model integrates (GR00T N1.7 returns 16 of 40; the noise keeps all rows).
+    pub output_rows: usize,
+    /// Clip normalised states and the model's normalised actions to [-1, 1] (GR00T N1.7's
+    /// `clip_outliers`).
+    pub clip: bool,
 }
 
 /// lerobot's `NewLineProcessor` (SmolVLA, pi0): the task with a newline appended unless it
@@ -178,7 +184,7 @@ fn kv_index(name: &str) -> Option<usize> {
 
 /// One request as model inputs, made on the host.
 struct Request {
-    /// `[3, S, S]` per camera.
+    /// `[3, H, W]` per camera.
     pixels: Vec<Tensor<'static>>,
     inputs: RequestInputs,
     noise: Vec<f32>,
@@ -225,14 +231,14 @@ impl<A: FlowArch> FlowPolicy<A> {
                 false => Ok(vec![whole]),
             }
         })?;
-        let size = spec.camera.size;
         let info = PolicyInfo {
             n_images: io.n_images,
-            image_height: size,
-            image_width: size,
+            image_height: spec.camera.height,
+            image_width: spec.camera.width,
             max_state_dim: io.max_state_dim,
             state_dim: io.state_dim,
             chunk_size: io.chunk_size,
+            action_rows: spec.output_rows,
             max_action_dim: io.max_action_dim,
             action_dim: io.action_dim,
             num_steps: io.num_steps,
@@ -264,8 +270,13 @@ impl<A: FlowArch> FlowPolicy<A> {
     /// The request's state, normalised and zero-padded to `max_state_dim`.
     pub fn normalised_state(&self, obs: &Observation) -> Result<Vec<f32>> {
         let io = &self.spec.io;
-        self.state_norm
-            .normalize_state(obs, io.state_dim, io.max_state_dim)
+        let mut state = self
+            .state_norm
+            .normalize_state(obs, io.state_dim, io.max_state_dim)?;
+        if self.spec.clip {
+            state.iter_mut().for_each(|x| *x = x.clamp(-1.0, 1.0));
+        }
+        Ok(state)
     }
 
     /// The text lerobot's preprocessor tokenizes for `task` ([`FlowArch::prompt_text`]).
@@ -300,11 +311,11 @@ impl<A: FlowArch> FlowPolicy<A> {
             |p| self.tokenize_prompt(p, &state),
         )?;
         let noise = noise_or_draw(obs, io.chunk_size, io.max_action_dim)?;
-        let (camera, s) = (self.spec.camera, self.spec.camera.size);
+        let camera = self.spec.camera;
         let pixels = obs
             .images
             .iter()
-            .map(|img| Tensor::from_f32(vec![3, s, s], camera.pixels(img)?))
+            .map(|img| Tensor::from_f32(vec![3, camera.height, camera.width], camera.pixels(img)?))
             .collect::<Result<Vec<_>>>()?;
         let inputs = self.cfg.request_inputs(tokens, n_tokens, &state)?;
         Ok(Request {
@@ -391,11 +402,16 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
             false => self.run_once(req)?,
         };
         let (ad, d) = (self.spec.io.max_action_dim, self.spec.io.action_dim);
+        let mut x = x;
+        x.truncate(self.spec.output_rows * ad);
+        if self.spec.clip {
+            x.iter_mut().for_each(|v| *v = v.clamp(-1.0, 1.0));
+        }
         let actions = self.action_norm.unnormalize_rows(&x, ad, d);
         let stage = |k: usize| stages.as_ref().map(|s| s[k]);
         Ok(ActionChunk {
             actions,
-            chunk_size: self.spec.io.chunk_size,
+            chunk_size: self.spec.output_rows,
             action_dim: d,
             times: StageTimes {
                 vision_ms: stage(0),

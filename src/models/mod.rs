@@ -6,6 +6,7 @@ pub mod common;
 pub mod embodiment;
 pub mod flow;
 pub mod gr00t;
+pub mod gr00t_n1_7;
 pub mod pi0;
 pub mod prefix;
 pub mod presets;
@@ -16,7 +17,13 @@ use crate::policy::{Policy, RuntimeOptions};
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 
-pub const ARCHS: &[&str] = &[smolvla::ARCH, pi0::ARCH_PI0, pi0::ARCH_PI05, gr00t::ARCH];
+pub const ARCHS: &[&str] = &[
+    smolvla::ARCH,
+    pi0::ARCH_PI0,
+    pi0::ARCH_PI05,
+    gr00t::ARCH,
+    gr00t_n1_7::ARCH,
+];
 
 /// Opens the GGUF at `path` and builds the policy its `general.architecture` names.
 pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
@@ -29,6 +36,7 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
         smolvla::ARCH => Ok(Box::new(smolvla::SmolVla::new(file, opts)?)),
         pi0::ARCH_PI0 | pi0::ARCH_PI05 => Ok(Box::new(pi0::Pi0::new(file, opts)?)),
         gr00t::ARCH => Ok(Box::new(gr00t::Gr00t::new(file, opts)?)),
+        gr00t_n1_7::ARCH => Ok(Box::new(gr00t_n1_7::Gr00tN17::new(file, opts)?)),
         _ => Err(Error::InvalidArgument(format!(
             "unsupported architecture {arch:?} (supported: {})",
             ARCHS.join(", ")

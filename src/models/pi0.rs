@@ -187,14 +187,16 @@ impl FlowArch for Pi0Config {
         FlowSpec {
             io: self.io.clone(),
             vocab_size: self.lm.vocab_size,
-            camera: CameraInput {
-                size: self.vision.image_size,
-                resize: Resize::KeepAspectPad,
-                pad: PAD_UNIT,
-                align: PadAlign::Center,
-                pixels: PixelMap::MinusOneToOne,
-            },
+            camera: CameraInput::square(
+                self.vision.image_size,
+                Resize::KeepAspectPad,
+                PAD_UNIT,
+                PadAlign::Center,
+                PixelMap::MinusOneToOne,
+            ),
             schedule: Schedule::OneToZero,
+            output_rows: self.io.chunk_size,
+            clip: false,
         }
     }
 

@@ -56,6 +56,14 @@ impl PrefixLayout {
         }
     }
 
+    /// A causal prefix of `len` tokens, the first `n_real` real (one attention block each).
+    pub fn causal(len: usize, n_real: usize) -> Self {
+        let segments: Vec<Segment> = (0..len)
+            .map(|i| Segment::new(1, usize::from(i < n_real), i))
+            .collect();
+        PrefixLayout::new(&segments)
+    }
+
     /// The prefill's `positions` `[P]`, `valid` `[P]` (1 at real tokens; the masks are
     /// built from it in the graphs, [`Self::allowed`] and [`valid_rows`]) and instruction
     /// `tokens` `[L]` (padded ids as f32).

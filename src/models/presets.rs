@@ -4,6 +4,7 @@
 use super::common::{add_random_tensors, ActionIo};
 use super::flow::FlowArch;
 use super::gr00t::{Gr00tConfig, HeadConfig, PromptIds};
+use super::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
 use super::pi0::{Pi0Config, Variant};
 use super::smolvla::SmolVlaConfig;
 use crate::gguf::{GgmlType, GgufWriter};
@@ -11,6 +12,8 @@ use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
 use crate::modules::dit::BlockStack;
 use crate::modules::flow::TimeEmbedding;
+use crate::modules::qwen_text::MropeConfig;
+use crate::modules::qwen_vision::QwenVisionConfig;
 use crate::modules::vision::VisionConfig;
 use crate::tokenizer::Tokenizer;
 use crate::Result;
@@ -273,6 +276,131 @@ fn gr00t_sized(
     }
 }
 
+/// A small GR00T N1.7-shaped config for tests and demos: two cameras of 64 x 96 (6 merged
+/// tokens each), a 3-block Qwen3-VL tower with two deepstack taps, a 3-layer language model,
+/// two VL self-attention blocks, a 6-block AlternateVLDiT, 4 embodiments.
+pub fn gr00t_n1_7_small_config() -> Gr00tN17Config {
+    gr00t_n1_7_sized(
+        [32, 3, 2, 64, 64, 96],
+        vec![0, 1],
+        [64, 3, 96, 512],
+        [4, 2, 16],
+        [4, 2, 2],
+        [2, 4, 16],
+        [6, 2, 16],
+        [24, 4],
+    )
+}
+
+/// GR00T N1.7's released sizes (Cosmos-Reason2-2B: Qwen3-VL tower 1024 x 24 with deepstack taps 5,
+/// 11, 17, the language model 2048 wide cut to 16 of 28 layers; 4 VL self-attention blocks of
+/// 32 x 64, DiT 32 x 1536 = 32 x 48, head hidden 1024, 32 embodiments), one 256 x 256 camera.
+pub fn gr00t_n1_7_full_config() -> Gr00tN17Config {
+    let mut cfg = gr00t_n1_7_sized(
+        [1024, 24, 16, 4096, 256, 256],
+        vec![5, 11, 17],
+        [2048, 16, 6144, 151936],
+        [16, 8, 128],
+        [24, 20, 20],
+        [4, 32, 64],
+        [32, 32, 48],
+        [1024, 32],
+    );
+    cfg.io.n_images = 1;
+    cfg.io.tokenizer_max_length = 48;
+    cfg.head.max_seq_len = 1024;
+    cfg.head.image_token = 151655;
+    cfg.prompt = stand_in_prompt(1, cfg.vision.n_tokens(), 151655);
+    cfg
+}
+
+/// `vision` `[hidden, layers, heads, inter, image h, image w]` (patch 16, merge 2), its
+/// deepstack taps, `lm` `[hidden, layers, inter, vocab]`, `heads` `[q, kv, head_dim]`, the
+/// mrope sections, `vlsa` and `dit` `[layers, heads, head_dim]`, `head` `[hidden,
+/// embodiments]`; two cameras, 4 steps, 40 actions of which 16 are returned, 132-wide state
+/// and action of 8 and 7 real dimensions (LIBERO's), a stand-in prompt.
+#[allow(clippy::too_many_arguments)]
+fn gr00t_n1_7_sized(
+    [vh, vl, vheads, vinter, image_h, image_w]: [usize; 6],
+    deepstack: Vec<usize>,
+    lm: [usize; 4],
+    heads: [usize; 3],
+    mrope: [usize; 3],
+    vlsa: [usize; 3],
+    dit: [usize; 3],
+    [hidden, embodiments]: [usize; 2],
+) -> Gr00tN17Config {
+    let stack = |name, [layers, heads, head_dim]: [usize; 3]| BlockStack {
+        name,
+        layers,
+        heads,
+        head_dim,
+    };
+    let image_token = lm[3] - 12;
+    let vision = QwenVisionConfig {
+        hidden: vh,
+        layers: vl,
+        heads: vheads,
+        inter: vinter,
+        image_h,
+        image_w,
+        patch_size: 16,
+        merge: 2,
+        out: lm[0],
+        deepstack,
+    };
+    let n_images = 2;
+    Gr00tN17Config {
+        prompt: stand_in_prompt(n_images, vision.n_tokens(), image_token),
+        vision,
+        frame: FrameConfig {
+            edge: image_h.min(image_w),
+            crop: 0.95,
+        },
+        lm: lm_sizes(lm),
+        attn: DecoderConfig {
+            q_heads: heads[0],
+            kv_heads: heads[1],
+            head_dim: heads[2],
+            rope_theta: 5e6,
+            norm_eps: 1e-6,
+            ffn: GatedActivation::Silu,
+            qk_norm: true,
+            ..Default::default()
+        },
+        mrope: MropeConfig { sections: mrope },
+        vlsa: stack("vlsa", vlsa),
+        dit: stack("dit", dit),
+        text_every: 2,
+        head: HeadConfig {
+            embed: dit[1] * dit[2],
+            hidden,
+            future_tokens: 0,
+            max_seq_len: 64,
+            embodiments,
+            buckets: 1000,
+            image_token,
+        },
+        io: ActionIo {
+            n_images,
+            tokenizer_max_length: 16,
+            pad_token_id: 0,
+            chunk_size: 40,
+            num_steps: 4,
+            max_state_dim: 132,
+            max_action_dim: 132,
+            state_dim: 8,
+            action_dim: 7,
+        },
+        valid_horizon: 16,
+        embodiment_tags: format!(
+            r#"{{"libero_sim": 2, "new_embodiment": {}}}"#,
+            embodiments - 1
+        ),
+        default_embodiment: "libero_sim".into(),
+    }
+}
+
 /// A chat-shaped prompt of arbitrary ids around the instruction: a header, each camera's
 /// image tokens between two markers, and a footer.
 fn stand_in_prompt(cameras: usize, n_img: usize, image_token: usize) -> PromptIds {
@@ -312,5 +440,12 @@ mod tests {
         assert_eq!(count("aex.vlsa."), 201_433_088);
         let small = gr00t_small_config();
         crate::config::check(&small, small.arch()).unwrap();
+    }
+
+    #[test]
+    fn gr00t_n1_7_configs_pass_their_checks() {
+        for cfg in [gr00t_n1_7_small_config(), gr00t_n1_7_full_config()] {
+            crate::config::check(&cfg, cfg.arch()).unwrap();
+        }
     }
 }

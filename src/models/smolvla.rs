@@ -133,14 +133,16 @@ impl FlowArch for SmolVlaConfig {
         FlowSpec {
             io: self.io.clone(),
             vocab_size: self.lm.vocab_size,
-            camera: CameraInput {
-                size: self.vision.image_size,
-                resize: Resize::KeepAspectPad,
-                pad: 0.0,
-                align: PadAlign::BottomRight,
-                pixels: PixelMap::MinusOneToOne,
-            },
+            camera: CameraInput::square(
+                self.vision.image_size,
+                Resize::KeepAspectPad,
+                0.0,
+                PadAlign::BottomRight,
+                PixelMap::MinusOneToOne,
+            ),
             schedule: Schedule::OneToZero,
+            output_rows: self.io.chunk_size,
+            clip: false,
         }
     }
 

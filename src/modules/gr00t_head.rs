@@ -5,12 +5,42 @@
 //! cross-attending to the context's keys and values.
 
 use super::dit::TIMESTEP_CHANNELS;
+use super::dit::{action_time_encoding, timestep_projection};
 use super::dit::{block_kv, cross_blocks, dit, self_attention_stack, time_condition, BlockStack};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{layer_norm, linear_in_out};
-use crate::Result;
+use crate::{Result, Tensor};
+
+/// The embodiment-indexed MLPs: (prefix, layer names).
+const EMBODIMENT_MLPS: [(&str, &[&str]); 3] = [
+    ("aex.state_enc", &["l1", "l2"]),
+    ("aex.act_enc", &["W1", "W2", "W3"]),
+    ("aex.act_dec", &["l1", "l2"]),
+];
+
+/// The weights stored once per embodiment (`[E, in, out]` and `[E, out]` in the GGUF; the
+/// graphs read one embodiment's slice).
+pub fn embodiment_weights() -> Vec<String> {
+    EMBODIMENT_MLPS
+        .iter()
+        .flat_map(|(prefix, layers)| {
+            layers
+                .iter()
+                .flat_map(move |l| ["W", "b"].map(|w| format!("{prefix}.{l}.{w}")))
+        })
+        .collect()
+}
+
+/// The denoise graph's `time_emb` `[chunk, embed + 256]` at model time `t`: per action row
+/// the action encoder's sinusoid of the bucketed time, then the DiT's timestep projection
+/// (read from the first row).
+pub fn time_rows(t: f32, embed: usize, chunk: usize) -> Result<Tensor<'static>> {
+    let mut row = action_time_encoding(t, embed);
+    row.extend(timestep_projection(t));
+    Tensor::from_f32(vec![chunk, row.len()], row.repeat(chunk))
+}
 
 /// The action head's sizes. Keys: `input_embedding_dim`, `action_hidden`,
 /// `num_target_vision_tokens`, `max_seq_len`, `max_num_embodiments`, `num_timestep_buckets`,

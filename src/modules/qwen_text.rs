@@ -5,6 +5,40 @@
 //! QK-norm) with [`super::decoder::Rotary::Tables`] and the deepstack features as its row
 //! additions.
 
+use crate::config::{first_failing, Keys, Section};
+use crate::Result;
+
+/// The multimodal RoPE's frequency sections `[t, h, w]` (they sum to half the head width).
+/// Keys: `mrope_section_t`, `mrope_section_h`, `mrope_section_w`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MropeConfig {
+    pub sections: [usize; 3],
+}
+
+impl Section for MropeConfig {
+    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
+        let [t, h, w] = &mut self.sections;
+        k.usize("mrope_section_t", t)?;
+        k.usize("mrope_section_h", h)?;
+        k.usize("mrope_section_w", w)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        let [_, h, w] = self.sections;
+        first_failing(&[(
+            h <= 4096 && w <= 4096,
+            "mrope_section_h and mrope_section_w must be at most 4096",
+        )])
+    }
+}
+
+impl MropeConfig {
+    /// Whether the sections fill a head of `head_dim`.
+    pub fn fits(&self, head_dim: usize) -> bool {
+        self.sections.iter().sum::<usize>() * 2 == head_dim
+    }
+}
+
 /// An image in the sequence: its first token and its merged grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ImageSpan {

@@ -13,6 +13,8 @@
 //! Weights under `<prefix>.`: `patch_embd`, `pos_embd`, `blk.{i}.{ln1, attn_qkv, attn_o, ln2,
 //! fc1, fc2}`, `merger.{norm, fc1, fc2}`, `deepstack.{j}.{norm, fc1, fc2}`.
 
+use crate::config::limits::{MAX_LAYERS, MAX_PATCHES_PER_SIDE};
+use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{attend, layer_norm, linear, rope_tables, split_heads};
 use crate::{Result, Tensor};
@@ -37,6 +39,60 @@ pub struct QwenVisionConfig {
     /// Blocks whose outputs feed a deepstack merger, in order.
     pub deepstack: Vec<usize>,
 }
+
+/// Keys: `vit_hidden`, `vit_layers`, `vit_heads`, `vit_inter`, `image_height`, `image_width`,
+/// `patch_size`, `vit_merge`; `out` is the language model's width and `deepstack` an array
+/// the arch stores ([`DEEPSTACK_KEY`]).
+impl Section for QwenVisionConfig {
+    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
+        k.usize("vit_hidden", &mut self.hidden)?;
+        k.usize("vit_layers", &mut self.layers)?;
+        k.usize("vit_heads", &mut self.heads)?;
+        k.usize("vit_inter", &mut self.inter)?;
+        k.usize("image_height", &mut self.image_h)?;
+        k.usize("image_width", &mut self.image_w)?;
+        k.usize("patch_size", &mut self.patch_size)?;
+        k.usize("vit_merge", &mut self.merge)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        positive("vit_inter", self.inter)?;
+        bounded("vit_layers", self.layers, 1, MAX_LAYERS)?;
+        bounded("vit_merge", self.merge, 1, 16)?;
+        let block = self.patch_size * self.merge;
+        let fits = |side: usize| {
+            block > 0
+                && side > 0
+                && side.is_multiple_of(block)
+                && side / block <= MAX_PATCHES_PER_SIDE
+        };
+        let mut sorted = self.deepstack.clone();
+        sorted.dedup();
+        first_failing(&[
+            (
+                self.heads > 0 && self.hidden.is_multiple_of(self.heads),
+                "vit_hidden must be a positive multiple of vit_heads",
+            ),
+            (
+                self.heads > 0 && (self.hidden / self.heads).is_multiple_of(4) && self.hidden > 0,
+                "the tower's head width (vit_hidden / vit_heads) must be a multiple of 4",
+            ),
+            (
+                fits(self.image_h) && fits(self.image_w),
+                "image_height and image_width must be multiples of patch_size x vit_merge (at most 1024 merged blocks a side)",
+            ),
+            (
+                self.deepstack.iter().all(|&l| l < self.layers)
+                    && sorted.len() == self.deepstack.len()
+                    && self.deepstack.is_sorted(),
+                "vit_deepstack_layers must be increasing tower layers",
+            ),
+        ])
+    }
+}
+
+/// The `<arch>.` metadata array of the tower's deepstack taps.
+pub const DEEPSTACK_KEY: &str = "vit_deepstack_layers";
 
 impl QwenVisionConfig {
     /// Patch rows and columns.

@@ -2,6 +2,7 @@
 //! resized, padded and mapped to the tower's value range, states normalised and actions
 //! unnormalised with the checkpoint's statistics.
 
+pub mod area;
 pub mod bicubic;
 pub mod image;
 pub mod normalize;
@@ -37,8 +38,8 @@ impl PixelMap {
     }
 }
 
-/// How a frame becomes `size x size`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How a frame becomes `height x width`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum Resize {
     /// Bilinear (`F.interpolate`) keeping the aspect ratio, then padded (`pad`, `align`):
     /// SmolVLA, pi0, pi0.5.
@@ -47,12 +48,19 @@ pub enum Resize {
     /// Stretched with torchvision's anti-aliased bicubic on uint8 ([`bicubic`]; float frames
     /// are rounded to bytes first): GR00T's Eagle processor.
     StretchBicubicU8,
+    /// GR00T N1.7: [`area::gr00t_frame`] (OpenCV area resizes to the shortest edge `edge`
+    /// around a centre crop of `crop_fraction`), then [`Resize::StretchBicubicU8`] to the
+    /// model's size (the Qwen3-VL processor's `smart_resize`, which the converter computed
+    /// for the checkpoint's camera shape).
+    Gr00tFrame { edge: usize, crop_fraction: f64 },
 }
 
-/// One tower's camera preprocessing: resize into `size x size` ([`Resize`]), map the values.
+/// One tower's camera preprocessing: resize into `height x width` ([`Resize`]), map the
+/// values.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CameraInput {
-    pub size: usize,
+    pub height: usize,
+    pub width: usize,
     pub resize: Resize,
     /// Padding value in [0, 1] units (the references pad before mapping the range).
     pub pad: f32,
@@ -61,21 +69,49 @@ pub struct CameraInput {
 }
 
 impl CameraInput {
-    /// One camera view as a `[3, size, size]` model input.
+    /// A square input of side `size`.
+    pub fn square(
+        size: usize,
+        resize: Resize,
+        pad: f32,
+        align: PadAlign,
+        pixels: PixelMap,
+    ) -> Self {
+        CameraInput {
+            height: size,
+            width: size,
+            resize,
+            pad,
+            align,
+            pixels,
+        }
+    }
+
+    /// One camera view as a `[3, height, width]` model input.
     pub fn pixels(&self, img: &Image) -> Result<Vec<f32>> {
-        let s = self.size;
+        let (h, w) = (self.height, self.width);
         let mut out = match self.resize {
             Resize::KeepAspectPad => {
                 let unit = to_chw_unit(img)?;
-                resize_with_pad(&unit, img.height, img.width, s, s, self.pad, self.align)
+                resize_with_pad(&unit, img.height, img.width, h, w, self.pad, self.align)
             }
             Resize::StretchBicubicU8 => {
                 let bytes = image::to_hwc_u8(img)?;
-                let out = bicubic::resize_bicubic_aa(&bytes, img.height, img.width, s, s);
-                hwc_u8_to_chw_unit(&out, s * s)
+                let out = bicubic::resize_bicubic_aa(&bytes, img.height, img.width, h, w);
+                hwc_u8_to_chw_unit(&out, h * w)
+            }
+            Resize::Gr00tFrame {
+                edge,
+                crop_fraction,
+            } => {
+                let bytes = image::to_hwc_u8(img)?;
+                let size = (img.height, img.width);
+                let (frame, (fh, fw)) = area::gr00t_frame(&bytes, size, edge, crop_fraction);
+                let out = bicubic::resize_bicubic_aa(&frame, fh, fw, h, w);
+                hwc_u8_to_chw_unit(&out, h * w)
             }
         };
-        for (c, plane) in out.chunks_mut(s * s).enumerate() {
+        for (c, plane) in out.chunks_mut(h * w).enumerate() {
             for v in plane {
                 *v = self.pixels.apply(c, *v);
             }
@@ -107,13 +143,8 @@ mod tests {
             width: 1,
             data: ImageData::RgbF32(vec![0.0, 0.5, 1.0]),
         };
-        let cam = |pixels| CameraInput {
-            size: 1,
-            resize: Resize::KeepAspectPad,
-            pad: 0.0,
-            align: PadAlign::Center,
-            pixels,
-        };
+        let cam =
+            |pixels| CameraInput::square(1, Resize::KeepAspectPad, 0.0, PadAlign::Center, pixels);
         assert_eq!(
             cam(PixelMap::MinusOneToOne).pixels(&img).unwrap(),
             vec![-1.0, 0.0, 1.0]

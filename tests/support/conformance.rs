@@ -50,15 +50,19 @@ pub fn info_and_chunk_shape(case: &ArchCase) {
     assert!(sizes.iter().all(|&s| s > 0), "{n}: {info:?}");
     assert!(info.state_dim <= info.max_state_dim, "{n}: {info:?}");
     assert!(info.action_dim <= info.max_action_dim, "{n}: {info:?}");
+    assert!(
+        (1..=info.chunk_size).contains(&info.action_rows),
+        "{n}: {info:?}"
+    );
     let chunk = predict(case, p.as_mut(), &observation(&info, 1), "predict");
     assert_eq!(
         (chunk.chunk_size, chunk.action_dim),
-        (info.chunk_size, info.action_dim),
+        (info.action_rows, info.action_dim),
         "{n}: chunk shape"
     );
     assert_eq!(
         chunk.actions.len(),
-        info.chunk_size * info.action_dim,
+        info.action_rows * info.action_dim,
         "{n}"
     );
     assert!(

@@ -87,6 +87,32 @@ pub fn open(name: &str) -> Option<Box<dyn Backend>> {
     }
 }
 
+/// A still frame `[3, gh p, gw p]` back from Qwen-VL processor patch rows (`[gh gw, 3 * 2 *
+/// p * p]`: each row `[channel][time][py][px]`, the two time slices equal; rows in
+/// merge-window order, `m x m` windows row-major).
+pub fn qwen_patch_rows_to_chw(
+    rows: &[f32],
+    (gh, gw): (usize, usize),
+    p: usize,
+    m: usize,
+) -> Vec<f32> {
+    let (ih, iw) = (gh * p, gw * p);
+    let mut image = vec![0f32; 3 * ih * iw];
+    for k in 0..gh * gw {
+        let (block, ir, ic) = (k / (m * m), (k / m) % m, k % m);
+        let (r, c) = ((block / (gw / m)) * m + ir, (block % (gw / m)) * m + ic);
+        for ch in 0..3 {
+            for py in 0..p {
+                for px in 0..p {
+                    let src = k * 3 * 2 * p * p + ch * 2 * p * p + py * p + px;
+                    image[ch * ih * iw + (r * p + py) * iw + c * p + px] = rows[src];
+                }
+            }
+        }
+    }
+    image
+}
+
 pub fn max_abs(v: &[f32]) -> f32 {
     v.iter().fold(0f32, |a, x| a.max(x.abs()))
 }

@@ -446,6 +446,7 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "state_dim": info.state_dim,
         "max_state_dim": info.max_state_dim,
         "chunk_size": info.chunk_size,
+        "action_rows": info.action_rows,
         "action_dim": info.action_dim,
         "max_action_dim": info.max_action_dim,
         "num_steps": info.num_steps,

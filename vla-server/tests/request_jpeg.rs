@@ -12,6 +12,7 @@ fn info() -> PolicyInfo {
         max_state_dim: 8,
         state_dim: 2,
         chunk_size: 4,
+        action_rows: 4,
         max_action_dim: 8,
         action_dim: 2,
         num_steps: 1,

@@ -26,7 +26,7 @@ use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
 mod names;
-pub use names::name_map;
+pub use names::{head_name_map, name_map};
 
 const P: &str = "_groot_model.";
 const EAGLE_CACHE: &str = "lerobot/eagle2hg-processor-groot-n1p5";
@@ -75,7 +75,7 @@ pub fn convert(
         path: &policy_path,
         value: &policy_json,
     };
-    let base_path = base_config_path(ckpt, &policy, opts)?;
+    let base_path = base_config_path(ckpt, &policy, opts.base.as_deref())?;
     let base_json = read_json(&base_path)?;
     let base = Json {
         path: &base_path,
@@ -89,7 +89,7 @@ pub fn convert(
         value: &eagle_json,
     };
     let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
-    let pack = pack_step(ckpt)?;
+    let pack = pack_step(ckpt, PACK_STEP)?;
     let tokenizer_path = opts
         .tokenizer
         .clone()
@@ -158,8 +158,8 @@ pub fn convert(
 
 /// The GR00T model config: `--base`, else `base_model_path` relative to the checkpoint, else
 /// as given.
-fn base_config_path(ckpt: &Path, policy: &Json, opts: &Options) -> Result<PathBuf> {
-    if let Some(b) = &opts.base {
+pub(crate) fn base_config_path(ckpt: &Path, policy: &Json, base: Option<&Path>) -> Result<PathBuf> {
+    if let Some(b) = base {
         return Ok(b.join("config.json"));
     }
     let named = policy.str("base_model_path")?;
@@ -198,23 +198,20 @@ fn eagle_dir(ckpt: &Path, opts: &Options) -> Result<PathBuf> {
         })
 }
 
-/// The `groot_pack_inputs_v3` step of `policy_preprocessor.json`: (its config, its state
-/// file).
-fn pack_step(ckpt: &Path) -> Result<(serde_json::Value, PathBuf)> {
+/// The pack step `step` of `policy_preprocessor.json` (`groot_pack_inputs_v3` for N1.5):
+/// (its config, its state file).
+pub(crate) fn pack_step(ckpt: &Path, step: &str) -> Result<(serde_json::Value, PathBuf)> {
     let path = ckpt.join("policy_preprocessor.json");
-    if let Some(s) = super::processor_steps(&path, PACK_STEP)?.into_iter().next() {
+    if let Some(s) = super::processor_steps(&path, step)?.into_iter().next() {
         let file = s
             .get("state_file")
             .and_then(|f| f.as_str())
             .ok_or_else(|| {
-                ckpt_err(
-                    &path,
-                    format!("step {PACK_STEP} has no state_file (statistics)"),
-                )
+                ckpt_err(&path, format!("step {step} has no state_file (statistics)"))
             })?;
         return Ok((s["config"].clone(), ckpt.join(file)));
     }
-    Err(ckpt_err(&path, format!("no {PACK_STEP} step")))
+    Err(ckpt_err(&path, format!("no {step} step")))
 }
 
 fn read_config(

@@ -1,19 +1,36 @@
-//! The lerobot GR00T N1.5 state-dict keys of every GGUF tensor.
+//! The lerobot GR00T state-dict keys of every GGUF tensor: N1.5's, and the action head's
+//! that N1.5 and N1.7 share.
 
 use super::{Gr00tConfig, P};
+use crate::modules::dit::BlockStack;
 
 /// Our GGUF name -> the checkpoint key, for every weight of `cfg` (not the statistics).
 pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
     let vit = format!("{P}backbone.eagle_model.vision_model.vision_model.");
     let lm = format!("{P}backbone.eagle_model.language_model.model.");
-    let ah = format!("{P}action_head.");
     let mut m = crate::convert::siglip_name_map(&vit, cfg.vision.layers);
+    for p in ["weight", "bias"] {
+        m.push((
+            format!("mm.fc.{p}"),
+            format!("{P}backbone.eagle_model.mlp1.0.{p}"),
+        ));
+    }
+    m.extend(head_name_map(&cfg.vlsa, &cfg.dit));
+    m.extend(crate::convert::qwen::lm_name_map(&lm, cfg.lm.n_layers));
+    m
+}
+
+/// The action head's weights (`aex.*`, under `_groot_model.action_head.`): vlln, the VL
+/// self-attention blocks, the DiT, the position and future-token tables, the
+/// embodiment-specific MLPs.
+pub fn head_name_map(vlsa: &BlockStack, dit_cfg: &BlockStack) -> Vec<(String, String)> {
+    let ah = format!("{P}action_head.");
+    let mut m = Vec::new();
     let mut wb = |ours: &str, theirs: &str| {
         for p in ["weight", "bias"] {
             m.push((format!("{ours}.{p}"), format!("{theirs}.{p}")));
         }
     };
-    wb("mm.fc", &format!("{P}backbone.eagle_model.mlp1.0"));
     wb("aex.vlln", &format!("{ah}vlln"));
     let dit = format!("{ah}model.");
     for (ours, theirs) in [
@@ -57,13 +74,13 @@ pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
     m.extend(blocks(
         "dit",
         &dit,
-        cfg.dit.layers,
+        dit_cfg.layers,
         &[("adaln", "norm1.linear")],
     ));
     m.extend(blocks(
         "vlsa",
         &format!("{ah}vl_self_attention."),
-        cfg.vlsa.layers,
+        vlsa.layers,
         &[("norm1", "norm1"), ("norm3", "norm3")],
     ));
     for (ours, theirs) in [
@@ -91,6 +108,5 @@ pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
             m.push((format!("{ours}.{p}"), format!("{ah}{theirs}.{p}")));
         }
     }
-    m.extend(crate::convert::qwen::lm_name_map(&lm, cfg.lm.n_layers));
     m
 }

@@ -17,15 +17,16 @@
 
 use super::common::ActionIo;
 use super::embodiment::{self, KEY_DEFAULT, KEY_TAGS};
-use super::flow::{FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs, Segment};
+use super::flow::{FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder, WeightStore};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
-use crate::modules::dit::{action_time_encoding, timestep_projection, BlockStack};
+use crate::modules::dit::BlockStack;
 use crate::modules::flow::Schedule;
+use crate::modules::gr00t_head::time_rows;
 pub use crate::modules::gr00t_head::{ChunkShape, HeadConfig};
 use crate::modules::vision::VisionConfig;
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
@@ -35,13 +36,6 @@ pub const ARCH: &str = "gr00t_n1_5";
 
 /// The policy: GR00T N1.5's config under the flow-matching driver.
 pub type Gr00t = FlowPolicy<Gr00tConfig>;
-
-/// The embodiment-indexed MLPs: (prefix, layer names).
-const EMBODIMENT_MLPS: [(&str, &[&str]); 3] = [
-    ("aex.state_enc", &["l1", "l2"]),
-    ("aex.act_enc", &["W1", "W2", "W3"]),
-    ("aex.act_dec", &["l1", "l2"]),
-];
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Gr00tConfig {
@@ -166,22 +160,7 @@ impl Gr00tConfig {
 
     /// A causal sequence of [`Self::seq_len`] positions, the first `n_real` real.
     pub fn layout(&self, n_real: usize) -> PrefixLayout {
-        let segments: Vec<Segment> = (0..self.seq_len())
-            .map(|i| Segment::new(1, usize::from(i < n_real), i))
-            .collect();
-        PrefixLayout::new(&segments)
-    }
-
-    /// The embodiment-indexed weights, with their per-embodiment shapes.
-    fn embodiment_weights(&self) -> Vec<String> {
-        EMBODIMENT_MLPS
-            .iter()
-            .flat_map(|(prefix, layers)| {
-                layers
-                    .iter()
-                    .flat_map(move |l| ["W", "b"].map(|w| format!("{prefix}.{l}.{w}")))
-            })
-            .collect()
+        PrefixLayout::causal(self.seq_len(), n_real)
     }
 }
 
@@ -210,7 +189,7 @@ impl FlowArch for Gr00tConfig {
         };
         let text = |key: &str| file.get_str(&format!("{ARCH}.{key}")).map(str::to_owned);
         let fixed = Gr00tConfig {
-            prompt: PromptIds::read(file)?,
+            prompt: PromptIds::read(file, ARCH)?,
             embodiment_tags: text(KEY_TAGS)?,
             default_embodiment: text(KEY_DEFAULT)?,
             ..fixed
@@ -222,16 +201,18 @@ impl FlowArch for Gr00tConfig {
         FlowSpec {
             io: self.io.clone(),
             vocab_size: self.lm.vocab_size,
-            camera: CameraInput {
-                size: self.vision.image_size,
-                resize: Resize::StretchBicubicU8,
-                pad: 0.0,
-                align: PadAlign::Center,
-                pixels: PixelMap::MinusOneToOne,
-            },
+            camera: CameraInput::square(
+                self.vision.image_size,
+                Resize::StretchBicubicU8,
+                0.0,
+                PadAlign::Center,
+                PixelMap::MinusOneToOne,
+            ),
             schedule: Schedule::ZeroToOneBucketed {
                 buckets: self.head.buckets,
             },
+            output_rows: self.io.chunk_size,
+            clip: false,
         }
     }
 
@@ -274,10 +255,7 @@ impl FlowArch for Gr00tConfig {
     /// One row per action: the action encoder's sinusoid of the bucketed time, then the
     /// DiT's timestep projection (read from the first row).
     fn time_input(&self, t: f32) -> Result<Tensor<'static>> {
-        let mut row = action_time_encoding(t, self.head.embed);
-        row.extend(timestep_projection(t));
-        let c = self.io.chunk_size;
-        Tensor::from_f32(vec![c, row.len()], row.repeat(c))
+        time_rows(t, self.head.embed, self.io.chunk_size)
     }
 
     /// Min/max per feature (lerobot's GR00T normalisation).
@@ -290,19 +268,16 @@ impl FlowArch for Gr00tConfig {
 
     /// The graphs' weights, the embodiment-indexed ones with their leading embodiment axis.
     fn tensor_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
-        let indexed = self.embodiment_weights();
-        let mut shapes = crate::graph::declared_weights(&self.graphs(None)?)?;
-        for (name, shape) in &mut shapes {
-            if indexed.contains(name) {
-                shape.insert(0, self.head.embodiments);
-            }
-        }
-        Ok(shapes)
+        let shapes = crate::graph::declared_weights(&self.graphs(None)?)?;
+        Ok(embodiment::with_embodiment_axis(
+            shapes,
+            self.head.embodiments,
+        ))
     }
 
     fn write(&self, w: &mut GgufWriter) -> Result<()> {
         w.add_metadata("general.architecture", ARCH)?;
-        self.prompt.write(w)?;
+        self.prompt.write(w, ARCH)?;
         w.add_metadata(format!("{ARCH}.{KEY_TAGS}"), self.embodiment_tags.as_str())?;
         w.add_metadata(
             format!("{ARCH}.{KEY_DEFAULT}"),
@@ -316,16 +291,13 @@ impl FlowArch for Gr00tConfig {
         file: &mut GgufFile,
         requested: Option<&str>,
     ) -> Result<Option<String>> {
-        let (tag, id) = embodiment::resolve(
+        embodiment::select(
+            file,
             &self.embodiment_tags,
             &self.default_embodiment,
             requested,
             self.head.embodiments,
-        )?;
-        for name in self.embodiment_weights() {
-            file.select_index(&name, id)?;
-        }
-        Ok(Some(format!("{tag} ({id})")))
+        )
     }
 }
 

@@ -1,7 +1,7 @@
 //! The chat prompt around a GR00T instruction, as token ids stored in the GGUF, and the
 //! instruction text lerobot builds.
 
-use super::ARCH;
+use crate::config::{read_u32s, write_u32s};
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::{Error, Result};
 
@@ -18,31 +18,16 @@ const KEY_BEFORE: &str = "prompt_before_ids";
 const KEY_AFTER: &str = "prompt_after_ids";
 
 impl PromptIds {
-    pub(super) fn read(file: &GgufFile) -> Result<Self> {
-        let ids = |key: &str| -> Result<Vec<u32>> {
-            let key = format!("{ARCH}.{key}");
-            file.get_array(&key)?
-                .iter()
-                .map(|v| {
-                    v.as_u64()
-                        .and_then(|x| u32::try_from(x).ok())
-                        .ok_or_else(|| Error::InvalidArgument(format!("{key}: expected token ids")))
-                })
-                .collect()
-        };
+    pub fn read(file: &GgufFile, arch: &str) -> Result<Self> {
         Ok(PromptIds {
-            before: ids(KEY_BEFORE)?,
-            after: ids(KEY_AFTER)?,
+            before: read_u32s(file, arch, KEY_BEFORE)?,
+            after: read_u32s(file, arch, KEY_AFTER)?,
         })
     }
 
-    pub(super) fn write(&self, w: &mut GgufWriter) -> Result<()> {
-        use crate::gguf::{Value, ValueType};
-        for (key, ids) in [(KEY_BEFORE, &self.before), (KEY_AFTER, &self.after)] {
-            let items = ids.iter().map(|&i| Value::U32(i)).collect();
-            w.add_metadata(format!("{ARCH}.{key}"), Value::Array(ValueType::U32, items))?;
-        }
-        Ok(())
+    pub fn write(&self, w: &mut GgufWriter, arch: &str) -> Result<()> {
+        write_u32s(w, arch, KEY_BEFORE, &self.before)?;
+        write_u32s(w, arch, KEY_AFTER, &self.after)
     }
 
     /// Where each run of `n` `image` ids starts in `before`: an error unless there are
@@ -58,7 +43,7 @@ impl PromptIds {
             let len = self.before[i..].iter().take_while(|&&t| t == image).count();
             if len != n {
                 return Err(Error::InvalidArgument(format!(
-                    "{ARCH}.{KEY_BEFORE}: a run of {len} image tokens at {i}, expected {n}"
+                    "{KEY_BEFORE}: a run of {len} image tokens at {i}, expected {n}"
                 )));
             }
             starts.push(i);
@@ -66,13 +51,13 @@ impl PromptIds {
         }
         if starts.len() != cameras {
             return Err(Error::InvalidArgument(format!(
-                "{ARCH}.{KEY_BEFORE}: {} runs of image tokens for {cameras} cameras",
+                "{KEY_BEFORE}: {} runs of image tokens for {cameras} cameras",
                 starts.len()
             )));
         }
         if self.after.contains(&image) {
             return Err(Error::InvalidArgument(format!(
-                "{ARCH}.{KEY_AFTER}: image tokens after the instruction"
+                "{KEY_AFTER}: image tokens after the instruction"
             )));
         }
         Ok(starts)

@@ -221,8 +221,12 @@ fn run(args: Args) -> Result<()> {
         println!("embodiment {e}");
     }
     println!(
-        "shape     {} camera(s) at {}, chunk {} x {}, {} steps",
-        info.n_images, info.image_height, info.chunk_size, info.action_dim, info.num_steps
+        "shape     {} camera(s) at {}x{}, chunk {}, {} steps",
+        info.n_images,
+        info.image_height,
+        info.image_width,
+        info.chunk_text(),
+        info.num_steps
     );
     println!("iters     {} (after {} warm-up)", args.iters, args.warmup);
     report(&stages, &rows);

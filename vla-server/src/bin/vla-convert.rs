@@ -5,13 +5,14 @@
 //! vla-convert pi0 --ckpt path/to/lerobot_pi0_ckpt --out pi0.gguf [--tokenizer tokenizer.json]
 //! vla-convert pi05 --ckpt path/to/lerobot_pi05_ckpt --out pi05.gguf
 //! vla-convert gr00t_n1_5 --ckpt path/to/lerobot_groot_ckpt --out gr00t.gguf [--eagle DIR] [--base DIR]
+//! vla-convert gr00t_n1_7 --ckpt path/to/lerobot_groot_n17_ckpt --out gr00t17.gguf [--base DIR] [--backbone DIR]
 //! ```
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use vla::convert::{gr00t, pi0, smolvla};
+use vla::convert::{gr00t, gr00t_n1_7, pi0, smolvla};
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
 use vla::modules::vision::PatchPositions;
@@ -41,6 +42,11 @@ enum Command {
     /// processor folder (config, tokenizer).
     #[command(name = "gr00t_n1_5")]
     Gr00tN15(Gr00tArgs),
+    /// A lerobot GR00T N1.7 checkpoint folder (config.json, model.safetensors, processor
+    /// files), with the GR00T N1.7 model folder its base_model_path names and the Qwen3-VL
+    /// folder (config, preprocessor config, tokenizer) that folder's model_name names.
+    #[command(name = "gr00t_n1_7")]
+    Gr00tN17(Gr00tN17Args),
 }
 
 /// What every converter takes.
@@ -113,6 +119,21 @@ struct Gr00tArgs {
     tokenizer: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct Gr00tN17Args {
+    #[command(flatten)]
+    common: Common,
+    /// The GR00T N1.7 model folder (config.json: head sizes, select_layer, frame transform,
+    /// model_name); default: the checkpoint's base_model_path, relative to it or as given.
+    #[arg(long)]
+    base: Option<PathBuf>,
+    /// The Qwen3-VL folder (config.json, preprocessor_config.json, tokenizer.json), e.g. a
+    /// download of nvidia/Cosmos-Reason2-2B; default: the base config's model_name as a
+    /// folder relative to the checkpoint or the base folder.
+    #[arg(long)]
+    backbone: Option<PathBuf>,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Positions {
     Shifted,
@@ -143,6 +164,7 @@ fn main() {
         Command::Pi0(args) => convert_pi(args, pi0::Variant::Pi0),
         Command::Pi05(args) => convert_pi(args, pi0::Variant::Pi05),
         Command::Gr00tN15(args) => convert_gr00t(args),
+        Command::Gr00tN17(args) => convert_gr00t_n1_7(args),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -258,6 +280,40 @@ fn convert_gr00t(args: Gr00tArgs) -> Result<()> {
         c.io.n_images,
         c.io.chunk_size,
         c.io.action_dim,
+        c.default_embodiment,
+        GgmlType::from(dtype),
+    );
+    Ok(())
+}
+
+fn convert_gr00t_n1_7(args: Gr00tN17Args) -> Result<()> {
+    let (ckpt, out, dtype) = args.common.checked()?;
+    let opts = gr00t_n1_7::Options {
+        dtype: Some(dtype.into()),
+        base: args.base,
+        backbone: args.backbone,
+    };
+    let converted = with_progress(|p| gr00t_n1_7::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): gr00t_n1_7, vision {}x{} ({}x{}px, deepstack {:?}), LM {}x{}, VL self-attention {}, DiT {}x{}, {} cameras, chunk {}x{} ({} returned), default embodiment {}, weights {}",
+        out.display(),
+        c.vision.hidden,
+        c.vision.layers,
+        c.vision.image_h,
+        c.vision.image_w,
+        c.vision.deepstack,
+        c.lm.hidden,
+        c.lm.n_layers,
+        c.vlsa.layers,
+        c.dit.width(),
+        c.dit.layers,
+        c.io.n_images,
+        c.io.chunk_size,
+        c.io.action_dim,
+        c.valid_horizon,
         c.default_embodiment,
         GgmlType::from(dtype),
     );

@@ -36,15 +36,16 @@ enum Command {
     /// random-weight model of another arch, to a file.
     Demo {
         out: PathBuf,
-        /// smolvla (the demo), pi0, pi05 or gr00t_n1_5 (small random-weight configs, no
-        /// tokenizer).
+        /// smolvla (the demo), pi0, pi05, gr00t_n1_5 or gr00t_n1_7 (small random-weight
+        /// configs, no tokenizer).
         #[arg(long, default_value = "smolvla")]
         arch: String,
-        /// pi0/pi05/gr00t_n1_5 only: the released sizes (pi0: SigLIP So400m, Gemma 2B + 300M,
-        /// ~13 GB in f32; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB in f32), for benchmarks.
+        /// pi0/pi05/gr00t_n1_5/gr00t_n1_7 only: the released sizes (pi0: SigLIP So400m, Gemma
+        /// 2B + 300M, ~13 GB in f32; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB in f32; gr00t_n1_7:
+        /// Qwen3-VL-2B cut to 16 layers + DiT), for benchmarks.
         #[arg(long)]
         full: bool,
-        /// Type of the matmul weights of a pi0/pi05/gr00t_n1_5 model: f32, f16 or bf16.
+        /// Type of the matmul weights of a pi0/pi05/gr00t model: f32, f16 or bf16.
         #[arg(long, default_value = "f32")]
         dtype: String,
         /// Overwrite OUT if it exists.
@@ -182,7 +183,7 @@ fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) 
 
 fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool) -> Result<()> {
     use vla::gguf::GgmlType;
-    use vla::models::{gr00t, pi0, presets};
+    use vla::models::{gr00t, gr00t_n1_7, pi0, presets};
     if out.exists() && !force {
         bail!("{} exists: pass --force to overwrite it", out.display());
     }
@@ -202,7 +203,7 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
             );
         }
         ("smolvla", _) => {
-            bail!("--full and --dtype are for pi0, pi05 and gr00t_n1_5; the smolvla demo is fixed")
+            bail!("--full and --dtype are for pi0, pi05, gr00t_n1_5 and gr00t_n1_7; the smolvla demo is fixed")
         }
         (_, Some(v)) => {
             let cfg = match full {
@@ -218,7 +219,14 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
             };
             write_random(out, &cfg, arch, full, dtype, ty)?;
         }
-        _ => bail!("--arch {arch:?}: expected smolvla, pi0, pi05 or gr00t_n1_5"),
+        (gr00t_n1_7::ARCH, _) => {
+            let cfg = match full {
+                true => presets::gr00t_n1_7_full_config(),
+                false => presets::gr00t_n1_7_small_config(),
+            };
+            write_random(out, &cfg, arch, full, dtype, ty)?;
+        }
+        _ => bail!("--arch {arch:?}: expected smolvla, pi0, pi05, gr00t_n1_5 or gr00t_n1_7"),
     }
     Ok(())
 }

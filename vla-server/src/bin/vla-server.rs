@@ -78,13 +78,12 @@ fn run(args: ServerArgs) -> Result<()> {
     )?;
     writeln!(
         out,
-        "  io        {} camera(s) at {}x{}, state {}, chunk {} x {}, {} steps",
+        "  io        {} camera(s) at {}x{}, state {}, chunk {}, {} steps",
         info.n_images,
         info.image_height,
         info.image_width,
         info.state_dim,
-        info.chunk_size,
-        info.action_dim,
+        info.chunk_text(),
         info.num_steps
     )?;
     writeln!(

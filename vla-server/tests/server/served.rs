@@ -28,7 +28,7 @@ fn served_round_trip(case: &cases::ArchCase) {
         let resp = c.predict(&obs).unwrap_or_else(|e| panic!("{n}: {e}"));
         assert_eq!(
             (resp.chunk_size as usize, resp.action_dim as usize),
-            (info.chunk_size, info.action_dim),
+            (info.action_rows, info.action_dim),
             "{n}"
         );
         let want = reference.predict(&obs).unwrap().actions;

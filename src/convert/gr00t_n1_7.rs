@@ -1,0 +1,560 @@
+//! lerobot GR00T N1.7 checkpoint -> `gr00t_n1_7` GGUF (schema: docs/GGUF.md).
+//!
+//! Reads `<ckpt>/config.json` (lerobot's `GrootConfig`: cameras, state and action widths,
+//! `base_model_path`), `<ckpt>/model.safetensors` (every weight under `_groot_model.`), the
+//! GR00T N1.7 model config (`config.json` of the `base_model_path` folder: the head's sizes,
+//! `select_layer`, the frame transform, `model_name`), the Qwen3-VL folder `model_name` names
+//! (`config.json`, `preprocessor_config.json`, `tokenizer.json`; `--backbone DIR` for a hub
+//! name), and the `groot_n1_7_pack_inputs_v1` preprocessor step (embodiment map, valid
+//! horizon, per-group statistics of the active embodiment).
+//!
+//! The chat prompt is Qwen3-VL's template for one user turn without a system turn or a
+//! generation prompt: `<|im_start|>user\n`, per camera `<|vision_start|>` + `<|image_pad|>` x
+//! tokens + `<|vision_end|>`, the instruction, `<|im_end|>\n` ([`PromptIds`]). The frame size
+//! the model runs at is what the processors make of the checkpoint's camera shape: the
+//! eval transform ([`crate::preprocess::area::gr00t_frame`]), then Qwen's `smart_resize`.
+
+use super::gr00t::{base_config_path, head_name_map, pack_step, INSTRUCTION_TOKENS};
+use super::{ckpt_err, qwen, read_json, Json, Safetensors};
+use crate::config;
+use crate::gguf::{GgmlType, GgufWriter};
+use crate::layers::GatedActivation;
+use crate::models::common::ActionIo;
+use crate::models::flow::FlowArch;
+use crate::models::gr00t::PromptIds;
+use crate::models::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
+use crate::modules::decoder::{DecoderConfig, LmConfig};
+use crate::modules::dit::BlockStack;
+use crate::modules::gr00t_head::HeadConfig;
+use crate::modules::qwen_text::MropeConfig;
+use crate::modules::qwen_vision::QwenVisionConfig;
+use crate::preprocess::area::shortest_edge_size;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+use std::path::{Path, PathBuf};
+
+const P: &str = "_groot_model.";
+const PACK_STEP: &str = "groot_n1_7_pack_inputs_v1";
+
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Type of the 2-D matmul weights; everything else stays f32. Default F32.
+    pub dtype: Option<GgmlType>,
+    /// The GR00T N1.7 model folder (its `config.json`); default: `base_model_path`.
+    pub base: Option<PathBuf>,
+    /// The Qwen3-VL folder (config, preprocessor config, tokenizer); default: the base
+    /// config's `model_name`, relative to the checkpoint or to the base folder.
+    pub backbone: Option<PathBuf>,
+}
+
+pub struct Converted {
+    pub config: Gr00tN17Config,
+    pub writer: GgufWriter<'static>,
+    pub notes: Vec<String>,
+}
+
+/// A JSON file read whole.
+struct JsonFile {
+    path: PathBuf,
+    value: serde_json::Value,
+}
+
+impl JsonFile {
+    fn read(path: PathBuf) -> Result<Self> {
+        let value = read_json(&path)?;
+        Ok(JsonFile { path, value })
+    }
+
+    fn json(&self) -> Json<'_> {
+        Json {
+            path: &self.path,
+            value: &self.value,
+        }
+    }
+}
+
+/// Converts the lerobot GR00T N1.7 checkpoint folder `ckpt`. `progress(done, total, name)`
+/// is called once per tensor written.
+pub fn convert(
+    ckpt: &Path,
+    opts: &Options,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<Converted> {
+    let dtype = opts.dtype.unwrap_or(GgmlType::F32);
+    if !matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        return Err(Error::InvalidArgument(format!(
+            "--dtype {dtype}: expected f32, f16 or bf16"
+        )));
+    }
+    let policy = JsonFile::read(ckpt.join("config.json"))?;
+    let base = JsonFile::read(base_config_path(
+        ckpt,
+        &policy.json(),
+        opts.base.as_deref(),
+    )?)?;
+    let backbone = backbone_dir(ckpt, &base, opts)?;
+    let qwen_cfg = JsonFile::read(backbone.join("config.json"))?;
+    let image_proc = JsonFile::read(backbone.join("preprocessor_config.json"))?;
+    let tokenizer_path = backbone.join("tokenizer.json");
+    let tokenizer = Tokenizer::from_hf_file(&tokenizer_path)?;
+    let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
+    let (pack, _) = pack_step(ckpt, PACK_STEP)?;
+    let pack = Json {
+        path: &policy.path,
+        value: &pack,
+    };
+    let mut notes = Vec::new();
+    let config = read_config(
+        &policy.json(),
+        &base.json(),
+        &qwen_cfg.json(),
+        &image_proc.json(),
+        &pack,
+        &st,
+        &tokenizer,
+    )?;
+    config::check(&config, config.arch())?;
+    notes.push(format!(
+        "frames: {} x {} ({} tokens per camera), prompt: {} ids before the instruction, {} after",
+        config.vision.image_h,
+        config.vision.image_w,
+        config.n_img_tokens(),
+        config.prompt.before.len(),
+        config.prompt.after.len()
+    ));
+    let bb = format!("{P}backbone.model.");
+    let vit = format!("{bb}model.visual.");
+    let mut map = qwen::vision_name_map(&config.vision, &vit, "vit");
+    map.extend(qwen::lm_name_map(
+        &format!("{bb}model.language_model."),
+        config.lm.n_layers,
+    ));
+    map.extend(head_name_map(&config.vlsa, &config.dit));
+    // The features are read before the final norm, and the embeddings are tied to lm_head.
+    let norm = format!("{bb}model.language_model.norm.weight");
+    map.retain(|(ours, _)| ours != "vlm.output_norm.weight" && ours != "aex.future_tokens.weight");
+    let tied = format!("{bb}lm_head.weight");
+    if let Some(e) = map.iter_mut().find(|(ours, _)| ours == "token_embd.weight") {
+        if !st.contains(&e.1) && st.contains(&tied) {
+            e.1 = tied.clone();
+            notes.push("token embeddings from lm_head.weight (tied)".into());
+        }
+    }
+    let unused = [tied.as_str(), norm.as_str()];
+    let derived = [format!("{vit}patch_embed."), format!("{vit}pos_embed.")];
+    let derived: Vec<&str> = derived.iter().map(String::as_str).collect();
+    super::check_coverage(&st, &map, &unused, &derived)?;
+    let stats = read_stats(&pack, &config, &mut notes)?;
+
+    let mut w = GgufWriter::new();
+    config.write(&mut w)?;
+    let name = ckpt
+        .file_name()
+        .map_or(config.arch().into(), |n| n.to_string_lossy().into_owned());
+    w.add_metadata("general.name", name)?;
+    w.add_metadata(
+        "general.source",
+        "lerobot groot (N1.7) checkpoint (vla-convert)",
+    )?;
+    super::ship_tokenizer(
+        &mut w,
+        Some(tokenizer_path),
+        config.lm.vocab_size,
+        &mut notes,
+        "",
+    )?;
+    let mut shapes = config.tensor_shapes()?;
+    let extra = qwen::vision_derived(&st, &config.vision, &vit, "vit")?;
+    shapes.retain(|(n, _)| !extra.iter().any(|(e, _, _)| e == n));
+    map.retain(|(ours, _)| !extra.iter().any(|(e, _, _)| e == ours));
+    super::write_tensors(&mut w, &st, &map, shapes, dtype, |_, _| {}, stats, progress)?;
+    for (name, shape, vals) in extra {
+        let ty = match super::takes_float_dtype(&name, &shape) {
+            true => dtype,
+            false => GgmlType::F32,
+        };
+        w.add_f32(name, ty, &super::ggml_dims(&shape), &vals)?;
+    }
+    Ok(Converted {
+        config,
+        writer: w,
+        notes,
+    })
+}
+
+/// `--backbone`, else the base config's `model_name` as a folder relative to the
+/// checkpoint, to the base folder, or as given.
+fn backbone_dir(ckpt: &Path, base: &JsonFile, opts: &Options) -> Result<PathBuf> {
+    if let Some(b) = &opts.backbone {
+        return Ok(b.clone());
+    }
+    let named = base.json().str("model_name")?;
+    let base_dir = base.path.parent().unwrap_or(Path::new("."));
+    [ckpt.join(named), base_dir.join(named), PathBuf::from(named)]
+        .into_iter()
+        .find(|d| d.join("config.json").is_file())
+        .ok_or_else(|| {
+            ckpt_err(
+                &base.path,
+                format!("model_name {named:?}: no Qwen3-VL folder with a config.json there; pass --backbone DIR"),
+            )
+        })
+}
+
+/// Qwen2-VL's `smart_resize` with factor `f`: sides rounded to multiples of `f` (half to
+/// even), scaled down or up to fit `[min_pixels, max_pixels]`.
+fn smart_resize(
+    h: usize,
+    w: usize,
+    f: usize,
+    min_pixels: usize,
+    max_pixels: usize,
+) -> (usize, usize) {
+    let (hf, wf, ff) = (h as f64, w as f64, f as f64);
+    let mut hb = ((hf / ff).round_ties_even() * ff) as usize;
+    let mut wb = ((wf / ff).round_ties_even() * ff) as usize;
+    if hb * wb > max_pixels {
+        let beta = (hf * wf / max_pixels as f64).sqrt();
+        hb = f.max(((hf / beta / ff).floor() * ff) as usize);
+        wb = f.max(((wf / beta / ff).floor() * ff) as usize);
+    } else if hb * wb < min_pixels {
+        let beta = (min_pixels as f64 / (hf * wf)).sqrt();
+        hb = ((hf * beta / ff).ceil() * ff) as usize;
+        wb = ((wf * beta / ff).ceil() * ff) as usize;
+    }
+    (hb, wb)
+}
+
+/// The cameras' common `[C, H, W]` shape from the policy's input features.
+fn camera_shape(features: &Json) -> Result<(usize, usize)> {
+    let shapes: Vec<(usize, usize)> = features
+        .value
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, f)| f.get("type").and_then(|t| t.as_str()) == Some("VISUAL"))
+        .filter_map(|(_, f)| {
+            let s = f.get("shape")?.as_array()?;
+            let d = |i: usize| s.get(i)?.as_u64().map(|v| v as usize);
+            Some((d(1)?, d(2)?))
+        })
+        .collect();
+    match shapes.as_slice() {
+        [first, rest @ ..] if rest.iter().all(|s| s == first) && first.0 > 0 && first.1 > 0 => {
+            Ok(*first)
+        }
+        [] => Err(ckpt_err(features.path, "no camera (VISUAL) input feature")),
+        _ => Err(ckpt_err(
+            features.path,
+            format!("cameras of different shapes {shapes:?}: one frame size is supported"),
+        )),
+    }
+}
+
+fn read_config(
+    policy: &Json,
+    base: &Json,
+    qwen_cfg: &Json,
+    image_proc: &Json,
+    pack: &Json,
+    st: &Safetensors,
+    tokenizer: &Tokenizer,
+) -> Result<Gr00tN17Config> {
+    for (key, want) in [
+        ("use_alternate_vl_dit", true),
+        ("use_vlln", true),
+        ("add_pos_embed", true),
+        ("use_albumentations_transforms", true),
+        ("apply_sincos_state_encoding", false),
+        ("use_relative_action", false),
+        ("reproject_vision", false),
+    ] {
+        if base.bool_or(key, want) != want {
+            return Err(ckpt_err(
+                base.path,
+                format!("{key} = {}: not supported", !want),
+            ));
+        }
+    }
+    if base.usize("state_history_length").unwrap_or(1) != 1 {
+        return Err(ckpt_err(
+            base.path,
+            "state_history_length > 1: not supported",
+        ));
+    }
+    let dit_cfg = base.obj("diffusion_model_cfg")?;
+    let vlsa_cfg = base.obj("vl_self_attention_cfg")?;
+    let stack = |name, c: &Json| -> Result<BlockStack> {
+        if c.get("positional_embeddings").is_some() {
+            return Err(ckpt_err(
+                c.path,
+                "sinusoidal positional_embeddings: not supported",
+            ));
+        }
+        Ok(BlockStack {
+            name,
+            layers: c.usize("num_layers")?,
+            heads: c.usize("num_attention_heads")?,
+            head_dim: c.usize("attention_head_dim")?,
+        })
+    };
+    let v = qwen_cfg.obj("vision_config")?;
+    let t = qwen_cfg.obj("text_config")?;
+    let rope = t
+        .obj("rope_parameters")
+        .or_else(|_| t.obj("rope_scaling"))?;
+    let rope_theta = rope.f64("rope_theta").or_else(|_| t.f64("rope_theta"))?;
+    let sections = rope
+        .get("mrope_section")
+        .and_then(|s| s.as_array())
+        .filter(|s| s.len() == 3)
+        .and_then(|s| {
+            s.iter()
+                .map(|x| x.as_u64().map(|x| x as usize))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| ckpt_err(qwen_cfg.path, "text_config: no mrope_section of 3 values"))?;
+    if !rope.bool_or("mrope_interleaved", true) {
+        return Err(ckpt_err(
+            qwen_cfg.path,
+            "mrope_interleaved = false: not supported",
+        ));
+    }
+    if v.usize("temporal_patch_size")? != 2 {
+        return Err(ckpt_err(
+            qwen_cfg.path,
+            "temporal_patch_size != 2: not supported",
+        ));
+    }
+    // The frame the processors make of the camera.
+    let features = policy.obj("input_features")?;
+    let (cam_h, cam_w) = camera_shape(&features)?;
+    let edge = base.usize("shortest_image_edge")?;
+    let crop = base.f64("crop_fraction")?;
+    if !(crop > 0.0 && crop <= 1.0) {
+        return Err(ckpt_err(
+            base.path,
+            format!("crop_fraction {crop}: expected (0, 1]"),
+        ));
+    }
+    let (h1, w1) = shortest_edge_size(cam_h, cam_w, edge);
+    let cropped = (
+        ((h1 as f64 * crop) as usize).max(1),
+        ((w1 as f64 * crop) as usize).max(1),
+    );
+    let (fh, fw) = shortest_edge_size(cropped.0, cropped.1, edge);
+    let patch = v.usize("patch_size")?;
+    let merge = v.usize("spatial_merge_size")?;
+    let size = image_proc.get("size");
+    let pixels = |new: &str, old: &str| -> Result<usize> {
+        size.and_then(|s| s.get(new))
+            .or_else(|| image_proc.get(old))
+            .and_then(|x| x.as_u64())
+            .map(|x| x as usize)
+            .ok_or_else(|| ckpt_err(image_proc.path, format!("no size.{new} or {old}")))
+    };
+    let (min_px, max_px) = (
+        pixels("shortest_edge", "min_pixels")?,
+        pixels("longest_edge", "max_pixels")?,
+    );
+    let (image_h, image_w) = smart_resize(fh, fw, patch * merge, min_px, max_px);
+    let deepstack = v
+        .get("deepstack_visual_indexes")
+        .and_then(|d| d.as_array())
+        .map(|d| {
+            d.iter()
+                .filter_map(|x| x.as_u64().map(|x| x as usize))
+                .collect()
+        })
+        .unwrap_or_default();
+    let hidden = t.usize("hidden_size")?;
+    let vision = QwenVisionConfig {
+        hidden: v.usize("hidden_size")?,
+        layers: v.usize("depth")?,
+        heads: v.usize("num_heads")?,
+        inter: v.usize("intermediate_size")?,
+        image_h,
+        image_w,
+        patch_size: patch,
+        merge,
+        out: v.usize("out_hidden_size")?,
+        deepstack,
+    };
+    let lm_prefix = format!("{P}backbone.model.model.language_model.layers.");
+    let n_layers = super::count_layers(st, &lm_prefix, ".self_attn.q_proj.weight");
+    let select = base.usize("select_layer")?;
+    if n_layers != select {
+        return Err(ckpt_err(
+            st.path(),
+            format!("{n_layers} LM layers, select_layer {select}"),
+        ));
+    }
+    let image_token = qwen_cfg.usize("image_token_id")?;
+    let io = ActionIo {
+        n_images: super::count_visual_features(&features),
+        tokenizer_max_length: INSTRUCTION_TOKENS,
+        pad_token_id: 0,
+        chunk_size: base.usize("action_horizon")?,
+        num_steps: base.usize("num_inference_timesteps")?,
+        max_state_dim: base.usize("max_state_dim")?,
+        max_action_dim: base.usize("max_action_dim")?,
+        state_dim: super::feature_dim(&features, "observation.state")?,
+        action_dim: super::feature_dim(&policy.obj("output_features")?, "action")?,
+    };
+    let prompt = qwen_prompt(tokenizer, io.n_images, vision.n_tokens(), image_token)?;
+    Ok(Gr00tN17Config {
+        frame: FrameConfig { edge, crop },
+        lm: LmConfig {
+            hidden,
+            n_layers,
+            inter: t.usize("intermediate_size")?,
+            vocab_size: t.usize("vocab_size")?,
+        },
+        attn: DecoderConfig {
+            q_heads: t.usize("num_attention_heads")?,
+            kv_heads: t.usize("num_key_value_heads")?,
+            head_dim: t.usize("head_dim")?,
+            rope_theta: rope_theta as f32,
+            norm_eps: t.f64("rms_norm_eps")? as f32,
+            ffn: GatedActivation::Silu,
+            qk_norm: true,
+            ..Default::default()
+        },
+        mrope: MropeConfig {
+            sections: [sections[0], sections[1], sections[2]],
+        },
+        vlsa: stack("vlsa", &vlsa_cfg)?,
+        dit: stack("dit", &dit_cfg)?,
+        text_every: base.usize("attend_text_every_n_blocks")?,
+        head: HeadConfig {
+            embed: base.usize("input_embedding_dim")?,
+            hidden: base.usize("hidden_size")?,
+            future_tokens: 0,
+            max_seq_len: base.usize("max_seq_len")?,
+            embodiments: base.usize("max_num_embodiments")?,
+            buckets: base.usize("num_timestep_buckets")?,
+            image_token,
+        },
+        vision,
+        io,
+        valid_horizon: pack.usize("valid_action_horizon")?,
+        prompt,
+        embodiment_tags: pack
+            .get("embodiment_mapping")
+            .map(|m| m.to_string())
+            .ok_or_else(|| ckpt_err(pack.path, "no embodiment_mapping in the pack step"))?,
+        default_embodiment: pack.str("embodiment_tag")?.to_owned(),
+    })
+}
+
+/// Qwen3-VL's chat template for one user turn of `cameras` images and the instruction, no
+/// system turn, no generation prompt, split at the instruction.
+pub fn qwen_prompt(
+    tok: &Tokenizer,
+    cameras: usize,
+    n_img: usize,
+    image_token: usize,
+) -> Result<PromptIds> {
+    let pad = tok.token(image_token as u32).unwrap_or_default().to_owned();
+    if pad.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "the tokenizer has no token {image_token} (image_token_id)"
+        )));
+    }
+    let mut before = String::from("<|im_start|>user\n");
+    for _ in 0..cameras {
+        before.push_str(&format!(
+            "<|vision_start|>{}<|vision_end|>",
+            pad.repeat(n_img)
+        ));
+    }
+    Ok(PromptIds {
+        before: tok.encode(&before)?,
+        after: tok.encode("<|im_end|>\n")?,
+    })
+}
+
+/// The active embodiment's per-group statistics (`raw_stats`, groups in the modality
+/// config's order): q01/q99 with `use_percentiles`, else min/max, stored as the
+/// normaliser's min/max.
+fn read_stats(
+    pack: &Json,
+    cfg: &Gr00tN17Config,
+    notes: &mut Vec<String>,
+) -> Result<Vec<(String, Vec<f32>)>> {
+    if !pack.bool_or("normalize_min_max", true) || !pack.bool_or("clip_outliers", true) {
+        return Err(ckpt_err(
+            pack.path,
+            "normalize_min_max or clip_outliers off: not supported",
+        ));
+    }
+    let (lo, hi) = match pack.bool_or("use_percentiles", false) {
+        true => ("q01", "q99"),
+        false => ("min", "max"),
+    };
+    let raw = pack.obj("raw_stats")?;
+    let modality = pack.obj("modality_config")?;
+    let mut out = Vec::new();
+    for (what, dim) in [("state", cfg.io.state_dim), ("action", cfg.io.action_dim)] {
+        let m = modality.obj(what)?;
+        if what == "action" {
+            let relative = m
+                .get("action_configs")
+                .and_then(|c| c.as_array())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|a| a.get("rep").and_then(|r| r.as_str()) != Some("absolute"))
+                });
+            if relative {
+                return Err(ckpt_err(pack.path, "relative action groups: not supported"));
+            }
+        }
+        let groups: Vec<&str> = m
+            .get("modality_keys")
+            .and_then(|k| k.as_array())
+            .map(|k| k.iter().filter_map(|x| x.as_str()).collect())
+            .unwrap_or_default();
+        let stats = raw.obj(what)?;
+        for (key, ours) in [(lo, "min"), (hi, "max")] {
+            let mut vals = Vec::new();
+            for g in &groups {
+                let v = stats
+                    .obj(g)?
+                    .get(key)
+                    .and_then(|v| v.as_array())
+                    .ok_or_else(|| {
+                        ckpt_err(pack.path, format!("raw_stats.{what}.{g} has no {key}"))
+                    })?;
+                vals.extend(v.iter().map(|x| x.as_f64().unwrap_or(f64::NAN) as f32));
+            }
+            if vals.len() != dim || vals.iter().any(|x| !x.is_finite()) {
+                return Err(ckpt_err(
+                    pack.path,
+                    format!(
+                        "raw_stats.{what}: {} finite {key} values for a {dim}-wide feature",
+                        vals.len()
+                    ),
+                ));
+            }
+            out.push((format!("{what}_{ours}"), vals));
+        }
+    }
+    notes.push(format!(
+        "statistics ({lo}/{hi} per group, clipped) from the {PACK_STEP} step"
+    ));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smart_resize_rounds_to_the_factor_and_fits_the_pixel_bounds() {
+        assert_eq!(smart_resize(64, 97, 32, 4096, 1 << 20), (64, 96));
+        assert_eq!(smart_resize(256, 256, 32, 65536, 1 << 24), (256, 256));
+        // Too few pixels: scaled up; too many: scaled down.
+        assert_eq!(smart_resize(40, 40, 32, 4096, 1 << 20), (64, 64));
+        assert_eq!(smart_resize(1000, 1000, 32, 1024, 512 * 512), (512, 512));
+    }
+}

@@ -1,0 +1,128 @@
+//! GR00T N1.7's graphs, shared by the policy and by tests that inspect intermediate tensors.
+//! Each takes a builder over the GGUF (or a declaring one) and the config.
+
+use super::Gr00tN17Config;
+use crate::graph::{Graph, GraphBuilder, NodeId};
+use crate::layers::splice_rows;
+use crate::models::flow::{mask_constant, valid_rows, VALID};
+use crate::modules::decoder::{decoder_stack, Rotary};
+use crate::modules::dit::cross_blocks;
+use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context};
+use crate::modules::qwen_text::mrope_tables;
+use crate::modules::qwen_vision::qwen_vision_tower;
+use crate::{Result, Tensor};
+
+/// `parts` side by side along `axis` (one part as is).
+fn concat(g: &mut GraphBuilder, parts: &[NodeId], axis: usize) -> Result<NodeId> {
+    match parts {
+        [one] => Ok(*one),
+        _ => g.concat(parts, axis),
+    }
+}
+
+/// `image.{i}` `[3, H, W]` in [-1, 1] -> `[n_images * T, (1 + taps) * hidden]`: per camera
+/// its merged tokens, then each deepstack tap's features, side by side (one output keeps
+/// the driver's contract).
+pub fn vision(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
+    let (h, w) = (cfg.vision.image_h, cfg.vision.image_w);
+    let views = (0..cfg.io.n_images)
+        .map(|i| {
+            let img = g.input(format!("image.{i}"), &[3, h, w]);
+            let (merged, taps) = qwen_vision_tower(&mut g, img, &cfg.vision, "vit")?;
+            let mut parts = vec![merged];
+            parts.extend(taps);
+            concat(&mut g, &parts, 1)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let out = concat(&mut g, &views, 0)?;
+    g.build(&[out])
+}
+
+/// Column block `k` (0: merged tokens, `1 + j`: deepstack tap `j`) of camera `i`'s rows.
+fn camera_block(
+    g: &mut GraphBuilder,
+    img: NodeId,
+    cfg: &Gr00tN17Config,
+    i: usize,
+    k: usize,
+) -> Result<NodeId> {
+    let (t, h) = (cfg.n_img_tokens(), cfg.lm.hidden);
+    let rows = g.slice(img, 0, i * t, t)?;
+    g.slice(rows, 1, k * h, h)
+}
+
+/// The backbone's features (the language model over the spliced prompt, causal, multimodal
+/// RoPE, the deepstack features added at the image rows after the first layers; the last
+/// kept layer's output, no final norm) and the head's context from them (`vlln`, the VL
+/// self-attention over the real tokens), `[L, hidden]` each. Inputs `img_tokens` (the
+/// vision graph's output), `tokens` `[L]`, `valid` `[L]`.
+pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, NodeId)> {
+    let (l, h, a) = (cfg.seq_len(), cfg.lm.hidden, &cfg.attn);
+    let taps = cfg.vision.deepstack.len();
+    let img = g.input(
+        "img_tokens",
+        &[cfg.io.n_images * cfg.n_img_tokens(), (1 + taps) * h],
+    );
+    let tokens = g.input("tokens", &[l]);
+    let valid = g.input(VALID, &[l]);
+    let mask = cfg.layout(l).allowed(g, valid)?;
+    let table = g.weight("token_embd.weight", &[cfg.lm.vocab_size, h])?;
+    let text = g.embedding(table, tokens)?;
+    let spans = cfg.image_spans();
+    let at = |g: &mut GraphBuilder, k: usize| -> Result<Vec<(usize, NodeId)>> {
+        spans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Ok((s.start, camera_block(g, img, cfg, i, k)?)))
+            .collect()
+    };
+    let pieces = at(g, 0)?;
+    let x = splice_rows(g, text, &pieces, false)?;
+    let adds = (1..=taps).map(|k| at(g, k)).collect::<Result<Vec<_>>>()?;
+    let (cos, sin) = mrope_tables(
+        &cfg.positions(),
+        a.head_dim,
+        a.rope_theta,
+        cfg.mrope.sections,
+    );
+    let shape = vec![l, 1, a.head_dim];
+    let cos = g.constant("vlm.mrope_cos", Tensor::from_f32(shape.clone(), cos)?)?;
+    let sin = g.constant("vlm.mrope_sin", Tensor::from_f32(shape, sin)?)?;
+    let rotary = Rotary::Tables { cos, sin };
+    let (n, inter) = (cfg.lm.n_layers, cfg.lm.inter);
+    let features = decoder_stack(g, x, "vlm", n, inter, a, rotary, Some(mask), &adds)?;
+    let keys = valid_rows(g, valid, l)?;
+    Ok((features, vl_context(g, features, keys, &cfg.vlsa)?))
+}
+
+/// [`backbone`], then the keys and values `[L, dit_heads, dit_head_dim]` of every
+/// cross-attending DiT block, in block order (k, v).
+pub fn prefill(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
+    let (_, vl) = backbone(&mut g, cfg)?;
+    let outputs = cross_kv(&mut g, vl, &cfg.dit)?;
+    g.build(&outputs)
+}
+
+/// One velocity. Inputs `x_t` `[chunk, max_action_dim]`, `time_emb` `[chunk, E + 256]`,
+/// `state` `[1, max_state_dim]`, the prefill's `valid` `[L]` and `kv.{j}.k` / `kv.{j}.v`.
+/// Cross-attending block `2 j` sees the real text tokens or the image tokens
+/// ([`Gr00tN17Config::attends_text`]). Output `[chunk, max_action_dim]`.
+pub fn denoise(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
+    let (io, l, s) = (cfg.chunk_shape(), cfg.seq_len(), cfg.suffix_len());
+    let valid = g.input(VALID, &[l]);
+    let inputs = head_inputs(&mut g, &cfg.head, &cfg.dit, io, l)?;
+    let is_image = cfg.image_rows();
+    let text = mask_constant(&mut g, "mask.text_tokens", 1, l, |_, j| !is_image[j])?;
+    let text = g.reshape(text, &[l])?;
+    let text = g.mul(valid, text)?;
+    let text = valid_rows(&mut g, text, s)?;
+    let image = mask_constant(&mut g, "mask.image_tokens", s, l, |_, j| is_image[j])?;
+    let masks: Vec<NodeId> = (0..cross_blocks(&cfg.dit))
+        .map(|j| match cfg.attends_text(2 * j) {
+            true => text,
+            false => image,
+        })
+        .collect();
+    let v = velocity_of(&mut g, &cfg.head, &cfg.dit, io, inputs, &masks)?;
+    g.build(&[v])
+}
