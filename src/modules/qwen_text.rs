@@ -5,8 +5,11 @@
 //! QK-norm) with [`super::decoder::Rotary::Tables`] and the deepstack features as its row
 //! additions.
 
+use super::decoder::{decoder_stack, DecoderConfig, LmConfig, Rotary};
 use crate::config::{first_failing, Keys, Section};
-use crate::Result;
+use crate::graph::{GraphBuilder, NodeId};
+use crate::layers::splice_rows;
+use crate::{Result, Tensor};
 
 /// The multimodal RoPE's frequency sections `[t, h, w]` (they sum to half the head width).
 /// Keys: `mrope_section_t`, `mrope_section_h`, `mrope_section_w`.
@@ -55,6 +58,64 @@ impl ImageSpan {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// One image of a prompt: where its tokens go, its merged tokens and its deepstack features
+/// (`[span.len(), hidden]` each).
+pub struct ImageRows {
+    pub span: ImageSpan,
+    pub merged: NodeId,
+    pub deepstack: Vec<NodeId>,
+}
+
+/// The Qwen3-VL language model over `tokens` `[L]` (ids, embedded by `token_embd.weight`)
+/// with each image's merged tokens in place of its span, `lm.n_layers` decoder layers
+/// `vlm.blk.*` under `mask` `[L, L]`, rotated by the M-RoPE tables of [`mrope_positions`]
+/// (graph constants), the deepstack features `j` added at the image rows after layer `j`:
+/// the last layer's output, before any final norm, `[L, hidden]`.
+pub fn qwen_vl_features(
+    g: &mut GraphBuilder,
+    tokens: NodeId,
+    images: &[ImageRows],
+    (lm, attn, mrope): (&LmConfig, &DecoderConfig, &MropeConfig),
+    mask: NodeId,
+) -> Result<NodeId> {
+    let l = g.shape(tokens)[0];
+    let table = g.weight("token_embd.weight", &[lm.vocab_size, lm.hidden])?;
+    let text = g.embedding(table, tokens)?;
+    let pieces: Vec<(usize, NodeId)> = images.iter().map(|im| (im.span.start, im.merged)).collect();
+    let x = splice_rows(g, text, &pieces, false)?;
+    let taps = images
+        .iter()
+        .map(|im| im.deepstack.len())
+        .max()
+        .unwrap_or(0);
+    let adds: Vec<Vec<(usize, NodeId)>> = (0..taps)
+        .map(|j| {
+            images
+                .iter()
+                .filter_map(|im| im.deepstack.get(j).map(|&f| (im.span.start, f)))
+                .collect()
+        })
+        .collect();
+    let spans: Vec<ImageSpan> = images.iter().map(|im| im.span).collect();
+    let positions = mrope_positions(l, &spans);
+    let (cos, sin) = mrope_tables(&positions, attn.head_dim, attn.rope_theta, mrope.sections);
+    let shape = vec![l, 1, attn.head_dim];
+    let cos = g.constant("vlm.mrope_cos", Tensor::from_f32(shape.clone(), cos)?)?;
+    let sin = g.constant("vlm.mrope_sin", Tensor::from_f32(shape, sin)?)?;
+    let rotary = Rotary::Tables { cos, sin };
+    decoder_stack(
+        g,
+        x,
+        "vlm",
+        lm.n_layers,
+        lm.inter,
+        attn,
+        rotary,
+        Some(mask),
+        &adds,
+    )
 }
 
 /// `(t, h, w)` positions of a sequence of `len` tokens with `images` (sorted) for one still

@@ -3,14 +3,12 @@
 
 use super::Gr00tN17Config;
 use crate::graph::{Graph, GraphBuilder, NodeId};
-use crate::layers::splice_rows;
 use crate::models::flow::{mask_constant, valid_rows, VALID};
-use crate::modules::decoder::{decoder_stack, Rotary};
 use crate::modules::dit::cross_blocks;
 use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context};
-use crate::modules::qwen_text::mrope_tables;
+use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
 use crate::modules::qwen_vision::qwen_vision_tower;
-use crate::{Result, Tensor};
+use crate::Result;
 
 /// `parts` side by side along `axis` (one part as is).
 fn concat(g: &mut GraphBuilder, parts: &[NodeId], axis: usize) -> Result<NodeId> {
@@ -57,7 +55,7 @@ fn camera_block(
 /// self-attention over the real tokens), `[L, hidden]` each. Inputs `img_tokens` (the
 /// vision graph's output), `tokens` `[L]`, `valid` `[L]`.
 pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, NodeId)> {
-    let (l, h, a) = (cfg.seq_len(), cfg.lm.hidden, &cfg.attn);
+    let (l, h) = (cfg.seq_len(), cfg.lm.hidden);
     let taps = cfg.vision.deepstack.len();
     let img = g.input(
         "img_tokens",
@@ -66,31 +64,22 @@ pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, N
     let tokens = g.input("tokens", &[l]);
     let valid = g.input(VALID, &[l]);
     let mask = cfg.layout(l).allowed(g, valid)?;
-    let table = g.weight("token_embd.weight", &[cfg.lm.vocab_size, h])?;
-    let text = g.embedding(table, tokens)?;
-    let spans = cfg.image_spans();
-    let at = |g: &mut GraphBuilder, k: usize| -> Result<Vec<(usize, NodeId)>> {
-        spans
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Ok((s.start, camera_block(g, img, cfg, i, k)?)))
-            .collect()
-    };
-    let pieces = at(g, 0)?;
-    let x = splice_rows(g, text, &pieces, false)?;
-    let adds = (1..=taps).map(|k| at(g, k)).collect::<Result<Vec<_>>>()?;
-    let (cos, sin) = mrope_tables(
-        &cfg.positions(),
-        a.head_dim,
-        a.rope_theta,
-        cfg.mrope.sections,
-    );
-    let shape = vec![l, 1, a.head_dim];
-    let cos = g.constant("vlm.mrope_cos", Tensor::from_f32(shape.clone(), cos)?)?;
-    let sin = g.constant("vlm.mrope_sin", Tensor::from_f32(shape, sin)?)?;
-    let rotary = Rotary::Tables { cos, sin };
-    let (n, inter) = (cfg.lm.n_layers, cfg.lm.inter);
-    let features = decoder_stack(g, x, "vlm", n, inter, a, rotary, Some(mask), &adds)?;
+    let images = cfg
+        .image_spans()
+        .into_iter()
+        .enumerate()
+        .map(|(i, span)| {
+            Ok(ImageRows {
+                span,
+                merged: camera_block(g, img, cfg, i, 0)?,
+                deepstack: (1..=taps)
+                    .map(|k| camera_block(g, img, cfg, i, k))
+                    .collect::<Result<_>>()?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let lm = (&cfg.lm, &cfg.attn, &cfg.mrope);
+    let features = qwen_vl_features(g, tokens, &images, lm, mask)?;
     let keys = valid_rows(g, valid, l)?;
     Ok((features, vl_context(g, features, keys, &cfg.vlsa)?))
 }

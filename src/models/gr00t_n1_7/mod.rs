@@ -24,7 +24,7 @@ use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
 use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::{time_rows, ChunkShape, HeadConfig};
-use crate::modules::qwen_text::{mrope_positions, ImageSpan, MropeConfig};
+use crate::modules::qwen_text::{ImageSpan, MropeConfig};
 use crate::modules::qwen_vision::{QwenVisionConfig, DEEPSTACK_KEY};
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::{Result, Tensor};
@@ -206,11 +206,6 @@ impl Gr00tN17Config {
                 grid_w: cols / m,
             })
             .collect()
-    }
-
-    /// The `(t, h, w)` rotary positions of the whole sequence (padding continues the text).
-    pub fn positions(&self) -> Vec<[f32; 3]> {
-        mrope_positions(self.seq_len(), &self.image_spans())
     }
 
     /// Per sequence position: whether it holds an image token.
