@@ -151,8 +151,7 @@ fn modulation(
 #[allow(clippy::too_many_arguments)]
 /// The DiT over `x` `[S, width]` with time condition `temb` `[1, width]`: block `i` attends
 /// to `cross[i / 2]` (keys and values of the context, allowed keys `cross_masks[i / 2]`
-/// `[S, context]`) when `i` is even
-/// and to itself when odd (`interleave_self_attention`); then the modulated output norm and
+/// `[S, context]`, all when there is no such mask) when `i` is even and to itself when odd (`interleave_self_attention`); then the modulated output norm and
 /// `proj_out2` to `out` wide. Weights under `<prefix>.`.
 pub fn dit(
     g: &mut GraphBuilder,
@@ -170,7 +169,7 @@ pub fn dit(
         let (scale, shift) = modulation(g, temb, &format!("{p}.adaln"), d)?;
         let h = modulated_layer_norm(g, x, scale, shift, BLOCK_EPS)?;
         let (kv, mask) = match i % 2 {
-            0 => (Some(cross[i / 2]), Some(cross_masks[i / 2])),
+            0 => (Some(cross[i / 2]), cross_masks.get(i / 2).copied()),
             _ => (None, None),
         };
         x = finish_block(g, x, h, kv, mask, &p, cfg, false)?;

@@ -10,7 +10,7 @@ use super::dit::{block_kv, cross_blocks, dit, self_attention_stack, time_conditi
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
-use crate::layers::{layer_norm, linear_in_out};
+use crate::layers::{layer_norm, linear, linear_in_out};
 use crate::{Result, Tensor};
 
 /// The embodiment-indexed MLPs: (prefix, layer names).
@@ -122,16 +122,36 @@ pub fn cross_kv(g: &mut GraphBuilder, context: NodeId, cfg: &BlockStack) -> Resu
     Ok(outputs)
 }
 
-/// An embodiment MLP `<prefix>.{l1, l2}` with ReLU between the layers.
-fn embodiment_mlp(
+/// How the head's state and action encoders and action decoder store their layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadLinears {
+    /// One embodiment's `[in, out]` slice, `<layer>.W` and `<layer>.b` (GR00T's
+    /// `CategorySpecificLinear`).
+    PerEmbodiment,
+    /// `nn.Linear`: `<layer>.weight` `[out, in]` and `<layer>.bias` (VLA-JEPA).
+    Plain,
+}
+
+impl HeadLinears {
+    fn apply(self, g: &mut GraphBuilder, x: NodeId, prefix: &str, out: usize) -> Result<NodeId> {
+        match self {
+            HeadLinears::PerEmbodiment => linear_in_out(g, x, prefix, out),
+            HeadLinears::Plain => linear(g, x, prefix, out, true),
+        }
+    }
+}
+
+/// An MLP `<prefix>.{l1, l2}` with ReLU between the layers.
+fn mlp(
     g: &mut GraphBuilder,
     x: NodeId,
     prefix: &str,
     widths: [usize; 2],
+    kind: HeadLinears,
 ) -> Result<NodeId> {
-    let h = linear_in_out(g, x, &format!("{prefix}.l1"), widths[0])?;
+    let h = kind.apply(g, x, &format!("{prefix}.l1"), widths[0])?;
     let h = g.relu(h);
-    linear_in_out(g, h, &format!("{prefix}.l2"), widths[1])
+    kind.apply(g, h, &format!("{prefix}.l2"), widths[1])
 }
 
 /// The chunk's shape: actions per chunk and the padded state and action widths.
@@ -180,24 +200,23 @@ pub fn head_inputs(
 
 /// The velocity `[chunk, max_action_dim]`: state and action tokens (the actions with their
 /// position rows), the future tokens between them, the DiT (cross-attending block `j`
-/// limited to `cross_masks[j]` `[1 + future + chunk, L]`), the action decoder on the action
-/// rows.
+/// limited to `cross_masks[j]` `[1 + future + chunk, L]`, or unmasked when `cross_masks` is
+/// empty), the action decoder on the action rows; encoders and decoder stored as `kind`.
 pub fn velocity_of(
     g: &mut GraphBuilder,
-    head: &HeadConfig,
-    dit_cfg: &BlockStack,
+    (head, dit_cfg, kind): (&HeadConfig, &BlockStack, HeadLinears),
     io: ChunkShape,
     inputs: HeadInputs,
     cross_masks: &[NodeId],
 ) -> Result<NodeId> {
     let (c, e) = (io.chunk, head.embed);
-    let state = embodiment_mlp(g, inputs.state, "aex.state_enc", [head.hidden, e])?;
+    let state = mlp(g, inputs.state, "aex.state_enc", [head.hidden, e], kind)?;
     let tau = g.slice(inputs.time, 1, 0, e)?;
-    let a = linear_in_out(g, inputs.x_t, "aex.act_enc.W1", e)?;
+    let a = kind.apply(g, inputs.x_t, "aex.act_enc.W1", e)?;
     let a = g.concat(&[a, tau], 1)?;
-    let a = linear_in_out(g, a, "aex.act_enc.W2", e)?;
+    let a = kind.apply(g, a, "aex.act_enc.W2", e)?;
     let a = g.silu(a);
-    let a = linear_in_out(g, a, "aex.act_enc.W3", e)?;
+    let a = kind.apply(g, a, "aex.act_enc.W3", e)?;
     let pos = g.weight("aex.pos_embd.weight", &[head.max_seq_len, e])?;
     let pos = g.slice(pos, 0, 0, c)?;
     let a = g.add(a, pos)?;
@@ -222,5 +241,11 @@ pub fn velocity_of(
     )?;
     let s = head.suffix_len(c);
     let out = g.slice(out, 0, s - c, c)?;
-    embodiment_mlp(g, out, "aex.act_dec", [head.hidden, io.max_action_dim])
+    mlp(
+        g,
+        out,
+        "aex.act_dec",
+        [head.hidden, io.max_action_dim],
+        kind,
+    )
 }

@@ -7,7 +7,7 @@ use crate::layers::{linear, rms_norm, splice_rows};
 use crate::models::flow::{valid_rows, VALID};
 use crate::modules::decoder::decoder_stack;
 use crate::modules::dit::cross_blocks;
-use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context};
+use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context, HeadLinears};
 use crate::modules::vision::vision_tower;
 use crate::Result;
 
@@ -90,5 +90,6 @@ fn velocity(g: &mut GraphBuilder, cfg: &Gr00tConfig) -> Result<NodeId> {
     let inputs = head_inputs(g, &cfg.head, &cfg.dit, io, l)?;
     let mask = valid_rows(g, valid, cfg.suffix_len())?;
     let masks = vec![mask; cross_blocks(&cfg.dit)];
-    velocity_of(g, &cfg.head, &cfg.dit, io, inputs, &masks)
+    let head = (&cfg.head, &cfg.dit, HeadLinears::PerEmbodiment);
+    velocity_of(g, head, io, inputs, &masks)
 }

@@ -5,7 +5,7 @@ use super::Gr00tN17Config;
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::models::flow::{mask_constant, valid_rows, VALID};
 use crate::modules::dit::cross_blocks;
-use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context};
+use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context, HeadLinears};
 use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
 use crate::modules::qwen_vision::qwen_vision_tower;
 use crate::Result;
@@ -112,6 +112,7 @@ pub fn denoise(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
             false => image,
         })
         .collect();
-    let v = velocity_of(&mut g, &cfg.head, &cfg.dit, io, inputs, &masks)?;
+    let head = (&cfg.head, &cfg.dit, HeadLinears::PerEmbodiment);
+    let v = velocity_of(&mut g, head, io, inputs, &masks)?;
     g.build(&[v])
 }
