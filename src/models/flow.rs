@@ -20,6 +20,8 @@ use crate::gguf::{GgufFile, GgufWriter};
 use crate::graph::{declared_weights, Graph, GraphBuilder, WeightStore};
 use crate::modules::flow::{euler_integrate, Schedule};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
+use crate::preprocess::actions::unnormalize_actions;
+pub use crate::preprocess::actions::{Clipping, GripperSnap};
 use crate::preprocess::{CameraInput, Normalizer};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
@@ -107,9 +109,9 @@ pub struct FlowSpec {
     /// Rows of the chunk a predict returns: the first `output_rows` of the `io.chunk_size`
     /// the model integrates (GR00T N1.7 returns 16 of 40; the noise keeps all rows).
     pub output_rows: usize,
-    /// Clip normalised states and the model's normalised actions to [-1, 1] (GR00T N1.7's
-    /// `clip_outliers`).
-    pub clip: bool,
+    pub clip: Clipping,
+    /// A gripper dimension snapped to two values (VLA-JEPA's LIBERO post-processing).
+    pub gripper: Option<GripperSnap>,
 }
 
 /// lerobot's `NewLineProcessor` (SmolVLA, pi0): the task with a newline appended unless it
@@ -273,7 +275,7 @@ impl<A: FlowArch> FlowPolicy<A> {
         let mut state = self
             .state_norm
             .normalize_state(obs, io.state_dim, io.max_state_dim)?;
-        if self.spec.clip {
+        if self.spec.clip.state {
             state.iter_mut().for_each(|x| *x = x.clamp(-1.0, 1.0));
         }
         Ok(state)
@@ -401,18 +403,16 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
             true => self.run_stepwise(req)?,
             false => self.run_once(req)?,
         };
-        let (ad, d) = (self.spec.io.max_action_dim, self.spec.io.action_dim);
+        let io = &self.spec.io;
         let mut x = x;
-        x.truncate(self.spec.output_rows * ad);
-        if self.spec.clip {
-            x.iter_mut().for_each(|v| *v = v.clamp(-1.0, 1.0));
-        }
-        let actions = self.action_norm.unnormalize_rows(&x, ad, d);
+        x.truncate(self.spec.output_rows * io.max_action_dim);
+        let (clip, snap) = (self.spec.clip.actions, self.spec.gripper);
+        let actions = unnormalize_actions(&self.action_norm, x, clip, snap, io);
         let stage = |k: usize| stages.as_ref().map(|s| s[k]);
         Ok(ActionChunk {
             actions,
             chunk_size: self.spec.output_rows,
-            action_dim: d,
+            action_dim: self.spec.io.action_dim,
             times: StageTimes {
                 vision_ms: stage(0),
                 prefill_ms: stage(1),

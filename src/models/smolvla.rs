@@ -10,8 +10,8 @@
 
 use super::common::ActionIo;
 use super::flow::{
-    mask_constant, newline_terminated, valid_rows, FlowArch, FlowPolicy, FlowSpec, Inputs,
-    PrefixLayout, RequestInputs, Segment, VALID,
+    mask_constant, newline_terminated, valid_rows, Clipping, FlowArch, FlowPolicy, FlowSpec,
+    Inputs, PrefixLayout, RequestInputs, Segment, VALID,
 };
 use super::presets;
 use crate::config::limits::MAX_SEQUENCE;
@@ -142,7 +142,8 @@ impl FlowArch for SmolVlaConfig {
             ),
             schedule: Schedule::OneToZero,
             output_rows: self.io.chunk_size,
-            clip: false,
+            clip: Clipping::default(),
+            gripper: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! resized, padded and mapped to the tower's value range, states normalised and actions
 //! unnormalised with the checkpoint's statistics.
 
+pub mod actions;
 pub mod area;
 pub mod bicubic;
 pub mod image;

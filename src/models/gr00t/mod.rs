@@ -17,7 +17,7 @@
 
 use super::common::ActionIo;
 use super::embodiment::{self, KEY_DEFAULT, KEY_TAGS};
-use super::flow::{FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs};
+use super::flow::{Clipping, FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
@@ -212,7 +212,8 @@ impl FlowArch for Gr00tConfig {
                 buckets: self.head.buckets,
             },
             output_rows: self.io.chunk_size,
-            clip: false,
+            clip: Clipping::default(),
+            gripper: None,
         }
     }
 

@@ -13,7 +13,7 @@
 
 use super::common::ActionIo;
 use super::embodiment::{self, KEY_DEFAULT, KEY_TAGS};
-use super::flow::{FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs, VALID};
+use super::flow::{Clipping, FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs, VALID};
 use super::gr00t::PromptIds;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, bounded, first_failing, read_u32s, write_u32s, Keys, Section};
@@ -297,7 +297,11 @@ impl FlowArch for Gr00tN17Config {
                 buckets: self.head.buckets,
             },
             output_rows: self.valid_horizon,
-            clip: true,
+            clip: Clipping {
+                state: true,
+                actions: true,
+            },
+            gripper: None,
         }
     }
 
