@@ -25,7 +25,7 @@ use crate::models::gr00t::PromptIds;
 use crate::models::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
-use crate::modules::gr00t_head::HeadConfig;
+use crate::modules::gr00t_head::{HeadConfig, HeadLinears};
 use crate::modules::qwen_text::MropeConfig;
 use crate::modules::qwen_vision::QwenVisionConfig;
 use crate::preprocess::area::shortest_edge_size;
@@ -54,18 +54,18 @@ pub struct Converted {
 }
 
 /// A JSON file read whole.
-struct JsonFile {
-    path: PathBuf,
-    value: serde_json::Value,
+pub(crate) struct JsonFile {
+    pub(crate) path: PathBuf,
+    pub(crate) value: serde_json::Value,
 }
 
 impl JsonFile {
-    fn read(path: PathBuf) -> Result<Self> {
+    pub(crate) fn read(path: PathBuf) -> Result<Self> {
         let value = read_json(&path)?;
         Ok(JsonFile { path, value })
     }
 
-    fn json(&self) -> Json<'_> {
+    pub(crate) fn json(&self) -> Json<'_> {
         Json {
             path: &self.path,
             value: &self.value,
@@ -129,7 +129,9 @@ pub fn convert(
         &format!("{bb}model.language_model."),
         config.lm.n_layers,
     ));
-    map.extend(head_name_map(&config.vlsa, &config.dit));
+    let ah = format!("{P}action_head.");
+    let layers = (config.vlsa.layers, config.dit.layers);
+    map.extend(head_name_map(&ah, layers, HeadLinears::PerEmbodiment));
     // The features are read before the final norm, and the embeddings are tied to lm_head.
     let norm = format!("{bb}model.language_model.norm.weight");
     map.retain(|(ours, _)| ours != "vlm.output_norm.weight" && ours != "aex.future_tokens.weight");
@@ -203,7 +205,7 @@ fn backbone_dir(ckpt: &Path, base: &JsonFile, opts: &Options) -> Result<PathBuf>
 
 /// Qwen2-VL's `smart_resize` with factor `f`: sides rounded to multiples of `f` (half to
 /// even), scaled down or up to fit `[min_pixels, max_pixels]`.
-fn smart_resize(
+pub(crate) fn smart_resize(
     h: usize,
     w: usize,
     f: usize,
@@ -226,7 +228,7 @@ fn smart_resize(
 }
 
 /// The cameras' common `[C, H, W]` shape from the policy's input features.
-fn camera_shape(features: &Json) -> Result<(usize, usize)> {
+pub(crate) fn camera_shape(features: &Json) -> Result<(usize, usize)> {
     let shapes: Vec<(usize, usize)> = features
         .value
         .as_object()

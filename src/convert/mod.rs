@@ -7,6 +7,7 @@ pub mod gr00t_n1_7;
 pub mod pi0;
 pub mod qwen;
 pub mod smolvla;
+pub mod vla_jepa;
 
 use crate::models::common::ActionIo;
 use crate::modules::flow::TimeEmbedding;

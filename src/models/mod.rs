@@ -11,6 +11,7 @@ pub mod pi0;
 pub mod prefix;
 pub mod presets;
 pub mod smolvla;
+pub mod vla_jepa;
 
 use crate::gguf::{GgmlType, GgufFile};
 use crate::policy::{Policy, RuntimeOptions};
@@ -23,6 +24,7 @@ pub const ARCHS: &[&str] = &[
     pi0::ARCH_PI05,
     gr00t::ARCH,
     gr00t_n1_7::ARCH,
+    vla_jepa::ARCH,
 ];
 
 /// Opens the GGUF at `path` and builds the policy its `general.architecture` names.
@@ -37,6 +39,7 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
         pi0::ARCH_PI0 | pi0::ARCH_PI05 => Ok(Box::new(pi0::Pi0::new(file, opts)?)),
         gr00t::ARCH => Ok(Box::new(gr00t::Gr00t::new(file, opts)?)),
         gr00t_n1_7::ARCH => Ok(Box::new(gr00t_n1_7::Gr00tN17::new(file, opts)?)),
+        vla_jepa::ARCH => Ok(Box::new(vla_jepa::VlaJepa::new(file, opts)?)),
         _ => Err(Error::InvalidArgument(format!(
             "unsupported architecture {arch:?} (supported: {})",
             ARCHS.join(", ")

@@ -7,6 +7,7 @@ use super::gr00t::{Gr00tConfig, HeadConfig, PromptIds};
 use super::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
 use super::pi0::{Pi0Config, Variant};
 use super::smolvla::SmolVlaConfig;
+use super::vla_jepa::{IoSteps, VlaJepaConfig};
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
@@ -401,6 +402,99 @@ fn gr00t_n1_7_sized(
     }
 }
 
+/// A small VLA-JEPA-shaped config for tests and demos: two 96 x 96 cameras (9 merged tokens
+/// each, area-averaged to 64 first), a 3-block tower with two deepstack taps, a 3-layer
+/// language model, 8 embodied tokens, a 4-block DiT.
+pub fn vla_jepa_small_config() -> VlaJepaConfig {
+    let base = gr00t_n1_7_sized(
+        [32, 3, 2, 64, 96, 96],
+        vec![0, 1],
+        [64, 3, 96, 512],
+        [4, 2, 16],
+        [4, 2, 2],
+        [1, 4, 16],
+        [4, 2, 16],
+        [24, 1],
+    );
+    vla_jepa_from(base, 8, (64, 64))
+}
+
+/// VLA-JEPA's released sizes (Qwen3-VL-2B: tower 1024 x 24, all 28 LM layers; DiT-B 16 x
+/// 768 = 12 x 64, action hidden 1024, 32 embodied tokens), two cameras area-averaged to 224
+/// and enlarged to 256 (64 tokens each), 7 x 7 chunk.
+pub fn vla_jepa_full_config() -> VlaJepaConfig {
+    let mut base = gr00t_n1_7_sized(
+        [1024, 24, 16, 4096, 256, 256],
+        vec![5, 11, 17],
+        [2048, 28, 6144, 151936],
+        [16, 8, 128],
+        [24, 20, 20],
+        [1, 32, 64],
+        [16, 12, 64],
+        [1024, 1],
+    );
+    base.head.max_seq_len = 1024;
+    base.head.image_token = 151655;
+    base.io.tokenizer_max_length = 64;
+    let mut cfg = vla_jepa_from(base, 32, (224, 224));
+    cfg.embodied_token = 151697;
+    cfg.prompt = jepa_prompt(2, cfg.n_img_tokens(), 151655, 151697, 32);
+    cfg
+}
+
+/// A VLA-JEPA config from an N1.7-shaped one's backbone and DiT: `embodied` tokens, 7 x 7
+/// chunk of 8-wide state, LIBERO's post-processing.
+fn vla_jepa_from(base: Gr00tN17Config, embodied: usize, area: (usize, usize)) -> VlaJepaConfig {
+    let embodied_token = base.lm.vocab_size - 2;
+    let n_img = base.vision.n_tokens();
+    VlaJepaConfig {
+        prompt: jepa_prompt(2, n_img, base.head.image_token, embodied_token, embodied),
+        vision: base.vision,
+        lm: base.lm,
+        attn: base.attn,
+        mrope: base.mrope,
+        dit: base.dit,
+        head: HeadConfig {
+            future_tokens: embodied,
+            embodiments: 1,
+            ..base.head
+        },
+        io: ActionIo {
+            chunk_size: 7,
+            max_state_dim: 8,
+            max_action_dim: 7,
+            ..base.io
+        },
+        steps: IoSteps {
+            area,
+            clip_actions: true,
+            pre_snap: true,
+            binarize: true,
+            gripper_dim: 6,
+            gripper_threshold: 0.5,
+        },
+        embodied_token,
+        text_before: "Your task is ".into(),
+        text_after: ". Infer the temporal dynamics from frames ".into(),
+    }
+}
+
+/// A stand-in VLA-JEPA prompt: a header, each camera's image tokens between markers; after
+/// the text, stand-in action tokens, the `embodied` run and a footer.
+fn jepa_prompt(
+    cameras: usize,
+    n_img: usize,
+    image: usize,
+    token: usize,
+    embodied: usize,
+) -> PromptIds {
+    let mut p = stand_in_prompt(cameras, n_img, image);
+    p.after = vec![20; 6];
+    p.after.extend(std::iter::repeat_n(token as u32, embodied));
+    p.after.extend([6, 7, 8]);
+    p
+}
+
 /// A chat-shaped prompt of arbitrary ids around the instruction: a header, each camera's
 /// image tokens between two markers, and a footer.
 fn stand_in_prompt(cameras: usize, n_img: usize, image_token: usize) -> PromptIds {
@@ -443,8 +537,11 @@ mod tests {
     }
 
     #[test]
-    fn gr00t_n1_7_configs_pass_their_checks() {
+    fn gr00t_n1_7_and_vla_jepa_configs_pass_their_checks() {
         for cfg in [gr00t_n1_7_small_config(), gr00t_n1_7_full_config()] {
+            crate::config::check(&cfg, cfg.arch()).unwrap();
+        }
+        for cfg in [vla_jepa_small_config(), vla_jepa_full_config()] {
             crate::config::check(&cfg, cfg.arch()).unwrap();
         }
     }

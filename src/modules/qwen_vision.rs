@@ -176,6 +176,45 @@ fn merger(
     linear(g, x, &format!("{p}.fc2"), cfg.out, true)
 }
 
+/// Inputs `image.{i}` `[3, H, W]` for `n_images` cameras through the tower -> `[n_images * T,
+/// (1 + taps) * out]`: per camera its merged tokens, then each deepstack tap's features, side
+/// by side (one output, as a flow policy's vision graph returns).
+pub fn towers_side_by_side(
+    g: &mut GraphBuilder,
+    cfg: &QwenVisionConfig,
+    n_images: usize,
+    pre: &str,
+) -> Result<NodeId> {
+    let concat = |g: &mut GraphBuilder, parts: &[NodeId], axis| match parts {
+        [one] => Ok(*one),
+        _ => g.concat(parts, axis),
+    };
+    let views = (0..n_images)
+        .map(|i| {
+            let img = g.input(format!("image.{i}"), &[3, cfg.image_h, cfg.image_w]);
+            let (merged, taps) = qwen_vision_tower(g, img, cfg, pre)?;
+            let mut parts = vec![merged];
+            parts.extend(taps);
+            concat(g, &parts, 1)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    concat(g, &views, 0)
+}
+
+/// Of [`towers_side_by_side`]'s output `rows`, camera `i`'s column block `k` (0: merged
+/// tokens, `1 + j`: deepstack tap `j`), `[T, out]`.
+pub fn camera_block(
+    g: &mut GraphBuilder,
+    rows: NodeId,
+    cfg: &QwenVisionConfig,
+    i: usize,
+    k: usize,
+) -> Result<NodeId> {
+    let (t, h) = (cfg.n_tokens(), cfg.out);
+    let mine = g.slice(rows, 0, i * t, t)?;
+    g.slice(mine, 1, k * h, h)
+}
+
 /// `image` `[3, H, W]` (normalised) -> the merged tokens `[n_tokens, out]` and the deepstack
 /// features `[n_tokens, out]` of the tapped blocks, in row-major merged-grid order.
 pub fn qwen_vision_tower(

@@ -151,6 +151,29 @@ pub fn resize_area(src: &[u8], h: usize, w: usize, oh: usize, ow: usize) -> Vec<
     }
 }
 
+/// torch's `F.interpolate(mode="area")` (adaptive average pooling) of float planes `[c, h,
+/// w]` to `oh x ow`: output cell `i` averages inputs `floor(i h / oh)` to `ceil((i + 1) h /
+/// oh)` (exclusive), per axis.
+pub fn adaptive_avg_f32(src: &[f32], (h, w): (usize, usize), (oh, ow): (usize, usize)) -> Vec<f32> {
+    let c = src.len() / (h * w).max(1);
+    let range = |i: usize, n: usize, o: usize| (i * n / o, ((i + 1) * n).div_ceil(o));
+    let mut out = Vec::with_capacity(c * oh * ow);
+    for plane in src.chunks(h * w) {
+        for y in 0..oh {
+            let (y0, y1) = range(y, h, oh);
+            for x in 0..ow {
+                let (x0, x1) = range(x, w, ow);
+                let mut sum = 0f32;
+                for r in y0..y1 {
+                    sum += plane[r * w + x0..r * w + x1].iter().sum::<f32>();
+                }
+                out.push(sum / ((y1 - y0) * (x1 - x0)) as f32);
+            }
+        }
+    }
+    out
+}
+
 /// The size a shortest-edge resize to `edge` gives (Python's `round`, half to even).
 pub fn shortest_edge_size(h: usize, w: usize, edge: usize) -> (usize, usize) {
     let short = h.min(w);

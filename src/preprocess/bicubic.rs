@@ -24,15 +24,15 @@ fn cubic(x: f64) -> f64 {
     }
 }
 
-/// The taps of every output pixel of a resize from `input` to `output` samples, and the
-/// fixed-point precision of their weights.
-fn taps(input: usize, output: usize) -> (Vec<Taps>, u32) {
+/// The first input index and the normalised weights of every output pixel of a resize from
+/// `input` to `output` samples.
+fn float_taps(input: usize, output: usize) -> Vec<(usize, Vec<f64>)> {
     let scale = input as f64 / output as f64;
     let (support, invscale) = match scale >= 1.0 {
         true => (2.0 * scale, 1.0 / scale),
         false => (2.0, 1.0),
     };
-    let float: Vec<(usize, Vec<f64>)> = (0..output)
+    (0..output)
         .map(|i| {
             let center = scale * (i as f64 + 0.5);
             let start = ((center - support + 0.5) as i64).max(0) as usize;
@@ -46,7 +46,13 @@ fn taps(input: usize, output: usize) -> (Vec<Taps>, u32) {
             }
             (start, w)
         })
-        .collect();
+        .collect()
+}
+
+/// The taps of every output pixel of a resize from `input` to `output` samples, and the
+/// fixed-point precision of their weights.
+fn taps(input: usize, output: usize) -> (Vec<Taps>, u32) {
+    let float = float_taps(input, output);
     let max = float
         .iter()
         .flat_map(|(_, w)| w.iter().copied())
@@ -112,6 +118,50 @@ pub fn resize_bicubic_aa(src: &[u8], h: usize, w: usize, oh: usize, ow: usize) -
                     let px =
                         (0..t.weights.len()).map(|k| img[((t.start + k) * cur_w + x) * c + ch]);
                     out[(y * cur_w + x) * c + ch] = apply(px, &t.weights, p);
+                }
+            }
+        }
+        img = out;
+    }
+    img
+}
+
+/// The same kernel on float planes (`[c, h, w]`, torch's float path: no rounding or
+/// clamping), width pass then height pass; the identity when the size is unchanged.
+pub fn resize_bicubic_aa_f32(
+    src: &[f32],
+    (h, w): (usize, usize),
+    (oh, ow): (usize, usize),
+) -> Vec<f32> {
+    let c = src.len() / (h * w).max(1);
+    let mut img = src.to_vec();
+    if ow != w {
+        let taps = float_taps(w, ow);
+        let mut out = vec![0f32; c * h * ow];
+        for (row_in, row_out) in img.chunks(w).zip(out.chunks_mut(ow)) {
+            for (o, (start, wts)) in row_out.iter_mut().zip(&taps) {
+                let acc: f64 = wts
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &wt)| wt * f64::from(row_in[start + k]))
+                    .sum();
+                *o = acc as f32;
+            }
+        }
+        img = out;
+    }
+    if oh != h {
+        let taps = float_taps(h, oh);
+        let mut out = vec![0f32; c * oh * ow];
+        for (plane_in, plane_out) in img.chunks(h * ow).zip(out.chunks_mut(oh * ow)) {
+            for (y, (start, wts)) in taps.iter().enumerate() {
+                for x in 0..ow {
+                    let acc: f64 = wts
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &wt)| wt * f64::from(plane_in[(start + k) * ow + x]))
+                        .sum();
+                    plane_out[y * ow + x] = acc as f32;
                 }
             }
         }

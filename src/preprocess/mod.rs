@@ -54,6 +54,10 @@ pub enum Resize {
     /// model's size (the Qwen3-VL processor's `smart_resize`, which the converter computed
     /// for the checkpoint's camera shape).
     Gr00tFrame { edge: usize, crop_fraction: f64 },
+    /// VLA-JEPA: the [0, 1] frame area-averaged to `area` (`F.interpolate(mode="area")`)
+    /// when set, then stretched with the float anti-aliased bicubic (the Qwen3-VL processor
+    /// on float input) to the model's size.
+    AreaThenBicubicF32 { area: Option<(usize, usize)> },
 }
 
 /// One tower's camera preprocessing: resize into `height x width` ([`Resize`]), map the
@@ -110,6 +114,15 @@ impl CameraInput {
                 let (frame, (fh, fw)) = area::gr00t_frame(&bytes, size, edge, crop_fraction);
                 let out = bicubic::resize_bicubic_aa(&frame, fh, fw, h, w);
                 hwc_u8_to_chw_unit(&out, h * w)
+            }
+            Resize::AreaThenBicubicF32 { area } => {
+                let mut size = (img.height, img.width);
+                let mut unit = to_chw_unit(img)?;
+                if let Some(a) = area.filter(|&a| a != size) {
+                    unit = area::adaptive_avg_f32(&unit, size, a);
+                    size = a;
+                }
+                bicubic::resize_bicubic_aa_f32(&unit, size, (h, w))
             }
         };
         for (c, plane) in out.chunks_mut(h * w).enumerate() {

@@ -107,7 +107,14 @@ fn errors_are_one_clear_line() {
 #[test]
 fn demo_writes_small_models_of_each_arch() {
     let dir = tempfile::tempdir().unwrap();
-    for arch in ["smolvla", "pi0", "pi05", "gr00t_n1_5", "gr00t_n1_7"] {
+    for arch in [
+        "smolvla",
+        "pi0",
+        "pi05",
+        "gr00t_n1_5",
+        "gr00t_n1_7",
+        "vla_jepa",
+    ] {
         let out = dir.path().join(format!("{arch}.gguf"));
         let run = vla_gguf(&["demo", out.to_str().unwrap(), "--arch", arch]);
         assert!(
@@ -127,5 +134,5 @@ fn demo_writes_small_models_of_each_arch() {
     ]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr)
-        .contains("expected smolvla, pi0, pi05, gr00t_n1_5 or gr00t_n1_7"));
+        .contains("expected smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7 or vla_jepa"));
 }

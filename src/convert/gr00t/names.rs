@@ -2,7 +2,7 @@
 //! that N1.5 and N1.7 share.
 
 use super::{Gr00tConfig, P};
-use crate::modules::dit::BlockStack;
+use crate::modules::gr00t_head::HeadLinears;
 
 /// Our GGUF name -> the checkpoint key, for every weight of `cfg` (not the statistics).
 pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
@@ -15,23 +15,30 @@ pub fn name_map(cfg: &Gr00tConfig) -> Vec<(String, String)> {
             format!("{P}backbone.eagle_model.mlp1.0.{p}"),
         ));
     }
-    m.extend(head_name_map(&cfg.vlsa, &cfg.dit));
+    let ah = format!("{P}action_head.");
+    let layers = (cfg.vlsa.layers, cfg.dit.layers);
+    m.extend(head_name_map(&ah, layers, HeadLinears::PerEmbodiment));
     m.extend(crate::convert::qwen::lm_name_map(&lm, cfg.lm.n_layers));
     m
 }
 
-/// The action head's weights (`aex.*`, under `_groot_model.action_head.`): vlln, the VL
-/// self-attention blocks, the DiT, the position and future-token tables, the
-/// embodiment-specific MLPs.
-pub fn head_name_map(vlsa: &BlockStack, dit_cfg: &BlockStack) -> Vec<(String, String)> {
-    let ah = format!("{P}action_head.");
+/// The action head's weights (`aex.*`, under `ah`): vlln and the VL self-attention blocks
+/// (when `vlsa_layers` > 0), the DiT, the position and future-token tables, the state and
+/// action encoders and the action decoder (stored as `kind`). The GR00T and VLA-JEPA heads.
+pub fn head_name_map(
+    ah: &str,
+    (vlsa_layers, dit_layers): (usize, usize),
+    kind: HeadLinears,
+) -> Vec<(String, String)> {
     let mut m = Vec::new();
     let mut wb = |ours: &str, theirs: &str| {
         for p in ["weight", "bias"] {
             m.push((format!("{ours}.{p}"), format!("{theirs}.{p}")));
         }
     };
-    wb("aex.vlln", &format!("{ah}vlln"));
+    if vlsa_layers > 0 {
+        wb("aex.vlln", &format!("{ah}vlln"));
+    }
     let dit = format!("{ah}model.");
     for (ours, theirs) in [
         (
@@ -74,13 +81,13 @@ pub fn head_name_map(vlsa: &BlockStack, dit_cfg: &BlockStack) -> Vec<(String, St
     m.extend(blocks(
         "dit",
         &dit,
-        dit_cfg.layers,
+        dit_layers,
         &[("adaln", "norm1.linear")],
     ));
     m.extend(blocks(
         "vlsa",
         &format!("{ah}vl_self_attention."),
-        vlsa.layers,
+        vlsa_layers,
         &[("norm1", "norm1"), ("norm3", "norm3")],
     ));
     for (ours, theirs) in [
@@ -95,16 +102,20 @@ pub fn head_name_map(vlsa: &BlockStack, dit_cfg: &BlockStack) -> Vec<(String, St
     ] {
         m.push((ours.into(), theirs));
     }
+    let (encoder, params) = match kind {
+        HeadLinears::PerEmbodiment => ("W", ["W", "b"]),
+        HeadLinears::Plain => ("layer", ["weight", "bias"]),
+    };
     for (ours, theirs) in [
-        ("aex.state_enc.l1", "state_encoder.layer1"),
-        ("aex.state_enc.l2", "state_encoder.layer2"),
-        ("aex.act_enc.W1", "action_encoder.W1"),
-        ("aex.act_enc.W2", "action_encoder.W2"),
-        ("aex.act_enc.W3", "action_encoder.W3"),
-        ("aex.act_dec.l1", "action_decoder.layer1"),
-        ("aex.act_dec.l2", "action_decoder.layer2"),
+        ("aex.state_enc.l1", "state_encoder.layer1".to_owned()),
+        ("aex.state_enc.l2", "state_encoder.layer2".into()),
+        ("aex.act_enc.W1", format!("action_encoder.{encoder}1")),
+        ("aex.act_enc.W2", format!("action_encoder.{encoder}2")),
+        ("aex.act_enc.W3", format!("action_encoder.{encoder}3")),
+        ("aex.act_dec.l1", "action_decoder.layer1".into()),
+        ("aex.act_dec.l2", "action_decoder.layer2".into()),
     ] {
-        for p in ["W", "b"] {
+        for p in params {
             m.push((format!("{ours}.{p}"), format!("{ah}{theirs}.{p}")));
         }
     }

@@ -7,46 +7,14 @@ use crate::models::flow::{mask_constant, valid_rows, VALID};
 use crate::modules::dit::cross_blocks;
 use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context, HeadLinears};
 use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
-use crate::modules::qwen_vision::qwen_vision_tower;
+use crate::modules::qwen_vision::{camera_block, towers_side_by_side};
 use crate::Result;
 
-/// `parts` side by side along `axis` (one part as is).
-fn concat(g: &mut GraphBuilder, parts: &[NodeId], axis: usize) -> Result<NodeId> {
-    match parts {
-        [one] => Ok(*one),
-        _ => g.concat(parts, axis),
-    }
-}
-
-/// `image.{i}` `[3, H, W]` in [-1, 1] -> `[n_images * T, (1 + taps) * hidden]`: per camera
-/// its merged tokens, then each deepstack tap's features, side by side (one output keeps
-/// the driver's contract).
+/// `image.{i}` `[3, H, W]` in [-1, 1] -> `[n_images * T, (1 + taps) * hidden]`
+/// ([`towers_side_by_side`]).
 pub fn vision(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
-    let (h, w) = (cfg.vision.image_h, cfg.vision.image_w);
-    let views = (0..cfg.io.n_images)
-        .map(|i| {
-            let img = g.input(format!("image.{i}"), &[3, h, w]);
-            let (merged, taps) = qwen_vision_tower(&mut g, img, &cfg.vision, "vit")?;
-            let mut parts = vec![merged];
-            parts.extend(taps);
-            concat(&mut g, &parts, 1)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let out = concat(&mut g, &views, 0)?;
+    let out = towers_side_by_side(&mut g, &cfg.vision, cfg.io.n_images, "vit")?;
     g.build(&[out])
-}
-
-/// Column block `k` (0: merged tokens, `1 + j`: deepstack tap `j`) of camera `i`'s rows.
-fn camera_block(
-    g: &mut GraphBuilder,
-    img: NodeId,
-    cfg: &Gr00tN17Config,
-    i: usize,
-    k: usize,
-) -> Result<NodeId> {
-    let (t, h) = (cfg.n_img_tokens(), cfg.lm.hidden);
-    let rows = g.slice(img, 0, i * t, t)?;
-    g.slice(rows, 1, k * h, h)
 }
 
 /// The backbone's features (the language model over the spliced prompt, causal, multimodal
@@ -71,9 +39,9 @@ pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, N
         .map(|(i, span)| {
             Ok(ImageRows {
                 span,
-                merged: camera_block(g, img, cfg, i, 0)?,
+                merged: camera_block(g, img, &cfg.vision, i, 0)?,
                 deepstack: (1..=taps)
-                    .map(|k| camera_block(g, img, cfg, i, k))
+                    .map(|k| camera_block(g, img, &cfg.vision, i, k))
                     .collect::<Result<_>>()?,
             })
         })

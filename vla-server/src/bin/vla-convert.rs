@@ -6,13 +6,14 @@
 //! vla-convert pi05 --ckpt path/to/lerobot_pi05_ckpt --out pi05.gguf
 //! vla-convert gr00t_n1_5 --ckpt path/to/lerobot_groot_ckpt --out gr00t.gguf [--eagle DIR] [--base DIR]
 //! vla-convert gr00t_n1_7 --ckpt path/to/lerobot_groot_n17_ckpt --out gr00t17.gguf [--base DIR] [--backbone DIR]
+//! vla-convert vla_jepa --ckpt path/to/lerobot_vla_jepa_ckpt --out vla_jepa.gguf [--backbone DIR] [--jepa DIR]
 //! ```
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use vla::convert::{gr00t, gr00t_n1_7, pi0, smolvla};
+use vla::convert::{gr00t, gr00t_n1_7, pi0, smolvla, vla_jepa};
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
 use vla::modules::vision::PatchPositions;
@@ -47,6 +48,11 @@ enum Command {
     /// folder (config, preprocessor config, tokenizer) that folder's model_name names.
     #[command(name = "gr00t_n1_7")]
     Gr00tN17(Gr00tN17Args),
+    /// A lerobot VLA-JEPA checkpoint folder (config.json, model.safetensors, processor
+    /// files), with the Qwen3-VL folder its qwen_model_name names and the V-JEPA 2 config its
+    /// jepa_encoder_name names (the world model itself is not converted).
+    #[command(name = "vla_jepa")]
+    VlaJepa(VlaJepaArgs),
 }
 
 /// What every converter takes.
@@ -134,6 +140,20 @@ struct Gr00tN17Args {
     backbone: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct VlaJepaArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The Qwen3-VL folder (config.json, preprocessor_config.json, tokenizer.json), e.g. a
+    /// download of Qwen/Qwen3-VL-2B-Instruct; default: qwen_model_name as a folder.
+    #[arg(long)]
+    backbone: Option<PathBuf>,
+    /// The V-JEPA 2 encoder folder (its config.json's tubelet_size); default:
+    /// jepa_encoder_name as a folder.
+    #[arg(long)]
+    jepa: Option<PathBuf>,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Positions {
     Shifted,
@@ -165,6 +185,7 @@ fn main() {
         Command::Pi05(args) => convert_pi(args, pi0::Variant::Pi05),
         Command::Gr00tN15(args) => convert_gr00t(args),
         Command::Gr00tN17(args) => convert_gr00t_n1_7(args),
+        Command::VlaJepa(args) => convert_vla_jepa(args),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -315,6 +336,37 @@ fn convert_gr00t_n1_7(args: Gr00tN17Args) -> Result<()> {
         c.io.action_dim,
         c.valid_horizon,
         c.default_embodiment,
+        GgmlType::from(dtype),
+    );
+    Ok(())
+}
+
+fn convert_vla_jepa(args: VlaJepaArgs) -> Result<()> {
+    let (ckpt, out, dtype) = args.common.checked()?;
+    let opts = vla_jepa::Options {
+        dtype: Some(dtype.into()),
+        backbone: args.backbone,
+        jepa: args.jepa,
+    };
+    let converted = with_progress(|p| vla_jepa::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): vla_jepa, vision {}x{} ({}x{}px), LM {}x{}, {} embodied tokens, DiT {}x{}, {} cameras, chunk {}x{}, weights {}",
+        out.display(),
+        c.vision.hidden,
+        c.vision.layers,
+        c.vision.image_h,
+        c.vision.image_w,
+        c.lm.hidden,
+        c.lm.n_layers,
+        c.n_embodied(),
+        c.dit.width(),
+        c.dit.layers,
+        c.io.n_images,
+        c.io.chunk_size,
+        c.io.action_dim,
         GgmlType::from(dtype),
     );
     Ok(())

@@ -36,8 +36,8 @@ enum Command {
     /// random-weight model of another arch, to a file.
     Demo {
         out: PathBuf,
-        /// smolvla (the demo), pi0, pi05, gr00t_n1_5 or gr00t_n1_7 (small random-weight
-        /// configs, no tokenizer).
+        /// smolvla (the demo), pi0, pi05, gr00t_n1_5, gr00t_n1_7 or vla_jepa (small
+        /// random-weight configs, no tokenizer).
         #[arg(long, default_value = "smolvla")]
         arch: String,
         /// pi0/pi05/gr00t_n1_5/gr00t_n1_7 only: the released sizes (pi0: SigLIP So400m, Gemma
@@ -183,7 +183,7 @@ fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) 
 
 fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool) -> Result<()> {
     use vla::gguf::GgmlType;
-    use vla::models::{gr00t, gr00t_n1_7, pi0, presets};
+    use vla::models::{gr00t, gr00t_n1_7, pi0, presets, vla_jepa};
     if out.exists() && !force {
         bail!("{} exists: pass --force to overwrite it", out.display());
     }
@@ -203,7 +203,7 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
             );
         }
         ("smolvla", _) => {
-            bail!("--full and --dtype are for pi0, pi05, gr00t_n1_5 and gr00t_n1_7; the smolvla demo is fixed")
+            bail!("--full and --dtype are for pi0, pi05, gr00t_n1_5, gr00t_n1_7 and vla_jepa; the smolvla demo is fixed")
         }
         (_, Some(v)) => {
             let cfg = match full {
@@ -226,7 +226,16 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
             };
             write_random(out, &cfg, arch, full, dtype, ty)?;
         }
-        _ => bail!("--arch {arch:?}: expected smolvla, pi0, pi05, gr00t_n1_5 or gr00t_n1_7"),
+        (vla_jepa::ARCH, _) => {
+            let cfg = match full {
+                true => presets::vla_jepa_full_config(),
+                false => presets::vla_jepa_small_config(),
+            };
+            write_random(out, &cfg, arch, full, dtype, ty)?;
+        }
+        _ => bail!(
+            "--arch {arch:?}: expected smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7 or vla_jepa"
+        ),
     }
     Ok(())
 }

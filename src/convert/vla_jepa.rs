@@ -1,0 +1,465 @@
+//! lerobot VLA-JEPA checkpoint -> `vla_jepa` GGUF (schema: docs/GGUF.md).
+//!
+//! Reads `<ckpt>/config.json` (lerobot's `VLAJEPAConfig`: cameras, the prompt template and
+//! its special tokens, the DiT preset, `qwen_model_name`, `jepa_encoder_name`,
+//! `resize_images_to`), `<ckpt>/model.safetensors` (the Qwen3-VL backbone under
+//! `model.qwen.model.`, the head under `model.action_model.`; the world model's
+//! `model.video_encoder.` / `model.video_predictor.` are training-only and dropped), the
+//! Qwen3-VL folder (`config.json`, `preprocessor_config.json`, `tokenizer.json`), the V-JEPA 2
+//! config (its `tubelet_size` sets how many action tokens the prompt holds), and the
+//! processor files (state mean/std, action min/max, which post-processing steps run).
+
+use super::gr00t::head_name_map;
+use super::gr00t_n1_7::{camera_shape, smart_resize, JsonFile};
+use super::{ckpt_err, qwen, Json, Safetensors};
+use crate::config;
+use crate::gguf::{GgmlType, GgufWriter};
+use crate::layers::GatedActivation;
+use crate::models::common::ActionIo;
+use crate::models::flow::FlowArch;
+use crate::models::gr00t::PromptIds;
+use crate::models::vla_jepa::{IoSteps, VlaJepaConfig};
+use crate::modules::decoder::{DecoderConfig, LmConfig};
+use crate::modules::dit::BlockStack;
+use crate::modules::gr00t_head::{HeadConfig, HeadLinears};
+use crate::modules::qwen_text::MropeConfig;
+use crate::modules::qwen_vision::QwenVisionConfig;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+use std::path::{Path, PathBuf};
+
+const QWEN: &str = "model.qwen.model.";
+const HEAD: &str = "model.action_model.";
+/// The longest text segment (template text + instruction) in tokens.
+const TEXT_TOKENS: usize = 96;
+
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub dtype: Option<GgmlType>,
+    /// The Qwen3-VL folder; default: `qwen_model_name` relative to the checkpoint or as given.
+    pub backbone: Option<PathBuf>,
+    /// The V-JEPA 2 folder (its `config.json`); default: `jepa_encoder_name`.
+    pub jepa: Option<PathBuf>,
+}
+
+pub struct Converted {
+    pub config: VlaJepaConfig,
+    pub writer: GgufWriter<'static>,
+    pub notes: Vec<String>,
+}
+
+/// `named` (a config value) as a folder holding `config.json`: `given`, else relative to
+/// `ckpt`, else as written.
+fn folder(ckpt: &Path, given: Option<&Path>, named: &str, what: &str) -> Result<PathBuf> {
+    if let Some(g) = given {
+        return Ok(g.to_owned());
+    }
+    [ckpt.join(named), PathBuf::from(named)]
+        .into_iter()
+        .find(|d| d.join("config.json").is_file())
+        .ok_or_else(|| {
+            ckpt_err(
+                ckpt,
+                format!("{what} {named:?}: no folder with a config.json there; pass the folder"),
+            )
+        })
+}
+
+/// Converts the lerobot VLA-JEPA checkpoint folder `ckpt`.
+pub fn convert(
+    ckpt: &Path,
+    opts: &Options,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<Converted> {
+    let dtype = opts.dtype.unwrap_or(GgmlType::F32);
+    if !matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        return Err(Error::InvalidArgument(format!(
+            "--dtype {dtype}: expected f32, f16 or bf16"
+        )));
+    }
+    let policy = JsonFile::read(ckpt.join("config.json"))?;
+    let p = policy.json();
+    let backbone = folder(
+        ckpt,
+        opts.backbone.as_deref(),
+        p.str("qwen_model_name")?,
+        "qwen_model_name",
+    )?;
+    // lerobot counts the prompt's action steps with the V-JEPA 2 encoder's tubelet when the
+    // world model is on, else with the config's.
+    let tubelet = match p.bool_or("enable_world_model", true) {
+        true => {
+            let named = p.str("jepa_encoder_name")?;
+            let jepa = folder(ckpt, opts.jepa.as_deref(), named, "jepa_encoder_name")?;
+            JsonFile::read(jepa.join("config.json"))?
+                .json()
+                .usize("tubelet_size")?
+        }
+        false => p.usize("jepa_tubelet_size")?,
+    };
+    let qwen_cfg = JsonFile::read(backbone.join("config.json"))?;
+    let image_proc = JsonFile::read(backbone.join("preprocessor_config.json"))?;
+    let tokenizer_path = backbone.join("tokenizer.json");
+    let tokenizer = Tokenizer::from_hf_file(&tokenizer_path)?;
+    let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
+    let mut notes = Vec::new();
+    let config = read_config(
+        ckpt,
+        &p,
+        &qwen_cfg.json(),
+        &image_proc.json(),
+        tubelet,
+        &st,
+        &tokenizer,
+    )?;
+    config::check(&config, config.arch())?;
+    notes.push(format!(
+        "frames: {} x {} ({} tokens per camera), prompt: {} ids before the text, {} after",
+        config.vision.image_h,
+        config.vision.image_w,
+        config.n_img_tokens(),
+        config.prompt.before.len(),
+        config.prompt.after.len()
+    ));
+    let vit = format!("{QWEN}model.visual.");
+    let lm = format!("{QWEN}model.language_model.");
+    let mut map = qwen::vision_name_map(&config.vision, &vit, "vit");
+    map.extend(qwen::lm_name_map(&lm, config.lm.n_layers));
+    map.extend(head_name_map(
+        HEAD,
+        (0, config.dit.layers),
+        HeadLinears::Plain,
+    ));
+    map.retain(|(ours, _)| ours != "vlm.output_norm.weight");
+    let tied = format!("{QWEN}lm_head.weight");
+    if let Some(e) = map.iter_mut().find(|(ours, _)| ours == "token_embd.weight") {
+        if !st.contains(&e.1) && st.contains(&tied) {
+            e.1 = tied.clone();
+            notes.push("token embeddings from lm_head.weight (tied)".into());
+        }
+    }
+    let norm = format!("{lm}norm.weight");
+    let unused = [tied.as_str(), norm.as_str()];
+    let skipped = [
+        format!("{vit}patch_embed."),
+        format!("{vit}pos_embed."),
+        "model.video_encoder.".into(),
+        "model.video_predictor.".into(),
+    ];
+    let skipped: Vec<&str> = skipped.iter().map(String::as_str).collect();
+    super::check_coverage(&st, &map, &unused, &skipped)?;
+    let stats = read_stats(ckpt, &config, &mut notes)?;
+
+    let mut w = GgufWriter::new();
+    config.write(&mut w)?;
+    let name = ckpt
+        .file_name()
+        .map_or(config.arch().into(), |n| n.to_string_lossy().into_owned());
+    w.add_metadata("general.name", name)?;
+    w.add_metadata(
+        "general.source",
+        "lerobot vla_jepa checkpoint (vla-convert)",
+    )?;
+    super::ship_tokenizer(
+        &mut w,
+        Some(tokenizer_path),
+        config.lm.vocab_size,
+        &mut notes,
+        "",
+    )?;
+    let extra = qwen::vision_derived(&st, &config.vision, &vit, "vit")?;
+    let mut shapes = config.tensor_shapes()?;
+    shapes.retain(|(n, _)| !extra.iter().any(|(e, _, _)| e == n));
+    super::write_tensors(&mut w, &st, &map, shapes, dtype, |_, _| {}, stats, progress)?;
+    for (name, shape, vals) in extra {
+        let ty = match super::takes_float_dtype(&name, &shape) {
+            true => dtype,
+            false => GgmlType::F32,
+        };
+        w.add_f32(name, ty, &super::ggml_dims(&shape), &vals)?;
+    }
+    Ok(Converted {
+        config,
+        writer: w,
+        notes,
+    })
+}
+
+/// The id of added token `text`: the tokenizer's own if it has it, else the next free id
+/// counting from `*next` (lerobot adds the action and embodied tokens in order at load).
+fn added_token(tok: &Tokenizer, text: &str, next: &mut u32) -> Result<u32> {
+    let ids = tok.encode(text)?;
+    if let [id] = ids.as_slice() {
+        if tok.token(*id) == Some(text) {
+            return Ok(*id);
+        }
+    }
+    *next += 1;
+    Ok(*next - 1)
+}
+
+/// The prompt: before the text segment, Qwen3-VL's user turn with every camera; the text
+/// segment is the template up to its `{actions}`; after it, the action tokens, the text
+/// between, the embodied tokens, the template's tail and the generation prompt.
+fn prompt(
+    tok: &Tokenizer,
+    p: &Json,
+    (cameras, n_img, image_token): (usize, usize, usize),
+    action_steps: usize,
+) -> Result<(PromptIds, String, String, usize)> {
+    let template = p.str("prompt_template")?;
+    let parts: Vec<&str> = template
+        .split("{instruction}")
+        .flat_map(|s| s.split("{actions}"))
+        .flat_map(|s| s.split("{e_actions}"))
+        .collect();
+    let order = ["{instruction}", "{actions}", "{e_actions}"].map(|k| template.find(k));
+    let [Some(i), Some(a), Some(e)] = order else {
+        return Err(ckpt_err(
+            p.path,
+            "prompt_template lacks {instruction}, {actions} or {e_actions}",
+        ));
+    };
+    if !(i < a && a < e) || parts.len() != 4 {
+        return Err(ckpt_err(p.path, "prompt_template: expected {instruction}, {actions}, {e_actions} once each, in that order"));
+    }
+    let pad = tok.token(image_token as u32).unwrap_or_default().to_owned();
+    if pad.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "the tokenizer has no token {image_token} (image_token_id)"
+        )));
+    }
+    let mut before = String::from("<|im_start|>user\n");
+    for _ in 0..cameras {
+        before.push_str(&format!(
+            "<|vision_start|>{}<|vision_end|>",
+            pad.repeat(n_img)
+        ));
+    }
+    let chunk = p.usize("chunk_size")?;
+    let per_step = p.usize("num_action_tokens_per_timestep")?;
+    let n_embodied = p.usize("num_embodied_action_tokens_per_instruction")?;
+    let mut next = tok.len() as u32;
+    let special = p.str("special_action_token")?;
+    let action_ids = (0..chunk * 4)
+        .map(|k| added_token(tok, &special.replace("{}", &k.to_string()), &mut next))
+        .collect::<Result<Vec<_>>>()?;
+    let embodied = added_token(tok, p.str("embodied_action_token")?, &mut next)?;
+    if action_steps > action_ids.len() {
+        return Err(ckpt_err(
+            p.path,
+            "more action steps in the prompt than action tokens",
+        ));
+    }
+    let mut after = Vec::new();
+    for &id in &action_ids[..action_steps] {
+        after.extend(std::iter::repeat_n(id, per_step));
+    }
+    after.extend(tok.encode(parts[2])?);
+    after.extend(std::iter::repeat_n(embodied, n_embodied));
+    after.extend(tok.encode(&format!("{}<|im_end|>\n<|im_start|>assistant\n", parts[3]))?);
+    let ids = PromptIds {
+        before: tok.encode(&before)?,
+        after,
+    };
+    Ok((
+        ids,
+        parts[0].to_owned(),
+        parts[1].to_owned(),
+        embodied as usize,
+    ))
+}
+
+fn read_config(
+    ckpt: &Path,
+    p: &Json,
+    qwen_cfg: &Json,
+    image_proc: &Json,
+    tubelet: usize,
+    st: &Safetensors,
+    tokenizer: &Tokenizer,
+) -> Result<VlaJepaConfig> {
+    let v = qwen_cfg.obj("vision_config")?;
+    let t = qwen_cfg.obj("text_config")?;
+    let rope = t
+        .obj("rope_parameters")
+        .or_else(|_| t.obj("rope_scaling"))?;
+    let rope_theta = rope.f64("rope_theta").or_else(|_| t.f64("rope_theta"))?;
+    let sections: Vec<usize> = rope
+        .get("mrope_section")
+        .and_then(|s| s.as_array())
+        .map(|s| {
+            s.iter()
+                .filter_map(|x| x.as_u64().map(|x| x as usize))
+                .collect()
+        })
+        .unwrap_or_default();
+    if sections.len() != 3 || !rope.bool_or("mrope_interleaved", true) {
+        return Err(ckpt_err(
+            qwen_cfg.path,
+            "text_config: expected an interleaved mrope_section of 3 values",
+        ));
+    }
+    // The frame the model sees: the area step's size (or the camera's), then smart_resize.
+    let features = p.obj("input_features")?;
+    let area = match p.get("resize_images_to").and_then(|r| r.as_array()) {
+        Some(r) if r.len() == 2 => {
+            let d = |i: usize| r[i].as_u64().map_or(0, |x| x as usize);
+            (d(0), d(1))
+        }
+        _ => (0, 0),
+    };
+    let frame = match area {
+        (0, 0) => camera_shape(&features)?,
+        a => a,
+    };
+    let (patch, merge) = (v.usize("patch_size")?, v.usize("spatial_merge_size")?);
+    let size = image_proc.get("size");
+    let pixels = |new: &str, old: &str| -> Result<usize> {
+        size.and_then(|s| s.get(new))
+            .or_else(|| image_proc.get(old))
+            .and_then(|x| x.as_u64())
+            .map(|x| x as usize)
+            .ok_or_else(|| ckpt_err(image_proc.path, format!("no size.{new} or {old}")))
+    };
+    let bounds = (
+        pixels("shortest_edge", "min_pixels")?,
+        pixels("longest_edge", "max_pixels")?,
+    );
+    let (image_h, image_w) = smart_resize(frame.0, frame.1, patch * merge, bounds.0, bounds.1);
+    let vision = QwenVisionConfig {
+        hidden: v.usize("hidden_size")?,
+        layers: v.usize("depth")?,
+        heads: v.usize("num_heads")?,
+        inter: v.usize("intermediate_size")?,
+        image_h,
+        image_w,
+        patch_size: patch,
+        merge,
+        out: v.usize("out_hidden_size")?,
+        deepstack: v
+            .get("deepstack_visual_indexes")
+            .and_then(|d| d.as_array())
+            .map(|d| {
+                d.iter()
+                    .filter_map(|x| x.as_u64().map(|x| x as usize))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let prefix = format!("{QWEN}model.language_model.layers.");
+    let n_layers = super::count_layers(st, &prefix, ".self_attn.q_proj.weight");
+    let (heads, head_dim) = match p.str("action_model_type")? {
+        "DiT-B" => (12, 64),
+        "DiT-L" => (32, 48),
+        other => {
+            return Err(ckpt_err(
+                p.path,
+                format!("action_model_type {other:?}: expected DiT-B or DiT-L"),
+            ))
+        }
+    };
+    let dit = BlockStack {
+        name: "dit",
+        layers: p.usize("action_num_layers")?,
+        heads: p.usize("action_num_heads").unwrap_or(heads),
+        head_dim: p.usize("action_attention_head_dim").unwrap_or(head_dim),
+    };
+    let image_token = qwen_cfg.usize("image_token_id")?;
+    let n_images = super::count_visual_features(&features);
+    let n_embodied = p.usize("num_embodied_action_tokens_per_instruction")?;
+    let action_steps = (p.usize("num_video_frames")? / tubelet.max(1)).saturating_sub(1);
+    let n_img = (image_h / (patch * merge)) * (image_w / (patch * merge));
+    let (prompt, text_before, text_after, embodied_token) =
+        prompt(tokenizer, p, (n_images, n_img, image_token), action_steps)?;
+    let (state_dim, action_dim) = (p.usize("state_dim")?, p.usize("action_dim")?);
+    let steps_in = |name: &str| -> Result<bool> {
+        let path = ckpt.join("policy_postprocessor.json");
+        Ok(path.is_file() && !super::processor_steps(&path, name)?.is_empty())
+    };
+    let position_rows = st.config_shape(&format!("{HEAD}position_embedding.weight"), 2)?[0];
+    Ok(VlaJepaConfig {
+        lm: LmConfig {
+            hidden: t.usize("hidden_size")?,
+            n_layers,
+            inter: t.usize("intermediate_size")?,
+            vocab_size: t.usize("vocab_size")?,
+        },
+        attn: DecoderConfig {
+            q_heads: t.usize("num_attention_heads")?,
+            kv_heads: t.usize("num_key_value_heads")?,
+            head_dim: t.usize("head_dim")?,
+            rope_theta: rope_theta as f32,
+            norm_eps: t.f64("rms_norm_eps")? as f32,
+            ffn: GatedActivation::Silu,
+            qk_norm: true,
+            ..Default::default()
+        },
+        mrope: MropeConfig {
+            sections: [sections[0], sections[1], sections[2]],
+        },
+        head: HeadConfig {
+            embed: dit.width(),
+            hidden: p.usize("action_hidden_size")?,
+            future_tokens: n_embodied,
+            max_seq_len: position_rows,
+            embodiments: 1,
+            buckets: p.usize("action_num_timestep_buckets")?,
+            image_token,
+        },
+        dit,
+        vision,
+        io: ActionIo {
+            n_images,
+            tokenizer_max_length: TEXT_TOKENS,
+            pad_token_id: 0,
+            chunk_size: p.usize("chunk_size")?,
+            num_steps: p.usize("num_inference_timesteps")?,
+            max_state_dim: state_dim,
+            max_action_dim: action_dim,
+            state_dim,
+            action_dim,
+        },
+        steps: IoSteps {
+            area,
+            clip_actions: steps_in("vla_jepa_clip_actions")?,
+            pre_snap: steps_in("vla_jepa_pre_snap_gripper")?,
+            binarize: steps_in("vla_jepa_binarize_gripper")?,
+            gripper_dim: p.usize("gripper_dim").unwrap_or(6),
+            gripper_threshold: p.f64("gripper_threshold").unwrap_or(0.5) as f32,
+        },
+        embodied_token,
+        prompt,
+        text_before,
+        text_after,
+    })
+}
+
+/// State mean/std and action min/max from the processor files.
+fn read_stats(
+    ckpt: &Path,
+    cfg: &VlaJepaConfig,
+    notes: &mut Vec<String>,
+) -> Result<Vec<(String, Vec<f32>)>> {
+    let [mean, std] = super::find_stats(ckpt, None, "observation.state", ["mean", "std"], notes)?;
+    let [min, max] = super::find_stats(ckpt, None, "action", ["min", "max"], notes)?;
+    let out = vec![
+        ("state_mean".to_owned(), mean),
+        ("state_std".into(), std),
+        ("action_min".into(), min),
+        ("action_max".into(), max),
+    ];
+    for (name, v) in &out {
+        let want = match name.starts_with("state") {
+            true => cfg.io.state_dim,
+            false => cfg.io.action_dim,
+        };
+        if v.len() != want {
+            return Err(ckpt_err(
+                ckpt,
+                format!("{name}: {} values, expected {want}", v.len()),
+            ));
+        }
+    }
+    Ok(out)
+}

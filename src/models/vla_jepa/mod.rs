@@ -1,0 +1,391 @@
+//! VLA-JEPA (lerobot 0.6.1 `policies.vla_jepa`, ginwind/VLA-JEPA): the Qwen3-VL backbone run
+//! over a prompt that ends in 32 `<|embodied_action|>` tokens, whose last-layer hidden
+//! states (before the final norm) condition a flow-matching DiT-B head: [state token, 32
+//! learned future tokens, action tokens + position rows], even blocks cross-attending to the
+//! embodied states, plain `nn.Linear` encoders and decoder. The world model (V-JEPA 2 and its
+//! predictor) is training-only and not stored.
+//!
+//! The client sends the instruction; the model builds `Your task is {instruction}. Infer the
+//! temporal dynamics from frames {action tokens} and produce the corresponding policy actions
+//! {embodied tokens}.` inside Qwen3-VL's chat prompt. Under the [`FlowPolicy`] driver: `vision`
+//! (the tower per camera), `prefill` (the language model, the embodied rows gathered, the
+//! DiT's cross keys and values) and `denoise`.
+
+use super::common::ActionIo;
+use super::flow::{Clipping, FlowArch, FlowPolicy, FlowSpec, GripperSnap, PrefixLayout};
+use super::flow::{RequestInputs, VALID};
+use super::gr00t::PromptIds;
+use crate::config::limits::MAX_SEQUENCE;
+use crate::config::{self, bounded, first_failing, read_u32s, write_u32s, Keys, Section};
+use crate::gguf::{GgufFile, GgufWriter};
+use crate::graph::{Graph, GraphBuilder, WeightStore};
+use crate::layers::GatedActivation;
+use crate::modules::decoder::{DecoderConfig, LmConfig};
+use crate::modules::dit::BlockStack;
+use crate::modules::flow::Schedule;
+use crate::modules::gr00t_head::{time_rows, ChunkShape, HeadConfig};
+use crate::modules::qwen_text::{ImageSpan, MropeConfig};
+use crate::modules::qwen_vision::{QwenVisionConfig, DEEPSTACK_KEY};
+use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
+use crate::{Error, Result, Tensor};
+
+pub const ARCH: &str = "vla_jepa";
+
+pub type VlaJepa = FlowPolicy<VlaJepaConfig>;
+
+/// The text around the instruction in the prompt's text segment (string keys
+/// `prompt_text_before`, `prompt_text_after`).
+const KEY_TEXT_BEFORE: &str = "prompt_text_before";
+const KEY_TEXT_AFTER: &str = "prompt_text_after";
+
+/// lerobot's instruction when a request has none.
+const DEFAULT_TASK: &str = "Execute the robot action.";
+
+/// What happens to the frames and the chunk outside the graphs. Keys: `area_height`,
+/// `area_width` (the `resize_images_to` area step; 0: none), `clip_actions`,
+/// `gripper_pre_snap`, `gripper_binarize` (0 or 1), `gripper_dim`, `gripper_threshold`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IoSteps {
+    pub area: (usize, usize),
+    pub clip_actions: bool,
+    pub pre_snap: bool,
+    pub binarize: bool,
+    pub gripper_dim: usize,
+    pub gripper_threshold: f32,
+}
+
+impl Section for IoSteps {
+    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
+        k.usize("area_height", &mut self.area.0)?;
+        k.usize("area_width", &mut self.area.1)?;
+        let mut flags = [self.clip_actions, self.pre_snap, self.binarize].map(usize::from);
+        for (key, v) in ["clip_actions", "gripper_pre_snap", "gripper_binarize"]
+            .into_iter()
+            .zip(&mut flags)
+        {
+            k.usize(key, v)?;
+            if *v > 1 {
+                return Err(Error::InvalidArgument(format!(
+                    "{key} = {v}: expected 0 or 1"
+                )));
+            }
+        }
+        [self.clip_actions, self.pre_snap, self.binarize] = flags.map(|v| v == 1);
+        k.usize("gripper_dim", &mut self.gripper_dim)?;
+        k.f32("gripper_threshold", &mut self.gripper_threshold)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        bounded("area_height", self.area.0, 0, 1 << 14)?;
+        bounded("area_width", self.area.1, 0, 1 << 14)?;
+        first_failing(&[
+            (
+                (self.area.0 == 0) == (self.area.1 == 0),
+                "area_height and area_width must both be 0 or both positive",
+            ),
+            (
+                self.gripper_threshold.is_finite(),
+                "gripper_threshold must be finite",
+            ),
+        ])
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VlaJepaConfig {
+    pub vision: QwenVisionConfig,
+    pub lm: LmConfig,
+    pub attn: DecoderConfig,
+    pub mrope: MropeConfig,
+    pub dit: BlockStack,
+    /// `future_tokens` is the number of embodied tokens (their hidden states condition the
+    /// DiT, and as many learned future tokens precede the actions).
+    pub head: HeadConfig,
+    /// `max_state_dim` = `state_dim`, `max_action_dim` = `action_dim` (nothing is padded);
+    /// `tokenizer_max_length` bounds the prompt's text segment.
+    pub io: ActionIo,
+    pub steps: IoSteps,
+    /// `<|embodied_action|>` (key `embodied_token_id`).
+    pub embodied_token: usize,
+    /// The ids before the text segment (with each camera's image tokens) and after it (from
+    /// the first action token to the generation prompt).
+    pub prompt: PromptIds,
+    pub text_before: String,
+    pub text_after: String,
+}
+
+impl Section for VlaJepaConfig {
+    fn keys(&mut self, k: &mut dyn Keys) -> Result<()> {
+        self.vision.keys(k)?;
+        self.lm.keys(k)?;
+        self.attn.keys(k)?;
+        self.mrope.keys(k)?;
+        self.dit.keys(k)?;
+        self.head.keys(k)?;
+        self.io.keys(k)?;
+        self.steps.keys(k)?;
+        k.usize("embodied_token_id", &mut self.embodied_token)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        self.vision.check()?;
+        self.lm.check()?;
+        self.attn.check()?;
+        self.mrope.check()?;
+        self.dit.check()?;
+        self.head.check()?;
+        self.io.check()?;
+        self.io.check_vocab(self.lm.vocab_size)?;
+        self.steps.check()?;
+        let (h, io) = (&self.head, &self.io);
+        let starts =
+            self.prompt
+                .image_starts(h.image_token as u32, self.vision.n_tokens(), io.n_images);
+        let prompt = self.prompt.before.len() + self.prompt.after.len();
+        let vocab = self.lm.vocab_size;
+        let in_vocab = |ids: &[u32]| ids.iter().all(|&t| (t as usize) < vocab);
+        first_failing(&[
+            (
+                starts.is_ok(),
+                &starts.err().map_or(String::new(), |e| e.to_string()),
+            ),
+            (
+                in_vocab(&self.prompt.before) && in_vocab(&self.prompt.after),
+                "the prompt's token ids must be below vocab_size",
+            ),
+            (
+                prompt <= MAX_SEQUENCE && prompt + io.tokenizer_max_length <= MAX_SEQUENCE,
+                "the prompt is too long",
+            ),
+            (
+                self.embodied_offset().is_some(),
+                "prompt_after_ids must hold num_target_vision_tokens embodied tokens in one run",
+            ),
+            (
+                self.vision.out == self.lm.hidden,
+                "the tower's output width must be the language model's (hidden)",
+            ),
+            (
+                self.vision.deepstack.len() <= self.lm.n_layers,
+                "more deepstack taps than language-model layers",
+            ),
+            (
+                self.mrope.fits(self.attn.head_dim),
+                "the mrope sections must sum to head_dim / 2",
+            ),
+            (
+                self.dit.width() == h.embed,
+                "the DiT width (dit_heads x dit_head_dim) must equal input_embedding_dim",
+            ),
+            (
+                io.chunk_size <= h.max_seq_len,
+                "chunk_size must be at most max_seq_len",
+            ),
+            (
+                io.state_dim == io.max_state_dim && io.action_dim == io.max_action_dim,
+                "states and actions are not padded: max dims must equal the real ones",
+            ),
+            (
+                h.image_token < vocab && self.embodied_token < vocab,
+                "image_token_index and embodied_token_id must be below vocab_size",
+            ),
+        ])
+    }
+}
+
+impl VlaJepaConfig {
+    pub fn n_img_tokens(&self) -> usize {
+        self.vision.n_tokens()
+    }
+
+    /// Embodied tokens (and learned future tokens).
+    pub fn n_embodied(&self) -> usize {
+        self.head.future_tokens
+    }
+
+    pub fn chunk_shape(&self) -> ChunkShape {
+        ChunkShape {
+            chunk: self.io.chunk_size,
+            max_state_dim: self.io.max_state_dim,
+            max_action_dim: self.io.max_action_dim,
+        }
+    }
+
+    /// The language model's sequence: the prompt around the longest text segment.
+    pub fn seq_len(&self) -> usize {
+        self.prompt.before.len() + self.io.tokenizer_max_length + self.prompt.after.len()
+    }
+
+    /// Where the run of embodied tokens starts in `prompt.after`, if it is one run of
+    /// [`Self::n_embodied`].
+    pub fn embodied_offset(&self) -> Option<usize> {
+        let id = self.embodied_token as u32;
+        let after = &self.prompt.after;
+        let start = after.iter().position(|&t| t == id)?;
+        let n = after.iter().filter(|&&t| t == id).count();
+        let run = after[start..].iter().take_while(|&&t| t == id).count();
+        (n == run && n == self.n_embodied() && n > 0).then_some(start)
+    }
+
+    pub fn image_spans(&self) -> Vec<ImageSpan> {
+        let (image, n) = (self.head.image_token as u32, self.n_img_tokens());
+        let (rows, cols) = self.vision.grid();
+        let m = self.vision.merge;
+        self.prompt
+            .image_starts(image, n, self.io.n_images)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|start| ImageSpan {
+                start,
+                grid_h: rows / m,
+                grid_w: cols / m,
+            })
+            .collect()
+    }
+
+    pub fn layout(&self, n_real: usize) -> PrefixLayout {
+        PrefixLayout::causal(self.seq_len(), n_real)
+    }
+}
+
+impl FlowArch for VlaJepaConfig {
+    fn arch(&self) -> &'static str {
+        ARCH
+    }
+
+    /// Reads and checks the `vla_jepa.*` metadata (see docs/GGUF.md).
+    fn read(file: &GgufFile) -> Result<Self> {
+        let text = |key: &str| file.get_str(&format!("{ARCH}.{key}")).map(str::to_owned);
+        let deepstack = read_u32s(file, ARCH, DEEPSTACK_KEY)?;
+        let fixed = VlaJepaConfig {
+            vision: QwenVisionConfig {
+                out: config::Meta::new(file, ARCH).usize("hidden")?,
+                deepstack: deepstack.into_iter().map(|l| l as usize).collect(),
+                ..Default::default()
+            },
+            attn: DecoderConfig {
+                ffn: GatedActivation::Silu,
+                qk_norm: true,
+                ..Default::default()
+            },
+            dit: BlockStack {
+                name: "dit",
+                ..Default::default()
+            },
+            prompt: PromptIds::read(file, ARCH)?,
+            text_before: text(KEY_TEXT_BEFORE)?,
+            text_after: text(KEY_TEXT_AFTER)?,
+            ..Default::default()
+        };
+        config::read(file, ARCH, fixed)
+    }
+
+    fn spec(&self) -> FlowSpec {
+        let s = &self.steps;
+        let area = (s.area.0 > 0).then_some(s.area);
+        let gripper = (s.pre_snap || s.binarize).then_some(GripperSnap {
+            dim: s.gripper_dim,
+            threshold: s.gripper_threshold,
+            pre_snap: s.pre_snap,
+            binarize: s.binarize,
+        });
+        FlowSpec {
+            io: self.io.clone(),
+            vocab_size: self.lm.vocab_size,
+            camera: CameraInput {
+                height: self.vision.image_h,
+                width: self.vision.image_w,
+                resize: Resize::AreaThenBicubicF32 { area },
+                pad: 0.0,
+                align: PadAlign::Center,
+                pixels: PixelMap::MinusOneToOne,
+            },
+            schedule: Schedule::ZeroToOneBucketed {
+                buckets: self.head.buckets,
+            },
+            output_rows: self.io.chunk_size,
+            clip: Clipping {
+                state: false,
+                actions: s.clip_actions,
+            },
+            gripper,
+        }
+    }
+
+    fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]> {
+        Ok([
+            graphs::vision(GraphBuilder::over(store), self)?,
+            graphs::prefill(GraphBuilder::over(store), self)?,
+            graphs::denoise(GraphBuilder::over(store), self)?,
+        ])
+    }
+
+    /// The prompt's text segment up to the first action token: the template's text around
+    /// the instruction as given (no normalisation).
+    fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
+        let task = if task.is_empty() { DEFAULT_TASK } else { task };
+        format!("{}{task}{}", self.text_before, self.text_after)
+    }
+
+    /// `before ++ text ++ after`, right-padded, and the rows of the embodied tokens.
+    fn request_inputs(
+        &self,
+        tokens: Vec<f32>,
+        n_tokens: usize,
+        state: &[f32],
+    ) -> Result<RequestInputs> {
+        let p = &self.prompt;
+        let as_f32 = |ids: &[u32]| ids.iter().map(|&t| t as f32).collect::<Vec<_>>();
+        let mut seq = as_f32(&p.before);
+        seq.extend(&tokens[..n_tokens]);
+        let first = seq.len() + self.embodied_offset().unwrap_or(0);
+        seq.extend(as_f32(&p.after));
+        let n_real = seq.len();
+        seq.resize(self.seq_len(), self.io.pad_token_id as f32);
+        let mut prefix = self.layout(n_real).into_inputs(seq)?;
+        prefix.retain(|(name, _)| name == VALID || name == "tokens");
+        let (n, l) = (self.n_embodied(), self.seq_len());
+        let mut select = vec![0f32; n * l];
+        for k in 0..n {
+            select[k * l + first + k] = 1.0;
+        }
+        let select = Tensor::from_f32(vec![1, n, l], select)?;
+        prefix.push((graphs::EMBODIED_ROWS.into(), select));
+        let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
+        Ok(RequestInputs {
+            prefix,
+            suffix: vec![("state".into(), state)],
+        })
+    }
+
+    fn time_input(&self, t: f32) -> Result<Tensor<'static>> {
+        time_rows(t, self.head.embed, self.io.chunk_size)
+    }
+
+    /// Mean/std for the state, min/max for the actions (lerobot's normalisation modes).
+    fn statistics(&self) -> Vec<(String, Vec<usize>)> {
+        let (s, a) = (self.io.state_dim, self.io.action_dim);
+        vec![
+            ("state_mean".into(), vec![s]),
+            ("state_std".into(), vec![s]),
+            ("action_min".into(), vec![a]),
+            ("action_max".into(), vec![a]),
+        ]
+    }
+
+    fn write(&self, w: &mut GgufWriter) -> Result<()> {
+        w.add_metadata("general.architecture", ARCH)?;
+        self.prompt.write(w, ARCH)?;
+        let deepstack: Vec<u32> = self.vision.deepstack.iter().map(|&l| l as u32).collect();
+        write_u32s(w, ARCH, DEEPSTACK_KEY, &deepstack)?;
+        w.add_metadata(
+            format!("{ARCH}.{KEY_TEXT_BEFORE}"),
+            self.text_before.as_str(),
+        )?;
+        w.add_metadata(format!("{ARCH}.{KEY_TEXT_AFTER}"), self.text_after.as_str())?;
+        config::write(self, w, ARCH)
+    }
+}
+
+/// Graph builders, shared by the policy and by tests that inspect intermediate tensors.
+pub mod graphs;

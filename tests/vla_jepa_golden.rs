@@ -1,0 +1,251 @@
+//! VLA-JEPA against lerobot 0.6.1 itself (transformers 5.5.4). The fixture
+//! `tests/fixtures/vla-jepa-tiny` is a lerobot checkpoint with random (re-randomized) weights
+//! plus the Qwen3-VL and V-JEPA 2 config folders, lerobot's inputs, per-stage intermediates
+//! and chunk, made by `tools/golden/vla_jepa.py` (rerun instructions there). The tests convert
+//! it with `vla::convert::vla_jepa` and compare the prompt's ids, the pixels (area step, float
+//! bicubic), the image tokens and deepstack features, the embodied tokens' hidden states, the
+//! first velocity and the chunk (clipped, gripper snapped, unnormalised, binarised) on cpu,
+//! vulkan and ggml.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use support::{check, cosine, fixture, open, qwen_patch_rows_to_chw, Golden};
+use vla::convert::vla_jepa as convert;
+use vla::gguf::{GgmlType, GgufFile};
+use vla::graph::GraphBuilder;
+use vla::models::flow::FlowArch;
+use vla::models::vla_jepa::{graphs, VlaJepa, VlaJepaConfig};
+use vla::policy::{Observation, Policy, RuntimeOptions};
+use vla::Tensor;
+
+const TOL: f32 = 1e-4;
+
+fn dir() -> PathBuf {
+    fixture("vla-jepa-tiny")
+}
+
+fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
+    let opts = convert::Options {
+        dtype: Some(dtype),
+        ..Default::default()
+    };
+    let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path =
+        std::env::temp_dir().join(format!("vla-jepa-golden-{}-{n}.gguf", std::process::id()));
+    c.writer.write_to_file(&path).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    file
+}
+
+fn converted(dtype: GgmlType) -> GgufFile {
+    converted_from(&dir(), dtype)
+}
+
+static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn ints(g: &Golden, name: &str) -> Vec<i64> {
+    g.st.i64(name).unwrap()
+}
+
+/// The text segment's ids: lerobot's prompt without the converted ids around it.
+fn text_ids(g: &Golden, cfg: &VlaJepaConfig) -> Vec<i32> {
+    let ids = ints(g, "token_ids");
+    let (b, a) = (cfg.prompt.before.len(), cfg.prompt.after.len());
+    ids[b..ids.len() - a].iter().map(|&t| t as i32).collect()
+}
+
+fn observation(g: &Golden, cfg: &VlaJepaConfig) -> Observation {
+    Observation {
+        images: vec![g.image(0), g.image(1)],
+        state: g.f32("state"),
+        prompt: None,
+        tokens: Some(text_ids(g, cfg)),
+        noise: Some(g.f32("noise")),
+    }
+}
+
+/// Camera `i`'s frame as lerobot's processor fed the tower, `[3, H, W]`.
+fn golden_pixels(g: &Golden, cfg: &VlaJepaConfig, i: usize) -> Vec<f32> {
+    let v = &cfg.vision;
+    let (rows, cols) = v.grid();
+    let per = rows * cols * 3 * 2 * v.patch_size * v.patch_size;
+    let all = g.f32("pixels");
+    qwen_patch_rows_to_chw(
+        &all[i * per..(i + 1) * per],
+        (rows, cols),
+        v.patch_size,
+        v.merge,
+    )
+}
+
+#[test]
+fn converted_prompt_and_preprocessing_are_the_fixtures() {
+    let file = converted(GgmlType::F32);
+    let cfg = VlaJepaConfig::read(&file).unwrap();
+    let g = Golden::load(&dir());
+    let ids: Vec<u32> = ints(&g, "token_ids").iter().map(|&t| t as u32).collect();
+    assert_eq!(cfg.prompt.before[..], ids[..cfg.prompt.before.len()]);
+    let after = ids.len() - cfg.prompt.after.len();
+    assert_eq!(cfg.prompt.after[..], ids[after..]);
+    let m = VlaJepa::new(file, &RuntimeOptions::default()).unwrap();
+    let task = g.meta["task"].as_str().unwrap();
+    let want: Vec<u32> = text_ids(&g, &cfg).iter().map(|&t| t as u32).collect();
+    assert_eq!(m.tokenize_prompt(task, &[]).unwrap(), want);
+    let camera = cfg.spec().camera;
+    for i in 0..2 {
+        let px = camera.pixels(&g.image(i)).unwrap();
+        let what = format!("pixels, camera {i}");
+        check(&what, &px, &golden_pixels(&g, &cfg, i), 1e-5);
+    }
+}
+
+fn stages_match_lerobot(backend: &str, dir: &Path, tol: f32) {
+    let Some(be) = open(backend) else { return };
+    let g = Golden::load(dir);
+    let file = converted_from(dir, GgmlType::F32);
+    let cfg = VlaJepaConfig::read(&file).unwrap();
+    let t = |shape: Vec<usize>, v: Vec<f32>| Tensor::from_f32(shape, v).unwrap();
+    let (ih, iw, h) = (cfg.vision.image_h, cfg.vision.image_w, cfg.lm.hidden);
+    let taps = cfg.vision.deepstack.len();
+    let graph = graphs::vision(GraphBuilder::new(&file), &cfg).unwrap();
+    let mut vision = be.compile(&graph, &file).unwrap();
+    let px: Vec<Tensor> = (0..2)
+        .map(|i| t(vec![3, ih, iw], golden_pixels(&g, &cfg, i)))
+        .collect();
+    let out = vision
+        .run(&[("image.0", &px[0]), ("image.1", &px[1])])
+        .unwrap();
+    let out = out[0].as_f32().unwrap();
+    let n = 2 * cfg.n_img_tokens();
+    let column = |k: usize| -> Vec<f32> {
+        (0..n)
+            .flat_map(|r| out[r * (1 + taps) * h + k * h..][..h].to_vec())
+            .collect()
+    };
+    let mut names = vec!["vision".to_owned()];
+    names.extend((0..taps).map(|j| format!("deepstack.{j}")));
+    for (k, name) in names.iter().enumerate() {
+        check(&format!("{backend}: {name}"), &column(k), &g.f32(name), tol);
+    }
+    let want: Vec<Vec<f32>> = names.iter().map(|n| g.f32(n)).collect();
+    let img_tokens: Vec<f32> = (0..n)
+        .flat_map(|r| {
+            want.iter()
+                .flat_map(move |w| w[r * h..(r + 1) * h].to_vec())
+        })
+        .collect();
+
+    // The prefill's inputs as a request makes them, with lerobot's image tokens.
+    let obs = observation(&g, &cfg);
+    let text = obs.tokens.clone().unwrap();
+    let mut tokens: Vec<f32> = text.iter().map(|&t| t as f32).collect();
+    tokens.resize(cfg.io.tokenizer_max_length, 0.0);
+    let req = cfg
+        .request_inputs(tokens, text.len(), &g.f32("state_norm"))
+        .unwrap();
+    let mut prefix = vec![(
+        "img_tokens".to_owned(),
+        t(vec![n, (1 + taps) * h], img_tokens),
+    )];
+    prefix.extend(req.prefix);
+    let refs: Vec<(&str, &Tensor)> = prefix.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut gb = GraphBuilder::new(&file);
+    let cond = graphs::conditioning(&mut gb, &cfg).unwrap();
+    let mut exe = be.compile(&gb.build(&[cond]).unwrap(), &file).unwrap();
+    let out = exe.run(&refs).unwrap();
+    let what = format!("{backend}: embodied hidden states");
+    check(&what, out[0].as_f32().unwrap(), &g.f32("embodied"), tol);
+
+    let graph = graphs::prefill(GraphBuilder::new(&file), &cfg).unwrap();
+    let kv = be.compile(&graph, &file).unwrap().run(&refs).unwrap();
+    let graph = graphs::denoise(GraphBuilder::new(&file), &cfg).unwrap();
+    let mut denoise = be.compile(&graph, &file).unwrap();
+    let x_t = t(vec![7, 7], g.f32("noise"));
+    let time = cfg.time_input(0.0).unwrap();
+    let state = t(vec![1, 8], g.f32("state_norm"));
+    let valid = prefix.iter().find(|(n, _)| n == "valid").unwrap().1.clone();
+    let names: Vec<String> = (0..kv.len() / 2)
+        .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
+        .collect();
+    let mut inputs: Vec<(&str, &Tensor)> = vec![
+        ("x_t", &x_t),
+        ("time_emb", &time),
+        ("valid", &valid),
+        ("state", &state),
+    ];
+    inputs.extend(names.iter().map(String::as_str).zip(kv.iter()));
+    let out = denoise.run(&inputs).unwrap();
+    let what = format!("{backend}: first velocity");
+    check(&what, out[0].as_f32().unwrap(), &g.f32("velocity.0"), tol);
+}
+
+fn chunk_matches_lerobot(backend: &str, dir: &Path, tol: f32) {
+    if backend != "cpu" && open(backend).is_none() {
+        return;
+    }
+    let g = Golden::load(dir);
+    let opts = RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
+    let file = converted_from(dir, GgmlType::F32);
+    let cfg = VlaJepaConfig::read(&file).unwrap();
+    let mut m = VlaJepa::new(file, &opts).unwrap();
+    let obs = observation(&g, &cfg);
+    let state = m.normalised_state(&obs).unwrap();
+    check("normalised state", &state, &g.f32("state_norm"), 1e-6);
+    let chunk = m.predict(&obs).unwrap();
+    assert_eq!((chunk.chunk_size, chunk.action_dim), (7, 7));
+    let what = format!("{backend}: action chunk (world units, gripper binarised)");
+    check(&what, &chunk.actions, &g.f32("actions"), tol);
+}
+
+#[test]
+fn cpu_matches_lerobot() {
+    stages_match_lerobot("cpu", &dir(), TOL);
+    chunk_matches_lerobot("cpu", &dir(), TOL);
+}
+
+#[test]
+fn vulkan_matches_lerobot() {
+    stages_match_lerobot("vulkan", &dir(), TOL);
+    chunk_matches_lerobot("vulkan", &dir(), TOL);
+}
+
+#[cfg(feature = "ggml")]
+#[test]
+fn ggml_matches_lerobot() {
+    stages_match_lerobot("ggml", &dir(), TOL);
+    chunk_matches_lerobot("ggml", &dir(), TOL);
+}
+
+/// bf16 matmul weights: the chunk stays close to lerobot's f32 one.
+#[test]
+fn bf16_weights_stay_close() {
+    let g = Golden::load(&dir());
+    let file = converted(GgmlType::BF16);
+    let cfg = VlaJepaConfig::read(&file).unwrap();
+    let mut m = VlaJepa::new(file, &RuntimeOptions::default()).unwrap();
+    let chunk = m.predict(&observation(&g, &cfg)).unwrap();
+    let c = cosine(&chunk.actions, &g.f32("actions"));
+    println!("bf16 chunk cosine {c:.6}");
+    assert!(c >= 0.999, "bf16 chunk cosine {c}");
+}
+
+/// A text prompt is put in the template, tokenized with the GGUF's tokenizer and gives
+/// lerobot's chunk.
+#[test]
+fn text_prompt_gives_lerobots_chunk() {
+    let g = Golden::load(&dir());
+    let file = converted(GgmlType::F32);
+    let cfg = VlaJepaConfig::read(&file).unwrap();
+    let mut m = VlaJepa::new(file, &RuntimeOptions::default()).unwrap();
+    let mut obs = observation(&g, &cfg);
+    obs.tokens = None;
+    obs.prompt = Some(g.meta["task"].as_str().unwrap().into());
+    let chunk = m.predict(&obs).unwrap();
+    check("text prompt: chunk", &chunk.actions, &g.f32("actions"), TOL);
+}
