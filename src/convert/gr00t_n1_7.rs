@@ -15,19 +15,15 @@
 //! eval transform ([`crate::preprocess::area::gr00t_frame`]), then Qwen's `smart_resize`.
 
 use super::gr00t::{base_config_path, head_name_map, pack_step, INSTRUCTION_TOKENS};
-use super::{ckpt_err, qwen, read_json, Json, Safetensors};
+use super::{ckpt_err, qwen_vl, read_json, Json, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
-use crate::layers::GatedActivation;
 use crate::models::common::ActionIo;
 use crate::models::flow::FlowArch;
 use crate::models::gr00t::PromptIds;
 use crate::models::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
-use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
 use crate::modules::gr00t_head::{HeadConfig, HeadLinears};
-use crate::modules::qwen_text::MropeConfig;
-use crate::modules::qwen_vision::QwenVisionConfig;
 use crate::preprocess::area::shortest_edge_size;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -123,27 +119,13 @@ pub fn convert(
         config.prompt.after.len()
     ));
     let bb = format!("{P}backbone.model.");
-    let vit = format!("{bb}model.visual.");
-    let mut map = qwen::vision_name_map(&config.vision, &vit, "vit");
-    map.extend(qwen::lm_name_map(
-        &format!("{bb}model.language_model."),
-        config.lm.n_layers,
-    ));
+    let (vision, n_layers) = (&config.vision, config.lm.n_layers);
+    let (mut map, unused, derived) = qwen_vl::name_map(&st, vision, n_layers, &bb, &mut notes);
     let ah = format!("{P}action_head.");
     let layers = (config.vlsa.layers, config.dit.layers);
     map.extend(head_name_map(&ah, layers, HeadLinears::PerEmbodiment));
-    // The features are read before the final norm, and the embeddings are tied to lm_head.
-    let norm = format!("{bb}model.language_model.norm.weight");
-    map.retain(|(ours, _)| ours != "vlm.output_norm.weight" && ours != "aex.future_tokens.weight");
-    let tied = format!("{bb}lm_head.weight");
-    if let Some(e) = map.iter_mut().find(|(ours, _)| ours == "token_embd.weight") {
-        if !st.contains(&e.1) && st.contains(&tied) {
-            e.1 = tied.clone();
-            notes.push("token embeddings from lm_head.weight (tied)".into());
-        }
-    }
-    let unused = [tied.as_str(), norm.as_str()];
-    let derived = [format!("{vit}patch_embed."), format!("{vit}pos_embed.")];
+    map.retain(|(ours, _)| ours != "aex.future_tokens.weight");
+    let unused: Vec<&str> = unused.iter().map(String::as_str).collect();
     let derived: Vec<&str> = derived.iter().map(String::as_str).collect();
     super::check_coverage(&st, &map, &unused, &derived)?;
     let stats = read_stats(&pack, &config, &mut notes)?;
@@ -165,18 +147,9 @@ pub fn convert(
         &mut notes,
         "",
     )?;
-    let mut shapes = config.tensor_shapes()?;
-    let extra = qwen::vision_derived(&st, &config.vision, &vit, "vit")?;
-    shapes.retain(|(n, _)| !extra.iter().any(|(e, _, _)| e == n));
-    map.retain(|(ours, _)| !extra.iter().any(|(e, _, _)| e == ours));
-    super::write_tensors(&mut w, &st, &map, shapes, dtype, |_, _| {}, stats, progress)?;
-    for (name, shape, vals) in extra {
-        let ty = match super::takes_float_dtype(&name, &shape) {
-            true => dtype,
-            false => GgmlType::F32,
-        };
-        w.add_f32(name, ty, &super::ggml_dims(&shape), &vals)?;
-    }
+    let shapes = config.tensor_shapes()?;
+    let backbone = (&config.vision, bb.as_str());
+    qwen_vl::write(&mut w, &st, &map, shapes, backbone, dtype, stats, progress)?;
     Ok(Converted {
         config,
         writer: w,
@@ -201,30 +174,6 @@ fn backbone_dir(ckpt: &Path, base: &JsonFile, opts: &Options) -> Result<PathBuf>
                 format!("model_name {named:?}: no Qwen3-VL folder with a config.json there; pass --backbone DIR"),
             )
         })
-}
-
-/// Qwen2-VL's `smart_resize` with factor `f`: sides rounded to multiples of `f` (half to
-/// even), scaled down or up to fit `[min_pixels, max_pixels]`.
-pub(crate) fn smart_resize(
-    h: usize,
-    w: usize,
-    f: usize,
-    min_pixels: usize,
-    max_pixels: usize,
-) -> (usize, usize) {
-    let (hf, wf, ff) = (h as f64, w as f64, f as f64);
-    let mut hb = ((hf / ff).round_ties_even() * ff) as usize;
-    let mut wb = ((wf / ff).round_ties_even() * ff) as usize;
-    if hb * wb > max_pixels {
-        let beta = (hf * wf / max_pixels as f64).sqrt();
-        hb = f.max(((hf / beta / ff).floor() * ff) as usize);
-        wb = f.max(((wf / beta / ff).floor() * ff) as usize);
-    } else if hb * wb < min_pixels {
-        let beta = (min_pixels as f64 / (hf * wf)).sqrt();
-        hb = ((hf * beta / ff).ceil() * ff) as usize;
-        wb = ((wf * beta / ff).ceil() * ff) as usize;
-    }
-    (hb, wb)
 }
 
 /// The cameras' common `[C, H, W]` shape from the policy's input features.
@@ -300,34 +249,6 @@ fn read_config(
             head_dim: c.usize("attention_head_dim")?,
         })
     };
-    let v = qwen_cfg.obj("vision_config")?;
-    let t = qwen_cfg.obj("text_config")?;
-    let rope = t
-        .obj("rope_parameters")
-        .or_else(|_| t.obj("rope_scaling"))?;
-    let rope_theta = rope.f64("rope_theta").or_else(|_| t.f64("rope_theta"))?;
-    let sections = rope
-        .get("mrope_section")
-        .and_then(|s| s.as_array())
-        .filter(|s| s.len() == 3)
-        .and_then(|s| {
-            s.iter()
-                .map(|x| x.as_u64().map(|x| x as usize))
-                .collect::<Option<Vec<_>>>()
-        })
-        .ok_or_else(|| ckpt_err(qwen_cfg.path, "text_config: no mrope_section of 3 values"))?;
-    if !rope.bool_or("mrope_interleaved", true) {
-        return Err(ckpt_err(
-            qwen_cfg.path,
-            "mrope_interleaved = false: not supported",
-        ));
-    }
-    if v.usize("temporal_patch_size")? != 2 {
-        return Err(ckpt_err(
-            qwen_cfg.path,
-            "temporal_patch_size != 2: not supported",
-        ));
-    }
     // The frame the processors make of the camera.
     let features = policy.obj("input_features")?;
     let (cam_h, cam_w) = camera_shape(&features)?;
@@ -345,43 +266,6 @@ fn read_config(
         ((w1 as f64 * crop) as usize).max(1),
     );
     let (fh, fw) = shortest_edge_size(cropped.0, cropped.1, edge);
-    let patch = v.usize("patch_size")?;
-    let merge = v.usize("spatial_merge_size")?;
-    let size = image_proc.get("size");
-    let pixels = |new: &str, old: &str| -> Result<usize> {
-        size.and_then(|s| s.get(new))
-            .or_else(|| image_proc.get(old))
-            .and_then(|x| x.as_u64())
-            .map(|x| x as usize)
-            .ok_or_else(|| ckpt_err(image_proc.path, format!("no size.{new} or {old}")))
-    };
-    let (min_px, max_px) = (
-        pixels("shortest_edge", "min_pixels")?,
-        pixels("longest_edge", "max_pixels")?,
-    );
-    let (image_h, image_w) = smart_resize(fh, fw, patch * merge, min_px, max_px);
-    let deepstack = v
-        .get("deepstack_visual_indexes")
-        .and_then(|d| d.as_array())
-        .map(|d| {
-            d.iter()
-                .filter_map(|x| x.as_u64().map(|x| x as usize))
-                .collect()
-        })
-        .unwrap_or_default();
-    let hidden = t.usize("hidden_size")?;
-    let vision = QwenVisionConfig {
-        hidden: v.usize("hidden_size")?,
-        layers: v.usize("depth")?,
-        heads: v.usize("num_heads")?,
-        inter: v.usize("intermediate_size")?,
-        image_h,
-        image_w,
-        patch_size: patch,
-        merge,
-        out: v.usize("out_hidden_size")?,
-        deepstack,
-    };
     let lm_prefix = format!("{P}backbone.model.model.language_model.layers.");
     let n_layers = super::count_layers(st, &lm_prefix, ".self_attn.q_proj.weight");
     let select = base.usize("select_layer")?;
@@ -391,7 +275,13 @@ fn read_config(
             format!("{n_layers} LM layers, select_layer {select}"),
         ));
     }
-    let image_token = qwen_cfg.usize("image_token_id")?;
+    let qwen_vl::Backbone {
+        vision,
+        lm,
+        attn,
+        mrope,
+        image_token,
+    } = qwen_vl::backbone(qwen_cfg, image_proc, (fh, fw), n_layers)?;
     let io = ActionIo {
         n_images: super::count_visual_features(&features),
         tokenizer_max_length: INSTRUCTION_TOKENS,
@@ -406,25 +296,9 @@ fn read_config(
     let prompt = qwen_prompt(tokenizer, io.n_images, vision.n_tokens(), image_token)?;
     Ok(Gr00tN17Config {
         frame: FrameConfig { edge, crop },
-        lm: LmConfig {
-            hidden,
-            n_layers,
-            inter: t.usize("intermediate_size")?,
-            vocab_size: t.usize("vocab_size")?,
-        },
-        attn: DecoderConfig {
-            q_heads: t.usize("num_attention_heads")?,
-            kv_heads: t.usize("num_key_value_heads")?,
-            head_dim: t.usize("head_dim")?,
-            rope_theta: rope_theta as f32,
-            norm_eps: t.f64("rms_norm_eps")? as f32,
-            ffn: GatedActivation::Silu,
-            qk_norm: true,
-            ..Default::default()
-        },
-        mrope: MropeConfig {
-            sections: [sections[0], sections[1], sections[2]],
-        },
+        lm,
+        attn,
+        mrope,
         vlsa: stack("vlsa", &vlsa_cfg)?,
         dit: stack("dit", &dit_cfg)?,
         text_every: base.usize("attend_text_every_n_blocks")?,
@@ -545,18 +419,4 @@ fn read_stats(
         "statistics ({lo}/{hi} per group, clipped) from the {PACK_STEP} step"
     ));
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn smart_resize_rounds_to_the_factor_and_fits_the_pixel_bounds() {
-        assert_eq!(smart_resize(64, 97, 32, 4096, 1 << 20), (64, 96));
-        assert_eq!(smart_resize(256, 256, 32, 65536, 1 << 24), (256, 256));
-        // Too few pixels: scaled up; too many: scaled down.
-        assert_eq!(smart_resize(40, 40, 32, 4096, 1 << 20), (64, 64));
-        assert_eq!(smart_resize(1000, 1000, 32, 1024, 512 * 512), (512, 512));
-    }
 }

@@ -6,6 +6,7 @@ pub mod gr00t;
 pub mod gr00t_n1_7;
 pub mod pi0;
 pub mod qwen;
+pub mod qwen_vl;
 pub mod smolvla;
 pub mod vla_jepa;
 

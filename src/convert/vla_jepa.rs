@@ -10,20 +10,16 @@
 //! processor files (state mean/std, action min/max, which post-processing steps run).
 
 use super::gr00t::head_name_map;
-use super::gr00t_n1_7::{camera_shape, smart_resize, JsonFile};
-use super::{ckpt_err, qwen, Json, Safetensors};
+use super::gr00t_n1_7::{camera_shape, JsonFile};
+use super::{ckpt_err, qwen_vl, Json, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
-use crate::layers::GatedActivation;
 use crate::models::common::ActionIo;
 use crate::models::flow::FlowArch;
 use crate::models::gr00t::PromptIds;
 use crate::models::vla_jepa::{IoSteps, VlaJepaConfig};
-use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
 use crate::modules::gr00t_head::{HeadConfig, HeadLinears};
-use crate::modules::qwen_text::MropeConfig;
-use crate::modules::qwen_vision::QwenVisionConfig;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -121,31 +117,18 @@ pub fn convert(
         config.prompt.before.len(),
         config.prompt.after.len()
     ));
-    let vit = format!("{QWEN}model.visual.");
-    let lm = format!("{QWEN}model.language_model.");
-    let mut map = qwen::vision_name_map(&config.vision, &vit, "vit");
-    map.extend(qwen::lm_name_map(&lm, config.lm.n_layers));
+    let (vision, n_layers) = (&config.vision, config.lm.n_layers);
+    let (mut map, unused, mut skipped) = qwen_vl::name_map(&st, vision, n_layers, QWEN, &mut notes);
     map.extend(head_name_map(
         HEAD,
         (0, config.dit.layers),
         HeadLinears::Plain,
     ));
-    map.retain(|(ours, _)| ours != "vlm.output_norm.weight");
-    let tied = format!("{QWEN}lm_head.weight");
-    if let Some(e) = map.iter_mut().find(|(ours, _)| ours == "token_embd.weight") {
-        if !st.contains(&e.1) && st.contains(&tied) {
-            e.1 = tied.clone();
-            notes.push("token embeddings from lm_head.weight (tied)".into());
-        }
-    }
-    let norm = format!("{lm}norm.weight");
-    let unused = [tied.as_str(), norm.as_str()];
-    let skipped = [
-        format!("{vit}patch_embed."),
-        format!("{vit}pos_embed."),
+    skipped.extend([
         "model.video_encoder.".into(),
         "model.video_predictor.".into(),
-    ];
+    ]);
+    let unused: Vec<&str> = unused.iter().map(String::as_str).collect();
     let skipped: Vec<&str> = skipped.iter().map(String::as_str).collect();
     super::check_coverage(&st, &map, &unused, &skipped)?;
     let stats = read_stats(ckpt, &config, &mut notes)?;
@@ -167,17 +150,9 @@ pub fn convert(
         &mut notes,
         "",
     )?;
-    let extra = qwen::vision_derived(&st, &config.vision, &vit, "vit")?;
-    let mut shapes = config.tensor_shapes()?;
-    shapes.retain(|(n, _)| !extra.iter().any(|(e, _, _)| e == n));
-    super::write_tensors(&mut w, &st, &map, shapes, dtype, |_, _| {}, stats, progress)?;
-    for (name, shape, vals) in extra {
-        let ty = match super::takes_float_dtype(&name, &shape) {
-            true => dtype,
-            false => GgmlType::F32,
-        };
-        w.add_f32(name, ty, &super::ggml_dims(&shape), &vals)?;
-    }
+    let shapes = config.tensor_shapes()?;
+    let backbone = (&config.vision, QWEN);
+    qwen_vl::write(&mut w, &st, &map, shapes, backbone, dtype, stats, progress)?;
     Ok(Converted {
         config,
         writer: w,
@@ -279,27 +254,6 @@ fn read_config(
     st: &Safetensors,
     tokenizer: &Tokenizer,
 ) -> Result<VlaJepaConfig> {
-    let v = qwen_cfg.obj("vision_config")?;
-    let t = qwen_cfg.obj("text_config")?;
-    let rope = t
-        .obj("rope_parameters")
-        .or_else(|_| t.obj("rope_scaling"))?;
-    let rope_theta = rope.f64("rope_theta").or_else(|_| t.f64("rope_theta"))?;
-    let sections: Vec<usize> = rope
-        .get("mrope_section")
-        .and_then(|s| s.as_array())
-        .map(|s| {
-            s.iter()
-                .filter_map(|x| x.as_u64().map(|x| x as usize))
-                .collect()
-        })
-        .unwrap_or_default();
-    if sections.len() != 3 || !rope.bool_or("mrope_interleaved", true) {
-        return Err(ckpt_err(
-            qwen_cfg.path,
-            "text_config: expected an interleaved mrope_section of 3 values",
-        ));
-    }
     // The frame the model sees: the area step's size (or the camera's), then smart_resize.
     let features = p.obj("input_features")?;
     let area = match p.get("resize_images_to").and_then(|r| r.as_array()) {
@@ -313,42 +267,15 @@ fn read_config(
         (0, 0) => camera_shape(&features)?,
         a => a,
     };
-    let (patch, merge) = (v.usize("patch_size")?, v.usize("spatial_merge_size")?);
-    let size = image_proc.get("size");
-    let pixels = |new: &str, old: &str| -> Result<usize> {
-        size.and_then(|s| s.get(new))
-            .or_else(|| image_proc.get(old))
-            .and_then(|x| x.as_u64())
-            .map(|x| x as usize)
-            .ok_or_else(|| ckpt_err(image_proc.path, format!("no size.{new} or {old}")))
-    };
-    let bounds = (
-        pixels("shortest_edge", "min_pixels")?,
-        pixels("longest_edge", "max_pixels")?,
-    );
-    let (image_h, image_w) = smart_resize(frame.0, frame.1, patch * merge, bounds.0, bounds.1);
-    let vision = QwenVisionConfig {
-        hidden: v.usize("hidden_size")?,
-        layers: v.usize("depth")?,
-        heads: v.usize("num_heads")?,
-        inter: v.usize("intermediate_size")?,
-        image_h,
-        image_w,
-        patch_size: patch,
-        merge,
-        out: v.usize("out_hidden_size")?,
-        deepstack: v
-            .get("deepstack_visual_indexes")
-            .and_then(|d| d.as_array())
-            .map(|d| {
-                d.iter()
-                    .filter_map(|x| x.as_u64().map(|x| x as usize))
-                    .collect()
-            })
-            .unwrap_or_default(),
-    };
     let prefix = format!("{QWEN}model.language_model.layers.");
     let n_layers = super::count_layers(st, &prefix, ".self_attn.q_proj.weight");
+    let qwen_vl::Backbone {
+        vision,
+        lm,
+        attn,
+        mrope,
+        image_token,
+    } = qwen_vl::backbone(qwen_cfg, image_proc, frame, n_layers)?;
     let (heads, head_dim) = match p.str("action_model_type")? {
         "DiT-B" => (12, 64),
         "DiT-L" => (32, 48),
@@ -365,11 +292,10 @@ fn read_config(
         heads: p.usize("action_num_heads").unwrap_or(heads),
         head_dim: p.usize("action_attention_head_dim").unwrap_or(head_dim),
     };
-    let image_token = qwen_cfg.usize("image_token_id")?;
     let n_images = super::count_visual_features(&features);
     let n_embodied = p.usize("num_embodied_action_tokens_per_instruction")?;
     let action_steps = (p.usize("num_video_frames")? / tubelet.max(1)).saturating_sub(1);
-    let n_img = (image_h / (patch * merge)) * (image_w / (patch * merge));
+    let n_img = vision.n_tokens();
     let (prompt, text_before, text_after, embodied_token) =
         prompt(tokenizer, p, (n_images, n_img, image_token), action_steps)?;
     let (state_dim, action_dim) = (p.usize("state_dim")?, p.usize("action_dim")?);
@@ -379,25 +305,9 @@ fn read_config(
     };
     let position_rows = st.config_shape(&format!("{HEAD}position_embedding.weight"), 2)?[0];
     Ok(VlaJepaConfig {
-        lm: LmConfig {
-            hidden: t.usize("hidden_size")?,
-            n_layers,
-            inter: t.usize("intermediate_size")?,
-            vocab_size: t.usize("vocab_size")?,
-        },
-        attn: DecoderConfig {
-            q_heads: t.usize("num_attention_heads")?,
-            kv_heads: t.usize("num_key_value_heads")?,
-            head_dim: t.usize("head_dim")?,
-            rope_theta: rope_theta as f32,
-            norm_eps: t.f64("rms_norm_eps")? as f32,
-            ffn: GatedActivation::Silu,
-            qk_norm: true,
-            ..Default::default()
-        },
-        mrope: MropeConfig {
-            sections: [sections[0], sections[1], sections[2]],
-        },
+        lm,
+        attn,
+        mrope,
         head: HeadConfig {
             embed: dit.width(),
             hidden: p.usize("action_hidden_size")?,

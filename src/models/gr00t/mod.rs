@@ -238,13 +238,8 @@ impl FlowArch for Gr00tConfig {
         n_tokens: usize,
         state: &[f32],
     ) -> Result<RequestInputs> {
-        let p = &self.prompt;
-        let as_f32 = |ids: &[u32]| ids.iter().map(|&t| t as f32).collect::<Vec<_>>();
-        let mut seq = as_f32(&p.before);
-        seq.extend(&tokens[..n_tokens]);
-        seq.extend(as_f32(&p.after));
-        let n_real = seq.len();
-        seq.resize(self.seq_len(), self.io.pad_token_id as f32);
+        let (len, pad) = (self.seq_len(), self.io.pad_token_id);
+        let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
         let prefix = self.layout(n_real).into_inputs(seq)?;
         let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
         Ok(RequestInputs {

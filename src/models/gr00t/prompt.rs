@@ -3,6 +3,8 @@
 
 use crate::config::{read_u32s, write_u32s};
 use crate::gguf::{GgufFile, GgufWriter};
+use crate::modules::qwen_text::ImageSpan;
+use crate::modules::qwen_vision::QwenVisionConfig;
 use crate::{Error, Result};
 
 /// The token ids a request's instruction is put between: the Eagle chat template rendered
@@ -28,6 +30,38 @@ impl PromptIds {
     pub fn write(&self, w: &mut GgufWriter, arch: &str) -> Result<()> {
         write_u32s(w, arch, KEY_BEFORE, &self.before)?;
         write_u32s(w, arch, KEY_AFTER, &self.after)
+    }
+
+    /// The sequence `before ++ text ++ after` as f32 ids right-padded with `pad` to `len`,
+    /// and how many are real.
+    pub fn sequence(&self, text: &[f32], len: usize, pad: u32) -> (Vec<f32>, usize) {
+        let as_f32 = |ids: &[u32]| ids.iter().map(|&t| t as f32).collect::<Vec<_>>();
+        let mut seq = as_f32(&self.before);
+        seq.extend(text);
+        seq.extend(as_f32(&self.after));
+        let n_real = seq.len();
+        seq.resize(len, pad as f32);
+        (seq, n_real)
+    }
+
+    /// Each camera's image tokens as a span of `vision`'s merged grid (none where
+    /// [`Self::image_starts`] fails, which a config's check refuses).
+    pub fn image_spans(
+        &self,
+        image: usize,
+        vision: &QwenVisionConfig,
+        cameras: usize,
+    ) -> Vec<ImageSpan> {
+        let ((rows, cols), m) = (vision.grid(), vision.merge);
+        self.image_starts(image as u32, vision.n_tokens(), cameras)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|start| ImageSpan {
+                start,
+                grid_h: rows / m,
+                grid_w: cols / m,
+            })
+            .collect()
     }
 
     /// Where each run of `n` `image` ids starts in `before`: an error unless there are

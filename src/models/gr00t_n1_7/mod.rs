@@ -193,19 +193,8 @@ impl Gr00tN17Config {
 
     /// Each camera's image tokens in the sequence (checked by `check`).
     pub fn image_spans(&self) -> Vec<ImageSpan> {
-        let (image, n) = (self.head.image_token as u32, self.n_img_tokens());
-        let (rows, cols) = self.vision.grid();
-        let m = self.vision.merge;
-        self.prompt
-            .image_starts(image, n, self.io.n_images)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|start| ImageSpan {
-                start,
-                grid_h: rows / m,
-                grid_w: cols / m,
-            })
-            .collect()
+        let (image, v) = (self.head.image_token, &self.vision);
+        self.prompt.image_spans(image, v, self.io.n_images)
     }
 
     /// Per sequence position: whether it holds an image token.
@@ -324,13 +313,8 @@ impl FlowArch for Gr00tN17Config {
         n_tokens: usize,
         state: &[f32],
     ) -> Result<RequestInputs> {
-        let p = &self.prompt;
-        let as_f32 = |ids: &[u32]| ids.iter().map(|&t| t as f32).collect::<Vec<_>>();
-        let mut seq = as_f32(&p.before);
-        seq.extend(&tokens[..n_tokens]);
-        seq.extend(as_f32(&p.after));
-        let n_real = seq.len();
-        seq.resize(self.seq_len(), self.io.pad_token_id as f32);
+        let (len, pad) = (self.seq_len(), self.io.pad_token_id);
+        let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
         let mut prefix = self.layout(n_real).into_inputs(seq)?;
         prefix.retain(|(name, _)| name == VALID || name == "tokens");
         let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;

@@ -40,9 +40,9 @@ enum Command {
         /// random-weight configs, no tokenizer).
         #[arg(long, default_value = "smolvla")]
         arch: String,
-        /// pi0/pi05/gr00t_n1_5/gr00t_n1_7 only: the released sizes (pi0: SigLIP So400m, Gemma
-        /// 2B + 300M, ~13 GB in f32; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB in f32; gr00t_n1_7:
-        /// Qwen3-VL-2B cut to 16 layers + DiT), for benchmarks.
+        /// Not for smolvla: the released sizes (pi0: SigLIP So400m, Gemma 2B + 300M, ~13 GB in
+        /// f32; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB; gr00t_n1_7: Qwen3-VL-2B cut to 16 layers +
+        /// DiT; vla_jepa: Qwen3-VL-2B + DiT-B), for benchmarks.
         #[arg(long)]
         full: bool,
         /// Type of the matmul weights of a pi0/pi05/gr00t model: f32, f16 or bf16.
