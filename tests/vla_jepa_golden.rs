@@ -163,9 +163,10 @@ fn stages_match_lerobot(backend: &str, dir: &Path, tol: f32) {
     let kv = be.compile(&graph, &file).unwrap().run(&refs).unwrap();
     let graph = graphs::denoise(GraphBuilder::new(&file), &cfg).unwrap();
     let mut denoise = be.compile(&graph, &file).unwrap();
-    let x_t = t(vec![7, 7], g.f32("noise"));
+    let io = &cfg.io;
+    let x_t = t(vec![io.chunk_size, io.action_dim], g.f32("noise"));
     let time = cfg.time_input(0.0).unwrap();
-    let state = t(vec![1, 8], g.f32("state_norm"));
+    let state = t(vec![1, io.state_dim], g.f32("state_norm"));
     let valid = prefix.iter().find(|(n, _)| n == "valid").unwrap().1.clone();
     let names: Vec<String> = (0..kv.len() / 2)
         .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
@@ -198,7 +199,10 @@ fn chunk_matches_lerobot(backend: &str, dir: &Path, tol: f32) {
     let state = m.normalised_state(&obs).unwrap();
     check("normalised state", &state, &g.f32("state_norm"), 1e-6);
     let chunk = m.predict(&obs).unwrap();
-    assert_eq!((chunk.chunk_size, chunk.action_dim), (7, 7));
+    assert_eq!(
+        (chunk.chunk_size, chunk.action_dim),
+        (cfg.io.chunk_size, cfg.io.action_dim)
+    );
     let what = format!("{backend}: action chunk (world units, gripper binarised)");
     check(&what, &chunk.actions, &g.f32("actions"), tol);
 }
@@ -220,6 +224,18 @@ fn vulkan_matches_lerobot() {
 fn ggml_matches_lerobot() {
     stages_match_lerobot("ggml", &dir(), TOL);
     chunk_matches_lerobot("ggml", &dir(), TOL);
+}
+
+/// VLA-JEPA's released sizes with random weights (~11 GB, not committed):
+/// `tools/golden/vla_jepa.py --size full --out DIR`, then `VLA_VLA_JEPA_GOLDEN=DIR
+/// VLA_TEST_BACKEND=cpu cargo test --release --test vla_jepa_golden -- --ignored`.
+#[test]
+#[ignore = "needs VLA_VLA_JEPA_GOLDEN=<dir> made by tools/golden/vla_jepa.py --size full"]
+fn full_size_matches_lerobot() {
+    let dir = std::env::var("VLA_VLA_JEPA_GOLDEN").expect("VLA_VLA_JEPA_GOLDEN=<dir>");
+    let backend = std::env::var("VLA_TEST_BACKEND").unwrap_or_else(|_| "cpu".into());
+    stages_match_lerobot(&backend, Path::new(&dir), TOL);
+    chunk_matches_lerobot(&backend, Path::new(&dir), TOL);
 }
 
 /// bf16 matmul weights: the chunk stays close to lerobot's f32 one.
