@@ -2,6 +2,7 @@
 //! normaliser files) into vla-rs GGUF files. One module per architecture; this one holds
 //! what they share: reading safetensors and JSON with errors that name the file and tensor.
 
+pub mod evo1;
 pub mod gr00t;
 pub mod gr00t_n1_7;
 pub mod pi0;
@@ -538,10 +539,15 @@ pub(crate) fn write_tensors<S: AsRef<str>>(
     }
     let total = map.len() + stats.len();
     for (done, (ours, theirs)) in map.iter().enumerate() {
-        let got = st.require_shape(theirs)?;
+        let mut got = st.require_shape(theirs)?;
         // A mapped tensor no graph reads (the decoder's last layer past the keys and values
         // the expert takes) is copied as it is, so the file stays complete for other readers.
         let want = shapes.get(ours).map_or(got, Vec::as_slice);
+        // Leading unit dims of a stored parameter or buffer (`[1, 1, D]` tokens, `[1, N, D]`
+        // tables) are dropped.
+        while got.len() > want.len() && got[0] == 1 {
+            got = &got[1..];
+        }
         if got != want {
             return Err(ckpt_err(
                 st.path(),

@@ -265,15 +265,33 @@ pub fn require_tokenizer(tokenizer: Option<&Tokenizer>) -> Result<&Tokenizer> {
 }
 
 /// `noise` from the request (checked to be `chunk x dim`), or a fresh Gaussian draw.
-pub fn noise_or_draw(obs: &Observation, chunk: usize, dim: usize) -> Result<Vec<f32>> {
+pub fn noise_or_draw(
+    obs: &Observation,
+    chunk: usize,
+    dim: usize,
+    draw: NoiseDraw,
+) -> Result<Vec<f32>> {
     match &obs.noise {
         Some(n) if n.len() == chunk * dim => Ok(n.clone()),
         Some(n) => Err(Error::InvalidArgument(format!(
             "noise has {} values, expected {chunk} x {dim}",
             n.len()
         ))),
-        None => Ok(gaussian_noise(chunk * dim, noise_seed())),
+        None => Ok(match draw {
+            NoiseDraw::Gaussian => gaussian_noise(chunk * dim, noise_seed()),
+            NoiseDraw::Uniform => uniform_noise(chunk * dim, noise_seed()),
+        }),
     }
+}
+
+/// The distribution of the initial noise a policy draws when a request brings none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NoiseDraw {
+    /// Standard normal (every flow policy but Evo-1).
+    #[default]
+    Gaussian,
+    /// Uniform in [-1, 1) (Evo-1's `torch.rand(...) * 2 - 1`).
+    Uniform,
 }
 
 fn noise_seed() -> u64 {
@@ -281,6 +299,14 @@ fn noise_seed() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Uniform draws in [-1, 1) (SplitMix64), deterministic per seed.
+pub fn uniform_noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = SplitMix64(seed);
+    (0..n)
+        .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
+        .collect()
 }
 
 /// Standard normal draws (Box-Muller over SplitMix64), deterministic per seed.

@@ -13,7 +13,7 @@
 
 use super::common::{
     gguf_tokenizer, instruction_ids, ms_since, noise_or_draw, require_tokenizer, steps_override,
-    ActionIo, LoadedGraphs,
+    ActionIo, LoadedGraphs, NoiseDraw,
 };
 use crate::config::Section;
 use crate::gguf::{GgufFile, GgufWriter};
@@ -90,6 +90,17 @@ pub trait FlowArch: Section + Clone + Send + Sized {
         _requested: Option<&str>,
     ) -> Result<Option<String>> {
         Ok(None)
+    }
+
+    /// Whether min/max statistics follow lerobot's generic MIN_MAX processor
+    /// ([`Normalizer::lerobot_min_max`]) rather than GR00T's own normaliser.
+    fn lerobot_min_max(&self) -> bool {
+        false
+    }
+
+    /// How the initial noise is drawn when a request brings none.
+    fn noise_draw(&self) -> NoiseDraw {
+        NoiseDraw::Gaussian
     }
 
     /// Writes `general.architecture` and the config's metadata.
@@ -222,8 +233,12 @@ impl<A: FlowArch> FlowPolicy<A> {
             // The embodiment chose weights; the file has one set of statistics.
             e = None;
         }
-        let state_norm = Normalizer::from_gguf(&file, "state", io.state_dim, e)?;
-        let action_norm = Normalizer::from_gguf(&file, "action", io.action_dim, e)?;
+        let mut state_norm = Normalizer::from_gguf(&file, "state", io.state_dim, e)?;
+        let mut action_norm = Normalizer::from_gguf(&file, "action", io.action_dim, e)?;
+        if cfg.lerobot_min_max() {
+            state_norm = state_norm.lerobot_min_max();
+            action_norm = action_norm.lerobot_min_max();
+        }
         let stage_flops = std::cell::Cell::new(Vec::new());
         let graphs = LoadedGraphs::compile(file, opts, |f| {
             let whole = predict_graph(&cfg, &spec, Some(f))?;
@@ -312,7 +327,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             io.pad_token_id,
             |p| self.tokenize_prompt(p, &state),
         )?;
-        let noise = noise_or_draw(obs, io.chunk_size, io.max_action_dim)?;
+        let noise = noise_or_draw(obs, io.chunk_size, io.max_action_dim, self.cfg.noise_draw())?;
         let camera = self.spec.camera;
         let pixels = obs
             .images

@@ -4,6 +4,7 @@
 
 pub mod common;
 pub mod embodiment;
+pub mod evo1;
 pub mod flow;
 pub mod gr00t;
 pub mod gr00t_n1_7;
@@ -25,6 +26,7 @@ pub const ARCHS: &[&str] = &[
     gr00t::ARCH,
     gr00t_n1_7::ARCH,
     vla_jepa::ARCH,
+    evo1::ARCH,
 ];
 
 /// Opens the GGUF at `path` and builds the policy its `general.architecture` names.
@@ -40,6 +42,7 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
         gr00t::ARCH => Ok(Box::new(gr00t::Gr00t::new(file, opts)?)),
         gr00t_n1_7::ARCH => Ok(Box::new(gr00t_n1_7::Gr00tN17::new(file, opts)?)),
         vla_jepa::ARCH => Ok(Box::new(vla_jepa::VlaJepa::new(file, opts)?)),
+        evo1::ARCH => Ok(Box::new(evo1::Evo1::new(file, opts)?)),
         _ => Err(Error::InvalidArgument(format!(
             "unsupported architecture {arch:?} (supported: {})",
             ARCHS.join(", ")

@@ -3,6 +3,7 @@
 
 pub mod decoder;
 pub mod dit;
+pub mod evo1_head;
 pub mod flow;
 pub mod gr00t_head;
 pub mod qwen_text;

@@ -1,6 +1,7 @@
-//! SigLIP-style ViT (patch embedding + learned positions + pre-LN encoder + post-LN) and the
-//! connectors that turn its features into language-model tokens (Idefics3/SmolVLM's pixel
-//! shuffle + projection, PaliGemma's projection).
+//! SigLIP-style ViT (patch embedding + learned positions + pre-LN encoder + post-LN), its
+//! InternViT variant (class token, LayerScale, no post-LN), and the connectors that turn its
+//! features into language-model tokens (Idefics3/SmolVLM's and InternVL's pixel shuffle +
+//! projection, PaliGemma's projection).
 
 use crate::config::limits::{MAX_LAYERS, MAX_PATCHES_PER_SIDE};
 use crate::config::{bounded, first_failing, positive, Keys, Section};
@@ -23,6 +24,21 @@ pub struct VisionConfig {
     pub patch_size: usize,
     pub ln_eps: f32,
     pub positions: PatchPositions,
+    /// Set by the arch, not a key.
+    pub style: TowerStyle,
+}
+
+/// How a tower's embeddings and layers are laid out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TowerStyle {
+    /// SigLIP: patch + position embeddings, tanh-GELU MLPs, a final LayerNorm `post_ln`.
+    #[default]
+    Siglip,
+    /// InternViT (InternVL): a class token `class_embd` `[hidden]` before the patches (the
+    /// position table has its row first), LayerScale on both residual branches
+    /// (`blk.{i}.ls1`, `ls2` `[hidden]`), exact-erf GELU MLPs, no final norm; the class
+    /// token's row is dropped from the output.
+    InternVit,
 }
 
 impl Default for VisionConfig {
@@ -37,6 +53,7 @@ impl Default for VisionConfig {
             patch_size: 0,
             ln_eps: 0.0,
             positions: PatchPositions::Grid,
+            style: TowerStyle::Siglip,
         }
     }
 }
@@ -126,18 +143,34 @@ impl VisionConfig {
 
 /// `image` `[3, S, S]` (already in the tower's value range) -> `[patches, hidden]`.
 /// Weights under `<prefix>.`: `patch_embd`, `pos_embd`,
-/// `blk.{i}.{ln1,attn_q,attn_k,attn_v,attn_o,ln2,fc1,fc2}`, `post_ln`.
+/// `blk.{i}.{ln1,attn_q,attn_k,attn_v,attn_o,ln2,fc1,fc2}`, and `post_ln` (SigLIP) or
+/// `class_embd`, `blk.{i}.{ls1,ls2}` (InternViT, [`TowerStyle`]).
 pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> Result<NodeId> {
     let (d, p, pre) = (cfg.hidden, cfg.patch_size, cfg.prefix);
+    let intern = cfg.style == TowerStyle::InternVit;
     let w = g.weight(&format!("{pre}.patch_embd.weight"), &[d, 3, p, p])?;
     let b = g.weight(&format!("{pre}.patch_embd.bias"), &[d])?;
     let mut x = g.patch_embed(image, w, b)?;
-    let mut pos = g.weight(&format!("{pre}.pos_embd.weight"), &[cfg.n_patches(), d])?;
+    if intern {
+        let cls = g.weight(&format!("{pre}.class_embd.weight"), &[d])?;
+        let cls = g.reshape(cls, &[1, d])?;
+        x = g.concat(&[cls, x], 0)?;
+    }
+    let rows = cfg.n_patches() + usize::from(intern);
+    let mut pos = g.weight(&format!("{pre}.pos_embd.weight"), &[rows, d])?;
     if cfg.positions == PatchPositions::Shifted {
         pos = shift_positions(g, pos, cfg.patches_per_side())?;
     }
     x = g.add(x, pos)?;
     let head_dim = d / cfg.heads;
+    // InternViT's LayerScale: a branch times its per-channel gain.
+    let scaled = |g: &mut GraphBuilder, y: NodeId, name: &str| match intern {
+        true => {
+            let gain = g.weight(name, &[d])?;
+            g.mul(y, gain)
+        }
+        false => Ok(y),
+    };
     for i in 0..cfg.layers {
         let p = format!("{pre}.blk.{i}");
         let h = layer_norm(g, x, &format!("{p}.ln1"), cfg.ln_eps)?;
@@ -152,12 +185,24 @@ pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> 
         );
         let o = attend(g, q, k, v, None)?;
         let o = linear(g, o, &format!("{p}.attn_o"), d, true)?;
+        let o = scaled(g, o, &format!("{p}.ls1.weight"))?;
         x = g.add(x, o)?;
         let h = layer_norm(g, x, &format!("{p}.ln2"), cfg.ln_eps)?;
-        let h = gelu_mlp(g, h, &p, cfg.inter)?;
+        let h = match intern {
+            true => {
+                let h = linear(g, h, &format!("{p}.fc1"), cfg.inter, true)?;
+                let h = g.gelu_erf(h);
+                linear(g, h, &format!("{p}.fc2"), d, true)?
+            }
+            false => gelu_mlp(g, h, &p, cfg.inter)?,
+        };
+        let h = scaled(g, h, &format!("{p}.ls2.weight"))?;
         x = g.add(x, h)?;
     }
-    layer_norm(g, x, &format!("{pre}.post_ln"), cfg.ln_eps)
+    match cfg.style {
+        TowerStyle::Siglip => layer_norm(g, x, &format!("{pre}.post_ln"), cfg.ln_eps),
+        TowerStyle::InternVit => g.slice(x, 0, 1, cfg.n_patches()),
+    }
 }
 
 /// `table [side*side, E]` -> the rows [`PatchPositions::Shifted`] picks: along each grid
@@ -173,9 +218,10 @@ fn shift_positions(g: &mut GraphBuilder, table: NodeId, side: usize) -> Result<N
     g.reshape(t, &[side * side, e])
 }
 
-/// Idefics3's pixel shuffle: `[side*side, E]` -> `[(side/s)^2, E*s*s]`, folding each
-/// `s x s` block of patches into one token (the same index order as the reference's
-/// view/permute sequence).
+/// Idefics3's (and InternVL's) pixel shuffle: `[side*side, E]` -> `[(side/s)^2, E*s*s]`,
+/// folding each `s x s` block of patches into one token: token `i * side/s + j` holds
+/// patches `(s i + di, s j + dj)` at channel block `s di + dj` (the same index order as the
+/// references' view/permute sequences).
 pub fn pixel_shuffle(g: &mut GraphBuilder, x: NodeId, scale: usize) -> Result<NodeId> {
     let (seq, e) = (g.shape(x)[0], g.shape(x)[1]);
     let side = (seq as f64).sqrt() as usize;

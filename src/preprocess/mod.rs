@@ -58,6 +58,11 @@ pub enum Resize {
     /// when set, then stretched with the float anti-aliased bicubic (the Qwen3-VL processor
     /// on float input) to the model's size.
     AreaThenBicubicF32 { area: Option<(usize, usize)> },
+    /// Stretched with the float anti-aliased bicubic on the byte values, then clamped and
+    /// rounded (half to even) back to bytes: torchvision's v1 `resize` on a uint8 tensor
+    /// (Evo-1). Torch's own float kernel rounds a few pixels (~0.1 %) one level apart from
+    /// this one, depending on its build.
+    StretchBicubicRounded,
 }
 
 /// One tower's camera preprocessing: resize into `height x width` ([`Resize`]), map the
@@ -103,7 +108,7 @@ impl CameraInput {
             Resize::StretchBicubicU8 => {
                 let bytes = image::to_hwc_u8(img)?;
                 let out = bicubic::resize_bicubic_aa(&bytes, img.height, img.width, h, w);
-                hwc_u8_to_chw_unit(&out, h * w)
+                hwc_u8_to_chw(&out, h * w, 255.0)
             }
             Resize::Gr00tFrame {
                 edge,
@@ -113,7 +118,7 @@ impl CameraInput {
                 let size = (img.height, img.width);
                 let (frame, (fh, fw)) = area::gr00t_frame(&bytes, size, edge, crop_fraction);
                 let out = bicubic::resize_bicubic_aa(&frame, fh, fw, h, w);
-                hwc_u8_to_chw_unit(&out, h * w)
+                hwc_u8_to_chw(&out, h * w, 255.0)
             }
             Resize::AreaThenBicubicF32 { area } => {
                 let mut size = (img.height, img.width);
@@ -123,6 +128,16 @@ impl CameraInput {
                     size = a;
                 }
                 bicubic::resize_bicubic_aa_f32(&unit, size, (h, w))
+            }
+            Resize::StretchBicubicRounded => {
+                let bytes = image::to_hwc_u8(img)?;
+                let levels = hwc_u8_to_chw(&bytes, img.height * img.width, 1.0);
+                let size = (img.height, img.width);
+                let mut out = bicubic::resize_bicubic_aa_f32(&levels, size, (h, w));
+                for v in &mut out {
+                    *v = v.clamp(0.0, 255.0).round_ties_even() / 255.0;
+                }
+                out
             }
         };
         for (c, plane) in out.chunks_mut(h * w).enumerate() {
@@ -134,12 +149,12 @@ impl CameraInput {
     }
 }
 
-/// `[0, 1]` CHW planes of `n` HWC RGB bytes.
-fn hwc_u8_to_chw_unit(bytes: &[u8], n: usize) -> Vec<f32> {
+/// CHW planes of `n` HWC RGB bytes, each divided by `div` (255: `[0, 1]`).
+fn hwc_u8_to_chw(bytes: &[u8], n: usize, div: f32) -> Vec<f32> {
     let mut out = vec![0f32; 3 * n];
     for (i, px) in bytes.chunks(3).enumerate() {
         for (c, &b) in px.iter().enumerate() {
-            out[c * n + i] = f32::from(b) / 255.0;
+            out[c * n + i] = f32::from(b) / div;
         }
     }
     out

@@ -27,6 +27,8 @@ pub enum Normalizer {
     /// `(x - mean) / (std + 1e-8)`; inverse `x * std + mean`.
     MeanStd { mean: Vec<f32>, std: Vec<f32> },
     /// `2 (x - q01) / (q99 - q01) - 1` (a zero range counts as 1e-8); inverse accordingly.
+    /// Also lerobot's generic MIN_MAX, with min and max in place of the quantiles
+    /// ([`Normalizer::lerobot_min_max`]).
     Quantiles { q01: Vec<f32>, q99: Vec<f32> },
     /// GR00T's `2 (x - min) / (max - min) - 1`, 0 where `max == min`; inverse
     /// `(y + 1) / 2 (max - min) + min`, `min` where `max == min`.
@@ -115,6 +117,16 @@ impl Normalizer {
             Err(Error::InvalidArgument(format!(
                 "no normalisation statistics: expected {what}_mean{suffix} and {what}_std{suffix}, {what}_q01{suffix} and {what}_q99{suffix}, or {what}_min{suffix} and {what}_max{suffix}"
             )))
+        }
+    }
+
+    /// [`Normalizer::MinMax`] as lerobot's own MIN_MAX processor computes it (Evo-1): the
+    /// quantile formula over min and max, so a zero range counts as 1e-8 instead of giving
+    /// 0; other kinds unchanged.
+    pub fn lerobot_min_max(self) -> Self {
+        match self {
+            Normalizer::MinMax { min, max } => Normalizer::Quantiles { q01: min, q99: max },
+            other => other,
         }
     }
 

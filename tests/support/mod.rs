@@ -58,7 +58,12 @@ impl Golden {
 
     /// Camera frame `i` (u8 HWC).
     pub fn image(&self, i: usize) -> Image {
-        let name = format!("image.{i}");
+        self.u8_image(&format!("image.{i}"))
+    }
+
+    /// The u8 HWC tensor `name` as an image.
+    pub fn u8_image(&self, name: &str) -> Image {
+        let name = name.to_owned();
         let shape = self.st.shape(&name).unwrap().to_vec();
         Image {
             height: shape[0],

@@ -23,6 +23,15 @@
   `cv2_area_u8` reproduces cv2 4.13 bit for bit on the sizes the golden tools use (checked by
   `python tools/golden/resize_ref.py`, which compares against cv2 over many random sizes and
   reports any mismatch).
+- `torch_bicubic_aa_f32(chw, out_h, out_w)`: torch's CPU *float32* anti-aliased bicubic
+  (`F.interpolate(mode="bicubic", antialias=True, align_corners=False)`, the generic separable
+  kernel of aten/src/ATen/native/cpu/UpSampleKernel.cpp) and `tv1_bicubic_u8(hwc, out_h, out_w)`,
+  what torchvision's v1 `transforms.functional.resize(u8 tensor, BICUBIC, antialias=True)` does
+  with it (u8 -> float32, that kernel, clamp [0, 255], round half to even, u8; identity when the
+  size is unchanged): Evo-1's camera resize (lerobot policies/evo1/internvl3_embedder.py). Bit-exact
+  to torch 2.10 with ATEN_CPU_CAPABILITY avx2 / avx512 (the compiled kernel contracts a*b+c into
+  FMAs and GCC's in-order vectorised reduction changes the rounding: see the function); with the
+  DEFAULT capability (no FMA) torch itself differs by one level on ~0.001% of pixels.
 """
 import math
 
@@ -77,6 +86,93 @@ def torch_bicubic_resize_u8(hwc, out_h, out_w):
     if x.shape[0] != out_h:
         x = torch_bicubic_u8(x, 0, out_h)
     return x.astype(np.uint8)
+
+
+# ----------------------------------------------------------------------------- torch bicubic float32
+
+def _fma32(a, b, c):
+    """float32 fused multiply-add a * b + c, rounded once (exact rational arithmetic)."""
+    from fractions import Fraction
+    return np.float32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+
+
+def _cubic_aa_f32(x):
+    """HelperInterpCubic::aa_filter<float> (a = -0.5) as compiled: |x| < 1: ((a+2)x - (a+3)) x x + 1,
+    |x| < 2: ((a x - 5a) x + 8a) x - 4a, with every a*b+c contracted into one float32 FMA."""
+    f32, a = np.float32, np.float32(-0.5)
+    x = f32(abs(x))
+    if x < 1.0:
+        return _fma32(f32(_fma32(f32(a + f32(2)), x, -f32(a + f32(3))) * x), x, f32(1))
+    if x < 2.0:
+        return _fma32(_fma32(_fma32(a, x, -f32(f32(5) * a)), x, f32(f32(8) * a)), x, -f32(f32(4) * a))
+    return f32(0)
+
+
+def torch_aa_weights_f32(n_in, n_out):
+    """_compute_indices_min_size_weights_aa<float> for bicubic: [(xmin, [float32 weights])] per output.
+    scale = float32(n_in) / n_out; support = 2 * scale (scale >= 1) else 2; invscale = 1/scale
+    (scale >= 1) else 1, both rounded to float32; center = float32(scale * (i + 0.5)); xmin =
+    max(trunc(float32(center - support) + 0.5), 0); xmax = min(trunc(float32(center + support) +
+    0.5), n_in); w_j = filter(float32((float32(j + xmin - center) + 0.5) * invscale)) (the + 0.5 and
+    the product in double); w_j /= sum_j w_j (float32, summed in order)."""
+    f32 = np.float32
+    scale = f32(f32(n_in) / f32(n_out))
+    support = f32(2.0 * float(scale)) if scale >= 1.0 else f32(2.0)
+    inv = f32(1.0 / float(scale)) if scale >= 1.0 else f32(1.0)
+    rows = []
+    for i in range(n_out):
+        c = f32(float(scale) * (i + 0.5))
+        lo = max(int(float(f32(c - support)) + 0.5), 0)
+        hi = min(int(float(f32(c + support)) + 0.5), n_in)
+        w = [_cubic_aa_f32(f32((float(f32(f32(j + lo) - c)) + 0.5) * float(inv))) for j in range(hi - lo)]
+        tot = f32(0)
+        for v in w:
+            tot = f32(tot + v)
+        rows.append((lo, [f32(v / tot) for v in w] if tot != 0 else w))
+    return rows
+
+
+def _aa_pass_f32(x, axis, n_out):
+    """One separable pass, float32: out = x[xmin] * w0, then for taps j = 1.. : the first
+    4 * floor((n - 1) / 4) taps are added as rounded products (GCC's vectorised in-order reduction,
+    blocks of 4), the remaining ones as FMAs (out = fma(x[xmin + j], w_j, out))."""
+    f32 = np.float32
+    x = np.moveaxis(np.asarray(x, f32), axis, -1)
+    out = np.empty(x.shape[:-1] + (n_out,), f32)
+    for i, (lo, w) in enumerate(torch_aa_weights_f32(x.shape[-1], n_out)):
+        acc = (x[..., lo] * w[0]).astype(f32)
+        nvec = ((len(w) - 1) // 4) * 4
+        for k in range(1, len(w)):
+            p = x[..., lo + k]
+            if k <= nvec:
+                acc = (acc + (p * w[k]).astype(f32)).astype(f32)
+            else:  # float32 product exact in double; one rounding of the sum (= FMA here)
+                acc = (acc.astype(np.float64) + p.astype(np.float64) * float(w[k])).astype(f32)
+        out[..., i] = acc
+    return np.moveaxis(out, -1, axis)
+
+
+def torch_bicubic_aa_f32(chw, out_h, out_w):
+    """F.interpolate(x[None], (out_h, out_w), mode="bicubic", align_corners=False, antialias=True)[0]
+    for float32 [C, H, W] on CPU: the width pass first, then the height pass (float32 in between);
+    an axis whose size is unchanged is skipped; no clamping."""
+    x = np.asarray(chw, np.float32)
+    if x.shape[2] != out_w:
+        x = _aa_pass_f32(x, 2, out_w)
+    if x.shape[1] != out_h:
+        x = _aa_pass_f32(x, 1, out_h)
+    return x
+
+
+def tv1_bicubic_u8(hwc, out_h, out_w):
+    """torchvision.transforms.functional.resize(u8 CHW tensor, [out_h, out_w], BICUBIC,
+    antialias=True) (v1 API): identity when the size is unchanged; else u8 -> float32,
+    torch_bicubic_aa_f32, clamp to [0, 255], round half to even, u8. HWC in and out."""
+    x = np.asarray(hwc, np.uint8)
+    if x.shape[:2] == (out_h, out_w):
+        return x.copy()
+    y = torch_bicubic_aa_f32(x.transpose(2, 0, 1).astype(np.float32), out_h, out_w)
+    return np.rint(np.clip(y, 0, 255)).astype(np.uint8).transpose(1, 2, 0)
 
 
 # ----------------------------------------------------------------------------- cv2 INTER_AREA u8

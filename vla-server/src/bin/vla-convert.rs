@@ -7,13 +7,14 @@
 //! vla-convert gr00t_n1_5 --ckpt path/to/lerobot_groot_ckpt --out gr00t.gguf [--eagle DIR] [--base DIR]
 //! vla-convert gr00t_n1_7 --ckpt path/to/lerobot_groot_n17_ckpt --out gr00t17.gguf [--base DIR] [--backbone DIR]
 //! vla-convert vla_jepa --ckpt path/to/lerobot_vla_jepa_ckpt --out vla_jepa.gguf [--backbone DIR] [--jepa DIR]
+//! vla-convert evo1 --ckpt path/to/lerobot_evo1_ckpt --out evo1.gguf [--backbone DIR]
 //! ```
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use vla::convert::{gr00t, gr00t_n1_7, pi0, smolvla, vla_jepa};
+use vla::convert::{evo1, gr00t, gr00t_n1_7, pi0, smolvla, vla_jepa};
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
 use vla::modules::vision::PatchPositions;
@@ -53,6 +54,9 @@ enum Command {
     /// jepa_encoder_name names (the world model itself is not converted).
     #[command(name = "vla_jepa")]
     VlaJepa(VlaJepaArgs),
+    /// A lerobot Evo-1 checkpoint folder (config.json, model.safetensors, processor files),
+    /// with the InternVL3 folder (config.json, tokenizer.json) its vlm_model_name names.
+    Evo1(Evo1Args),
 }
 
 /// What every converter takes.
@@ -154,6 +158,16 @@ struct VlaJepaArgs {
     jepa: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct Evo1Args {
+    #[command(flatten)]
+    common: Common,
+    /// The InternVL3 folder (config.json, tokenizer.json), e.g. a download of
+    /// OpenGVLab/InternVL3-1B-hf; default: vlm_model_name as a folder.
+    #[arg(long)]
+    backbone: Option<PathBuf>,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Positions {
     Shifted,
@@ -186,6 +200,7 @@ fn main() {
         Command::Gr00tN15(args) => convert_gr00t(args),
         Command::Gr00tN17(args) => convert_gr00t_n1_7(args),
         Command::VlaJepa(args) => convert_vla_jepa(args),
+        Command::Evo1(args) => convert_evo1(args),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -367,6 +382,36 @@ fn convert_vla_jepa(args: VlaJepaArgs) -> Result<()> {
         c.io.n_images,
         c.io.chunk_size,
         c.io.action_dim,
+        GgmlType::from(dtype),
+    );
+    Ok(())
+}
+
+fn convert_evo1(args: Evo1Args) -> Result<()> {
+    let (ckpt, out, dtype) = args.common.checked()?;
+    let opts = evo1::Options {
+        dtype: Some(dtype.into()),
+        backbone: args.backbone,
+    };
+    let converted = with_progress(|p| evo1::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): evo1, vision {}x{} ({}px), LM {}x{}, head {}x{}, {} cameras of {} views, chunk {}x{}, {} steps, weights {}",
+        out.display(),
+        c.vision.hidden,
+        c.vision.layers,
+        c.vision.image_size,
+        c.lm.hidden,
+        c.lm.n_layers,
+        c.head.embed,
+        c.head.layers,
+        c.io.n_images,
+        c.max_views,
+        c.io.chunk_size,
+        c.io.action_dim,
+        c.io.num_steps,
         GgmlType::from(dtype),
     );
     Ok(())

@@ -36,13 +36,14 @@ enum Command {
     /// random-weight model of another arch, to a file.
     Demo {
         out: PathBuf,
-        /// smolvla (the demo), pi0, pi05, gr00t_n1_5, gr00t_n1_7 or vla_jepa (small
+        /// smolvla (the demo), pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa or evo1 (small
         /// random-weight configs, no tokenizer).
         #[arg(long, default_value = "smolvla")]
         arch: String,
         /// Not for smolvla: the released sizes (pi0: SigLIP So400m, Gemma 2B + 300M, ~13 GB in
         /// f32; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB; gr00t_n1_7: Qwen3-VL-2B cut to 16 layers +
-        /// DiT; vla_jepa: Qwen3-VL-2B + DiT-B), for benchmarks.
+        /// DiT; vla_jepa: Qwen3-VL-2B + DiT-B; evo1: InternViT-300M + Qwen2.5-0.5B cut to
+        /// 14 layers + its head, ~3 GB), for benchmarks.
         #[arg(long)]
         full: bool,
         /// Type of the matmul weights of a pi0/pi05/gr00t model: f32, f16 or bf16.
@@ -183,7 +184,7 @@ fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) 
 
 fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool) -> Result<()> {
     use vla::gguf::GgmlType;
-    use vla::models::{gr00t, gr00t_n1_7, pi0, presets, vla_jepa};
+    use vla::models::{evo1, gr00t, gr00t_n1_7, pi0, presets, vla_jepa};
     if out.exists() && !force {
         bail!("{} exists: pass --force to overwrite it", out.display());
     }
@@ -203,7 +204,7 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
             );
         }
         ("smolvla", _) => {
-            bail!("--full and --dtype are for pi0, pi05, gr00t_n1_5, gr00t_n1_7 and vla_jepa; the smolvla demo is fixed")
+            bail!("--full and --dtype are for pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa and evo1; the smolvla demo is fixed")
         }
         (_, Some(v)) => {
             let cfg = match full {
@@ -233,8 +234,15 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
             };
             write_random(out, &cfg, arch, full, dtype, ty)?;
         }
+        (evo1::ARCH, _) => {
+            let cfg = match full {
+                true => presets::evo1_full_config(),
+                false => presets::evo1_small_config(),
+            };
+            write_random(out, &cfg, arch, full, dtype, ty)?;
+        }
         _ => bail!(
-            "--arch {arch:?}: expected smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7 or vla_jepa"
+            "--arch {arch:?}: expected smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa or evo1"
         ),
     }
     Ok(())
