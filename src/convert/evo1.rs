@@ -359,12 +359,12 @@ fn name_map(cfg: &Evo1Config) -> Vec<(String, String)> {
     m
 }
 
+/// A tensor made by the converter: name, shape, values.
+type Derived = (String, Vec<usize>, Vec<f32>);
+
 /// Each head block's `nn.MultiheadAttention` in-projection `[3E, E]` (+ bias) split into
 /// `attn_q`, `attn_k`, `attn_v`.
-fn split_in_proj(
-    st: &Safetensors,
-    cfg: &Evo1Config,
-) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>> {
+fn split_in_proj(st: &Safetensors, cfg: &Evo1Config) -> Result<Vec<Derived>> {
     let e = cfg.head.embed;
     let mut out = Vec::new();
     for i in 0..cfg.head.layers {

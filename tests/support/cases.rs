@@ -22,6 +22,7 @@ macro_rules! arch_cases {
             gr00t_n1_5 { gguf: |seed| with_tokenizer(&presets::gr00t_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
             gr00t_n1_7 { gguf: |seed| with_tokenizer(&presets::gr00t_n1_7_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
             vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
+            evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
         }
     };
 }
