@@ -114,6 +114,7 @@ fn demo_writes_small_models_of_each_arch() {
         "gr00t_n1_5",
         "gr00t_n1_7",
         "vla_jepa",
+        "evo1",
     ] {
         let out = dir.path().join(format!("{arch}.gguf"));
         let run = vla_gguf(&["demo", out.to_str().unwrap(), "--arch", arch]);
@@ -134,5 +135,5 @@ fn demo_writes_small_models_of_each_arch() {
     ]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr)
-        .contains("expected smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7 or vla_jepa"));
+        .contains("expected smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa or evo1"));
 }
