@@ -264,7 +264,8 @@ pub fn require_tokenizer(tokenizer: Option<&Tokenizer>) -> Result<&Tokenizer> {
     })
 }
 
-/// `noise` from the request (checked to be `chunk x dim`), or a fresh Gaussian draw.
+/// `noise` from the request (checked to be `chunk x dim`), or a fresh draw of `draw`'s
+/// distribution.
 pub fn noise_or_draw(
     obs: &Observation,
     chunk: usize,

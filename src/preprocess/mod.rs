@@ -60,8 +60,8 @@ pub enum Resize {
     AreaThenBicubicF32 { area: Option<(usize, usize)> },
     /// Stretched with the float anti-aliased bicubic on the byte values, then clamped and
     /// rounded (half to even) back to bytes: torchvision's v1 `resize` on a uint8 tensor
-    /// (Evo-1). Torch's own float kernel rounds a few pixels (~0.1 %) one level apart from
-    /// this one, depending on its build.
+    /// (Evo-1). Torch's own float kernel rounds a few values (0.01-0.1 %) one level apart
+    /// from this one, depending on its build.
     StretchBicubicRounded,
 }
 
