@@ -32,6 +32,7 @@ def main():
 
     torch.set_num_threads(a.threads)
     d = os.path.abspath(a.dir)
+    evo1.use_fixture(d)  # the folder's size: its cameras, chunk and steps
     g = load_file(os.path.join(d, "golden.safetensors"))
     task = json.load(open(os.path.join(d, "golden.json")))["task"]
     n_cams = sum(k.startswith("image.") for k in g)

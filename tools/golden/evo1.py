@@ -15,6 +15,16 @@ Rerun (anyone, offline; the venv is outside the repo and CI never needs it):
         # device: parameter counts and every checkpoint key with its shape; writes nothing
     HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/evo1.py --check tests/fixtures/evo1-tiny
         # reload the folder in a fresh process, reproduce `actions`, then the float64 reference
+    HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/evo1.py --size full --out DIR
+        # random weights at the released sizes (~0.77 B parameters: model.safetensors ~3.1 GB f32,
+        # golden.safetensors ~0.4 GB; not committed; for tests/evo1_golden.rs full_size_matches_lerobot
+        # with VLA_EVO1_GOLDEN=DIR): the same files and tensor names as tiny, with 2 cameras ("image",
+        # "wrist_image", 256 x 256 raw frames, upscaled to 448) of max_views = 3 (view 2 absent), chunk 50
+        # and the default 32 Euler steps (so velocity.{s}, time_emb.{s}, action_tokens.{s} for s < 32).
+        # The tokenizer is tiny's reconstruction (371 ids: <img> = 362, </img> = 363, <IMG_CONTEXT> =
+        # 364); the LM has the real 151674 embedding rows, more than the tokenizer (as vla_jepa.py's and
+        # groot17.py's full sizes); the real ids are recorded in arch.json tokens.real_ids. --check runs
+        # the float64 reference too (reported, bounded only for tiny, as vla_jepa.py)
 
 The default seed is 0; regenerating gives byte-identical files.
 
@@ -121,9 +131,9 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 transformers.logging.set_verbosity_error()
 
 TASK = "  Put both the alphabet soup and the tomato sauce in the basket  "  # strip()ped by lerobot
-CAMERAS = ["image", "wrist_image", "image2"]  # config order = view order in the prompt
-STATE_DIM, ACTION_DIM, CHUNK, PAD = 8, 7, 5, 24
-NUM_STEPS, DEFAULT_STEPS = 4, 32
+CAMERAS = ["image", "wrist_image", "image2"]  # config order = view order in the prompt (tiny; use_size)
+STATE_DIM, ACTION_DIM, CHUNK, PAD = 8, 7, 5, 24  # CHUNK: tiny's (use_size sets the size's)
+NUM_STEPS, DEFAULT_STEPS = 4, 32  # NUM_STEPS: tiny's (use_size sets the size's)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 # InternVL3-1B-hf's added tokens, in their real order (ids 151643..151673 after the 151643 BPE ids).
@@ -158,9 +168,24 @@ SIZES = {
                   intermediate_size=4864, max_position_embeddings=32768, vocab_size=151674),
         lm_layers_used=14,
         head=dict(embed_dim=896, hidden_dim=1024, state_hidden_dim=1024, num_heads=8, num_layers=8),
-        max_views=3, chunk=50,
+        max_views=3, chunk=50, steps=32,
         cameras={"image": (256, 256), "wrist_image": (256, 256)}),
 }
+
+
+def use_size(size):
+    """Point the module's per-size globals (cameras in config order, chunk, Euler steps) at SIZES[size]."""
+    global CAMERAS, CHUNK, NUM_STEPS
+    arch = SIZES[size]
+    CAMERAS = list(arch["cameras"])
+    CHUNK = arch.get("chunk", 5)
+    NUM_STEPS = arch.get("steps", 4)
+    return arch
+
+
+def use_fixture(fixture):
+    """use_size for the size a folder written by this tool was made at (its arch.json)."""
+    return use_size(json.load(open(os.path.join(fixture, "arch.json")))["size"])
 VISION_COMMON = dict(attention_bias=True, use_qk_norm=False, hidden_act="gelu", norm_type="layer_norm",
                      layer_norm_eps=1e-6, layer_scale_init_value=0.1, use_mean_pooling=True,
                      use_absolute_position_embeddings=True, use_mask_token=False, num_channels=3,
@@ -321,7 +346,7 @@ def make_config(arch, backbone, dtype="float32"):
     feats = {f"observation.images.{c}": PolicyFeature(type=FeatureType.VISUAL, shape=(3, *arch["cameras"][c]))
              for c in arch["cameras"]}
     feats["observation.state"] = PolicyFeature(type=FeatureType.STATE, shape=(STATE_DIM,))
-    chunk = arch.get("chunk", CHUNK)
+    chunk = CHUNK
     return Evo1Config(
         device="cpu", input_features=feats,
         output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(ACTION_DIM,))},
@@ -597,6 +622,12 @@ def reference_forward(fixture):
         out[0::2], out[1::2] = torch.sin(pos * f), torch.cos(pos * f)
         return out
     pe_rows = torch.stack([sinus(float(r), E) for r in range(chunk)])
+    ctx_kv = []  # the context's keys / values: the same at every step (NOTES), computed once per block
+    for b in range(H["num_layers"]):
+        B = HP + f"transformer_blocks.{b}."
+        _, wk, wv = W[B + "attn.in_proj_weight"].chunk(3)
+        _, bk, bv = W[B + "attn.in_proj_bias"].chunk(3)
+        ctx_kv.append((context @ wk.T + bk, context @ wv.T + bv))
     for i in range(n_steps):
         idx = min(int(i / n_steps * 999), 999)
         errs.setdefault("time_index", 0.0)
@@ -610,11 +641,10 @@ def reference_forward(fixture):
         xx = a
         for b in range(H["num_layers"]):
             B = HP + f"transformer_blocks.{b}."
-            wq, wk, wv = W[B + "attn.in_proj_weight"].chunk(3)
-            bq, bk, bv = W[B + "attn.in_proj_bias"].chunk(3)
+            wq = W[B + "attn.in_proj_weight"][:E]
+            bq = W[B + "attn.in_proj_bias"][:E]
             h = ln(xx, B + "norm1", 1e-5)
-            o = attn(h @ wq.T + bq, context @ wk.T + bk, context @ wv.T + bv, heads_h, heads_h, E // heads_h,
-                     kp_ok[None, :].expand(chunk, -1))
+            o = attn(h @ wq.T + bq, *ctx_kv[b], heads_h, heads_h, E // heads_h, kp_ok[None, :].expand(chunk, -1))
             xx = xx + lin(o, B + "attn.out_proj")
             h2 = ln(xx, B + "norm2", 1e-5) + temb
             xx = xx + lin(gelu(lin(h2, B + "ff.0")), B + "ff.2")
@@ -643,6 +673,8 @@ def reference_forward(fixture):
 def check(fixture):
     """Reload the fixture in this (fresh) process and reproduce the golden actions."""
     fixture = os.path.abspath(fixture)
+    use_fixture(fixture)
+    size = json.load(open(os.path.join(fixture, "arch.json")))["size"]
     g = load_file(os.path.join(fixture, "golden.safetensors"))
     policy, pre, post = load_fixture(fixture)
     final = []
@@ -659,19 +691,21 @@ def check(fixture):
            "select_action": float((step[0] - g["select_action"]).abs().max())}
     print("reload check (max abs err):", json.dumps(err))
     assert max(err.values()) < 1e-5, err
+    del policy, pre, post, head, real_ga, final, batch, chunk, actions, step, g
+    gc.collect()
     ref = reference_forward(fixture)
     print("independent float64 reference (max abs err):", json.dumps({k: float(f"{v:.2e}") for k, v in ref.items()}))
     exact = ["token_ids", "image_mask", "attention_mask", "context_mask", "action_mask", "prompt", "time_index"]
     assert all(ref[k] == 0.0 for k in exact), {k: ref[k] for k in exact}
     cap = torch.backends.cpu.get_cpu_capability()
     assert ref["frame"] == 0.0 or (cap not in ("AVX2", "AVX512") and ref["frame"] <= 1.0), (cap, ref["frame"])
-    if json.load(open(os.path.join(fixture, "arch.json")))["size"] == "tiny":
+    if size == "tiny":  # full (as vla_jepa.py's): float32 through 24 + 14 layers and 32 steps, no bound
         assert max(v for k, v in ref.items() if k != "frame") < 1e-4, ref
     return err
 
 
 def generate(a, out):
-    arch = SIZES[a.size]
+    arch = use_size(a.size)
     os.makedirs(out)
     tok = build_tokenizer(os.path.join(_TMP, "tokenizer"))
     backbone = os.path.join(out, "backbone")
@@ -698,7 +732,9 @@ def generate(a, out):
     assert len(lm.layers) == arch["lm_layers_used"] < arch["text"]["num_hidden_layers"]
     assert type(vlm).__name__ == "InternVLModel" and not hasattr(vlm, "lm_head")
     kept_buffers = rerandomize(policy, gen)
-    assert lm.embed_tokens.weight.shape[0] == len(emb.tokenizer) == len(tok), "vocab rows = tokenizer, as the real model"
+    # tiny: rows = len(tokenizer), as the real model (151674 = 151674). full: the real 151674 rows, more
+    # than the reconstructed tokenizer's (as vla_jepa.py's / groot17.py's full: no resize in lerobot).
+    assert len(emb.tokenizer) == len(tok) <= lm.embed_tokens.weight.shape[0] == arch["text"].get("vocab_size", len(tok))
     pre, post = make_evo1_pre_post_processors(cfg, stats)
     policy.save_pretrained(out)
     pre.save_pretrained(out)
@@ -835,8 +871,9 @@ def generate(a, out):
                    "action_mask": amask.to(torch.uint8).contiguous()})
     save_file(golden, os.path.join(out, "golden.safetensors"))
 
-    keys = load_file(os.path.join(out, "model.safetensors"))
-    key_shapes = {k: list(v.shape) for k, v in sorted(keys.items())}
+    from safetensors import safe_open
+    with safe_open(os.path.join(out, "model.safetensors"), framework="pt") as f:  # shapes only, no weights
+        key_shapes = {k: list(f.get_slice(k).get_shape()) for k in sorted(f.keys())}
     VP, PP = "model.embedder.model.vision_tower.", "model.embedder.model.multi_modal_projector."
     LP, HP = "model.embedder.model.language_model.", "model.action_head."
     v, txt, h = arch["vision"], arch["text"], arch["head"]
@@ -1033,8 +1070,8 @@ def main():
         dry_full(a)
         return
     root = os.path.abspath(os.path.join(HERE, "..", ".."))
-    if a.size != "tiny":
-        ap.error("--size full: only --dry is wired (the golden recording assumes the tiny camera set)")
+    if a.out is None and a.size != "tiny":
+        ap.error("--size full writes ~3.5 GB: give --out (outside the repo), or use --dry")
     out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", "evo1-tiny"))
     if os.path.isdir(out):
         shutil.rmtree(out)

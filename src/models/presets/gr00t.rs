@@ -1,185 +1,15 @@
-//! Configs in each arch's shape for demos, tests and benchmarks (small ones, and the
-//! released sizes), and GGUFs of them with random weights.
+//! GR00T N1.5, GR00T N1.7 and VLA-JEPA presets.
 
-use super::common::{add_random_tensors, ActionIo};
-use super::evo1::Evo1Config;
-use super::flow::FlowArch;
-use super::gr00t::{Gr00tConfig, HeadConfig, PromptIds};
-use super::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
-use super::pi0::{Pi0Config, Variant};
-use super::smolvla::SmolVlaConfig;
-use super::vla_jepa::{IoSteps, VlaJepaConfig};
-use crate::gguf::{GgmlType, GgufWriter};
+use super::{lm_sizes, siglip};
 use crate::layers::GatedActivation;
-use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
+use crate::models::common::ActionIo;
+use crate::models::gr00t::{Gr00tConfig, HeadConfig, PromptIds};
+use crate::models::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
+use crate::models::vla_jepa::{IoSteps, VlaJepaConfig};
+use crate::modules::decoder::DecoderConfig;
 use crate::modules::dit::BlockStack;
-use crate::modules::evo1_head::Evo1HeadConfig;
-use crate::modules::flow::TimeEmbedding;
 use crate::modules::qwen_text::MropeConfig;
 use crate::modules::qwen_vision::QwenVisionConfig;
-use crate::modules::vision::{TowerStyle, VisionConfig};
-use crate::tokenizer::Tokenizer;
-use crate::Result;
-
-/// A GGUF writer holding `cfg`'s metadata, `tokenizer` if given, and random tensors of
-/// every declared weight and statistic drawn from `seed` (see [`add_random_tensors`]);
-/// float matrices are stored as `ty` except the state, action and time projections, which
-/// stay f32 as the converters keep them.
-pub fn random_writer<A: FlowArch>(
-    cfg: &A,
-    seed: u64,
-    ty: GgmlType,
-    tokenizer: Option<&Tokenizer>,
-) -> Result<GgufWriter<'static>> {
-    let mut w = GgufWriter::new();
-    cfg.write(&mut w)?;
-    w.add_metadata(
-        "general.name",
-        format!("{} random-weight model", cfg.arch()),
-    )?;
-    if let Some(t) = tokenizer {
-        t.write_gguf(&mut w)?;
-    }
-    let mut shapes = cfg.tensor_shapes()?;
-    shapes.extend(cfg.statistics());
-    let is_float_matrix = |name: &str| {
-        !name.starts_with("state_") && !name.starts_with("action_") && !name.contains("time_mlp")
-    };
-    add_random_tensors(&mut w, &shapes, seed, ty, is_float_matrix)?;
-    Ok(w)
-}
-
-/// A small SmolVLA-shaped config for the demo model and fast tests.
-pub fn demo_config() -> SmolVlaConfig {
-    SmolVlaConfig {
-        vision: siglip([64, 2, 4, 128, 64, 8]),
-        scale_factor: 2,
-        lm: lm_sizes([96, 4, 256, 512]),
-        attn: DecoderConfig {
-            q_heads: 6,
-            kv_heads: 2,
-            head_dim: 16,
-            rope_theta: 10000.0,
-            norm_eps: 1e-5,
-            ffn: GatedActivation::Silu,
-            ..Default::default()
-        },
-        expert: ExpertConfig {
-            hidden: 72,
-            inter: 256,
-        },
-        self_attn_every_n_layers: 2,
-        io: io(16, 2, 50),
-        time: lerobot_time(),
-    }
-}
-
-/// A small config of `variant`'s shape for tests and demos (the real sizes come from the
-/// converter: SigLIP So400m/14 at 224, Gemma 2B, Gemma 300M expert).
-pub fn small_config(variant: Variant) -> Pi0Config {
-    let vision = [48, 2, 4, 96, 32, 8];
-    sized(
-        variant,
-        vision,
-        [64, 3, 160, 512],
-        [4, 1, 16],
-        [40, 96],
-        [24, 10],
-    )
-}
-
-/// openpi's sizes (SigLIP So400m/14 at 224, Gemma 2B, Gemma 300M expert), two cameras,
-/// lerobot's defaults otherwise: for benchmarks of full-size random-weight models.
-pub fn full_config(variant: Variant) -> Pi0Config {
-    let tokens = match variant {
-        Variant::Pi0 => 48,
-        Variant::Pi05 => 200,
-    };
-    let vision = [1152, 27, 16, 4304, 224, 14];
-    let lm = [2048, 18, 16384, 257152];
-    sized(variant, vision, lm, [8, 1, 256], [1024, 4096], [tokens, 50])
-}
-
-/// A config from `vision` `[hidden, layers, heads, inter, image, patch]`, `lm` `[hidden,
-/// layers, inter, vocab]`, `heads` `[q, kv, head_dim]`, `expert` `[hidden, inter]` and
-/// `io` `[tokenizer_max_length, chunk]`; two cameras, 10 steps, 32-wide padded state and
-/// action of 6 real dimensions, openpi's epsilons, RoPE base and time periods.
-fn sized(
-    variant: Variant,
-    vision: [usize; 6],
-    lm: [usize; 4],
-    heads: [usize; 3],
-    expert: [usize; 2],
-    io: [usize; 2],
-) -> Pi0Config {
-    Pi0Config {
-        variant,
-        vision: siglip(vision),
-        lm: lm_sizes(lm),
-        attn: DecoderConfig {
-            q_heads: heads[0],
-            kv_heads: heads[1],
-            head_dim: heads[2],
-            rope_theta: 10000.0,
-            norm_eps: 1e-6,
-            ffn: GatedActivation::GeluTanh,
-            ..Default::default()
-        },
-        expert: ExpertConfig {
-            hidden: expert[0],
-            inter: expert[1],
-        },
-        io: self::io(io[0], 0, io[1]),
-        time: lerobot_time(),
-    }
-}
-
-/// A SigLIP tower of `[hidden, layers, heads, inter, image, patch]`, LayerNorm eps 1e-6.
-fn siglip([hidden, layers, heads, inter, image_size, patch_size]: [usize; 6]) -> VisionConfig {
-    VisionConfig {
-        hidden,
-        layers,
-        heads,
-        inter,
-        image_size,
-        patch_size,
-        ln_eps: 1e-6,
-        ..Default::default()
-    }
-}
-
-/// A language model of `[hidden, layers, inter, vocab]`.
-fn lm_sizes([hidden, n_layers, inter, vocab_size]: [usize; 4]) -> LmConfig {
-    LmConfig {
-        hidden,
-        n_layers,
-        inter,
-        vocab_size,
-    }
-}
-
-/// Two cameras, 10 steps, 32-wide padded state and action of 6 real dimensions.
-fn io(tokenizer_max_length: usize, pad_token_id: u32, chunk_size: usize) -> ActionIo {
-    ActionIo {
-        n_images: 2,
-        tokenizer_max_length,
-        pad_token_id,
-        chunk_size,
-        num_steps: 10,
-        max_state_dim: 32,
-        max_action_dim: 32,
-        state_dim: 6,
-        action_dim: 6,
-    }
-}
-
-/// lerobot's (and openpi's) time-embedding periods.
-fn lerobot_time() -> TimeEmbedding {
-    TimeEmbedding {
-        min_period: 4e-3,
-        max_period: 4.0,
-    }
-}
 
 /// A small GR00T N1.5-shaped config for tests and demos: two cameras of 4 image tokens, a
 /// two-layer Qwen3, two VL self-attention blocks, a four-block DiT, 4 embodiments.
@@ -497,107 +327,6 @@ fn jepa_prompt(
     p
 }
 
-/// A small Evo-1-shaped config for tests and demos: an InternViT of 2 layers at 84 (9
-/// tokens a view), a 3-layer Qwen2, a 2-block head; two cameras of three views, chunk 10 of
-/// 24-wide padded state (8 real) and action (7 real), 4 steps.
-pub fn evo1_small_config() -> Evo1Config {
-    evo1_sized(
-        [32, 2, 2, 64, 84, 14],
-        [64, 3, 96, 512],
-        [4, 2, 16],
-        [64, 4, 2, 48, 40],
-        (10, 4, 24),
-    )
-}
-
-/// Evo-1's released sizes (InternVL3-1B: InternViT-300M 1024 x 24 at 448, Qwen2.5-0.5B cut
-/// to 14 layers; head 896 x 8 blocks of 8 heads, hidden 1024), LIBERO's two cameras of
-/// three views, chunk 50, 32 steps.
-pub fn evo1_full_config() -> Evo1Config {
-    let mut cfg = evo1_sized(
-        [1024, 24, 16, 4096, 448, 14],
-        [896, 14, 4864, 151674],
-        [14, 2, 64],
-        [896, 8, 8, 1024, 1024],
-        (50, 32, 64),
-    );
-    cfg.io.pad_token_id = 151643;
-    cfg.image_token = 151667;
-    cfg.prompt = evo1_prompt(3, cfg.n_img_tokens(), [151665, 151667, 151666]);
-    cfg
-}
-
-/// An Evo-1 config of tower `[hidden, layers, heads, inter, image, patch]`, LM `[hidden,
-/// layers, inter, vocab]` with `[q heads, kv heads, head dim]`, head `[embed, heads,
-/// layers, hidden, state hidden]` and `(chunk, steps, instruction tokens)`.
-fn evo1_sized(
-    vit: [usize; 6],
-    lm: [usize; 4],
-    [q_heads, kv_heads, head_dim]: [usize; 3],
-    [embed, heads, layers, hidden, state_hidden]: [usize; 5],
-    (chunk_size, num_steps, tokenizer_max_length): (usize, usize, usize),
-) -> Evo1Config {
-    let lm = lm_sizes(lm);
-    let image_token = lm.vocab_size - 2;
-    let vision = VisionConfig {
-        style: TowerStyle::InternVit,
-        ..siglip(vit)
-    };
-    let mut cfg = Evo1Config {
-        vision,
-        attn: DecoderConfig {
-            q_heads,
-            kv_heads,
-            head_dim,
-            rope_theta: 1e6,
-            norm_eps: 1e-6,
-            ffn: GatedActivation::Silu,
-            qk_norm: false,
-            qkv_bias: true,
-        },
-        head: Evo1HeadConfig {
-            embed,
-            heads,
-            layers,
-            hidden,
-            state_hidden,
-        },
-        io: ActionIo {
-            tokenizer_max_length,
-            pad_token_id: 0,
-            chunk_size,
-            num_steps,
-            max_state_dim: 24,
-            max_action_dim: 24,
-            state_dim: 8,
-            action_dim: 7,
-            n_images: 2,
-        },
-        max_views: 3,
-        image_token,
-        lm,
-        prompt: PromptIds::default(),
-    };
-    let ids = [image_token - 1, image_token, image_token + 1];
-    cfg.prompt = evo1_prompt(3, cfg.n_img_tokens(), ids);
-    cfg
-}
-
-/// A stand-in Evo-1 prompt: per view, two ids for `Image-{v}: `, then `<img>`, `n`
-/// `<IMG_CONTEXT>`, `</img>` (`[open, context, close]`) and a newline id.
-fn evo1_prompt(views: usize, n: usize, [open, context, close]: [usize; 3]) -> PromptIds {
-    let mut before = Vec::new();
-    for v in 0..views as u32 {
-        before.extend([10 + v, 4, open as u32]);
-        before.extend(std::iter::repeat_n(context as u32, n));
-        before.extend([close as u32, 9]);
-    }
-    PromptIds {
-        before,
-        after: Vec::new(),
-    }
-}
-
 /// A chat-shaped prompt of arbitrary ids around the instruction: a header, each camera's
 /// image tokens between two markers, and a footer.
 fn stand_in_prompt(cameras: usize, n_img: usize, image_token: usize) -> PromptIds {
@@ -616,6 +345,7 @@ fn stand_in_prompt(cameras: usize, n_img: usize, image_token: usize) -> PromptId
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::flow::FlowArch;
 
     /// The released GR00T sizes pass the config checks, and the DiT and the VL self-attention
     /// blocks declare exactly the parameters lerobot's modules count at those sizes
@@ -647,23 +377,5 @@ mod tests {
         for cfg in [vla_jepa_small_config(), vla_jepa_full_config()] {
             crate::config::check(&cfg, cfg.arch()).unwrap();
         }
-    }
-
-    /// The released Evo-1 sizes pass the checks and declare lerobot's parameter count
-    /// (`tools/golden/evo1.py --size full --dry`: 775,198,640 at chunk 50) plus the two
-    /// sinusoid tables the reference keeps as buffers (1000 and 50 rows of 896).
-    #[test]
-    fn evo1_full_config_has_the_references_parameters() {
-        let cfg = evo1_full_config();
-        crate::config::check(&cfg, cfg.arch()).unwrap();
-        let total: usize = cfg
-            .tensor_shapes()
-            .unwrap()
-            .iter()
-            .map(|(_, s)| s.iter().product::<usize>())
-            .sum();
-        assert_eq!(total, 775_198_640 + (1000 + 50) * 896);
-        let small = evo1_small_config();
-        crate::config::check(&small, small.arch()).unwrap();
     }
 }
