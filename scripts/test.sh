@@ -13,7 +13,8 @@
 #                    bookworm with a note.
 #   python           gguf (gguf-py, pinned) + numpy, used by interop tests;
 #                    pyzmq, protobuf, pytest for the Python client's tests, which run
-#                    after cargo against the vla-server binary cargo built.
+#                    after cargo against the vla-server binary cargo built (and
+#                    eval/tests, the LIBERO smoke run: skipped without its venv).
 #
 # Knobs (environment):
 #   VLA_SKIP_INSTALL=1    skip all package installs (no root needed)
@@ -322,6 +323,8 @@ cargo "${cargo_args[@]}"
 if (($# == 0)); then
     # cargo test built target/debug/vla-server for the crate's integration tests.
     export VLA_SERVER_BIN="${CARGO_TARGET_DIR:-target}/debug/vla-server"
-    log "python3 -m pytest clients/python/tests (VLA_SERVER_BIN=$VLA_SERVER_BIN)"
-    python3 -m pytest -q -p no:cacheprovider clients/python/tests
+    # eval/tests: the LIBERO smoke run, skipped at once (with a warning) without the LIBERO
+    # venv, which this script never installs (eval/run_libero.sh does, ~2 GB).
+    log "python3 -m pytest clients/python/tests eval/tests (VLA_SERVER_BIN=$VLA_SERVER_BIN)"
+    python3 -m pytest -q -rs -p no:cacheprovider clients/python/tests eval/tests
 fi
