@@ -46,11 +46,23 @@ pub fn is_matmul_weight(t: &TensorInfo) -> bool {
         && !skip.iter().any(|s| t.name.contains(s))
 }
 
+/// What `vla-quantize` packs besides the language model's matrices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuantScope {
+    /// The vision tower's matrices (`--vision`).
+    pub vision: bool,
+    /// The action expert's / head's block matrices (`--expert`; vla.cpp's rule keeps them):
+    /// `aex.*`, `*expert*` and DiT layers, never their action, state or time projections
+    /// nor adaLN maps.
+    pub expert: bool,
+}
+
 /// Whether `vla-quantize` packs a tensor into block type `ty`: the language model's weight
-/// matrices (the vision tower's too with `vision`), never embeddings, output heads, norms,
-/// positions, the action expert (`aex.*`) or the action/state/time projections, and only
-/// where a row is a whole number of blocks. The name list is vla.cpp's quantizer's.
-pub fn is_quantizable(t: &TensorInfo, ty: GgmlType, vision: bool) -> bool {
+/// matrices (the vision tower's and the expert's too as `scope` says), never embeddings,
+/// output heads, norms, positions or the action/state/time projections, and only where a
+/// row is a whole number of blocks. Without `scope.expert` the name list is vla.cpp's
+/// quantizer's.
+pub fn is_quantizable(t: &TensorInfo, ty: GgmlType, scope: QuantScope) -> bool {
     const SKIP: &[&str] = &[
         "token_embd",
         "output.weight",
@@ -61,17 +73,17 @@ pub fn is_quantizable(t: &TensorInfo, ty: GgmlType, vision: bool) -> bool {
         "cls",
         "action",
         "state",
-        "expert",
-        "aex.",
-        "dit",
         "adaln",
         "ada_",
         "time",
     ];
+    const EXPERT: &[&str] = &["expert", "aex.", "dit"];
     let is_vision = t.name.starts_with("vit.") || t.name.contains("vision");
+    let is_expert = EXPERT.iter().any(|s| t.name.contains(s));
     is_matmul_weight(t)
         && !SKIP.iter().any(|s| t.name.contains(s))
-        && (vision || !is_vision)
+        && (scope.vision || !is_vision)
+        && (scope.expert || !is_expert)
         && t.dims[0].is_multiple_of(ty.block_size() as u64)
 }
 
@@ -137,7 +149,11 @@ mod tests {
             offset: 0,
         };
         let q = |name: &str, d0: u64, vision: bool| {
-            is_quantizable(&t(name, d0), GgmlType::Q8_0, vision)
+            let scope = QuantScope {
+                vision,
+                expert: false,
+            };
+            is_quantizable(&t(name, d0), GgmlType::Q8_0, scope)
         };
         assert!(q("vlm.blk.0.attn_q.weight", 64, false));
         assert!(
@@ -157,5 +173,27 @@ mod tests {
         assert!(!q("vit.blk.0.fc1.weight", 64, false));
         assert!(q("vit.blk.0.fc1.weight", 64, true));
         assert!(!q("vit.patch_embd.weight", 64, true));
+        // --expert: the expert's block matrices, not its projections or adaLN maps.
+        let all = QuantScope {
+            vision: true,
+            expert: true,
+        };
+        let qe = |name: &str| is_quantizable(&t(name, 64), GgmlType::Q8_0, all);
+        for packed in [
+            "aex.blk.0.ffn_up.weight",
+            "aex.dit.3.attn_q.weight",
+            "aex.seq_pool.weight",
+        ] {
+            assert!(qe(packed), "{packed}");
+        }
+        for kept in [
+            "aex.action_enc.W1.weight",
+            "aex.state_enc.fc1.weight",
+            "aex.time_pos.weight",
+            "aex.dit.0.adaln.weight",
+            "aex.blk.0.attn_norm.weight",
+        ] {
+            assert!(!qe(kept), "{kept}");
+        }
     }
 }

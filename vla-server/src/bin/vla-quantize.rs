@@ -5,7 +5,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vla::gguf::{is_quantizable, retype, GgmlType, GgufFile};
+use vla::gguf::{is_quantizable, retype, GgmlType, GgufFile, QuantScope};
 use vla::policy::RuntimeOptions;
 
 #[derive(Parser)]
@@ -13,11 +13,12 @@ use vla::policy::RuntimeOptions;
     name = "vla-quantize",
     version,
     about = "Quantize a VLA model's weight matrices to a ggml block type",
-    long_about = "Packs the language model's 2-D weight matrices (and the vision tower's with --vision) \
-                  into Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1. Embeddings, output heads, norms, positions, the \
-                  action expert and the action/state/time projections stay as they are; so does every \
-                  matrix whose rows are not a whole number of 32-value blocks. Metadata is copied, plus \
-                  vla.quantize.{type,vision,tensors} recording what was done.",
+    long_about = "Packs the language model's 2-D weight matrices (the vision tower's with --vision, the \
+                  action expert's or head's with --expert) into Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1. \
+                  Embeddings, output heads, norms, positions and the action/state/time projections stay \
+                  as they are; so does every matrix whose rows are not a whole number of 32-value \
+                  blocks. Without --expert this is vla.cpp's rule. Metadata is copied, plus \
+                  vla.quantize.{type,vision,expert,tensors} recording what was done.",
     after_help = "Example:\n  vla-quantize --in smolvla.gguf --out smolvla-q8_0.gguf --type Q8_0"
 )]
 struct Args {
@@ -31,6 +32,10 @@ struct Args {
     /// Quantize the vision tower's matrices too.
     #[arg(long)]
     vision: bool,
+    /// Quantize the action expert's (or action head's) block matrices too; vla.cpp keeps
+    /// them in float.
+    #[arg(long)]
+    expert: bool,
     /// Overwrite OUT.gguf if it exists.
     #[arg(long)]
     force: bool,
@@ -83,13 +88,17 @@ fn run(args: Args) -> Result<()> {
         .with_context(|| format!("{} does not load as a model", args.input.display()))?;
     let file = open()?;
 
+    let scope = QuantScope {
+        vision: args.vision,
+        expert: args.expert,
+    };
     let bar = ProgressBar::new(file.tensors().len() as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} tensors {msg}")
             .expect("static template"),
     );
     let (mut writer, changed) = retype(
         &file,
-        |t| is_quantizable(t, ty, args.vision).then_some(ty),
+        |t| is_quantizable(t, ty, scope).then_some(ty),
         |i, t| {
             bar.set_position(i as u64);
             bar.set_message(t.name.clone());
@@ -104,6 +113,7 @@ fn run(args: Args) -> Result<()> {
     }
     writer.set_metadata("vla.quantize.type", ty.name())?;
     writer.set_metadata("vla.quantize.vision", args.vision)?;
+    writer.set_metadata("vla.quantize.expert", args.expert)?;
     writer.set_metadata("vla.quantize.tensors", changed.len() as u32)?;
 
     // Write beside the target and rename, so a failed run never leaves a half file under OUT.
