@@ -58,4 +58,19 @@ fn bad_arguments_are_one_clear_line() {
     );
     let (ok, _, err) = bench(&["--ckpt", "/nonexistent.gguf"]);
     assert!(!ok && err.contains("/nonexistent.gguf"), "{err}");
+    // An instruction longer than the model takes is the model's clear error.
+    let (ok, _, err) = bench(&["--demo", "--iters", "1", "--warmup", "0", "--tokens", "17"]);
+    assert!(
+        !ok && err.contains("17 instruction tokens: expected 1..=16"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_instruction_length_is_a_flag() {
+    let args = [
+        "--demo", "--iters", "1", "--warmup", "0", "--json", "--tokens", "16",
+    ];
+    let (ok, out, err) = bench(&args);
+    assert!(ok && out.contains("\"total_ms\""), "{err}");
 }

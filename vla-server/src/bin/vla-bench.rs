@@ -58,6 +58,11 @@ struct Args {
     /// backend, and the traffic it costs.
     #[arg(long, conflicts_with = "server")]
     stepwise: bool,
+    /// Instruction length of the synthetic request, in token ids (ids 1 to N; at most the
+    /// model's `tokenizer_max_length`): match a reference's prompt length when comparing
+    /// with it.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    tokens: u32,
 }
 
 fn main() -> ExitCode {
@@ -71,7 +76,13 @@ fn main() -> ExitCode {
 }
 
 /// A synthetic observation of the right shape: fixed pixels, state and noise.
-fn observation(n_images: usize, side: usize, state_dim: usize, noise_len: usize) -> Observation {
+fn observation(
+    n_images: usize,
+    side: usize,
+    state_dim: usize,
+    noise_len: usize,
+    tokens: u32,
+) -> Observation {
     let image = Image {
         height: side,
         width: side,
@@ -80,7 +91,7 @@ fn observation(n_images: usize, side: usize, state_dim: usize, noise_len: usize)
     Observation {
         images: vec![image; n_images],
         state: (0..state_dim).map(|i| (i as f32 * 0.37).sin()).collect(),
-        tokens: Some(vec![1, 2, 3, 4]),
+        tokens: Some((1..=tokens as i32).collect()),
         prompt: None,
         noise: Some((0..noise_len).map(|i| (i as f32 * 0.61).cos()).collect()),
     }
@@ -158,6 +169,7 @@ fn run(args: Args) -> Result<()> {
         info.image_height,
         info.state_dim,
         info.chunk_size * info.max_action_dim,
+        args.tokens,
     );
     for _ in 0..args.warmup {
         policy.predict(&obs)?;
@@ -313,6 +325,7 @@ fn compare(args: &Args) -> Result<()> {
             info.image_height,
             info.state_dim,
             info.chunk_size * info.max_action_dim,
+            args.tokens,
         );
         let chunk = policy.predict(&obs)?.actions;
         for _ in 1..args.warmup {
@@ -384,6 +397,7 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
         get("image_height")?,
         get("state_dim")?,
         get("chunk_size")? * get("max_action_dim")?,
+        args.tokens,
     );
     let text = |k: &str| info[k].as_str().unwrap_or("?").to_owned();
     println!("server    {addr}: {} on {}", text("arch"), text("backend"));
