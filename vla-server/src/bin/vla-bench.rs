@@ -59,8 +59,8 @@ struct Args {
     #[arg(long, conflicts_with = "server")]
     stepwise: bool,
     /// Instruction length of the synthetic request, in token ids (ids 1 to N; at most the
-    /// model's `tokenizer_max_length`): match a reference's prompt length when comparing
-    /// with it.
+    /// model's `tokenizer_max_length`; prefills are fixed-length, so this changes what is
+    /// masked, not the work).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     tokens: u32,
 }
