@@ -130,9 +130,9 @@ fn read_config(p: &Json, vlm: &Json, st: &Safetensors, tok: &Tokenizer) -> Resul
             format!("{what}: not an InternVL3 layout this converter knows"),
         ))
     };
-    if v.bool_or("use_qk_norm", false)
-        || v.get("norm_type").and_then(|n| n.as_str()) != Some("layer_norm")
-    {
+    // transformers' InternVLVisionConfig defaults: no QK-norm, LayerNorm.
+    let norm = v.get("norm_type").and_then(|n| n.as_str());
+    if v.bool_or("use_qk_norm", false) || norm.is_some_and(|n| n != "layer_norm") {
         return refuse("vision_config use_qk_norm / norm_type");
     }
     if vlm.f64("downsample_ratio").unwrap_or(0.5) != 0.5 {
