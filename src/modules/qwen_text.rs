@@ -6,6 +6,7 @@
 //! additions.
 
 use super::decoder::{decoder_stack, DecoderConfig, LmConfig, Rotary};
+use super::qwen_vision::{camera_block, QwenVisionConfig};
 use crate::config::{first_failing, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::splice_rows;
@@ -66,6 +67,32 @@ pub struct ImageRows {
     pub span: ImageSpan,
     pub merged: NodeId,
     pub deepstack: Vec<NodeId>,
+}
+
+impl ImageRows {
+    /// Each camera's merged tokens and deepstack features from the vision graph's output
+    /// `rows` ([`super::qwen_vision::towers_side_by_side`]), camera `i` at `spans[i]`.
+    pub fn of_cameras(
+        g: &mut GraphBuilder,
+        rows: NodeId,
+        vision: &QwenVisionConfig,
+        spans: Vec<ImageSpan>,
+    ) -> Result<Vec<ImageRows>> {
+        let taps = vision.deepstack.len();
+        spans
+            .into_iter()
+            .enumerate()
+            .map(|(i, span)| {
+                Ok(ImageRows {
+                    span,
+                    merged: camera_block(g, rows, vision, i, 0)?,
+                    deepstack: (1..=taps)
+                        .map(|k| camera_block(g, rows, vision, i, k))
+                        .collect::<Result<_>>()?,
+                })
+            })
+            .collect()
+    }
 }
 
 /// The Qwen3-VL language model over `tokens` `[L]` (ids, embedded by `token_embd.weight`)

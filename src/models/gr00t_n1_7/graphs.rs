@@ -7,7 +7,7 @@ use crate::models::flow::{mask_constant, valid_rows, VALID};
 use crate::modules::dit::cross_blocks;
 use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context, HeadLinears};
 use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
-use crate::modules::qwen_vision::{camera_block, towers_side_by_side};
+use crate::modules::qwen_vision::towers_side_by_side;
 use crate::Result;
 
 /// `image.{i}` `[3, H, W]` in [-1, 1] -> `[n_images * T, (1 + taps) * hidden]`
@@ -32,20 +32,7 @@ pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, N
     let tokens = g.input("tokens", &[l]);
     let valid = g.input(VALID, &[l]);
     let mask = cfg.layout(l).allowed(g, valid)?;
-    let images = cfg
-        .image_spans()
-        .into_iter()
-        .enumerate()
-        .map(|(i, span)| {
-            Ok(ImageRows {
-                span,
-                merged: camera_block(g, img, &cfg.vision, i, 0)?,
-                deepstack: (1..=taps)
-                    .map(|k| camera_block(g, img, &cfg.vision, i, k))
-                    .collect::<Result<_>>()?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let images = ImageRows::of_cameras(g, img, &cfg.vision, cfg.image_spans())?;
     let lm = (&cfg.lm, &cfg.attn, &cfg.mrope);
     let features = qwen_vl_features(g, tokens, &images, lm, mask)?;
     let keys = valid_rows(g, valid, l)?;

@@ -5,7 +5,7 @@ use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::models::flow::VALID;
 use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, HeadLinears};
 use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
-use crate::modules::qwen_vision::{camera_block, towers_side_by_side};
+use crate::modules::qwen_vision::towers_side_by_side;
 use crate::Result;
 
 /// The prefill's input selecting the embodied tokens' rows of the sequence: one-hot rows
@@ -34,20 +34,7 @@ pub fn conditioning(g: &mut GraphBuilder, cfg: &VlaJepaConfig) -> Result<NodeId>
     let n = cfg.n_embodied();
     let rows = g.input(EMBODIED_ROWS, &[1, n, l]);
     let mask = cfg.layout(l).allowed(g, valid)?;
-    let images = cfg
-        .image_spans()
-        .into_iter()
-        .enumerate()
-        .map(|(i, span)| {
-            Ok(ImageRows {
-                span,
-                merged: camera_block(g, img, v, i, 0)?,
-                deepstack: (1..=taps)
-                    .map(|k| camera_block(g, img, v, i, k))
-                    .collect::<Result<_>>()?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let images = ImageRows::of_cameras(g, img, v, cfg.image_spans())?;
     let lm = (&cfg.lm, &cfg.attn, &cfg.mrope);
     let features = qwen_vl_features(g, tokens, &images, lm, mask)?;
     let features = g.reshape(features, &[1, l, h])?;
