@@ -20,7 +20,7 @@ use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::evo1_head::Evo1HeadConfig;
 use crate::modules::vision::{TowerStyle, VisionConfig};
 use crate::tokenizer::Tokenizer;
-use crate::{Error, Result};
+use crate::Result;
 use std::path::{Path, PathBuf};
 
 const VLM: &str = "model.embedder.model.";
@@ -47,26 +47,15 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
-    let dtype = opts.dtype.unwrap_or(GgmlType::F32);
-    if !matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return Err(Error::InvalidArgument(format!(
-            "--dtype {dtype}: expected f32, f16 or bf16"
-        )));
-    }
+    let dtype = super::float_dtype(opts.dtype)?;
     let policy = JsonFile::read(ckpt.join("config.json"))?;
     let p = policy.json();
-    let backbone = match &opts.backbone {
-        Some(b) => b.clone(),
-        None => {
-            let named = p.str("vlm_model_name")?;
-            [ckpt.join(named), PathBuf::from(named)]
-                .into_iter()
-                .find(|d| d.join("config.json").is_file())
-                .ok_or_else(|| {
-                    ckpt_err(ckpt, format!("vlm_model_name {named:?}: no folder with a config.json there; pass --backbone"))
-                })?
-        }
-    };
+    let backbone = super::config_folder(
+        ckpt,
+        opts.backbone.as_deref(),
+        p.str("vlm_model_name")?,
+        ("vlm_model_name", "--backbone"),
+    )?;
     let internvl = JsonFile::read(backbone.join("config.json"))?;
     let tokenizer_path = backbone.join("tokenizer.json");
     let tokenizer = Tokenizer::from_hf_file(&tokenizer_path)?;
@@ -90,13 +79,7 @@ pub fn convert(
     super::check_coverage(&st, &map, &ignored, &[])?;
     let stats = read_stats(ckpt, &config, &mut notes)?;
 
-    let mut w = GgufWriter::new();
-    config.write(&mut w)?;
-    let name = ckpt
-        .file_name()
-        .map_or(config.arch().into(), |n| n.to_string_lossy().into_owned());
-    w.add_metadata("general.name", name)?;
-    w.add_metadata("general.source", "lerobot evo1 checkpoint (vla-convert)")?;
+    let mut w = super::arch_writer(&config, ckpt, "lerobot evo1 checkpoint (vla-convert)")?;
     super::ship_tokenizer(
         &mut w,
         Some(tokenizer_path),

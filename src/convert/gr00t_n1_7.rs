@@ -76,12 +76,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
-    let dtype = opts.dtype.unwrap_or(GgmlType::F32);
-    if !matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return Err(Error::InvalidArgument(format!(
-            "--dtype {dtype}: expected f32, f16 or bf16"
-        )));
-    }
+    let dtype = super::float_dtype(opts.dtype)?;
     let policy = JsonFile::read(ckpt.join("config.json"))?;
     let base = JsonFile::read(base_config_path(
         ckpt,
@@ -130,14 +125,9 @@ pub fn convert(
     super::check_coverage(&st, &map, &unused, &derived)?;
     let stats = read_stats(&pack, &config, &mut notes)?;
 
-    let mut w = GgufWriter::new();
-    config.write(&mut w)?;
-    let name = ckpt
-        .file_name()
-        .map_or(config.arch().into(), |n| n.to_string_lossy().into_owned());
-    w.add_metadata("general.name", name)?;
-    w.add_metadata(
-        "general.source",
+    let mut w = super::arch_writer(
+        &config,
+        ckpt,
         "lerobot groot (N1.7) checkpoint (vla-convert)",
     )?;
     super::ship_tokenizer(

@@ -11,7 +11,9 @@ pub mod qwen_vl;
 pub mod smolvla;
 pub mod vla_jepa;
 
+use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::common::ActionIo;
+use crate::models::flow::FlowArch;
 use crate::modules::flow::TimeEmbedding;
 use crate::modules::vision::{PatchPositions, VisionConfig};
 use crate::{Error, Result};
@@ -227,6 +229,57 @@ impl<'a> Json<'a> {
 
 pub(crate) fn ggml_dims(shape: &[usize]) -> Vec<u64> {
     shape.iter().rev().map(|&d| d as u64).collect()
+}
+
+/// The `--dtype` of a converter's 2-D matmul weights: F32 by default, else F32, F16 or BF16.
+pub(crate) fn float_dtype(dtype: Option<GgmlType>) -> Result<GgmlType> {
+    let dtype = dtype.unwrap_or(GgmlType::F32);
+    match dtype {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => Ok(dtype),
+        _ => Err(Error::InvalidArgument(format!(
+            "--dtype {dtype}: expected f32, f16 or bf16"
+        ))),
+    }
+}
+
+/// A GGUF writer holding `config`'s metadata, `general.name` (the checkpoint folder's name,
+/// else the arch) and `general.source`.
+pub(crate) fn arch_writer<A: FlowArch>(
+    config: &A,
+    ckpt: &Path,
+    source: &str,
+) -> Result<GgufWriter<'static>> {
+    let mut w = GgufWriter::new();
+    config.write(&mut w)?;
+    let name = ckpt
+        .file_name()
+        .map_or(config.arch().into(), |n| n.to_string_lossy().into_owned());
+    w.add_metadata("general.name", name)?;
+    w.add_metadata("general.source", source)?;
+    Ok(w)
+}
+
+/// The folder a config value `named` names (it must hold a `config.json`): `given`, else
+/// `named` relative to `ckpt`, else as written; the error names the key `what` and the
+/// option `flag` that gives the folder.
+pub(crate) fn config_folder(
+    ckpt: &Path,
+    given: Option<&Path>,
+    named: &str,
+    (what, flag): (&str, &str),
+) -> Result<PathBuf> {
+    if let Some(g) = given {
+        return Ok(g.to_owned());
+    }
+    [ckpt.join(named), PathBuf::from(named)]
+        .into_iter()
+        .find(|d| d.join("config.json").is_file())
+        .ok_or_else(|| {
+            ckpt_err(
+                ckpt,
+                format!("{what} {named:?}: no folder with a config.json there; pass {flag} DIR"),
+            )
+        })
 }
 
 /// Whether `--dtype` applies to our tensor `name` of `shape`: 2-D matmul weights only

@@ -18,7 +18,7 @@ use crate::models::flow::FlowArch;
 pub use crate::models::pi0::{Pi0Config, Variant};
 use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
 use crate::modules::vision::PatchPositions;
-use crate::{Error, Result};
+use crate::Result;
 use std::path::{Path, PathBuf};
 
 const PALI: &str = "model.paligemma_with_expert.paligemma.model.";
@@ -207,12 +207,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
-    let dtype = opts.dtype.unwrap_or(GgmlType::F32);
-    if !matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return Err(Error::InvalidArgument(format!(
-            "--dtype {dtype}: expected f32, f16 or bf16"
-        )));
-    }
+    let dtype = super::float_dtype(opts.dtype)?;
     let cfg_path = ckpt.join("config.json");
     let policy_json = read_json(&cfg_path)?;
     let policy = Json {
@@ -247,16 +242,8 @@ pub fn convert(
     super::check_coverage(&st, &map, IGNORED, &[])?;
     let stats = read_stats(ckpt, &policy, &config, &mut notes)?;
 
-    let mut w = GgufWriter::new();
-    config.write(&mut w)?;
-    let name = ckpt
-        .file_name()
-        .map_or(config.arch().into(), |n| n.to_string_lossy().into_owned());
-    w.add_metadata("general.name", name)?;
-    w.add_metadata(
-        "general.source",
-        format!("lerobot {} checkpoint (vla-convert)", config.arch()),
-    )?;
+    let source = format!("lerobot {} checkpoint (vla-convert)", config.arch());
+    let mut w = super::arch_writer(&config, ckpt, &source)?;
     let tokenizer = opts
         .tokenizer
         .clone()

@@ -16,7 +16,7 @@ use crate::models::flow::FlowArch;
 use crate::models::smolvla::{SmolVlaConfig, ARCH};
 use crate::modules::decoder::{DecoderConfig, ExpertConfig, LmConfig};
 use crate::modules::vision::PatchPositions;
-use crate::{Error, Result};
+use crate::Result;
 use std::path::{Path, PathBuf};
 
 const VLM: &str = "model.vlm_with_expert.vlm.model.";
@@ -130,12 +130,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
-    if !matches!(opts.dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return Err(Error::InvalidArgument(format!(
-            "--dtype {}: expected f32, f16 or bf16",
-            opts.dtype
-        )));
-    }
+    super::float_dtype(Some(opts.dtype))?;
     let cfg_path = ckpt.join("config.json");
     let policy_json = read_json(&cfg_path)?;
     let policy = Json {

@@ -44,49 +44,28 @@ pub struct Converted {
     pub notes: Vec<String>,
 }
 
-/// `named` (a config value) as a folder holding `config.json`: `given`, else relative to
-/// `ckpt`, else as written.
-fn folder(ckpt: &Path, given: Option<&Path>, named: &str, what: &str) -> Result<PathBuf> {
-    if let Some(g) = given {
-        return Ok(g.to_owned());
-    }
-    [ckpt.join(named), PathBuf::from(named)]
-        .into_iter()
-        .find(|d| d.join("config.json").is_file())
-        .ok_or_else(|| {
-            ckpt_err(
-                ckpt,
-                format!("{what} {named:?}: no folder with a config.json there; pass the folder"),
-            )
-        })
-}
-
 /// Converts the lerobot VLA-JEPA checkpoint folder `ckpt`.
 pub fn convert(
     ckpt: &Path,
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
-    let dtype = opts.dtype.unwrap_or(GgmlType::F32);
-    if !matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return Err(Error::InvalidArgument(format!(
-            "--dtype {dtype}: expected f32, f16 or bf16"
-        )));
-    }
+    let dtype = super::float_dtype(opts.dtype)?;
     let policy = JsonFile::read(ckpt.join("config.json"))?;
     let p = policy.json();
-    let backbone = folder(
+    let backbone = super::config_folder(
         ckpt,
         opts.backbone.as_deref(),
         p.str("qwen_model_name")?,
-        "qwen_model_name",
+        ("qwen_model_name", "--backbone"),
     )?;
     // lerobot counts the prompt's action steps with the V-JEPA 2 encoder's tubelet when the
     // world model is on, else with the config's.
     let tubelet = match p.bool_or("enable_world_model", true) {
         true => {
             let named = p.str("jepa_encoder_name")?;
-            let jepa = folder(ckpt, opts.jepa.as_deref(), named, "jepa_encoder_name")?;
+            let given = opts.jepa.as_deref();
+            let jepa = super::config_folder(ckpt, given, named, ("jepa_encoder_name", "--jepa"))?;
             JsonFile::read(jepa.join("config.json"))?
                 .json()
                 .usize("tubelet_size")?
@@ -133,16 +112,7 @@ pub fn convert(
     super::check_coverage(&st, &map, &unused, &skipped)?;
     let stats = read_stats(ckpt, &config, &mut notes)?;
 
-    let mut w = GgufWriter::new();
-    config.write(&mut w)?;
-    let name = ckpt
-        .file_name()
-        .map_or(config.arch().into(), |n| n.to_string_lossy().into_owned());
-    w.add_metadata("general.name", name)?;
-    w.add_metadata(
-        "general.source",
-        "lerobot vla_jepa checkpoint (vla-convert)",
-    )?;
+    let mut w = super::arch_writer(&config, ckpt, "lerobot vla_jepa checkpoint (vla-convert)")?;
     super::ship_tokenizer(
         &mut w,
         Some(tokenizer_path),

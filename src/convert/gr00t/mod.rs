@@ -62,12 +62,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
-    let dtype = opts.dtype.unwrap_or(GgmlType::F32);
-    if !matches!(dtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-        return Err(Error::InvalidArgument(format!(
-            "--dtype {dtype}: expected f32, f16 or bf16"
-        )));
-    }
+    let dtype = super::float_dtype(opts.dtype)?;
     let mut notes = Vec::new();
     let policy_path = ckpt.join("config.json");
     let policy_json = read_json(&policy_path)?;
@@ -125,13 +120,7 @@ pub fn convert(
     super::check_coverage(&st, &map, &[tied.as_str()], &[head.as_str()])?;
     let stats = read_stats(ckpt, &pack, &config, &mut notes)?;
 
-    let mut w = GgufWriter::new();
-    config.write(&mut w)?;
-    let name = ckpt
-        .file_name()
-        .map_or(config.arch().into(), |n| n.to_string_lossy().into_owned());
-    w.add_metadata("general.name", name)?;
-    w.add_metadata("general.source", "lerobot groot checkpoint (vla-convert)")?;
+    let mut w = super::arch_writer(&config, ckpt, "lerobot groot checkpoint (vla-convert)")?;
     super::ship_tokenizer(
         &mut w,
         Some(tokenizer_path),
