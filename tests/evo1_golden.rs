@@ -25,20 +25,13 @@ fn dir() -> PathBuf {
     fixture("evo1-tiny")
 }
 
-static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
     let opts = convert::Options {
         dtype: Some(dtype),
         ..Default::default()
     };
     let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("evo1-golden-{}-{n}.gguf", std::process::id()));
-    c.writer.write_to_file(&path).unwrap();
-    let file = GgufFile::open(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    file
+    support::reopened(&c.writer)
 }
 
 fn converted(dtype: GgmlType) -> GgufFile {

@@ -37,16 +37,8 @@ fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
         ..Default::default()
     };
     let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("gr00t-golden-{}-{n}.gguf", std::process::id()));
-    c.writer.write_to_file(&path).unwrap();
-    let file = GgufFile::open(&path).unwrap();
-    // The mapping stays valid after the name is gone.
-    std::fs::remove_file(&path).unwrap();
-    file
+    support::reopened(&c.writer)
 }
-
-static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// lerobot's whole prompt, as ids.
 fn golden_ids(g: &Golden) -> Vec<u32> {

@@ -31,20 +31,12 @@ fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
         ..Default::default()
     };
     let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path =
-        std::env::temp_dir().join(format!("vla-jepa-golden-{}-{n}.gguf", std::process::id()));
-    c.writer.write_to_file(&path).unwrap();
-    let file = GgufFile::open(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    file
+    support::reopened(&c.writer)
 }
 
 fn converted(dtype: GgmlType) -> GgufFile {
     converted_from(&dir(), dtype)
 }
-
-static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn ints(g: &Golden, name: &str) -> Vec<i64> {
     g.st.i64(name).unwrap()

@@ -19,6 +19,18 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// `writer`'s GGUF as a file opens it (memory-mapped, as a user's model): written to a
+/// temporary file, opened, and the file removed (the mapping stays valid).
+pub fn reopened(writer: &vla::gguf::GgufWriter) -> vla::gguf::GgufFile {
+    static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("vla-golden-{}-{n}.gguf", std::process::id()));
+    writer.write_to_file(&path).unwrap();
+    let file = vla::gguf::GgufFile::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    file
+}
+
 /// `golden.safetensors` (the reference's inputs, intermediates and outputs) and `golden.json`.
 pub struct Golden {
     pub st: Safetensors,
