@@ -2,7 +2,7 @@
 //! and turns one observation into one action chunk. Every arch implements it; nothing
 //! outside `models` needs to know which arch it is talking to.
 
-pub use crate::backend::RunCounters;
+pub use crate::backend::{KernelTime, RunCounters};
 use crate::gguf::GgmlType;
 use crate::Result;
 
@@ -105,6 +105,11 @@ impl PolicyInfo {
 pub trait Policy: Send {
     fn info(&self) -> &PolicyInfo;
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk>;
+    /// Every kernel dispatch of the last predict with its device time, where the backend
+    /// was opened to profile ([`crate::backend::Executable::profile`]).
+    fn profile(&self) -> Option<Vec<KernelTime>> {
+        None
+    }
 }
 
 /// Run-time settings, from the command line or a `--config` file's "runtime" object.

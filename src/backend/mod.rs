@@ -5,6 +5,7 @@
 mod cpu;
 #[cfg(feature = "ggml")]
 pub mod ggml;
+pub mod profile;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
@@ -78,6 +79,26 @@ pub trait Executable: Send {
     fn stage_ms(&self) -> Option<Vec<f32>> {
         None
     }
+    /// Each kernel dispatch of the last run with its device time, where the backend was
+    /// opened to profile (wgpu with `VLA_WGPU_PROFILE=1` and timestamp queries); `None`
+    /// otherwise.
+    fn profile(&self) -> Option<Vec<KernelTime>> {
+        None
+    }
+}
+
+/// One kernel dispatch's device time in a profiled run, with its share of its graph node's
+/// work ([`Graph::node_flops`], [`Graph::node_bytes`], split evenly over the node's
+/// dispatches).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    /// The graph op (`matmul`, `attention`, ...).
+    pub op: &'static str,
+    /// The kernel that ran it (its entry point).
+    pub kernel: &'static str,
+    pub ms: f64,
+    pub flops: f64,
+    pub bytes: f64,
 }
 
 pub trait Backend {
@@ -204,7 +225,7 @@ pub fn open_with(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>> 
     };
     #[cfg(feature = "wgpu")]
     if let Some(api) = api {
-        let mut options = wgpu::WgpuOptions::from_env();
+        let mut options = wgpu::WgpuOptions::from_env()?;
         if opts.flash_attn.is_some() {
             options.flash_attn = opts.flash_attn;
         }

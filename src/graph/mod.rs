@@ -229,6 +229,22 @@ impl Graph {
         2 * fma as u64
     }
 
+    /// Bytes node `i` reads and writes at least once: each input in its stored dtype (a
+    /// weight in its blocks, an activation as f32) plus the f32 output; views (reshape) and
+    /// leaves move nothing. For GB/s figures.
+    pub fn node_bytes(&self, i: usize) -> u64 {
+        let node = &self.nodes[i];
+        if matches!(node.op, Op::Input(_) | Op::Weight(_) | Op::Reshape(_)) {
+            return 0;
+        }
+        let stored = |n: &Node| {
+            let ty = n.dtype;
+            (n.numel() / ty.block_size().max(1) * ty.type_size()) as u64
+        };
+        let inputs: u64 = node.inputs.iter().map(|&k| stored(&self.nodes[k.0])).sum();
+        inputs + 4 * node.numel() as u64
+    }
+
     /// Names of the run-time inputs, in node order.
     pub fn input_names(&self) -> impl Iterator<Item = &str> {
         self.nodes.iter().filter_map(|n| match &n.op {

@@ -150,6 +150,13 @@ impl LoadedGraphs {
         sum
     }
 
+    /// The kernels of the graphs' last runs, where the backend profiles (see
+    /// [`Executable::profile`]).
+    pub fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
+        let parts: Vec<_> = self.execs.iter().filter_map(|e| e.profile()).collect();
+        (!parts.is_empty()).then(|| parts.concat())
+    }
+
     /// Bytes the backend holds: weights plus peak activations, summed over the graphs.
     pub fn memory_bytes(&self) -> u64 {
         self.execs

@@ -437,4 +437,8 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
             counters: self.graphs.counters().since(&counters),
         })
     }
+
+    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
+        self.graphs.profile()
+    }
 }

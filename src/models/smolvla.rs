@@ -30,7 +30,7 @@ use crate::tokenizer::Tokenizer;
 use crate::{Result, Tensor};
 
 pub use super::common::gaussian_noise;
-pub use super::presets::demo_config;
+pub use super::presets::{demo_config, smolvla_base_config};
 
 pub const ARCH: &str = "smolvla";
 

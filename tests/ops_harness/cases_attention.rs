@@ -250,10 +250,11 @@ fn attention_kernels_forced() {
     };
     attention_cases(&mut c);
     let mut failures = Vec::new();
-    for base in gpu_backends().into_iter().filter(|b| !b.int_dot_only) {
+    for base in gpu_backends().into_iter().filter(|b| b.is_default()) {
         for flash in [true, false] {
             let b = base.backend.reconfigured(WgpuOptions {
                 flash_attn: Some(flash),
+                ..base.backend.options()
             });
             for case in &c.list {
                 let graph = {

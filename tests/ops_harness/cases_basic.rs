@@ -68,9 +68,11 @@ pub fn add(c: &mut Cases) {
             (33, 65, 31),
             (64, 96, 128),
             (3, 2, 300),
+            (65, 70, 33),
+            (130, 131, 50),
         ] {
             let (x, w) = (c.tensor(&[m, k]), c.weight(&[n, k], ty));
-            c.add(
+            c.add_kernel_sets(
                 format!("matmul {ty} m{m} n{n} k{k}"),
                 vec![("w", w)],
                 vec![("x", x)],
@@ -83,7 +85,7 @@ pub fn add(c: &mut Cases) {
             );
         }
         let (x, w) = (c.tensor(&[2, 3, 40]), c.weight(&[9, 40], ty));
-        c.add(
+        c.add_kernel_sets(
             format!("matmul {ty} batched [2, 3, 40]"),
             vec![("w", w)],
             vec![("x", x)],

@@ -147,7 +147,7 @@ fn embedding_bad_ids_give_zero_rows() {
         };
         let ids = Tensor::from_f32(vec![n], ids_v.to_vec()).unwrap();
         let junk = Tensor::from_f32(vec![n, d], vec![7.0; n * d]).unwrap();
-        for b in gpu_backends().iter().filter(|b| !b.int_dot_only) {
+        for b in gpu_backends().iter().filter(|b| b.is_default()) {
             let mut exe = b.backend.compile(&graph, &weights).unwrap();
             let out = exe
                 .run(&[("ids", &ids), ("junk", &junk)])

@@ -24,7 +24,7 @@ mod cases_ggml;
 mod cases_quant;
 
 use std::collections::HashMap;
-use vla::backend::wgpu::{Api, Caps, WgpuBackend};
+use vla::backend::wgpu::{Api, Caps, KernelSet, WgpuBackend, WgpuOptions};
 use vla::backend::{Backend, CpuBackend};
 use vla::gguf::{quant, GgmlType};
 use vla::graph::{Graph, GraphBuilder, NodeId};
@@ -55,6 +55,9 @@ pub struct Case {
     max_nmse: f64,
     /// Also run on a backend with `int_dot` off (quantized kernels' fallback path).
     int_dot: bool,
+    /// Also run with the kernel set the adapter does not get by default (float matmuls:
+    /// the GPU-grade tiles on lavapipe, the portable kernel on a GPU).
+    kernel_sets: bool,
 }
 
 pub struct Cases {
@@ -92,6 +95,7 @@ impl Cases {
             build: Box::new(build),
             max_nmse,
             int_dot: false,
+            kernel_sets: false,
         });
     }
 
@@ -107,6 +111,20 @@ impl Cases {
     ) {
         self.add(name, weights, inputs, max_nmse, build);
         self.list.last_mut().expect("just added").int_dot = true;
+    }
+
+    /// Like [`add`](Self::add) for ops with kernels in both sets ([`KernelSet`]): the case
+    /// also runs with the set the adapter does not get by default.
+    pub fn add_kernel_sets(
+        &mut self,
+        name: String,
+        weights: Vec<(&str, Tensor<'static>)>,
+        inputs: Vec<(&str, Tensor<'static>)>,
+        max_nmse: f64,
+        build: impl Fn(&mut GraphBuilder) -> vla::Result<NodeId> + 'static,
+    ) {
+        self.add(name, weights, inputs, max_nmse, build);
+        self.list.last_mut().expect("just added").kernel_sets = true;
     }
 }
 
@@ -140,12 +158,21 @@ fn nmse(out: &[f32], reference: &[f32]) -> f64 {
     }
 }
 
-/// A backend under test; `int_dot_only` ones (int dot switched off) run only the cases
-/// that have an int-dot path.
+/// A backend under test. Besides each adapter as it opens, two variants run only some
+/// cases: `int_dot_only` (int dot switched off) the cases with an int-dot path, and
+/// `kernel_sets_only` (the other [`KernelSet`]) the cases with kernels in both sets.
 pub struct TestBackend {
     pub backend: WgpuBackend,
     pub label: String,
     pub int_dot_only: bool,
+    pub kernel_sets_only: bool,
+}
+
+impl TestBackend {
+    /// The adapter as it opens, not a variant.
+    pub fn is_default(&self) -> bool {
+        !self.int_dot_only && !self.kernel_sets_only
+    }
 }
 
 impl std::ops::Deref for TestBackend {
@@ -171,10 +198,24 @@ pub fn gpu_backends() -> Vec<TestBackend> {
         match WgpuBackend::new(api) {
             Ok(b) => {
                 let int_dot = b.caps().int_dot;
+                let other = match b.kernel_set() {
+                    KernelSet::Gpu => KernelSet::Portable,
+                    KernelSet::Portable => KernelSet::Gpu,
+                };
+                out.push(TestBackend {
+                    label: format!("{} ({} kernels)", b.adapter_info().name, other.name()),
+                    backend: b.reconfigured(WgpuOptions {
+                        kernels: Some(other),
+                        ..b.options()
+                    }),
+                    int_dot_only: false,
+                    kernel_sets_only: true,
+                });
                 out.push(TestBackend {
                     label: b.adapter_info().name.clone(),
                     backend: b,
                     int_dot_only: false,
+                    kernel_sets_only: false,
                 });
                 if int_dot {
                     let b = WgpuBackend::with_caps(
@@ -189,6 +230,7 @@ pub fn gpu_backends() -> Vec<TestBackend> {
                         label: format!("{} (no int dot)", b.adapter_info().name),
                         backend: b,
                         int_dot_only: true,
+                        kernel_sets_only: false,
                     });
                 }
             }
@@ -208,6 +250,7 @@ struct Harnessed {
     label: String,
     backend: Box<dyn Backend>,
     int_dot_only: bool,
+    kernel_sets_only: bool,
 }
 
 /// The backends under test, each with a short label for the report.
@@ -217,6 +260,7 @@ fn backends() -> Vec<Harnessed> {
         .map(|b| Harnessed {
             label: b.label,
             int_dot_only: b.int_dot_only,
+            kernel_sets_only: b.kernel_sets_only,
             backend: Box::new(b.backend),
         })
         .collect();
@@ -228,6 +272,7 @@ fn backends() -> Vec<Harnessed> {
                 label,
                 backend,
                 int_dot_only: false,
+                kernel_sets_only: false,
             }),
     );
     out
@@ -287,7 +332,11 @@ fn op_harness() {
         println!(
             "op harness on {}{}",
             b.backend.description(),
-            if b.int_dot_only { " (int dot off)" } else { "" }
+            match (b.int_dot_only, b.kernel_sets_only) {
+                (true, _) => " (int dot off)",
+                (_, true) => " (the other kernel set)",
+                _ => "",
+            }
         );
     }
     let cases = all_cases();
@@ -301,14 +350,18 @@ fn op_harness() {
         };
         let reference =
             run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
-        for b in backends.iter().filter(|b| case.int_dot || !b.int_dot_only) {
+        let wanted = |b: &&Harnessed| {
+            (case.int_dot || !b.int_dot_only) && (case.kernel_sets || !b.kernel_sets_only)
+        };
+        for b in backends.iter().filter(wanted) {
             runs += 1;
             let label = &b.label;
-            let name = format!(
-                "{}{}",
-                case.name,
-                if b.int_dot_only { " [no int dot]" } else { "" }
-            );
+            let variant = match (b.int_dot_only, b.kernel_sets_only) {
+                (true, _) => " [no int dot]",
+                (_, true) => " [other kernels]",
+                _ => "",
+            };
+            let name = format!("{}{variant}", case.name);
             match run(b.backend.as_ref(), &graph, case) {
                 Err(e) if may_skip(label, &e, &case.name) => {
                     println!("{name:<48} {label:<10} SKIP: {e}");

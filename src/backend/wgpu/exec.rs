@@ -4,7 +4,7 @@
 use super::kernels::{self, Chunk, Dispatch, NodeBuffers, TensorBuf};
 use super::timer::StageTimer;
 use super::GpuContext;
-use crate::backend::{match_inputs, ExecStats, Executable, RunCounters, WeightStore};
+use crate::backend::{match_inputs, ExecStats, Executable, KernelTime, RunCounters, WeightStore};
 use crate::graph::{Graph, NodeId, Op};
 use crate::{Error, Result, Tensor};
 use std::sync::Arc;
@@ -40,8 +40,12 @@ pub(crate) struct WgpuExecutable {
     dispatches: Vec<Dispatch>,
     /// Per graph stage, the index of its first dispatch (empty for an unstaged graph).
     stage_starts: Vec<usize>,
-    /// Timestamps around each stage, where the adapter has them.
+    /// Timestamps around each stage (or, when profiling, each dispatch), where the adapter
+    /// has them.
     timer: Option<StageTimer>,
+    /// When profiling: per dispatch, the graph node it computes.
+    profile_nodes: Option<Vec<usize>>,
+    kernel_ms: Option<Vec<f32>>,
     stage_ms: Option<Vec<f32>>,
     /// (output node, staging buffer)
     readback: Vec<(NodeId, wgpu::Buffer)>,
@@ -252,6 +256,7 @@ impl WgpuExecutable {
 
         // Record dispatches.
         let mut dispatches = Vec::new();
+        let mut dispatch_nodes = Vec::new();
         let stage_nodes: Vec<usize> = graph.stages().iter().map(|s| s.1).collect();
         let mut stage_starts = Vec::with_capacity(stage_nodes.len());
         for (i, n) in nodes.iter().enumerate() {
@@ -275,10 +280,16 @@ impl WgpuExecutable {
                 output: &slots[out],
             };
             dispatches.extend(kernels::encode(&ctx, n, &bufs)?);
+            dispatch_nodes.resize(dispatches.len(), i);
         }
         stage_starts.resize(stage_nodes.len(), dispatches.len());
-        let timer = (ctx.caps.timestamps && !stage_starts.is_empty())
-            .then(|| StageTimer::new(&ctx, stage_starts.len()));
+        let profile_nodes = (ctx.caps.timestamps && ctx.options.profile && !dispatches.is_empty())
+            .then_some(dispatch_nodes);
+        let timer = match &profile_nodes {
+            Some(d) => Some(StageTimer::new(&ctx, d.len())),
+            None => (ctx.caps.timestamps && !stage_starts.is_empty())
+                .then(|| StageTimer::new(&ctx, stage_starts.len())),
+        };
 
         let readback = graph
             .outputs()
@@ -308,6 +319,8 @@ impl WgpuExecutable {
             dispatches,
             stage_starts,
             timer,
+            profile_nodes,
+            kernel_ms: None,
             stage_ms: None,
             readback,
             guard,
@@ -418,6 +431,17 @@ impl Executable for WgpuExecutable {
         }
         let mut enc = self.ctx.device.create_command_encoder(&Default::default());
         match &self.timer {
+            // Profiling: one pass per dispatch, timestamped at its start and end.
+            Some(timer) if self.profile_nodes.is_some() => {
+                for (k, d) in self.dispatches.iter().enumerate() {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: Some(timer.writes(k)),
+                    });
+                    record(&mut pass, std::slice::from_ref(d));
+                }
+                timer.resolve(&mut enc);
+            }
             // One pass per stage, timestamped at its start and end.
             Some(timer) => {
                 let all = self.dispatches.len();
@@ -485,7 +509,18 @@ impl Executable for WgpuExecutable {
         }
         if let Some(timer) = &self.timer {
             runs.d2h_bytes += timer.staging.size();
-            self.stage_ms = Some(timer.read(&self.ctx)?);
+            let ms = timer.read(&self.ctx)?;
+            if self.profile_nodes.is_some() {
+                // Stage times as the sums of their kernels' times (gaps not counted).
+                let all = self.dispatches.len();
+                let ends = self.stage_starts.iter().skip(1).copied().chain([all]);
+                let stages = self.stage_starts.iter().zip(ends);
+                self.stage_ms = (!self.stage_starts.is_empty())
+                    .then(|| stages.map(|(&a, b)| ms[a..b].iter().sum()).collect());
+                self.kernel_ms = Some(ms);
+            } else {
+                self.stage_ms = Some(ms);
+            }
         }
         self.stats.runs.add(&runs);
         self.check_guard()?; // after the readbacks are unmapped, so an error leaves none mapped
@@ -498,6 +533,26 @@ impl Executable for WgpuExecutable {
 
     fn stage_ms(&self) -> Option<Vec<f32>> {
         self.stage_ms.clone()
+    }
+
+    fn profile(&self) -> Option<Vec<KernelTime>> {
+        let (nodes, ms) = (self.profile_nodes.as_ref()?, self.kernel_ms.as_ref()?);
+        let mut per_node = vec![0usize; self.graph.nodes().len()];
+        for &n in nodes {
+            per_node[n] += 1;
+        }
+        let times = nodes.iter().zip(ms).zip(&self.dispatches);
+        let times = times.map(|((&n, &ms), d)| {
+            let share = per_node[n] as f64;
+            KernelTime {
+                op: self.graph.nodes()[n].op.kind(),
+                kernel: d.kernel,
+                ms: f64::from(ms),
+                flops: self.graph.node_flops(n) as f64 / share,
+                bytes: self.graph.node_bytes(n) as f64 / share,
+            }
+        });
+        Some(times.collect())
     }
 }
 

@@ -76,6 +76,36 @@ impl Caps {
 /// it fits (350..4096, fewer barriers), so there the threshold only trades speed for memory.
 pub const FLASH_ATTN_MIN_SK: usize = 1024;
 
+/// Which kernels run the float matmuls (the bulk of every model's time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelSet {
+    /// Workgroup-memory tiles with coalesced loads (`shaders/matmul_tiled.wgsl`): for GPUs.
+    Gpu,
+    /// Register blocking without workgroup memory (`shaders/matmul.wgsl`): for CPU
+    /// adapters such as lavapipe, where barriers cost more than they save.
+    Portable,
+}
+
+impl KernelSet {
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelSet::Gpu => "gpu",
+            KernelSet::Portable => "portable",
+        }
+    }
+
+    /// Parses `gpu` or `portable` (`VLA_WGPU_KERNELS`).
+    pub fn from_name(name: &str) -> Result<Self> {
+        match name {
+            "gpu" => Ok(KernelSet::Gpu),
+            "portable" => Ok(KernelSet::Portable),
+            _ => Err(Error::InvalidArgument(format!(
+                "kernel set {name:?}: expected gpu or portable"
+            ))),
+        }
+    }
+}
+
 /// Run-time choices between kernel variants (not device capabilities).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WgpuOptions {
@@ -84,16 +114,45 @@ pub struct WgpuOptions {
     /// (default) flash when `Sk` exceeds [`FLASH_ATTN_MIN_SK`]. Env:
     /// `VLA_WGPU_FLASH_ATTN=1` / `=0`.
     pub flash_attn: Option<bool>,
+    /// Time every dispatch (one timestamped compute pass each) for
+    /// [`Executable::profile`](crate::backend::Executable::profile); costs some speed, so
+    /// off by default. Env: `VLA_WGPU_PROFILE=1`.
+    pub profile: bool,
+    /// The matmul kernels; `None` (default): [`KernelSet::Portable`] on a CPU adapter,
+    /// [`KernelSet::Gpu`] on any other. Env: `VLA_WGPU_KERNELS=gpu|portable`.
+    pub kernels: Option<KernelSet>,
 }
 
 impl WgpuOptions {
-    /// Defaults overridden by the environment (`VLA_WGPU_FLASH_ATTN`).
-    pub fn from_env() -> Self {
+    /// Defaults overridden by the environment (`VLA_WGPU_FLASH_ATTN`, `VLA_WGPU_PROFILE`,
+    /// `VLA_WGPU_KERNELS`); an unknown kernel set is an error.
+    pub fn from_env() -> Result<Self> {
         let flash_attn = std::env::var("VLA_WGPU_FLASH_ATTN")
             .ok()
             .filter(|v| !v.is_empty())
             .map(|v| v != "0");
-        WgpuOptions { flash_attn }
+        let kernels = match std::env::var("VLA_WGPU_KERNELS") {
+            Ok(v) if !v.is_empty() => Some(
+                KernelSet::from_name(&v)
+                    .map_err(|e| Error::InvalidArgument(format!("VLA_WGPU_KERNELS: {e}")))?,
+            ),
+            _ => None,
+        };
+        Ok(WgpuOptions {
+            flash_attn,
+            profile: env_flag("VLA_WGPU_PROFILE"),
+            kernels,
+        })
+    }
+}
+
+impl GpuContext {
+    /// The matmul kernel set in effect (see [`WgpuOptions::kernels`]).
+    pub fn kernels(&self) -> KernelSet {
+        self.options.kernels.unwrap_or(match self.info.device_type {
+            wgpu::DeviceType::Cpu => KernelSet::Portable,
+            _ => KernelSet::Gpu,
+        })
     }
 }
 
@@ -122,7 +181,7 @@ impl WgpuBackend {
     /// adapter (lavapipe) even when a GPU is present. Options come from the environment
     /// ([`WgpuOptions::from_env`]).
     pub fn new(api: Api) -> Result<Self> {
-        Self::with_config(api, Caps::ALL, WgpuOptions::from_env())
+        Self::with_config(api, Caps::ALL, WgpuOptions::from_env()?)
     }
 
     /// Like [`Self::new`] with explicit options (the environment is not read for them).
@@ -134,7 +193,7 @@ impl WgpuBackend {
     /// the adapter lacks, or that an env kill switch turns off, stays off). Lets tests run
     /// fallback paths next to the fast ones in one process.
     pub fn with_caps(api: Api, allowed: Caps) -> Result<Self> {
-        Self::with_config(api, allowed, WgpuOptions::from_env())
+        Self::with_config(api, allowed, WgpuOptions::from_env()?)
     }
 
     fn with_config(api: Api, allowed: Caps, options: WgpuOptions) -> Result<Self> {
@@ -236,6 +295,12 @@ impl WgpuBackend {
 
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.ctx.info
+    }
+
+    /// The matmul kernels this backend runs ([`WgpuOptions::kernels`], or the adapter's
+    /// default).
+    pub fn kernel_set(&self) -> KernelSet {
+        self.ctx.kernels()
     }
 
     pub fn caps(&self) -> Caps {

@@ -76,6 +76,34 @@ pub fn demo_config() -> SmolVlaConfig {
     }
 }
 
+/// smolvla_base's sizes (SmolVLM2-500M's SigLIP at 512 with pixel shuffle 4, its language
+/// model cut to 16 layers, the 720-wide expert), two cameras, 48 instruction tokens: for
+/// benchmarks of a full-size random-weight SmolVLA (what `vla-convert smolvla` reads from
+/// the released checkpoint's config).
+pub fn smolvla_base_config() -> SmolVlaConfig {
+    SmolVlaConfig {
+        vision: siglip([768, 12, 12, 3072, 512, 16]),
+        scale_factor: 4,
+        lm: lm_sizes([960, 16, 2560, 49280]),
+        attn: DecoderConfig {
+            q_heads: 15,
+            kv_heads: 5,
+            head_dim: 64,
+            rope_theta: 10000.0,
+            norm_eps: 1e-5,
+            ffn: GatedActivation::Silu,
+            ..Default::default()
+        },
+        expert: ExpertConfig {
+            hidden: 720,
+            inter: 2048,
+        },
+        self_attn_every_n_layers: 2,
+        io: io(48, 0, 50),
+        time: lerobot_time(),
+    }
+}
+
 /// A small config of `variant`'s shape for tests and demos (the real sizes come from the
 /// converter: SigLIP So400m/14 at 224, Gemma 2B, Gemma 300M expert).
 pub fn small_config(variant: Variant) -> Pi0Config {

@@ -6,6 +6,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
+use vla::backend::profile::summarize;
 use vla::gguf::GgufFile;
 use vla::policy::{Image, ImageData, Observation, RuntimeOptions};
 use vla_server::client::Client;
@@ -63,6 +64,12 @@ struct Args {
     /// masked, not the work).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     tokens: u32,
+    /// Time every kernel (wgpu backends with timestamp queries: one timed pass per
+    /// dispatch, which slows the predict a little) and print the last predict's kernels
+    /// grouped by op, with achieved GFLOP/s and GB/s; stage times become sums of kernel
+    /// times.
+    #[arg(long, conflicts_with_all = ["server", "compare", "stepwise"])]
+    profile: bool,
 }
 
 fn main() -> ExitCode {
@@ -160,6 +167,10 @@ fn run(args: Args) -> Result<()> {
         }
     };
     let opts = runtime_options(&args)?;
+    if args.profile {
+        // Read when the backend opens, below; nothing else runs yet.
+        std::env::set_var("VLA_WGPU_PROFILE", "1");
+    }
     let t0 = Instant::now();
     let mut policy = vla::models::from_gguf(file, &opts)?;
     let load_s = t0.elapsed().as_secs_f32();
@@ -196,6 +207,12 @@ fn run(args: Args) -> Result<()> {
         bail!("run counters differ between predicts: {counters:?}");
     }
     let stages = ["vision", "prefill", "denoise", "total"];
+    let profile = match args.profile {
+        true => Some(policy.profile().context(
+            "--profile: this backend cannot time its kernels (it needs a wgpu backend whose adapter has timestamp queries)",
+        )?),
+        false => None,
+    };
     if args.json {
         let stat = |k: usize| {
             let v = sorted(&rows, k);
@@ -218,6 +235,15 @@ fn run(args: Args) -> Result<()> {
         }
         for (name, f) in &info.stage_flops {
             out[format!("{name}_gflop")] = serde_json::json!(*f as f64 / 1e9);
+        }
+        if let Some(p) = &profile {
+            out["profile"] = summarize(p)
+                .iter()
+                .map(|r| {
+                    serde_json::json!({"op": r.op, "kernel": r.kernel, "calls": r.calls,
+                        "ms": r.ms, "gflops": r.gflops(), "gbps": r.gbps()})
+                })
+                .collect();
         }
         println!("{out}");
         return Ok(());
@@ -283,7 +309,36 @@ fn run(args: Args) -> Result<()> {
     if let Some(rss) = peak_rss_mib() {
         println!("          process peak RSS {rss:.1} MiB");
     }
+    if let Some(p) = &profile {
+        print_profile(p);
+    }
     Ok(())
+}
+
+/// The last predict's kernels grouped by op and kernel, the most time first.
+fn print_profile(times: &[vla::policy::KernelTime]) {
+    let rows = summarize(times);
+    let total: f64 = rows.iter().map(|r| r.ms).sum();
+    println!(
+        "profile   last predict: {} dispatches, {total:.2} ms of kernel time",
+        times.len()
+    );
+    println!(
+        "{:<12} {:<28} {:>6} {:>10} {:>6} {:>10} {:>8}",
+        "op", "kernel", "calls", "ms", "%", "GFLOP/s", "GB/s"
+    );
+    for r in &rows {
+        println!(
+            "{:<12} {:<28} {:>6} {:>10.3} {:>6.1} {:>10.1} {:>8.1}",
+            r.op,
+            r.kernel,
+            r.calls,
+            r.ms,
+            100.0 * r.ms / total.max(f64::MIN_POSITIVE),
+            r.gflops(),
+            r.gbps()
+        );
+    }
 }
 
 fn bytes(n: u64) -> String {

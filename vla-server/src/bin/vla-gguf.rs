@@ -40,13 +40,14 @@ enum Command {
         /// random-weight configs, no tokenizer).
         #[arg(long, default_value = "smolvla")]
         arch: String,
-        /// Not for smolvla: the released sizes (pi0: SigLIP So400m, Gemma 2B + 300M, ~13 GB in
-        /// f32; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB; gr00t_n1_7: Qwen3-VL-2B cut to 16 layers +
+        /// The released sizes (smolvla: smolvla_base, ~1.6 GB in f32; pi0: SigLIP So400m,
+        /// Gemma 2B + 300M, ~13 GB; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB; gr00t_n1_7: Qwen3-VL-2B cut to 16 layers +
         /// DiT; vla_jepa: Qwen3-VL-2B + DiT-B; evo1: InternViT-300M + Qwen2.5-0.5B cut to
         /// 14 layers + its head, ~3 GB), for benchmarks.
         #[arg(long)]
         full: bool,
-        /// Type of the matmul weights of a pi0/pi05/gr00t model: f32, f16 or bf16.
+        /// Type of the matmul weights: f32, f16 or bf16 (a smolvla model other than the f32
+        /// demo has no tokenizer).
         #[arg(long, default_value = "f32")]
         dtype: String,
         /// Overwrite OUT if it exists.
@@ -204,7 +205,11 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
             );
         }
         ("smolvla", _) => {
-            bail!("--full and --dtype are for pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa and evo1; the smolvla demo is fixed")
+            let cfg = match full {
+                true => vla::models::smolvla::smolvla_base_config(),
+                false => vla::models::smolvla::demo_config(),
+            };
+            write_random(out, &cfg, arch, full, dtype, ty)?;
         }
         (_, Some(v)) => {
             let cfg = match full {

@@ -20,6 +20,8 @@ use std::sync::Arc;
 
 /// One recorded compute dispatch.
 pub(crate) struct Dispatch {
+    /// The kernel's entry point, for profiles.
+    pub kernel: &'static str,
     pub pipeline: Arc<wgpu::ComputePipeline>,
     pub bind_group: wgpu::BindGroup,
     pub workgroups: [u32; 3],
@@ -116,6 +118,7 @@ pub(crate) fn dispatch(
         return Err(Error::Gpu(format!("bind group for {}: {e}", variant.entry)));
     }
     Ok(Dispatch {
+        kernel: variant.entry,
         pipeline,
         bind_group,
         workgroups,

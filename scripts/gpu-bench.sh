@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# One GPU benchmark, from release binaries (no Rust toolchain, no network needed):
+#   scripts/gpu-bench.sh [--bin DIR] [--work DIR] [--out DIR] [--quick] [--allow-cpu]
+#
+#   --bin DIR    where vla-bench and vla-gguf are (default: $VLA_BIN, else target/release
+#                next to this script)
+#   --work DIR   where the model files are generated (default /tmp/vla-gpu-bench; ~8.5 GB)
+#   --out DIR    where the table (gpu-bench.md) and raw JSON go (default: --work)
+#   --quick      small random-weight configs instead of the released sizes (checks the
+#                script itself, e.g. on lavapipe)
+#   --allow-cpu  go on when the only Vulkan adapter is a CPU one (llvmpipe)
+#   VLA_GPU_BENCH_KERNELS  the kernel sets to compare (default "default portable")
+#
+# Models: full-size random-weight SmolVLA (smolvla_base sizes, 2 cameras at 512, f32
+# weights) and pi0.5 (SigLIP So400m + Gemma 2B + 300M, 2 cameras at 224, f16 weights).
+# For each: latency per stage on `vulkan` with each kernel set (the GPU-grade one the
+# adapter gets by default, and the lavapipe-grade one, VLA_WGPU_KERNELS=portable), then one
+# profiled predict (per-kernel GPU time, GFLOP/s and GB/s grouped by op), then `ggml-cuda`
+# where the binaries were built with it (scripts/build-ggml-gpu.sh cuda). Copy the binaries
+# with `cp target/release/{vla-bench,vla-gguf} DIR` (~18 MiB); a run takes 3-6 minutes.
+set -uo pipefail
+
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="${VLA_BIN:-$here/../target/release}"
+work=/tmp/vla-gpu-bench
+out=""
+quick=0
+allow_cpu=0
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --bin) bin="$2"; shift 2 ;;
+        --work) work="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --quick) quick=1; shift ;;
+        --allow-cpu) allow_cpu=1; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; echo "error: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+out="${out:-$work}"
+mkdir -p "$work" "$out" || exit 1
+report="$out/gpu-bench.md"
+: >"$report"
+say() { echo "$*" | tee -a "$report"; }
+die() { echo "gpu-bench: error: $*" >&2; exit 1; }
+
+for b in vla-bench vla-gguf; do
+    [[ -x "$bin/$b" ]] || die "$bin/$b not found: build with 'cargo build --release' and pass --bin DIR"
+done
+bench="$bin/vla-bench"
+
+# 1. A Vulkan loader and a GPU driver.
+if ! ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1' >/dev/null; then
+    die "no Vulkan loader (libvulkan.so.1): install libvulkan1 (Debian/Ubuntu) or vulkan-loader, and the GPU's Vulkan driver (NVIDIA: the proprietary driver's ICD; AMD/Intel: mesa-vulkan-drivers)"
+fi
+probe=$("$bench" --demo --backend vulkan --iters 1 --warmup 0 --json 2>&1) ||
+    die "no Vulkan adapter could run the demo model:
+$probe
+(check the driver's ICD file, e.g. VK_DRIVER_FILES=/usr/share/vulkan/icd.d/nvidia_icd.json)"
+adapter=$(echo "$probe" | sed -n 's/.*"backend":"\([^"]*\)".*/\1/p')
+if echo "$adapter" | grep -qi 'llvmpipe\|lavapipe\|(cpu'; then
+    [[ $allow_cpu == 1 ]] || die "the only Vulkan adapter is a CPU one ($adapter): install the GPU's Vulkan driver, or pass --allow-cpu"
+fi
+
+say "# vla-rs GPU benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
+say ""
+say "- adapter: $adapter"
+if command -v nvidia-smi >/dev/null 2>&1; then
+    say "- nvidia-smi: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+fi
+case "$adapter" in
+    *H200*) peak="67 TFLOP/s f32 (no tensor cores from WGSL), 4.8 TB/s (datasheet)" ;;
+    *H100*) peak="67 TFLOP/s f32 (SXM; no tensor cores from WGSL), 3.35 TB/s (datasheet)" ;;
+    *) peak="unknown for this adapter" ;;
+esac
+say "- peak: $peak"
+say "- binaries: $("$bench" --version)"
+
+# 2. The models (random weights, generated here, kept for reruns).
+full=--full
+[[ $quick == 1 ]] && full=""
+models=("smolvla:f32" "pi05:f16")
+for m in "${models[@]}"; do
+    arch=${m%%:*} dtype=${m##*:}
+    f="$work/$arch${full:+-full}-$dtype.gguf"
+    if [[ ! -s "$f" ]]; then
+        echo "generating $f ..."
+        "$bin/vla-gguf" demo --arch "$arch" $full --dtype "$dtype" --force "$f" >/dev/null ||
+            die "could not write $f"
+    fi
+done
+
+# 3. Latency per stage, per kernel set; then a profile of the default set.
+json_field() { # FILE KEY -> median of a stage, or the value
+    python3 - "$1" "$2" <<'PY' 2>/dev/null || echo "?"
+import json, sys
+d = json.load(open(sys.argv[1]))
+v = d.get(sys.argv[2])
+if isinstance(v, dict): v = v.get("median")
+print("n/a" if v is None else (f"{v:.1f}" if isinstance(v, float) else v))
+PY
+}
+iters=5
+warmup=2
+# Kernel sets to compare (VLA_WGPU_KERNELS values; "default" is the adapter's own choice).
+kernel_sets="${VLA_GPU_BENCH_KERNELS:-default portable}"
+say ""
+say "## Latency (ms, medians of $iters after $warmup warm-up)"
+say ""
+say "| model | backend | kernels | vision | prefill | denoise | total | submits | dispatches |"
+say "|---|---|---|---|---|---|---|---|---|"
+run_one() { # MODEL-FILE LABEL BACKEND KERNELS [ENV...]
+    local f=$1 label=$2 backend=$3 kernels=$4
+    shift 4
+    local j="$out/$(basename "$f" .gguf)-$backend-$kernels.json"
+    if ! env "$@" timeout 240 "$bench" --ckpt "$f" --backend "$backend" --iters $iters \
+        --warmup $warmup --json >"$j" 2>"$j.err"; then
+        say "| $label | $backend | $kernels | failed: $(tail -1 "$j.err") | | | | | |"
+        return
+    fi
+    say "| $label | $backend | $kernels | $(json_field "$j" vision_ms) | $(json_field "$j" prefill_ms) | $(json_field "$j" denoise_ms) | $(json_field "$j" total_ms) | $(json_field "$j" submits) | $(json_field "$j" dispatches) |"
+}
+for m in "${models[@]}"; do
+    arch=${m%%:*} dtype=${m##*:}
+    f="$work/$arch${full:+-full}-$dtype.gguf"
+    label="$arch${full:+ full} ($dtype weights)"
+    for k in $kernel_sets; do
+        case $k in
+            default) run_one "$f" "$label" vulkan default ;;
+            *) run_one "$f" "$label" vulkan "$k" "VLA_WGPU_KERNELS=$k" ;;
+        esac
+    done
+    if "$bench" --demo --backend ggml-cuda --iters 1 --warmup 0 --json >/dev/null 2>&1; then
+        run_one "$f" "$label" ggml-cuda ggml
+    fi
+done
+if ! "$bench" --demo --backend ggml-cuda --iters 1 --warmup 0 --json >/dev/null 2>&1; then
+    say ""
+    say "ggml-cuda: not in these binaries (build them with scripts/build-ggml-gpu.sh cuda)."
+fi
+
+say ""
+say "## Kernel profiles (one profiled predict after one warm-up, default kernels)"
+for m in "${models[@]}"; do
+    arch=${m%%:*} dtype=${m##*:}
+    f="$work/$arch${full:+-full}-$dtype.gguf"
+    say ""
+    say "### $arch${full:+ full} ($dtype weights)"
+    say ""
+    say '```'
+    timeout 240 "$bench" --ckpt "$f" --backend vulkan --iters 1 --warmup 1 --profile 2>&1 |
+        sed -n '/^compute/,$p' | head -40 | tee -a "$report"
+    say '```'
+done
+echo
+echo "wrote $report"
