@@ -9,7 +9,8 @@
 #   --quick      small random-weight configs instead of the released sizes (checks the
 #                script itself, e.g. on lavapipe)
 #   --allow-cpu  go on when the only Vulkan adapter is a CPU one (llvmpipe)
-#   VLA_GPU_BENCH_KERNELS  the kernel sets to compare (default "default portable")
+#   VLA_GPU_BENCH_KERNELS  kernel settings to compare (default "default bounded portable")
+#   VLA_GPU_BENCH_TILES    GEMM tiles to sweep (default "s m l"; empty: no sweep)
 #
 # Models: full-size random-weight SmolVLA (smolvla_base sizes, 2 cameras at 512, f32
 # weights) and pi0.5 (SigLIP So400m + Gemma 2B + 300M, 2 cameras at 224, f16 weights).
@@ -20,7 +21,7 @@
 # with `cp target/release/{vla-bench,vla-gguf} DIR` (~18 MiB); a run takes 3-6 minutes.
 set -uo pipefail
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${VLA_BIN:-$here/../target/release}"
 work=/tmp/vla-gpu-bench
@@ -69,7 +70,7 @@ say "- adapter: $adapter"
 if command -v nvidia-smi >/dev/null 2>&1; then
     say "- nvidia-smi: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
 fi
-case "$adapter" in
+case "$(echo "$adapter" | tr '[:lower:]' '[:upper:]')" in
     *H200*) peak="67 TFLOP/s f32 (no tensor cores from WGSL), 4.8 TB/s (datasheet)" ;;
     *H100*) peak="67 TFLOP/s f32 (SXM; no tensor cores from WGSL), 3.35 TB/s (datasheet)" ;;
     *) peak="unknown for this adapter" ;;
@@ -103,8 +104,12 @@ PY
 }
 iters=5
 warmup=2
-# Kernel sets to compare (VLA_WGPU_KERNELS values; "default" is the adapter's own choice).
-kernel_sets="${VLA_GPU_BENCH_KERNELS:-default portable}"
+# Kernel settings to compare: default (the adapter's own choice), portable (the kernels for
+# CPU adapters, VLA_WGPU_KERNELS=portable), bounded (naga's forced loop bounding back on,
+# VLA_WGPU_LOOP_BOUNDING=1: wgpu's default, which slowed every matmul 10-100x on an H200).
+kernel_sets="${VLA_GPU_BENCH_KERNELS:-default bounded portable}"
+# A setting slower than this (ms a predict) gets 2 timed runs after 1 warm-up.
+slow_ms=2000
 say ""
 say "## Latency (ms, medians of $iters after $warmup warm-up)"
 say ""
@@ -114,8 +119,18 @@ run_one() { # MODEL-FILE LABEL BACKEND KERNELS [ENV...]
     local f=$1 label=$2 backend=$3 kernels=$4
     shift 4
     local j="$out/$(basename "$f" .gguf)-$backend-$kernels.json"
-    if ! env "$@" timeout 240 "$bench" --ckpt "$f" --backend "$backend" --iters $iters \
-        --warmup $warmup --json >"$j" 2>"$j.err"; then
+    # a probe predict first: slow settings get fewer runs
+    local n=$iters w=$warmup
+    if env "$@" timeout 120 "$bench" --ckpt "$f" --backend "$backend" --iters 1 \
+        --warmup 0 --json >"$j" 2>"$j.err"; then
+        local probe_ms
+        probe_ms=$(json_field "$j" total_ms)
+        if [[ $probe_ms != "?" && ${probe_ms%.*} -gt $slow_ms ]]; then
+            n=2 w=0 kernels="$kernels (median of 2)"
+        fi
+    fi
+    if ! env "$@" timeout 240 "$bench" --ckpt "$f" --backend "$backend" --iters $n \
+        --warmup $w --json >"$j" 2>"$j.err"; then
         say "| $label | $backend | $kernels | failed: $(tail -1 "$j.err") | | | | | |"
         return
     fi
@@ -128,6 +143,7 @@ for m in "${models[@]}"; do
     for k in $kernel_sets; do
         case $k in
             default) run_one "$f" "$label" vulkan default ;;
+            bounded) run_one "$f" "$label" vulkan bounded VLA_WGPU_LOOP_BOUNDING=1 ;;
             *) run_one "$f" "$label" vulkan "$k" "VLA_WGPU_KERNELS=$k" ;;
         esac
     done
@@ -150,8 +166,52 @@ for m in "${models[@]}"; do
     say ""
     say '```'
     timeout 240 "$bench" --ckpt "$f" --backend vulkan --iters 1 --warmup 1 --profile 2>&1 |
-        sed -n '/^compute/,$p' | head -40 | tee -a "$report"
+        sed -n '/^compute/,$p' | head -36 | tee -a "$report"
     say '```'
 done
+
+# 4. The GEMM tile sweep: each tile forced on every product (VLA_WGPU_GEMM_TILE), matmul
+# and attention time per stage from one profiled predict.
+tiles="${VLA_GPU_BENCH_TILES-s m l}"
+if [[ -n "$tiles" ]]; then
+    say ""
+    say "## GEMM tiles (GPU kernel set; one profiled predict after one warm-up; ms, GFLOP/s)"
+    say ""
+    say "| model | tile | vision matmul | prefill matmul | denoise matmul | attention (all) | kernels total |"
+    say "|---|---|---|---|---|---|---|"
+    for m in "${models[@]}"; do
+        arch=${m%%:*} dtype=${m##*:}
+        f="$work/$arch${full:+-full}-$dtype.gguf"
+        probe=$(json_field "$out/$(basename "$f" .gguf)-vulkan-default.json" total_ms)
+        if [[ $probe == "?" || ${probe%.*} -gt $slow_ms ]]; then
+            say "| $arch | (skipped: the default predict takes $probe ms) | | | | | |"
+            continue
+        fi
+        for t in default $tiles; do
+            j="$out/$(basename "$f" .gguf)-tile-$t.json"
+            tile_env=()
+            [[ $t != default ]] && tile_env=("VLA_WGPU_GEMM_TILE=$t")
+            if ! env "${tile_env[@]}" timeout 240 "$bench" --ckpt "$f" --backend vulkan \
+                --iters 1 --warmup 1 --profile --json >"$j" 2>"$j.err"; then
+                say "| $arch | $t | failed: $(tail -1 "$j.err") | | | | |"
+                continue
+            fi
+            row=$(python3 - "$j" <<'PY' 2>/dev/null || echo "| ? | ? | ? | ? | ? |"
+import json, sys
+rows = json.load(open(sys.argv[1])).get("profile", [])
+def cell(stage, op):
+    r = [x for x in rows if x["stage"] == stage and x["op"] == op]
+    ms = sum(x["ms"] for x in r)
+    gf = sum(x["gflops"] * x["ms"] for x in r) / ms if ms else 0.0
+    return f"{ms:.1f} ({gf:.0f})"
+att = sum(x["ms"] for x in rows if x["op"] == "attention")
+total = sum(x["ms"] for x in rows)
+print(f"| {cell('vision', 'matmul')} | {cell('prefill', 'matmul')} | {cell('denoise', 'matmul')} | {att:.1f} | {total:.1f} |")
+PY
+)
+            say "| $arch | $t $row"
+        done
+    done
+fi
 echo
 echo "wrote $report"

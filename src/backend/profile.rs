@@ -2,9 +2,10 @@
 
 use super::KernelTime;
 
-/// The dispatches of one (op, kernel) pair in a profiled run, summed.
+/// The dispatches of one (stage, op, kernel) in a profiled run, summed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProfileRow {
+    pub stage: String,
     pub op: &'static str,
     pub kernel: &'static str,
     pub calls: usize,
@@ -32,17 +33,18 @@ fn rate(amount: f64, ms: f64) -> f64 {
     }
 }
 
-/// `times` grouped by (op, kernel), the most time first.
+/// `times` grouped by (stage, op, kernel), the most time first.
 pub fn summarize(times: &[KernelTime]) -> Vec<ProfileRow> {
     let mut rows: Vec<ProfileRow> = Vec::new();
     for t in times {
         let row = match rows
             .iter_mut()
-            .find(|r| r.op == t.op && r.kernel == t.kernel)
+            .find(|r| r.stage == t.stage && r.op == t.op && r.kernel == t.kernel)
         {
             Some(r) => r,
             None => {
                 rows.push(ProfileRow {
+                    stage: t.stage.clone(),
                     op: t.op,
                     kernel: t.kernel,
                     calls: 0,
@@ -68,6 +70,7 @@ mod tests {
 
     fn t(op: &'static str, kernel: &'static str, ms: f64, flops: f64) -> KernelTime {
         KernelTime {
+            stage: "vision".into(),
             op,
             kernel,
             ms,

@@ -19,6 +19,7 @@ mod support;
 mod cases_attention;
 mod cases_basic;
 mod cases_copy;
+mod cases_gemm;
 #[cfg(feature = "ggml")]
 mod cases_ggml;
 mod cases_quant;

@@ -1,7 +1,7 @@
 //! Compiling a graph for wgpu: weight upload, activation buffer plan, recorded dispatches,
 //! and running it.
 
-use super::kernels::{self, Chunk, Dispatch, NodeBuffers, TensorBuf};
+use super::kernels::{self, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf};
 use super::timer::StageTimer;
 use super::GpuContext;
 use crate::backend::{match_inputs, ExecStats, Executable, KernelTime, RunCounters, WeightStore};
@@ -257,6 +257,7 @@ impl WgpuExecutable {
         // Record dispatches.
         let mut dispatches = Vec::new();
         let mut dispatch_nodes = Vec::new();
+        let scratch = ScratchPool::default();
         let stage_nodes: Vec<usize> = graph.stages().iter().map(|s| s.1).collect();
         let mut stage_starts = Vec::with_capacity(stage_nodes.len());
         for (i, n) in nodes.iter().enumerate() {
@@ -278,6 +279,7 @@ impl WgpuExecutable {
             let bufs = NodeBuffers {
                 inputs,
                 output: &slots[out],
+                scratch: &scratch,
             };
             dispatches.extend(kernels::encode(&ctx, n, &bufs)?);
             dispatch_nodes.resize(dispatches.len(), i);
@@ -307,7 +309,7 @@ impl WgpuExecutable {
             .collect();
         let stats = ExecStats {
             weight_bytes,
-            peak_activation_bytes: peak,
+            peak_activation_bytes: peak + scratch.bytes(),
             dispatches: dispatches.len(),
             runs: Default::default(),
         };
@@ -541,10 +543,16 @@ impl Executable for WgpuExecutable {
         for &n in nodes {
             per_node[n] += 1;
         }
+        let stages = self.graph.stages();
+        let stage_of = |n: usize| {
+            let k = stages.partition_point(|s| s.1 <= n);
+            k.checked_sub(1).map_or("", |k| stages[k].0.as_str())
+        };
         let times = nodes.iter().zip(ms).zip(&self.dispatches);
         let times = times.map(|((&n, &ms), d)| {
             let share = per_node[n] as f64;
             KernelTime {
+                stage: stage_of(n).to_owned(),
                 op: self.graph.nodes()[n].op.kind(),
                 kernel: d.kernel,
                 ms: f64::from(ms),

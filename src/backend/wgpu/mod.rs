@@ -106,6 +106,31 @@ impl KernelSet {
     }
 }
 
+/// The output tile of the GPU-grade GEMM (`shaders/gemm_tiled.wgsl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmTile {
+    /// 16 x 64, 64 invocations of 4 x 4 outputs: for small M (the action expert).
+    Small,
+    /// 64 x 64, 256 invocations of 4 x 4.
+    Medium,
+    /// 128 x 128, 256 invocations of 8 x 8: for large outputs.
+    Large,
+}
+
+impl GemmTile {
+    /// Parses `s`, `m` or `l` (`VLA_WGPU_GEMM_TILE`).
+    pub fn from_name(name: &str) -> Result<Self> {
+        match name {
+            "s" => Ok(GemmTile::Small),
+            "m" => Ok(GemmTile::Medium),
+            "l" => Ok(GemmTile::Large),
+            _ => Err(Error::InvalidArgument(format!(
+                "GEMM tile {name:?}: expected s, m or l"
+            ))),
+        }
+    }
+}
+
 /// Run-time choices between kernel variants (not device capabilities).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WgpuOptions {
@@ -121,11 +146,21 @@ pub struct WgpuOptions {
     /// The matmul kernels; `None` (default): [`KernelSet::Portable`] on a CPU adapter,
     /// [`KernelSet::Gpu`] on any other. Env: `VLA_WGPU_KERNELS=gpu|portable`.
     pub kernels: Option<KernelSet>,
+    /// One GEMM tile for every product of the GPU kernel set, instead of the choice by
+    /// shape: for tuning. Env: `VLA_WGPU_GEMM_TILE=s|m|l`.
+    pub gemm_tile: Option<GemmTile>,
+    /// naga's forced loop bounding (wgpu's default: an extra counter in every loop, so a
+    /// driver may not treat an infinite loop as unreachable). It hides trip counts from the
+    /// driver's compiler (no unrolling: the fixed-size register arrays of the matmul
+    /// kernels spill), and our loops are all counted (see `shader.rs`), so off by default.
+    /// Env: `VLA_WGPU_LOOP_BOUNDING=1`.
+    pub loop_bounding: bool,
 }
 
 impl WgpuOptions {
     /// Defaults overridden by the environment (`VLA_WGPU_FLASH_ATTN`, `VLA_WGPU_PROFILE`,
-    /// `VLA_WGPU_KERNELS`); an unknown kernel set is an error.
+    /// `VLA_WGPU_KERNELS`, `VLA_WGPU_GEMM_TILE`, `VLA_WGPU_LOOP_BOUNDING`); an unknown value
+    /// is an error.
     pub fn from_env() -> Result<Self> {
         let flash_attn = std::env::var("VLA_WGPU_FLASH_ATTN")
             .ok()
@@ -138,10 +173,19 @@ impl WgpuOptions {
             ),
             _ => None,
         };
+        let gemm_tile = match std::env::var("VLA_WGPU_GEMM_TILE") {
+            Ok(v) if !v.is_empty() => Some(
+                GemmTile::from_name(&v)
+                    .map_err(|e| Error::InvalidArgument(format!("VLA_WGPU_GEMM_TILE: {e}")))?,
+            ),
+            _ => None,
+        };
         Ok(WgpuOptions {
             flash_attn,
             profile: env_flag("VLA_WGPU_PROFILE"),
             kernels,
+            gemm_tile,
+            loop_bounding: env_flag("VLA_WGPU_LOOP_BOUNDING"),
         })
     }
 }

@@ -94,7 +94,15 @@ pub(crate) struct PipelineCache {
 }
 
 impl PipelineCache {
-    pub fn get(&self, device: &wgpu::Device, v: &Variant) -> Result<Arc<wgpu::ComputePipeline>> {
+    /// The pipeline of `v`, compiled on first use. With `loop_bounding` off, the module is
+    /// made without naga's forced loop bounding (see [`super::WgpuOptions::loop_bounding`]);
+    /// bounds checks stay on either way.
+    pub fn get(
+        &self,
+        device: &wgpu::Device,
+        v: &Variant,
+        loop_bounding: bool,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
         let key = v.key();
         if let Some(p) = self
             .pipelines
@@ -106,10 +114,21 @@ impl PipelineCache {
         }
         let code = preprocess(v.source, &v.defines)?;
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(v.family),
             source: wgpu::ShaderSource::Wgsl(code.into()),
-        });
+        };
+        let checks = wgpu::ShaderRuntimeChecks {
+            force_loop_bounding: loop_bounding,
+            ..wgpu::ShaderRuntimeChecks::checked()
+        };
+        // SAFETY: the only check turned off is forced loop bounding, whose contract is that
+        // no shader loops forever. Every loop in shaders/ is a `for` over a counter that
+        // grows by a positive constant (or the workgroup size) towards a bound read from
+        // the params, which the host builds from tensor sizes (u32_of: < 2^32) of buffers
+        // that exist, so no counter can wrap before passing its bound; there are no
+        // `loop`/`while` statements (shader_loops_are_counted checks the sources).
+        let module = unsafe { device.create_shader_module_trusted(desc, checks) };
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(v.entry),
             layout: None,
@@ -140,6 +159,34 @@ impl PipelineCache {
 #[cfg(test)]
 mod tests {
     use super::preprocess;
+
+    /// The safety argument for turning off forced loop bounding (PipelineCache::get)
+    /// holds only while every loop is a counted `for`.
+    #[test]
+    fn shader_loops_are_counted() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                let words: Vec<&str> = code
+                    .split(|c: char| !c.is_alphanumeric() && c != '_')
+                    .collect();
+                assert!(
+                    !words.contains(&"loop") && !words.contains(&"while"),
+                    "{}:{}: an uncounted loop; see PipelineCache::get's SAFETY note",
+                    path.display(),
+                    i + 1
+                );
+                if words.contains(&"for") {
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen > 20, "only {seen} for loops found in {dir}");
+    }
 
     #[test]
     fn template_keeps_selected_branches() {

@@ -240,7 +240,7 @@ fn run(args: Args) -> Result<()> {
             out["profile"] = summarize(p)
                 .iter()
                 .map(|r| {
-                    serde_json::json!({"op": r.op, "kernel": r.kernel, "calls": r.calls,
+                    serde_json::json!({"stage": r.stage, "op": r.op, "kernel": r.kernel, "calls": r.calls,
                         "ms": r.ms, "gflops": r.gflops(), "gbps": r.gbps()})
                 })
                 .collect();
@@ -315,7 +315,7 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The last predict's kernels grouped by op and kernel, the most time first.
+/// The last predict's kernels grouped by stage, op and kernel, the most time first.
 fn print_profile(times: &[vla::policy::KernelTime]) {
     let rows = summarize(times);
     let total: f64 = rows.iter().map(|r| r.ms).sum();
@@ -324,12 +324,13 @@ fn print_profile(times: &[vla::policy::KernelTime]) {
         times.len()
     );
     println!(
-        "{:<12} {:<28} {:>6} {:>10} {:>6} {:>10} {:>8}",
-        "op", "kernel", "calls", "ms", "%", "GFLOP/s", "GB/s"
+        "{:<8} {:<12} {:<14} {:>6} {:>10} {:>6} {:>10} {:>8}",
+        "stage", "op", "kernel", "calls", "ms", "%", "GFLOP/s", "GB/s"
     );
     for r in &rows {
         println!(
-            "{:<12} {:<28} {:>6} {:>10.3} {:>6.1} {:>10.1} {:>8.1}",
+            "{:<8} {:<12} {:<14} {:>6} {:>10.3} {:>6.1} {:>10.1} {:>8.1}",
+            r.stage,
             r.op,
             r.kernel,
             r.calls,

@@ -6,9 +6,10 @@
 //!
 //! [`WgpuOptions::flash_attn`]: crate::backend::wgpu::WgpuOptions::flash_attn
 
+use super::gemm::Gemm;
 use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
 use crate::backend::wgpu::shader::Variant;
-use crate::backend::wgpu::{GpuContext, FLASH_ATTN_MIN_SK};
+use crate::backend::wgpu::{GpuContext, KernelSet, FLASH_ATTN_MIN_SK};
 use crate::graph::{AttentionMask, Node, Op};
 use crate::{Error, Result};
 
@@ -70,6 +71,12 @@ pub(super) fn attention(
         scale.to_bits(),
         0,
     ];
+    if ctx.kernels() == KernelSet::Gpu && ctx.options.flash_attn != Some(true) {
+        let scores = 4 * (hq * sq * sk) as u64;
+        if scores <= ctx.limits.max_storage_buffer_binding_size {
+            return gemm_attention(ctx, node, bufs, &params, scores);
+        }
+    }
     let wg_bytes = ctx.limits.max_compute_workgroup_storage_size as usize;
     let choice = choose(ctx.options.flash_attn, sk, wg_bytes);
     let (entry, rows_kernel) = match choice {
@@ -101,6 +108,70 @@ pub(super) fn attention(
         &buffers,
         grid_1d(ctx, rows, 1),
     )?])
+}
+
+/// Attention as three dispatches (GPU kernel set): the scaled, masked scores `Q K^T` of
+/// every head into a scratch buffer by the tiled GEMM, the softmax of each score row in
+/// place, then `P V` by the tiled GEMM; query heads index the GEMMs' batches, `group` of
+/// them per kv head.
+fn gemm_attention(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+    params: &[u32; 8],
+    scores_bytes: u64,
+) -> Result<Vec<Dispatch>> {
+    let Op::Attention { mask, scale } = node.op else {
+        unreachable!("routed by encode")
+    };
+    let (qs, ks) = (bufs.inputs[0].shape(), bufs.inputs[1].shape());
+    let (hq, sq, d) = (qs[0], qs[1], qs[2]);
+    let (hkv, sk) = (ks[0], ks[1]);
+    let dv = node.shape[2];
+    let group = hq / hkv;
+    let s = bufs.scratch.get(ctx, scores_bytes);
+    let allowed = (mask == AttentionMask::Allowed).then(|| bufs.inputs[3].f32());
+    let causal = (mask == AttentionMask::Causal).then_some(sk as i64 - sq as i64);
+    let scores = Gemm {
+        m: sq,
+        n: sk,
+        k: d,
+        n_off: 0,
+        rows: sk,
+        batches: hq,
+        strides: [sq * d, sk * d, sq * sk],
+        group,
+        b_define: "W_F32",
+        b_kn: false,
+        scores: Some((scale, causal, allowed)),
+        a: bufs.inputs[0].f32(),
+        b: bufs.inputs[1].f32(),
+        c: &s,
+    }
+    .dispatch(ctx)?;
+    let v = Variant::new("attention", SOURCE, "attn_softmax")
+        .define("SOFTMAX", true)
+        .define("SUBGROUPS", ctx.caps.subgroups)
+        .constant("WG", WG as f64);
+    let softmax = dispatch(ctx, &v, params, &[(5, &s)], grid_1d(ctx, hq * sq, 1))?;
+    let pv = Gemm {
+        m: sq,
+        n: dv,
+        k: sk,
+        n_off: 0,
+        rows: dv,
+        batches: hq,
+        strides: [sq * sk, sk * dv, sq * dv],
+        group,
+        b_define: "W_F32",
+        b_kn: true,
+        scores: None,
+        a: &s,
+        b: bufs.inputs[2].f32(),
+        c: bufs.output,
+    }
+    .dispatch(ctx)?;
+    Ok(vec![scores, softmax, pv])
 }
 
 #[cfg(test)]

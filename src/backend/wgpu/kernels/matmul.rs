@@ -2,8 +2,8 @@
 //! weights. A weight split into row chunks gets one dispatch per chunk, each writing its
 //! columns.
 //!
-//! - float weights, M > 16: `shaders/matmul_tiled.wgsl` (workgroup-memory tiles, 16-row
-//!   tiles for M <= 64) with the GPU kernel set, `shaders/matmul.wgsl` (register-blocked
+//! - float weights, M > 16: the tiled GEMM (`gemm.rs`, `shaders/gemm_tiled.wgsl`:
+//!   workgroup-memory tiles) with the GPU kernel set, `shaders/matmul.wgsl` (register-blocked
 //!   4x4 per invocation, no workgroup memory) with the portable one ([`KernelSet`]);
 //! - quantized weights: `shaders/matmul_quant.wgsl`, never dequantizing the weight: a
 //!   pre-pass quantizes x per 32-block to int8 (Q8_1-style, scale and scaled sum) into
@@ -12,6 +12,7 @@
 //! - M <= 16, any weight type: the `matvec` entry of `matmul_quant.wgsl`, one workgroup
 //!   per weight row splitting K, reduced with subgroups when `caps.subgroups`.
 
+use super::gemm::Gemm;
 use super::{dispatch, grid_1d, u32_of, Chunk, Dispatch, NodeBuffers, TensorBuf};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GpuContext, KernelSet};
@@ -23,20 +24,12 @@ const SOURCE: &str = concat!(
     include_str!("../../../../shaders/weight_decode.wgsl"),
     include_str!("../../../../shaders/matmul.wgsl")
 );
-const TILED_SOURCE: &str = concat!(
-    include_str!("../../../../shaders/weight_decode.wgsl"),
-    include_str!("../../../../shaders/matmul_tiled.wgsl")
-);
 const QUANT_SOURCE: &str = concat!(
     include_str!("../../../../shaders/weight_decode.wgsl"),
     include_str!("../../../../shaders/matmul_quant.wgsl")
 );
 /// Output tile per workgroup: 8x8 threads, 4x4 outputs each.
 const TILE: usize = 32;
-/// `matmul_tiled.wgsl`: columns per workgroup tile, rows per tile (64, or 16 with
-/// `SMALL_M` for M up to [`SMALL_M_MAX`]).
-const TILED_N: usize = 64;
-const SMALL_M_MAX: usize = 64;
 /// Rows of x up to which the matvec kernel is used (its `MAX_M`).
 pub(super) const MATVEC_MAX_M: usize = 16;
 /// Invocations per `quantize_x` workgroup.
@@ -98,27 +91,36 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
             u32_of(c.rows, "rows")?,
         ])
     };
-    if !quant && !matvec {
-        let tiled = ctx.kernels() == KernelSet::Gpu;
-        let small = m <= SMALL_M_MAX;
-        let (v, tile_n, tile_m) = match tiled {
-            true => (
-                Variant::new("matmul_tiled", TILED_SOURCE, "matmul_tiled")
-                    .define(define, true)
-                    .define("SMALL_M", small),
-                TILED_N,
-                if small { 16 } else { 64 },
-            ),
-            false => (
-                Variant::new("matmul", SOURCE, "matmul").define(define, true),
-                TILE,
-                TILE,
-            ),
-        };
+    if !quant && !matvec && ctx.kernels() == KernelSet::Gpu {
         return chunks
             .iter()
             .map(|c| {
-                let grid = [c.rows.div_ceil(tile_n) as u32, m.div_ceil(tile_m) as u32, 1];
+                Gemm {
+                    m,
+                    n,
+                    k,
+                    n_off: c.row_start,
+                    rows: c.rows,
+                    batches: 1,
+                    strides: [0; 3],
+                    group: 1,
+                    b_define: define,
+                    b_kn: false,
+                    scores: None,
+                    a: x.f32(),
+                    b: &c.buffer,
+                    c: bufs.output,
+                }
+                .dispatch(ctx)
+            })
+            .collect();
+    }
+    if !quant && !matvec {
+        let v = Variant::new("matmul", SOURCE, "matmul").define(define, true);
+        return chunks
+            .iter()
+            .map(|c| {
+                let grid = [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1];
                 dispatch(
                     ctx,
                     &v,

@@ -6,6 +6,7 @@ mod bmm;
 mod copy;
 mod elementwise;
 mod embedding;
+mod gemm;
 mod matmul;
 mod norm;
 mod patch_embed;
@@ -71,6 +72,41 @@ impl<'a> TensorBuf<'a> {
 pub(crate) struct NodeBuffers<'a> {
     pub inputs: Vec<TensorBuf<'a>>,
     pub output: &'a wgpu::Buffer,
+    pub scratch: &'a ScratchPool,
+}
+
+/// One scratch buffer shared by the nodes of an executable (attention scores of the GPU
+/// kernel set): dispatches run in order and wgpu orders their accesses, so each node may
+/// reuse what an earlier one used. It grows by replacement; bind groups made before keep
+/// the smaller one alive.
+#[derive(Default)]
+pub(crate) struct ScratchPool {
+    buffer: std::cell::RefCell<Option<wgpu::Buffer>>,
+}
+
+impl ScratchPool {
+    /// A storage buffer of at least `bytes`.
+    pub fn get(&self, ctx: &GpuContext, bytes: u64) -> wgpu::Buffer {
+        let mut slot = self.buffer.borrow_mut();
+        match slot.as_ref() {
+            Some(b) if b.size() >= bytes => b.clone(),
+            _ => {
+                let b = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("scratch"),
+                    size: bytes.max(4).next_multiple_of(4),
+                    usage: wgpu::BufferUsages::STORAGE,
+                    mapped_at_creation: false,
+                });
+                *slot = Some(b.clone());
+                b
+            }
+        }
+    }
+
+    /// Bytes of the largest buffer handed out.
+    pub fn bytes(&self) -> u64 {
+        self.buffer.borrow().as_ref().map_or(0, |b| b.size())
+    }
 }
 
 /// Builds one dispatch: `params` go to a uniform at binding 0, `buffers` are
@@ -82,7 +118,9 @@ pub(crate) fn dispatch(
     buffers: &[(u32, &wgpu::Buffer)],
     workgroups: [u32; 3],
 ) -> Result<Dispatch> {
-    let pipeline = ctx.pipelines.get(&ctx.device, variant)?;
+    let pipeline = ctx
+        .pipelines
+        .get(&ctx.device, variant, ctx.options.loop_bounding)?;
     let max = ctx.limits.max_compute_workgroups_per_dimension;
     if workgroups.iter().any(|&w| w > max) {
         return Err(Error::Gpu(format!(

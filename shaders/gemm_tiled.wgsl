@@ -1,0 +1,156 @@
+// The GPU-grade tiled GEMM: C[b][m, n_off + n] = sum_k A[b][m, k] * B[b / group][n, k]
+// (or B[b / group][k, n] with B_KN), for float matmuls (one row chunk of the weight per
+// dispatch, b = 0) and for attention's two products (b = the query head, group = query
+// heads per kv head: scores Q K^T with the SCORES epilogue, then P V with B_KN).
+// A workgroup computes a BM x BN output tile, each of its 16 x WG_Y invocations TM x TN
+// outputs strided by the workgroup's size (rows ly + WG_Y * i, columns lx + 16 * j), so
+// output stores are coalesced. K is walked in tiles of 16: the A and B tiles go through
+// workgroup memory, loaded with consecutive invocations reading consecutive addresses
+// (coalesced) and stored row-major with a 17-float pitch, so the strided reads of the
+// inner loop hit distinct banks. Out-of-range rows, columns and k read as zero.
+// Template: W_F32 | W_F16 | W_BF16 selects weight_decode.wgsl's load_w for B (f32 for
+// attention); tile shape TILE_S (16 x 64, 64 invocations, for small M), TILE_M (64 x 64)
+// or TILE_L (128 x 128, 8 x 8 outputs each); B_KN; SCORES (scale, then CAUSAL keys
+// j > i + shift and ALLOWED mask zeros get NEG_MAX).
+
+struct Params {
+    m: u32,
+    n: u32,        // row stride of C (all chunks)
+    k: u32,
+    n_off: u32,    // first column of this dispatch in C (first weight row of the chunk)
+    rows: u32,     // columns computed here (weight rows in the chunk; B_KN: B's row stride)
+    a_batch: u32,  // elements between batches of A, B and C
+    b_batch: u32,
+    c_batch: u32,
+    group: u32,    // batches of A per batch of B
+    scale: f32,
+    shift: i32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<u32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+#if ALLOWED
+@group(0) @binding(4) var<storage, read> mask: array<f32>;
+#endif
+
+// load_w comes from weight_decode.wgsl (prepended).
+
+#if TILE_S
+const WG_Y: u32 = 4u;
+const TM: u32 = 4u;
+const TN: u32 = 4u;
+#endif
+#if TILE_M
+const WG_Y: u32 = 16u;
+const TM: u32 = 4u;
+const TN: u32 = 4u;
+#endif
+#if TILE_L
+const WG_Y: u32 = 16u;
+const TM: u32 = 8u;
+const TN: u32 = 8u;
+#endif
+const WG_X: u32 = 16u;
+const THREADS: u32 = WG_X * WG_Y;
+const BM: u32 = TM * WG_Y;
+const BN: u32 = TN * WG_X;
+const BK: u32 = 16u;
+const PITCH: u32 = BK + 1u;
+const NEG_MAX: f32 = -3.4028235e38;
+
+var<workgroup> xs: array<f32, BM * PITCH>;
+var<workgroup> ws: array<f32, BN * PITCH>;
+
+@compute @workgroup_size(WG_X, WG_Y)
+fn gemm_tiled(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+) {
+    let m_base = wg.y * BM;
+    let n_base = wg.x * BN;
+    let a_base = wg.z * p.a_batch;
+    let b_base = (wg.z / p.group) * p.b_batch;
+    var acc: array<array<f32, TN>, TM>;
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        for (var e = t; e < BM * BK; e += THREADS) {
+            let r = e / BK;
+            let c = e % BK;
+            let m = m_base + r;
+            let kk = k0 + c;
+            var v = 0.0;
+            if (m < p.m && kk < p.k) {
+                v = a[a_base + m * p.k + kk];
+            }
+            xs[r * PITCH + c] = v;
+        }
+        for (var e = t; e < BN * BK; e += THREADS) {
+#if B_KN
+            // consecutive invocations: consecutive n of one k row
+            let r = e % BN;
+            let c = e / BN;
+#else
+            let r = e / BK;
+            let c = e % BK;
+#endif
+            let n = n_base + r;
+            let kk = k0 + c;
+            var v = 0.0;
+            if (n < p.rows && kk < p.k) {
+#if B_KN
+                v = load_w(b_base + kk * p.rows + n);
+#else
+                v = load_w(b_base + n * p.k + kk);
+#endif
+            }
+            ws[r * PITCH + c] = v;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk++) {
+            var av: array<f32, TM>;
+            var bv: array<f32, TN>;
+            for (var i = 0u; i < TM; i++) {
+                av[i] = xs[(lid.y + WG_Y * i) * PITCH + kk];
+            }
+            for (var j = 0u; j < TN; j++) {
+                bv[j] = ws[(lid.x + WG_X * j) * PITCH + kk];
+            }
+            for (var i = 0u; i < TM; i++) {
+                for (var j = 0u; j < TN; j++) {
+                    acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    let c_base = wg.z * p.c_batch;
+    for (var i = 0u; i < TM; i++) {
+        let m = m_base + lid.y + WG_Y * i;
+        if (m >= p.m) {
+            break;
+        }
+        for (var j = 0u; j < TN; j++) {
+            let n = n_base + lid.x + WG_X * j;
+            if (n < p.rows) {
+                var v = acc[i][j];
+#if SCORES
+                v *= p.scale;
+#if CAUSAL
+                if (i32(n) > i32(m) + p.shift) {
+                    v = NEG_MAX;
+                }
+#endif
+#if ALLOWED
+                if (mask[m * p.n + n] == 0.0) {
+                    v = NEG_MAX;
+                }
+#endif
+#endif
+                y[c_base + m * p.n + p.n_off + n] = v;
+            }
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! The GPU-grade tiled GEMM (`shaders/gemm_tiled.wgsl`) shared by the float matmul and
+//! attention's two products under [`KernelSet::Gpu`](crate::backend::wgpu::KernelSet).
+
+use super::{dispatch, u32_of, Dispatch};
+use crate::backend::wgpu::shader::Variant;
+use crate::backend::wgpu::{GemmTile, GpuContext};
+use crate::Result;
+
+const SOURCE: &str = concat!(
+    include_str!("../../../../shaders/weight_decode.wgsl"),
+    include_str!("../../../../shaders/gemm_tiled.wgsl")
+);
+
+/// Output tiles with at least this many workgroups take the 128 x 128 tile: two waves on
+/// a GPU of ~128 compute units (not tuned per device yet).
+const LARGE_TILE_MIN_GROUPS: usize = 256;
+/// M up to which the 16-row tile is used.
+const SMALL_M_MAX: usize = 64;
+
+impl GemmTile {
+    /// (rows, columns) of the output tile a workgroup computes.
+    pub fn dims(self) -> (usize, usize) {
+        match self {
+            GemmTile::Small => (16, 64),
+            GemmTile::Medium => (64, 64),
+            GemmTile::Large => (128, 128),
+        }
+    }
+
+    fn define(self) -> &'static str {
+        match self {
+            GemmTile::Small => "TILE_S",
+            GemmTile::Medium => "TILE_M",
+            GemmTile::Large => "TILE_L",
+        }
+    }
+
+    /// The tile for an `m` x `n` output (`batches` of them), unless the options fix one.
+    fn choose(ctx: &GpuContext, m: usize, n: usize, batches: usize) -> GemmTile {
+        if let Some(t) = ctx.options.gemm_tile {
+            return t;
+        }
+        if m <= SMALL_M_MAX {
+            return GemmTile::Small;
+        }
+        let groups = m.div_ceil(128) * n.div_ceil(128) * batches;
+        match groups >= LARGE_TILE_MIN_GROUPS {
+            true => GemmTile::Large,
+            false => GemmTile::Medium,
+        }
+    }
+}
+
+/// One GEMM dispatch: `batches` products of A `[m, k]` by B (`[rows, k]`, or `[k, rows]`
+/// with `b_kn`), written at column `n_off` of C rows of `n` elements.
+pub(super) struct Gemm<'a> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub n_off: usize,
+    pub rows: usize,
+    pub batches: usize,
+    /// Elements between batches of A, B and C.
+    pub strides: [usize; 3],
+    /// Batches of A per batch of B.
+    pub group: usize,
+    /// B's dtype define (`W_F32`, `W_F16`, `W_BF16`).
+    pub b_define: &'static str,
+    pub b_kn: bool,
+    /// Attention scores: (scale, causal shift if causal, mask buffer if any).
+    pub scores: Option<(f32, Option<i64>, Option<&'a wgpu::Buffer>)>,
+    pub a: &'a wgpu::Buffer,
+    pub b: &'a wgpu::Buffer,
+    pub c: &'a wgpu::Buffer,
+}
+
+impl Gemm<'_> {
+    pub fn dispatch(&self, ctx: &GpuContext) -> Result<Dispatch> {
+        let tile = GemmTile::choose(ctx, self.m, self.rows, self.batches);
+        let (scale, shift, mask) = self.scores.unwrap_or((1.0, None, None));
+        let v = Variant::new("gemm_tiled", SOURCE, "gemm_tiled")
+            .define(self.b_define, true)
+            .define(tile.define(), true)
+            .define("B_KN", self.b_kn)
+            .define("SCORES", self.scores.is_some())
+            .define("CAUSAL", shift.is_some())
+            .define("ALLOWED", mask.is_some());
+        let shift = i32::try_from(shift.unwrap_or(0)).unwrap_or(i32::MAX);
+        let [sa, sb, sc] = self.strides;
+        let params = [
+            u32_of(self.m, "M")?,
+            u32_of(self.n, "N")?,
+            u32_of(self.k, "K")?,
+            u32_of(self.n_off, "column offset")?,
+            u32_of(self.rows, "rows")?,
+            u32_of(sa, "A batch stride")?,
+            u32_of(sb, "B batch stride")?,
+            u32_of(sc, "C batch stride")?,
+            u32_of(self.group.max(1), "group")?,
+            scale.to_bits(),
+            shift as u32,
+            0,
+        ];
+        let mut buffers = vec![(1, self.a), (2, self.b), (3, self.c)];
+        if let Some(m) = mask {
+            buffers.push((4, m));
+        }
+        let (bm, bn) = tile.dims();
+        let grid = [
+            u32_of(self.rows.div_ceil(bn), "column tiles")?,
+            u32_of(self.m.div_ceil(bm), "row tiles")?,
+            u32_of(self.batches, "batches")?,
+        ];
+        dispatch(ctx, &v, &params, &buffers, grid)
+    }
+}
