@@ -17,6 +17,10 @@ pub(crate) struct Variant {
     pub entry: &'static str,
     pub defines: Vec<&'static str>,
     pub constants: Vec<(&'static str, f64)>,
+    /// Whether wgpu zero-fills the workgroup memory before each workgroup runs (its
+    /// default). Off only for kernels in which every invocation reads only workgroup
+    /// memory written earlier in the same workgroup, behind a barrier.
+    pub zero_workgroup_memory: bool,
 }
 
 impl Variant {
@@ -27,7 +31,14 @@ impl Variant {
             entry,
             defines: vec![],
             constants: vec![],
+            zero_workgroup_memory: true,
         }
+    }
+
+    /// Skips the zero-fill of workgroup memory (see [`Self::zero_workgroup_memory`]).
+    pub fn written_before_read(mut self) -> Self {
+        self.zero_workgroup_memory = false;
+        self
     }
 
     pub fn define(mut self, name: &'static str, on: bool) -> Self {
@@ -44,8 +55,8 @@ impl Variant {
 
     fn key(&self) -> String {
         format!(
-            "{}:{}:{:?}:{:?}",
-            self.family, self.entry, self.defines, self.constants
+            "{}:{}:{:?}:{:?}:{}",
+            self.family, self.entry, self.defines, self.constants, self.zero_workgroup_memory
         )
     }
 }
@@ -140,7 +151,7 @@ impl PipelineCache {
                     .iter()
                     .map(|(k, x)| (*k, *x))
                     .collect::<Vec<_>>(),
-                ..Default::default()
+                zero_initialize_workgroup_memory: v.zero_workgroup_memory,
             },
             cache: None,
         });

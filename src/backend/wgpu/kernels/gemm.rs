@@ -84,7 +84,9 @@ impl Gemm<'_> {
             .define("B_KN", self.b_kn)
             .define("SCORES", self.scores.is_some())
             .define("CAUSAL", shift.is_some())
-            .define("ALLOWED", mask.is_some());
+            .define("ALLOWED", mask.is_some())
+            // xs and ws are filled for the whole tile, then a barrier, then read
+            .written_before_read();
         let shift = i32::try_from(shift.unwrap_or(0)).unwrap_or(i32::MAX);
         let [sa, sb, sc] = self.strides;
         let params = [
