@@ -14,14 +14,16 @@
 #
 # Models: full-size random-weight SmolVLA (smolvla_base sizes, 2 cameras at 512, f32
 # weights) and pi0.5 (SigLIP So400m + Gemma 2B + 300M, 2 cameras at 224, f16 weights).
-# For each: latency per stage on `vulkan` with each kernel set (the GPU-grade one the
-# adapter gets by default, and the lavapipe-grade one, VLA_WGPU_KERNELS=portable), then one
-# profiled predict (per-kernel GPU time, GFLOP/s and GB/s grouped by op), then `ggml-cuda`
-# where the binaries were built with it (scripts/build-ggml-gpu.sh cuda). Copy the binaries
-# with `cp target/release/{vla-bench,vla-gguf} DIR` (~18 MiB); a run takes 3-6 minutes.
+# For each: latency per stage on `vulkan` with each kernel setting (the GPU kernel set the
+# adapter gets by default; the same with naga's forced loop bounding; the lavapipe-grade
+# kernels), then one profiled predict (per-kernel GPU time, GFLOP/s and GB/s grouped by
+# stage and op), a GEMM tile sweep, then `ggml-cuda`
+# where the binaries were built with it (scripts/build-ggml-gpu.sh cuda); with vla-quantize
+# beside them, SmolVLA with Q8_0 matrices too. Copy the binaries with
+# `cp target/release/{vla-bench,vla-gguf,vla-quantize} DIR` (~17 MiB stripped).
 set -uo pipefail
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${VLA_BIN:-$here/../target/release}"
 work=/tmp/vla-gpu-bench
@@ -91,6 +93,16 @@ for m in "${models[@]}"; do
             die "could not write $f"
     fi
 done
+# SmolVLA with Q8_0 matrices (vision tower too) when vla-quantize came along.
+if [[ -x "$bin/vla-quantize" ]]; then
+    f="$work/smolvla${full:+-full}-q8_0.gguf"
+    if [[ ! -s "$f" ]]; then
+        echo "quantizing $f ..."
+        "$bin/vla-quantize" --in "$work/smolvla${full:+-full}-f32.gguf" --out "$f" \
+            --type Q8_0 --vision >/dev/null || die "could not write $f"
+    fi
+    models+=("smolvla:q8_0")
+fi
 
 # 3. Latency per stage, per kernel set; then a profile of the default set.
 json_field() { # FILE KEY -> median of a stage, or the value

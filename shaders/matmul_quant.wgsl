@@ -12,6 +12,8 @@
 // Entries:
 //   quantize_x  one invocation per activation block
 //   matmul_q    M > 16: register-blocked 4x4 outputs per invocation, 32x32 per workgroup
+//   gemm_q      M > 16 with the GPU kernel set (GEMM_Q): the same arithmetic on
+//               workgroup-memory tiles
 //   matvec      M <= 16, float (W_F32 | W_F16 | W_BF16) or QUANT weights: one workgroup
 //               of MV_WG invocations per weight row, splitting K; partial sums reduced with
 //               subgroupAdd (SUBGROUPS) and/or workgroup memory.
@@ -102,30 +104,34 @@ fn round_to_f16(v: f32) -> f32 {
 }
 
 #if QUANT
+// A block's integer dot s with the weight block's scale d and min m and the activation
+// block's (d, d * sum(q)) ds. Each type associates the scales as ggml-cpu's scalar vec_dot
+// does, so a block's result is the same f32 number (see docs/GGML.md).
+fn block_scale(s: i32, d: f32, m: f32, ds: vec2<f32>) -> f32 {
+#if Q8_0
+    return f32(s) * (d * ds.x);
+#endif
+#if Q4_0
+    return f32(s) * d * ds.x;
+#endif
+#if Q5_0
+    return (d * ds.x) * f32(s);
+#endif
+#if Q4_1
+    return (d * ds.x) * f32(s) + m * ds.y;
+#endif
+#if Q5_1
+    return (d * ds.x) * f32(s) + m * ds.y;
+#endif
+}
+
 // Activation block xb (row m, block b at m * K/32 + b) times weight block wb.
 fn block_dot(xb: u32, wb: WBlock) -> f32 {
     var s = 0i;
     for (var t = 0u; t < 8u; t++) {
         s += dot4(xq[xb * 8u + t], wb.q[t]);
     }
-    let ds = xds[xb];
-    // Each type associates the scales as ggml-cpu's scalar vec_dot does, so a block's
-    // result is the same f32 number (see docs/GGML.md).
-#if Q8_0
-    return f32(s) * (wb.d * ds.x);
-#endif
-#if Q4_0
-    return f32(s) * wb.d * ds.x;
-#endif
-#if Q5_0
-    return (wb.d * ds.x) * f32(s);
-#endif
-#if Q4_1
-    return (wb.d * ds.x) * f32(s) + wb.m * ds.y;
-#endif
-#if Q5_1
-    return (wb.d * ds.x) * f32(s) + wb.m * ds.y;
-#endif
+    return block_scale(s, wb.d, wb.m, xds[xb]);
 }
 
 @compute @workgroup_size(8, 8)
@@ -160,6 +166,88 @@ fn matmul_q(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) 
             let n = n0 + j;
             if (n >= p.rows) { break; }
             y[m * p.n + p.n_off + n] = acc[i][j];
+        }
+    }
+}
+#endif
+
+#if GEMM_Q
+// The GPU kernel set's quantized matmul: matmul_q's arithmetic (blocks added in order, each
+// block's result from block_scale) on workgroup-memory tiles, one weight block (32 values
+// of K) per step: BM activation blocks and BN weight blocks (decoded once per workgroup,
+// not once per invocation) are staged, then each of the 16 x WG_Y invocations adds 4 x 4
+// block dots, its rows and columns strided by the workgroup's size. TILE_S: 16 x 64 tiles
+// of 64 invocations (small M); otherwise 64 x 64 of 256.
+#if TILE_S
+const GQ_WG_Y: u32 = 4u;
+#else
+const GQ_WG_Y: u32 = 16u;
+#endif
+const GQ_WG_X: u32 = 16u;
+const GQ_THREADS: u32 = GQ_WG_X * GQ_WG_Y;
+const GQ_BM: u32 = 4u * GQ_WG_Y;
+const GQ_BN: u32 = 4u * GQ_WG_X;
+// 9-word pitch: the 16 columns one subgroup reads at once sit in distinct banks
+const GQ_PITCH: u32 = 9u;
+
+var<workgroup> gq_x: array<u32, GQ_BM * 8u>;
+var<workgroup> gq_xds: array<vec2<f32>, GQ_BM>;
+var<workgroup> gq_w: array<u32, GQ_BN * GQ_PITCH>;
+var<workgroup> gq_wdm: array<vec2<f32>, GQ_BN>;
+
+@compute @workgroup_size(GQ_WG_X, GQ_WG_Y)
+fn gemm_q(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+) {
+    let nb = p.k / 32u;
+    let row_bytes = nb * BLOCK_BYTES;
+    let m_base = wg.y * GQ_BM;
+    let n_base = wg.x * GQ_BN;
+    var acc: array<array<f32, 4>, 4>;
+    for (var b = 0u; b < nb; b++) {
+        // rows past M and columns past the chunk read the last valid one (results dropped)
+        for (var e = t; e < GQ_BM * 8u; e += GQ_THREADS) {
+            let m = min(m_base + e / 8u, p.m - 1u);
+            gq_x[e] = xq[(m * nb + b) * 8u + e % 8u];
+        }
+        for (var e = t; e < GQ_BM; e += GQ_THREADS) {
+            gq_xds[e] = xds[min(m_base + e, p.m - 1u) * nb + b];
+        }
+        for (var e = t; e < GQ_BN; e += GQ_THREADS) {
+            let n = min(n_base + e, p.rows - 1u);
+            let wb = load_block(n * row_bytes + b * BLOCK_BYTES);
+            for (var q = 0u; q < 8u; q++) {
+                gq_w[e * GQ_PITCH + q] = wb.q[q];
+            }
+            gq_wdm[e] = vec2<f32>(wb.d, wb.m);
+        }
+        workgroupBarrier();
+        for (var i = 0u; i < 4u; i++) {
+            let r = lid.y + GQ_WG_Y * i;
+            for (var j = 0u; j < 4u; j++) {
+                let c = lid.x + GQ_WG_X * j;
+                var s = 0i;
+                for (var q = 0u; q < 8u; q++) {
+                    s += dot4(gq_x[r * 8u + q], gq_w[c * GQ_PITCH + q]);
+                }
+                let dm = gq_wdm[c];
+                acc[i][j] += block_scale(s, dm.x, dm.y, gq_xds[r]);
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let m = m_base + lid.y + GQ_WG_Y * i;
+        if (m >= p.m) {
+            break;
+        }
+        for (var j = 0u; j < 4u; j++) {
+            let n = n_base + lid.x + GQ_WG_X * j;
+            if (n < p.rows) {
+                y[m * p.n + p.n_off + n] = acc[i][j];
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Our WGSL quantized matmul against ggml-cpu (scalar build) on the same GGUF blocks: where
 //! the arithmetic is integer (the activation codes, their f16 scales, each block's i32 dot)
 //! the results must be the same numbers; docs/GGML.md says which float steps may differ and
-//! why. Single-block rows (K = 32) isolate the integer part and the per-block scale
+//! why. Both wgpu kernel sets are checked (the quantized matmul for M > 16 is `matmul_q`
+//! in the portable set, `gemm_q` in the GPU one). Single-block rows (K = 32) isolate the integer part and the per-block scale
 //! arithmetic: bit-identical for every type on both kernel paths. Longer rows add ggml's
 //! sequential f32 accumulation: the register-tiled path (M > 16) adds blocks in ggml's
 //! order and is bit-identical for the _0 types; the _1 types' `d*s + m*s_x` step may be
@@ -10,6 +11,7 @@
 #![cfg(feature = "ggml")]
 
 use std::collections::HashMap;
+use vla::backend::wgpu::{Api, KernelSet, WgpuBackend, WgpuOptions};
 use vla::backend::{self, Backend};
 use vla::gguf::{quant, GgmlType};
 use vla::graph::GraphBuilder;
@@ -59,8 +61,15 @@ fn run(
 #[test]
 fn quantized_matmul_matches_ggml_where_integer() {
     let ggml = backend::open("ggml").unwrap();
-    let gpu = backend::open("vulkan")
+    let gpu = WgpuBackend::new(Api::Vulkan)
         .unwrap_or_else(|e| panic!("vulkan: {e} (scripts/test.sh installs lavapipe)"));
+    // both kernel sets: matmul_q (portable) and gemm_q (gpu) for M > 16
+    let sets = [KernelSet::Portable, KernelSet::Gpu].map(|k| {
+        gpu.reconfigured(WgpuOptions {
+            kernels: Some(k),
+            ..gpu.options()
+        })
+    });
     if vla::backend::ggml::GgmlBackend::cpu_has_simd() {
         panic!("ggml-cpu was built with SIMD kernels (the ISA pins of .cargo/config.toml were overridden): not comparable");
     }
@@ -87,26 +96,28 @@ fn quantized_matmul_matches_ggml_where_integer() {
             x[k / 3] = 40.0; // an outlier: one block's scale far from the others
             let wb = quant::quantize(ty, &rng.vec(n * k, 0.5)).unwrap();
             let want = run(ggml.as_ref(), ty, &wb, &x, (m, n, k));
-            let got = run(gpu.as_ref(), ty, &wb, &x, (m, n, k));
-            let diff = got
-                .iter()
-                .zip(&want)
-                .filter(|(a, b)| a.to_bits() != b.to_bits())
-                .count();
-            let err: f64 = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (f64::from(*a) - f64::from(*b)).powi(2))
-                .sum();
-            let norm: f64 = want.iter().map(|b| f64::from(*b).powi(2)).sum();
-            let nmse = err / norm.max(f64::MIN_POSITIVE);
-            let line = format!(
-                "{ty} m{m} n{n} k{k}: {diff}/{} differ from ggml, nmse {nmse:.2e}{}",
+            for (set, gpu) in ["portable", "gpu"].iter().zip(&sets) {
+                let got = run(gpu, ty, &wb, &x, (m, n, k));
+                let diff = got
+                    .iter()
+                    .zip(&want)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                let err: f64 = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(a, b)| (f64::from(*a) - f64::from(*b)).powi(2))
+                    .sum();
+                let norm: f64 = want.iter().map(|b| f64::from(*b).powi(2)).sum();
+                let nmse = err / norm.max(f64::MIN_POSITIVE);
+                let line = format!(
+                "{ty} m{m} n{n} k{k} ({set} kernels): {diff}/{} differ from ggml, nmse {nmse:.2e}{}",
                 m * n,
                 if exact { " (must be 0)" } else { "" }
             );
-            println!("{line}");
-            report.push((line, exact, diff, nmse));
+                println!("{line}");
+                report.push((line, exact, diff, nmse));
+            }
         }
     }
     for (line, exact, diff, nmse) in &report {

@@ -43,6 +43,8 @@ fn matmul_case(c: &mut Cases, ty: GgmlType, xs: Vec<usize>, n: usize) {
     } else {
         c.add(name, vec![("w", w)], vec![("x", x)], NMSE_MATMUL, build);
     }
+    // both kernel sets have their own float and quantized matmuls
+    c.list.last_mut().expect("just added").kernel_sets = true;
 }
 
 fn ids(v: usize, n: usize, c: &mut Cases) -> Tensor<'static> {

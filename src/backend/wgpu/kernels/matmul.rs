@@ -8,7 +8,9 @@
 //! - quantized weights: `shaders/matmul_quant.wgsl`, never dequantizing the weight: a
 //!   pre-pass quantizes x per 32-block to int8 (Q8_1-style, scale and scaled sum) into
 //!   scratch buffers made here (the bind groups keep them alive), then integer block dot
-//!   products (`dot4I8Packed` when `caps.int_dot`);
+//!   products (`dot4I8Packed` when `caps.int_dot`): `matmul_q` (4x4 registers) with the
+//!   portable kernel set, `gemm_q` (the same arithmetic on workgroup-memory tiles, weight
+//!   blocks decoded once per workgroup) with the GPU one;
 //! - M <= 16, any weight type: the `matvec` entry of `matmul_quant.wgsl`, one workgroup
 //!   per weight row splitting K, reduced with subgroups when `caps.subgroups`.
 
@@ -161,17 +163,25 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
         )?);
         act = vec![(4, &xq), (5, &xds)];
     }
-    let (entry, wg_per_row) = if matvec {
-        ("matvec", true)
-    } else {
-        ("matmul_q", false)
+    let gemm_q = !matvec && ctx.kernels() == KernelSet::Gpu;
+    let (entry, tile) = match (matvec, gemm_q) {
+        (true, _) => ("matvec", (0, 0)),
+        (false, true) => ("gemm_q", if m <= 64 { (16, 64) } else { (64, 64) }),
+        (false, false) => ("matmul_q", (TILE, TILE)),
     };
-    let v = variant(entry);
+    let mut v = variant(entry);
+    if gemm_q {
+        v = v
+            .define("GEMM_Q", true)
+            .define("TILE_S", tile.0 == 16)
+            // gemm_q fills its tiles, then a barrier, then reads
+            .written_before_read();
+    }
     for c in chunks.iter() {
-        let grid = if wg_per_row {
+        let grid = if matvec {
             grid_1d(ctx, c.rows, 1)
         } else {
-            [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1]
+            [c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32, 1]
         };
         let mut b = act.clone();
         b.extend([(2, &c.buffer), (3, bufs.output)]);
