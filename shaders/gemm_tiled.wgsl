@@ -149,6 +149,9 @@ fn gemm_tiled(
                 }
 #endif
 #endif
+#if ADD_C
+                v += addend(m, p.n_off + n);
+#endif
                 y[c_base + m * p.n + p.n_off + n] = v;
             }
         }

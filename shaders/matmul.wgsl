@@ -50,7 +50,11 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
         for (var j = 0u; j < 4u; j++) {
             let n = n0 + j;
             if (n >= p.rows) { break; }
-            y[m * p.n + p.n_off + n] = acc[i][j];
+            var v = acc[i][j];
+#if ADD_C
+            v += addend(m, p.n_off + n);
+#endif
+            y[m * p.n + p.n_off + n] = v;
         }
     }
 }

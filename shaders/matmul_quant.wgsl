@@ -165,7 +165,11 @@ fn matmul_q(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) 
         for (var j = 0u; j < 4u; j++) {
             let n = n0 + j;
             if (n >= p.rows) { break; }
-            y[m * p.n + p.n_off + n] = acc[i][j];
+            var v = acc[i][j];
+#if ADD_C
+            v += addend(m, p.n_off + n);
+#endif
+            y[m * p.n + p.n_off + n] = v;
         }
     }
 }
@@ -246,7 +250,11 @@ fn gemm_q(
         for (var j = 0u; j < 4u; j++) {
             let n = n_base + lid.x + GQ_WG_X * j;
             if (n < p.rows) {
-                y[m * p.n + p.n_off + n] = acc[i][j];
+                var v = acc[i][j];
+#if ADD_C
+                v += addend(m, p.n_off + n);
+#endif
+                y[m * p.n + p.n_off + n] = v;
             }
         }
     }
@@ -300,6 +308,9 @@ fn matvec(
         for (var i = 0u; i < n_sg; i++) {
             t += partial[i * MAX_M + li];
         }
+#if ADD_C
+        t += addend(li, p.n_off + r);
+#endif
         y[li * p.n + p.n_off + r] = t;
     }
 #else
@@ -316,7 +327,11 @@ fn matvec(
     }
     workgroupBarrier();
     if (li < p.m && r < p.rows) {
-        y[li * p.n + p.n_off + r] = partial[li];
+        var t = partial[li];
+#if ADD_C
+        t += addend(li, p.n_off + r);
+#endif
+        y[li * p.n + p.n_off + r] = t;
     }
 #endif
 }

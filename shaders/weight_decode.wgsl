@@ -4,6 +4,20 @@
 // Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 (ggml blocks of 32, 34/18/20/22/24 bytes: not 4-byte
 // aligned, read by byte offset from the u32 words).
 
+#if ADD_C
+// The matmul's fused addend (Op::MatMul's third input), for output row m and column n of y
+// (all chunks): c[n], a bias, or c[m, n] with C_FULL. Uses the including file's `p.n`.
+@group(0) @binding(6) var<storage, read> c: array<f32>;
+
+fn addend(m: u32, n: u32) -> f32 {
+#if C_FULL
+    return c[m * p.n + n];
+#else
+    return c[n];
+#endif
+}
+#endif
+
 // 4 bytes at byte offset o, any alignment.
 fn word_at(o: u32) -> u32 {
     let i = o >> 2u;

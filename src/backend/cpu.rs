@@ -82,7 +82,10 @@ impl Executable for CpuExecutable<'_> {
             let out = match &node.op {
                 Op::Weight(_) => continue,
                 Op::Input(name) => by_name[name].to_f32()?,
-                Op::MatMul => ops::matmul(arg(0), arg(1))?,
+                Op::MatMul => {
+                    let c = (node.inputs.len() > 2).then(|| arg(2));
+                    ops::matmul_add(arg(0), arg(1), c)?
+                }
                 Op::Bmm { trans_b } => ops::bmm(arg(0), arg(1), *trans_b)?,
                 Op::Add => ops::add(arg(0), arg(1))?,
                 Op::Mul => ops::mul(arg(0), arg(1))?,

@@ -264,6 +264,21 @@ impl<'w> GraphBuilder<'w> {
         Ok(self.activation(Op::MatMul, vec![x, w], shape))
     }
 
+    /// `x @ w^T + c` as one op: `c` is `[N]` (a bias, broadcast over rows) or has the
+    /// output's shape (a residual).
+    pub fn matmul_add(&mut self, x: NodeId, w: NodeId, c: NodeId) -> Result<NodeId> {
+        let y = self.matmul(x, w)?;
+        let (ys, cs) = (self.shape(y).to_vec(), self.shape(c));
+        if cs != [ys[ys.len() - 1]] && cs != ys.as_slice() {
+            return Err(err(
+                "matmul_add",
+                format!("addend {cs:?} must be [N] or the output's shape {ys:?}"),
+            ));
+        }
+        self.nodes[y.0].inputs.push(c);
+        Ok(y)
+    }
+
     pub fn bmm(&mut self, a: NodeId, b: NodeId, trans_b: bool) -> Result<NodeId> {
         self.check_f32("bmm", a)?;
         self.check_f32("bmm", b)?;

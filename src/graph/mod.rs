@@ -60,7 +60,9 @@ pub enum Op {
     Input(String),
     /// A constant tensor from the weight store, in its stored dtype.
     Weight(String),
-    /// `[x [.., M, K], w [N, K]]` -> `x @ w^T`.
+    /// `[x [.., M, K], w [N, K]]` -> `x @ w^T`; with a third input `c` (`[N]`, a bias, or
+    /// the output's shape), `x @ w^T + c` in one op (one dispatch on GPUs, no separate pass
+    /// over the output on the cpu backend).
     MatMul,
     /// `[a [B, M, K], b [B, N, K]]` (`trans_b`) or `b [B, K, N]` -> `[B, M, N]`.
     Bmm {

@@ -21,12 +21,25 @@ pub fn linear(
     bias: bool,
 ) -> Result<NodeId> {
     let w = g.weight(&format!("{prefix}.weight"), &[out, width(g, x)])?;
-    let y = g.matmul(x, w)?;
     if !bias {
-        return Ok(y);
+        return g.matmul(x, w);
     }
     let b = g.weight(&format!("{prefix}.bias"), &[out])?;
-    g.add(y, b)
+    // one op: the bias is added as the product is written
+    g.matmul_add(x, w, b)
+}
+
+/// `x [.., in] @ W^T + addend` with `<prefix>.weight` `[out, in]` (no bias) as one op: the
+/// residual stream `addend` is added as the product is written.
+pub fn linear_add(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    prefix: &str,
+    out: usize,
+    addend: NodeId,
+) -> Result<NodeId> {
+    let w = g.weight(&format!("{prefix}.weight"), &[out, width(g, x)])?;
+    g.matmul_add(x, w, addend)
 }
 
 /// RMSNorm over the last dimension with gain `<prefix>.weight` (Llama style: no offset;
@@ -96,13 +109,15 @@ pub enum GatedActivation {
 }
 
 /// `down(act(gate(x)) * up(x))`, bias-free (Llama/SmolLM/Gemma-style FFN) and `inter`
-/// wide, weights `<prefix>.ffn_{gate,up,down}`.
+/// wide, weights `<prefix>.ffn_{gate,up,down}`; plus `residual` in the down projection's
+/// op when given.
 pub fn gated_ffn(
     g: &mut GraphBuilder,
     x: NodeId,
     prefix: &str,
     inter: usize,
     act: GatedActivation,
+    residual: Option<NodeId>,
 ) -> Result<NodeId> {
     let d = width(g, x);
     let gate = linear(g, x, &format!("{prefix}.ffn_gate"), inter, false)?;
@@ -112,7 +127,11 @@ pub fn gated_ffn(
         GatedActivation::GeluTanh => g.gelu_tanh(gate),
     };
     let h = g.mul(act, up)?;
-    linear(g, h, &format!("{prefix}.ffn_down"), d, false)
+    let down = format!("{prefix}.ffn_down");
+    match residual {
+        Some(r) => linear_add(g, h, &down, d, r),
+        None => linear(g, h, &down, d, false),
+    }
 }
 
 /// adaRMS (pi0.5): `rms(x) * (1 + scale) + shift`, where `[scale, shift, gate]` is the

@@ -13,8 +13,8 @@ use crate::config::limits::MAX_LAYERS;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{
-    ada_rms_norm, attend, gated_ffn, linear, rms_norm, rope_neox, rope_tables, splice_rows,
-    split_heads, width, GatedActivation,
+    ada_rms_norm, attend, gated_ffn, linear, linear_add, rms_norm, rope_neox, rope_tables,
+    splice_rows, split_heads, width, GatedActivation,
 };
 use crate::Result;
 
@@ -292,17 +292,23 @@ pub fn finish_layer(
     cfg: &DecoderConfig,
 ) -> Result<NodeId> {
     let o = attend(g, q, k, v, mask)?;
-    let o = linear(
-        g,
-        o,
-        &format!("{}.attn_o", layer.prefix),
-        width(g, x),
-        false,
-    )?;
-    let x = residual(g, x, o, attn_gate)?;
+    let attn_o = format!("{}.attn_o", layer.prefix);
+    // An ungated residual is added inside the projection's op (one dispatch, no pass).
+    let x = match attn_gate {
+        None => linear_add(g, o, &attn_o, width(g, x), x)?,
+        Some(_) => {
+            let o = linear(g, o, &attn_o, width(g, x), false)?;
+            residual(g, x, o, attn_gate)?
+        }
+    };
     let (h, ffn_gate) = layer.norm(g, x, "ffn", cfg.norm_eps)?;
-    let h = gated_ffn(g, h, &layer.prefix, layer.inter, cfg.ffn)?;
-    residual(g, x, h, ffn_gate)
+    match ffn_gate {
+        None => gated_ffn(g, h, &layer.prefix, layer.inter, cfg.ffn, Some(x)),
+        Some(_) => {
+            let h = gated_ffn(g, h, &layer.prefix, layer.inter, cfg.ffn, None)?;
+            residual(g, x, h, ffn_gate)
+        }
+    }
 }
 
 /// `n_layers` decoder layers `<stack>.blk.{i}` over `x` `[L, hidden]` under `mask`, rotated

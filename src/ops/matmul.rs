@@ -32,8 +32,18 @@ fn panel_rows(n: usize) -> usize {
 /// into panels of rows (read in place, or copied / dequantized into a per-thread f32
 /// scratch), each multiplied single-threaded into its columns, panels in parallel (so a
 /// non-f32 weight is never converted whole).
-fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Result<Vec<f32>> {
-    let mut res = vec![0.0f32; m * n];
+/// `x @ w^T`, or `c + x @ w^T` when `c` (the output's first values, already in place) is
+/// given: the GEMM accumulates into it.
+fn gemm_xwt(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: Weight<'_, '_>,
+    n: usize,
+    c: Option<Vec<f32>>,
+) -> Result<Vec<f32>> {
+    let accumulate = c.is_some();
+    let mut res = c.unwrap_or_else(|| vec![0.0f32; m * n]);
     if m == 0 || n == 0 || k == 0 {
         return Ok(res);
     }
@@ -60,7 +70,7 @@ fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Resul
                         rs: 1,
                         cs: k as isize,
                     },
-                    false,
+                    accumulate,
                     gemm::Parallelism::Rayon(0),
                 )
             };
@@ -113,7 +123,7 @@ fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Resul
                             Dst::rows(dst.get().add(n0), n),
                             lhs,
                             rhs,
-                            false,
+                            accumulate,
                             gemm::Parallelism::None,
                         )
                     };
@@ -131,6 +141,12 @@ fn gemm_xwt(x: &[f32], m: usize, k: usize, w: Weight<'_, '_>, n: usize) -> Resul
 /// the CPU has one (`qgemm`: activations quantized per 32-block like ggml's); other non-f32
 /// weights are dequantized a panel of rows at a time (see `gemm_xwt`).
 pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor<'static>> {
+    matmul_add(x, w, None)
+}
+
+/// `x @ w^T + c` with `c` `[N]` (broadcast over rows) or of the output's shape, added in
+/// the same pass (the float GEMM accumulates into `c`).
+pub fn matmul_add(x: &Tensor, w: &Tensor, c: Option<&Tensor>) -> Result<Tensor<'static>> {
     let xs = x.shape();
     let Some(&k) = xs.last() else {
         return Err(Error::shape("matmul", "x must have rank >= 1"));
@@ -150,12 +166,43 @@ pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor<'static>> {
     }
     let m: usize = xs[..xs.len() - 1].iter().product();
     let xd = f32s(x)?;
+    let addend = match c {
+        None => None,
+        Some(c) if c.shape() == [n] => {
+            let row = f32s(c)?;
+            Some(
+                row.iter()
+                    .copied()
+                    .cycle()
+                    .take(m * n)
+                    .collect::<Vec<f32>>(),
+            )
+        }
+        Some(c) if c.numel() == m * n && c.shape().last() == Some(&n) => {
+            Some(f32s(c)?.into_owned())
+        }
+        Some(c) => {
+            return Err(Error::shape(
+                "matmul",
+                format!(
+                    "addend {:?} is neither [{n}] nor the output's shape",
+                    c.shape()
+                ),
+            ))
+        }
+    };
     let res = if w.is_f32() {
-        gemm_xwt(&xd, m, k, Weight::F32(w.as_f32()?), n)?
+        gemm_xwt(&xd, m, k, Weight::F32(w.as_f32()?), n, addend)?
     } else if qgemm::enabled(w.dtype()) {
-        qgemm::xwt(&xd, m, k, w, n)?
+        let mut y = qgemm::xwt(&xd, m, k, w, n)?;
+        if let Some(c) = addend {
+            y.par_iter_mut()
+                .zip(c.par_iter())
+                .for_each(|(y, c)| *y += c);
+        }
+        y
     } else {
-        gemm_xwt(&xd, m, k, Weight::Packed(w), n)?
+        gemm_xwt(&xd, m, k, Weight::Packed(w), n, addend)?
     };
     let mut shape = xs.to_vec();
     *shape.last_mut().expect("rank >= 1") = n;
@@ -314,7 +361,7 @@ mod tests {
         } else {
             Weight::Packed(w)
         };
-        Tensor::from_f32(vec![m, n], gemm_xwt(x, m, k, src, n).unwrap()).unwrap()
+        Tensor::from_f32(vec![m, n], gemm_xwt(x, m, k, src, n, None).unwrap()).unwrap()
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub use conv::{conv2d, patch_embed};
 pub use elementwise::{add, add_scalar, broadcast_shape, div, mul, scale, sub};
 pub use embedding::embedding;
 pub use kernels::dot;
-pub use matmul::{bmm, linear, matmul};
+pub use matmul::{bmm, linear, matmul, matmul_add};
 pub use norm::{layer_norm, layer_norm_no_affine, rms_norm, rms_norm_gemma, rms_norm_offset};
 pub use rope::{rope, RopeConfig, RopeLayout, RopeMode};
 pub use shape::{concat, permute, reshape, slice, transpose};

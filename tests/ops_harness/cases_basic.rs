@@ -84,6 +84,27 @@ pub fn add(c: &mut Cases) {
                 },
             );
         }
+        // the fused addend: a bias [n] or a residual of the output's shape, on the matvec
+        // (m <= 16), small-tile and large-tile paths
+        for (m, n, k) in [(5, 33, 64), (40, 70, 96), (130, 67, 33)] {
+            for full in [false, true] {
+                let cs = if full { vec![m, n] } else { vec![n] };
+                let (x, w, a) = (c.tensor(&[m, k]), c.weight(&[n, k], ty), c.tensor(&cs));
+                let what = if full { "residual" } else { "bias" };
+                c.add_kernel_sets(
+                    format!("matmul_add {ty} {what} m{m} n{n} k{k}"),
+                    vec![("w", w)],
+                    vec![("x", x), ("c", a)],
+                    NMSE_MATMUL,
+                    move |g| {
+                        let x = g.input("x", &[m, k]);
+                        let w = g.stored_weight("w")?;
+                        let a = g.input("c", &cs);
+                        g.matmul_add(x, w, a)
+                    },
+                );
+            }
+        }
         let (x, w) = (c.tensor(&[2, 3, 40]), c.weight(&[9, 40], ty));
         c.add_kernel_sets(
             format!("matmul {ty} batched [2, 3, 40]"),

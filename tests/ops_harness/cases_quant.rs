@@ -60,7 +60,30 @@ fn ids(v: usize, n: usize, c: &mut Cases) -> Tensor<'static> {
     Tensor::from_f32(vec![n], ids).unwrap()
 }
 
+/// A quantized matmul with a fused bias (weight) on the matvec and tiled paths.
+fn matmul_add_case(c: &mut Cases, ty: GgmlType, m: usize, n: usize, k: usize) {
+    let (x, w, b) = (c.tensor(&[m, k]), c.weight(&[n, k], ty), c.tensor(&[n]));
+    c.add_int_dot(
+        format!("matmul_add {ty} bias m{m} n{n} k{k}"),
+        vec![("w", w), ("b", b)],
+        vec![("x", x)],
+        NMSE_MATMUL,
+        move |g| {
+            let x = g.input("x", &[m, k]);
+            let w = g.stored_weight("w")?;
+            let b = g.stored_weight("b")?;
+            g.matmul_add(x, w, b)
+        },
+    );
+    c.list.last_mut().expect("just added").kernel_sets = true;
+}
+
 pub fn add(c: &mut Cases) {
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_1] {
+        for m in [3, 40, 100] {
+            matmul_add_case(c, ty, m, 70, 96);
+        }
+    }
     for ty in QUANT {
         for (m, n, k) in [
             (1, 1, 32),

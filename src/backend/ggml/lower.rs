@@ -372,7 +372,16 @@ impl Lowerer<'_> {
                     let rows = (self.graph.node(inp[0]).numel() / k) as i64;
                     let k = k as i64;
                     let x = sys::ggml_reshape_2d(ctx, self.val(inp[0]), k, rows);
-                    let y = sys::ggml_mul_mat(ctx, self.raw(inp[1]), x);
+                    let mut y = sys::ggml_mul_mat(ctx, self.raw(inp[1]), x);
+                    if let Some(&c) = inp.get(2) {
+                        // [N] broadcasts over the rows; a full addend as [N, rows]
+                        let n = shape[shape.len() - 1] as i64;
+                        let c = match self.shape(c).len() {
+                            1 => self.val(c),
+                            _ => sys::ggml_reshape_2d(ctx, self.val(c), n, rows),
+                        };
+                        y = sys::ggml_add(ctx, y, c);
+                    }
                     self.reshape(y, &shape)
                 }
                 Op::Bmm { trans_b } => {

@@ -69,6 +69,8 @@ pub(super) struct Gemm<'a> {
     pub b_kn: bool,
     /// Attention scores: (scale, causal shift if causal, mask buffer if any).
     pub scores: Option<(f32, Option<i64>, Option<&'a wgpu::Buffer>)>,
+    /// The fused addend (buffer, whether it has the output's shape rather than `[n]`).
+    pub addend: Option<(&'a wgpu::Buffer, bool)>,
     pub a: &'a wgpu::Buffer,
     pub b: &'a wgpu::Buffer,
     pub c: &'a wgpu::Buffer,
@@ -85,6 +87,8 @@ impl Gemm<'_> {
             .define("SCORES", self.scores.is_some())
             .define("CAUSAL", shift.is_some())
             .define("ALLOWED", mask.is_some())
+            .define("ADD_C", self.addend.is_some())
+            .define("C_FULL", self.addend.is_some_and(|a| a.1))
             // xs and ws are filled for the whole tile, then a barrier, then read
             .written_before_read();
         let shift = i32::try_from(shift.unwrap_or(0)).unwrap_or(i32::MAX);
@@ -106,6 +110,9 @@ impl Gemm<'_> {
         let mut buffers = vec![(1, self.a), (2, self.b), (3, self.c)];
         if let Some(m) = mask {
             buffers.push((4, m));
+        }
+        if let Some((c, _)) = self.addend {
+            buffers.push((6, c));
         }
         let (bm, bn) = tile.dims();
         let grid = [

@@ -57,6 +57,15 @@ pub(super) fn weight_define(dtype: GgmlType, what: &str) -> Result<(&'static str
     })
 }
 
+/// `buffers` plus the fused addend at binding 6, if any.
+fn with_addend<'b>(
+    mut buffers: Vec<(u32, &'b wgpu::Buffer)>,
+    addend: Option<(&'b wgpu::Buffer, bool)>,
+) -> Vec<(u32, &'b wgpu::Buffer)> {
+    buffers.extend(addend.map(|a| (6, a.0)));
+    buffers
+}
+
 fn scratch(ctx: &GpuContext, label: &str, size: u64) -> wgpu::Buffer {
     ctx.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
@@ -66,7 +75,7 @@ fn scratch(ctx: &GpuContext, label: &str, size: u64) -> wgpu::Buffer {
     })
 }
 
-pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
+pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
     let x = &bufs.inputs[0];
     let TensorBuf::Raw {
         chunks,
@@ -84,6 +93,13 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
         return Ok(vec![]);
     }
     let matvec = m <= MATVEC_MAX_M;
+    // the fused addend: [n] (a bias) or the output's shape (C_FULL)
+    let addend = bufs.inputs.get(2).map(|c| (c.f32(), c.shape() != [n]));
+    let add_c = |v: Variant| {
+        v.define("ADD_C", addend.is_some())
+            .define("C_FULL", addend.is_some_and(|a| a.1))
+    };
+    debug_assert_eq!(addend.is_some(), node.inputs.len() > 2);
     let params = |c: &Chunk| -> Result<[u32; 5]> {
         Ok([
             u32_of(m, "M")?,
@@ -109,6 +125,7 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
                     b_define: define,
                     b_kn: false,
                     scores: None,
+                    addend,
                     a: x.f32(),
                     b: &c.buffer,
                     c: bufs.output,
@@ -118,7 +135,7 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
             .collect();
     }
     if !quant && !matvec {
-        let v = Variant::new("matmul", SOURCE, "matmul").define(define, true);
+        let v = add_c(Variant::new("matmul", SOURCE, "matmul").define(define, true));
         return chunks
             .iter()
             .map(|c| {
@@ -127,7 +144,7 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
                     ctx,
                     &v,
                     &params(c)?,
-                    &[(1, x.f32()), (2, &c.buffer), (3, bufs.output)],
+                    &with_addend(vec![(1, x.f32()), (2, &c.buffer), (3, bufs.output)], addend),
                     grid,
                 )
             })
@@ -169,7 +186,7 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
         (false, true) => ("gemm_q", if m <= 64 { (16, 64) } else { (64, 64) }),
         (false, false) => ("matmul_q", (TILE, TILE)),
     };
-    let mut v = variant(entry);
+    let mut v = add_c(variant(entry));
     if gemm_q {
         v = v
             .define("GEMM_Q", true)
@@ -185,6 +202,7 @@ pub(super) fn matmul(ctx: &GpuContext, _node: &Node, bufs: &NodeBuffers) -> Resu
         };
         let mut b = act.clone();
         b.extend([(2, &c.buffer), (3, bufs.output)]);
+        let b = with_addend(b, addend);
         out.push(dispatch(ctx, &v, &params(c)?, &b, grid)?);
     }
     Ok(out)
