@@ -9,14 +9,14 @@
 #   --quick      small random-weight configs instead of the released sizes (checks the
 #                script itself, e.g. on lavapipe)
 #   --allow-cpu  go on when the only Vulkan adapter is a CPU one (llvmpipe)
-#   VLA_GPU_BENCH_KERNELS  kernel settings to compare (default "default bounded portable")
+#   VLA_GPU_BENCH_KERNELS  settings to compare (default "default vec4 bounded portable")
 #   VLA_GPU_BENCH_TILES    GEMM tiles to sweep (default "s m l"; empty: no sweep)
 #
 # Models: full-size random-weight SmolVLA (smolvla_base sizes, 2 cameras at 512, f32
 # weights) and pi0.5 (SigLIP So400m + Gemma 2B + 300M, 2 cameras at 224, f16 weights).
 # For each: latency per stage on `vulkan` with each kernel setting (the GPU kernel set the
-# adapter gets by default; the same with naga's forced loop bounding; the lavapipe-grade
-# kernels), then one profiled predict (per-kernel GPU time, GFLOP/s and GB/s grouped by
+# adapter gets by default; its vec4 GEMM variant; the default with naga's forced loop
+# bounding; the lavapipe-grade kernels), then one profiled predict (per-kernel GPU time, GFLOP/s and GB/s grouped by
 # stage and op), a GEMM tile sweep, then `ggml-cuda`
 # where the binaries were built with it (scripts/build-ggml-gpu.sh cuda); with vla-quantize
 # beside them, SmolVLA with Q8_0 matrices too. Copy the binaries with
@@ -116,10 +116,11 @@ PY
 }
 iters=5
 warmup=2
-# Kernel settings to compare: default (the adapter's own choice), portable (the kernels for
-# CPU adapters, VLA_WGPU_KERNELS=portable), bounded (naga's forced loop bounding back on,
-# VLA_WGPU_LOOP_BOUNDING=1: wgpu's default, which slowed every matmul 10-100x on an H200).
-kernel_sets="${VLA_GPU_BENCH_KERNELS:-default bounded portable}"
+# Kernel settings to compare: default (the adapter's own choice), vec4 (the GEMM's 4 x 4
+# tiles on named vec4 accumulators, VLA_WGPU_GEMM_VEC4=1), bounded (naga's forced loop
+# bounding back on, VLA_WGPU_LOOP_BOUNDING=1: wgpu's default, under which every matmul ran
+# at 32-530 GFLOP/s on an H200), portable (the kernels for CPU adapters).
+kernel_sets="${VLA_GPU_BENCH_KERNELS:-default vec4 bounded portable}"
 # A setting slower than this (ms a predict) gets 2 timed runs after 1 warm-up.
 slow_ms=2000
 say ""
@@ -131,10 +132,11 @@ run_one() { # MODEL-FILE LABEL BACKEND KERNELS [ENV...]
     local f=$1 label=$2 backend=$3 kernels=$4
     shift 4
     local j="$out/$(basename "$f" .gguf)-$backend-$kernels.json"
-    # a probe predict first: slow settings get fewer runs
+    # a probe predict first (after one warm-up: pipelines compile on first use): slow
+    # settings get fewer runs
     local n=$iters w=$warmup
     if env "$@" timeout 120 "$bench" --ckpt "$f" --backend "$backend" --iters 1 \
-        --warmup 0 --json >"$j" 2>"$j.err"; then
+        --warmup 1 --json >"$j" 2>"$j.err"; then
         local probe_ms
         probe_ms=$(json_field "$j" total_ms)
         if [[ $probe_ms != "?" && ${probe_ms%.*} -gt $slow_ms ]]; then
@@ -156,6 +158,7 @@ for m in "${models[@]}"; do
         case $k in
             default) run_one "$f" "$label" vulkan default ;;
             bounded) run_one "$f" "$label" vulkan bounded VLA_WGPU_LOOP_BOUNDING=1 ;;
+            vec4) run_one "$f" "$label" vulkan vec4 VLA_WGPU_GEMM_VEC4=1 ;;
             *) run_one "$f" "$label" vulkan "$k" "VLA_WGPU_KERNELS=$k" ;;
         esac
     done

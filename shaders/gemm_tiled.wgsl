@@ -11,7 +11,9 @@
 // Template: W_F32 | W_F16 | W_BF16 selects weight_decode.wgsl's load_w for B (f32 for
 // attention); tile shape TILE_S (16 x 64, 64 invocations, for small M), TILE_M (64 x 64)
 // or TILE_L (128 x 128, 8 x 8 outputs each); B_KN; SCORES (scale, then CAUSAL keys
-// j > i + shift and ALLOWED mask zeros get NEG_MAX).
+// j > i + shift and ALLOWED mask zeros get NEG_MAX). VEC4 (4 x 4 tiles only): the inner
+// loop on four named vec4 accumulators, no arrays indexed by loop counters (for drivers
+// that keep such arrays in memory).
 
 struct Params {
     m: u32,
@@ -74,7 +76,14 @@ fn gemm_tiled(
     let n_base = wg.x * BN;
     let a_base = wg.z * p.a_batch;
     let b_base = (wg.z / p.group) * p.b_batch;
+#if VEC4
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+#else
     var acc: array<array<f32, TN>, TM>;
+#endif
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         for (var e = t; e < BM * BK; e += THREADS) {
             let r = e / BK;
@@ -109,6 +118,20 @@ fn gemm_tiled(
             ws[r * PITCH + c] = v;
         }
         workgroupBarrier();
+#if VEC4
+        for (var kk = 0u; kk < BK; kk++) {
+            let b = vec4<f32>(
+                ws[lid.x * PITCH + kk],
+                ws[(lid.x + WG_X) * PITCH + kk],
+                ws[(lid.x + 2u * WG_X) * PITCH + kk],
+                ws[(lid.x + 3u * WG_X) * PITCH + kk],
+            );
+            acc0 = fma(vec4<f32>(xs[lid.y * PITCH + kk]), b, acc0);
+            acc1 = fma(vec4<f32>(xs[(lid.y + WG_Y) * PITCH + kk]), b, acc1);
+            acc2 = fma(vec4<f32>(xs[(lid.y + 2u * WG_Y) * PITCH + kk]), b, acc2);
+            acc3 = fma(vec4<f32>(xs[(lid.y + 3u * WG_Y) * PITCH + kk]), b, acc3);
+        }
+#else
         for (var kk = 0u; kk < BK; kk++) {
             var av: array<f32, TM>;
             var bv: array<f32, TN>;
@@ -124,9 +147,13 @@ fn gemm_tiled(
                 }
             }
         }
+#endif
         workgroupBarrier();
     }
     let c_base = wg.z * p.c_batch;
+#if VEC4
+    let acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
+#endif
     for (var i = 0u; i < TM; i++) {
         let m = m_base + lid.y + WG_Y * i;
         if (m >= p.m) {

@@ -1,4 +1,5 @@
-//! The GPU kernel set's tiled GEMM with each output tile forced, over every case that has
+//! The GPU kernel set's tiled GEMM with each output tile forced (and the 4 x 4 tiles' vec4
+//! variant), over every case that has
 //! kernels in both sets (float matmuls, attention): the choice by shape picks the large
 //! tile only for big outputs, which the harness's odd shapes do not reach.
 
@@ -13,10 +14,18 @@ fn gemm_tiles_forced() {
     assert!(cases.len() > 50, "only {} cases", cases.len());
     let mut failures = Vec::new();
     for base in gpu_backends().into_iter().filter(|b| b.is_default()) {
-        for tile in [GemmTile::Small, GemmTile::Medium, GemmTile::Large] {
+        let settings = [
+            (GemmTile::Small, false),
+            (GemmTile::Medium, false),
+            (GemmTile::Large, false),
+            (GemmTile::Small, true),
+            (GemmTile::Medium, true),
+        ];
+        for (tile, vec4) in settings {
             let b = base.backend.reconfigured(WgpuOptions {
                 kernels: Some(KernelSet::Gpu),
                 gemm_tile: Some(tile),
+                gemm_vec4: vec4,
                 ..base.backend.options()
             });
             for case in &cases {
@@ -27,13 +36,15 @@ fn gemm_tiles_forced() {
                 };
                 let reference = run(&CpuBackend, &graph, case).unwrap();
                 match run(&b, &graph, case) {
-                    Err(e) => failures.push(format!("{} tile {tile:?}: {e}", case.name)),
+                    Err(e) => {
+                        failures.push(format!("{} tile {tile:?} vec4 {vec4}: {e}", case.name))
+                    }
                     Ok(out) => {
                         let bad = out.iter().filter(|v| !v.is_finite()).count();
                         let e = nmse(&out, &reference);
                         if bad > 0 || e > case.max_nmse || out.len() != reference.len() {
                             failures.push(format!(
-                                "{} tile {tile:?}: nmse {e:.3e}, {bad} non-finite",
+                                "{} tile {tile:?} vec4 {vec4}: nmse {e:.3e}, {bad} non-finite",
                                 case.name
                             ));
                         }
@@ -41,7 +52,7 @@ fn gemm_tiles_forced() {
                 }
             }
             println!(
-                "{} cases with the {tile:?} tile on {}",
+                "{} cases with the {tile:?} tile (vec4 {vec4}) on {}",
                 cases.len(),
                 base.label
             );

@@ -149,6 +149,9 @@ pub struct WgpuOptions {
     /// One GEMM tile for every product of the GPU kernel set, instead of the choice by
     /// shape: for tuning. Env: `VLA_WGPU_GEMM_TILE=s|m|l`.
     pub gemm_tile: Option<GemmTile>,
+    /// The GEMM's 4 x 4 tiles with four named vec4 accumulators instead of a 4 x 4 array
+    /// (a variant to measure on GPUs). Env: `VLA_WGPU_GEMM_VEC4=1`.
+    pub gemm_vec4: bool,
     /// naga's forced loop bounding (wgpu's default: an extra counter in every loop, so a
     /// driver may not treat an infinite loop as unreachable). It hides trip counts from the
     /// driver's compiler (no unrolling: the fixed-size register arrays of the matmul
@@ -159,8 +162,8 @@ pub struct WgpuOptions {
 
 impl WgpuOptions {
     /// Defaults overridden by the environment (`VLA_WGPU_FLASH_ATTN`, `VLA_WGPU_PROFILE`,
-    /// `VLA_WGPU_KERNELS`, `VLA_WGPU_GEMM_TILE`, `VLA_WGPU_LOOP_BOUNDING`); an unknown value
-    /// is an error.
+    /// `VLA_WGPU_KERNELS`, `VLA_WGPU_GEMM_TILE`, `VLA_WGPU_GEMM_VEC4`,
+    /// `VLA_WGPU_LOOP_BOUNDING`); an unknown value is an error.
     pub fn from_env() -> Result<Self> {
         let flash_attn = std::env::var("VLA_WGPU_FLASH_ATTN")
             .ok()
@@ -185,6 +188,7 @@ impl WgpuOptions {
             profile: env_flag("VLA_WGPU_PROFILE"),
             kernels,
             gemm_tile,
+            gemm_vec4: env_flag("VLA_WGPU_GEMM_VEC4"),
             loop_bounding: env_flag("VLA_WGPU_LOOP_BOUNDING"),
         })
     }

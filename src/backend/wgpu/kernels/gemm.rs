@@ -87,6 +87,7 @@ impl Gemm<'_> {
             .define("SCORES", self.scores.is_some())
             .define("CAUSAL", shift.is_some())
             .define("ALLOWED", mask.is_some())
+            .define("VEC4", ctx.options.gemm_vec4 && tile != GemmTile::Large)
             .define("ADD_C", self.addend.is_some())
             .define("C_FULL", self.addend.is_some_and(|a| a.1))
             // xs and ws are filled for the whole tile, then a barrier, then read
