@@ -57,8 +57,19 @@ bench="$bin/vla-bench"
 if ! ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1' >/dev/null; then
     die "no Vulkan loader (libvulkan.so.1): install libvulkan1 (Debian/Ubuntu) or vulkan-loader, and the GPU's Vulkan driver (NVIDIA: the proprietary driver's ICD; AMD/Intel: mesa-vulkan-drivers)"
 fi
-probe=$("$bench" --demo --backend vulkan --iters 1 --warmup 0 --json 2>&1) ||
-    die "no Vulkan adapter could run the demo model:
+probe=$("$bench" --demo --backend vulkan --iters 1 --warmup 0 --json 2>&1)
+rc=$?
+if [[ $rc -ne 0 && -z "${VK_DRIVER_FILES:-}" ]]; then
+    # containers often mount the NVIDIA driver here without registering its ICD
+    for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
+        [[ -f $icd ]] || continue
+        echo "no adapter with the default ICDs; trying VK_DRIVER_FILES=$icd"
+        export VK_DRIVER_FILES=$icd
+    done
+    probe=$("$bench" --demo --backend vulkan --iters 1 --warmup 0 --json 2>&1)
+    rc=$?
+fi
+[[ $rc -eq 0 ]] || die "no Vulkan adapter could run the demo model:
 $probe
 (check the driver's ICD file, e.g. VK_DRIVER_FILES=/usr/share/vulkan/icd.d/nvidia_icd.json)"
 adapter=$(echo "$probe" | sed -n 's/.*"backend":"\([^"]*\)".*/\1/p')

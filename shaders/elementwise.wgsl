@@ -1,5 +1,6 @@
 // Elementwise ops. `binary`: y = a (op) b with numpy broadcasting over rank <= 4 (strides 0
-// on broadcast dims). `unary`: scale / GELU (tanh, erf) / SiLU.
+// on broadcast dims). `unary`: scale / GELU (tanh, erf) / SiLU; with GATED, times b[i]
+// (a gated FFN's act(gate) * up in one pass).
 
 struct BinaryParams {
     n: u32,
@@ -78,5 +79,8 @@ fn unary(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
         case 3u: { r = x / (1.0 + exp(-x)); }
         default: { r = max(x, 0.0); }
     }
+#if GATED
+    r = r * b[i];
+#endif
     y[i] = r;
 }

@@ -1,7 +1,7 @@
 //! The reference backend: each node is one call into [`crate::ops`].
 
 use super::{match_inputs, Backend, ExecStats, Executable, RunCounters, WeightStore};
-use crate::graph::{AttentionMask, Graph, Op};
+use crate::graph::{AttentionMask, GateAct, Graph, Op};
 use crate::ops::{self, Mask};
 use crate::{Error, Result, Tensor};
 use std::collections::BTreeMap;
@@ -93,6 +93,8 @@ impl Executable for CpuExecutable<'_> {
                 Op::GeluTanh => ops::gelu_tanh(arg(0))?,
                 Op::GeluErf => ops::gelu_erf(arg(0))?,
                 Op::Silu => ops::silu(arg(0))?,
+                Op::Gated(GateAct::Silu) => ops::swiglu(arg(0), arg(1))?,
+                Op::Gated(GateAct::GeluTanh) => ops::geglu(arg(0), arg(1))?,
                 Op::Relu => ops::relu(arg(0))?,
                 Op::Softmax => ops::softmax(arg(0))?,
                 Op::RmsNorm { eps, offset } => ops::rms_norm_offset(arg(0), arg(1), *eps, *offset)?,

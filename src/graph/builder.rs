@@ -1,6 +1,6 @@
 //! Building a [`Graph`] with shape inference.
 
-use super::{AttentionMask, Graph, Node, NodeId, Op, WeightStore};
+use super::{AttentionMask, GateAct, Graph, Node, NodeId, Op, WeightStore};
 use crate::gguf::GgmlType;
 use crate::ops::{RopeConfig, RopeLayout};
 use crate::{Error, Result, Tensor};
@@ -326,6 +326,16 @@ impl<'w> GraphBuilder<'w> {
 
     pub fn silu(&mut self, x: NodeId) -> NodeId {
         self.unary(Op::Silu, x)
+    }
+
+    /// `act(gate) * up` in one op (`gate` and `up` of the same shape).
+    pub fn gated(&mut self, gate: NodeId, up: NodeId, act: GateAct) -> Result<NodeId> {
+        let (gs, us) = (self.shape(gate), self.shape(up));
+        if gs != us {
+            return Err(err("gated", format!("gate {gs:?} and up {us:?} differ")));
+        }
+        let shape = gs.to_vec();
+        Ok(self.activation(Op::Gated(act), vec![gate, up], shape))
     }
 
     pub fn relu(&mut self, x: NodeId) -> NodeId {

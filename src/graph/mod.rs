@@ -76,6 +76,9 @@ pub enum Op {
     GeluErf,
     Silu,
     Relu,
+    /// `[gate, up]` (same shape) -> `act(gate) * up`: a gated FFN's activation and product
+    /// in one op.
+    Gated(GateAct),
     /// Over the last dimension.
     Softmax,
     /// `[x, w]`: `x / rms(x) * (w + offset)` over the last dim (offset 1 for Gemma).
@@ -126,6 +129,8 @@ impl Op {
             Op::GeluErf => "gelu_erf",
             Op::Silu => "silu",
             Op::Relu => "relu",
+            Op::Gated(GateAct::Silu) => "silu_mul",
+            Op::Gated(GateAct::GeluTanh) => "gelu_tanh_mul",
             Op::Softmax => "softmax",
             Op::RmsNorm { .. } => "rms_norm",
             Op::LayerNorm { .. } => "layer_norm",
@@ -139,6 +144,13 @@ impl Op {
             Op::Embedding => "embedding",
         }
     }
+}
+
+/// The activation of [`Op::Gated`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateAct {
+    Silu,
+    GeluTanh,
 }
 
 #[derive(Clone, Debug)]

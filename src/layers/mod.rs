@@ -2,7 +2,7 @@
 //! weights by a prefix (`<prefix>.weight`, `<prefix>.bias`) with the shapes the layer
 //! implies. Nothing here knows a model.
 
-use crate::graph::{AttentionMask, GraphBuilder, NodeId};
+use crate::graph::{AttentionMask, GateAct, GraphBuilder, NodeId};
 use crate::ops::{RopeConfig, RopeMode};
 use crate::{Result, Tensor};
 
@@ -123,10 +123,10 @@ pub fn gated_ffn(
     let gate = linear(g, x, &format!("{prefix}.ffn_gate"), inter, false)?;
     let up = linear(g, x, &format!("{prefix}.ffn_up"), inter, false)?;
     let act = match act {
-        GatedActivation::Silu => g.silu(gate),
-        GatedActivation::GeluTanh => g.gelu_tanh(gate),
+        GatedActivation::Silu => GateAct::Silu,
+        GatedActivation::GeluTanh => GateAct::GeluTanh,
     };
-    let h = g.mul(act, up)?;
+    let h = g.gated(gate, up, act)?;
     let down = format!("{prefix}.ffn_down");
     match residual {
         Some(r) => linear_add(g, h, &down, d, r),

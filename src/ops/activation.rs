@@ -174,11 +174,13 @@ pub fn relu(x: &Tensor) -> Result<Tensor<'static>> {
     map(x, |a| a.max(0.0))
 }
 
+/// `act(gate) * up`, the activation computed as the tensor function `act` does (so the
+/// result equals its output times `up`).
 fn gated(
     op: &'static str,
     gate: &Tensor,
     up: &Tensor,
-    f: impl Fn(f32) -> f32 + Sync,
+    act: impl Fn(&Tensor) -> Result<Tensor<'static>>,
 ) -> Result<Tensor<'static>> {
     if gate.shape() != up.shape() {
         return Err(Error::shape(
@@ -186,22 +188,24 @@ fn gated(
             format!("gate {:?} and up {:?} differ", gate.shape(), up.shape()),
         ));
     }
-    let mut g = f32s(gate)?.into_owned();
+    let mut a = act(gate)?;
     let u = f32s(up)?;
-    g.par_chunks_mut(4096)
+    a.as_f32_mut()?
+        .par_chunks_mut(4096)
         .zip(u.par_chunks(4096))
-        .for_each(|(g, u)| g.iter_mut().zip(u).for_each(|(a, b)| *a = f(*a) * b));
-    out(gate.shape().to_vec(), g)
+        .for_each(|(a, u)| a.iter_mut().zip(u).for_each(|(a, b)| *a *= b));
+    Ok(a)
 }
 
-/// `silu(gate) * up` (Llama/SmolLM MLP), same shapes.
+/// `silu(gate) * up` (Llama/SmolLM MLP), same shapes: `Op::Gated(GateAct::Silu)`.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor<'static>> {
-    gated("swiglu", gate, up, silu_f32)
+    gated("swiglu", gate, up, silu)
 }
 
-/// `gelu_tanh(gate) * up` (Gemma's GeGLU MLP, `gelu_pytorch_tanh`), same shapes.
+/// `gelu_tanh(gate) * up` (Gemma's GeGLU MLP, `gelu_pytorch_tanh`), same shapes:
+/// `Op::Gated(GateAct::GeluTanh)`.
 pub fn geglu(gate: &Tensor, up: &Tensor) -> Result<Tensor<'static>> {
-    gated("geglu", gate, up, gelu_tanh_f32)
+    gated("geglu", gate, up, gelu_tanh)
 }
 
 #[cfg(test)]

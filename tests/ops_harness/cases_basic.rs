@@ -2,6 +2,7 @@
 
 use super::{Cases, NMSE_DEFAULT, NMSE_MATMUL};
 use vla::gguf::GgmlType;
+use vla::graph::GateAct;
 
 pub fn add(c: &mut Cases) {
     for (a, b) in [
@@ -55,6 +56,29 @@ pub fn add(c: &mut Cases) {
                             _ => g.relu(x),
                         })
                     }
+                },
+            );
+        }
+    }
+
+    // gated products act(gate) * up, one op (after the other cases: their draws unchanged)
+    for shape in [vec![1], vec![5, 77], vec![3, 3, 257], vec![70000]] {
+        for act in [GateAct::Silu, GateAct::GeluTanh] {
+            let mut gate = c.tensor(&shape);
+            gate.as_f32_mut()
+                .unwrap()
+                .iter_mut()
+                .for_each(|v| *v *= 8.0);
+            let up = c.tensor(&shape);
+            let shape = shape.clone();
+            c.add(
+                format!("gated {act:?} {shape:?}"),
+                vec![],
+                vec![("gate", gate), ("up", up)],
+                NMSE_DEFAULT,
+                move |g| {
+                    let (a, b) = (g.input("gate", &shape), g.input("up", &shape));
+                    g.gated(a, b, act)
                 },
             );
         }

@@ -7,7 +7,7 @@
 
 use super::ffi::{Context, T};
 use crate::gguf::GgmlType;
-use crate::graph::{AttentionMask, Graph, NodeId, Op};
+use crate::graph::{AttentionMask, GateAct, Graph, NodeId, Op};
 use crate::ops::{RopeLayout, RopeMode};
 use crate::{Error, Result, Tensor};
 use llama_cpp_sys_2 as sys;
@@ -399,6 +399,14 @@ impl Lowerer<'_> {
                 Op::GeluTanh => gelu_tanh(ctx, self.val(inp[0])),
                 Op::GeluErf => sys::ggml_gelu_erf(ctx, self.val(inp[0])),
                 Op::Silu => sys::ggml_silu(ctx, self.val(inp[0])),
+                Op::Gated(act) => {
+                    let gate = self.val(inp[0]);
+                    let a = match act {
+                        GateAct::Silu => sys::ggml_silu(ctx, gate),
+                        GateAct::GeluTanh => gelu_tanh(ctx, gate),
+                    };
+                    sys::ggml_mul(ctx, a, self.val(inp[1]))
+                }
                 Op::Relu => sys::ggml_relu(ctx, self.val(inp[0])),
                 Op::Softmax => sys::ggml_soft_max(ctx, self.val(inp[0])),
                 Op::RmsNorm { eps, offset } => {

@@ -1,9 +1,10 @@
-//! Broadcasting binary ops and unary activations (`shaders/elementwise.wgsl`).
+//! Broadcasting binary ops, unary activations and gated products `act(gate) * up`
+//! (`shaders/elementwise.wgsl`).
 
 use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::GpuContext;
-use crate::graph::{Node, Op};
+use crate::graph::{GateAct, Node, Op};
 use crate::{Error, Result};
 
 const SOURCE: &str = include_str!("../../../../shaders/elementwise.wgsl");
@@ -73,18 +74,19 @@ pub(super) fn unary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result
         Op::GeluErf => (2, 0.0),
         Op::Silu => (3, 0.0),
         Op::Relu => (4, 0.0),
+        Op::Gated(GateAct::GeluTanh) => (1, 0.0),
+        Op::Gated(GateAct::Silu) => (3, 0.0),
         _ => unreachable!("routed by encode"),
     };
     let params = [u32_of(node.numel(), "elements")?, op, scalar.to_bits(), 0];
-    let v = Variant::new("elementwise", SOURCE, "unary");
+    let gated = matches!(node.op, Op::Gated(_));
+    let v = Variant::new("elementwise", SOURCE, "unary").define("GATED", gated);
     let grid = grid_1d(ctx, node.numel(), WG);
-    Ok(vec![dispatch(
-        ctx,
-        &v,
-        &params,
-        &[(1, bufs.inputs[0].f32()), (3, bufs.output)],
-        grid,
-    )?])
+    let mut buffers = vec![(1, bufs.inputs[0].f32()), (3, bufs.output)];
+    if gated {
+        buffers.push((2, bufs.inputs[1].f32()));
+    }
+    Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])
 }
 
 #[cfg(test)]

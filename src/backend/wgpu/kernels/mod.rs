@@ -185,7 +185,7 @@ pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
 pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
     match &node.op {
         Op::Add | Op::Mul => elementwise::binary(ctx, node, bufs),
-        Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu | Op::Relu => {
+        Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu | Op::Relu | Op::Gated(_) => {
             elementwise::unary(ctx, node, bufs)
         }
         Op::MatMul => matmul::matmul(ctx, node, bufs),
