@@ -283,23 +283,30 @@ fn matvec(
     let nb = p.k / 32u;
     for (var b = li; b < nb; b += MV_WG) {
         let wb = load_block(row * nb * BLOCK_BYTES + b * BLOCK_BYTES);
-        for (var m = 0u; m < p.m; m++) {
-            acc[m] += block_dot(m * nb + b, wb);
+        for (var m = 0u; m < MAX_M; m++) {
+            if (m < p.m) {
+                acc[m] += block_dot(m * nb + b, wb);
+            }
         }
     }
 #else
     for (var k = li; k < p.k; k += MV_WG) {
         let wv = load_w(row * p.k + k);
-        for (var m = 0u; m < p.m; m++) {
-            acc[m] = fma(x[m * p.k + k], wv, acc[m]);
+        for (var m = 0u; m < MAX_M; m++) {
+            if (m < p.m) {
+                acc[m] = fma(x[m * p.k + k], wv, acc[m]);
+            }
         }
     }
 #endif
 #if SUBGROUPS
-    for (var m = 0u; m < p.m; m++) {
-        let s = subgroupAdd(acc[m]);
-        if (lane == 0u) {
-            partial[sg * MAX_M + m] = s;
+    // constant trip counts (MAX_M, guarded): acc can stay in registers
+    for (var m = 0u; m < MAX_M; m++) {
+        if (m < p.m) {
+            let s = subgroupAdd(acc[m]);
+            if (lane == 0u) {
+                partial[sg * MAX_M + m] = s;
+            }
         }
     }
     workgroupBarrier();
@@ -314,7 +321,7 @@ fn matvec(
         y[li * p.n + p.n_off + r] = t;
     }
 #else
-    for (var m = 0u; m < p.m; m++) {
+    for (var m = 0u; m < MAX_M; m++) {
         partial[li * MAX_M + m] = acc[m];
     }
     for (var stride = MV_WG / 2u; stride > 0u; stride >>= 1u) {
