@@ -310,18 +310,26 @@ fn run(args: Args) -> Result<()> {
         println!("          process peak RSS {rss:.1} MiB");
     }
     if let Some(p) = &profile {
-        print_profile(p);
+        print_profile(p, info.num_steps);
     }
     Ok(())
 }
 
 /// The last predict's kernels grouped by stage, op and kernel, the most time first.
-fn print_profile(times: &[vla::policy::KernelTime]) {
+fn print_profile(times: &[vla::policy::KernelTime], steps: usize) {
     let rows = summarize(times);
     let total: f64 = rows.iter().map(|r| r.ms).sum();
     println!(
         "profile   last predict: {} dispatches, {total:.2} ms of kernel time",
         times.len()
+    );
+    let count = |stage: &str| times.iter().filter(|t| t.stage == stage).count();
+    let denoise = count("denoise");
+    println!(
+        "          dispatches: vision {}, prefill {}, denoise {denoise} ({:.1} a step)",
+        count("vision"),
+        count("prefill"),
+        denoise as f64 / steps.max(1) as f64
     );
     println!(
         "{:<8} {:<12} {:<14} {:>6} {:>10} {:>6} {:>10} {:>8}",
