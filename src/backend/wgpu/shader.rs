@@ -21,6 +21,9 @@ pub(crate) struct Variant {
     /// default). Off only for kernels in which every invocation reads only workgroup
     /// memory written earlier in the same workgroup, behind a barrier.
     pub zero_workgroup_memory: bool,
+    /// Whether naga adds runtime bounds checks (clamped indices) to the kernel (wgpu's
+    /// default). Off only for kernels whose every index the host proves in range.
+    pub bounds_checked: bool,
 }
 
 impl Variant {
@@ -32,7 +35,15 @@ impl Variant {
             defines: vec![],
             constants: vec![],
             zero_workgroup_memory: true,
+            bounds_checked: true,
         }
+    }
+
+    /// No runtime bounds checks (see [`Self::bounds_checked`]): for kernels whose indices
+    /// are all in range by construction, each caller saying why.
+    pub fn indices_proven(mut self) -> Self {
+        self.bounds_checked = false;
+        self
     }
 
     /// Skips the zero-fill of workgroup memory (see [`Self::zero_workgroup_memory`]).
@@ -55,8 +66,13 @@ impl Variant {
 
     fn key(&self) -> String {
         format!(
-            "{}:{}:{:?}:{:?}:{}",
-            self.family, self.entry, self.defines, self.constants, self.zero_workgroup_memory
+            "{}:{}:{:?}:{:?}:{}:{}",
+            self.family,
+            self.entry,
+            self.defines,
+            self.constants,
+            self.zero_workgroup_memory,
+            self.bounds_checked
         )
     }
 }
@@ -131,14 +147,16 @@ impl PipelineCache {
         };
         let checks = wgpu::ShaderRuntimeChecks {
             force_loop_bounding: loop_bounding,
+            bounds_checks: v.bounds_checked,
             ..wgpu::ShaderRuntimeChecks::checked()
         };
-        // SAFETY: the only check turned off is forced loop bounding, whose contract is that
-        // no shader loops forever. Every loop in shaders/ is a `for` over a counter that
+        // SAFETY: forced loop bounding's contract is that no shader loops forever. Every loop in shaders/ is a `for` over a counter that
         // grows by a positive constant (or the workgroup size) towards a bound read from
         // the params, which the host builds from tensor sizes (u32_of: < 2^32) of buffers
         // that exist, so no counter can wrap before passing its bound; there are no
-        // `loop`/`while` statements (shader_loops_are_counted checks the sources).
+        // `loop`/`while` statements (shader_loops_are_counted checks the sources). Bounds
+        // checks are off only for variants marked `indices_proven`, whose callers show every
+        // index in range (gemm.rs).
         let module = unsafe { device.create_shader_module_trusted(desc, checks) };
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(v.entry),

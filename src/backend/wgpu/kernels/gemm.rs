@@ -91,7 +91,15 @@ impl Gemm<'_> {
             .define("ADD_C", self.addend.is_some())
             .define("C_FULL", self.addend.is_some_and(|a| a.1))
             // xs and ws are filled for the whole tile, then a barrier, then read
-            .written_before_read();
+            .written_before_read()
+            // Every index is in range without runtime checks: workgroup tiles are indexed
+            // by r < BM (or BN) and c < BK < PITCH by construction; global reads and writes
+            // are guarded by m < M, n < rows and kk < K, and the buffers hold what the
+            // params say (A: batches x M x K from the node's shape, B: a weight chunk of
+            // rows x K or a [batches / group, K, rows] activation, C and the addend: the
+            // output, the mask: [M, N]). That saves a clamp per workgroup-memory read in
+            // the inner loop.
+            .indices_proven();
         let shift = i32::try_from(shift.unwrap_or(0)).unwrap_or(i32::MAX);
         let [sa, sb, sc] = self.strides;
         let params = [
