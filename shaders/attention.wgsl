@@ -5,9 +5,8 @@
 // Template: ROWS = score-row kernel (`attn_rows`: all Sk scores in workgroup memory,
 // array size SK_CAP, exact max then exp then P@V); otherwise the fused flash-style kernel
 // (`attn_flash`: online softmax over tiles of WG keys, running max / sum / output
-// rescaled per tile, no Sk-sized storage). SOFTMAX adds `attn_softmax`, the middle step of
-// the GPU kernel set's attention (scores and P@V are tiled GEMMs, gemm_tiled.wgsl).
-// SUBGROUPS as in norm.wgsl.
+// rescaled per tile, no Sk-sized storage). (The GPU kernel set's attention is tiled GEMMs
+// and norm.wgsl's in-place softmax instead.) SUBGROUPS as in norm.wgsl.
 
 struct Params {
     rows: u32,     // Hq * Sq
@@ -168,39 +167,5 @@ fn attn_flash(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
         let c = lid + a * WG;
         if (c < p.dv) { o[row * p.dv + c] = acc[a] * inv; }
     }
-}
-#endif
-
-#if SOFTMAX
-// In place over the score rows the tiled GEMM wrote (GPU kernel set): row r of Sk scores
-// (masked keys hold NEG_MAX) becomes its softmax; a row with no allowed key gets zeros.
-@compute @workgroup_size(WG)
-fn attn_softmax(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                @builtin(local_invocation_index) l: u32
-#if SUBGROUPS
-                , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32
-#endif
-) {
-#if SUBGROUPS
-    setup(l, lane, size);
-#else
-    setup(l);
-#endif
-    let row = wg.y * nwg.x + wg.x;
-    if (row >= p.rows) { return; }
-    let base = row * p.sk;
-    var m = NEG_MAX;
-    for (var j = lid; j < p.sk; j += WG) { m = max(m, o[base + j]); }
-    m = reduce(m, true);
-    var l_sum = 0.0;
-    for (var j = lid; j < p.sk; j += WG) {
-        let s = o[base + j];
-        let e = select(exp(s - m), 0.0, s <= NEG_MAX);
-        o[base + j] = e;
-        l_sum += e;
-    }
-    l_sum = reduce(l_sum, false);
-    let inv = select(1.0 / l_sum, 0.0, l_sum == 0.0);
-    for (var j = lid; j < p.sk; j += WG) { o[base + j] *= inv; }
 }
 #endif

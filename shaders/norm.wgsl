@@ -1,5 +1,6 @@
 // Row-wise reductions over the last dim, one workgroup per row (rows of any length; each
-// invocation strides over the row): `softmax`, `rms_norm` (x / rms(x) * (w + offset)),
+// invocation strides over the row): `softmax` (IN_PLACE: over y, the GPU kernel set's
+// attention scores), `rms_norm` (x / rms(x) * (w + offset)),
 // `layer_norm` ((x - mean) / sqrt(var + eps) * w + b; two passes, biased variance).
 // Template: SUBGROUPS reduces within subgroups first (subgroupAdd / subgroupMax), then
 // across the per-subgroup partials; otherwise a workgroup-memory tree. WG (override) must
@@ -23,6 +24,15 @@ const NEG_MAX: f32 = -3.4028235e38;
 
 // `red`, `lid`, `combine` and `reduce` come from reduce.wgsl.
 
+// A softmax input value: x, or y itself with IN_PLACE.
+fn softmax_in(i: u32) -> f32 {
+#if IN_PLACE
+    return y[i];
+#else
+    return x[i];
+#endif
+}
+
 @compute @workgroup_size(WG)
 fn softmax(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) l: u32
@@ -39,13 +49,19 @@ fn softmax(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
     if (row >= p.rows) { return; }
     let base = row * p.d;
     var m = NEG_MAX;
-    for (var i = lid; i < p.d; i += WG) { m = max(m, x[base + i]); }
+    for (var i = lid; i < p.d; i += WG) { m = max(m, softmax_in(base + i)); }
     m = reduce(m, true);
     var s = 0.0;
     for (var i = lid; i < p.d; i += WG) {
-        let v = x[base + i];
-        // -inf entries get 0; an all -inf row has sum 0 and becomes zeros
-        let e = select(exp(v - m), 0.0, v < NEG_MAX);
+        let v = softmax_in(base + i);
+        // -inf entries get 0; an all -inf row has sum 0 and becomes zeros. IN_PLACE (the
+        // GPU kernel set's attention scores) counts NEG_MAX, its masked value, as masked.
+#if IN_PLACE
+        let masked = v <= NEG_MAX;
+#else
+        let masked = v < NEG_MAX;
+#endif
+        let e = select(exp(v - m), 0.0, masked);
         y[base + i] = e;
         s += e;
     }

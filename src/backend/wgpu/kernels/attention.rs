@@ -74,7 +74,7 @@ pub(super) fn attention(
     if ctx.kernels() == KernelSet::Gpu && ctx.options.flash_attn != Some(true) {
         let scores = 4 * (hq * sq * sk) as u64;
         if scores <= ctx.limits.max_storage_buffer_binding_size {
-            return gemm_attention(ctx, node, bufs, &params, scores);
+            return gemm_attention(ctx, node, bufs, scores);
         }
     }
     let wg_bytes = ctx.limits.max_compute_workgroup_storage_size as usize;
@@ -111,14 +111,13 @@ pub(super) fn attention(
 }
 
 /// Attention as three dispatches (GPU kernel set): the scaled, masked scores `Q K^T` of
-/// every head into a scratch buffer by the tiled GEMM, the softmax of each score row in
-/// place, then `P V` by the tiled GEMM; query heads index the GEMMs' batches, `group` of
+/// every head into a scratch buffer by the tiled GEMM (masked: -f32::MAX), the softmax of
+/// each score row in place (norm.wgsl), then `P V` by the tiled GEMM; query heads index the GEMMs' batches, `group` of
 /// them per kv head.
 fn gemm_attention(
     ctx: &GpuContext,
     node: &Node,
     bufs: &NodeBuffers,
-    params: &[u32; 8],
     scores_bytes: u64,
 ) -> Result<Vec<Dispatch>> {
     let Op::Attention { mask, scale } = node.op else {
@@ -150,11 +149,7 @@ fn gemm_attention(
         c: &s,
     }
     .dispatch(ctx)?;
-    let v = Variant::new("attention", SOURCE, "attn_softmax")
-        .define("SOFTMAX", true)
-        .define("SUBGROUPS", ctx.caps.subgroups)
-        .constant("WG", WG as f64);
-    let softmax = dispatch(ctx, &v, params, &[(5, &s)], grid_1d(ctx, hq * sq, 1))?;
+    let softmax = super::norm::softmax_in_place(ctx, &s, hq * sq, sk)?;
     let pv = Gemm {
         m: sq,
         n: dv,

@@ -13,6 +13,22 @@ const SOURCE: &str = concat!(
     include_str!("../../../../shaders/reduce.wgsl")
 );
 
+/// Softmax over rows of `d` values of `buffer`, in place, entries at or below -f32::MAX
+/// counting as masked (the GPU kernel set's attention scores).
+pub(super) fn softmax_in_place(
+    ctx: &GpuContext,
+    buffer: &wgpu::Buffer,
+    rows: usize,
+    d: usize,
+) -> Result<Dispatch> {
+    let params = [u32_of(rows, "rows")?, u32_of(d, "row length")?, 0, 0];
+    let v = Variant::new("norm", SOURCE, "softmax")
+        .define("IN_PLACE", true)
+        .define("SUBGROUPS", ctx.caps.subgroups)
+        .constant("WG", f64::from(workgroup_size(ctx, d)));
+    dispatch(ctx, &v, &params, &[(4, buffer)], grid_1d(ctx, rows, 1))
+}
+
 /// Threads per row: short rows waste most of them, long rows (2048+) stride.
 fn workgroup_size(ctx: &GpuContext, d: usize) -> u32 {
     let max = ctx.limits.max_compute_invocations_per_workgroup.min(256);
