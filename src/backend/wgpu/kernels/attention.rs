@@ -74,7 +74,8 @@ pub(super) fn attention(
     if ctx.kernels() == KernelSet::Gpu && ctx.options.flash_attn != Some(true) {
         let scores = 4 * (hq * sq * sk) as u64;
         if scores <= ctx.limits.max_storage_buffer_binding_size {
-            return gemm_attention(ctx, node, bufs, scores);
+            let dims = [hq, sq, d, hkv, sk, dv];
+            return gemm_attention(ctx, node, bufs, dims, scores);
         }
     }
     let wg_bytes = ctx.limits.max_compute_workgroup_storage_size as usize;
@@ -112,21 +113,18 @@ pub(super) fn attention(
 
 /// Attention as three dispatches (GPU kernel set): the scaled, masked scores `Q K^T` of
 /// every head into a scratch buffer by the tiled GEMM (masked: -f32::MAX), the softmax of
-/// each score row in place (norm.wgsl), then `P V` by the tiled GEMM; query heads index the GEMMs' batches, `group` of
-/// them per kv head.
+/// each score row in place (norm.wgsl), then `P V` by the tiled GEMM; query heads index
+/// the GEMMs' batches, `group` of them per kv head. `dims`: `[Hq, Sq, D, Hkv, Sk, Dv]`.
 fn gemm_attention(
     ctx: &GpuContext,
     node: &Node,
     bufs: &NodeBuffers,
+    [hq, sq, d, hkv, sk, dv]: [usize; 6],
     scores_bytes: u64,
 ) -> Result<Vec<Dispatch>> {
     let Op::Attention { mask, scale } = node.op else {
         unreachable!("routed by encode")
     };
-    let (qs, ks) = (bufs.inputs[0].shape(), bufs.inputs[1].shape());
-    let (hq, sq, d) = (qs[0], qs[1], qs[2]);
-    let (hkv, sk) = (ks[0], ks[1]);
-    let dv = node.shape[2];
     let group = hq / hkv;
     let s = bufs.scratch.get(ctx, scores_bytes);
     let allowed = (mask == AttentionMask::Allowed).then(|| bufs.inputs[3].f32());
