@@ -92,6 +92,8 @@ pub trait Executable: Send {
 /// dispatches).
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTime {
+    /// The graph node (index) the dispatch computes.
+    pub node: usize,
     /// The graph stage the node belongs to ([`Graph::stages`]; empty before the first).
     pub stage: String,
     /// The graph op (`matmul`, `attention`, ...).

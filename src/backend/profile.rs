@@ -70,6 +70,7 @@ mod tests {
 
     fn t(op: &'static str, kernel: &'static str, ms: f64, flops: f64) -> KernelTime {
         KernelTime {
+            node: 0,
             stage: "vision".into(),
             op,
             kernel,

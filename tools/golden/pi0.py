@@ -129,7 +129,14 @@ def build_tokenizer(out):
 def patch_sizes(modeling, arch):
     """Make lerobot build the sizes in `arch` (variant names stay gemma_2b / gemma_300m)."""
     vis, vlm, exp = arch["vision"], arch["vlm"], arch["expert"]
-    real_pali, real_gemma = modeling.PaliGemmaForConditionalGeneration, modeling.GemmaForCausalLM
+    # lerobot 0.4.4 builds transformers' (openpi-patched) classes; 0.6.1 its own pi_gemma subclasses
+    pali_name = next(n for n in ("PaliGemmaForConditionalGeneration", "PaliGemmaForConditionalGenerationWithPiGemma")
+                     if hasattr(modeling, n))
+    gemma_name = next(n for n in ("GemmaForCausalLM", "PiGemmaForCausalLM") if hasattr(modeling, n))
+    real_pali, real_gemma = getattr(modeling, pali_name), getattr(modeling, gemma_name)
+
+    def rope_theta(c):  # transformers 5 keeps it in rope_parameters
+        return c.rope_theta if hasattr(c, "rope_theta") else c.rope_parameters["rope_theta"]
 
     def gemma_config(variant):
         c = {"gemma_2b": vlm, "gemma_300m": exp}[variant]
@@ -143,17 +150,17 @@ def patch_sizes(modeling, arch):
         assert v.image_size == vis["image_size"] and not v.vision_use_head
         config._vocab_size = t.vocab_size = v.vocab_size = vlm["vocab_size"]
         config.image_token_index = vlm["vocab_size"]
-        assert t.rms_norm_eps == vlm["rms_eps"] and t.rope_theta == vlm["rope_theta"]
+        assert t.rms_norm_eps == vlm["rms_eps"] and rope_theta(t) == vlm["rope_theta"]
         return real_pali(config=config)
 
     def gemma_expert(config):
         config.vocab_size = vlm["vocab_size"]
-        assert config.rms_norm_eps == vlm["rms_eps"] and config.rope_theta == vlm["rope_theta"]
+        assert config.rms_norm_eps == vlm["rms_eps"] and rope_theta(config) == vlm["rope_theta"]
         return real_gemma(config=config)
 
     modeling.get_gemma_config = gemma_config
-    modeling.PaliGemmaForConditionalGeneration = paligemma
-    modeling.GemmaForCausalLM = gemma_expert
+    setattr(modeling, pali_name, paligemma)
+    setattr(modeling, gemma_name, gemma_expert)
 
 
 def rerandomize(policy, gen):

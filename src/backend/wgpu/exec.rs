@@ -552,6 +552,7 @@ impl Executable for WgpuExecutable {
         let times = times.map(|((&n, &ms), d)| {
             let share = per_node[n] as f64;
             KernelTime {
+                node: n,
                 stage: stage_of(n).to_owned(),
                 op: self.graph.nodes()[n].op.kind(),
                 kernel: d.kernel,

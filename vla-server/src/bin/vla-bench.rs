@@ -325,11 +325,20 @@ fn print_profile(times: &[vla::policy::KernelTime], steps: usize) {
     );
     let count = |stage: &str| times.iter().filter(|t| t.stage == stage).count();
     let denoise = count("denoise");
+    // one attention op per decoder (or DiT attention) layer and step
+    let mut layers: Vec<usize> = times
+        .iter()
+        .filter(|t| t.stage == "denoise" && t.op == "attention")
+        .map(|t| t.node)
+        .collect();
+    layers.sort_unstable();
+    layers.dedup();
     println!(
-        "          dispatches: vision {}, prefill {}, denoise {denoise} ({:.1} a step)",
+        "          dispatches: vision {}, prefill {}, denoise {denoise} ({:.1} a step, {:.1} an attention layer)",
         count("vision"),
         count("prefill"),
-        denoise as f64 / steps.max(1) as f64
+        denoise as f64 / steps.max(1) as f64,
+        denoise as f64 / layers.len().max(1) as f64
     );
     println!(
         "{:<8} {:<12} {:<14} {:>6} {:>10} {:>6} {:>10} {:>8}",
