@@ -10,7 +10,27 @@ def parse_args(doc):
     ap.add_argument("dir")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the policy and inputs live; cuda times with torch.cuda.synchronize")
     return ap.parse_args()
+
+
+def load_policy(Policy, d, device):
+    """Policy.from_pretrained(d) with the checkpoint's config.device (cpu in the golden folders)
+    replaced by `device`, so lerobot loads the weights there; in eval mode."""
+    from lerobot.configs.policies import PreTrainedConfig
+
+    config = PreTrainedConfig.from_pretrained(d)
+    config.device = device
+    return Policy.from_pretrained(d, config=config).eval()
+
+
+def lerobot_version(meta):
+    """The running lerobot's version, and the folder's when it was recorded with another."""
+    from importlib.metadata import version
+
+    v, rec = version("lerobot"), meta["versions"]["lerobot"]
+    return v if v == rec else f"{v} (folder recorded with {rec})"
 
 
 def recorded_batch(policy, g, token_ids, attention_mask=None):
@@ -31,21 +51,31 @@ def recorded_batch(policy, g, token_ids, attention_mask=None):
     return batch, len(cams)
 
 
-def time_and_report(policy, batch, g, iters, header):
+def time_and_report(policy, batch, g, iters, header, device="cpu"):
     """One warm-up call, then `iters` timed ones on the recorded noise; prints `header`, the
-    times and the chunk's max abs difference from the recorded normalised one."""
+    times and the chunk's max abs difference from the recorded normalised one. The batch and
+    noise go to `device`; on cuda the clock is read after torch.cuda.synchronize."""
     import torch
 
-    noise = g["noise"][None]
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    batch = {k: v.to(device) for k, v in batch.items()}
+    noise = g["noise"][None].to(device)
     times = []
     with torch.no_grad():
         for i in range(iters + 1):
+            sync()
             t0 = time.perf_counter()
             out = policy.predict_action_chunk(dict(batch), noise=noise.clone())
+            sync()
             if i:
                 times.append((time.perf_counter() - t0) * 1e3)
-    err = (out[0] - g["actions_norm"][:, : out.shape[-1]]).abs().max().item()
+    err = (out[0].cpu() - g["actions_norm"][:, : out.shape[-1]]).abs().max().item()
     times.sort()
+    if device != "cpu":
+        header += f", {torch.cuda.get_device_name()}"
     print(header)
     print(f"predict_action_chunk ms: min {times[0]:.1f} median {times[len(times) // 2]:.1f} max {times[-1]:.1f}")
     print(f"max abs diff vs recorded normalised chunk: {err:.2e}")
