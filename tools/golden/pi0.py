@@ -22,6 +22,30 @@ transformers as openpi's README says, from openpi commit 15a9616a00943ada6c20a0f
         # the real sizes (SigLIP So400m/14 at 224, Gemma 2B + Gemma 300M expert, vocab 257152,
         # chunk 50): a 14 GB model.safetensors, 18.7 GB peak RSS, ~4 min on 2 cores; not committed
 
+--bench-only (lerobot 0.4.4 with openpi's patch as above, or 0.6.1 with plain transformers 5):
+the folder for tools/golden/bench_pi0.py alone, e.g. on the GPU machine (tools/golden/DEVICE.md),
+where lerobot is 0.6.1 and neither openpi's patch nor the recorded intermediates are available:
+
+    /work/venv-lerobot061/bin/python tools/golden/pi0.py --arch pi05 --size full --bench-only --out /tmp/pi05-full
+    /work/venv-lerobot061/bin/python tools/golden/bench_pi0.py /tmp/pi05-full --iters 3   # diff ~0
+
+The same checkpoint, arch.json and inputs as without the flag under the same lerobot (same seed,
+same draws; the policy is built without its own random init, which rerandomize() overwrites
+anyway: tools/golden/_bench_only.py), then one policy.predict_action_chunk call on the recorded
+noise, nothing wrapped (only the tokenizer step's get_task, to record the prompt) and no
+`transformers.models.siglip.check`, on --device (cpu, or cuda after the checkpoint is written:
+pass the benchmark's --device so its diff reads ~0). golden.safetensors holds only image.{i},
+state_norm, noise and actions_norm, here [chunk, action_dim] (predict_action_chunk's output,
+already cut to the action dims); golden.json has "bench_only": true, the device and the phases'
+seconds, no openpi fields in "versions" and no prefix_len. Such a folder is not for the Rust
+golden tests (they need the intermediates). On Python 3.11 lerobot 0.6.1's PEP 695 lines are
+rewritten first (tools/golden/py311_compat.py; nothing happens on 3.12). Under 0.6.1 the weights
+differ from 0.4.4's (its state_dict lists them in another order, so the draws land elsewhere),
+and pi05's prompt carries only the state's own 6 bins (0.6.1 no longer pads the state to
+max_state_dim before discretizing). Full size here (lerobot 0.6.1, 2 cores): model.safetensors
+16.1 GB (pi0) / 16.6 GB (pi05: 0.6.1 saves the untied lm_heads, 0.4.4's was 14 GB), ~2 min,
+17.5 GB peak RSS.
+
 lerobot hard-codes the Gemma sizes (`get_gemma_config`) and the PaliGemma vocab, SigLIP
 intermediate size and projection width; this script replaces those in lerobot's module namespace
 (`get_gemma_config`, `PaliGemmaForConditionalGeneration`, `GemmaForCausalLM`) so tiny models can
@@ -63,18 +87,25 @@ repeat the last position), suffix from n_valid_prefix on; pi0's suffix is [state
 pi05's the chunk actions alone.
 """
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import sys
+import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _bench_only, py311_compat (--bench-only)
 
 import numpy as np
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+import transformers
 from transformers import GemmaTokenizerFast
+
+from _bench_only import predict_once, skip_weight_init
 
 OPENPI_COMMIT = "15a9616a00943ada6c20a0f158e3adb39df2ccac"
 TASK = "Pick up the red cube and place it in the box"  # "P" is not in the tokenizer: byte fallback
@@ -121,7 +152,10 @@ def build_tokenizer(out):
     tok.normalizer = normalizers.Replace(" ", "▁")
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
     tok.add_special_tokens(specials)
-    ft = GemmaTokenizerFast(tokenizer_object=tok)  # adds the "<bos> $A" post-processor
+    # transformers 4 adds the "<bos> $A" post-processor by default; 5 (GemmaTokenizer on the
+    # tokenizers backend) only when add_bos_token is given explicitly
+    v5 = int(transformers.__version__.split(".")[0]) >= 5
+    ft = GemmaTokenizerFast(tokenizer_object=tok, **({"add_bos_token": True} if v5 else {}))
     ft.save_pretrained(out)
     return len(ft)
 
@@ -172,10 +206,17 @@ def rerandomize(policy, gen):
     with torch.no_grad():
         for name, t in policy.state_dict().items():
             assert t.dtype == torch.float32, (name, t.dtype)
+            siglip_ln = "vision_tower" in name and "norm" in name and name.endswith("weight")
+            gemma_rms = name.endswith("layernorm.weight") or name.endswith(".norm.weight")
+            if t.ndim > 1 and not siglip_ln and not gemma_rms and ".dense." not in name and t.is_contiguous():
+                # the last branch below, drawn in place (no 2 GB temporaries for the 257152-row
+                # embeddings): the same values as r / sqrt(fan_in), bit for bit
+                t.normal_(generator=gen).div_(t[0].numel() ** 0.5)
+                continue
             r = torch.randn(t.shape, generator=gen, dtype=torch.float32)
-            if "vision_tower" in name and "norm" in name and name.endswith("weight"):
+            if siglip_ln:
                 v = 1.0 + 0.2 * r  # SigLIP nn.LayerNorm
-            elif name.endswith("layernorm.weight") or name.endswith(".norm.weight"):
+            elif gemma_rms:
                 v = 0.2 * r  # Gemma RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w)
             elif ".dense." in name:  # adaRMS
                 if t.ndim == 2:
@@ -208,10 +249,23 @@ def main():
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
     ap.add_argument("--out", help="output folder (default: tests/fixtures/{arch}-tiny for --size tiny)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bench-only", action="store_true",
+                    help="write only what bench_pi0.py reads (the checkpoint, arch.json; golden.safetensors: image.{i}, "
+                         "state_norm, noise, actions_norm from one predict_action_chunk call; golden.json: token_ids, "
+                         "attention_mask, versions, arch, ...): no intermediates, no wrapped model functions, no openpi "
+                         "check, so it runs under lerobot 0.6.1 too; not for the Rust golden tests")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="with --bench-only: where the recorded predict_action_chunk call runs (the policy is built "
+                         "and saved on the CPU, then moved); match the benchmark's --device so its diff reads ~0")
     a = ap.parse_args()
+    if a.device != "cpu" and not a.bench_only:
+        ap.error("--device is for --bench-only (the full recording runs on the CPU)")
+    if a.bench_only:
+        import py311_compat
+        py311_compat.patch_pep695()  # lerobot 0.6.x on Python 3.11; a no-op on 3.12 or once patched
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
     if a.out is None and a.size != "tiny":
-        ap.error("--size full writes ~14 GB: give --out (outside the repo)")
+        ap.error("--size full writes 14 GB (lerobot 0.4.4) to 16.6 GB (0.6.1): give --out (outside the repo)")
     out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", f"{a.arch}-tiny"))
     if os.path.isdir(out):
         shutil.rmtree(out)
@@ -234,8 +288,9 @@ def main():
         from lerobot.policies.pi05 import processor_pi05 as processor
         from lerobot.policies.pi05.configuration_pi05 import PI05Config as Config
         make_processors, Policy = processor.make_pi05_pre_post_processors, modeling.PI05Policy
-    from transformers.models.siglip import check
-    assert check.check_whether_transformers_replace_is_installed_correctly()
+    if not a.bench_only:
+        from transformers.models.siglip import check
+        assert check.check_whether_transformers_replace_is_installed_correctly()
     patch_sizes(modeling, arch)
     # The tokenizer step loads "google/paligemma-3b-pt-224": point it at the stand-in.
     processor.TokenizerProcessorStep = lambda **kw: TokenizerProcessorStep(**{**kw, "tokenizer_name": tok_dir})
@@ -253,8 +308,12 @@ def main():
     norm_mode = cfg.normalization_mapping["STATE"]
     assert norm_mode == (NormalizationMode.MEAN_STD if a.arch == "pi0" else NormalizationMode.QUANTILES)
     torch.manual_seed(a.seed)
-    policy = Policy(cfg).eval()
+    t0 = time.perf_counter()
+    with skip_weight_init() if a.bench_only else contextlib.nullcontext():  # rerandomize overwrites it all
+        policy = Policy(cfg).eval()
+    t1 = time.perf_counter()
     rerandomize(policy, gen)
+    seconds = {"build": t1 - t0, "rerandomize": time.perf_counter() - t1}
 
     randn = lambda *shape: torch.randn(*shape, generator=gen)
     rand = lambda *shape: torch.rand(*shape, generator=gen)
@@ -270,10 +329,12 @@ def main():
         q = stats["observation.state"]  # inside [q01, q99]: the discretized bins stay in 0..255
         state = q["q01"] + (q["q99"] - q["q01"]) * (0.05 + 0.9 * rand(STATE_DIM))
     pre, post = make_processors(cfg, dataset_stats=stats)
+    t0 = time.perf_counter()
     policy.save_pretrained(out)
     pre.save_pretrained(out)
     post.save_pretrained(out)
     relativize_tokenizer(out)
+    seconds["save"] = time.perf_counter() - t0
     json.dump(arch, open(os.path.join(out, "arch.json"), "w"), indent=1)
 
     # Inputs: u8 HWC frames, a raw state, a task string, explicit noise.
@@ -293,6 +354,8 @@ def main():
     assert bool(mask[:n_valid].all()) and n_valid < len(tokens), "expected right padding"
     assert tokens.tolist()[:n_valid] == tok_step.input_tokenizer(prompt)["input_ids"]
     assert tokens[0] == 2 and (tokens[n_valid:] == 0).all()
+    if a.bench_only:
+        return write_bench_only(out, a, seconds, cfg, arch, norm_mode, policy, batch, images, noise, prompt, tokens, mask)
 
     # Record intermediates with lerobot's own modules.
     model, pwe = policy.model, policy.model.paligemma_with_expert
@@ -392,6 +455,51 @@ def main():
     json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
     print(json.dumps({k: info[k] for k in ["versions", "prompt", "token_ids", "n_valid_tokens", "prefix_len"]}))
     print("actions[0]:", actions[0, 0].tolist())
+
+
+def write_bench_only(out, a, seconds, cfg, arch, norm_mode, policy, batch, images, noise, prompt, tokens, mask):
+    """--bench-only: the normalised chunk from one unwrapped predict_action_chunk call, and the
+    inputs bench_pi0.py feeds it (see the docstring)."""
+    import lerobot
+
+    actions_norm, seconds["predict"] = predict_once(policy, batch, noise, a.device)
+    golden = {f"image.{i}": img for i, img in enumerate(images)}
+    golden.update({"state_norm": batch["observation.state"][0], "noise": noise[0], "actions_norm": actions_norm[0]})
+    golden = {k: (t if t.dtype == torch.uint8 else t.float()).contiguous() for k, t in golden.items()}
+    save_file(golden, os.path.join(out, "golden.safetensors"))
+    info = {
+        "generator": "tools/golden/pi0.py --bench-only",
+        "bench_only": True,
+        "arch": a.arch,
+        "size": a.size,
+        "seed": a.seed,
+        "versions": {"lerobot": lerobot.__version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "numpy": np.__version__},
+        "task": TASK,
+        "prompt": prompt,
+        "token_ids": tokens.tolist(),
+        "attention_mask": [int(x) for x in mask.tolist()],
+        "n_valid_tokens": int(mask.sum()),
+        "tokenizer_max_length": cfg.tokenizer_max_length,
+        "n_images": len(CAMERAS),
+        "cameras_hw": CAMERAS,
+        "image_size": arch["vision"]["image_size"],
+        "chunk_size": cfg.chunk_size,
+        "num_steps": cfg.num_inference_steps,
+        "max_state_dim": cfg.max_state_dim,
+        "max_action_dim": cfg.max_action_dim,
+        "state_dim": STATE_DIM,
+        "action_dim": ACTION_DIM,
+        "normalization": str(norm_mode.value),
+        "model": arch,
+        "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
+        "device": a.device if a.device == "cpu" else f"{a.device} ({torch.cuda.get_device_name()})",
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},  # this run's phases, on torch_threads
+        "torch_threads": torch.get_num_threads(),
+    }
+    json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
+    print(json.dumps({k: info[k] for k in ["device", "seconds", "torch_threads", "versions", "prompt", "token_ids", "n_valid_tokens"]}))
+    print("actions_norm[0]:", actions_norm[0, 0].tolist())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,25 @@ Rerun (anyone, offline; the venv is outside the repo and CI never needs it):
     VLA_SMOLVLA_GOLDEN=/tmp/smolvla-base cargo test --test smolvla_golden -- --ignored base_size
                                          # the Rust side of the base-size check (VLA_TEST_BACKEND=cpu|vulkan|ggml)
 
+--bench-only (lerobot 0.4.4 or 0.6.1): the folder for tools/golden/bench_smolvla.py alone, e.g. on
+the GPU machine (tools/golden/DEVICE.md), where lerobot is 0.6.1 and the intermediates below cannot
+be recorded (0.6.1 denoises through `euler_integrate`, which the recording wrappers never see):
+
+    /work/venv-lerobot061/bin/python tools/golden/smolvla.py --size base --bench-only --out /tmp/smolvla-base
+    /work/venv-lerobot061/bin/python tools/golden/bench_smolvla.py /tmp/smolvla-base --iters 3   # diff ~0
+
+The same checkpoint and inputs as without the flag under the same lerobot (same seed, same draws;
+the policy is built without its own random init, which rerandomize() overwrites anyway:
+tools/golden/_bench_only.py), then one policy.predict_action_chunk call on the recorded noise,
+nothing wrapped, on --device (cpu, or cuda after the checkpoint is written: pass the benchmark's
+--device so its diff reads ~0). golden.safetensors holds only image.{i}, state_norm, noise and
+actions_norm, here [chunk, action_dim] (predict_action_chunk's output, already cut to the action
+dims); golden.json has "bench_only": true, the device and the phases' seconds, and no prefix_len /
+img_tokens_per_camera. Such a folder is not for the Rust golden tests (they need the
+intermediates). On Python 3.11 lerobot 0.6.1's PEP 695 lines are rewritten first
+(tools/golden/py311_compat.py; nothing happens on 3.12). Base size here (lerobot 0.6.1, 2 cores):
+1.8 GB, 23 s, 2.7 GB peak RSS.
+
 Writes into the output folder (default tests/fixtures/smolvla-tiny/):
   vlm/                 a stand-in SmolVLM folder (config, tokenizer, processor) so lerobot builds
                        offline; no weights (load_vlm_weights=False)
@@ -32,11 +51,15 @@ max_action_dim] (denoise_step output at step s), actions_norm [chunk, max_action
 (sample_actions output), actions [chunk, action_dim] (after the postprocessor: unnormalised).
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import sys
+import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _bench_only, py311_compat (--bench-only)
 
 import numpy as np
 import torch
@@ -44,6 +67,8 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor,
                           SmolVLMVideoProcessor)
+
+from _bench_only import predict_once, skip_weight_init
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<fake_token_around_image>", "<image>",
            "<global-img>", "<end_of_utterance>"]
@@ -98,8 +123,14 @@ def rerandomize(policy, gen):
     which would hide a dropped bias or gain."""
     with torch.no_grad():
         for name, t in policy.state_dict().items():
+            gain = "norm" in name and name.endswith("weight")
+            if t.ndim > 1 and not gain and t.dtype == torch.float32 and t.is_contiguous():
+                # the last branch below, drawn in place (no temporaries the size of the embeddings):
+                # the same values as r / sqrt(fan_in), bit for bit
+                t.normal_(generator=gen).div_(t[0].numel() ** 0.5)
+                continue
             r = torch.randn(t.shape, generator=gen, dtype=torch.float32)
-            if "norm" in name and name.endswith("weight"):
+            if gain:
                 v = 1.0 + 0.2 * r
             elif t.ndim == 1:
                 v = 0.2 * r
@@ -127,7 +158,20 @@ def main():
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
     ap.add_argument("--out", help="output folder (default: tests/fixtures/smolvla-tiny for --size tiny)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bench-only", action="store_true",
+                    help="write only what bench_smolvla.py reads (the checkpoint; golden.safetensors: image.{i}, "
+                         "state_norm, noise, actions_norm from one predict_action_chunk call; golden.json: token_ids, "
+                         "versions, ...): no intermediates, no wrapped lerobot functions, so it runs under lerobot "
+                         "0.6.1 too; not for the Rust golden tests")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="with --bench-only: where the recorded predict_action_chunk call runs (the policy is built "
+                         "and saved on the CPU, then moved); match the benchmark's --device so its diff reads ~0")
     a = ap.parse_args()
+    if a.device != "cpu" and not a.bench_only:
+        ap.error("--device is for --bench-only (the full recording runs on the CPU)")
+    if a.bench_only:
+        import py311_compat
+        py311_compat.patch_pep695()  # lerobot 0.6.x on Python 3.11; a no-op on 3.12 or once patched
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
     if a.out is None and a.size != "tiny":
         ap.error("--size base writes ~1.8 GB: give --out (outside the repo)")
@@ -157,17 +201,23 @@ def main():
                         **over)
     assert cfg.normalization_mapping["STATE"] == NormalizationMode.MEAN_STD
     torch.manual_seed(a.seed)
-    policy = SmolVLAPolicy(cfg).eval()
+    t0 = time.perf_counter()
+    with skip_weight_init() if a.bench_only else contextlib.nullcontext():  # rerandomize overwrites it all
+        policy = SmolVLAPolicy(cfg).eval()
+    t1 = time.perf_counter()
     rerandomize(policy, gen)
+    seconds = {"build": t1 - t0, "rerandomize": time.perf_counter() - t1}
 
     randn = lambda *shape: torch.randn(*shape, generator=gen)
     stats = {"observation.state": {"mean": randn(STATE_DIM), "std": 0.5 + torch.rand(STATE_DIM, generator=gen)},
              "action": {"mean": randn(ACTION_DIM), "std": 0.5 + torch.rand(ACTION_DIM, generator=gen)}}
     pre, post = make_smolvla_pre_post_processors(cfg, dataset_stats=stats)
+    t0 = time.perf_counter()
     policy.save_pretrained(out)
     pre.save_pretrained(out)
     post.save_pretrained(out)
     relativize_vlm_paths(out)
+    seconds["save"] = time.perf_counter() - t0
 
     # Inputs: u8 HWC frames, a raw state, a task string, explicit noise.
     images = [torch.randint(0, 256, (h, w, 3), generator=gen, dtype=torch.uint8) for h, w in CAMERAS]
@@ -179,6 +229,8 @@ def main():
     batch = pre(obs)
     tokens = batch["observation.language.tokens"][0]
     assert bool(batch["observation.language.attention_mask"].all()), "expected no padding (pad_language_to=longest)"
+    if a.bench_only:
+        return write_bench_only(out, a, seconds, cfg, policy, batch, images, noise, tokens)
 
     # Record intermediates with lerobot's own modules.
     model, vwe = policy.model, policy.model.vlm_with_expert
@@ -249,6 +301,44 @@ def main():
     json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
     print(json.dumps({k: info[k] for k in ["versions", "token_ids", "prefix_len"]}))
     print("actions[0]:", actions[0, 0].tolist())
+
+
+def write_bench_only(out, a, seconds, cfg, policy, batch, images, noise, tokens):
+    """--bench-only: the normalised chunk from one unwrapped predict_action_chunk call, and the
+    inputs bench_smolvla.py feeds it (see the docstring)."""
+    import lerobot
+    import transformers
+
+    actions_norm, seconds["predict"] = predict_once(policy, batch, noise, a.device)
+    golden = {f"image.{i}": img for i, img in enumerate(images)}
+    golden.update({"state_norm": batch["observation.state"][0], "noise": noise[0], "actions_norm": actions_norm[0]})
+    golden = {k: (t if t.dtype == torch.uint8 else t.float()).contiguous() for k, t in golden.items()}
+    save_file(golden, os.path.join(out, "golden.safetensors"))
+    info = {
+        "generator": "tools/golden/smolvla.py --bench-only",
+        "bench_only": True,
+        "size": a.size,
+        "seed": a.seed,
+        "versions": {"lerobot": lerobot.__version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "numpy": np.__version__},
+        "task": TASK,
+        "task_as_tokenized": TASK + "\n",
+        "token_ids": tokens.tolist(),
+        "attention_mask": [1] * len(tokens),
+        "n_images": len(CAMERAS),
+        "cameras_hw": CAMERAS,
+        "chunk_size": cfg.chunk_size,
+        "num_steps": cfg.num_steps,
+        "max_action_dim": cfg.max_action_dim,
+        "action_dim": ACTION_DIM,
+        "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
+        "device": a.device if a.device == "cpu" else f"{a.device} ({torch.cuda.get_device_name()})",
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},  # this run's phases, on torch_threads
+        "torch_threads": torch.get_num_threads(),
+    }
+    json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
+    print(json.dumps({k: info[k] for k in ["device", "seconds", "torch_threads", "versions", "token_ids"]}))
+    print("actions_norm[0]:", actions_norm[0, 0].tolist())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,61 @@
+"""Shared by smolvla.py and pi0.py for --bench-only: build a policy without its initial random
+weights (the generators' rerandomize() overwrites them all), and the one recorded
+predict_action_chunk call, on the CPU or the GPU.
+
+Skipping the init: at pi0 / pi05's full size it is most of lerobot 0.6.1's build (PaliGemma's
+language model is built twice, `PaliGemmaForConditionalGenerationWithPiGemma` deleting the first,
+and the expert gets a 257152-row lm_head), all drawn on one core: pi0 full on 2 cores here took
+261 s with it (build 195 s) and 118 s without (build 0.3 s; peak RSS 17.7 -> 16.9 GB). Without it
+the parameters stay torch.empty and the discarded copies never touch their pages. The written
+folders were compared byte for byte with and without (tiny smolvla / pi0 / pi05; the
+golden.safetensors of pi0 and pi05 full): identical.
+"""
+
+import contextlib
+import time
+
+import torch
+
+
+@contextlib.contextmanager
+def skip_weight_init():
+    """Within the block, torch.nn.init's in-place initialisers (nn.Linear / Conv / Embedding /
+    LayerNorm reset_parameters go through them) return their tensor untouched, and
+    transformers' PreTrainedModel.initialize_weights (every model's _init_weights; init_weights
+    still ties weights) does nothing. Every parameter and persistent buffer then holds garbage
+    until overwritten: only for models whose whole state_dict is written afterwards. Buffers
+    that are computed, not initialised (RoPE inv_freq, position ids), are unaffected."""
+    from transformers import PreTrainedModel
+
+    names = [n for n in dir(torch.nn.init) if n.endswith("_") and not n.startswith("_")]
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    saved_hf = PreTrainedModel.__dict__.get("initialize_weights")  # transformers 4.5x and 5
+    try:
+        for n in names:
+            setattr(torch.nn.init, n, lambda tensor, *args, **kw: tensor)
+        if saved_hf is not None:
+            PreTrainedModel.initialize_weights = lambda self: None
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.nn.init, n, f)
+        if saved_hf is not None:
+            PreTrainedModel.initialize_weights = saved_hf
+
+
+def predict_once(policy, batch, noise, device):
+    """policy.predict_action_chunk(batch, noise=noise) under no_grad on `device`, as the benchmark
+    calls it (bench_*.py --device): on cuda the policy is moved there first (its weights move, no
+    second copy; the checkpoint is already written) and the batch and noise follow. Returns the
+    chunk on the CPU and the call's seconds (synchronised on cuda)."""
+    if device != "cpu":
+        policy.to(device)
+        policy.config.device = device
+    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = policy.predict_action_chunk(batch, noise=noise.to(device).clone())
+    sync()
+    return out.cpu(), time.perf_counter() - t0
