@@ -12,6 +12,7 @@ golden.safetensors of pi0 and pi05 full): identical.
 """
 
 import contextlib
+import os
 import time
 
 import torch
@@ -59,3 +60,26 @@ def predict_once(policy, batch, noise, device):
         out = policy.predict_action_chunk(batch, noise=noise.to(device).clone())
     sync()
     return out.cpu(), time.perf_counter() - t0
+
+
+def record(out, policy, batch, images, noise, device, seconds):
+    """The one recorded call (predict_once, its time in seconds["predict"]) and the
+    golden.safetensors the benchmarks read: image.{i}, state_norm, noise, actions_norm (u8 kept,
+    the rest f32). Returns (actions_norm, the saved tensors)."""
+    from safetensors.torch import save_file
+
+    actions_norm, seconds["predict"] = predict_once(policy, batch, noise, device)
+    golden = {f"image.{i}": img for i, img in enumerate(images)}
+    golden.update({"state_norm": batch["observation.state"][0], "noise": noise[0], "actions_norm": actions_norm[0]})
+    golden = {k: (t if t.dtype == torch.uint8 else t.float()).contiguous() for k, t in golden.items()}
+    save_file(golden, os.path.join(out, "golden.safetensors"))
+    return actions_norm, golden
+
+
+def run_fields(device, seconds):
+    """golden.json's fields about this run: the device, the phases' seconds, torch's threads."""
+    return {
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},  # this run's phases, on torch_threads
+        "torch_threads": torch.get_num_threads(),
+    }

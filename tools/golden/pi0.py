@@ -105,7 +105,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 import transformers
 from transformers import GemmaTokenizerFast
 
-from _bench_only import predict_once, skip_weight_init
+from _bench_only import record, run_fields, skip_weight_init
 
 OPENPI_COMMIT = "15a9616a00943ada6c20a0f158e3adb39df2ccac"
 TASK = "Pick up the red cube and place it in the box"  # "P" is not in the tokenizer: byte fallback
@@ -462,11 +462,7 @@ def write_bench_only(out, a, seconds, cfg, arch, norm_mode, policy, batch, image
     inputs bench_pi0.py feeds it (see the docstring)."""
     import lerobot
 
-    actions_norm, seconds["predict"] = predict_once(policy, batch, noise, a.device)
-    golden = {f"image.{i}": img for i, img in enumerate(images)}
-    golden.update({"state_norm": batch["observation.state"][0], "noise": noise[0], "actions_norm": actions_norm[0]})
-    golden = {k: (t if t.dtype == torch.uint8 else t.float()).contiguous() for k, t in golden.items()}
-    save_file(golden, os.path.join(out, "golden.safetensors"))
+    actions_norm, golden = record(out, policy, batch, images, noise, a.device, seconds)
     info = {
         "generator": "tools/golden/pi0.py --bench-only",
         "bench_only": True,
@@ -493,9 +489,7 @@ def write_bench_only(out, a, seconds, cfg, arch, norm_mode, policy, batch, image
         "normalization": str(norm_mode.value),
         "model": arch,
         "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
-        "device": a.device if a.device == "cpu" else f"{a.device} ({torch.cuda.get_device_name()})",
-        "seconds": {k: round(v, 1) for k, v in seconds.items()},  # this run's phases, on torch_threads
-        "torch_threads": torch.get_num_threads(),
+        **run_fields(a.device, seconds),
     }
     json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
     print(json.dumps({k: info[k] for k in ["device", "seconds", "torch_threads", "versions", "prompt", "token_ids", "n_valid_tokens"]}))

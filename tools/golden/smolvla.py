@@ -68,7 +68,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor,
                           SmolVLMVideoProcessor)
 
-from _bench_only import predict_once, skip_weight_init
+from _bench_only import record, run_fields, skip_weight_init
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<fake_token_around_image>", "<image>",
            "<global-img>", "<end_of_utterance>"]
@@ -309,11 +309,7 @@ def write_bench_only(out, a, seconds, cfg, policy, batch, images, noise, tokens)
     import lerobot
     import transformers
 
-    actions_norm, seconds["predict"] = predict_once(policy, batch, noise, a.device)
-    golden = {f"image.{i}": img for i, img in enumerate(images)}
-    golden.update({"state_norm": batch["observation.state"][0], "noise": noise[0], "actions_norm": actions_norm[0]})
-    golden = {k: (t if t.dtype == torch.uint8 else t.float()).contiguous() for k, t in golden.items()}
-    save_file(golden, os.path.join(out, "golden.safetensors"))
+    actions_norm, golden = record(out, policy, batch, images, noise, a.device, seconds)
     info = {
         "generator": "tools/golden/smolvla.py --bench-only",
         "bench_only": True,
@@ -332,9 +328,7 @@ def write_bench_only(out, a, seconds, cfg, policy, batch, images, noise, tokens)
         "max_action_dim": cfg.max_action_dim,
         "action_dim": ACTION_DIM,
         "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
-        "device": a.device if a.device == "cpu" else f"{a.device} ({torch.cuda.get_device_name()})",
-        "seconds": {k: round(v, 1) for k, v in seconds.items()},  # this run's phases, on torch_threads
-        "torch_threads": torch.get_num_threads(),
+        **run_fields(a.device, seconds),
     }
     json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
     print(json.dumps({k: info[k] for k in ["device", "seconds", "torch_threads", "versions", "token_ids"]}))
