@@ -230,13 +230,14 @@ fn attention_cases(c: &mut Cases) {
             }
             let scale = if d == 72 { Some(0.125) } else { None };
             let name = format!("attention {mask:?} hq{hq} hkv{hkv} sq{sq} sk{sk} d{d} dv{dv}");
-            c.add_kernel_sets(name, vec![], inputs, NMSE_MATMUL, move |g| {
+            c.add(name, vec![], inputs, NMSE_MATMUL, move |g| {
                 let q = g.input("q", &[hq, sq, d]);
                 let k = g.input("k", &[hkv, sk, d]);
                 let v = g.input("v", &[hkv, sk, dv]);
                 let m = (mask == AttentionMask::Allowed).then(|| g.input("mask", &[sq, sk]));
                 g.attention(q, k, v, mask, m, scale)
-            });
+            })
+            .kernel_sets = true;
         }
     }
 }

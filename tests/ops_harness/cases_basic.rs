@@ -96,7 +96,7 @@ pub fn add(c: &mut Cases) {
             (130, 131, 50),
         ] {
             let (x, w) = (c.tensor(&[m, k]), c.weight(&[n, k], ty));
-            c.add_kernel_sets(
+            c.add(
                 format!("matmul {ty} m{m} n{n} k{k}"),
                 vec![("w", w)],
                 vec![("x", x)],
@@ -106,7 +106,8 @@ pub fn add(c: &mut Cases) {
                     let w = g.stored_weight("w")?;
                     g.matmul(x, w)
                 },
-            );
+            )
+            .kernel_sets = true;
         }
         // the fused addend: a bias [n] or a residual of the output's shape, on the matvec
         // (m <= 16), small-tile and large-tile paths
@@ -115,7 +116,7 @@ pub fn add(c: &mut Cases) {
                 let cs = if full { vec![m, n] } else { vec![n] };
                 let (x, w, a) = (c.tensor(&[m, k]), c.weight(&[n, k], ty), c.tensor(&cs));
                 let what = if full { "residual" } else { "bias" };
-                c.add_kernel_sets(
+                c.add(
                     format!("matmul_add {ty} {what} m{m} n{n} k{k}"),
                     vec![("w", w)],
                     vec![("x", x), ("c", a)],
@@ -126,11 +127,12 @@ pub fn add(c: &mut Cases) {
                         let a = g.input("c", &cs);
                         g.matmul_add(x, w, a)
                     },
-                );
+                )
+                .kernel_sets = true;
             }
         }
         let (x, w) = (c.tensor(&[2, 3, 40]), c.weight(&[9, 40], ty));
-        c.add_kernel_sets(
+        c.add(
             format!("matmul {ty} batched [2, 3, 40]"),
             vec![("w", w)],
             vec![("x", x)],
@@ -140,7 +142,8 @@ pub fn add(c: &mut Cases) {
                 let w = g.stored_weight("w")?;
                 g.matmul(x, w)
             },
-        );
+        )
+        .kernel_sets = true;
     }
 }
 

@@ -38,13 +38,12 @@ fn matmul_case(c: &mut Cases, ty: GgmlType, xs: Vec<usize>, n: usize) {
         let w = g.stored_weight("w")?;
         g.matmul(x, w)
     };
-    if ty.is_quantized() {
-        c.add_int_dot(name, vec![("w", w)], vec![("x", x)], NMSE_MATMUL, build);
-    } else {
-        c.add(name, vec![("w", w)], vec![("x", x)], NMSE_MATMUL, build);
-    }
+    let case = match ty.is_quantized() {
+        true => c.add_int_dot(name, vec![("w", w)], vec![("x", x)], NMSE_MATMUL, build),
+        false => c.add(name, vec![("w", w)], vec![("x", x)], NMSE_MATMUL, build),
+    };
     // both kernel sets have their own float and quantized matmuls
-    c.list.last_mut().expect("just added").kernel_sets = true;
+    case.kernel_sets = true;
 }
 
 fn ids(v: usize, n: usize, c: &mut Cases) -> Tensor<'static> {
@@ -63,7 +62,7 @@ fn ids(v: usize, n: usize, c: &mut Cases) -> Tensor<'static> {
 /// A quantized matmul with a fused bias (weight) on the matvec and tiled paths.
 fn matmul_add_case(c: &mut Cases, ty: GgmlType, m: usize, n: usize, k: usize) {
     let (x, w, b) = (c.tensor(&[m, k]), c.weight(&[n, k], ty), c.tensor(&[n]));
-    c.add_int_dot(
+    let case = c.add_int_dot(
         format!("matmul_add {ty} bias m{m} n{n} k{k}"),
         vec![("w", w), ("b", b)],
         vec![("x", x)],
@@ -75,7 +74,7 @@ fn matmul_add_case(c: &mut Cases, ty: GgmlType, m: usize, n: usize, k: usize) {
             g.matmul_add(x, w, b)
         },
     );
-    c.list.last_mut().expect("just added").kernel_sets = true;
+    case.kernel_sets = true;
 }
 
 pub fn add(c: &mut Cases) {

@@ -57,7 +57,8 @@ pub struct Case {
     /// Also run on a backend with `int_dot` off (quantized kernels' fallback path).
     int_dot: bool,
     /// Also run with the kernel set the adapter does not get by default (float matmuls:
-    /// the GPU-grade tiles on lavapipe, the portable kernel on a GPU).
+    /// the GPU-grade tiles on lavapipe, the portable kernel on a GPU): set it on what
+    /// [`Cases::add`] returns.
     kernel_sets: bool,
 }
 
@@ -85,7 +86,7 @@ impl Cases {
         inputs: Vec<(&str, Tensor<'static>)>,
         max_nmse: f64,
         build: impl Fn(&mut GraphBuilder) -> vla::Result<NodeId> + 'static,
-    ) {
+    ) -> &mut Case {
         self.list.push(Case {
             name,
             weights: weights
@@ -98,6 +99,7 @@ impl Cases {
             int_dot: false,
             kernel_sets: false,
         });
+        self.list.last_mut().expect("just added")
     }
 
     /// Like [`add`](Self::add) for ops with an integer-dot path: the case also runs on a
@@ -109,23 +111,10 @@ impl Cases {
         inputs: Vec<(&str, Tensor<'static>)>,
         max_nmse: f64,
         build: impl Fn(&mut GraphBuilder) -> vla::Result<NodeId> + 'static,
-    ) {
-        self.add(name, weights, inputs, max_nmse, build);
-        self.list.last_mut().expect("just added").int_dot = true;
-    }
-
-    /// Like [`add`](Self::add) for ops with kernels in both sets ([`KernelSet`]): the case
-    /// also runs with the set the adapter does not get by default.
-    pub fn add_kernel_sets(
-        &mut self,
-        name: String,
-        weights: Vec<(&str, Tensor<'static>)>,
-        inputs: Vec<(&str, Tensor<'static>)>,
-        max_nmse: f64,
-        build: impl Fn(&mut GraphBuilder) -> vla::Result<NodeId> + 'static,
-    ) {
-        self.add(name, weights, inputs, max_nmse, build);
-        self.list.last_mut().expect("just added").kernel_sets = true;
+    ) -> &mut Case {
+        let case = self.add(name, weights, inputs, max_nmse, build);
+        case.int_dot = true;
+        case
     }
 }
 
