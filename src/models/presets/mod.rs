@@ -81,6 +81,9 @@ pub fn demo_config() -> SmolVlaConfig {
 /// benchmarks of a full-size random-weight SmolVLA (what `vla-convert smolvla` reads from
 /// the released checkpoint's config).
 pub fn smolvla_base_config() -> SmolVlaConfig {
+    // the demo's RoPE base, epsilon, SiLU, self-attention every 2nd layer and time periods
+    // are SmolVLA's own; only the sizes differ
+    let demo = demo_config();
     SmolVlaConfig {
         vision: siglip([768, 12, 12, 3072, 512, 16]),
         scale_factor: 4,
@@ -89,18 +92,14 @@ pub fn smolvla_base_config() -> SmolVlaConfig {
             q_heads: 15,
             kv_heads: 5,
             head_dim: 64,
-            rope_theta: 10000.0,
-            norm_eps: 1e-5,
-            ffn: GatedActivation::Silu,
-            ..Default::default()
+            ..demo.attn
         },
         expert: ExpertConfig {
             hidden: 720,
             inter: 2048,
         },
-        self_attn_every_n_layers: 2,
         io: io(48, 0, 50),
-        time: lerobot_time(),
+        ..demo
     }
 }
 
