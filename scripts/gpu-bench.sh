@@ -95,9 +95,12 @@ say "- binaries: $("$bench" --version)"
 full=--full
 [[ $quick == 1 ]] && full=""
 models=("smolvla:f32" "pi05:f16")
+# ARCH:DTYPE -> its file, and its label in the tables
+model_file() { echo "$work/${1%%:*}${full:+-full}-${1##*:}.gguf"; }
+model_label() { echo "${1%%:*}${full:+ full} (${1##*:} weights)"; }
 for m in "${models[@]}"; do
     arch=${m%%:*} dtype=${m##*:}
-    f="$work/$arch${full:+-full}-$dtype.gguf"
+    f=$(model_file "$m")
     if [[ ! -s "$f" ]]; then
         echo "generating $f ..."
         "$bin/vla-gguf" demo --arch "$arch" $full --dtype "$dtype" --force "$f" >/dev/null ||
@@ -161,10 +164,11 @@ run_one() { # MODEL-FILE LABEL BACKEND KERNELS [ENV...]
     fi
     say "| $label | $backend | $kernels | $(json_field "$j" vision_ms) | $(json_field "$j" prefill_ms) | $(json_field "$j" denoise_ms) | $(json_field "$j" total_ms) | $(json_field "$j" submits) | $(json_field "$j" dispatches) |"
 }
+has_cuda=0
+"$bench" --demo --backend ggml-cuda --iters 1 --warmup 0 --json >/dev/null 2>&1 && has_cuda=1
 for m in "${models[@]}"; do
-    arch=${m%%:*} dtype=${m##*:}
-    f="$work/$arch${full:+-full}-$dtype.gguf"
-    label="$arch${full:+ full} ($dtype weights)"
+    f=$(model_file "$m")
+    label=$(model_label "$m")
     for k in $kernel_sets; do
         case $k in
             default) run_one "$f" "$label" vulkan default ;;
@@ -173,27 +177,42 @@ for m in "${models[@]}"; do
             *) run_one "$f" "$label" vulkan "$k" "VLA_WGPU_KERNELS=$k" ;;
         esac
     done
-    if "$bench" --demo --backend ggml-cuda --iters 1 --warmup 0 --json >/dev/null 2>&1; then
-        run_one "$f" "$label" ggml-cuda ggml
-    fi
+    [[ $has_cuda == 1 ]] && run_one "$f" "$label" ggml-cuda ggml
 done
-if ! "$bench" --demo --backend ggml-cuda --iters 1 --warmup 0 --json >/dev/null 2>&1; then
+if [[ $has_cuda == 0 ]]; then
     say ""
     say "ggml-cuda: not in these binaries (build them with scripts/build-ggml-gpu.sh cuda)."
 fi
 
 say ""
-say "## Kernel profiles (one profiled predict after one warm-up, default kernels)"
+say "## Kernel profiles (one profiled predict after one warm-up, default kernels; top 30 rows)"
 for m in "${models[@]}"; do
-    arch=${m%%:*} dtype=${m##*:}
-    f="$work/$arch${full:+-full}-$dtype.gguf"
+    f=$(model_file "$m")
+    # kept: the tile sweep's default row reads it too
+    j="$out/$(basename "$f" .gguf)-tile-default.json"
     say ""
-    say "### $arch${full:+ full} ($dtype weights)"
+    say "### $(model_label "$m")"
     say ""
-    say '```'
-    timeout 240 "$bench" --ckpt "$f" --backend vulkan --iters 1 --warmup 1 --profile 2>&1 |
-        sed -n '/^compute/,$p' | head -36 | tee -a "$report"
-    say '```'
+    if ! timeout 240 "$bench" --ckpt "$f" --backend vulkan --iters 1 --warmup 1 --profile \
+        --json >"$j" 2>"$j.err"; then
+        say "failed: $(tail -1 "$j.err")"
+        continue
+    fi
+    python3 - "$j" <<'PY' 2>&1 | tee -a "$report"
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d.get("profile", [])
+total = sum(r["ms"] for r in rows)
+calls = {s: sum(r["calls"] for r in rows if r["stage"] == s) for s in ("vision", "prefill", "denoise")}
+print(f"{sum(r['calls'] for r in rows)} dispatches ({', '.join(f'{s} {n}' for s, n in calls.items())}), "
+      f"{total:.2f} ms of kernel time")
+print()
+print("| stage | op | kernel | calls | ms | % | GFLOP/s | GB/s |")
+print("|---|---|---|---|---|---|---|---|")
+for r in rows[:30]:
+    print(f"| {r['stage']} | {r['op']} | {r['kernel']} | {r['calls']} | {r['ms']:.3f} | "
+          f"{100 * r['ms'] / max(total, 1e-12):.1f} | {r['gflops']:.1f} | {r['gbps']:.1f} |")
+PY
 done
 
 # 4. The GEMM tile sweep: each tile forced on every product (VLA_WGPU_GEMM_TILE), matmul
@@ -206,20 +225,19 @@ if [[ -n "$tiles" ]]; then
     say "| model | tile | vision matmul | prefill matmul | denoise matmul | attention (all) | kernels total |"
     say "|---|---|---|---|---|---|---|"
     for m in "${models[@]}"; do
-        arch=${m%%:*} dtype=${m##*:}
-        f="$work/$arch${full:+-full}-$dtype.gguf"
+        f=$(model_file "$m")
+        label=$(model_label "$m")
         probe=$(json_field "$out/$(basename "$f" .gguf)-vulkan-default.json" total_ms)
         if [[ $probe == "?" || ${probe%.*} -gt $slow_ms ]]; then
-            say "| $arch | (skipped: the default predict takes $probe ms) | | | | | |"
+            say "| $label | (skipped: the default predict takes $probe ms) | | | | | |"
             continue
         fi
         for t in default $tiles; do
             j="$out/$(basename "$f" .gguf)-tile-$t.json"
-            tile_env=()
-            [[ $t != default ]] && tile_env=("VLA_WGPU_GEMM_TILE=$t")
-            if ! env "${tile_env[@]}" timeout 240 "$bench" --ckpt "$f" --backend vulkan \
-                --iters 1 --warmup 1 --profile --json >"$j" 2>"$j.err"; then
-                say "| $arch | $t | failed: $(tail -1 "$j.err") | | | | |"
+            # the default's profile was made above
+            if [[ $t != default ]] && ! VLA_WGPU_GEMM_TILE=$t timeout 240 "$bench" --ckpt "$f" \
+                --backend vulkan --iters 1 --warmup 1 --profile --json >"$j" 2>"$j.err"; then
+                say "| $label | $t | failed: $(tail -1 "$j.err") | | | | |"
                 continue
             fi
             row=$(python3 - "$j" <<'PY' 2>/dev/null || echo "| ? | ? | ? | ? | ? |"
@@ -235,7 +253,7 @@ total = sum(x["ms"] for x in rows)
 print(f"| {cell('vision', 'matmul')} | {cell('prefill', 'matmul')} | {cell('denoise', 'matmul')} | {att:.1f} | {total:.1f} |")
 PY
 )
-            say "| $arch | $t $row"
+            say "| $label | $t $row"
         done
     done
 fi
