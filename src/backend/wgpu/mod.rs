@@ -169,25 +169,11 @@ impl WgpuOptions {
             .ok()
             .filter(|v| !v.is_empty())
             .map(|v| v != "0");
-        let kernels = match std::env::var("VLA_WGPU_KERNELS") {
-            Ok(v) if !v.is_empty() => Some(
-                KernelSet::from_name(&v)
-                    .map_err(|e| Error::InvalidArgument(format!("VLA_WGPU_KERNELS: {e}")))?,
-            ),
-            _ => None,
-        };
-        let gemm_tile = match std::env::var("VLA_WGPU_GEMM_TILE") {
-            Ok(v) if !v.is_empty() => Some(
-                GemmTile::from_name(&v)
-                    .map_err(|e| Error::InvalidArgument(format!("VLA_WGPU_GEMM_TILE: {e}")))?,
-            ),
-            _ => None,
-        };
         Ok(WgpuOptions {
             flash_attn,
             profile: env_flag("VLA_WGPU_PROFILE"),
-            kernels,
-            gemm_tile,
+            kernels: env_choice("VLA_WGPU_KERNELS", KernelSet::from_name)?,
+            gemm_tile: env_choice("VLA_WGPU_GEMM_TILE", GemmTile::from_name)?,
             gemm_vec4: env_flag("VLA_WGPU_GEMM_VEC4"),
             loop_bounding: env_flag("VLA_WGPU_LOOP_BOUNDING"),
         })
@@ -218,6 +204,17 @@ pub(crate) struct GpuContext {
 #[derive(Clone)]
 pub struct WgpuBackend {
     ctx: Arc<GpuContext>,
+}
+
+/// The value of the variable `name` parsed by `parse` (`None` when unset or empty); a value
+/// `parse` refuses is an error naming the variable.
+fn env_choice<T>(name: &str, parse: fn(&str) -> Result<T>) -> Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => parse(&v)
+            .map(Some)
+            .map_err(|e| Error::InvalidArgument(format!("{name}: {e}"))),
+        _ => Ok(None),
+    }
 }
 
 fn env_flag(name: &str) -> bool {
