@@ -446,9 +446,7 @@ impl Executable for WgpuExecutable {
             }
             // One pass per stage, timestamped at its start and end.
             Some(timer) => {
-                let all = self.dispatches.len();
-                let ends = self.stage_starts[1..].iter().copied().chain([all]);
-                for (k, (&a, b)) in self.stage_starts.iter().zip(ends).enumerate() {
+                for (k, (a, b)) in self.stage_ranges().enumerate() {
                     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: None,
                         timestamp_writes: Some(timer.writes(k)),
@@ -514,11 +512,11 @@ impl Executable for WgpuExecutable {
             let ms = timer.read(&self.ctx)?;
             if self.profile_nodes.is_some() {
                 // Stage times as the sums of their kernels' times (gaps not counted).
-                let all = self.dispatches.len();
-                let ends = self.stage_starts.iter().skip(1).copied().chain([all]);
-                let stages = self.stage_starts.iter().zip(ends);
-                self.stage_ms = (!self.stage_starts.is_empty())
-                    .then(|| stages.map(|(&a, b)| ms[a..b].iter().sum()).collect());
+                let sums = self
+                    .stage_ranges()
+                    .map(|(a, b)| ms[a..b].iter().sum())
+                    .collect();
+                self.stage_ms = (!self.stage_starts.is_empty()).then_some(sums);
                 self.kernel_ms = Some(ms);
             } else {
                 self.stage_ms = Some(ms);
@@ -576,6 +574,13 @@ fn record(pass: &mut wgpu::ComputePass, dispatches: &[Dispatch]) {
 }
 
 impl WgpuExecutable {
+    /// Each graph stage's dispatches, as `[start, end)` indices (none for an unstaged graph).
+    fn stage_ranges(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let ends = self.stage_starts.iter().skip(1).copied();
+        let ends = ends.chain([self.dispatches.len()]);
+        self.stage_starts.iter().copied().zip(ends)
+    }
+
     /// Compares the (mapped) slot tails with the sentinel; restores any that changed and
     /// names the nodes planned into that slot.
     fn check_guard(&self) -> Result<()> {
