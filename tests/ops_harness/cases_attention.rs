@@ -2,11 +2,10 @@
 //! attention cases also run on every GPU backend with each attention kernel forced
 //! (`attention_kernels_forced`), since the default picks by Sk.
 
-use super::{gpu_backends, nmse, run, Cases, Rng, NMSE_DEFAULT, NMSE_MATMUL};
+use super::{check, gpu_backends, Cases, Rng, NMSE_DEFAULT, NMSE_MATMUL};
 use vla::backend::wgpu::WgpuOptions;
-use vla::backend::CpuBackend;
 use vla::gguf::GgmlType;
-use vla::graph::{AttentionMask, GraphBuilder};
+use vla::graph::AttentionMask;
 use vla::ops::{RopeConfig, RopeLayout, RopeMode};
 
 /// ggml's test-backend-ops bound for softmax.
@@ -258,30 +257,14 @@ fn attention_kernels_forced() {
                 ..base.backend.options()
             });
             for case in &c.list {
-                let graph = {
-                    let mut g = GraphBuilder::new(&case.weights);
-                    let out = (case.build)(&mut g).unwrap();
-                    g.build(&[out]).unwrap()
+                let result = check(&b, case);
+                let verdict = match &result {
+                    Ok(e) => format!("nmse {e:9.2e} ok"),
+                    Err(why) => format!("FAIL {why}"),
                 };
-                let reference = run(&CpuBackend, &graph, case).unwrap();
-                match run(&b, &graph, case) {
-                    Err(e) => failures.push(format!("{} flash {flash}: {e}", case.name)),
-                    Ok(out) => {
-                        let bad = out.iter().filter(|v| !v.is_finite()).count();
-                        let e = nmse(&out, &reference);
-                        let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
-                        println!(
-                            "{:<56} flash {flash:<5} nmse {e:9.2e} {}",
-                            case.name,
-                            if ok { "ok" } else { "FAIL" }
-                        );
-                        if !ok {
-                            failures.push(format!(
-                                "{} flash {flash}: nmse {e:.3e}, {bad} non-finite",
-                                case.name
-                            ));
-                        }
-                    }
+                println!("{:<56} flash {flash:<5} {verdict}", case.name);
+                if let Err(why) = result {
+                    failures.push(format!("{} flash {flash}: {why}", case.name));
                 }
             }
         }

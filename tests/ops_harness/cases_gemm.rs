@@ -3,10 +3,8 @@
 //! kernels in both sets (float matmuls, attention): the choice by shape picks the large
 //! tile only for big outputs, which the harness's odd shapes do not reach.
 
-use super::{all_cases, gpu_backends, nmse, run};
+use super::{all_cases, check, gpu_backends};
 use vla::backend::wgpu::{GemmTile, KernelSet, WgpuOptions};
-use vla::backend::CpuBackend;
-use vla::graph::GraphBuilder;
 
 #[test]
 fn gemm_tiles_forced() {
@@ -29,26 +27,8 @@ fn gemm_tiles_forced() {
                 ..base.backend.options()
             });
             for case in &cases {
-                let graph = {
-                    let mut g = GraphBuilder::new(&case.weights);
-                    let out = (case.build)(&mut g).unwrap();
-                    g.build(&[out]).unwrap()
-                };
-                let reference = run(&CpuBackend, &graph, case).unwrap();
-                match run(&b, &graph, case) {
-                    Err(e) => {
-                        failures.push(format!("{} tile {tile:?} vec4 {vec4}: {e}", case.name))
-                    }
-                    Ok(out) => {
-                        let bad = out.iter().filter(|v| !v.is_finite()).count();
-                        let e = nmse(&out, &reference);
-                        if bad > 0 || e > case.max_nmse || out.len() != reference.len() {
-                            failures.push(format!(
-                                "{} tile {tile:?} vec4 {vec4}: nmse {e:.3e}, {bad} non-finite",
-                                case.name
-                            ));
-                        }
-                    }
+                if let Err(why) = check(&b, case) {
+                    failures.push(format!("{} tile {tile:?} vec4 {vec4}: {why}", case.name));
                 }
             }
             println!(

@@ -315,6 +315,25 @@ fn run(backend: &dyn Backend, graph: &Graph, case: &Case) -> vla::Result<Vec<f32
     exe.run(&inputs)?.remove(0).to_vec_f32()
 }
 
+/// `case` on `backend` against the cpu reference: its NMSE when finite, of the reference's
+/// length and within the case's bound; otherwise why not.
+pub fn check(backend: &dyn Backend, case: &Case) -> Result<f64, String> {
+    let graph = {
+        let mut g = GraphBuilder::new(&case.weights);
+        let out = (case.build)(&mut g).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        g.build(&[out]).unwrap()
+    };
+    let reference =
+        run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
+    let out = run(backend, &graph, case).map_err(|e| e.to_string())?;
+    let bad = out.iter().filter(|v| !v.is_finite()).count();
+    let e = nmse(&out, &reference);
+    match bad == 0 && e <= case.max_nmse && out.len() == reference.len() {
+        true => Ok(e),
+        false => Err(format!("nmse {e:.3e}, {bad} non-finite")),
+    }
+}
+
 #[test]
 fn op_harness() {
     let backends = backends();
