@@ -1,6 +1,7 @@
 // Elementwise ops. `binary`: y = a (op) b with numpy broadcasting over rank <= 4 (strides 0
 // on broadcast dims). `unary`: scale / GELU (tanh, erf) / SiLU; with GATED, times b[i]
-// (a gated FFN's act(gate) * up in one pass).
+// (a gated FFN's act(gate) * up in one pass). `bytes`: y[i] = byte i of `words` (little-endian
+// u32 words) as f32 (run-time byte inputs such as camera frames).
 
 struct BinaryParams {
     n: u32,
@@ -24,6 +25,7 @@ struct UnaryParams {
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read> words: array<u32>;
 
 const WG: u32 = 256u;
 
@@ -83,4 +85,12 @@ fn unary(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
     r = r * b[i];
 #endif
     y[i] = r;
+}
+
+@compute @workgroup_size(256)
+fn bytes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wg, nwg, lid);
+    if (i >= up.n) { return; }
+    y[i] = f32((words[i / 4u] >> (8u * (i % 4u))) & 0xffu);
 }

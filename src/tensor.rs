@@ -125,6 +125,12 @@ impl<'a> Tensor<'a> {
         })
     }
 
+    /// Unsigned bytes (camera frames as they arrive), kept unchanged in ggml's one-byte
+    /// integer storage (`I8`): [`crate::graph::Op::InputU8`] reads them as 0..=255.
+    pub fn from_u8(shape: impl Into<Vec<usize>>, bytes: impl Into<Cow<'a, [u8]>>) -> Result<Self> {
+        Self::from_bytes(shape, GgmlType::I8, bytes)
+    }
+
     /// A tensor over the raw little-endian bytes of `dtype` (e.g. a GGUF tensor's data).
     ///
     /// Checks that the byte length matches the shape and that the last dim is a multiple of

@@ -321,7 +321,7 @@ fn predict_graph_declares_each_weight_once_at_full_size() {
         let graph = |steps| {
             let mut spec = spec.clone();
             spec.io.num_steps = steps;
-            predict_graph(&cfg, &spec, None).unwrap()
+            predict_graph(&cfg, &spec, None, &spec.model_frames()).unwrap()
         };
         let (one, ten) = (graph(1), graph(10));
         let stages = cfg.graphs(None).unwrap();

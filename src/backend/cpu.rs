@@ -82,6 +82,15 @@ impl Executable for CpuExecutable<'_> {
             let out = match &node.op {
                 Op::Weight(_) => continue,
                 Op::Input(name) => by_name[name].to_f32()?,
+                Op::InputU8(name) => {
+                    let t = by_name[name];
+                    let v = t
+                        .raw_bytes()
+                        .iter()
+                        .map(|&b| f32::from(b))
+                        .collect::<Vec<_>>();
+                    Tensor::from_f32(t.shape().to_vec(), v)?
+                }
                 Op::MatMul => {
                     let c = (node.inputs.len() > 2).then(|| arg(2));
                     ops::matmul_add(arg(0), arg(1), c)?

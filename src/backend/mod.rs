@@ -129,17 +129,31 @@ pub(crate) fn match_inputs<'i>(
         }
     }
     for node in graph.nodes() {
-        if let crate::graph::Op::Input(name) = &node.op {
-            let t = by_name
-                .get(name)
-                .ok_or_else(|| Error::InvalidArgument(format!("missing input {name:?}")))?;
-            if t.shape() != node.shape.as_slice() {
-                return Err(Error::InvalidArgument(format!(
-                    "input {name:?}: shape {:?}, the graph expects {:?}",
-                    t.shape(),
-                    node.shape
-                )));
-            }
+        let (name, bytes) = match &node.op {
+            crate::graph::Op::Input(name) => (name, false),
+            crate::graph::Op::InputU8(name) => (name, true),
+            _ => continue,
+        };
+        let t = by_name
+            .get(name)
+            .ok_or_else(|| Error::InvalidArgument(format!("missing input {name:?}")))?;
+        if bytes != (t.dtype() == crate::gguf::GgmlType::I8) {
+            let want = if bytes {
+                "bytes (Tensor::from_u8)"
+            } else {
+                "f32"
+            };
+            return Err(Error::InvalidArgument(format!(
+                "input {name:?} must be {want}, got {}",
+                t.dtype()
+            )));
+        }
+        if t.shape() != node.shape.as_slice() {
+            return Err(Error::InvalidArgument(format!(
+                "input {name:?}: shape {:?}, the graph expects {:?}",
+                t.shape(),
+                node.shape
+            )));
         }
     }
     let known: Vec<&str> = graph.input_names().collect();

@@ -91,6 +91,14 @@ impl<'w> GraphBuilder<'w> {
         id
     }
 
+    /// A run-time input of bytes ([`Op::InputU8`]), read as f32 values.
+    pub fn input_u8(&mut self, name: impl Into<String>, shape: &[usize]) -> NodeId {
+        let name = name.into();
+        let id = self.activation(Op::InputU8(name.clone()), vec![], shape.to_vec());
+        self.input_nodes.insert(name, id);
+        id
+    }
+
     /// Starts the stage `name`: the nodes added from here on, up to the next stage, are
     /// timed together where the backend can tell stages apart ([`Graph::stages`]).
     pub fn stage(&mut self, name: &str) {
@@ -171,6 +179,24 @@ impl<'w> GraphBuilder<'w> {
                         }
                     }
                 },
+                Op::InputU8(name) => {
+                    let full = format!("{namespace}.{name}");
+                    match self.input_nodes.get(&full) {
+                        Some(&id)
+                            if matches!(self.nodes[id.0].op, Op::InputU8(_))
+                                && self.shape(id) == n.shape =>
+                        {
+                            id
+                        }
+                        Some(_) => {
+                            return Err(err(
+                                "inline",
+                                format!("input {full:?} is made twice, differently"),
+                            ))
+                        }
+                        None => self.input_u8(full, &n.shape),
+                    }
+                }
                 Op::Weight(name) => match graph.constants.get(name) {
                     Some(c) => self.constant(name, c.clone())?,
                     None => match self.weight_nodes.get(name) {

@@ -58,6 +58,9 @@ pub enum Op {
     /// An f32 tensor supplied at run time by name. Integer data (token ids, positions) is
     /// passed as f32 holding exact integers.
     Input(String),
+    /// Bytes supplied at run time by name ([`Tensor::from_u8`]), as the f32 values 0..=255:
+    /// camera frames as they arrive, so that the host uploads one byte a pixel channel.
+    InputU8(String),
     /// A constant tensor from the weight store, in its stored dtype.
     Weight(String),
     /// `[x [.., M, K], w [N, K]]` -> `x @ w^T`; with a third input `c` (`[N]`, a bias, or
@@ -115,10 +118,16 @@ pub enum Op {
 }
 
 impl Op {
+    /// Inputs and weights: nodes with no inputs whose data comes from outside the graph.
+    pub fn is_leaf(&self) -> bool {
+        matches!(self, Op::Input(_) | Op::InputU8(_) | Op::Weight(_))
+    }
+
     /// A short name for logs, pipeline caches and test reports.
     pub fn kind(&self) -> &'static str {
         match self {
             Op::Input(_) => "input",
+            Op::InputU8(_) => "input_u8",
             Op::Weight(_) => "weight",
             Op::MatMul => "matmul",
             Op::Bmm { .. } => "bmm",
@@ -248,7 +257,7 @@ impl Graph {
     /// leaves move nothing. For GB/s figures.
     pub fn node_bytes(&self, i: usize) -> u64 {
         let node = &self.nodes[i];
-        if matches!(node.op, Op::Input(_) | Op::Weight(_) | Op::Reshape(_)) {
+        if node.op.is_leaf() || matches!(node.op, Op::Reshape(_)) {
             return 0;
         }
         let stored = |n: &Node| {
@@ -262,7 +271,7 @@ impl Graph {
     /// Names of the run-time inputs, in node order.
     pub fn input_names(&self) -> impl Iterator<Item = &str> {
         self.nodes.iter().filter_map(|n| match &n.op {
-            Op::Input(name) => Some(name.as_str()),
+            Op::Input(name) | Op::InputU8(name) => Some(name.as_str()),
             _ => None,
         })
     }

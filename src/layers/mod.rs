@@ -4,6 +4,7 @@
 
 use crate::graph::{AttentionMask, GateAct, GraphBuilder, NodeId};
 use crate::ops::{RopeConfig, RopeMode};
+use crate::preprocess::FramePlan;
 use crate::{Result, Tensor};
 
 /// The last dimension of `x`.
@@ -250,4 +251,43 @@ pub fn splice_rows(
         parts.push(g.slice(x, 0, at, l - at)?);
     }
     g.concat(&parts, 0)
+}
+
+/// The tower's `[3, H, W]` input from the camera frame input `name` (`[h, w, 3]`, bytes or
+/// f32, as [`FramePlan::key`] says) through `plan`: the per-channel scale, then the resize as
+/// two products with the plan's constant matrices, plus its offset. The constants are named
+/// by the frame's size, so cameras of one size share them.
+pub fn frame_pixels(g: &mut GraphBuilder, name: &str, plan: &FramePlan) -> Result<NodeId> {
+    let k = plan.key;
+    let (h, w) = (k.height, k.width);
+    let (oh, ow) = plan.out;
+    let x = match k.bytes {
+        true => g.input_u8(name, &[h, w, 3]),
+        false => g.input(name, &[h, w, 3]),
+    };
+    let id = format!("frame.{h}x{w}.{}", if k.bytes { "u8" } else { "f32" });
+    let constant = |g: &mut GraphBuilder, what: &str, shape: Vec<usize>, v: &[f32]| {
+        g.constant(
+            &format!("{id}.{what}"),
+            Tensor::from_f32(shape, v.to_vec())?,
+        )
+    };
+    let scale = constant(g, "scale", vec![3], &plan.scale)?;
+    let x = g.mul(x, scale)?;
+    match &plan.resize {
+        None => {
+            let offset = constant(g, "offset", vec![3], &plan.offset)?;
+            let x = g.add(x, offset)?;
+            g.permute(x, &[2, 0, 1])
+        }
+        Some((rows, cols)) => {
+            let x = g.permute(x, &[2, 1, 0])?; // [3, w, h]
+            let rows = constant(g, "rows", vec![oh, h], rows)?;
+            let x = g.matmul(x, rows)?; // [3, w, H]
+            let x = g.permute(x, &[0, 2, 1])?; // [3, H, w]
+            let cols = constant(g, "cols", vec![ow, w], cols)?;
+            let offset = constant(g, "offset", vec![3, oh, ow], &plan.offset)?;
+            g.matmul_add(x, cols, offset)
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! the GGUF and the graphs compiled from it, turning a request's instruction and noise into
 //! model inputs, and making random-weight models for tests and demos.
 
-use crate::backend::{Executable, RunCounters};
+use crate::backend::{Backend, Executable, RunCounters};
 use crate::config::limits::{MAX_CHUNK, MAX_IMAGES, MAX_ROBOT_DIM, MAX_SEQUENCE, MAX_STEPS};
 use crate::config::{bounded, first_failing, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
@@ -75,12 +75,17 @@ impl ActionIo {
 /// is leaked into a raw pointer and reclaimed in `Drop` after them.
 pub struct LoadedGraphs {
     execs: Vec<Box<dyn Executable>>,
+    /// What compiled them, kept for [`Self::rebuild`].
+    compiler: Box<dyn Backend>,
+    /// The run counters of executables dropped by [`Self::rebuild`].
+    retired: RunCounters,
     backend: String,
     file: *mut GgufFile,
 }
 
 // SAFETY: `file` is owned by this struct alone (a leaked Box) and only read; the
-// executables are Send.
+// executables are Send; the backends are plain settings (cpu, ggml) or an `Arc` of wgpu's
+// device and queue, which are Send and Sync.
 unsafe impl Send for LoadedGraphs {}
 
 impl Drop for LoadedGraphs {
@@ -121,6 +126,8 @@ impl LoadedGraphs {
             Ok(execs) => Ok(LoadedGraphs {
                 execs,
                 backend: backend.description(),
+                compiler: backend,
+                retired: RunCounters::default(),
                 file: ptr,
             }),
             Err(e) => {
@@ -136,14 +143,29 @@ impl LoadedGraphs {
         unsafe { &*self.file }
     }
 
+    /// Drops the compiled graphs and compiles those `build` makes from the same file on the
+    /// same backend instead (none are left if that fails).
+    pub fn rebuild(&mut self, build: impl Fn(&GgufFile) -> Result<Vec<Graph>>) -> Result<()> {
+        for e in self.execs.drain(..) {
+            self.retired.add(&e.stats().runs);
+        }
+        // SAFETY: valid until Drop, which drops the executables first.
+        let file: &'static GgufFile = unsafe { &*self.file };
+        let graphs = build(file)?;
+        for g in &graphs {
+            self.execs.push(self.compiler.compile(g, file)?);
+        }
+        Ok(())
+    }
+
     /// The `i`-th graph passed to [`Self::compile`].
     pub fn exec(&mut self, i: usize) -> &mut dyn Executable {
         self.execs[i].as_mut()
     }
 
-    /// The backend's run counters, summed over the graphs.
+    /// The backend's run counters, summed over the graphs (those compiled before too).
     pub fn counters(&self) -> RunCounters {
-        let mut sum = RunCounters::default();
+        let mut sum = self.retired;
         for e in &self.execs {
             sum.add(&e.stats().runs);
         }

@@ -17,16 +17,18 @@ use super::common::{
 };
 use crate::config::Section;
 use crate::gguf::{GgufFile, GgufWriter};
-use crate::graph::{declared_weights, Graph, GraphBuilder, WeightStore};
+use crate::graph::{declared_weights, Graph, WeightStore};
 use crate::modules::flow::{euler_integrate, Schedule};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::preprocess::actions::unnormalize_actions;
 pub use crate::preprocess::actions::{Clipping, GripperSnap};
-use crate::preprocess::{CameraInput, Normalizer};
+use crate::preprocess::{CameraInput, FrameKey, Normalizer};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
 use std::time::Instant;
 
+pub use super::predict::{predict_graph, stage_graphs};
+use super::predict::{DENOISE, PREFILL, STAGES, VISION};
 pub use super::prefix::{mask_constant, valid_rows, Inputs, PrefixLayout, Segment, VALID};
 
 /// What one request gives the prefill and denoise graphs besides the image tokens, `x_t`,
@@ -125,6 +127,14 @@ pub struct FlowSpec {
     pub gripper: Option<GripperSnap>,
 }
 
+impl FlowSpec {
+    /// Every camera's frame as bytes at the model's size (what the graphs are compiled for
+    /// at load).
+    pub fn model_frames(&self) -> Vec<FrameKey> {
+        vec![self.camera.model_frame(); self.io.n_images]
+    }
+}
+
 /// lerobot's `NewLineProcessor` (SmolVLA, pi0): the task with a newline appended unless it
 /// ends with one.
 pub fn newline_terminated(task: &str) -> String {
@@ -134,71 +144,10 @@ pub fn newline_terminated(task: &str) -> String {
     }
 }
 
-/// Stage graph indices in [`LoadedGraphs`] when stepwise.
-const VISION: usize = 0;
-const PREFILL: usize = 1;
-const DENOISE: usize = 2;
-
-/// The stages of [`predict_graph`] and of a predict's [`StageTimes`].
-const STAGES: [&str; 3] = ["vision", "prefill", "denoise"];
-
-/// A whole predict as one graph: the vision graph, the prefill on its image tokens, and
-/// `spec.io.num_steps` denoise evaluations on the prefill's keys and values, each followed
-/// by the Euler update `x += dt * v`. The time embeddings of the steps are constants of the
-/// graph (one set per step count). Inputs: `noise` `[chunk, max_action_dim]` (x at the
-/// schedule's start), and the stage graphs' request inputs under the names
-/// `vision.image.{i}`, `prefill.{name}` and `denoise.{name}`; output: x at the schedule's
-/// end. Stages `vision`, `prefill`, `denoise` ([`Graph::stages`]).
-pub fn predict_graph<A: FlowArch>(
-    cfg: &A,
-    spec: &FlowSpec,
-    store: Option<&dyn WeightStore>,
-) -> Result<Graph> {
-    let [vision, prefill, denoise] = cfg.graphs(store)?;
-    let mut g = GraphBuilder::over(store);
-    g.stage(STAGES[0]);
-    let img = g.inline(&vision, STAGES[0], |_| None)?[0];
-    g.stage(STAGES[1]);
-    let kv = g.inline(&prefill, STAGES[1], |n| (n == "img_tokens").then_some(img))?;
-    let valid = g.input_node(&format!("{}.{VALID}", STAGES[1]));
-    g.stage(STAGES[2]);
-    let mut x = g.input("noise", &[spec.io.chunk_size, spec.io.max_action_dim]);
-    for (step, (t, dt)) in spec
-        .schedule
-        .steps(spec.io.num_steps)
-        .into_iter()
-        .enumerate()
-    {
-        let time = g.constant(&format!("flow.time_emb.{step}"), cfg.time_input(t)?)?;
-        let bind = |name: &str| match name {
-            "x_t" => Some(x),
-            "time_emb" => Some(time),
-            VALID => valid,
-            _ => kv_index(name).and_then(|k| kv.get(k).copied()),
-        };
-        let v = g.inline(&denoise, STAGES[2], bind)?[0];
-        let step = g.scale(v, dt);
-        x = g.add(x, step)?;
-    }
-    g.build(&[x])
-}
-
-/// `kv.{i}.k` -> `2 i`, `kv.{i}.v` -> `2 i + 1`: the prefill output a denoise input names.
-fn kv_index(name: &str) -> Option<usize> {
-    let rest = name.strip_prefix("kv.")?;
-    let (layer, which) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    match which {
-        "k" => Some(2 * layer),
-        "v" => Some(2 * layer + 1),
-        _ => None,
-    }
-}
-
 /// One request as model inputs, made on the host.
 struct Request {
-    /// `[3, H, W]` per camera.
-    pixels: Vec<Tensor<'static>>,
+    /// Per camera, the frame as the backend takes it ([`CameraInput::frame`]).
+    frames: Vec<(FrameKey, Tensor<'static>)>,
     inputs: RequestInputs,
     noise: Vec<f32>,
 }
@@ -214,8 +163,10 @@ pub struct FlowPolicy<A: FlowArch> {
     action_norm: Normalizer,
     /// From the GGUF's `tokenizer.ggml.*` metadata; without it only token ids are accepted.
     tokenizer: Option<Tokenizer>,
-    /// [`predict_graph`], or the vision, prefill and denoise graphs when stepwise.
+    /// [`predict_graph`], or the vision, prefill and denoise graphs when stepwise
+    /// ([`stage_graphs`]), for camera frames `frames`.
     graphs: LoadedGraphs,
+    frames: Vec<FrameKey>,
     stepwise: bool,
 }
 
@@ -240,11 +191,13 @@ impl<A: FlowArch> FlowPolicy<A> {
             action_norm = action_norm.lerobot_min_max();
         }
         let stage_flops = std::cell::Cell::new(Vec::new());
+        // Compiled for bytes at the model's size; other frames recompile on first sight.
+        let frames = spec.model_frames();
         let graphs = LoadedGraphs::compile(file, opts, |f| {
-            let whole = predict_graph(&cfg, &spec, Some(f))?;
+            let whole = predict_graph(&cfg, &spec, Some(f), &frames)?;
             stage_flops.set(whole.flops_by_stage());
             match opts.stepwise {
-                true => Ok(cfg.graphs(Some(f))?.into()),
+                true => stage_graphs(&cfg, &spec, Some(f), &frames),
                 false => Ok(vec![whole]),
             }
         })?;
@@ -271,6 +224,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             action_norm,
             tokenizer,
             graphs,
+            frames,
             stepwise: opts.stepwise,
         })
     }
@@ -328,18 +282,47 @@ impl<A: FlowArch> FlowPolicy<A> {
             |p| self.tokenize_prompt(p, &state),
         )?;
         let noise = noise_or_draw(obs, io.chunk_size, io.max_action_dim, self.cfg.noise_draw())?;
-        let camera = self.spec.camera;
-        let pixels = obs
+        let frames = obs
             .images
             .iter()
-            .map(|img| Tensor::from_f32(vec![3, camera.height, camera.width], camera.pixels(img)?))
+            .map(|img| self.spec.camera.frame(img))
             .collect::<Result<Vec<_>>>()?;
         let inputs = self.cfg.request_inputs(tokens, n_tokens, &state)?;
         Ok(Request {
-            pixels,
+            frames,
             inputs,
             noise,
         })
+    }
+
+    /// Compiles the graphs again for camera frames `frames` (once per frame size: a
+    /// deployment's cameras keep theirs), in place of the previous ones.
+    fn compile_for(&mut self, frames: Vec<FrameKey>) -> Result<()> {
+        let t0 = Instant::now();
+        let (cfg, spec, stepwise) = (&self.cfg, &self.spec, self.stepwise);
+        self.frames.clear(); // nothing compiled if this fails
+        self.graphs.rebuild(|f| match stepwise {
+            true => stage_graphs(cfg, spec, Some(f), &frames),
+            false => Ok(vec![predict_graph(cfg, spec, Some(f), &frames)?]),
+        })?;
+        let sizes: Vec<String> = frames
+            .iter()
+            .map(|k| {
+                format!(
+                    "{}x{} {}",
+                    k.width,
+                    k.height,
+                    if k.bytes { "u8" } else { "f32" }
+                )
+            })
+            .collect();
+        tracing::info!(
+            "compiled the predict for camera frames {} in {:.0} ms",
+            sizes.join(", "),
+            ms_since(t0)
+        );
+        self.frames = frames;
+        Ok(())
     }
 
     /// The whole predict in one run of [`predict_graph`]: x at the schedule's end, and the
@@ -347,14 +330,14 @@ impl<A: FlowArch> FlowPolicy<A> {
     fn run_once(&mut self, req: Request) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
         let io = &self.spec.io;
         let mut named: Vec<(String, Tensor)> = Vec::new();
-        for (i, p) in req.pixels.into_iter().enumerate() {
-            named.push((format!("{}.image.{i}", STAGES[0]), p));
+        for (i, (_, f)) in req.frames.into_iter().enumerate() {
+            named.push((format!("{}.frame.{i}", STAGES[VISION]), f));
         }
         for (n, t) in req.inputs.prefix {
-            named.push((format!("{}.{n}", STAGES[1]), t));
+            named.push((format!("{}.{n}", STAGES[PREFILL]), t));
         }
         for (n, t) in req.inputs.suffix {
-            named.push((format!("{}.{n}", STAGES[2]), t));
+            named.push((format!("{}.{n}", STAGES[DENOISE]), t));
         }
         let noise = Tensor::from_f32(vec![io.chunk_size, io.max_action_dim], req.noise)?;
         named.push(("noise".into(), noise));
@@ -369,9 +352,9 @@ impl<A: FlowArch> FlowPolicy<A> {
     fn run_stepwise(&mut self, req: Request) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
         let (io, schedule) = (self.spec.io.clone(), self.spec.schedule);
         let t0 = Instant::now();
-        let names: Vec<String> = (0..io.n_images).map(|i| format!("image.{i}")).collect();
-        let inputs: Vec<(&str, &Tensor)> =
-            names.iter().map(String::as_str).zip(&req.pixels).collect();
+        let names: Vec<String> = (0..io.n_images).map(|i| format!("frame.{i}")).collect();
+        let frames = req.frames.iter().map(|(_, f)| f);
+        let inputs: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(frames).collect();
         let img = self.graphs.exec(VISION).run(&inputs)?.remove(0);
         let vision_ms = ms_since(t0);
 
@@ -414,6 +397,10 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
         let t0 = Instant::now();
         let counters = self.graphs.counters();
         let req = self.request(obs)?;
+        let frames: Vec<FrameKey> = req.frames.iter().map(|(k, _)| *k).collect();
+        if frames != self.frames {
+            self.compile_for(frames)?;
+        }
         let (x, stages) = match self.stepwise {
             true => self.run_stepwise(req)?,
             false => self.run_once(req)?,

@@ -9,6 +9,7 @@ pub mod flow;
 pub mod gr00t;
 pub mod gr00t_n1_7;
 pub mod pi0;
+pub mod predict;
 pub mod prefix;
 pub mod presets;
 pub mod smolvla;

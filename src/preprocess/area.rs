@@ -151,12 +151,18 @@ pub fn resize_area(src: &[u8], h: usize, w: usize, oh: usize, ow: usize) -> Vec<
     }
 }
 
+/// The inputs `[start, end)` that output `i` of an adaptive average from `n` to `o` samples
+/// averages.
+pub(crate) fn adaptive_range(i: usize, n: usize, o: usize) -> (usize, usize) {
+    (i * n / o, ((i + 1) * n).div_ceil(o))
+}
+
 /// torch's `F.interpolate(mode="area")` (adaptive average pooling) of float planes `[c, h,
 /// w]` to `oh x ow`: output cell `i` averages inputs `floor(i h / oh)` to `ceil((i + 1) h /
 /// oh)` (exclusive), per axis.
 pub fn adaptive_avg_f32(src: &[f32], (h, w): (usize, usize), (oh, ow): (usize, usize)) -> Vec<f32> {
     let c = src.len() / (h * w).max(1);
-    let range = |i: usize, n: usize, o: usize| (i * n / o, ((i + 1) * n).div_ceil(o));
+    let range = adaptive_range;
     let mut out = Vec::with_capacity(c * oh * ow);
     for plane in src.chunks(h * w) {
         for y in 0..oh {

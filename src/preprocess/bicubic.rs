@@ -26,7 +26,7 @@ fn cubic(x: f64) -> f64 {
 
 /// The first input index and the normalised weights of every output pixel of a resize from
 /// `input` to `output` samples.
-fn float_taps(input: usize, output: usize) -> Vec<(usize, Vec<f64>)> {
+pub(crate) fn float_taps(input: usize, output: usize) -> Vec<(usize, Vec<f64>)> {
     let scale = input as f64 / output as f64;
     let (support, invscale) = match scale >= 1.0 {
         true => (2.0 * scale, 1.0 / scale),

@@ -25,7 +25,7 @@ pub fn to_chw_unit(img: &Image) -> Result<Vec<f32>> {
 }
 
 /// Checks an image's declared size against the protocol's limit and its data.
-fn check_size(img: &Image) -> Result<()> {
+pub(crate) fn check_size(img: &Image) -> Result<()> {
     let (h, w) = (img.height, img.width);
     if h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE {
         return Err(Error::InvalidArgument(format!(
@@ -58,6 +58,20 @@ pub fn to_hwc_u8(img: &Image) -> Result<Vec<u8>> {
     })
 }
 
+/// Per output sample of a bilinear resize from `in_len` to `out_len` samples
+/// (`align_corners=False`): the two source samples and the second one's weight.
+pub(crate) fn bilinear_taps(in_len: usize, out_len: usize) -> Vec<(usize, usize, f32)> {
+    let scale = in_len as f32 / out_len as f32;
+    (0..out_len)
+        .map(|o| {
+            let s = (scale * (o as f32 + 0.5) - 0.5).max(0.0);
+            let i0 = (s as usize).min(in_len - 1);
+            let i1 = (i0 + 1).min(in_len - 1);
+            (i0, i1, s - i0 as f32)
+        })
+        .collect()
+}
+
 /// Bilinear resize of CHW planes, `F.interpolate(mode="bilinear", align_corners=False)`.
 pub fn resize_bilinear(
     src: &[f32],
@@ -67,18 +81,7 @@ pub fn resize_bilinear(
     oh: usize,
     ow: usize,
 ) -> Vec<f32> {
-    let taps = |in_len: usize, out_len: usize| -> Vec<(usize, usize, f32)> {
-        let scale = in_len as f32 / out_len as f32;
-        (0..out_len)
-            .map(|o| {
-                let s = (scale * (o as f32 + 0.5) - 0.5).max(0.0);
-                let i0 = (s as usize).min(in_len - 1);
-                let i1 = (i0 + 1).min(in_len - 1);
-                (i0, i1, s - i0 as f32)
-            })
-            .collect()
-    };
-    let (ty, tx) = (taps(h, oh), taps(w, ow));
+    let (ty, tx) = (bilinear_taps(h, oh), bilinear_taps(w, ow));
     let mut out = vec![0f32; c * oh * ow];
     for ch in 0..c {
         let plane = &src[ch * h * w..(ch + 1) * h * w];
@@ -103,6 +106,25 @@ pub enum PadAlign {
     Center,
 }
 
+/// Where [`resize_with_pad`] puts an `h x w` image in `out_h x out_w`: the resized size
+/// `(rh, rw)` and the padding before it `(pad_h, pad_w)`.
+pub(crate) fn pad_layout(
+    h: usize,
+    w: usize,
+    out_h: usize,
+    out_w: usize,
+    align: PadAlign,
+) -> (usize, usize, usize, usize) {
+    let ratio = (w as f64 / out_w as f64).max(h as f64 / out_h as f64);
+    let rh = ((h as f64 / ratio) as usize).max(1);
+    let rw = ((w as f64 / ratio) as usize).max(1);
+    let (pad_h, pad_w) = (out_h.saturating_sub(rh), out_w.saturating_sub(rw));
+    match align {
+        PadAlign::BottomRight => (rh, rw, pad_h, pad_w),
+        PadAlign::Center => (rh, rw, pad_h / 2, pad_w / 2),
+    }
+}
+
 /// Resizes to fit `out_h x out_w` keeping the aspect ratio and pads with `pad`.
 pub fn resize_with_pad(
     src: &[f32],
@@ -113,18 +135,11 @@ pub fn resize_with_pad(
     pad: f32,
     align: PadAlign,
 ) -> Vec<f32> {
-    let ratio = (w as f64 / out_w as f64).max(h as f64 / out_h as f64);
-    let rh = ((h as f64 / ratio) as usize).max(1);
-    let rw = ((w as f64 / ratio) as usize).max(1);
+    let (rh, rw, pad_h, pad_w) = pad_layout(h, w, out_h, out_w, align);
     let resized = if (rh, rw) == (h, w) {
         src.to_vec()
     } else {
         resize_bilinear(src, 3, h, w, rh, rw)
-    };
-    let (pad_h, pad_w) = (out_h.saturating_sub(rh), out_w.saturating_sub(rw));
-    let (pad_h, pad_w) = match align {
-        PadAlign::BottomRight => (pad_h, pad_w),
-        PadAlign::Center => (pad_h / 2, pad_w / 2),
     };
     let mut out = vec![pad; 3 * out_h * out_w];
     for c in 0..3 {

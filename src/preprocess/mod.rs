@@ -5,9 +5,11 @@
 pub mod actions;
 pub mod area;
 pub mod bicubic;
+pub mod frames;
 pub mod image;
 pub mod normalize;
 
+pub use frames::{FrameKey, FramePlan};
 pub use image::PadAlign;
 pub use normalize::{embodiments, state_values, Normalizer};
 
@@ -105,21 +107,6 @@ impl CameraInput {
                 let unit = to_chw_unit(img)?;
                 resize_with_pad(&unit, img.height, img.width, h, w, self.pad, self.align)
             }
-            Resize::StretchBicubicU8 => {
-                let bytes = image::to_hwc_u8(img)?;
-                let out = bicubic::resize_bicubic_aa(&bytes, img.height, img.width, h, w);
-                hwc_u8_to_chw(&out, h * w, 255.0)
-            }
-            Resize::Gr00tFrame {
-                edge,
-                crop_fraction,
-            } => {
-                let bytes = image::to_hwc_u8(img)?;
-                let size = (img.height, img.width);
-                let (frame, (fh, fw)) = area::gr00t_frame(&bytes, size, edge, crop_fraction);
-                let out = bicubic::resize_bicubic_aa(&frame, fh, fw, h, w);
-                hwc_u8_to_chw(&out, h * w, 255.0)
-            }
             Resize::AreaThenBicubicF32 { area } => {
                 let mut size = (img.height, img.width);
                 let mut unit = to_chw_unit(img)?;
@@ -129,16 +116,9 @@ impl CameraInput {
                 }
                 bicubic::resize_bicubic_aa_f32(&unit, size, (h, w))
             }
-            Resize::StretchBicubicRounded => {
-                let bytes = image::to_hwc_u8(img)?;
-                let levels = hwc_u8_to_chw(&bytes, img.height * img.width, 1.0);
-                let size = (img.height, img.width);
-                let mut out = bicubic::resize_bicubic_aa_f32(&levels, size, (h, w));
-                for v in &mut out {
-                    *v = v.clamp(0.0, 255.0).round_ties_even() / 255.0;
-                }
-                out
-            }
+            Resize::StretchBicubicU8
+            | Resize::Gr00tFrame { .. }
+            | Resize::StretchBicubicRounded => hwc_u8_to_chw(&self.host_bytes(img)?, h * w, 255.0),
         };
         for (c, plane) in out.chunks_mut(h * w).enumerate() {
             for v in plane {
@@ -150,7 +130,7 @@ impl CameraInput {
 }
 
 /// CHW planes of `n` HWC RGB bytes, each divided by `div` (255: `[0, 1]`).
-fn hwc_u8_to_chw(bytes: &[u8], n: usize, div: f32) -> Vec<f32> {
+pub(crate) fn hwc_u8_to_chw(bytes: &[u8], n: usize, div: f32) -> Vec<f32> {
     let mut out = vec![0f32; 3 * n];
     for (i, px) in bytes.chunks(3).enumerate() {
         for (c, &b) in px.iter().enumerate() {

@@ -7,7 +7,7 @@ use super::cases::{observation, ArchCase, StateInput};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use vla::gguf::GgufFile;
 use vla::policy::{
-    ActionChunk, ImageData, Observation, Policy, PolicyInfo, RunCounters, RuntimeOptions,
+    ActionChunk, Image, ImageData, Observation, Policy, PolicyInfo, RunCounters, RuntimeOptions,
 };
 
 /// `p`'s chunk for `obs`, failing with the case's name and `what`.
@@ -132,8 +132,10 @@ pub fn equivalent_inputs_give_the_same_chunk(case: &ArchCase) {
             img.data = ImageData::RgbF32(d.iter().map(|&b| b as f32 / 255.0).collect());
         }
     }
+    // Bytes are scaled by slope/255 on the backend, floats by the slope: the same chunk up
+    // to rounding where the backend resizes (the host-resized frames are bytes either way).
     let got = predict(case, p.as_mut(), &floats, "f32 views").actions;
-    assert_eq!(got, base, "{n}: the views as RgbF32");
+    super::check(&format!("{n}: the views as RgbF32"), &got, &base, 1e-5);
 }
 
 type Edit = Box<dyn Fn(&mut Observation)>;
@@ -316,6 +318,43 @@ pub fn agrees_with_cpu(case: &ArchCase, backend: &str) {
         case.tolerance.of(backend),
     );
     check_counters(n, p.info(), &obs, &got.counters, &want.counters);
+    frames_go_up_as_they_arrive(case, p.as_mut(), &obs, &got.counters, backend);
+}
+
+/// Where the backend resizes the camera frames (the references resize floats), they go up
+/// as they arrived, a byte a pixel channel: frames twice as tall add exactly their own
+/// bytes (in 4-byte words on wgpu, in 34-byte Q8_0 blocks of 32 on ggml). Where the host
+/// resizes (the references round to bytes), the upload is the model's size: nothing added.
+fn frames_go_up_as_they_arrive(
+    case: &ArchCase,
+    p: &mut dyn Policy,
+    obs: &Observation,
+    before: &RunCounters,
+    backend: &str,
+) {
+    let n = case.name;
+    let on_device = matches!(n, "smolvla" | "pi0" | "pi05" | "vla_jepa");
+    let mut taller = obs.clone();
+    for img in &mut taller.images {
+        img.height *= 2;
+        if let ImageData::RgbU8(d) = &mut img.data {
+            d.extend_from_within(..);
+        }
+    }
+    let on_wire = |bytes: usize| match backend.starts_with("ggml") {
+        true => bytes.div_ceil(32) * 34,
+        false => bytes.next_multiple_of(4),
+    };
+    let added: usize = (obs.images.iter().zip(&taller.images))
+        .map(|(a, b)| on_wire(image_bytes(b)) - on_wire(image_bytes(a)))
+        .sum();
+    let want = if on_device { added as u64 } else { 0 };
+    let got = predict(case, p, &taller, "taller frames").counters;
+    assert_eq!(
+        got.h2d_bytes,
+        before.h2d_bytes + want,
+        "{n} on {backend}: host-to-device bytes with frames twice as tall"
+    );
 }
 
 fn load_on(case: &ArchCase, backend: &str, stepwise: bool) -> Box<dyn Policy> {
@@ -332,10 +371,19 @@ fn load_on(case: &ArchCase, backend: &str, stepwise: bool) -> Box<dyn Policy> {
     })
 }
 
-/// Bytes a request carries: camera views counted as the `[3, S, S]` f32 the tower takes
-/// (the host resizes them; u8 uploads are not built yet), token ids, state and noise.
-fn request_bytes(info: &PolicyInfo, obs: &Observation) -> u64 {
-    let pixels = info.n_images * 3 * info.image_height * info.image_width * 4;
+/// Bytes of a camera view as it arrives (one a pixel channel, or four as floats).
+fn image_bytes(img: &Image) -> usize {
+    match &img.data {
+        ImageData::RgbU8(d) => d.len(),
+        ImageData::RgbF32(d) => 4 * d.len(),
+    }
+}
+
+/// Bytes a request carries: its camera views as they arrive, token ids, state and noise.
+/// (The archs whose reference rounds resized frames to bytes upload the model's size in
+/// bytes instead: about the same at the test frames' sizes.)
+fn request_bytes(obs: &Observation) -> u64 {
+    let pixels: usize = obs.images.iter().map(image_bytes).sum();
     let ids = obs.tokens.as_ref().map_or(0, |t| 4 * t.len());
     let text = obs.prompt.as_ref().map_or(0, |p| p.len());
     let noise = obs.noise.as_ref().map_or(0, |x| 4 * x.len());
@@ -363,7 +411,7 @@ fn check_counters(
     assert!(got.submits <= 2 && got.host_waits <= 1, "{n}: {got:?}");
     assert!(got.submits >= 1 && got.host_waits >= 1, "{n}: {got:?}");
     let slack = 64 * 1024;
-    let request = request_bytes(info, obs);
+    let request = request_bytes(obs);
     assert!(
         got.h2d_bytes <= request + request / 10 + slack,
         "{n}: host-to-device {} bytes for a request of {request}: {got:?}",

@@ -166,6 +166,14 @@ impl Executable for GgmlExecutable {
                 runs.h2d_bytes += 4 * v.len() as u64;
             }
         }
+        for (name, t) in &self.lowered.byte_inputs {
+            if allocated(*t) {
+                let q = super::lower::q8_bytes(by_name[name].raw_bytes());
+                // SAFETY: an allocated Q8_0 tensor of the input's values rounded up to blocks.
+                unsafe { ffi::tensor_set(*t, &q) };
+                runs.h2d_bytes += q.len() as u64;
+            }
+        }
         for (s, d) in self.lowered.shadows.iter().zip(&shadow_data) {
             if allocated(s.tensor) {
                 // SAFETY: an allocated I32 tensor with one element per input value.

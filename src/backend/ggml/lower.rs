@@ -162,8 +162,24 @@ pub(crate) struct Lowered {
     pub graph: *mut sys::ggml_cgraph,
     /// One F32 tensor per Input node name that the graph reads.
     pub inputs: Vec<(String, T)>,
+    /// One Q8_0 tensor per InputU8 node name ([`q8_bytes`] fills it).
+    pub byte_inputs: Vec<(String, T)>,
     pub shadows: Vec<Shadow>,
     pub outputs: Vec<T>,
+}
+
+/// ggml has no unsigned byte type, and ggml-cpu cannot cast its I8: bytes travel as Q8_0
+/// blocks of scale 1 holding `v - 128` (34 bytes a 32 values), cast to F32 in the graph and
+/// shifted back by 128, exactly. The last block is padded with zeros.
+pub(crate) fn q8_bytes(bytes: &[u8]) -> Vec<u8> {
+    const ONE_F16: [u8; 2] = 0x3C00u16.to_le_bytes();
+    let mut out = Vec::with_capacity(bytes.len().div_ceil(32) * 34);
+    for block in bytes.chunks(32) {
+        out.extend_from_slice(&ONE_F16);
+        out.extend(block.iter().map(|&b| (i16::from(b) - 128) as u8));
+        out.resize(out.len() + 32 - block.len(), 0);
+    }
+    out
 }
 
 pub(crate) fn graph_size(graph: &Graph) -> usize {
@@ -179,6 +195,7 @@ struct Lowerer<'a> {
     weights: &'a Weights<'a>,
     vals: Vec<Option<T>>,
     inputs: Vec<(String, T)>,
+    byte_inputs: Vec<(String, T)>,
     shadows: Vec<Shadow>,
 }
 
@@ -214,6 +231,7 @@ pub(crate) fn lower<'a>(
         weights,
         vals: vec![None; graph.nodes().len()],
         inputs: Vec::new(),
+        byte_inputs: Vec::new(),
         shadows: Vec::new(),
     };
     for i in 0..graph.nodes().len() {
@@ -237,6 +255,7 @@ pub(crate) fn lower<'a>(
         let lowered = Lowered {
             graph: gf,
             inputs: l.inputs,
+            byte_inputs: l.byte_inputs,
             shadows: l.shadows,
             outputs,
         };
@@ -366,6 +385,16 @@ impl Lowerer<'_> {
                     sys::ggml_set_input(t);
                     self.inputs.push((name.clone(), t));
                     t
+                }
+                Op::InputU8(name) => {
+                    let n = node.numel() as i64;
+                    let q = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_Q8_0, (n + 31) / 32 * 32);
+                    sys::ggml_set_input(q);
+                    self.byte_inputs.push((name.clone(), q));
+                    let x = sys::ggml_cast(ctx, q, sys::GGML_TYPE_F32);
+                    let x = sys::ggml_scale_bias(ctx, x, 1.0, 128.0);
+                    let x = sys::ggml_view_1d(ctx, x, n, 0);
+                    self.reshape(x, &shape)
                 }
                 Op::MatMul => {
                     let k = self.shape(inp[1])[1];

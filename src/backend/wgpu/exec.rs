@@ -49,6 +49,8 @@ pub(crate) struct WgpuExecutable {
     stage_ms: Option<Vec<f32>>,
     /// (output node, staging buffer)
     readback: Vec<(NodeId, wgpu::Buffer)>,
+    /// (InputU8 node, the buffer its bytes are written to; a dispatch makes them f32)
+    byte_inputs: Vec<(NodeId, wgpu::Buffer)>,
     /// (planned slot sizes, staging for their tails) when the out-of-bounds guard is on.
     guard: Option<(Vec<u64>, wgpu::Buffer)>,
     stats: ExecStats,
@@ -257,6 +259,7 @@ impl WgpuExecutable {
         // Record dispatches.
         let mut dispatches = Vec::new();
         let mut dispatch_nodes = Vec::new();
+        let mut byte_inputs = Vec::new();
         let scratch = ScratchPool::default();
         let stage_nodes: Vec<usize> = graph.stages().iter().map(|s| s.1).collect();
         let mut stage_starts = Vec::with_capacity(stage_nodes.len());
@@ -265,6 +268,14 @@ impl WgpuExecutable {
                 stage_starts.push(dispatches.len());
             }
             if matches!(n.op, Op::Input(_) | Op::Weight(_) | Op::Reshape(_)) {
+                continue;
+            }
+            if let (Op::InputU8(_), Place::Slot(out)) = (&n.op, &places[i]) {
+                let usage = wgpu::BufferUsages::COPY_DST;
+                let bytes = storage(&ctx, "bytes", n.numel() as u64, usage);
+                dispatches.push(kernels::bytes_to_f32(&ctx, n, &bytes, &slots[*out])?);
+                dispatch_nodes.push(i);
+                byte_inputs.push((NodeId(i), bytes));
                 continue;
             }
             let inputs = n
@@ -325,6 +336,7 @@ impl WgpuExecutable {
             kernel_ms: None,
             stage_ms: None,
             readback,
+            byte_inputs,
             guard,
             stats,
         })
@@ -430,6 +442,15 @@ impl Executable for WgpuExecutable {
                     runs.h2d_bytes += 4 * data.len() as u64;
                 }
             }
+        }
+        for (id, buf) in &self.byte_inputs {
+            let Op::InputU8(name) = &self.graph.node(*id).op else {
+                unreachable!("byte inputs are InputU8 nodes")
+            };
+            let mut bytes = by_name[name].raw_bytes().to_vec();
+            bytes.resize(bytes.len().next_multiple_of(4), 0);
+            self.ctx.queue.write_buffer(buf, 0, &bytes);
+            runs.h2d_bytes += bytes.len() as u64;
         }
         let mut enc = self.ctx.device.create_command_encoder(&Default::default());
         match &self.timer {

@@ -1,5 +1,5 @@
-//! Broadcasting binary ops, unary activations and gated products `act(gate) * up`
-//! (`shaders/elementwise.wgsl`).
+//! Broadcasting binary ops, unary activations, gated products `act(gate) * up` and bytes
+//! to f32 (`shaders/elementwise.wgsl`).
 
 use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
 use crate::backend::wgpu::shader::Variant;
@@ -87,6 +87,19 @@ pub(super) fn unary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result
         buffers.push((2, bufs.inputs[1].f32()));
     }
     Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])
+}
+
+/// [`Op::InputU8`]: the node's bytes (written by the host into `bytes`, four a word) as f32.
+pub(crate) fn bytes_to_f32(
+    ctx: &GpuContext,
+    node: &Node,
+    bytes: &wgpu::Buffer,
+    output: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    let params = [u32_of(node.numel(), "elements")?, 0, 0, 0];
+    let v = Variant::new("elementwise", SOURCE, "bytes");
+    let grid = grid_1d(ctx, node.numel(), WG);
+    dispatch(ctx, &v, &params, &[(4, bytes), (3, output)], grid)
 }
 
 #[cfg(test)]
