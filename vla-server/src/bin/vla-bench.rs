@@ -70,6 +70,26 @@ struct Args {
     /// times.
     #[arg(long, conflicts_with_all = ["server", "compare", "stepwise"])]
     profile: bool,
+    /// Camera frames of this size, WIDTHxHEIGHT (e.g. 640x480), as u8; default: the
+    /// model's input size. Where the model's reference resizes floats (SmolVLA, pi0, pi0.5,
+    /// VLA-JEPA) the backend resizes them; the first predict compiles for the size.
+    #[arg(long, value_name = "WxH", value_parser = parse_frame)]
+    frame: Option<(usize, usize)>,
+}
+
+/// `WIDTHxHEIGHT` -> `(height, width)`.
+fn parse_frame(s: &str) -> Result<(usize, usize), String> {
+    let side = |v: &str| match v.trim().parse::<usize>() {
+        Ok(n) if (1..=vla::preprocess::image::MAX_SIDE).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{v:?} is not a side of 1 to {}",
+            vla::preprocess::image::MAX_SIDE
+        )),
+    };
+    match s.split_once(['x', 'X']) {
+        Some((w, h)) => Ok((side(h)?, side(w)?)),
+        None => Err(format!("{s:?}: expected WIDTHxHEIGHT, e.g. 640x480")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -82,18 +102,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// A synthetic observation of the right shape: fixed pixels, state and noise.
+/// A synthetic observation of the right shape: fixed pixels (`(height, width)` frames),
+/// state and noise.
 fn observation(
     n_images: usize,
-    side: usize,
+    (height, width): (usize, usize),
     state_dim: usize,
     noise_len: usize,
     tokens: u32,
 ) -> Observation {
+    let n = height * width * 3;
     let image = Image {
-        height: side,
-        width: side,
-        data: ImageData::RgbU8((0..side * side * 3).map(|i| (i * 37 % 256) as u8).collect()),
+        height,
+        width,
+        data: ImageData::RgbU8((0..n).map(|i| (i * 37 % 256) as u8).collect()),
     };
     Observation {
         images: vec![image; n_images],
@@ -177,7 +199,7 @@ fn run(args: Args) -> Result<()> {
     let info = policy.info().clone();
     let obs = observation(
         info.n_images,
-        info.image_height,
+        args.frame.unwrap_or((info.image_height, info.image_width)),
         info.state_dim,
         info.chunk_size * info.max_action_dim,
         args.tokens,
@@ -395,7 +417,7 @@ fn compare(args: &Args) -> Result<()> {
         let info = policy.info().clone();
         let obs = observation(
             info.n_images,
-            info.image_height,
+            args.frame.unwrap_or((info.image_height, info.image_width)),
             info.state_dim,
             info.chunk_size * info.max_action_dim,
             args.tokens,
@@ -467,7 +489,10 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
     };
     let obs = observation(
         get("n_images")?,
-        get("image_height")?,
+        match args.frame {
+            Some(f) => f,
+            None => (get("image_height")?, get("image_width")?),
+        },
         get("state_dim")?,
         get("chunk_size")? * get("max_action_dim")?,
         args.tokens,
