@@ -197,9 +197,10 @@ fn run(args: Args) -> Result<()> {
     let mut policy = vla::models::from_gguf(file, &opts)?;
     let load_s = t0.elapsed().as_secs_f32();
     let info = policy.info().clone();
+    let frame = args.frame.unwrap_or((info.image_height, info.image_width));
     let obs = observation(
         info.n_images,
-        args.frame.unwrap_or((info.image_height, info.image_width)),
+        frame,
         info.state_dim,
         info.chunk_size * info.max_action_dim,
         args.tokens,
@@ -251,6 +252,7 @@ fn run(args: Args) -> Result<()> {
             "warmup": args.warmup, "load_s": load_s, "memory_bytes": info.memory_bytes,
             "submits": c.submits, "host_waits": c.host_waits, "h2d_bytes": c.h2d_bytes,
             "d2h_bytes": c.d2h_bytes, "dispatches": c.dispatches, "embodiment": info.embodiment,
+            "frame_width": frame.1, "frame_height": frame.0,
         });
         for (k, name) in stages.iter().enumerate() {
             out[format!("{name}_ms")] = stat(k);
@@ -281,10 +283,12 @@ fn run(args: Args) -> Result<()> {
         println!("embodiment {e}");
     }
     println!(
-        "shape     {} camera(s) at {}x{}, chunk {}, {} steps",
+        "shape     {} camera(s) at {}x{} (frames {}x{} u8), chunk {}, {} steps",
         info.n_images,
-        info.image_height,
         info.image_width,
+        info.image_height,
+        frame.1,
+        frame.0,
         info.chunk_text(),
         info.num_steps
     );
