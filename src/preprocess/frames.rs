@@ -14,6 +14,11 @@ use super::{area, bicubic, CameraInput, PixelMap, Resize};
 use crate::policy::{Image, ImageData};
 use crate::{Result, Tensor};
 
+/// Frames with more pixels than this (a 4K frame's) are resized on the host even where the
+/// backend could: the frame as f32 on the device would take over 100 MB, more than some
+/// adapters bind at once.
+pub const DEVICE_RESIZE_MAX_PIXELS: usize = 3840 * 2160;
+
 /// The frame one camera uploads: `[height, width, 3]`, bytes or f32 in [0, 1].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FrameKey {
@@ -126,9 +131,24 @@ impl CameraInput {
         )
     }
 
+    /// Whether the backend resizes `img` ([`Self::resizes_on_device`], and not too large).
+    fn device_resizes(&self, img: &Image) -> bool {
+        self.resizes_on_device() && img.height * img.width <= DEVICE_RESIZE_MAX_PIXELS
+    }
+
     /// One camera view as the backend takes it: the frame as it arrived (`[h, w, 3]`, bytes
-    /// stay bytes), or where the host resizes, the resized bytes `[H, W, 3]`.
+    /// stay bytes), or where the host resizes, the resized bytes `[H, W, 3]` (or, for a
+    /// frame over [`DEVICE_RESIZE_MAX_PIXELS`], the resized [0, 1] floats).
     pub fn frame(&self, img: &Image) -> Result<(FrameKey, Tensor<'static>)> {
+        let key = self.frame_key(img);
+        if self.resizes_on_device() && !self.device_resizes(img) {
+            let (h, w) = (self.height, self.width);
+            let chw = self.resized_unit(img)?;
+            let hwc = (0..3 * h * w)
+                .map(|i| chw[(i % 3) * h * w + i / 3])
+                .collect::<Vec<_>>();
+            return Ok((key, Tensor::from_f32(vec![h, w, 3], hwc)?));
+        }
         if !self.resizes_on_device() {
             let (h, w) = (self.height, self.width);
             let bytes = self.host_bytes(img)?;
@@ -153,13 +173,19 @@ impl CameraInput {
         Ok((key, t))
     }
 
-    /// The frame of `img` at the model's size where the host resizes ([`Self::frame`]).
+    /// The frame [`Self::frame`] makes of `img`.
     pub fn frame_key(&self, img: &Image) -> FrameKey {
-        let device = self.resizes_on_device();
-        FrameKey {
-            height: if device { img.height } else { self.height },
-            width: if device { img.width } else { self.width },
-            bytes: !device || matches!(img.data, ImageData::RgbU8(_)),
+        match (self.resizes_on_device(), self.device_resizes(img)) {
+            (true, true) => FrameKey {
+                height: img.height,
+                width: img.width,
+                bytes: matches!(img.data, ImageData::RgbU8(_)),
+            },
+            (device, _) => FrameKey {
+                height: self.height,
+                width: self.width,
+                bytes: !device,
+            },
         }
     }
 
@@ -294,6 +320,35 @@ mod tests {
             }
         }
         out
+    }
+
+    /// A frame over the limit is resized on the host, to [0, 1] floats at the model's size.
+    #[test]
+    fn frames_over_the_limit_are_resized_on_the_host() {
+        let cam = CameraInput::square(
+            8,
+            Resize::KeepAspectPad,
+            0.0,
+            PadAlign::BottomRight,
+            PixelMap::MinusOneToOne,
+        );
+        let img = image(2161, 3840, true);
+        let (key, frame) = cam.frame(&img).unwrap();
+        let want = FrameKey {
+            height: 8,
+            width: 8,
+            bytes: false,
+        };
+        assert_eq!(key, want);
+        let plan = cam.frame_plan(key);
+        assert!(plan.resize.is_none());
+        let (got, reference) = (apply(&plan, &frame), cam.pixels(&img).unwrap());
+        let err = got
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(err < 1e-6, "{err}");
     }
 
     fn image(h: usize, w: usize, bytes: bool) -> Image {

@@ -102,7 +102,19 @@ impl CameraInput {
     /// One camera view as a `[3, height, width]` model input.
     pub fn pixels(&self, img: &Image) -> Result<Vec<f32>> {
         let (h, w) = (self.height, self.width);
-        let mut out = match self.resize {
+        let mut out = self.resized_unit(img)?;
+        for (c, plane) in out.chunks_mut(h * w).enumerate() {
+            for v in plane {
+                *v = self.pixels.apply(c, *v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One camera view resized to `[3, height, width]` in [0, 1], before the value map.
+    pub(super) fn resized_unit(&self, img: &Image) -> Result<Vec<f32>> {
+        let (h, w) = (self.height, self.width);
+        Ok(match self.resize {
             Resize::KeepAspectPad => {
                 let unit = to_chw_unit(img)?;
                 resize_with_pad(&unit, img.height, img.width, h, w, self.pad, self.align)
@@ -119,13 +131,7 @@ impl CameraInput {
             Resize::StretchBicubicU8
             | Resize::Gr00tFrame { .. }
             | Resize::StretchBicubicRounded => hwc_u8_to_chw(&self.host_bytes(img)?, h * w, 255.0),
-        };
-        for (c, plane) in out.chunks_mut(h * w).enumerate() {
-            for v in plane {
-                *v = self.pixels.apply(c, *v);
-            }
-        }
-        Ok(out)
+        })
     }
 }
 

@@ -6,13 +6,22 @@ use vla::graph::GateAct;
 
 pub fn add(c: &mut Cases) {
     // Bytes as f32: exact (NMSE 0) over sizes that end mid-word and mid-Q8_0-block.
-    for shape in [vec![1], vec![3], vec![5, 7, 3], vec![13, 31, 3], vec![70001]] {
+    for shape in [
+        vec![1],
+        vec![3],
+        vec![5, 7, 3],
+        vec![13, 31, 3],
+        vec![70001],
+    ] {
         let n: usize = shape.iter().product();
         let bytes: Vec<u8> = (0..n).map(|i| ((i * 151 + i / 256) % 256) as u8).collect();
         for scaled in [false, true] {
             let t = vla::Tensor::from_u8(shape.clone(), bytes.clone()).unwrap();
             let shape = shape.clone();
-            let name = format!("input_u8 {shape:?}{}", if scaled { " then scale" } else { "" });
+            let name = format!(
+                "input_u8 {shape:?}{}",
+                if scaled { " then scale" } else { "" }
+            );
             c.add(name, vec![], vec![("x", t)], 0.0, move |g| {
                 let x = g.input_u8("x", &shape);
                 Ok(if scaled { g.scale(x, 1.0 / 255.0) } else { x })
