@@ -1,0 +1,323 @@
+//! FoldQuant's exact arithmetic (vla.cpp's W8A8 / W4A8 / W4A4 sites; docs/FOLDQUANT.md
+//! section 4): the activation prologue (optional fused RMSNorm, division by `ascale`, the
+//! block Sylvester-Hadamard butterfly, per-token quantization), the integer GEMM with its
+//! f32 epilogue, INT4 nibble packing, and the offline weight export of vla.cpp's
+//! uncalibrated `foldquant_fake_export.py` (rotation + per-row scales).
+//!
+//! Every float step is one IEEE f32 operation rounded to nearest-even, in the reference's
+//! order, so that codes and outputs match vla.cpp's CPU reference bit for bit. rustc never
+//! contracts `a * b + c` into a fused multiply-add (it emits no `contract` flag), so plain
+//! `p + v * v` is two roundings as in C++ built with `-ffp-contract=off`; nothing here may
+//! use `mul_add`, FMA intrinsics or the `gemm` crate. Clamps are `max` then `min` (NaN goes
+//! to `-qmax` as in C++), divisions are true divisions where the reference divides.
+
+/// Where a site's `ascale` divides the activation: before or after the rotation
+/// (`<arch>.quant.action_fold_order`; anything but `"before"` means after).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FoldOrder {
+    Before,
+    After,
+}
+
+/// The rotation block of a site with `k` inputs: the nominal size halved until it divides
+/// `k`; 1 (no rotation) below 2. `nominal` must be a power of two (callers check).
+pub fn rotation_block_for(k: usize, nominal: usize) -> usize {
+    let mut bs = nominal;
+    while bs >= 2 && k % bs != 0 {
+        bs /= 2;
+    }
+    if bs < 2 {
+        1
+    } else {
+        bs
+    }
+}
+
+/// `f32(1 / sqrt(bs))`, computed in f64 and rounded once.
+fn inv_sqrt_block(bs: usize) -> f32 {
+    (1.0 / (bs as f64).sqrt()) as f32
+}
+
+/// The natural-order Sylvester-Hadamard butterfly over every `bs`-long block of `v`, scaled
+/// by `1/sqrt(bs)`: `H[i][j] = (-1)^popcount(i & j) / sqrt(bs)`. No-op for `bs <= 1`.
+pub fn rotate(v: &mut [f32], bs: usize) {
+    if bs <= 1 {
+        return;
+    }
+    let c = inv_sqrt_block(bs);
+    for block in v.chunks_mut(bs) {
+        let mut h = 1;
+        while h < bs {
+            for i in (0..bs).step_by(2 * h) {
+                for j in i..i + h {
+                    let (u, w) = (block[j], block[j + h]);
+                    block[j] = u + w;
+                    block[j + h] = u - w;
+                }
+            }
+            h *= 2;
+        }
+        for x in block.iter_mut() {
+            *x *= c;
+        }
+    }
+}
+
+/// The fused RMSNorm of an LLM q/k/v or gate/up site: 32 partial sums of squares (element
+/// `k` into partial `(k / 64) mod 32`), combined by the xor tree of a CUDA warp, then
+/// `(x * rstd) * gamma`.
+pub fn fused_rms_norm(x: &[f32], gamma: &[f32], eps: f32) -> Vec<f32> {
+    let mut p = [0f32; 32];
+    for (k, &v) in x.iter().enumerate() {
+        let l = (k / 64) % 32;
+        let sq = v * v;
+        p[l] += sq;
+    }
+    for off in [16, 8, 4, 2, 1] {
+        let prev = p;
+        for (l, s) in p.iter_mut().enumerate() {
+            *s = prev[l] + prev[l ^ off];
+        }
+    }
+    let mean = p[0] / x.len() as f32;
+    let rstd = 1.0 / (mean + eps).sqrt();
+    x.iter().zip(gamma).map(|(&v, &g)| (v * rstd) * g).collect()
+}
+
+/// `qmax` of a width: 127 for 8 bits, 7 for 4.
+pub fn qmax(bits: u32) -> i32 {
+    if bits == 4 {
+        7
+    } else {
+        127
+    }
+}
+
+/// One token row quantized per token: `scale = max(clip * amax / qmax, 1e-12)`, codes
+/// `round_half_even(y * (1 / scale))` clamped to `+-qmax`.
+pub fn quantize_row(y: &[f32], bits: u32, clip: f32) -> (Vec<i8>, f32) {
+    let q = qmax(bits);
+    let amax = y.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let mut scale = (clip * amax) / q as f32;
+    if scale < 1e-12 {
+        scale = 1e-12;
+    }
+    let inv = 1.0 / scale;
+    let qf = q as f32;
+    let codes = y
+        .iter()
+        .map(|&v| (v * inv).round_ties_even().max(-qf).min(qf) as i8)
+        .collect();
+    (codes, scale)
+}
+
+/// How one site's activation row becomes codes.
+#[derive(Clone, Copy, Debug)]
+pub struct ActPrologue<'a> {
+    /// The folded RMSNorm gains and eps, for fused-norm sites.
+    pub norm: Option<(&'a [f32], f32)>,
+    /// The SmoothQuant divisor and where it applies.
+    pub ascale: Option<(&'a [f32], FoldOrder)>,
+    /// Rotation block (1: none).
+    pub block: usize,
+    pub bits: u32,
+    pub clip: f32,
+}
+
+/// One token row through the prologue: its codes and per-token scale.
+pub fn act_row(x: &[f32], p: &ActPrologue) -> (Vec<i8>, f32) {
+    let mut y = match p.norm {
+        Some((gamma, eps)) => fused_rms_norm(x, gamma, eps),
+        None => x.to_vec(),
+    };
+    let divide = |y: &mut [f32], a: &[f32]| y.iter_mut().zip(a).for_each(|(v, &s)| *v /= s);
+    if let Some((a, FoldOrder::Before)) = p.ascale {
+        divide(&mut y, a);
+    }
+    rotate(&mut y, p.block);
+    if let Some((a, FoldOrder::After)) = p.ascale {
+        divide(&mut y, a);
+    }
+    quantize_row(&y, p.bits, p.clip)
+}
+
+/// One output row element set: `((f32)(Σ q·w) * scale) * wscale[n] + bias[n]`, for codes
+/// `q` of one token and weight codes `w [N, K]` (one i8 per code: unpacked).
+pub fn gemm_row(q: &[i8], scale: f32, w: &[i8], wscale: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let k = q.len();
+    w.chunks(k)
+        .zip(wscale)
+        .enumerate()
+        .map(|(n, (row, &ws))| {
+            let acc: i32 = row
+                .iter()
+                .zip(q)
+                .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                .sum();
+            let t = (acc as f32 * scale) * ws;
+            t + bias.map_or(0.0, |b| b[n])
+        })
+        .collect()
+}
+
+/// INT4 codes (each in [-8, 7]) packed two a byte, the even column in the low nibble.
+pub fn pack_int4(codes: &[i8]) -> Vec<u8> {
+    codes
+        .chunks(2)
+        .map(|p| (p[0] as u8 & 0x0F) | ((p.get(1).copied().unwrap_or(0) as u8 & 0x0F) << 4))
+        .collect()
+}
+
+/// Two's-complement nibbles back to codes: `2 * bytes.len()` values.
+pub fn unpack_int4(bytes: &[u8]) -> Vec<i8> {
+    let nib = |b: u8| ((b << 4) as i8) >> 4;
+    bytes.iter().flat_map(|&b| [nib(b), nib(b >> 4)]).collect()
+}
+
+/// One `[N, K]` weight's rows rotated by the block Hadamard (`W · H`; `H` is symmetric),
+/// each value a dense f64 sum rounded to f32 once (`fold_weight` of the export script).
+pub fn fold_weight(w: &[f32], k: usize, block: usize) -> Vec<f32> {
+    if block <= 1 {
+        return w.to_vec();
+    }
+    let c = 1.0 / (block as f64).sqrt();
+    let mut out = Vec::with_capacity(w.len());
+    for row in w.chunks(k) {
+        for j in 0..k {
+            let (b0, jj) = (j / block * block, j % block);
+            let sum: f64 = (0..block)
+                .map(|i| match (i & jj).count_ones() % 2 {
+                    0 => f64::from(row[b0 + i]),
+                    _ => -f64::from(row[b0 + i]),
+                })
+                .sum();
+            out.push((sum * c) as f32);
+        }
+    }
+    out
+}
+
+/// The uncalibrated export of one `[N, K]` f32 weight (`foldquant_fake_export.py`):
+/// [`fold_weight`], then per row `wscale = max(amax / qmax, 1e-12)` and codes
+/// `clamp(round_half_even(w / wscale))` (a true division). Returns the codes (one i8 each)
+/// and the scales.
+pub fn export_weight(w: &[f32], k: usize, block: usize, bits: u32) -> (Vec<i8>, Vec<f32>) {
+    let q = qmax(bits) as f32;
+    let folded = fold_weight(w, k, block);
+    let mut codes = Vec::with_capacity(w.len());
+    let mut scales = Vec::with_capacity(w.len() / k.max(1));
+    for row in folded.chunks(k) {
+        let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let ws = (amax / q).max(1e-12);
+        scales.push(ws);
+        codes.extend(
+            row.iter()
+                .map(|&v| (v / ws).round_ties_even().max(-q).min(q) as i8),
+        );
+    }
+    (codes, scales)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// vla.cpp's test input: a 32-bit LCG, each value `((s >> 8) & 0xFFFF) / 65535 * 2 - 1`
+    /// in f32.
+    struct Lcg(u32);
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self.0.wrapping_mul(1664525).wrapping_add(1013904223);
+            ((self.0 >> 8) & 0xFFFF) as f32 / 65535.0 * 2.0 - 1.0
+        }
+    }
+
+    fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
+        bytes.fold(0xcbf29ce484222325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        })
+    }
+
+    /// vla.cpp's golden checksum (`test_foldquant_cpu_op.cpp` `FQ_GOLDEN_FNV`): the W8A8
+    /// codes of 5 tokens of K = 128 at rotation 64.
+    #[test]
+    fn activation_codes_match_vla_cpp_golden_checksum() {
+        let mut r = Lcg(0x5eed1234);
+        let (k, t) = (128, 5);
+        let x: Vec<f32> = (0..k * t).map(|_| 4.0 * r.next()).collect();
+        let p = ActPrologue {
+            norm: None,
+            ascale: None,
+            block: 64,
+            bits: 8,
+            clip: 1.0,
+        };
+        let codes: Vec<i8> = x.chunks(k).flat_map(|row| act_row(row, &p).0).collect();
+        assert_eq!(codes.len(), 640);
+        assert_eq!(fnv1a(codes.iter().map(|&c| c as u8)), 0xb97c1c173d2d0278);
+    }
+
+    /// `test_foldquant_ref.py`'s epilogue case.
+    #[test]
+    fn epilogue_small_case() {
+        let out = gemm_row(&[5, 6], 2.0, &[1, 2, 3, 4], &[0.5, 0.25], Some(&[1.0, 0.0]));
+        assert_eq!(out, vec![18.0, 19.5]);
+    }
+
+    #[test]
+    fn int4_nibbles() {
+        assert_eq!(pack_int4(&[-7, 7]), vec![0x79]);
+        let codes = [-7, 7, 0, -1, 3, -7, 1, 2];
+        assert_eq!(unpack_int4(&pack_int4(&codes)), codes.to_vec());
+    }
+
+    #[test]
+    fn rotation_blocks() {
+        for (k, want) in [(2048, 64), (480, 32), (100, 4), (7, 1)] {
+            assert_eq!(rotation_block_for(k, 64), want, "{k}");
+        }
+    }
+
+    /// The butterfly is the orthonormal Hadamard: twice is the identity, and a weight
+    /// exported at the same block gives the float product back (within quantization).
+    #[test]
+    fn rotation_is_orthonormal_and_export_preserves_products() {
+        let mut r = Lcg(7);
+        let v: Vec<f32> = (0..128).map(|_| r.next()).collect();
+        let mut twice = v.clone();
+        rotate(&mut twice, 64);
+        rotate(&mut twice, 64);
+        for (a, b) in twice.iter().zip(&v) {
+            assert!((a - b).abs() < 1e-6);
+        }
+        let (k, n) = (128, 8);
+        let w: Vec<f32> = (0..n * k).map(|_| r.next()).collect();
+        let want: Vec<f32> = w
+            .chunks(k)
+            .map(|row| row.iter().zip(&v).map(|(a, b)| a * b).sum())
+            .collect();
+        // unquantized: (W H)(H v) = W v
+        let mut rv = v.clone();
+        rotate(&mut rv, 64);
+        let folded = fold_weight(&w, k, 64);
+        for (row, &y) in folded.chunks(k).zip(&want) {
+            let got: f32 = row.iter().zip(&rv).map(|(a, b)| a * b).sum();
+            assert!((got - y).abs() < 1e-4, "{got} vs {y}");
+        }
+        // quantized W8A8: within a few percent (relative L2)
+        let (codes, ws) = export_weight(&w, k, 64, 8);
+        let p = ActPrologue {
+            norm: None,
+            ascale: None,
+            block: 64,
+            bits: 8,
+            clip: 1.0,
+        };
+        let (q, s) = act_row(&v, &p);
+        let got = gemm_row(&q, s, &codes, &ws, None);
+        let l2 = |v: &mut dyn Iterator<Item = f32>| v.map(|x| x * x).sum::<f32>().sqrt();
+        let err = l2(&mut got.iter().zip(&want).map(|(a, b)| a - b));
+        let rel = err / l2(&mut want.iter().copied());
+        assert!(rel < 0.05, "relative L2 {rel}: {got:?} vs {want:?}");
+    }
+}
