@@ -9,6 +9,7 @@ pub mod backend;
 pub mod config;
 pub mod convert;
 pub mod error;
+pub mod foldquant;
 pub mod gguf;
 pub mod graph;
 pub mod layers;

@@ -37,6 +37,16 @@ pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Pol
 
 pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
     let arch = file.architecture()?.to_owned();
+    // FoldQuant files run in dequant mode: every site back to an f32 matrix (integer
+    // kernels are issue 23's next step).
+    let file = match crate::foldquant::FoldQuant::read(&file)? {
+        Some(fq) => {
+            let n = fq.sites(&file)?.len();
+            tracing::info!("FoldQuant file: {n} sites, run as dequantized f32 weights");
+            crate::foldquant::dequantized(&file, &fq)?
+        }
+        None => file,
+    };
     match arch.as_str() {
         smolvla::ARCH => Ok(Box::new(smolvla::SmolVla::new(file, opts)?)),
         pi0::ARCH_PI0 | pi0::ARCH_PI05 => Ok(Box::new(pi0::Pi0::new(file, opts)?)),

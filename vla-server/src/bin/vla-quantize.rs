@@ -1,4 +1,5 @@
-//! `vla-quantize`: repack a model's language-model weight matrices into a ggml block type.
+//! `vla-quantize`: repack a model's language-model weight matrices into a ggml block type,
+//! or write an uncalibrated FoldQuant file (`--type fq-*`).
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -12,21 +13,28 @@ use vla::policy::RuntimeOptions;
 #[command(
     name = "vla-quantize",
     version,
-    about = "Quantize a VLA model's weight matrices to a ggml block type",
+    about = "Quantize a VLA model's weight matrices to a ggml block type or FoldQuant",
     long_about = "Packs the language model's 2-D weight matrices (the vision tower's with --vision, the \
                   action expert's or head's with --expert) into Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1. \
                   Embeddings, output heads, norms, positions and the action/state/time projections stay \
                   as they are; so does every matrix whose rows are not a whole number of 32-value \
                   blocks. Without --expert this is vla.cpp's rule. Metadata is copied, plus \
-                  vla.quantize.{type,vision,expert,tensors} recording what was done.",
-    after_help = "Example:\n  vla-quantize --in smolvla.gguf --out smolvla-q8_0.gguf --type Q8_0"
+                  vla.quantize.{type,vision,expert,tensors} recording what was done.\n\n\
+                  --type fq-w8a8 | fq-w4a8 | fq-w4a4 writes vla.cpp's FoldQuant format instead, \
+                  uncalibrated (what vla.cpp's foldquant_fake_export.py writes): the language model's \
+                  and the action module's decoder projections (attn_q/k/v/o, ffn_gate/up/down; both \
+                  sides multiples of 64, a layer's q/k/v and gate/up together) rotated by a 64-block \
+                  Hadamard and stored as INT8 or INT4 codes with per-row scales, plus \
+                  <arch>.quant.* metadata (docs/FOLDQUANT.md). The vision tower stays float.",
+    after_help = "Examples:\n  vla-quantize --in smolvla.gguf --out smolvla-q8_0.gguf --type Q8_0\n  \
+                  vla-quantize --in pi05.gguf --out pi05-fq.gguf --type fq-w8a8"
 )]
 struct Args {
     #[arg(long = "in", value_name = "MODEL.gguf")]
     input: PathBuf,
     #[arg(long = "out", value_name = "OUT.gguf")]
     output: PathBuf,
-    /// Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1
+    /// Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | fq-w8a8 | fq-w4a8 | fq-w4a4
     #[arg(long = "type", value_name = "TYPE")]
     ty: String,
     /// Quantize the vision tower's matrices too.
@@ -52,6 +60,14 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    let scheme = vla::foldquant::Scheme::parse(&args.ty);
+    if scheme.is_some() && (args.vision || args.expert) {
+        bail!(
+            "--type {}: --vision and --expert are for block types (FoldQuant keeps the vision \
+             tower float and always takes the action module's qualifying projections)",
+            args.ty
+        );
+    }
     let ty = GgmlType::from_name(&args.ty.to_ascii_uppercase())
         .ok()
         .filter(|t| {
@@ -60,12 +76,12 @@ fn run(args: Args) -> Result<()> {
                 GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1
             )
         });
-    let Some(ty) = ty else {
+    if ty.is_none() && scheme.is_none() {
         bail!(
-            "--type {}: expected Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1",
+            "--type {}: expected Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, fq-w8a8, fq-w4a8 or fq-w4a4",
             args.ty
         )
-    };
+    }
     if args.output.exists() && !args.force {
         bail!(
             "{} exists: pass --force to overwrite it",
@@ -88,33 +104,28 @@ fn run(args: Args) -> Result<()> {
         .with_context(|| format!("{} does not load as a model", args.input.display()))?;
     let file = open()?;
 
-    let scope = QuantScope {
-        vision: args.vision,
-        expert: args.expert,
-    };
     let bar = ProgressBar::new(file.tensors().len() as u64).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} tensors {msg}")
-            .expect("static template"),
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").expect("static template"),
     );
-    let (mut writer, changed) = retype(
-        &file,
-        |t| is_quantizable(t, ty, scope).then_some(ty),
-        |i, t| {
-            bar.set_position(i as u64);
-            bar.set_message(t.name.clone());
-        },
-    )?;
+    let (writer, changed, what) = match (scheme, ty) {
+        (Some(scheme), _) => {
+            let (writer, sites) = vla::foldquant::export(&file, scheme, |i, n| {
+                bar.set_length(n as u64);
+                bar.set_position(i as u64);
+                bar.set_message("sites");
+            })?;
+            (writer, sites, scheme.name().to_owned())
+        }
+        (None, Some(ty)) => block_types(&args, &file, ty, &bar)?,
+        (None, None) => unreachable!("checked above"),
+    };
     bar.finish_and_clear();
     if changed.is_empty() {
         bail!(
-            "no tensor of {} qualifies for {ty}: nothing to do",
+            "no tensor of {} qualifies for {what}: nothing to do",
             args.input.display()
         );
     }
-    writer.set_metadata("vla.quantize.type", ty.name())?;
-    writer.set_metadata("vla.quantize.vision", args.vision)?;
-    writer.set_metadata("vla.quantize.expert", args.expert)?;
-    writer.set_metadata("vla.quantize.tensors", changed.len() as u32)?;
 
     // Write beside the target and rename, so a failed run never leaves a half file under OUT.
     let tmp = args.output.with_extension("gguf.partial");
@@ -129,11 +140,37 @@ fn run(args: Args) -> Result<()> {
         |p: &PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64;
     let (before, after) = (size(&args.input), size(&args.output));
     println!(
-        "{}: {} of {} tensors as {ty}; {before:.1} MiB -> {after:.1} MiB ({:.2}x)",
+        "{}: {} of {} tensors as {what}; {before:.1} MiB -> {after:.1} MiB ({:.2}x)",
         args.output.display(),
         changed.len(),
         file.tensors().len(),
         before / after.max(1e-9)
     );
     Ok(())
+}
+
+/// The block-type path: the writer, the re-encoded tensors, and the type's name.
+fn block_types<'f>(
+    args: &Args,
+    file: &'f GgufFile,
+    ty: GgmlType,
+    bar: &ProgressBar,
+) -> Result<(vla::gguf::GgufWriter<'f>, Vec<String>, String)> {
+    let scope = QuantScope {
+        vision: args.vision,
+        expert: args.expert,
+    };
+    let (mut writer, changed) = retype(
+        &file,
+        |t| is_quantizable(t, ty, scope).then_some(ty),
+        |i, t| {
+            bar.set_position(i as u64);
+            bar.set_message(t.name.clone());
+        },
+    )?;
+    writer.set_metadata("vla.quantize.type", ty.name())?;
+    writer.set_metadata("vla.quantize.vision", args.vision)?;
+    writer.set_metadata("vla.quantize.expert", args.expert)?;
+    writer.set_metadata("vla.quantize.tensors", changed.len() as u32)?;
+    Ok((writer, changed, ty.name().to_owned()))
 }

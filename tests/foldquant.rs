@@ -1,0 +1,289 @@
+//! FoldQuant files (issue 23): the uncalibrated export (`vla-quantize --type fq-*`) of a
+//! SmolVLA whose projections are multiples of 64, read back, checked, and run in dequant
+//! mode on cpu; hostile files refused with a clear error.
+
+use vla::foldquant::{dequantize_site, export, FoldQuant, Module, Scheme};
+use vla::gguf::{GgmlType, GgufFile, GgufWriter};
+use vla::models::common::gaussian_noise;
+use vla::models::smolvla::{demo_config, random_gguf, SmolVlaConfig};
+use vla::policy::{Image, ImageData, Observation, RuntimeOptions};
+
+/// The demo with a 128-wide language model and expert: every decoder projection qualifies.
+fn config() -> SmolVlaConfig {
+    let mut c = demo_config();
+    c.lm.hidden = 128;
+    c.attn.q_heads = 4;
+    c.attn.kv_heads = 2;
+    c.attn.head_dim = 32;
+    c.expert.hidden = 128;
+    c
+}
+
+fn float_file() -> GgufFile {
+    GgufFile::from_bytes(random_gguf(&config(), 3, GgmlType::F32).unwrap()).unwrap()
+}
+
+fn fq_file(f: &GgufFile, scheme: Scheme) -> GgufFile {
+    let (w, _) = export(f, scheme, |_, _| {}).unwrap();
+    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+}
+
+fn observation() -> Observation {
+    let cfg = config();
+    let image = |k: u32| Image {
+        height: 64,
+        width: 64,
+        data: ImageData::RgbU8(
+            (0..64 * 64 * 3)
+                .map(|i| ((i as u32 * 31 + k) % 253) as u8)
+                .collect(),
+        ),
+    };
+    Observation {
+        images: vec![image(1), image(2)],
+        state: vec![0.3, -1.2, 0.5, 2.0, 0.0, -0.7],
+        prompt: None,
+        tokens: Some(vec![5, 77, 301, 12, 9]),
+        noise: Some(gaussian_noise(
+            cfg.io.chunk_size * cfg.io.max_action_dim,
+            42,
+        )),
+    }
+}
+
+fn chunk(f: GgufFile) -> Vec<f32> {
+    let mut p = vla::models::from_gguf(f, &RuntimeOptions::default()).unwrap();
+    p.predict(&observation()).unwrap().actions
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (n(a) * n(b))
+}
+
+/// Every projection of both modules is a site, with the scheme's widths; each site's
+/// dequantized matrix is the float one within the quantization step; the file loads and its
+/// chunk is close to the float model's.
+#[test]
+fn export_reads_back_and_runs() {
+    let f = float_file();
+    let want = chunk(float_file());
+    let kinds = [
+        "attn_q", "attn_k", "attn_v", "attn_o", "ffn_gate", "ffn_up", "ffn_down",
+    ];
+    let projections = (f.tensors().iter())
+        .filter(|t| {
+            t.name.starts_with("vlm.blk.")
+                && kinds
+                    .iter()
+                    .any(|k| t.name.ends_with(&format!(".{k}.weight")))
+        })
+        .count();
+    assert!(projections >= 7, "{projections}");
+    for (scheme, min_cos) in [
+        (Scheme::W8A8, 0.999),
+        (Scheme::W4A8, 0.95),
+        (Scheme::W4A4, 0.95),
+    ] {
+        let q = fq_file(&f, scheme);
+        let fq = FoldQuant::read(&q).unwrap().expect("a FoldQuant file");
+        let sites = fq.sites(&q).unwrap();
+        let llm = sites.iter().filter(|s| s.module == Module::Llm).count();
+        assert_eq!(llm, projections, "{scheme:?}: every LM projection");
+        assert!(
+            sites.iter().any(|s| s.module == Module::Action),
+            "{scheme:?}"
+        );
+        let bits = if scheme == Scheme::W8A8 { 8 } else { 4 };
+        for s in &sites {
+            assert_eq!((s.weight_bits, s.block), (bits, 64), "{}", s.name);
+            let got = dequantize_site(&q, s, fq.fold_order).unwrap();
+            let orig = f.dequantize(&format!("{}.weight", s.name)).unwrap();
+            let wmax = orig.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let err = got
+                .iter()
+                .zip(&orig)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            // a code step is at most 2 amax / qmax of the rotated row; rotation keeps norms
+            let step = if bits == 8 { 2.0 / 127.0 } else { 2.0 / 7.0 };
+            assert!(
+                err <= step * wmax * 8.0,
+                "{}: max error {err} (max |w| {wmax})",
+                s.name
+            );
+        }
+        let got = chunk(q);
+        let cos = cosine(&got, &want);
+        eprintln!(
+            "{scheme:?}: {} sites, chunk cosine vs f32 {cos:.6}",
+            sites.len()
+        );
+        assert!(cos >= min_cos, "{scheme:?}: cosine {cos}");
+    }
+}
+
+/// A small hand-made file: `smolvla` metadata, one site `vlm.blk.0.attn_o` of `[n, k]`
+/// (`packed` = k or k / 2 columns of codes), and what `edit` adds.
+fn crafted(k_packed: u64, n: u64, codes: u8, edit: impl FnOnce(&mut GgufWriter)) -> Vec<u8> {
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "smolvla").unwrap();
+    w.add_metadata("smolvla.quant.method", "foldquant").unwrap();
+    let bytes = vec![codes; (k_packed * n) as usize];
+    w.add_tensor(
+        "vlm.blk.0.attn_o.weight",
+        GgmlType::I8,
+        &[k_packed, n],
+        bytes,
+    )
+    .unwrap();
+    edit(&mut w);
+    w.to_bytes().unwrap()
+}
+
+fn wscale(n: u64) -> impl FnOnce(&mut GgufWriter) {
+    move |w| {
+        w.add_f32(
+            "vlm.blk.0.attn_o.wscale",
+            GgmlType::F32,
+            &[n],
+            &vec![0.01; n as usize],
+        )
+        .unwrap()
+    }
+}
+
+fn load_error(bytes: Vec<u8>) -> String {
+    let f = GgufFile::from_bytes(bytes).unwrap();
+    match FoldQuant::read(&f).and_then(|fq| match fq {
+        Some(fq) => fq.sites(&f).map(|_| ()),
+        None => Ok(()),
+    }) {
+        Ok(()) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn hostile_files_are_refused_clearly() {
+    // a well-formed one passes
+    let f = GgufFile::from_bytes(crafted(64, 64, 3, wscale(64))).unwrap();
+    assert_eq!(
+        FoldQuant::read(&f)
+            .unwrap()
+            .unwrap()
+            .sites(&f)
+            .unwrap()
+            .len(),
+        1
+    );
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("multiples of 64", crafted(96, 64, 3, wscale(64))),
+        ("multiples of 64", crafted(64, 40, 3, wscale(40))),
+        ("code -128", crafted(64, 64, 0x80, wscale(64))),
+        ("has no vlm.blk.0.attn_o.wscale", crafted(64, 64, 3, |_| {})),
+        ("expected F32 [64]", crafted(64, 64, 3, wscale(32))),
+        (
+            "carry no ascale",
+            crafted(64, 64, 3, |w| {
+                wscale(64)(w);
+                w.add_f32("vlm.blk.0.attn_o.ascale", GgmlType::F32, &[64], &[1.0; 64])
+                    .unwrap();
+            }),
+        ),
+        (
+            "expected 4 or 8",
+            crafted(64, 64, 3, |w| {
+                wscale(64)(w);
+                w.add_metadata("smolvla.quant.llm_weight_bits", 5u32)
+                    .unwrap();
+            }),
+        ),
+        (
+            "power of two",
+            crafted(64, 64, 3, |w| {
+                wscale(64)(w);
+                w.add_metadata("smolvla.quant.llm_rot_block_size", 48u32)
+                    .unwrap();
+            }),
+        ),
+        (
+            "is not <qkv|o|gateup|down>",
+            crafted(64, 64, 3, |w| {
+                wscale(64)(w);
+                w.add_metadata("smolvla.quant.site_bits", "o:6").unwrap();
+            }),
+        ),
+        (
+            // INT4: the nibble 0x8 is -8
+            "code -8",
+            crafted(32, 64, 0x08, |w| {
+                wscale(64)(w);
+                w.add_metadata("smolvla.quant.llm_weight_bits", 4u32)
+                    .unwrap();
+            }),
+        ),
+        (
+            "all quantized or all float",
+            crafted(64, 64, 3, |w| {
+                wscale(64)(w);
+                let qv = |w: &mut GgufWriter, name: &str| {
+                    w.add_tensor(name, GgmlType::I8, &[64, 64], vec![1u8; 4096])
+                        .unwrap();
+                    let s = name.replace(".weight", ".wscale");
+                    w.add_f32(s, GgmlType::F32, &[64], &[0.01; 64]).unwrap();
+                };
+                qv(w, "vlm.blk.0.attn_q.weight");
+                qv(w, "vlm.blk.0.attn_k.weight");
+                w.add_f32(
+                    "vlm.blk.0.attn_v.weight",
+                    GgmlType::F32,
+                    &[64, 64],
+                    &[0.0; 4096],
+                )
+                .unwrap();
+            }),
+        ),
+        (
+            "neither the language model",
+            crafted(64, 64, 3, |w| {
+                wscale(64)(w);
+                w.add_tensor(
+                    "vit.blk.0.fc1.weight",
+                    GgmlType::I8,
+                    &[64, 64],
+                    vec![1u8; 4096],
+                )
+                .unwrap();
+                w.add_f32("vit.blk.0.fc1.wscale", GgmlType::F32, &[64], &[0.01; 64])
+                    .unwrap();
+            }),
+        ),
+    ];
+    for (want, bytes) in cases {
+        let err = load_error(bytes);
+        assert!(err.contains(want), "want {want:?} in: {err}");
+    }
+    // I8 weights without the method key, and an unknown method
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "smolvla").unwrap();
+    w.add_tensor(
+        "vlm.blk.0.attn_o.weight",
+        GgmlType::I8,
+        &[64, 64],
+        vec![1u8; 4096],
+    )
+    .unwrap();
+    let err = load_error(w.to_bytes().unwrap());
+    assert!(err.contains("without smolvla.quant.method"), "{err}");
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", "smolvla").unwrap();
+    w.add_metadata("smolvla.quant.method", "awq").unwrap();
+    let err = load_error(w.to_bytes().unwrap());
+    assert!(err.contains("not \"foldquant\""), "{err}");
+}
