@@ -158,7 +158,52 @@ fn info(file: &std::path::Path, full: bool) -> Result<()> {
         "\n{} tensors, {params} elements, {total} bytes of tensor data",
         f.tensors().len()
     )?;
+    foldquant_sites(&f, &mut out)?;
     out.flush()?;
+    Ok(())
+}
+
+/// A FoldQuant file's sites (docs/FOLDQUANT.md), or why they do not load.
+fn foldquant_sites(f: &GgufFile, out: &mut impl Write) -> Result<()> {
+    let fq = match f
+        .architecture()
+        .ok()
+        .map(|_| vla::foldquant::FoldQuant::read(f))
+    {
+        None | Some(Ok(None)) => return Ok(()),
+        Some(Err(e)) => return Ok(writeln!(out, "\nFoldQuant: does not load: {e}")?),
+        Some(Ok(Some(fq))) => fq,
+    };
+    let sites = match fq.sites(f) {
+        Ok(s) => s,
+        Err(e) => return Ok(writeln!(out, "\nFoldQuant: does not load: {e}")?),
+    };
+    writeln!(
+        out,
+        "\nFoldQuant sites ({}; fold order {:?}, clip {}):",
+        sites.len(),
+        fq.fold_order,
+        fq.clip
+    )?;
+    writeln!(
+        out,
+        "  {:<32} {:<7} {:>6} {:>6} {:>5} {:>5} {:>6} ascale",
+        "site", "module", "n", "k", "w", "a", "block"
+    )?;
+    for s in &sites {
+        writeln!(
+            out,
+            "  {:<32} {:<7} {:>6} {:>6} {:>5} {:>5} {:>6} {}",
+            s.name,
+            format!("{:?}", s.module).to_lowercase(),
+            s.n,
+            s.k,
+            s.weight_bits,
+            s.act_bits,
+            s.block,
+            if s.ascale { "yes" } else { "no" }
+        )?;
+    }
     Ok(())
 }
 
