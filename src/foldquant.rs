@@ -399,6 +399,61 @@ pub fn dequantized(file: &GgufFile, fq: &FoldQuant) -> Result<GgufFile> {
     GgufFile::from_bytes(w.to_bytes()?)
 }
 
+/// `file` in the form the integer path runs ([`crate::graph::Op::FqLinear`]): every site's
+/// codes one a byte (`[n, k]` I8; INT4 unpacked), its `wscale` and `ascale` as stored, and
+/// `<site>.fq` F32 `[weight_bits, act_bits, block, clip, fold]` (fold 0: no `ascale`, 1:
+/// before, 2: after), which the graph builder reads when a matmul meets an I8 matrix.
+pub fn integer_form(file: &GgufFile, fq: &FoldQuant) -> Result<GgufFile> {
+    let sites = fq.sites(file)?;
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata() {
+        w.add_metadata(k.clone(), v.clone())?;
+    }
+    for t in file.tensors() {
+        let site = t
+            .name
+            .strip_suffix(".weight")
+            .and_then(|n| sites.iter().find(|s| s.name == n));
+        let Some(s) = site else {
+            w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))?;
+            continue;
+        };
+        let bytes = match s.weight_bits {
+            4 => unpack_int4(file.tensor_bytes(t))
+                .into_iter()
+                .map(|c| c as u8)
+                .collect(),
+            _ => file.tensor_bytes(t).to_vec(),
+        };
+        w.add_tensor(
+            t.name.clone(),
+            GgmlType::I8,
+            &[s.k as u64, s.n as u64],
+            bytes,
+        )?;
+        let fold = match (s.ascale, fq.fold_order) {
+            (false, _) => 0.0,
+            (true, FoldOrder::Before) => 1.0,
+            (true, FoldOrder::After) => 2.0,
+        };
+        // clip applies to language-model sites with 4-bit activations only
+        let clip = if s.module == Module::Llm && s.act_bits == 4 {
+            fq.clip
+        } else {
+            1.0
+        };
+        let params = [
+            s.weight_bits as f32,
+            s.act_bits as f32,
+            s.block as f32,
+            clip,
+            fold,
+        ];
+        w.add_f32(format!("{}.fq", s.name), GgmlType::F32, &[5], &params)?;
+    }
+    GgufFile::from_bytes(w.to_bytes()?)
+}
+
 /// What `vla-quantize --type fq-*` writes: weight and activation widths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheme {

@@ -23,9 +23,13 @@ fn float_file() -> GgufFile {
     GgufFile::from_bytes(random_gguf(&config(), 3, GgmlType::F32).unwrap()).unwrap()
 }
 
-fn fq_file(f: &GgufFile, scheme: Scheme) -> GgufFile {
+fn fq_bytes(f: &GgufFile, scheme: Scheme) -> Vec<u8> {
     let (w, _) = export(f, scheme, |_, _| {}).unwrap();
-    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+    w.to_bytes().unwrap()
+}
+
+fn fq_file(f: &GgufFile, scheme: Scheme) -> GgufFile {
+    GgufFile::from_bytes(fq_bytes(f, scheme)).unwrap()
 }
 
 fn observation() -> Observation {
@@ -286,4 +290,122 @@ fn hostile_files_are_refused_clearly() {
     w.add_metadata("smolvla.quant.method", "awq").unwrap();
     let err = load_error(w.to_bytes().unwrap());
     assert!(err.contains("not \"foldquant\""), "{err}");
+}
+
+/// Both fold orders, as a calibrated exporter would fold `ascale` (before: rotate
+/// `W diag(a)`; after: scale `W H` by `diag(a)`): the integer site and its dequantized
+/// matrix both give `W x` back, within 8-bit quantization.
+#[test]
+fn ascale_folds_both_ways() {
+    use vla::graph::FqParams;
+    use vla::ops::foldquant::{export_weight, fold_weight, linear, FoldOrder};
+    use vla::Tensor;
+    let (k, n, rows) = (128usize, 64usize, 3usize);
+    let r = |i: usize, s: u64| (((i as u64 * 2654435761 + s * 97) % 1000) as f32 / 500.0) - 1.0;
+    let w: Vec<f32> = (0..n * k).map(|i| r(i, 1)).collect();
+    let a: Vec<f32> = (0..k).map(|i| 0.5 + r(i, 2).abs()).collect();
+    let x: Vec<f32> = (0..rows * k).map(|i| 3.0 * r(i, 3)).collect();
+    let want: Vec<f32> = (0..rows)
+        .flat_map(|t| {
+            let (w, x) = (&w, &x);
+            (0..n).map(move |j| (0..k).map(|i| w[j * k + i] * x[t * k + i]).sum::<f32>())
+        })
+        .collect();
+    for order in [FoldOrder::Before, FoldOrder::After] {
+        let folded: Vec<f32> = match order {
+            FoldOrder::Before => {
+                let scaled: Vec<f32> = w.iter().enumerate().map(|(i, v)| v * a[i % k]).collect();
+                fold_weight(&scaled, k, 64)
+            }
+            FoldOrder::After => {
+                let f = fold_weight(&w, k, 64);
+                f.iter().enumerate().map(|(i, v)| v * a[i % k]).collect()
+            }
+        };
+        // export_weight folds again: undo it (the rotation is its own inverse)
+        let (codes, ws) = export_weight(&fold_weight(&folded, k, 64), k, 64, 8);
+        let p = FqParams {
+            weight_bits: 8,
+            act_bits: 8,
+            block: 64,
+            clip: 1.0,
+            fold: Some(order),
+            addend: false,
+        };
+        let t = |shape: Vec<usize>, v: &[f32]| Tensor::from_f32(shape, v.to_vec()).unwrap();
+        let codes_t = Tensor::from_bytes(
+            vec![n, k],
+            GgmlType::I8,
+            codes.iter().map(|&c| c as u8).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let got = linear(
+            &t(vec![rows, k], &x),
+            &codes_t,
+            &t(vec![n], &ws),
+            Some(&t(vec![k], &a)),
+            None,
+            &p,
+        )
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+        let cos = cosine(&got, &want);
+        assert!(cos > 0.9995, "{order:?}: integer site cosine {cos}");
+
+        // the same site in a file, dequantized
+        let mut wr = GgufWriter::new();
+        wr.add_metadata("general.architecture", "smolvla").unwrap();
+        wr.add_metadata("smolvla.quant.method", "foldquant")
+            .unwrap();
+        let fo = if order == FoldOrder::Before {
+            "before"
+        } else {
+            "after"
+        };
+        wr.add_metadata("smolvla.quant.action_fold_order", fo)
+            .unwrap();
+        let bytes: Vec<u8> = codes.iter().map(|&c| c as u8).collect();
+        wr.add_tensor(
+            "aex.blk.0.attn_o.weight",
+            GgmlType::I8,
+            &[k as u64, n as u64],
+            bytes,
+        )
+        .unwrap();
+        wr.add_f32("aex.blk.0.attn_o.wscale", GgmlType::F32, &[n as u64], &ws)
+            .unwrap();
+        wr.add_f32("aex.blk.0.attn_o.ascale", GgmlType::F32, &[k as u64], &a)
+            .unwrap();
+        let f = GgufFile::from_bytes(wr.to_bytes().unwrap()).unwrap();
+        let fq = FoldQuant::read(&f).unwrap().unwrap();
+        let site = &fq.sites(&f).unwrap()[0];
+        assert!(site.ascale);
+        let deq = dequantize_site(&f, site, fq.fold_order).unwrap();
+        let cos = cosine(&deq, &w);
+        assert!(cos > 0.9999, "{order:?}: dequantized cosine {cos}");
+    }
+}
+
+/// The integer path (cpu) and dequant mode (vulkan, ggml) run the same file to nearly the
+/// same chunk: they differ only by the activations' quantization.
+#[test]
+fn integer_and_dequant_modes_agree() {
+    let bytes = fq_bytes(&float_file(), Scheme::W8A8);
+    let cpu = chunk(GgufFile::from_bytes(bytes.clone()).unwrap());
+    for backend in ["vulkan", "ggml"] {
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            ..Default::default()
+        };
+        let mut p =
+            match vla::models::from_gguf(GgufFile::from_bytes(bytes.clone()).unwrap(), &opts) {
+                Ok(p) => p,
+                Err(e) => panic!("{backend}: {e}"),
+            };
+        let got = p.predict(&observation()).unwrap().actions;
+        let cos = cosine(&got, &cpu);
+        eprintln!("W8A8 integer (cpu) vs dequant ({backend}): cosine {cos:.6}");
+        assert!(cos > 0.9995, "{backend}: cosine {cos}");
+    }
 }

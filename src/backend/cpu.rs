@@ -132,6 +132,11 @@ impl Executable for CpuExecutable<'_> {
                     .expect("reshape has an input")
                     .to_f32()?
                     .reshape(shape.clone())?,
+                Op::FqLinear(p) => {
+                    let ascale = p.fold.map(|_| arg(3));
+                    let addend = p.addend.then(|| arg(node.inputs.len() - 1));
+                    ops::foldquant::linear(arg(0), arg(1), arg(2), ascale, addend, p)?
+                }
                 Op::Embedding => {
                     let ids = ids_from_f32(arg(1).as_f32()?)?;
                     ops::embedding(arg(0), &ids)?

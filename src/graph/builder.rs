@@ -1,6 +1,6 @@
 //! Building a [`Graph`] with shape inference.
 
-use super::{AttentionMask, GateAct, Graph, Node, NodeId, Op, WeightStore};
+use super::{AttentionMask, FqParams, GateAct, Graph, Node, NodeId, Op, WeightStore};
 use crate::gguf::GgmlType;
 use crate::ops::{RopeConfig, RopeLayout};
 use crate::{Error, Result, Tensor};
@@ -287,7 +287,56 @@ impl<'w> GraphBuilder<'w> {
         }
         let mut shape = xs.to_vec();
         *shape.last_mut().expect("non-empty") = ws[0];
+        if self.nodes[w.0].dtype == GgmlType::I8 {
+            let (params, mut inputs) = self.fq_site(w)?;
+            inputs.insert(0, x);
+            return Ok(self.activation(Op::FqLinear(params), inputs, shape));
+        }
         Ok(self.activation(Op::MatMul, vec![x, w], shape))
+    }
+
+    /// The FoldQuant site whose codes are the I8 weight `w` (`<site>.weight`): its settings
+    /// from `<site>.fq` (`[weight_bits, act_bits, block, clip, fold]`, fold 0 none, 1
+    /// before, 2 after; written at load by `foldquant::integer_form`) and the inputs after
+    /// x: codes, `<site>.wscale`, and `<site>.ascale` when it folds one.
+    fn fq_site(&mut self, w: NodeId) -> Result<(FqParams, Vec<NodeId>)> {
+        use crate::ops::foldquant::FoldOrder;
+        let (n, k) = (self.nodes[w.0].shape[0], self.nodes[w.0].shape[1]);
+        let site = match &self.nodes[w.0].op {
+            Op::Weight(name) => name.strip_suffix(".weight").map(str::to_owned),
+            _ => None,
+        };
+        let (Some(site), Some(store)) = (site, self.weights) else {
+            return Err(err(
+                "matmul",
+                "an I8 matrix that is no FoldQuant <site>.weight".into(),
+            ));
+        };
+        let f = store.weight(&format!("{site}.fq"))?.to_vec_f32()?;
+        let [wb, ab, block, clip, fold] = f[..] else {
+            return Err(err(
+                "matmul",
+                format!("{site}.fq holds {} values, not 5", f.len()),
+            ));
+        };
+        let fold = match fold as u32 {
+            0 => None,
+            1 => Some(FoldOrder::Before),
+            _ => Some(FoldOrder::After),
+        };
+        let params = FqParams {
+            weight_bits: wb as u32,
+            act_bits: ab as u32,
+            block: block as usize,
+            clip,
+            fold,
+            addend: false,
+        };
+        let mut inputs = vec![w, self.weight(&format!("{site}.wscale"), &[n])?];
+        if fold.is_some() {
+            inputs.push(self.weight(&format!("{site}.ascale"), &[k])?);
+        }
+        Ok((params, inputs))
     }
 
     /// `x @ w^T + c` as one op: `c` is `[N]` (a bias, broadcast over rows) or has the
@@ -302,6 +351,9 @@ impl<'w> GraphBuilder<'w> {
             ));
         }
         self.nodes[y.0].inputs.push(c);
+        if let Op::FqLinear(p) = &mut self.nodes[y.0].op {
+            p.addend = true;
+        }
         Ok(y)
     }
 

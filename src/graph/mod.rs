@@ -115,6 +115,24 @@ pub enum Op {
     Reshape(Vec<usize>),
     /// `[table [V, D], ids [n]]` -> `[n, D]`.
     Embedding,
+    /// A FoldQuant site (docs/FOLDQUANT.md): `[x [.., K], codes [N, K] (I8, one code a
+    /// byte), wscale [N]]`, then `ascale [K]` when `fold` is set, then an addend (`[N]` bias
+    /// or the output's shape) when `addend`: per row the activation quantized exactly as
+    /// vla.cpp does ([`crate::ops::foldquant`]), an integer product, the f32 epilogue.
+    FqLinear(FqParams),
+}
+
+/// The settings of one [`Op::FqLinear`] site.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FqParams {
+    pub weight_bits: u32,
+    pub act_bits: u32,
+    /// Rotation block (1: none).
+    pub block: usize,
+    pub clip: f32,
+    /// Where `ascale` divides, when the site has one.
+    pub fold: Option<crate::ops::foldquant::FoldOrder>,
+    pub addend: bool,
 }
 
 impl Op {
@@ -151,6 +169,7 @@ impl Op {
             Op::Permute(_) => "permute",
             Op::Reshape(_) => "reshape",
             Op::Embedding => "embedding",
+            Op::FqLinear(_) => "fq_linear",
         }
     }
 }
@@ -236,7 +255,9 @@ impl Graph {
         let shape = |k: usize| &self.nodes[node.inputs[k].0].shape;
         let fma = match &node.op {
             // [.., M, N] from [.., M, K]; bmm [B, M, N] from [B, M, K]
-            Op::MatMul | Op::Bmm { .. } => node.numel() * shape(0).last().copied().unwrap_or(0),
+            Op::MatMul | Op::Bmm { .. } | Op::FqLinear(_) => {
+                node.numel() * shape(0).last().copied().unwrap_or(0)
+            }
             // q [Hq, Sq, D], k [Hkv, Sk, D], out [Hq, Sq, Dv]
             Op::Attention { .. } => {
                 let dv = node.shape[2];

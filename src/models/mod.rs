@@ -37,9 +37,14 @@ pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Pol
 
 pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
     let arch = file.architecture()?.to_owned();
-    // FoldQuant files run in dequant mode: every site back to an f32 matrix (integer
-    // kernels are issue 23's next step).
+    // FoldQuant files: as integers on the cpu backend (the exact reference), elsewhere in
+    // dequant mode, every site back to an f32 matrix (no integer kernels there yet).
     let file = match crate::foldquant::FoldQuant::read(&file)? {
+        Some(fq) if opts.backend == "cpu" => {
+            let n = fq.sites(&file)?.len();
+            tracing::info!("FoldQuant file: {n} sites, run as integers");
+            crate::foldquant::integer_form(&file, &fq)?
+        }
         Some(fq) => {
             let n = fq.sites(&file)?.len();
             tracing::info!("FoldQuant file: {n} sites, run as dequantized f32 weights");

@@ -11,6 +11,11 @@
 //! use `mul_add`, FMA intrinsics or the `gemm` crate. Clamps are `max` then `min` (NaN goes
 //! to `-qmax` as in C++), divisions are true divisions where the reference divides.
 
+use crate::gguf::GgmlType;
+use crate::graph::FqParams;
+use crate::{Error, Result, Tensor};
+use rayon::prelude::*;
+
 /// Where a site's `ascale` divides the activation: before or after the rotation
 /// (`<arch>.quant.action_fold_order`; anything but `"before"` means after).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,6 +221,83 @@ pub fn export_weight(w: &[f32], k: usize, block: usize, bits: u32) -> (Vec<i8>, 
         );
     }
     (codes, scales)
+}
+
+/// [`crate::graph::Op::FqLinear`] on the cpu: each row of `x [.., K]` through
+/// [`act_row`] and [`gemm_row`] against `codes [N, K]` (I8), then the addend (`[N]`: the
+/// bias of the epilogue; the output's shape: a residual added after it). Rows in parallel.
+pub fn linear(
+    x: &Tensor,
+    codes: &Tensor,
+    wscale: &Tensor,
+    ascale: Option<&Tensor>,
+    addend: Option<&Tensor>,
+    p: &FqParams,
+) -> Result<Tensor<'static>> {
+    let (xs, cs) = (x.shape(), codes.shape());
+    let bad = |why: String| Error::shape("fq_linear", why);
+    let (Some(&k), [n, ck]) = (xs.last(), cs) else {
+        return Err(bad(format!(
+            "x {xs:?}, codes {cs:?}: need x [.., K], codes [N, K]"
+        )));
+    };
+    let n = *n;
+    if *ck != k || codes.dtype() != GgmlType::I8 || wscale.numel() != n {
+        return Err(bad(format!(
+            "x {xs:?}, codes {cs:?} {}, wscale {:?}",
+            codes.dtype(),
+            wscale.shape()
+        )));
+    }
+    let x = x.f32_cow()?;
+    let w: &[i8] = bytemuck::cast_slice(codes.raw_bytes());
+    let ws = wscale.f32_cow()?;
+    let a = ascale.map(|t| t.f32_cow()).transpose()?;
+    let c = addend.map(|t| t.f32_cow()).transpose()?;
+    let rows = x.len() / k.max(1);
+    let (bias, residual) = match &c {
+        Some(c) if c.len() == n => (Some(&c[..]), None),
+        Some(c) if c.len() == rows * n => (None, Some(&c[..])),
+        Some(c) => {
+            return Err(bad(format!(
+                "addend of {} values for {rows} x {n}",
+                c.len()
+            )))
+        }
+        None => (None, None),
+    };
+    if a.as_ref().is_some_and(|a| a.len() != k) {
+        return Err(bad(format!(
+            "ascale of {} values for K = {k}",
+            a.map_or(0, |a| a.len())
+        )));
+    }
+    let prologue = ActPrologue {
+        norm: None,
+        ascale: a.as_deref().zip(p.fold),
+        block: p.block,
+        bits: p.act_bits,
+        clip: p.clip,
+    };
+    let mut out = vec![0f32; rows * n];
+    out.par_chunks_mut(n.max(1))
+        .zip(x.par_chunks(k.max(1)))
+        .enumerate()
+        .for_each(|(r, (o, row))| {
+            let (q, scale) = act_row(row, &prologue);
+            let y = gemm_row(&q, scale, w, &ws, bias);
+            match residual {
+                Some(res) => {
+                    for ((o, y), r) in o.iter_mut().zip(y).zip(&res[r * n..]) {
+                        *o = y + r;
+                    }
+                }
+                None => o.copy_from_slice(&y),
+            }
+        });
+    let mut shape = xs.to_vec();
+    *shape.last_mut().expect("checked non-empty") = n;
+    Tensor::from_f32(shape, out)
 }
 
 #[cfg(test)]

@@ -553,6 +553,11 @@ impl Lowerer<'_> {
                     sys::ggml_cont(ctx, p)
                 }
                 Op::Reshape(s) => self.reshape(self.val(inp[0]), s),
+                Op::FqLinear(_) => {
+                    return Err(not_impl(String::from(
+                        "fq_linear (FoldQuant files run dequantized on ggml)",
+                    )))
+                }
                 Op::Embedding => {
                     let vocab = self.shape(inp[0])[0];
                     let ids = self.i32_of(inp[1], Some(vocab), "embedding ids")?;
