@@ -28,7 +28,7 @@ pub enum FoldOrder {
 /// `k`; 1 (no rotation) below 2. `nominal` must be a power of two (callers check).
 pub fn rotation_block_for(k: usize, nominal: usize) -> usize {
     let mut bs = nominal;
-    while bs >= 2 && k % bs != 0 {
+    while bs >= 2 && !k.is_multiple_of(bs) {
         bs /= 2;
     }
     if bs < 2 {

@@ -161,7 +161,7 @@ fn block_types<'f>(
         expert: args.expert,
     };
     let (mut writer, changed) = retype(
-        &file,
+        file,
         |t| is_quantizable(t, ty, scope).then_some(ty),
         |i, t| {
             bar.set_position(i as u64);
