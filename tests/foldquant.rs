@@ -409,3 +409,62 @@ fn integer_and_dequant_modes_agree() {
         assert!(cos > 0.9995, "{backend}: cosine {cos}");
     }
 }
+
+/// A file written to the published format by an independent writer
+/// (tests/interop/foldquant_writer.py: numpy + gguf-py, needs what scripts/test.sh installs)
+/// has byte-identical sites to ours and gives the same chunk.
+#[test]
+fn independent_writer_gives_the_same_file_and_chunk() {
+    let dir = std::env::temp_dir().join(format!("vla-fq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("float.gguf");
+    std::fs::write(&src, random_gguf(&config(), 3, GgmlType::F32).unwrap()).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/foldquant_writer.py");
+    for scheme in [Scheme::W8A8, Scheme::W4A4] {
+        let out = dir.join(format!("{}.gguf", scheme.name()));
+        let arg = scheme.name().trim_start_matches("fq-");
+        let run = std::process::Command::new("python3")
+            .arg(&script)
+            .args([src.as_os_str(), out.as_os_str(), arg.as_ref()])
+            .output()
+            .expect("python3 (scripts/test.sh installs gguf and numpy)");
+        assert!(
+            run.status.success(),
+            "{} failed:\n{}",
+            script.display(),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let theirs = GgufFile::open(&out).unwrap();
+        let ours = fq_file(&float_file(), scheme);
+        let sites = FoldQuant::read(&theirs)
+            .unwrap()
+            .unwrap()
+            .sites(&theirs)
+            .unwrap();
+        assert_eq!(
+            sites,
+            FoldQuant::read(&ours)
+                .unwrap()
+                .unwrap()
+                .sites(&ours)
+                .unwrap()
+        );
+        for s in &sites {
+            for t in [".weight", ".wscale"] {
+                let name = format!("{}{t}", s.name);
+                let (a, b) = (
+                    theirs.tensor_info(&name).unwrap(),
+                    ours.tensor_info(&name).unwrap(),
+                );
+                assert_eq!((a.ty, &a.dims), (b.ty, &b.dims), "{name}");
+                assert!(
+                    theirs.tensor_bytes(a) == ours.tensor_bytes(b),
+                    "{scheme:?}: {name} differs"
+                );
+            }
+        }
+        assert_eq!(chunk(theirs), chunk(ours), "{scheme:?}: chunks");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
