@@ -5,6 +5,16 @@
 use super::{GgmlType, GgufFile, GgufWriter, TensorInfo};
 use crate::Result;
 
+/// A writer holding `file`'s metadata (`general.alignment` too: the writer takes the data
+/// alignment from it) and no tensors yet.
+pub fn metadata_writer(file: &GgufFile) -> Result<GgufWriter<'_>> {
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata() {
+        w.add_metadata(k.clone(), v.clone())?;
+    }
+    Ok(w)
+}
+
 /// A writer holding `file`'s metadata and tensors, where each tensor for which `target`
 /// returns a type is re-encoded to it (through f32, with ggml's reference rounding) and
 /// every other tensor is borrowed unchanged. `progress(i, tensor)` is called before each
@@ -14,11 +24,7 @@ pub fn retype<'a>(
     target: impl Fn(&TensorInfo) -> Option<GgmlType>,
     mut progress: impl FnMut(usize, &TensorInfo),
 ) -> Result<(GgufWriter<'a>, Vec<String>)> {
-    let mut w = GgufWriter::new();
-    for (k, v) in file.metadata() {
-        // `general.alignment` is copied too: the writer takes the data alignment from it.
-        w.add_metadata(k.clone(), v.clone())?;
-    }
+    let mut w = metadata_writer(file)?;
     let mut changed = Vec::new();
     for (i, t) in file.tensors().iter().enumerate() {
         progress(i, t);

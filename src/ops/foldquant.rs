@@ -146,9 +146,9 @@ pub fn act_row(x: &[f32], p: &ActPrologue) -> (Vec<i8>, f32) {
     quantize_row(&y, p.bits, p.clip)
 }
 
-/// `Σ a·b` of two code rows, in i32 (exact in any order). Plain widening products: LLVM's
-/// vectorisation of this (~10 G products/s a core here) is what the cpu path runs at; an
-/// AVX2 / VNNI kernel is to come (an i16-pair formulation measured slower).
+/// `Σ a·b` of two code rows, in i32 (exact in any order). Plain widening products, as
+/// LLVM vectorises them (an i16-pair formulation measured slower); an AVX2 / VNNI kernel
+/// is to come.
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     a.iter()
         .zip(b)

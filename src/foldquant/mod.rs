@@ -5,10 +5,14 @@
 //! matrix, run by the float graph; what vla.cpp does on Vulkan, Metal and OpenCL).
 //! The exact per-site arithmetic is [`crate::ops::foldquant`].
 
-use crate::gguf::{GgmlType, GgufFile, GgufWriter, TensorInfo};
-use crate::ops::foldquant::{
-    export_weight, pack_int4, qmax, rotate, rotation_block_for, unpack_int4, FoldOrder,
-};
+mod export;
+mod forms;
+
+pub use export::{export, Scheme};
+pub use forms::{dequantize_site, dequantized, integer_form};
+
+use crate::gguf::{GgmlType, GgufFile, TensorInfo};
+use crate::ops::foldquant::{qmax, rotation_block_for, unpack_int4, FoldOrder};
 use crate::{Error, Result};
 
 /// Which half of the model a site is in: `vlm.*` (the language model) or `aex.*` (the
@@ -73,6 +77,20 @@ pub struct Site {
     /// The rotation block for `k` (1: none).
     pub block: usize,
     pub ascale: bool,
+}
+
+/// The projections that are quantized together (vla.cpp's group rule) for a site kind.
+fn group(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "qkv" => &["attn_q", "attn_k", "attn_v"],
+        "gateup" => &["ffn_gate", "ffn_up"],
+        _ => &[],
+    }
+}
+
+/// `vlm.blk.0.attn_q` -> `vlm.blk.0`.
+fn layer_of(site: &str) -> &str {
+    site.rsplit_once('.').map_or(site, |(base, _)| base)
 }
 
 /// The `site_bits` kind of a site: `qkv`, `o`, `gateup`, `down`.
@@ -215,16 +233,11 @@ impl FoldQuant {
             sites.push(self.site(file, name, t)?);
         }
         for s in &sites {
-            let Some(kind @ ("qkv" | "gateup")) = site_kind(&s.name) else {
+            let Some(kind) = site_kind(&s.name) else {
                 continue;
             };
-            let base = &s.name[..s.name.rfind('.').expect("a site kind has a dot")];
-            let group: &[&str] = match kind {
-                "qkv" => &["attn_q", "attn_k", "attn_v"],
-                _ => &["ffn_gate", "ffn_up"],
-            };
-            for member in group {
-                let w = format!("{base}.{member}.weight");
+            for member in group(kind) {
+                let w = format!("{}.{member}.weight", layer_of(&s.name));
                 if let Ok(info) = file.tensor_info(&w) {
                     if info.ty != GgmlType::I8 {
                         return Err(bad(format!(
@@ -335,258 +348,4 @@ impl FoldQuant {
             ascale,
         })
     }
-}
-
-/// The f32 `[n, k]` matrix a site stands for (dequant mode): per row `code * wscale`, then
-/// back to the float frame: the rotation (its own inverse), and the division by `ascale`
-/// on the side of the rotation the fold order says.
-pub fn dequantize_site(file: &GgufFile, site: &Site, order: FoldOrder) -> Result<Vec<f32>> {
-    let t = file.tensor_info(&format!("{}.weight", site.name))?;
-    let bytes = file.tensor_bytes(t);
-    let codes: Vec<i8> = match site.weight_bits {
-        4 => unpack_int4(bytes),
-        _ => bytes.iter().map(|&b| b as i8).collect(),
-    };
-    let wscale = file.dequantize(&format!("{}.wscale", site.name))?;
-    let ascale = match site.ascale {
-        true => Some(file.dequantize(&format!("{}.ascale", site.name))?),
-        false => None,
-    };
-    let divide = |row: &mut [f32]| {
-        if let Some(a) = &ascale {
-            row.iter_mut().zip(a).for_each(|(v, s)| *v /= s);
-        }
-    };
-    let mut out = Vec::with_capacity(site.n * site.k);
-    for (row, &ws) in codes.chunks(site.k).zip(&wscale) {
-        let mut r: Vec<f32> = row.iter().map(|&c| f32::from(c) * ws).collect();
-        if order == FoldOrder::After {
-            divide(&mut r);
-        }
-        rotate(&mut r, site.block);
-        if order == FoldOrder::Before {
-            divide(&mut r);
-        }
-        out.extend(r);
-    }
-    Ok(out)
-}
-
-/// `file` with every FoldQuant site replaced by its f32 matrix ([`dequantize_site`]) and
-/// the `wscale` / `ascale` vectors dropped: a float file the ordinary graphs run.
-pub fn dequantized(file: &GgufFile, fq: &FoldQuant) -> Result<GgufFile> {
-    let sites = fq.sites(file)?;
-    let mut w = GgufWriter::new();
-    for (k, v) in file.metadata() {
-        w.add_metadata(k.clone(), v.clone())?;
-    }
-    let site_of = |tensor: &str| {
-        sites
-            .iter()
-            .find(|s| tensor.starts_with(&format!("{}.", s.name)))
-    };
-    for t in file.tensors() {
-        match site_of(&t.name) {
-            Some(s) if t.name == format!("{}.weight", s.name) => {
-                let v = dequantize_site(file, s, fq.fold_order)?;
-                w.add_f32(t.name.clone(), GgmlType::F32, &[s.k as u64, s.n as u64], &v)?;
-            }
-            Some(s) if t.name == format!("{}.wscale", s.name) => {}
-            Some(s) if t.name == format!("{}.ascale", s.name) => {}
-            _ => w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))?,
-        }
-    }
-    GgufFile::from_bytes(w.to_bytes()?)
-}
-
-/// `file` in the form the integer path runs ([`crate::graph::Op::FqLinear`]): every site's
-/// codes one a byte (`[n, k]` I8; INT4 unpacked), its `wscale` and `ascale` as stored, and
-/// `<site>.fq` F32 `[weight_bits, act_bits, block, clip, fold]` (fold 0: no `ascale`, 1:
-/// before, 2: after), which the graph builder reads when a matmul meets an I8 matrix.
-pub fn integer_form(file: &GgufFile, fq: &FoldQuant) -> Result<GgufFile> {
-    let sites = fq.sites(file)?;
-    let mut w = GgufWriter::new();
-    for (k, v) in file.metadata() {
-        w.add_metadata(k.clone(), v.clone())?;
-    }
-    for t in file.tensors() {
-        let site = t
-            .name
-            .strip_suffix(".weight")
-            .and_then(|n| sites.iter().find(|s| s.name == n));
-        let Some(s) = site else {
-            w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))?;
-            continue;
-        };
-        let bytes = match s.weight_bits {
-            4 => unpack_int4(file.tensor_bytes(t))
-                .into_iter()
-                .map(|c| c as u8)
-                .collect(),
-            _ => file.tensor_bytes(t).to_vec(),
-        };
-        w.add_tensor(
-            t.name.clone(),
-            GgmlType::I8,
-            &[s.k as u64, s.n as u64],
-            bytes,
-        )?;
-        let fold = match (s.ascale, fq.fold_order) {
-            (false, _) => 0.0,
-            (true, FoldOrder::Before) => 1.0,
-            (true, FoldOrder::After) => 2.0,
-        };
-        // clip applies to language-model sites with 4-bit activations only
-        let clip = if s.module == Module::Llm && s.act_bits == 4 {
-            fq.clip
-        } else {
-            1.0
-        };
-        let params = [
-            s.weight_bits as f32,
-            s.act_bits as f32,
-            s.block as f32,
-            clip,
-            fold,
-        ];
-        w.add_f32(format!("{}.fq", s.name), GgmlType::F32, &[5], &params)?;
-    }
-    GgufFile::from_bytes(w.to_bytes()?)
-}
-
-/// What `vla-quantize --type fq-*` writes: weight and activation widths.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scheme {
-    W8A8,
-    W4A8,
-    W4A4,
-}
-
-impl Scheme {
-    /// `fq-w8a8`, `fq-w4a8`, `fq-w4a4` (any case).
-    pub fn parse(s: &str) -> Option<Scheme> {
-        match s.to_ascii_lowercase().as_str() {
-            "fq-w8a8" => Some(Scheme::W8A8),
-            "fq-w4a8" => Some(Scheme::W4A8),
-            "fq-w4a4" => Some(Scheme::W4A4),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::W8A8 => "fq-w8a8",
-            Scheme::W4A8 => "fq-w4a8",
-            Scheme::W4A4 => "fq-w4a4",
-        }
-    }
-
-    fn bits(self) -> (u32, u32) {
-        match self {
-            Scheme::W8A8 => (8, 8),
-            Scheme::W4A8 => (4, 8),
-            Scheme::W4A4 => (4, 4),
-        }
-    }
-}
-
-/// The sites an export quantizes: the float `<site>.weight` matrices of the language model
-/// and the action module named like decoder projections, `k` and `n` multiples of 64, and
-/// a layer's q/k/v (gate/up) only when all of them qualify (vla.cpp's group rule).
-fn export_sites(file: &GgufFile) -> Vec<(String, usize, usize)> {
-    let float = |t: &TensorInfo| matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-    let qualifies = |name: &str| -> Option<(usize, usize)> {
-        let t = file.tensor_info(&format!("{name}.weight")).ok()?;
-        let [k, n] = t.dims[..] else { return None };
-        (float(t) && k % 64 == 0 && n % 64 == 0).then_some((k as usize, n as usize))
-    };
-    let mut out = Vec::new();
-    for t in file.tensors() {
-        let Some(name) = t.name.strip_suffix(".weight") else {
-            continue;
-        };
-        let (Some(_), Some(kind)) = (Module::of(name), site_kind(name)) else {
-            continue;
-        };
-        let base = &name[..name.rfind('.').expect("a site kind has a dot")];
-        let group: &[&str] = match kind {
-            "qkv" => &["attn_q", "attn_k", "attn_v"],
-            "gateup" => &["ffn_gate", "ffn_up"],
-            _ => &[],
-        };
-        let members_ok = group.iter().all(|m| {
-            let member = format!("{base}.{m}");
-            file.tensor_info(&format!("{member}.weight")).is_err() || qualifies(&member).is_some()
-        });
-        if let (Some((k, n)), true) = (qualifies(name), members_ok) {
-            out.push((name.to_owned(), k, n));
-        }
-    }
-    out
-}
-
-/// An uncalibrated FoldQuant file of `file` (vla.cpp's `foldquant_fake_export.py`):
-/// each site rotated at block 64 and quantized per row ([`export_weight`]), no `ascale`,
-/// norms unchanged; metadata `<arch>.quant.*` for `scheme`. `progress(i, n)` after each
-/// site. Returns the writer and the sites' names.
-pub fn export<'a>(
-    file: &'a GgufFile,
-    scheme: Scheme,
-    mut progress: impl FnMut(usize, usize),
-) -> Result<(GgufWriter<'a>, Vec<String>)> {
-    let arch = file.architecture()?.to_owned();
-    let sites = export_sites(file);
-    let (wbits, abits) = scheme.bits();
-    let mut w = GgufWriter::new();
-    for (k, v) in file.metadata() {
-        w.add_metadata(k.clone(), v.clone())?;
-    }
-    let key = |k: &str| format!("{arch}.quant.{k}");
-    w.set_metadata(key("method"), "foldquant")?;
-    w.set_metadata(key("applied_at"), "vla-quantize")?;
-    w.set_metadata(
-        key("provenance"),
-        "vla-rs uncalibrated export (rotation + per-row scales)",
-    )?;
-    for m in ["llm", "action"] {
-        w.set_metadata(key(&format!("scheme_{m}")), scheme.name())?;
-        w.set_metadata(key(&format!("{m}_weight_bits")), wbits)?;
-        w.set_metadata(key(&format!("{m}_act_bits")), abits)?;
-        w.set_metadata(key(&format!("{m}_rot_block_size")), 64u32)?;
-    }
-    w.set_metadata(key("action_fold_order"), "before")?;
-    w.set_metadata(key("act_clip_ratio"), 1.0f32)?;
-    w.set_metadata(key("site_bits"), "")?;
-    let mut done = 0;
-    for t in file.tensors() {
-        let site = t
-            .name
-            .strip_suffix(".weight")
-            .and_then(|n| sites.iter().find(|s| s.0 == n));
-        let Some((name, k, n)) = site else {
-            w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))?;
-            continue;
-        };
-        let values = file.dequantize(&t.name)?;
-        let (codes, scales) = export_weight(&values, *k, rotation_block_for(*k, 64), wbits);
-        let (bytes, packed) = match wbits {
-            4 => (pack_int4(&codes), k / 2),
-            _ => (codes.iter().map(|&c| c as u8).collect(), *k),
-        };
-        w.add_tensor(
-            t.name.clone(),
-            GgmlType::I8,
-            &[packed as u64, *n as u64],
-            bytes,
-        )?;
-        w.add_f32(
-            format!("{name}.wscale"),
-            GgmlType::F32,
-            &[*n as u64],
-            &scales,
-        )?;
-        done += 1;
-        progress(done, sites.len());
-    }
-    Ok((w, sites.into_iter().map(|s| s.0).collect()))
 }
