@@ -37,10 +37,10 @@ pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Pol
 
 pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
     let arch = file.architecture()?.to_owned();
-    // FoldQuant files: as integers on the cpu backend (the exact reference), elsewhere in
-    // dequant mode, every site back to an f32 matrix (no integer kernels there yet).
+    // FoldQuant files: as integers on the cpu and wgpu backends, in dequant mode on ggml
+    // (every site back to an f32 matrix: no integer kernels there).
     let file = match crate::foldquant::FoldQuant::read(&file)? {
-        Some(fq) if opts.backend == "cpu" => {
+        Some(fq) if !opts.backend.starts_with("ggml") => {
             let n = fq.sites(&file)?.len();
             tracing::info!("FoldQuant file: {n} sites, run as integers");
             crate::foldquant::integer_form(&file, &fq)?

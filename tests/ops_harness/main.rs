@@ -19,6 +19,7 @@ mod support;
 mod cases_attention;
 mod cases_basic;
 mod cases_copy;
+mod cases_foldquant;
 mod cases_gemm;
 #[cfg(feature = "ggml")]
 mod cases_ggml;
@@ -132,6 +133,7 @@ fn all_cases() -> Vec<Case> {
     cases_attention::add(&mut c);
     cases_quant::add(&mut c);
     cases_copy::add(&mut c);
+    cases_foldquant::add(&mut c);
     c.list
 }
 

@@ -58,7 +58,10 @@ pub(crate) struct WgpuExecutable {
 
 /// Does this consumer read input `k` in its stored dtype (matmul weights, embedding tables)?
 fn reads_raw(op: &Op, k: usize) -> bool {
-    matches!((op, k), (Op::MatMul, 1) | (Op::Embedding, 0))
+    matches!(
+        (op, k),
+        (Op::MatMul, 1) | (Op::Embedding, 0) | (Op::FqLinear(_), 1)
+    )
 }
 
 fn storage(ctx: &GpuContext, label: &str, size: u64, extra: wgpu::BufferUsages) -> wgpu::Buffer {

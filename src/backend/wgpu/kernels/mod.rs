@@ -6,6 +6,7 @@ mod bmm;
 mod copy;
 mod elementwise;
 mod embedding;
+mod foldquant;
 mod gemm;
 mod matmul;
 mod norm;
@@ -81,13 +82,23 @@ pub(crate) struct NodeBuffers<'a> {
 /// the smaller one alive.
 #[derive(Default)]
 pub(crate) struct ScratchPool {
-    buffer: std::cell::RefCell<Option<wgpu::Buffer>>,
+    buffers: std::cell::RefCell<Vec<Option<wgpu::Buffer>>>,
 }
 
 impl ScratchPool {
-    /// A storage buffer of at least `bytes`.
+    /// A storage buffer of at least `bytes` (slot 0).
     pub fn get(&self, ctx: &GpuContext, bytes: u64) -> wgpu::Buffer {
-        let mut slot = self.buffer.borrow_mut();
+        self.get_slot(ctx, 0, bytes)
+    }
+
+    /// A storage buffer of at least `bytes` in slot `k`: a kernel needing several scratch
+    /// buffers at once takes one slot each.
+    pub fn get_slot(&self, ctx: &GpuContext, k: usize, bytes: u64) -> wgpu::Buffer {
+        let mut slots = self.buffers.borrow_mut();
+        if slots.len() <= k {
+            slots.resize(k + 1, None);
+        }
+        let slot = &mut slots[k];
         match slot.as_ref() {
             Some(b) if b.size() >= bytes => b.clone(),
             _ => {
@@ -103,9 +114,10 @@ impl ScratchPool {
         }
     }
 
-    /// Bytes of the largest buffer handed out.
+    /// Bytes of the largest buffer of each slot, summed.
     pub fn bytes(&self) -> u64 {
-        self.buffer.borrow().as_ref().map_or(0, |b| b.size())
+        let slots = self.buffers.borrow();
+        slots.iter().flatten().map(|b| b.size()).sum()
     }
 }
 
@@ -196,6 +208,7 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Rope(_) => rope::rope(ctx, node, bufs),
         Op::Attention { .. } => attention::attention(ctx, node, bufs),
         Op::Embedding => embedding::embedding(ctx, node, bufs),
+        Op::FqLinear(_) => foldquant::fq_linear(ctx, node, bufs),
         Op::PatchEmbed => patch_embed::patch_embed(ctx, node, bufs),
         Op::Concat { .. } | Op::Slice { .. } | Op::Permute(_) => copy::copy(ctx, node, bufs),
         op => Err(Error::NotImplemented {

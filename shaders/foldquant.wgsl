@@ -1,0 +1,178 @@
+// FoldQuant sites (Op::FqLinear; docs/FOLDQUANT.md section 4), bit-exact with the cpu
+// reference (src/ops/foldquant.rs) where the adapter's f32 division is correctly rounded
+// (lavapipe: tested; WGSL allows 2.5 ULP, so a GPU may put a code one step off where a value
+// sits on a rounding boundary). Two entries:
+//
+//   fq_act   one workgroup of 64 invocations per token row: the row divided by ascale
+//            (BEFORE), the natural-order Hadamard butterfly over each `block`-long chunk
+//            scaled by c (block > 1), divided by ascale (AFTER); the row's amax (workgroup
+//            max); scale = max(clip * amax / qmax, 1e-12); codes = clamp(round_even(y *
+//            (1 / scale)), +-qmax), packed four to a word. The rotated row goes through `yr`.
+//   fq_gemm  one invocation per output: the integer dot of the row's codes with a weight
+//            row's codes (dot4I8Packed under INT_DOT), then ((f32(acc) * scale) * wscale)
+//            + bias (BIAS; else + 0.0) (+ residual: RESIDUAL), with f32(acc) rounded to
+//            nearest-even by hand (WGSL leaves it unspecified past 2^24) and the product
+//            made opaque (xor with a run-time zero) so that it cannot contract into the add.
+
+struct Params {
+    rows: u32,
+    k: u32,
+    n: u32,
+    block: u32,
+    qmax: f32,
+    clip: f32,
+    c: f32,
+    zero: u32,
+    stages: u32,  // log2(block)
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> ascale: array<f32>;
+@group(0) @binding(3) var<storage, read_write> yr: array<f32>;
+@group(0) @binding(4) var<storage, read_write> codes: array<u32>;
+@group(0) @binding(5) var<storage, read_write> scales: array<f32>;
+@group(0) @binding(6) var<storage, read> w: array<u32>;
+@group(0) @binding(7) var<storage, read> wscale: array<f32>;
+@group(0) @binding(8) var<storage, read> addend: array<f32>;
+@group(0) @binding(9) var<storage, read_write> y: array<f32>;
+
+const WG: u32 = 64u;
+
+var<workgroup> red: array<f32, 64>;
+var<workgroup> row_scale: f32;
+
+@compute @workgroup_size(64)
+fn fq_act(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let row = wg.y * nwg.x + wg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.k;
+    let bs = p.block;
+    var amax = 0.0;
+    for (var ch = li; ch < p.k / bs; ch += WG) {
+        let o = base + ch * bs;
+        for (var i = 0u; i < bs; i++) {
+            var v = x[o + i];
+#if BEFORE
+            v = v / ascale[ch * bs + i];
+#endif
+            yr[o + i] = v;
+        }
+        for (var st = 0u; st < p.stages; st++) {
+            let h = 1u << st;
+            for (var i = 0u; i < bs; i += 2u * h) {
+                for (var j = i; j < i + h; j++) {
+                    let u = yr[o + j];
+                    let t = yr[o + j + h];
+                    yr[o + j] = u + t;
+                    yr[o + j + h] = u - t;
+                }
+            }
+        }
+        for (var i = 0u; i < bs; i++) {
+            var v = yr[o + i];
+            if (bs > 1u) {
+                v = v * p.c;
+            }
+#if AFTER
+            v = v / ascale[ch * bs + i];
+#endif
+            yr[o + i] = v;
+            amax = max(amax, abs(v));
+        }
+    }
+    red[li] = amax;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (li < s) {
+            red[li] = max(red[li], red[li + s]);
+        }
+        workgroupBarrier();
+    }
+    if (li == 0u) {
+        var scale = (p.clip * red[0]) / p.qmax;
+        if (scale < 1e-12) {
+            scale = 1e-12;
+        }
+        row_scale = scale;
+        scales[row] = scale;
+    }
+    workgroupBarrier();
+    let inv = 1.0 / row_scale;
+    let words = p.k / 4u;
+    for (var wd = li; wd < words; wd += WG) {
+        var word = 0u;
+        for (var i = 0u; i < 4u; i++) {
+            let v = yr[base + 4u * wd + i] * inv;
+            let q = i32(min(max(round(v), -p.qmax), p.qmax));
+            word |= (bitcast<u32>(q) & 0xffu) << (8u * i);
+        }
+        codes[row * words + wd] = word;
+    }
+}
+
+// Signed dot product of two words of packed i8.
+fn dot4(a: u32, b: u32) -> i32 {
+#if INT_DOT
+    return dot4I8Packed(a, b);
+#else
+    let sh = vec4<u32>(24u, 16u, 8u, 0u);
+    let av = bitcast<vec4<i32>>(vec4<u32>(a) << sh) >> vec4<u32>(24u);
+    let bv = bitcast<vec4<i32>>(vec4<u32>(b) << sh) >> vec4<u32>(24u);
+    return dot(av, bv);
+#endif
+}
+
+// f32(v) rounded to nearest-even, as Rust's `v as f32`.
+fn f32_rn(v: i32) -> f32 {
+    let m = u32(abs(v));
+    if (m < 16777216u) {
+        return f32(v);
+    }
+    let shift = 8u - countLeadingZeros(m);
+    let kept = m >> shift;
+    let rem = m & ((1u << shift) - 1u);
+    let half = 1u << (shift - 1u);
+    var r = kept;
+    if (rem > half || (rem == half && (kept & 1u) == 1u)) {
+        r = r + 1u;
+    }
+    let mag = f32(r) * f32(1u << shift);
+    return select(mag, -mag, v < 0);
+}
+
+@compute @workgroup_size(64)
+fn fq_gemm(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let idx = (wg.y * nwg.x + wg.x) * WG + li;
+    if (idx >= p.rows * p.n) {
+        return;
+    }
+    let r = idx / p.n;
+    let j = idx % p.n;
+    let words = p.k / 4u;
+    var acc = 0i;
+    for (var t = 0u; t < words; t++) {
+        acc += dot4(codes[r * words + t], w[j * words + t]);
+    }
+    let prod = (f32_rn(acc) * scales[r]) * wscale[j];
+    var out = bitcast<f32>(bitcast<u32>(prod) ^ p.zero);
+#if BIAS
+    out = out + addend[j];
+#else
+    out = out + 0.0;
+#endif
+#if RESIDUAL
+    out = out + addend[idx];
+#endif
+    y[idx] = out;
+}

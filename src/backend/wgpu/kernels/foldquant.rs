@@ -1,0 +1,98 @@
+//! FoldQuant sites, `Op::FqLinear` (`shaders/foldquant.wgsl`): `fq_act` quantizes every
+//! token row (rotation, per-token scale, codes packed four a word) into scratch buffers,
+//! `fq_gemm` multiplies the codes as integers and applies the f32 epilogue. Bit-exact with
+//! `ops::foldquant` where the adapter divides with correct rounding (lavapipe).
+
+use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers, TensorBuf};
+use crate::backend::wgpu::shader::Variant;
+use crate::backend::wgpu::GpuContext;
+use crate::graph::{Node, Op};
+use crate::ops::foldquant::{qmax, FoldOrder};
+use crate::{Error, Result};
+
+const SOURCE: &str = include_str!("../../../../shaders/foldquant.wgsl");
+const WG: usize = 64;
+
+/// Scratch slots of the executable's pool (slot 0 is attention's).
+const SLOT_ROTATED: usize = 1;
+const SLOT_CODES: usize = 2;
+const SLOT_SCALES: usize = 3;
+
+fn not_impl(what: String) -> Error {
+    Error::NotImplemented {
+        op: what,
+        backend: "wgpu",
+    }
+}
+
+pub(super) fn fq_linear(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+) -> Result<Vec<Dispatch>> {
+    let Op::FqLinear(p) = node.op else {
+        unreachable!("routed by encode")
+    };
+    let TensorBuf::Raw { chunks, shape, .. } = &bufs.inputs[1] else {
+        return Err(not_impl(
+            "fq_linear with codes that are no stored weight".into(),
+        ));
+    };
+    let [chunk] = &chunks[..] else {
+        return Err(not_impl(format!(
+            "fq_linear with codes {shape:?} over one storage binding"
+        )));
+    };
+    let (n, k) = (shape[0], shape[1]);
+    if k % 4 != 0 || !p.block.is_power_of_two() || p.block > 64 || k % p.block != 0 {
+        return Err(not_impl(format!(
+            "fq_linear with K = {k}, block {}",
+            p.block
+        )));
+    }
+    let rows = bufs.inputs[0].shape().iter().product::<usize>() / k;
+    let x = bufs.inputs[0].f32();
+    let wscale = bufs.inputs[2].f32();
+    let ascale = p.fold.map(|_| bufs.inputs[3].f32());
+    let addend = p.addend.then(|| &bufs.inputs[bufs.inputs.len() - 1]);
+    let residual = addend.is_some_and(|a| a.shape().iter().product::<usize>() != n);
+    let c = (1.0 / (p.block as f64).sqrt()) as f32;
+    let params = [
+        u32_of(rows, "rows")?,
+        u32_of(k, "K")?,
+        u32_of(n, "N")?,
+        p.block as u32,
+        (qmax(p.act_bits) as f32).to_bits(),
+        p.clip.to_bits(),
+        c.to_bits(),
+        0,
+        p.block.trailing_zeros(),
+    ];
+    let rotated = bufs
+        .scratch
+        .get_slot(ctx, SLOT_ROTATED, 4 * (rows * k) as u64);
+    let codes = bufs.scratch.get_slot(ctx, SLOT_CODES, (rows * k) as u64);
+    let scales = bufs.scratch.get_slot(ctx, SLOT_SCALES, 4 * rows as u64);
+
+    let act = Variant::new("foldquant", SOURCE, "fq_act")
+        .define("BEFORE", p.fold == Some(FoldOrder::Before))
+        .define("AFTER", p.fold == Some(FoldOrder::After));
+    let mut b = vec![(1, x), (3, &rotated), (4, &codes), (5, &scales)];
+    b.extend(ascale.map(|a| (2, a)));
+    let act = dispatch(ctx, &act, &params, &b, grid_1d(ctx, rows, 1))?;
+
+    let gemm = Variant::new("foldquant", SOURCE, "fq_gemm")
+        .define("INT_DOT", ctx.caps.int_dot)
+        .define("BIAS", addend.is_some() && !residual)
+        .define("RESIDUAL", residual);
+    let mut b = vec![
+        (4, &codes),
+        (5, &scales),
+        (6, &chunk.buffer),
+        (7, wscale),
+        (9, bufs.output),
+    ];
+    b.extend(addend.map(|a| (8, a.f32())));
+    let gemm = dispatch(ctx, &gemm, &params, &b, grid_1d(ctx, rows * n, WG))?;
+    Ok(vec![act, gemm])
+}
