@@ -32,32 +32,41 @@ fn fq_file(f: &GgufFile, scheme: Scheme) -> GgufFile {
     GgufFile::from_bytes(fq_bytes(f, scheme)).unwrap()
 }
 
-fn observation() -> Observation {
-    let cfg = config();
+/// A request for the model `info` describes (frames at its size, 6 state values).
+fn observation_for(info: &vla::policy::PolicyInfo) -> Observation {
+    let (h, w) = (info.image_height, info.image_width);
     let image = |k: u32| Image {
-        height: 64,
-        width: 64,
+        height: h,
+        width: w,
         data: ImageData::RgbU8(
-            (0..64 * 64 * 3)
+            (0..h * w * 3)
                 .map(|i| ((i as u32 * 31 + k) % 253) as u8)
                 .collect(),
         ),
     };
     Observation {
-        images: vec![image(1), image(2)],
+        images: (0..info.n_images as u32).map(image).collect(),
         state: vec![0.3, -1.2, 0.5, 2.0, 0.0, -0.7],
         prompt: None,
         tokens: Some(vec![5, 77, 301, 12, 9]),
-        noise: Some(gaussian_noise(
-            cfg.io.chunk_size * cfg.io.max_action_dim,
-            42,
-        )),
+        noise: Some(gaussian_noise(info.chunk_size * info.max_action_dim, 42)),
     }
 }
 
+/// The chunk of the model in `f` on `backend`, and its weight types.
+fn chunk_on(f: GgufFile, backend: &str) -> (Vec<f32>, String) {
+    let opts = RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
+    let mut p = vla::models::from_gguf(f, &opts).unwrap_or_else(|e| panic!("{backend}: {e}"));
+    let obs = observation_for(p.info());
+    let dtypes = p.info().weight_dtypes.clone();
+    (p.predict(&obs).unwrap().actions, dtypes)
+}
+
 fn chunk(f: GgufFile) -> Vec<f32> {
-    let mut p = vla::models::from_gguf(f, &RuntimeOptions::default()).unwrap();
-    p.predict(&observation()).unwrap().actions
+    chunk_on(f, "cpu").0
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
@@ -389,25 +398,48 @@ fn ascale_folds_both_ways() {
 
 /// The integer path (cpu, vulkan) and dequant mode (ggml) run the same file to nearly the
 /// same chunk: the backends' float ops differ in rounding, and dequant mode does not
-/// quantize the activations.
+/// quantize the activations. SmolVLA, and pi0.5 (Gemma's folded gains, the adaRMS expert's
+/// sites).
 #[test]
 fn every_backend_runs_the_file() {
-    let bytes = fq_bytes(&float_file(), Scheme::W8A8);
-    let cpu = chunk(GgufFile::from_bytes(bytes.clone()).unwrap());
-    for (backend, integer) in [("vulkan", true), ("ggml", false)] {
-        let opts = RuntimeOptions {
-            backend: backend.into(),
-            ..Default::default()
-        };
-        let file = GgufFile::from_bytes(bytes.clone()).unwrap();
-        let mut p =
-            vla::models::from_gguf(file, &opts).unwrap_or_else(|e| panic!("{backend}: {e}"));
-        let dtypes = p.info().weight_dtypes.clone();
-        assert_eq!(dtypes.contains("I8"), integer, "{backend}: {dtypes}");
-        let got = p.predict(&observation()).unwrap().actions;
-        let cos = cosine(&got, &cpu);
-        eprintln!("W8A8 cpu (integer) vs {backend} (integer {integer}): cosine {cos:.7}");
-        assert!(cos > 0.9995, "{backend}: cosine {cos}");
+    let mut pi05 = vla::models::pi0::small_config(vla::models::pi0::Variant::Pi05);
+    pi05.lm.hidden = 128;
+    pi05.lm.inter = 256;
+    (pi05.attn.q_heads, pi05.attn.kv_heads, pi05.attn.head_dim) = (4, 1, 64);
+    (pi05.expert.hidden, pi05.expert.inter) = (128, 256);
+    let models = [
+        ("smolvla", random_gguf(&config(), 3, GgmlType::F32).unwrap()),
+        (
+            "pi05",
+            vla::models::pi0::random_gguf(&pi05, 3, GgmlType::F32).unwrap(),
+        ),
+    ];
+    for (arch, float) in models {
+        let float = GgufFile::from_bytes(float).unwrap();
+        let bytes = fq_bytes(&float, Scheme::W8A8);
+        let q = GgufFile::from_bytes(bytes.clone()).unwrap();
+        let sites = FoldQuant::read(&q).unwrap().unwrap().sites(&q).unwrap();
+        assert!(
+            sites.iter().any(|s| s.module == Module::Action),
+            "{arch}: expert sites"
+        );
+        let cpu = chunk(q);
+        let f32_chunk = chunk(float);
+        let cos = cosine(&cpu, &f32_chunk);
+        eprintln!(
+            "{arch} W8A8 ({} sites) vs f32 on cpu: cosine {cos:.7}",
+            sites.len()
+        );
+        assert!(cos > 0.999, "{arch}: cosine vs f32 {cos}");
+        for (backend, integer) in [("vulkan", true), ("ggml", false)] {
+            let (got, dtypes) = chunk_on(GgufFile::from_bytes(bytes.clone()).unwrap(), backend);
+            assert_eq!(dtypes.contains("I8"), integer, "{arch} {backend}: {dtypes}");
+            let cos = cosine(&got, &cpu);
+            eprintln!(
+                "{arch} W8A8 cpu (integer) vs {backend} (integer {integer}): cosine {cos:.7}"
+            );
+            assert!(cos > 0.9995, "{arch} {backend}: cosine {cos}");
+        }
     }
 }
 
