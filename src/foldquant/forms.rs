@@ -41,10 +41,10 @@ pub fn dequantize_site(file: &GgufFile, site: &Site, order: FoldOrder) -> Result
     Ok(out)
 }
 
-/// `file` with every FoldQuant site replaced by its f32 matrix ([`dequantize_site`]) and
-/// the `wscale` / `ascale` vectors dropped: a float file the ordinary graphs run.
-pub fn dequantized(file: &GgufFile, fq: &FoldQuant) -> Result<GgufFile> {
-    let sites = fq.sites(file)?;
+/// `file` with every FoldQuant site (`sites`, from [`FoldQuant::sites`]) replaced by its f32
+/// matrix ([`dequantize_site`]) and the `wscale` / `ascale` vectors dropped: a float file the
+/// ordinary graphs run.
+pub fn dequantized(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<GgufFile> {
     let mut w = metadata_writer(file)?;
     let site_of = |tensor: &str| {
         sites
@@ -65,12 +65,12 @@ pub fn dequantized(file: &GgufFile, fq: &FoldQuant) -> Result<GgufFile> {
     GgufFile::from_bytes(w.to_bytes()?)
 }
 
-/// `file` in the form the integer path runs ([`crate::graph::Op::FqLinear`]): every site's
-/// codes one a byte (`[n, k]` I8; INT4 unpacked), its `wscale` and `ascale` as stored, and
+/// `file` in the form the integer path runs ([`crate::graph::Op::FqLinear`]): for every site
+/// of `sites` (from [`FoldQuant::sites`]) the codes one a byte (`[n, k]` I8; INT4
+/// unpacked), its `wscale` and `ascale` as stored, and
 /// `<site>.fq` F32 `[weight_bits, act_bits, block, clip, fold]` (fold 0: no `ascale`, 1:
 /// before, 2: after), which the graph builder reads when a matmul meets an I8 matrix.
-pub fn integer_form(file: &GgufFile, fq: &FoldQuant) -> Result<GgufFile> {
-    let sites = fq.sites(file)?;
+pub fn integer_form(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<GgufFile> {
     let mut w = metadata_writer(file)?;
     for t in file.tensors() {
         let site = t

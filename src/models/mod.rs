@@ -40,15 +40,19 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
     // FoldQuant files: as integers on the cpu and wgpu backends, in dequant mode on ggml
     // (every site back to an f32 matrix: no integer kernels there).
     let file = match crate::foldquant::FoldQuant::read(&file)? {
-        Some(fq) if !opts.backend.starts_with("ggml") => {
-            let n = fq.sites(&file)?.len();
-            tracing::info!("FoldQuant file: {n} sites, run as integers");
-            crate::foldquant::integer_form(&file, &fq)?
-        }
         Some(fq) => {
-            let n = fq.sites(&file)?.len();
-            tracing::info!("FoldQuant file: {n} sites, run as dequantized f32 weights");
-            crate::foldquant::dequantized(&file, &fq)?
+            let sites = fq.sites(&file)?;
+            let integer = !opts.backend.starts_with("ggml");
+            let how = if integer {
+                "as integers"
+            } else {
+                "as dequantized f32 weights"
+            };
+            tracing::info!("FoldQuant file: {} sites, run {how}", sites.len());
+            match integer {
+                true => crate::foldquant::integer_form(&file, &fq, &sites)?,
+                false => crate::foldquant::dequantized(&file, &fq, &sites)?,
+            }
         }
         None => file,
     };
