@@ -300,19 +300,22 @@ pub fn fold_weight(w: &[f32], k: usize, block: usize) -> Vec<f32> {
         return w.to_vec();
     }
     let c = 1.0 / (block as f64).sqrt();
-    let mut out = Vec::with_capacity(w.len());
-    for row in w.chunks(k) {
-        for j in 0..k {
-            let (b0, jj) = (j / block * block, j % block);
-            let sum: f64 = (0..block)
-                .map(|i| match (i & jj).count_ones() % 2 {
-                    0 => f64::from(row[b0 + i]),
-                    _ => -f64::from(row[b0 + i]),
-                })
-                .sum();
-            out.push((sum * c) as f32);
-        }
-    }
+    let mut out = vec![0f32; w.len()];
+    // rows in parallel; each value's sum is the same sequence of f64 adds whatever the split
+    out.par_chunks_mut(k.max(1))
+        .zip(w.par_chunks(k.max(1)))
+        .for_each(|(dst, row)| {
+            for (j, d) in dst.iter_mut().enumerate() {
+                let (b0, jj) = (j / block * block, j % block);
+                let sum: f64 = (0..block)
+                    .map(|i| match (i & jj).count_ones() % 2 {
+                        0 => f64::from(row[b0 + i]),
+                        _ => -f64::from(row[b0 + i]),
+                    })
+                    .sum();
+                *d = (sum * c) as f32;
+            }
+        });
     out
 }
 
