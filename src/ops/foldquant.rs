@@ -210,6 +210,32 @@ mod simd {
         _mm512_reduce_add_epi32(acc) + tail - 128 * b_sum
     }
 
+    /// `acc[t][r] = Σ_{i < k64} a[t][i] b[r][i]` for 4 rows of biased codes (`q + 128`) and
+    /// 4 weight rows, 16 accumulators in registers (one horizontal sum each at the end).
+    ///
+    /// # Safety
+    /// The CPU has avx512f, avx512bw and avx512vnni; every slice holds at least `k64` bytes
+    /// and `k64` is a multiple of 64.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn block_vnni(a: [&[u8]; 4], b: [&[i8]; 4], k64: usize) -> [[i32; 4]; 4] {
+        let mut acc = [[_mm512_setzero_si512(); 4]; 4];
+        let mut i = 0;
+        while i < k64 {
+            // SAFETY: i + 64 <= k64 <= the length of every slice.
+            let va: [__m512i; 4] =
+                std::array::from_fn(|t| unsafe { _mm512_loadu_si512(a[t].as_ptr().add(i).cast()) });
+            let vb: [__m512i; 4] =
+                std::array::from_fn(|r| unsafe { _mm512_loadu_si512(b[r].as_ptr().add(i).cast()) });
+            for t in 0..4 {
+                for r in 0..4 {
+                    acc[t][r] = _mm512_dpbusd_epi32(acc[t][r], va[t], vb[r]);
+                }
+            }
+            i += 64;
+        }
+        std::array::from_fn(|t| std::array::from_fn(|r| _mm512_reduce_add_epi32(acc[t][r])))
+    }
+
     /// `Σ a[i] b[i]`.
     ///
     /// # Safety
@@ -340,6 +366,47 @@ pub fn export_weight(w: &[f32], k: usize, block: usize, bits: u32) -> (Vec<i8>, 
     (codes, scales)
 }
 
+/// `Σ q·w` of every token of `acts` with every weight row of `wb` (`[rows, k]` codes; `sums`
+/// their row sums), token-major: 4 x 4 register blocks on VNNI, pairwise otherwise.
+fn dots(acts: &[TokenCodes], wb: &[i8], k: usize, sums: &[i32]) -> Vec<i32> {
+    let w: Vec<&[i8]> = wb.chunks(k).collect();
+    let (nt, nr) = (acts.len(), w.len());
+    let mut out = vec![0i32; nt * nr];
+    let mut done = (0, 0); // tokens x rows covered by whole 4 x 4 blocks
+    #[cfg(target_arch = "x86_64")]
+    if simd::level() == simd::Level::Vnni {
+        let k64 = k / 64 * 64;
+        let (bt, br) = (nt / 4 * 4, nr / 4 * 4);
+        let sums64: Vec<i32> = (w.iter())
+            .map(|r| r[..k64].iter().map(|&x| i32::from(x)).sum())
+            .collect();
+        for t0 in (0..bt).step_by(4) {
+            for r0 in (0..br).step_by(4) {
+                let a = std::array::from_fn(|t| &acts[t0 + t].biased[..]);
+                let b = std::array::from_fn(|r| w[r0 + r]);
+                // SAFETY: VNNI detected; rows are k >= k64 bytes long, k64 a multiple of 64.
+                let acc = unsafe { simd::block_vnni(a, b, k64) };
+                for (t, row) in acc.iter().enumerate() {
+                    for (r, &v) in row.iter().enumerate() {
+                        let tail = dot_i8(&acts[t0 + t].codes[k64..], &w[r0 + r][k64..]);
+                        out[(t0 + t) * nr + r0 + r] = v - 128 * sums64[r0 + r] + tail;
+                    }
+                }
+            }
+        }
+        done = (bt, br);
+    }
+    for (t, act) in acts.iter().enumerate() {
+        for (r, wr) in w.iter().enumerate() {
+            if t < done.0 && r < done.1 {
+                continue;
+            }
+            out[t * nr + r] = dot_token(act, wr, sums[r]);
+        }
+    }
+    out
+}
+
 /// [`crate::graph::Op::FqLinear`] on the cpu: each row of `x [.., K]` through
 /// [`act_row`] and [`gemm_row`] against `codes [N, K]` (I8), then the addend (`[N]`: the
 /// bias of the epilogue; the output's shape: a residual added after it). Rows in parallel.
@@ -420,16 +487,13 @@ pub fn linear(
                 .chunks(k)
                 .map(|r| r.iter().map(|&v| i32::from(v)).sum())
                 .collect();
-            let mut part = Vec::with_capacity(rows * wb.len() / k.max(1));
-            for t in &acts {
-                for (j, wrow) in wb.chunks(k).enumerate() {
+            let acc = dots(&acts, wb, k, &sums);
+            let nr = sums.len();
+            let mut part = Vec::with_capacity(acc.len());
+            for (t, act) in acts.iter().enumerate() {
+                for j in 0..nr {
                     let b = bias.map_or(0.0, |b| b[n0 + j]);
-                    part.push(epilogue(
-                        dot_token(t, wrow, sums[j]),
-                        t.scale,
-                        ws[n0 + j],
-                        b,
-                    ));
+                    part.push(epilogue(acc[t * nr + j], act.scale, ws[n0 + j], b));
                 }
             }
             part
@@ -502,6 +566,40 @@ mod tests {
                     // SAFETY: detected just above.
                     let got = unsafe { simd::dot_vnni(&t.biased, &b, b_sum) };
                     assert_eq!(got, want, "vnni len {len}");
+                }
+            }
+        }
+    }
+
+    /// The blocked dots (4 x 4 on VNNI) give the pairwise loop's sums for token and row
+    /// counts around the block size and K with and without a tail past 64.
+    #[test]
+    fn blocked_dots_match_pairs() {
+        let mut r = Lcg(5);
+        for k in [64, 96, 130, 256] {
+            for (nt, nr) in [(1, 1), (4, 4), (5, 7), (9, 16), (3, 4)] {
+                let mut code = || (r.next() * 127.0).round() as i8;
+                let acts: Vec<TokenCodes> = (0..nt)
+                    .map(|_| {
+                        let codes: Vec<i8> = (0..k).map(|_| code()).collect();
+                        let biased = codes.iter().map(|&c| (c as u8) ^ 0x80).collect();
+                        TokenCodes {
+                            codes,
+                            biased,
+                            scale: 1.0,
+                        }
+                    })
+                    .collect();
+                let wb: Vec<i8> = (0..nr * k).map(|_| code()).collect();
+                let sums: Vec<i32> = wb
+                    .chunks(k)
+                    .map(|w| w.iter().map(|&v| i32::from(v)).sum())
+                    .collect();
+                let got = dots(&acts, &wb, k, &sums);
+                for (t, a) in acts.iter().enumerate() {
+                    for (j, w) in wb.chunks(k).enumerate() {
+                        assert_eq!(got[t * nr + j], dot_i8(&a.codes, w), "k {k} t {t} row {j}");
+                    }
                 }
             }
         }
