@@ -295,7 +295,7 @@ fn epilogue(acc: i32, scale: f32, wscale: f32, bias: f32) -> f32 {
     t + bias
 }
 
-/// One token's outputs: [`epilogue`] of `Σ q·w` for every row of the weight codes
+/// One token's outputs: the epilogue of `Σ q·w` for every row of the weight codes
 /// `w [N, K]` (one i8 per code: unpacked).
 pub fn gemm_row(q: &[i8], scale: f32, w: &[i8], wscale: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
     w.chunks(q.len())
