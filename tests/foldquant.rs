@@ -2,6 +2,9 @@
 //! SmolVLA whose projections are multiples of 64, read back, checked, and run in dequant
 //! mode on cpu; hostile files refused with a clear error.
 
+mod support;
+
+use support::cosine;
 use vla::foldquant::{dequantize_site, export, FoldQuant, Module, Scheme};
 use vla::gguf::{GgmlType, GgufFile, GgufWriter};
 use vla::models::common::gaussian_noise;
@@ -67,16 +70,6 @@ fn chunk_on(f: GgufFile, backend: &str) -> (Vec<f32>, String) {
 
 fn chunk(f: GgufFile) -> Vec<f32> {
     chunk_on(f, "cpu").0
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (n(a) * n(b))
 }
 
 /// Every projection of both modules is a site, with the scheme's widths; each site's
@@ -171,6 +164,18 @@ fn wscale(n: u64) -> impl FnOnce(&mut GgufWriter) {
     }
 }
 
+/// An edit adding the site's `wscale` and the metadata `key = value`.
+fn with_meta(
+    key: &'static str,
+    value: impl Into<vla::gguf::Value>,
+) -> impl FnOnce(&mut GgufWriter) {
+    let value = value.into();
+    move |w| {
+        wscale(64)(w);
+        w.add_metadata(key, value).unwrap();
+    }
+}
+
 fn load_error(bytes: Vec<u8>) -> String {
     let f = GgufFile::from_bytes(bytes).unwrap();
     match FoldQuant::read(&f).and_then(|fq| match fq {
@@ -211,35 +216,30 @@ fn hostile_files_are_refused_clearly() {
         ),
         (
             "expected 4 or 8",
-            crafted(64, 64, 3, |w| {
-                wscale(64)(w);
-                w.add_metadata("smolvla.quant.llm_weight_bits", 5u32)
-                    .unwrap();
-            }),
+            crafted(64, 64, 3, with_meta("smolvla.quant.llm_weight_bits", 5u32)),
         ),
         (
             "power of two",
-            crafted(64, 64, 3, |w| {
-                wscale(64)(w);
-                w.add_metadata("smolvla.quant.llm_rot_block_size", 48u32)
-                    .unwrap();
-            }),
+            crafted(
+                64,
+                64,
+                3,
+                with_meta("smolvla.quant.llm_rot_block_size", 48u32),
+            ),
         ),
         (
             "is not <qkv|o|gateup|down>",
-            crafted(64, 64, 3, |w| {
-                wscale(64)(w);
-                w.add_metadata("smolvla.quant.site_bits", "o:6").unwrap();
-            }),
+            crafted(64, 64, 3, with_meta("smolvla.quant.site_bits", "o:6")),
         ),
         (
             // INT4: the nibble 0x8 is -8
             "code -8",
-            crafted(32, 64, 0x08, |w| {
-                wscale(64)(w);
-                w.add_metadata("smolvla.quant.llm_weight_bits", 4u32)
-                    .unwrap();
-            }),
+            crafted(
+                32,
+                64,
+                0x08,
+                with_meta("smolvla.quant.llm_weight_bits", 4u32),
+            ),
         ),
         (
             "all quantized or all float",

@@ -518,6 +518,15 @@ pub fn linear(
 mod tests {
     use super::*;
 
+    /// A plain W8A8 site prologue at rotation 64.
+    const W8A8_ROT64: ActPrologue<'static> = ActPrologue {
+        norm: None,
+        ascale: None,
+        block: 64,
+        bits: 8,
+        clip: 1.0,
+    };
+
     /// vla.cpp's test input: a 32-bit LCG, each value `((s >> 8) & 0xFFFF) / 65535 * 2 - 1`
     /// in f32.
     struct Lcg(u32);
@@ -612,13 +621,7 @@ mod tests {
         let mut r = Lcg(0x5eed1234);
         let (k, t) = (128, 5);
         let x: Vec<f32> = (0..k * t).map(|_| 4.0 * r.next()).collect();
-        let p = ActPrologue {
-            norm: None,
-            ascale: None,
-            block: 64,
-            bits: 8,
-            clip: 1.0,
-        };
+        let p = W8A8_ROT64;
         let codes: Vec<i8> = x.chunks(k).flat_map(|row| act_row(row, &p).0).collect();
         assert_eq!(codes.len(), 640);
         assert_eq!(fnv1a(codes.iter().map(|&c| c as u8)), 0xb97c1c173d2d0278);
@@ -673,13 +676,7 @@ mod tests {
         }
         // quantized W8A8: within a few percent (relative L2)
         let (codes, ws) = export_weight(&w, k, 64, 8);
-        let p = ActPrologue {
-            norm: None,
-            ascale: None,
-            block: 64,
-            bits: 8,
-            clip: 1.0,
-        };
+        let p = W8A8_ROT64;
         let (q, s) = act_row(&v, &p);
         let got = gemm_row(&q, s, &codes, &ws, None);
         let l2 = |v: &mut dyn Iterator<Item = f32>| v.map(|x| x * x).sum::<f32>().sqrt();
