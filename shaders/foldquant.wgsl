@@ -117,17 +117,6 @@ fn fq_act(
     }
 }
 
-// Signed dot product of two words of packed i8.
-fn dot4(a: u32, b: u32) -> i32 {
-#if INT_DOT
-    return dot4I8Packed(a, b);
-#else
-    let sh = vec4<u32>(24u, 16u, 8u, 0u);
-    let av = bitcast<vec4<i32>>(vec4<u32>(a) << sh) >> vec4<u32>(24u);
-    let bv = bitcast<vec4<i32>>(vec4<u32>(b) << sh) >> vec4<u32>(24u);
-    return dot(av, bv);
-#endif
-}
 
 // f32(v) rounded to nearest-even, as Rust's `v as f32`.
 fn f32_rn(v: i32) -> f32 {

@@ -10,7 +10,10 @@ use crate::graph::{Node, Op};
 use crate::ops::foldquant::{qmax, FoldOrder};
 use crate::{Error, Result};
 
-const SOURCE: &str = include_str!("../../../../shaders/foldquant.wgsl");
+const SOURCE: &str = concat!(
+    include_str!("../../../../shaders/int_dot.wgsl"),
+    include_str!("../../../../shaders/foldquant.wgsl")
+);
 const WG: usize = 64;
 
 /// Scratch slots of the executable's pool (slot 0 is attention's).

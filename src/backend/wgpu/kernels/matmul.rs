@@ -28,6 +28,7 @@ const SOURCE: &str = concat!(
 );
 const QUANT_SOURCE: &str = concat!(
     include_str!("../../../../shaders/weight_decode.wgsl"),
+    include_str!("../../../../shaders/int_dot.wgsl"),
     include_str!("../../../../shaders/matmul_quant.wgsl")
 );
 /// Output tile per workgroup: 8x8 threads, 4x4 outputs each.
