@@ -333,22 +333,27 @@ mod tests {
             PixelMap::MinusOneToOne,
         );
         let img = image(2161, 3840, true);
-        let (key, frame) = cam.frame(&img).unwrap();
+        let (key, plan, err) = through_plan(&cam, &img);
         let want = FrameKey {
             height: 8,
             width: 8,
             bytes: false,
         };
         assert_eq!(key, want);
-        let plan = cam.frame_plan(key);
         assert!(plan.resize.is_none());
-        let (got, reference) = (apply(&plan, &frame), cam.pixels(&img).unwrap());
-        let err = got
-            .iter()
-            .zip(&reference)
+        assert!(err < 1e-6, "{err}");
+    }
+
+    /// `img` through its frame and plan: the key, the plan, and the max error against the
+    /// host reference's pixels.
+    fn through_plan(cam: &CameraInput, img: &Image) -> (FrameKey, FramePlan, f32) {
+        let (key, frame) = cam.frame(img).unwrap();
+        let plan = cam.frame_plan(key);
+        let (got, want) = (apply(&plan, &frame), cam.pixels(img).unwrap());
+        let err = (got.iter().zip(&want))
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
-        assert!(err < 1e-6, "{err}");
+        (key, plan, err)
     }
 
     fn image(h: usize, w: usize, bytes: bool) -> Image {
@@ -411,15 +416,8 @@ mod tests {
             for (h, w) in [(12, 10), (7, 13), (25, 19), (12, 31), (1, 1)] {
                 for bytes in [true, false] {
                     let img = image(h, w, bytes);
-                    let (key, frame) = cam.frame(&img).unwrap();
+                    let (key, plan, err) = through_plan(&cam, &img);
                     assert_eq!(key, cam.frame_key(&img));
-                    let plan = cam.frame_plan(key);
-                    let (got, want) = (apply(&plan, &frame), cam.pixels(&img).unwrap());
-                    let err = got
-                        .iter()
-                        .zip(&want)
-                        .map(|(a, b)| (a - b).abs())
-                        .fold(0f32, f32::max);
                     assert!(
                         err < 2e-5,
                         "{resize:?} {h}x{w} bytes {bytes}: max error {err}"
