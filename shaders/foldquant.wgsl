@@ -3,7 +3,10 @@
 // (lavapipe: tested; WGSL allows 2.5 ULP, so a GPU may put a code one step off where a value
 // sits on a rounding boundary). Two entries:
 //
-//   fq_act   one workgroup of 64 invocations per token row: the row divided by ascale
+//   fq_act   one workgroup of 64 invocations per token row: with NORM the fused RMSNorm
+//            first (32 partial sums of squares, partial l taking the 64-chunks l, l + 32,
+//            ... in order, combined by an xor tree as a CUDA warp does; rstd = 1 /
+//            sqrt(sum / k + eps); y = (x * rstd) * (gain + offset)), then the row divided by ascale
 //            (BEFORE), the natural-order Hadamard butterfly over each `block`-long chunk
 //            scaled by c (block > 1), divided by ascale (AFTER); the row's amax (workgroup
 //            max); scale = max(clip * amax / qmax, 1e-12); codes = clamp(round_even(y *
@@ -24,6 +27,8 @@ struct Params {
     c: f32,
     zero: u32,
     stages: u32,  // log2(block)
+    eps: f32,     // NORM
+    offset: f32,  // NORM: added to the gain
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -36,11 +41,18 @@ struct Params {
 @group(0) @binding(7) var<storage, read> wscale: array<f32>;
 @group(0) @binding(8) var<storage, read> addend: array<f32>;
 @group(0) @binding(9) var<storage, read_write> y: array<f32>;
+@group(0) @binding(10) var<storage, read> gain: array<f32>;
 
 const WG: u32 = 64u;
 
 var<workgroup> red: array<f32, 64>;
 var<workgroup> row_scale: f32;
+var<workgroup> row_rstd: f32;
+
+// x * x kept from contracting into the add that follows (xor with a run-time zero).
+fn opaque(v: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) ^ p.zero);
+}
 
 @compute @workgroup_size(64)
 fn fq_act(
@@ -54,11 +66,45 @@ fn fq_act(
     }
     let base = row * p.k;
     let bs = p.block;
+#if NORM
+    if (li < 32u) {
+        var s = 0.0;
+        for (var c = li; c * 64u < p.k; c += 32u) {
+            let end = min(p.k, c * 64u + 64u);
+            for (var i = c * 64u; i < end; i++) {
+                let v = x[base + i];
+                s = s + opaque(v * v);
+            }
+        }
+        red[li] = s;
+    }
+    workgroupBarrier();
+    if (li == 0u) {
+        var t: array<f32, 32>;
+        for (var l = 0u; l < 32u; l++) {
+            t[l] = red[l];
+        }
+        for (var st = 0u; st < 5u; st++) {
+            let off = 16u >> st;
+            var u: array<f32, 32>;
+            for (var l = 0u; l < 32u; l++) {
+                u[l] = t[l] + t[l ^ off];
+            }
+            t = u;
+        }
+        let mean = t[0] / f32(p.k);
+        row_rstd = 1.0 / sqrt(mean + p.eps);
+    }
+    workgroupBarrier();
+#endif
     var amax = 0.0;
     for (var ch = li; ch < p.k / bs; ch += WG) {
         let o = base + ch * bs;
         for (var i = 0u; i < bs; i++) {
             var v = x[o + i];
+#if NORM
+            v = (v * row_rstd) * (gain[ch * bs + i] + p.offset);
+#endif
 #if BEFORE
             v = v / ascale[ch * bs + i];
 #endif
@@ -154,7 +200,7 @@ fn fq_gemm(
         acc += dot4(codes[r * words + t], w[j * words + t]);
     }
     let prod = (f32_rn(acc) * scales[r]) * wscale[j];
-    var out = bitcast<f32>(bitcast<u32>(prod) ^ p.zero);
+    var out = opaque(prod);
 #if BIAS
     out = out + addend[j];
 #else

@@ -339,6 +339,7 @@ fn ascale_folds_both_ways() {
             block: 64,
             clip: 1.0,
             fold: Some(order),
+            norm: None,
             addend: false,
         };
         let t = |shape: Vec<usize>, v: &[f32]| Tensor::from_f32(shape, v.to_vec()).unwrap();
@@ -353,6 +354,7 @@ fn ascale_folds_both_ways() {
             &codes_t,
             &t(vec![n], &ws),
             Some(&t(vec![k], &a)),
+            None,
             None,
             &p,
         )
@@ -500,4 +502,40 @@ fn independent_writer_gives_the_same_file_and_chunk() {
         assert_eq!(chunk(theirs), chunk(ours), "{scheme:?}: chunks");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// In the predict graph of an integer-form file, every language-model q/k/v and gate/up
+/// site fuses the RMSNorm before it (vla.cpp's order), and no other site does.
+#[test]
+fn language_model_sites_fuse_their_norm() {
+    use vla::foldquant::integer_form;
+    use vla::graph::Op;
+    use vla::models::flow::{predict_graph, FlowArch};
+    let q = fq_file(&float_file(), Scheme::W8A8);
+    let fq = FoldQuant::read(&q).unwrap().unwrap();
+    let sites = fq.sites(&q).unwrap();
+    let ints = integer_form(&q, &fq, &sites).unwrap();
+    let cfg = config();
+    let spec = cfg.spec();
+    let g = predict_graph(&cfg, &spec, Some(&ints), &spec.model_frames()).unwrap();
+    // (site, fused) of every FqLinear node; expert sites repeat once a denoise step
+    let mut seen = std::collections::BTreeSet::new();
+    for n in g.nodes() {
+        let Op::FqLinear(p) = &n.op else { continue };
+        if let Op::Weight(w) = &g.node(n.inputs[1]).op {
+            seen.insert((w.trim_end_matches(".weight").to_owned(), p.norm.is_some()));
+        }
+    }
+    let fused = seen.iter().filter(|s| s.1).count();
+    let kinds = ["attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"];
+    let want = (sites.iter())
+        .filter(|s| s.module == Module::Llm && kinds.iter().any(|k| s.name.ends_with(k)))
+        .count();
+    assert!(want > 0);
+    assert_eq!(fused, want, "fused sites");
+    assert_eq!(
+        seen.len(),
+        sites.len(),
+        "every site an FqLinear, fused or not, never both"
+    );
 }

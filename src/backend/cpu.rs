@@ -134,8 +134,9 @@ impl Executable for CpuExecutable<'_> {
                     .reshape(shape.clone())?,
                 Op::FqLinear(p) => {
                     let ascale = p.fold.map(|_| arg(3));
+                    let gain = p.norm.map(|_| arg(3 + usize::from(p.fold.is_some())));
                     let addend = p.addend.then(|| arg(node.inputs.len() - 1));
-                    ops::foldquant::linear(arg(0), arg(1), arg(2), ascale, addend, p)?
+                    ops::foldquant::linear(arg(0), arg(1), arg(2), ascale, gain, addend, p)?
                 }
                 Op::Embedding => {
                     let ids = ids_from_f32(arg(1).as_f32()?)?;

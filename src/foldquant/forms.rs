@@ -68,8 +68,10 @@ pub fn dequantized(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<Gg
 /// `file` in the form the integer path runs ([`crate::graph::Op::FqLinear`]): for every site
 /// of `sites` (from [`FoldQuant::sites`]) the codes one a byte (`[n, k]` I8; INT4
 /// unpacked), its `wscale` and `ascale` as stored, and
-/// `<site>.fq` F32 `[weight_bits, act_bits, block, clip, fold]` (fold 0: no `ascale`, 1:
-/// before, 2: after), which the graph builder reads when a matmul meets an I8 matrix.
+/// `<site>.fq` F32 `[weight_bits, act_bits, block, clip, fold, fuse_norm]` (fold 0: no
+/// `ascale`, 1: before, 2: after; fuse_norm 1 for the language model's q/k/v and gate/up,
+/// whose RMSNorm vla.cpp computes inside the site), which the graph builder reads when a
+/// matmul meets an I8 matrix.
 pub fn integer_form(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<GgufFile> {
     let mut w = metadata_writer(file)?;
     for t in file.tensors() {
@@ -105,14 +107,16 @@ pub fn integer_form(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<G
         } else {
             1.0
         };
-        let params = [
-            s.weight_bits as f32,
-            s.act_bits as f32,
-            s.block as f32,
-            clip,
-            fold,
-        ];
-        w.add_f32(format!("{}.fq", s.name), GgmlType::F32, &[5], &params)?;
+        // vla.cpp fuses the RMSNorm before a language model's q/k/v and gate/up
+        let fused = matches!(super::site_kind(&s.name), Some("qkv" | "gateup"));
+        let fuse = if s.module == Module::Llm && fused {
+            1.0
+        } else {
+            0.0
+        };
+        let bits = (s.weight_bits as f32, s.act_bits as f32);
+        let params = [bits.0, bits.1, s.block as f32, clip, fold, fuse];
+        w.add_f32(format!("{}.fq", s.name), GgmlType::F32, &[6], &params)?;
     }
     GgufFile::from_bytes(w.to_bytes()?)
 }

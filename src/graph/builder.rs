@@ -288,7 +288,16 @@ impl<'w> GraphBuilder<'w> {
         let mut shape = xs.to_vec();
         *shape.last_mut().expect("non-empty") = ws[0];
         if self.nodes[w.0].dtype == GgmlType::I8 {
-            let (params, mut inputs) = self.fq_site(w)?;
+            let (mut params, mut inputs, fuse_norm) = self.fq_site(w)?;
+            let mut x = x;
+            // vla.cpp fuses the RMSNorm before a language model's q/k/v and gate/up into
+            // the site (its own summation order): read the norm's input and gain instead
+            if let (true, Op::RmsNorm { eps, offset }) = (fuse_norm, &self.nodes[x.0].op) {
+                params.norm = Some((*eps, *offset));
+                let (pre, gain) = (self.nodes[x.0].inputs[0], self.nodes[x.0].inputs[1]);
+                inputs.push(gain);
+                x = pre;
+            }
             inputs.insert(0, x);
             return Ok(self.activation(Op::FqLinear(params), inputs, shape));
         }
@@ -296,10 +305,11 @@ impl<'w> GraphBuilder<'w> {
     }
 
     /// The FoldQuant site whose codes are the I8 weight `w` (`<site>.weight`): its settings
-    /// from `<site>.fq` (`[weight_bits, act_bits, block, clip, fold]`, fold 0 none, 1
-    /// before, 2 after; written at load by `foldquant::integer_form`) and the inputs after
-    /// x: codes, `<site>.wscale`, and `<site>.ascale` when it folds one.
-    fn fq_site(&mut self, w: NodeId) -> Result<(FqParams, Vec<NodeId>)> {
+    /// from `<site>.fq` (`[weight_bits, act_bits, block, clip, fold, fuse_norm]`, fold 0
+    /// none, 1 before, 2 after; written at load by `foldquant::integer_form`), the inputs
+    /// after x: codes, `<site>.wscale`, and `<site>.ascale` when it folds one; and whether
+    /// the site fuses the RMSNorm before it.
+    fn fq_site(&mut self, w: NodeId) -> Result<(FqParams, Vec<NodeId>, bool)> {
         use crate::ops::foldquant::FoldOrder;
         let (n, k) = (self.nodes[w.0].shape[0], self.nodes[w.0].shape[1]);
         let site = match &self.nodes[w.0].op {
@@ -313,10 +323,10 @@ impl<'w> GraphBuilder<'w> {
             ));
         };
         let f = store.weight(&format!("{site}.fq"))?.to_vec_f32()?;
-        let [wb, ab, block, clip, fold] = f[..] else {
+        let [wb, ab, block, clip, fold, fuse] = f[..] else {
             return Err(err(
                 "matmul",
-                format!("{site}.fq holds {} values, not 5", f.len()),
+                format!("{site}.fq holds {} values, not 6", f.len()),
             ));
         };
         let fold = match fold as u32 {
@@ -330,13 +340,14 @@ impl<'w> GraphBuilder<'w> {
             block: block as usize,
             clip,
             fold,
+            norm: None,
             addend: false,
         };
         let mut inputs = vec![w, self.weight(&format!("{site}.wscale"), &[n])?];
         if fold.is_some() {
             inputs.push(self.weight(&format!("{site}.ascale"), &[k])?);
         }
-        Ok((params, inputs))
+        Ok((params, inputs, fuse != 0.0))
     }
 
     /// `x @ w^T + c` as one op: `c` is `[N]` (a bias, broadcast over rows) or has the

@@ -116,9 +116,11 @@ pub enum Op {
     /// `[table [V, D], ids [n]]` -> `[n, D]`.
     Embedding,
     /// A FoldQuant site (docs/FOLDQUANT.md): `[x [.., K], codes [N, K] (I8, one code a
-    /// byte), wscale [N]]`, then `ascale [K]` when `fold` is set, then an addend (`[N]` bias
-    /// or the output's shape) when `addend`: per row the activation quantized exactly as
-    /// vla.cpp does ([`crate::ops::foldquant`]), an integer product, the f32 epilogue.
+    /// byte), wscale [N]]`, then `ascale [K]` when `fold` is set, then the norm's gain `[K]`
+    /// when `norm` is set (x is then the norm's input: vla.cpp's fused RMSNorm), then an
+    /// addend (`[N]` bias or the output's shape) when `addend`: per row the activation
+    /// quantized exactly as vla.cpp does ([`crate::ops::foldquant`]), an integer product,
+    /// the f32 epilogue.
     FqLinear(FqParams),
 }
 
@@ -132,6 +134,8 @@ pub struct FqParams {
     pub clip: f32,
     /// Where `ascale` divides, when the site has one.
     pub fold: Option<crate::ops::foldquant::FoldOrder>,
+    /// `(eps, offset)` of a fused RMSNorm (gain `w + offset`).
+    pub norm: Option<(f32, f32)>,
     pub addend: bool,
 }
 

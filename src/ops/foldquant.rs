@@ -407,7 +407,8 @@ fn dots(acts: &[TokenCodes], wb: &[i8], k: usize, sums: &[i32]) -> Vec<i32> {
     out
 }
 
-/// [`crate::graph::Op::FqLinear`] on the cpu: each row of `x [.., K]` through
+/// [`crate::graph::Op::FqLinear`] on the cpu (`gain`: the fused RMSNorm's, with `p.norm`):
+/// each row of `x [.., K]` through
 /// [`act_row`] and [`gemm_row`] against `codes [N, K]` (I8), then the addend (`[N]`: the
 /// bias of the epilogue; the output's shape: a residual added after it). Rows in parallel.
 pub fn linear(
@@ -415,6 +416,7 @@ pub fn linear(
     codes: &Tensor,
     wscale: &Tensor,
     ascale: Option<&Tensor>,
+    gain: Option<&Tensor>,
     addend: Option<&Tensor>,
     p: &FqParams,
 ) -> Result<Tensor<'static>> {
@@ -456,8 +458,17 @@ pub fn linear(
             a.map_or(0, |a| a.len())
         )));
     }
+    // the fused norm's gain, `w + offset` in f32 (vla.cpp adds Gemma's 1 at load)
+    let gamma: Option<Vec<f32>> = match (gain, p.norm) {
+        (Some(g), Some((_, offset))) => Some(g.f32_cow()?.iter().map(|&w| w + offset).collect()),
+        _ => None,
+    };
+    if gamma.as_ref().is_some_and(|g| g.len() != k) {
+        let got = gamma.map_or(0, |g| g.len());
+        return Err(bad(format!("norm gain of {got} values for K = {k}")));
+    }
     let prologue = ActPrologue {
-        norm: None,
+        norm: gamma.as_deref().zip(p.norm.map(|n| n.0)),
         ascale: a.as_deref().zip(p.fold),
         block: p.block,
         bits: p.act_bits,

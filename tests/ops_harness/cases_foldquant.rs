@@ -1,22 +1,27 @@
 //! FoldQuant sites (`Op::FqLinear`): exact (NMSE 0) against the cpu reference, over both
-//! activation widths, rotation blocks 64 / 32 / none, `ascale` before / after / none, bias,
-//! residual, one to many rows; with and without the integer dot.
+//! activation widths, rotation blocks 64 / 32 / none, `ascale` before / after / none, the
+//! fused RMSNorm (gain offset 0 or 1), bias, residual, one to many rows; with and without
+//! the integer dot.
 
 use super::Cases;
 use vla::gguf::GgmlType;
 use vla::Tensor;
 
 pub fn add(c: &mut Cases) {
-    // (rows, k, n, weight bits, act bits, block, fold: 0 none 1 before 2 after, addend: 0 none 1 bias 2 residual)
+    // (rows, k, n, weight bits, act bits, block, fold: 0 none 1 before 2 after,
+    //  addend: 0 none 1 bias 2 residual, norm: 0 none, 1 fused, 2 fused with gain offset 1)
     let cases = [
-        (1, 64, 64, 8, 8, 64, 0, 0),
-        (5, 128, 64, 8, 8, 64, 0, 1),
-        (3, 128, 128, 4, 8, 64, 1, 1),
-        (7, 192, 64, 4, 4, 64, 2, 2),
-        (33, 96, 64, 8, 8, 32, 1, 0),
-        (4, 64, 192, 8, 4, 1, 0, 2),
+        (1, 64, 64, 8, 8, 64, 0, 0, 0),
+        (5, 128, 64, 8, 8, 64, 0, 1, 0),
+        (3, 128, 128, 4, 8, 64, 1, 1, 0),
+        (7, 192, 64, 4, 4, 64, 2, 2, 0),
+        (33, 96, 64, 8, 8, 32, 1, 0, 0),
+        (4, 64, 192, 8, 4, 1, 0, 2, 0),
+        (6, 2112, 64, 8, 8, 64, 0, 0, 1),
+        (3, 96, 128, 4, 4, 32, 0, 1, 2),
+        (9, 192, 64, 8, 8, 64, 2, 2, 1),
     ];
-    for (rows, k, n, wbits, abits, block, fold, addend) in cases {
+    for (rows, k, n, wbits, abits, block, fold, addend, norm) in cases {
         let q = if wbits == 8 { 127.0 } else { 7.0 };
         let codes: Vec<u8> = c
             .rng
@@ -28,14 +33,24 @@ pub fn add(c: &mut Cases) {
         let ascale: Vec<f32> = c.rng.vec(k).iter().map(|v| 0.5 + v.abs()).collect();
         let x: Vec<f32> = c.rng.vec(rows * k).iter().map(|v| 4.0 * v).collect();
         let clip = if abits == 4 { 0.9 } else { 1.0 };
-        let params = vec![wbits as f32, abits as f32, block as f32, clip, fold as f32];
+        let fuse = if norm > 0 { 1.0 } else { 0.0 };
+        let params = vec![
+            wbits as f32,
+            abits as f32,
+            block as f32,
+            clip,
+            fold as f32,
+            fuse,
+        ];
+        let gain: Vec<f32> = c.rng.vec(k).iter().map(|v| 0.75 + 0.5 * v.abs()).collect();
         let mut weights = vec![
             (
                 "s.weight",
                 Tensor::from_bytes(vec![n, k], GgmlType::I8, codes).unwrap(),
             ),
             ("s.wscale", Tensor::from_f32(vec![n], wscale).unwrap()),
-            ("s.fq", Tensor::from_f32(vec![5], params).unwrap()),
+            ("s.fq", Tensor::from_f32(vec![6], params).unwrap()),
+            ("norm.weight", Tensor::from_f32(vec![k], gain).unwrap()),
         ];
         if fold > 0 {
             weights.push(("s.ascale", Tensor::from_f32(vec![k], ascale).unwrap()));
@@ -49,10 +64,14 @@ pub fn add(c: &mut Cases) {
             inputs.push(("c", c.tensor(&add_shape)));
         }
         let name = format!(
-            "fq_linear rows {rows} k {k} n {n} w{wbits}a{abits} block {block} fold {fold} addend {addend}"
+            "fq_linear rows {rows} k {k} n {n} w{wbits}a{abits} block {block} fold {fold} addend {addend} norm {norm}"
         );
         c.add_int_dot(name, weights, inputs, 0.0, move |g| {
-            let x = g.input("x", &[rows, k]);
+            let mut x = g.input("x", &[rows, k]);
+            if norm > 0 {
+                let gain = g.weight("norm.weight", &[k])?;
+                x = g.rms_norm(x, gain, 1e-6, if norm == 2 { 1.0 } else { 0.0 })?;
+            }
             let w = g.weight("s.weight", &[n, k])?;
             match addend {
                 0 => g.matmul(x, w),

@@ -57,6 +57,10 @@ pub(super) fn fq_linear(
     let x = bufs.inputs[0].f32();
     let wscale = bufs.inputs[2].f32();
     let ascale = p.fold.map(|_| bufs.inputs[3].f32());
+    let gain = p
+        .norm
+        .map(|_| bufs.inputs[3 + usize::from(p.fold.is_some())].f32());
+    let (eps, offset) = p.norm.unwrap_or((0.0, 0.0));
     let addend = p.addend.then(|| &bufs.inputs[bufs.inputs.len() - 1]);
     let residual = addend.is_some_and(|a| a.shape().iter().product::<usize>() != n);
     let c = (1.0 / (p.block as f64).sqrt()) as f32;
@@ -70,6 +74,8 @@ pub(super) fn fq_linear(
         c.to_bits(),
         0,
         p.block.trailing_zeros(),
+        eps.to_bits(),
+        offset.to_bits(),
     ];
     let rotated = bufs
         .scratch
@@ -79,9 +85,11 @@ pub(super) fn fq_linear(
 
     let act = Variant::new("foldquant", SOURCE, "fq_act")
         .define("BEFORE", p.fold == Some(FoldOrder::Before))
-        .define("AFTER", p.fold == Some(FoldOrder::After));
+        .define("AFTER", p.fold == Some(FoldOrder::After))
+        .define("NORM", p.norm.is_some());
     let mut b = vec![(1, x), (3, &rotated), (4, &codes), (5, &scales)];
     b.extend(ascale.map(|a| (2, a)));
+    b.extend(gain.map(|g| (10, g)));
     let act = dispatch(ctx, &act, &params, &b, grid_1d(ctx, rows, 1))?;
 
     let gemm = Variant::new("foldquant", SOURCE, "fq_gemm")
