@@ -19,11 +19,13 @@
 # bounding; the lavapipe-grade kernels), then one profiled predict (per-kernel GPU time, GFLOP/s and GB/s grouped by
 # stage and op), a GEMM tile sweep, then `ggml-cuda`
 # where the binaries were built with it (scripts/build-ggml-gpu.sh cuda); with vla-quantize
-# beside them, SmolVLA with Q8_0 matrices too. Copy the binaries with
+# beside them, SmolVLA with Q8_0 matrices and both models as FoldQuant W8A8 (integer kernels;
+# default kernel setting only) too. SmolVLA f32 also runs once with 640x480 camera frames
+# (resized on the device). Copy the binaries with
 # `cp target/release/{vla-bench,vla-gguf,vla-quantize} DIR` (~17 MiB stripped).
 set -uo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${VLA_BIN:-$here/../target/release}"
 work=/tmp/vla-gpu-bench
@@ -116,6 +118,20 @@ if [[ -x "$bin/vla-quantize" ]]; then
             --type Q8_0 --vision >/dev/null || die "could not write $f"
     fi
     models+=("smolvla:q8_0")
+    # FoldQuant W8A8 (uncalibrated export) of both models: the integer kernels
+    for src in smolvla:f32 pi05:f16; do
+        f="$work/${src%%:*}${full:+-full}-fq-w8a8.gguf"
+        if [[ ! -s "$f" ]]; then
+            echo "quantizing $f ..."
+            # a small config may have no projection with sides multiple of 64: skip it
+            if ! "$bin/vla-quantize" --in "$(model_file "$src")" --out "$f" --type fq-w8a8 \
+                >/dev/null 2>"$f.err"; then
+                echo "no FoldQuant ${src%%:*}: $(tail -1 "$f.err")"
+                continue
+            fi
+        fi
+        models+=("${src%%:*}:fq-w8a8")
+    done
 fi
 
 # 3. Latency per stage, per kernel set; then a profile of the default set.
@@ -145,12 +161,15 @@ say "|---|---|---|---|---|---|---|---|---|"
 run_one() { # MODEL-FILE LABEL BACKEND KERNELS [ENV...]
     local f=$1 label=$2 backend=$3 kernels=$4
     shift 4
+    # camera frames of another size than the model's: the `frame*` settings
+    local frame=()
+    [[ $kernels == frame640x480 ]] && frame=(--frame 640x480)
     local j="$out/$(basename "$f" .gguf)-$backend-$kernels.json"
     # a probe predict first (after one warm-up: pipelines compile on first use): slow
     # settings get fewer runs
     local n=$iters w=$warmup
     if env "$@" timeout 120 "$bench" --ckpt "$f" --backend "$backend" --iters 1 \
-        --warmup 1 --json >"$j" 2>"$j.err"; then
+        --warmup 1 "${frame[@]}" --json >"$j" 2>"$j.err"; then
         local probe_ms
         probe_ms=$(json_field "$j" total_ms)
         if [[ $probe_ms != "?" && ${probe_ms%.*} -gt $slow_ms ]]; then
@@ -158,7 +177,7 @@ run_one() { # MODEL-FILE LABEL BACKEND KERNELS [ENV...]
         fi
     fi
     if ! env "$@" timeout 240 "$bench" --ckpt "$f" --backend "$backend" --iters $n \
-        --warmup $w --json >"$j" 2>"$j.err"; then
+        --warmup $w "${frame[@]}" --json >"$j" 2>"$j.err"; then
         say "| $label | $backend | $kernels | failed: $(tail -1 "$j.err") | | | | | |"
         return
     fi
@@ -169,8 +188,14 @@ has_cuda=0
 for m in "${models[@]}"; do
     f=$(model_file "$m")
     label=$(model_label "$m")
-    for k in $kernel_sets; do
+    sets=$kernel_sets
+    case $m in
+        *:fq-*) sets=default ;;                 # its own kernels: one setting
+        smolvla:f32) sets="$sets frame640x480" ;; # + camera frames resized on the device
+    esac
+    for k in $sets; do
         case $k in
+            frame640x480) run_one "$f" "$label" vulkan frame640x480 ;;
             default) run_one "$f" "$label" vulkan default ;;
             bounded) run_one "$f" "$label" vulkan bounded VLA_WGPU_LOOP_BOUNDING=1 ;;
             vec4) run_one "$f" "$label" vulkan vec4 VLA_WGPU_GEMM_VEC4=1 ;;
@@ -225,6 +250,7 @@ if [[ -n "$tiles" ]]; then
     say "| model | tile | vision matmul | prefill matmul | denoise matmul | attention (all) | kernels total |"
     say "|---|---|---|---|---|---|---|"
     for m in "${models[@]}"; do
+        [[ $m == *:fq-* ]] && continue # no float GEMM to tile
         f=$(model_file "$m")
         label=$(model_label "$m")
         probe=$(json_field "$out/$(basename "$f" .gguf)-vulkan-default.json" total_ms)
