@@ -275,3 +275,37 @@ fn flops_count_attention_and_patch_embed() {
         ]
     );
 }
+
+/// `build` drops the ops no output depends on (and remaps the stages), keeps every input and
+/// weight, and the graph computes what it did.
+#[test]
+fn ops_no_output_reads_are_dropped() {
+    use std::collections::HashMap;
+    use vla::graph::{GraphBuilder, Op};
+    let w: HashMap<String, vla::Tensor<'static>> = HashMap::from([(
+        "w".to_owned(),
+        vla::Tensor::from_f32(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap(),
+    )]);
+    let mut g = GraphBuilder::new(&w);
+    let x = g.input("x", &[1, 3]);
+    let unused = g.input("unused", &[2]);
+    let dead = g.silu(x); // read by nothing
+    let _dead_too = g.scale(dead, 2.0);
+    g.stage("second");
+    let wn = g.weight("w", &[2, 3]).unwrap();
+    let y = g.matmul(x, wn).unwrap();
+    let _ = unused;
+    let graph = g.build(&[y]).unwrap();
+    let ops: Vec<&str> = graph.nodes().iter().map(|n| n.op.kind()).collect();
+    assert_eq!(ops, ["input", "input", "weight", "matmul"]);
+    assert_eq!(graph.stages(), &[("second".to_owned(), 2)]);
+    assert!(graph
+        .nodes()
+        .iter()
+        .all(|n| !matches!(n.op, Op::Silu | Op::Scale(_))));
+    let mut exe = vla::backend::CpuBackend.compile(&graph, &w).unwrap();
+    let x = vla::Tensor::from_f32(vec![1, 3], vec![1.0, 0.0, -1.0]).unwrap();
+    let u = vla::Tensor::from_f32(vec![2], vec![0.0, 0.0]).unwrap();
+    let out = exe.run(&[("x", &x), ("unused", &u)]).unwrap();
+    assert_eq!(out[0].to_vec_f32().unwrap(), vec![-2.0, -2.0]);
+}

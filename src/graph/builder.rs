@@ -641,11 +641,42 @@ impl<'w> GraphBuilder<'w> {
                 )));
             }
         }
+        // Ops no output depends on are dropped (a norm whose readers all fused it, say):
+        // nothing would read what they compute. Inputs and weights stay, so the graph's
+        // inputs and declared weights do not depend on what its ops read.
+        let mut live = vec![false; self.nodes.len()];
+        for o in outputs {
+            live[o.0] = true;
+        }
+        for i in (0..self.nodes.len()).rev() {
+            if live[i] {
+                for inp in &self.nodes[i].inputs {
+                    live[inp.0] = true;
+                }
+            }
+        }
+        let keep: Vec<bool> = (self.nodes.iter().zip(&live))
+            .map(|(n, &l)| l || n.op.is_leaf())
+            .collect();
+        let mut new_index = vec![0usize; self.nodes.len()];
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (i, mut n) in self.nodes.into_iter().enumerate() {
+            new_index[i] = nodes.len();
+            if keep[i] {
+                n.inputs
+                    .iter_mut()
+                    .for_each(|x| *x = NodeId(new_index[x.0]));
+                nodes.push(n);
+            }
+        }
+        let stages = (self.stages.into_iter())
+            .map(|(name, start)| (name, new_index.get(start).copied().unwrap_or(nodes.len())))
+            .collect();
         Ok(Graph {
-            nodes: self.nodes,
-            outputs: outputs.to_vec(),
+            nodes,
+            outputs: outputs.iter().map(|o| NodeId(new_index[o.0])).collect(),
             constants: self.constants,
-            stages: self.stages,
+            stages,
         })
     }
 }

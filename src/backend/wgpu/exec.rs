@@ -121,8 +121,9 @@ impl WgpuExecutable {
                 raw = upload_rows(&ctx, name, &t, max_binding)?;
                 weight_bytes += t.raw_bytes().len() as u64;
             }
-            // an unread weight still gets an f32 copy, so it can be a (reshaped) output
-            let f32 = if f32_use[i] || !raw_use[i] {
+            // (a reshape of a weight or a weight output reads it as f32 too; a weight nothing
+            // reads gets no buffer)
+            let f32 = if f32_use[i] {
                 let v = t.to_vec_f32()?;
                 if 4 * v.len() as u64 > max_binding {
                     return Err(Error::Gpu(format!(
