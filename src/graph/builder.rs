@@ -625,7 +625,9 @@ impl<'w> GraphBuilder<'w> {
         Ok(self.activation(Op::Embedding, vec![table, ids], shape))
     }
 
-    /// Finishes the graph; `outputs` are read back after each run.
+    /// Finishes the graph; `outputs` are read back after each run. Ops that no output
+    /// depends on are dropped, so a builder's node ids past the first dropped op do not name
+    /// the same nodes in the graph: find results through [`Graph::outputs`].
     pub fn build(self, outputs: &[NodeId]) -> Result<Graph> {
         for o in outputs {
             if o.0 >= self.nodes.len() {
