@@ -3,7 +3,7 @@
 //!
 //! Nodes are in topological order by construction (an op can only name nodes built before
 //! it). Every node's shape is inferred when it is added, so a backend can plan buffers
-//! before any data exists. Activations are f32; weights keep their stored dtype.
+//! before any data exists; [`GraphBuilder::build`] drops the ops no output depends on. Activations are f32; weights keep their stored dtype.
 
 mod builder;
 
