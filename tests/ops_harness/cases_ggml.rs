@@ -2,9 +2,8 @@
 //! the harness bounds (these cases run on ggml only, so a wgpu gap cannot fail them), and
 //! the list of cases the shared harness may see answered with `NotImplemented` on ggml.
 
-use super::{nmse, run, Cases, Rng, NMSE_DEFAULT, NMSE_MATMUL};
+use super::{graph_and_reference, run, verdict, Cases, Rng, Verdict, NMSE_DEFAULT, NMSE_MATMUL};
 use vla::backend::ggml::GgmlBackend;
-use vla::backend::CpuBackend;
 use vla::gguf::GgmlType;
 use vla::graph::{AttentionMask, GraphBuilder};
 use vla::ops::{RopeConfig, RopeLayout, RopeMode};
@@ -344,20 +343,12 @@ fn ggml_ops_vs_cpu() {
     let cases = cases();
     let mut failures = Vec::new();
     for case in &cases.list {
-        let graph = {
-            let mut g = GraphBuilder::new(&case.weights);
-            let out = (case.build)(&mut g).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-            g.build(&[out]).unwrap()
-        };
-        let reference =
-            run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
+        let (graph, reference) = graph_and_reference(case);
         for (label, backend) in &backends {
             match run(backend.as_ref(), &graph, case) {
                 Err(e) => failures.push(format!("{} on {label}: {e}", case.name)),
                 Ok(out) => {
-                    let bad = out.iter().filter(|v| !v.is_finite()).count();
-                    let e = nmse(&out, &reference);
-                    let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
+                    let Verdict { nmse: e, bad, ok } = verdict(case, &out, &reference);
                     println!(
                         "{:<52} {label:<12} nmse {e:9.2e} (max {:.0e}) {}",
                         case.name,

@@ -317,9 +317,8 @@ fn run(backend: &dyn Backend, graph: &Graph, case: &Case) -> vla::Result<Vec<f32
     exe.run(&inputs)?.remove(0).to_vec_f32()
 }
 
-/// `case` on `backend` against the cpu reference: its NMSE when finite, of the reference's
-/// length and within the case's bound; otherwise why not.
-pub fn check(backend: &dyn Backend, case: &Case) -> Result<f64, String> {
+/// A case's graph and the cpu backend's output for it (the reference).
+pub fn graph_and_reference(case: &Case) -> (Graph, Vec<f32>) {
     let graph = {
         let mut g = GraphBuilder::new(&case.weights);
         let out = (case.build)(&mut g).unwrap_or_else(|e| panic!("{}: {e}", case.name));
@@ -327,12 +326,33 @@ pub fn check(backend: &dyn Backend, case: &Case) -> Result<f64, String> {
     };
     let reference =
         run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
-    let out = run(backend, &graph, case).map_err(|e| e.to_string())?;
+    (graph, reference)
+}
+
+/// How a backend's output compares with the reference.
+pub struct Verdict {
+    pub nmse: f64,
+    /// Non-finite values.
+    pub bad: usize,
+    /// Finite, of the reference's length and within the case's bound.
+    pub ok: bool,
+}
+
+pub fn verdict(case: &Case, out: &[f32], reference: &[f32]) -> Verdict {
     let bad = out.iter().filter(|v| !v.is_finite()).count();
-    let e = nmse(&out, &reference);
-    match bad == 0 && e <= case.max_nmse && out.len() == reference.len() {
-        true => Ok(e),
-        false => Err(format!("nmse {e:.3e}, {bad} non-finite")),
+    let nmse = nmse(out, reference);
+    let ok = bad == 0 && nmse <= case.max_nmse && out.len() == reference.len();
+    Verdict { nmse, bad, ok }
+}
+
+/// `case` on `backend` against the cpu reference: its NMSE when finite, of the reference's
+/// length and within the case's bound; otherwise why not.
+pub fn check(backend: &dyn Backend, case: &Case) -> Result<f64, String> {
+    let (graph, reference) = graph_and_reference(case);
+    let out = run(backend, &graph, case).map_err(|e| e.to_string())?;
+    match verdict(case, &out, &reference) {
+        Verdict { nmse, ok: true, .. } => Ok(nmse),
+        Verdict { nmse, bad, .. } => Err(format!("nmse {nmse:.3e}, {bad} non-finite")),
     }
 }
 
@@ -354,13 +374,7 @@ fn op_harness() {
     let (mut failures, mut skipped) = (Vec::new(), Vec::new());
     let mut runs = 0;
     for case in &cases {
-        let graph = {
-            let mut g = GraphBuilder::new(&case.weights);
-            let out = (case.build)(&mut g).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-            g.build(&[out]).unwrap()
-        };
-        let reference =
-            run(&CpuBackend, &graph, case).unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name));
+        let (graph, reference) = graph_and_reference(case);
         let wanted = |b: &&Harnessed| {
             (case.int_dot || !b.int_dot_only) && (case.kernel_sets || !b.kernel_sets_only)
         };
@@ -383,9 +397,7 @@ fn op_harness() {
                     failures.push(format!("{name} on {label}: {e}"));
                 }
                 Ok(out) => {
-                    let bad = out.iter().filter(|v| !v.is_finite()).count();
-                    let e = nmse(&out, &reference);
-                    let ok = bad == 0 && e <= case.max_nmse && out.len() == reference.len();
+                    let Verdict { nmse: e, bad, ok } = verdict(case, &out, &reference);
                     if let Some(why) = known_divergence(label, &case.name) {
                         println!("{name:<48} {label:<10} nmse {e:9.2e} KNOWN DIVERGENCE: {why}");
                         // The list is ggml-cpu's; another ggml device may well agree.
