@@ -1,4 +1,5 @@
-"""Shared by smolvla.py and pi0.py for --bench-only: build a policy without its initial random
+"""Shared by smolvla.py and pi0.py: the golden.json fields both of each script's writers record
+(`versions`, `tensor_index`), and for --bench-only: build a policy without its initial random
 weights (the generators' rerandomize() overwrites them all), and the one recorded
 predict_action_chunk call, on the CPU or the GPU.
 
@@ -83,3 +84,18 @@ def run_fields(device, seconds):
         "seconds": {k: round(v, 1) for k, v in seconds.items()},  # this run's phases, on torch_threads
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def versions():
+    """golden.json's "versions": the libraries that made the folder."""
+    import lerobot
+    import numpy as np
+    import transformers
+
+    return {"lerobot": lerobot.__version__, "torch": torch.__version__,
+            "transformers": transformers.__version__, "numpy": np.__version__}
+
+
+def tensor_index(golden):
+    """golden.json's "tensors": dtype and shape of each saved tensor, by name."""
+    return {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())}

@@ -105,7 +105,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 import transformers
 from transformers import GemmaTokenizerFast
 
-from _bench_only import record, run_fields, skip_weight_init
+from _bench_only import record, run_fields, skip_weight_init, tensor_index, versions
 
 OPENPI_COMMIT = "15a9616a00943ada6c20a0f158e3adb39df2ccac"
 TASK = "Pick up the red cube and place it in the box"  # "P" is not in the tokenizer: byte fallback
@@ -274,8 +274,6 @@ def main():
     arch = SIZES[a.size]
     assert n_vocab_tok <= arch["vlm"]["vocab_size"]
 
-    import lerobot
-    import transformers
     from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.processor import TokenizerProcessorStep
     if a.arch == "pi0":
@@ -420,8 +418,7 @@ def main():
         "arch": a.arch,
         "size": a.size,
         "seed": a.seed,
-        "versions": {"lerobot": lerobot.__version__, "torch": torch.__version__,
-                     "transformers": transformers.__version__, "numpy": np.__version__,
+        "versions": {**versions(),
                      "openpi": OPENPI_COMMIT,
                      "transformers_replace_sha256": {
                          f: hashlib.sha256(open(os.path.join(replace, f), "rb").read()).hexdigest()[:16]
@@ -450,7 +447,7 @@ def main():
         "min_period": cfg.min_period,
         "max_period": cfg.max_period,
         "model": arch,
-        "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
+        "tensors": tensor_index(golden),
     }
     json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
     print(json.dumps({k: info[k] for k in ["versions", "prompt", "token_ids", "n_valid_tokens", "prefix_len"]}))
@@ -460,7 +457,6 @@ def main():
 def write_bench_only(out, a, seconds, cfg, arch, norm_mode, policy, batch, images, noise, prompt, tokens, mask):
     """--bench-only: the normalised chunk from one unwrapped predict_action_chunk call, and the
     inputs bench_pi0.py feeds it (see the docstring)."""
-    import lerobot
 
     actions_norm, golden = record(out, policy, batch, images, noise, a.device, seconds)
     info = {
@@ -469,8 +465,7 @@ def write_bench_only(out, a, seconds, cfg, arch, norm_mode, policy, batch, image
         "arch": a.arch,
         "size": a.size,
         "seed": a.seed,
-        "versions": {"lerobot": lerobot.__version__, "torch": torch.__version__,
-                     "transformers": transformers.__version__, "numpy": np.__version__},
+        "versions": versions(),
         "task": TASK,
         "prompt": prompt,
         "token_ids": tokens.tolist(),
@@ -488,7 +483,7 @@ def write_bench_only(out, a, seconds, cfg, arch, norm_mode, policy, batch, image
         "action_dim": ACTION_DIM,
         "normalization": str(norm_mode.value),
         "model": arch,
-        "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
+        "tensors": tensor_index(golden),
         **run_fields(a.device, seconds),
     }
     json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)

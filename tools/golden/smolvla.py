@@ -68,7 +68,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (PreTrainedTokenizerFast, SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor,
                           SmolVLMVideoProcessor)
 
-from _bench_only import record, run_fields, skip_weight_init
+from _bench_only import record, run_fields, skip_weight_init, tensor_index, versions
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<fake_token_around_image>", "<image>",
            "<global-img>", "<end_of_utterance>"]
@@ -181,8 +181,6 @@ def main():
     vlm_dir = os.path.join(out, "vlm")
     build_vlm(vlm_dir, a.size)
 
-    import lerobot
-    import transformers
     from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
@@ -283,8 +281,7 @@ def main():
         "generator": "tools/golden/smolvla.py",
         "size": a.size,
         "seed": a.seed,
-        "versions": {"lerobot": lerobot.__version__, "torch": torch.__version__,
-                     "transformers": transformers.__version__, "numpy": np.__version__},
+        "versions": versions(),
         "task": TASK,
         "task_as_tokenized": TASK + "\n",
         "token_ids": tokens.tolist(),
@@ -296,7 +293,7 @@ def main():
         "num_steps": cfg.num_steps,
         "max_action_dim": cfg.max_action_dim,
         "action_dim": ACTION_DIM,
-        "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
+        "tensors": tensor_index(golden),
     }
     json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
     print(json.dumps({k: info[k] for k in ["versions", "token_ids", "prefix_len"]}))
@@ -306,8 +303,6 @@ def main():
 def write_bench_only(out, a, seconds, cfg, policy, batch, images, noise, tokens):
     """--bench-only: the normalised chunk from one unwrapped predict_action_chunk call, and the
     inputs bench_smolvla.py feeds it (see the docstring)."""
-    import lerobot
-    import transformers
 
     actions_norm, golden = record(out, policy, batch, images, noise, a.device, seconds)
     info = {
@@ -315,8 +310,7 @@ def write_bench_only(out, a, seconds, cfg, policy, batch, images, noise, tokens)
         "bench_only": True,
         "size": a.size,
         "seed": a.seed,
-        "versions": {"lerobot": lerobot.__version__, "torch": torch.__version__,
-                     "transformers": transformers.__version__, "numpy": np.__version__},
+        "versions": versions(),
         "task": TASK,
         "task_as_tokenized": TASK + "\n",
         "token_ids": tokens.tolist(),
@@ -327,7 +321,7 @@ def write_bench_only(out, a, seconds, cfg, policy, batch, images, noise, tokens)
         "num_steps": cfg.num_steps,
         "max_action_dim": cfg.max_action_dim,
         "action_dim": ACTION_DIM,
-        "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
+        "tensors": tensor_index(golden),
         **run_fields(a.device, seconds),
     }
     json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
