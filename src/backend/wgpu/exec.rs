@@ -81,14 +81,21 @@ fn upload(ctx: &GpuContext, label: &str, bytes: &[u8]) -> wgpu::Buffer {
         bytes.len() as u64,
         wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
     );
+    write_words(ctx, &buf, bytes);
+    buf
+}
+
+/// Writes `bytes` at the start of `buf` (wgpu writes whole 4-byte words: the last one is
+/// padded with zeros); returns the bytes written.
+fn write_words(ctx: &GpuContext, buf: &wgpu::Buffer, bytes: &[u8]) -> u64 {
     let whole = bytes.len() / 4 * 4;
-    ctx.queue.write_buffer(&buf, 0, &bytes[..whole]);
+    ctx.queue.write_buffer(buf, 0, &bytes[..whole]);
     if whole < bytes.len() {
         let mut tail = [0u8; 4];
         tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
-        ctx.queue.write_buffer(&buf, whole as u64, &tail);
+        ctx.queue.write_buffer(buf, whole as u64, &tail);
     }
-    buf
+    bytes.len().next_multiple_of(4) as u64
 }
 
 impl WgpuExecutable {
@@ -451,10 +458,7 @@ impl Executable for WgpuExecutable {
             let Op::InputU8(name) = &self.graph.node(*id).op else {
                 unreachable!("byte inputs are InputU8 nodes")
             };
-            let mut bytes = by_name[name].raw_bytes().to_vec();
-            bytes.resize(bytes.len().next_multiple_of(4), 0);
-            self.ctx.queue.write_buffer(buf, 0, &bytes);
-            runs.h2d_bytes += bytes.len() as u64;
+            runs.h2d_bytes += write_words(&self.ctx, buf, by_name[name].raw_bytes());
         }
         let mut enc = self.ctx.device.create_command_encoder(&Default::default());
         match &self.timer {
