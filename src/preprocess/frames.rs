@@ -133,7 +133,7 @@ impl CameraInput {
 
     /// Whether the backend resizes `img` ([`Self::resizes_on_device`], and not too large).
     fn device_resizes(&self, img: &Image) -> bool {
-        self.resizes_on_device() && img.height * img.width <= DEVICE_RESIZE_MAX_PIXELS
+        self.resizes_on_device() && img.height.saturating_mul(img.width) <= DEVICE_RESIZE_MAX_PIXELS
     }
 
     /// One camera view as the backend takes it: the frame as it arrived (`[h, w, 3]`, bytes
@@ -141,34 +141,23 @@ impl CameraInput {
     /// frame over [`DEVICE_RESIZE_MAX_PIXELS`], the resized [0, 1] floats).
     pub fn frame(&self, img: &Image) -> Result<(FrameKey, Tensor<'static>)> {
         let key = self.frame_key(img);
-        if self.resizes_on_device() && !self.device_resizes(img) {
-            let (h, w) = (self.height, self.width);
-            let chw = self.resized_unit(img)?;
-            let hwc = (0..3 * h * w)
-                .map(|i| chw[(i % 3) * h * w + i / 3])
-                .collect::<Vec<_>>();
-            return Ok((key, Tensor::from_f32(vec![h, w, 3], hwc)?));
-        }
-        if !self.resizes_on_device() {
-            let (h, w) = (self.height, self.width);
-            let bytes = self.host_bytes(img)?;
-            let key = FrameKey {
-                height: h,
-                width: w,
-                bytes: true,
-            };
-            return Ok((key, Tensor::from_u8(vec![h, w, 3], bytes)?));
-        }
-        check_size(img)?;
-        let shape = vec![img.height, img.width, 3];
-        let (bytes, t) = match &img.data {
-            ImageData::RgbU8(d) => (true, Tensor::from_u8(shape, d.clone())?),
-            ImageData::RgbF32(d) => (false, Tensor::from_f32(shape, d.clone())?),
-        };
-        let key = FrameKey {
-            height: img.height,
-            width: img.width,
-            bytes,
+        let shape = vec![key.height, key.width, 3];
+        let t = match (self.device_resizes(img), self.resizes_on_device()) {
+            (true, _) => {
+                check_size(img)?;
+                match &img.data {
+                    ImageData::RgbU8(d) => Tensor::from_u8(shape, d.clone())?,
+                    ImageData::RgbF32(d) => Tensor::from_f32(shape, d.clone())?,
+                }
+            }
+            // over the limit: the reference's float resize on the host, channels last
+            (false, true) => {
+                let n = key.height * key.width;
+                let chw = self.resized_unit(img)?;
+                let hwc: Vec<f32> = (0..3 * n).map(|i| chw[(i % 3) * n + i / 3]).collect();
+                Tensor::from_f32(shape, hwc)?
+            }
+            (false, false) => Tensor::from_u8(shape, self.host_bytes(img)?)?,
         };
         Ok((key, t))
     }
