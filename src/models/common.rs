@@ -113,29 +113,17 @@ impl LoadedGraphs {
             }
             None => file,
         };
-        let backend = super::open_backend(opts)?;
-        let file: &'static GgufFile = Box::leak(Box::new(file));
-        let ptr = file as *const GgufFile as *mut GgufFile;
-        let execs = build(file).and_then(|graphs| {
-            graphs
-                .iter()
-                .map(|g| backend.compile(g, file))
-                .collect::<Result<Vec<_>>>()
-        });
-        match execs {
-            Ok(execs) => Ok(LoadedGraphs {
-                execs,
-                backend: backend.description(),
-                compiler: backend,
-                retired: RunCounters::default(),
-                file: ptr,
-            }),
-            Err(e) => {
-                // SAFETY: as in Drop; nothing borrows `file` after a failed compile.
-                unsafe { drop(Box::from_raw(ptr)) };
-                Err(e)
-            }
-        }
+        let compiler = super::open_backend(opts)?;
+        let mut graphs = LoadedGraphs {
+            execs: Vec::new(),
+            backend: compiler.description(),
+            compiler,
+            retired: RunCounters::default(),
+            file: Box::into_raw(Box::new(file)),
+        };
+        // on failure `graphs` drops here, freeing the file (Drop)
+        graphs.rebuild(build)?;
+        Ok(graphs)
     }
 
     pub fn file(&self) -> &GgufFile {
