@@ -270,8 +270,27 @@ mod simd {
 /// for VNNI.
 struct TokenCodes {
     codes: Vec<i8>,
+    /// Empty where the CPU has no VNNI (nothing reads it).
     biased: Vec<u8>,
     scale: f32,
+}
+
+impl TokenCodes {
+    fn new(codes: Vec<i8>, scale: f32) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        let vnni = simd::level() == simd::Level::Vnni;
+        #[cfg(not(target_arch = "x86_64"))]
+        let vnni = false;
+        let biased = match vnni {
+            true => codes.iter().map(|&c| (c as u8) ^ 0x80).collect(),
+            false => Vec::new(),
+        };
+        TokenCodes {
+            codes,
+            biased,
+            scale,
+        }
+    }
 }
 
 /// `Σ q·w` for a token and one weight row (`w_sum = Σ w`), with the fastest exact kernel
@@ -480,12 +499,7 @@ pub fn linear(
         .par_chunks(k.max(1))
         .map(|row| {
             let (codes, scale) = act_row(row, &prologue);
-            let biased = codes.iter().map(|&c| (c as u8) ^ 0x80).collect();
-            TokenCodes {
-                codes,
-                biased,
-                scale,
-            }
+            TokenCodes::new(codes, scale)
         })
         .collect();
     const ROWS_PER_JOB: usize = 16;
@@ -568,11 +582,7 @@ mod tests {
             let a: Vec<i8> = (0..len).map(&mut code).collect();
             let b: Vec<i8> = (0..len).map(&mut code).collect();
             let want = dot_i8(&a, &b);
-            let t = TokenCodes {
-                biased: a.iter().map(|&c| (c as u8) ^ 0x80).collect(),
-                codes: a.clone(),
-                scale: 1.0,
-            };
+            let t = TokenCodes::new(a.clone(), 1.0);
             let b_sum: i32 = b.iter().map(|&v| i32::from(v)).sum();
             assert_eq!(dot_token(&t, &b, b_sum), want, "len {len}");
             #[cfg(target_arch = "x86_64")]
@@ -600,15 +610,7 @@ mod tests {
             for (nt, nr) in [(1, 1), (4, 4), (5, 7), (9, 16), (3, 4)] {
                 let mut code = || (r.next() * 127.0).round() as i8;
                 let acts: Vec<TokenCodes> = (0..nt)
-                    .map(|_| {
-                        let codes: Vec<i8> = (0..k).map(|_| code()).collect();
-                        let biased = codes.iter().map(|&c| (c as u8) ^ 0x80).collect();
-                        TokenCodes {
-                            codes,
-                            biased,
-                            scale: 1.0,
-                        }
-                    })
+                    .map(|_| TokenCodes::new((0..k).map(|_| code()).collect(), 1.0))
                     .collect();
                 let wb: Vec<i8> = (0..nr * k).map(|_| code()).collect();
                 let sums: Vec<i32> = wb
