@@ -454,21 +454,12 @@ fn independent_writer_gives_the_same_file_and_chunk() {
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("float.gguf");
     std::fs::write(&src, random_gguf(&config(), 3, GgmlType::F32).unwrap()).unwrap();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/foldquant_writer.py");
     for scheme in [Scheme::W8A8, Scheme::W4A4] {
         let out = dir.join(format!("{}.gguf", scheme.name()));
         let arg = scheme.name().trim_start_matches("fq-");
-        let run = std::process::Command::new("python3")
-            .arg(&script)
-            .args([src.as_os_str(), out.as_os_str(), arg.as_ref()])
-            .output()
-            .expect("python3 (scripts/test.sh installs gguf and numpy)");
-        assert!(
-            run.status.success(),
-            "{} failed:\n{}",
-            script.display(),
-            String::from_utf8_lossy(&run.stderr)
+        support::interop(
+            "foldquant_writer.py",
+            &[src.as_os_str(), out.as_os_str(), arg.as_ref()],
         );
         let theirs = GgufFile::open(&out).unwrap();
         let ours = fq_file(&float_file(), scheme);

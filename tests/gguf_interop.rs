@@ -2,24 +2,14 @@
 //! read identically here, and files we write read identically there. Needs python3 with
 //! `gguf` and `numpy` (scripts/test.sh installs them); a missing package fails the test.
 
+mod support;
+
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use vla::gguf::{quant, GgmlType, GgufFile, GgufWriter, Value, ValueType};
 
 fn gguf_py(args: &[&std::ffi::OsStr]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/gguf_py.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .args(args)
-        .output()
-        .expect("python3 must be installed (scripts/test.sh installs the test dependencies)");
-    assert!(
-        out.status.success(),
-        "{} failed (needs `pip install gguf numpy`; scripts/test.sh does this):\n{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::interop("gguf_py.py", args);
 }
 
 fn read_f32(path: &Path) -> Vec<f32> {

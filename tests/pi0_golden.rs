@@ -328,6 +328,53 @@ fn ggml_matches_lerobot() {
     }
 }
 
+/// A pi0.5 file in vla.cpp's layout (its names, keys and Gemma gains), written from the
+/// fixture's lerobot checkpoint by an independent writer (tests/interop/vlacpp_pi05_writer.py:
+/// numpy + gguf-py), loads as it is and gives lerobot's chunk; so does its FoldQuant W8A8
+/// export by the independent FoldQuant writer (the sites with both sides multiples of 64: the
+/// decoder's `attn_o` at these sizes), within the quantization's error.
+#[test]
+fn vlacpp_layout_gives_lerobots_chunk() {
+    let tmp = std::env::temp_dir();
+    let float = tmp.join(format!("vla-vlacpp-pi05-{}.gguf", std::process::id()));
+    let fq = tmp.join(format!("vla-vlacpp-pi05-fq-{}.gguf", std::process::id()));
+    let ckpt = dir(Variant::Pi05);
+    support::interop(
+        "vlacpp_pi05_writer.py",
+        &[ckpt.as_os_str(), float.as_os_str()],
+    );
+    support::interop(
+        "foldquant_writer.py",
+        &[float.as_os_str(), fq.as_os_str(), "w8a8".as_ref()],
+    );
+    let g = Golden::load(&ckpt);
+    for path in [&float, &fq] {
+        let file = GgufFile::open(path).unwrap();
+        std::fs::remove_file(path).unwrap();
+        assert!(
+            file.get("pi05.intermediate").is_some(),
+            "not vla.cpp's layout"
+        );
+        let quantized = file.get("pi05.quant.method").is_some();
+        let mut m = vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap();
+        let chunk = m.predict(&observation(&g)).unwrap();
+        if quantized {
+            let cos = cosine(&chunk.actions, &g.f32("actions"));
+            assert!(
+                cos > 0.999,
+                "vla.cpp-layout pi0.5, FoldQuant W8A8: cosine {cos}"
+            );
+        } else {
+            check(
+                "vla.cpp-layout pi0.5: action chunk",
+                &chunk.actions,
+                &g.f32("actions"),
+                OUT_TOL,
+            );
+        }
+    }
+}
+
 #[test]
 fn bf16_weights_stay_close() {
     for v in [Variant::Pi0, Variant::Pi05] {

@@ -14,6 +14,7 @@ pub mod prefix;
 pub mod presets;
 pub mod smolvla;
 pub mod vla_jepa;
+pub mod vlacpp;
 
 use crate::gguf::{GgmlType, GgufFile};
 use crate::policy::{Policy, RuntimeOptions};
@@ -37,6 +38,7 @@ pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Pol
 
 pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
     let arch = file.architecture()?.to_owned();
+    let file = vlacpp::translate(file)?;
     // FoldQuant files: as integers on the cpu and wgpu backends, in dequant mode on ggml
     // (every site back to an f32 matrix: no integer kernels there).
     let file = match crate::foldquant::FoldQuant::read(&file)? {

@@ -184,3 +184,22 @@ pub fn ggml_backend_names() -> Vec<String> {
         })
         .collect()
 }
+
+/// Runs `tests/interop/<script>` with `args` under python3 (with `gguf` and `numpy`, which
+/// scripts/test.sh installs); a missing python or package, or a failing script, fails the test.
+pub fn interop(script: &str, args: &[&std::ffi::OsStr]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/interop")
+        .join(script);
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .args(args)
+        .output()
+        .expect("python3 must be installed (scripts/test.sh installs the test dependencies)");
+    assert!(
+        out.status.success(),
+        "{} failed (needs `pip install gguf numpy`; scripts/test.sh does this):\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
