@@ -12,7 +12,8 @@
 //            max); scale = max(clip * amax / qmax, 1e-12); codes = clamp(round_even(y *
 //            (1 / scale)), +-qmax), packed four to a word. The rotated row goes through `yr`.
 //   fq_gemm  one invocation per output: the integer dot of the row's codes with a weight
-//            row's codes (dot4I8Packed under INT_DOT), then ((f32(acc) * scale) * wscale)
+//            row's codes (dot4I8Packed under INT_DOT; W4: INT4 codes two a byte, low nibble
+//            first, widened to i8 lanes a word at a time), then ((f32(acc) * scale) * wscale)
 //            + bias (BIAS; else + 0.0) (+ residual: RESIDUAL), with f32(acc) rounded to
 //            nearest-even by hand (WGSL leaves it unspecified past 2^24) and the product
 //            made opaque (xor with a run-time zero) so that it cannot contract into the add.
@@ -182,6 +183,15 @@ fn f32_rn(v: i32) -> f32 {
     return select(mag, -mag, v < 0);
 }
 
+#if W4
+// The four two's-complement nibbles in h's low 16 bits (low nibble first) as four packed i8.
+fn nibble_lanes(h: u32) -> u32 {
+    let n = (vec4<u32>(h) >> vec4<u32>(0u, 4u, 8u, 12u)) << vec4<u32>(28u);
+    let b = bitcast<vec4<u32>>(bitcast<vec4<i32>>(n) >> vec4<u32>(28u)) & vec4<u32>(0xffu);
+    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+}
+#endif
+
 @compute @workgroup_size(64)
 fn fq_gemm(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -196,9 +206,19 @@ fn fq_gemm(
     let j = idx % p.n;
     let words = p.k / 4u;
     var acc = 0i;
+#if W4
+    // a weight word holds 8 codes (columns 8t .. 8t + 7): its low half the first four
+    let wwords = p.k / 8u;
+    for (var t = 0u; t < wwords; t++) {
+        let ww = w[j * wwords + t];
+        acc += dot4(codes[r * words + 2u * t], nibble_lanes(ww));
+        acc += dot4(codes[r * words + 2u * t + 1u], nibble_lanes(ww >> 16u));
+    }
+#else
     for (var t = 0u; t < words; t++) {
         acc += dot4(codes[r * words + t], w[j * words + t]);
     }
+#endif
     let prod = (f32_rn(acc) * scales[r]) * wscale[j];
     var out = opaque(prod);
 #if BIAS

@@ -66,8 +66,8 @@ pub fn dequantized(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<Gg
 }
 
 /// `file` in the form the integer path runs ([`crate::graph::Op::FqLinear`]): for every site
-/// of `sites` (from [`FoldQuant::sites`]) the codes one a byte (`[n, k]` I8; INT4
-/// unpacked), its `wscale` and `ascale` as stored, and
+/// of `sites` (from [`FoldQuant::sites`]) the codes as stored (`[n, k]` I8, INT4 two a byte
+/// `[n, k / 2]`, low nibble first), its `wscale` and `ascale` as stored, and
 /// `<site>.fq` F32 `[weight_bits, act_bits, block, clip, fold, fuse_norm]` (fold 0: no
 /// `ascale`, 1: before, 2: after; fuse_norm 1 for the language model's q/k/v and gate/up,
 /// whose RMSNorm vla.cpp computes inside the site), which the graph builder reads when a
@@ -83,18 +83,13 @@ pub fn integer_form(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<G
             w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))?;
             continue;
         };
-        let bytes = match s.weight_bits {
-            4 => unpack_int4(file.tensor_bytes(t))
-                .into_iter()
-                .map(|c| c as u8)
-                .collect(),
-            _ => file.tensor_bytes(t).to_vec(),
-        };
+        // as stored: `[n, k]` codes, or INT4 two a byte `[n, k / 2]` (the backends unpack)
+        let row = if s.weight_bits == 4 { s.k / 2 } else { s.k };
         w.add_tensor(
             t.name.clone(),
             GgmlType::I8,
-            &[s.k as u64, s.n as u64],
-            bytes,
+            &[row as u64, s.n as u64],
+            file.tensor_bytes(t),
         )?;
         let fold = match (s.ascale, fq.fold_order) {
             (false, _) => 0.0,

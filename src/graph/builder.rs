@@ -249,7 +249,13 @@ impl<'w> GraphBuilder<'w> {
             None => GgmlType::F32,
             Some(store) => {
                 let t = store.weight(name)?;
-                if t.shape() != shape {
+                // FoldQuant's INT4 codes (I8, only FoldQuant stores it) hold two a byte: a
+                // matrix declared [N, K] is stored [N, K / 2] (`fq_site` checks the bits)
+                let packed = t.dtype() == GgmlType::I8
+                    && shape.len() == 2
+                    && shape[1].is_multiple_of(2)
+                    && t.shape() == [shape[0], shape[1] / 2];
+                if t.shape() != shape && !packed {
                     return Err(Error::InvalidArgument(format!(
                         "tensor {name:?} has shape {:?}, the config implies {shape:?}",
                         t.shape()
@@ -334,6 +340,16 @@ impl<'w> GraphBuilder<'w> {
             1 => Some(FoldOrder::Before),
             _ => Some(FoldOrder::After),
         };
+        let stored = store.weight(&format!("{site}.weight"))?.shape()[1];
+        let want = if wb == 4.0 { k / 2 } else { k };
+        if (wb != 4.0 && wb != 8.0) || stored != want {
+            return Err(err(
+                "matmul",
+                format!(
+                    "{site}: {wb}-bit codes stored {stored} a row for K = {k} (INT4 holds two a byte)"
+                ),
+            ));
+        }
         let params = FqParams {
             weight_bits: wb as u32,
             act_bits: ab as u32,

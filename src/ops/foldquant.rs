@@ -428,7 +428,8 @@ fn dots(acts: &[TokenCodes], wb: &[i8], k: usize, sums: &[i32]) -> Vec<i32> {
 
 /// [`crate::graph::Op::FqLinear`] on the cpu (`gain`: the fused RMSNorm's, with `p.norm`):
 /// each row of `x [.., K]` through
-/// [`act_row`] and [`gemm_row`] against `codes [N, K]` (I8), then the addend (`[N]`: the
+/// [`act_row`] and [`gemm_row`] against `codes [N, K]` (I8; INT4 `[N, K / 2]`, two a byte,
+/// unpacked a block of rows at a time), then the addend (`[N]`: the
 /// bias of the epilogue; the output's shape: a residual added after it). Rows in parallel.
 pub fn linear(
     x: &Tensor,
@@ -447,7 +448,9 @@ pub fn linear(
         )));
     };
     let n = *n;
-    if *ck != k || codes.dtype() != GgmlType::I8 || wscale.numel() != n {
+    // INT4 codes are stored two a byte, low nibble first
+    let row_bytes = if p.weight_bits == 4 { k / 2 } else { k };
+    if *ck != row_bytes || codes.dtype() != GgmlType::I8 || wscale.numel() != n {
         return Err(bad(format!(
             "x {xs:?}, codes {cs:?} {}, wscale {:?}",
             codes.dtype(),
@@ -504,10 +507,18 @@ pub fn linear(
         .collect();
     const ROWS_PER_JOB: usize = 16;
     let blocks: Vec<Vec<f32>> = w
-        .par_chunks(k.max(1) * ROWS_PER_JOB)
+        .par_chunks(row_bytes.max(1) * ROWS_PER_JOB)
         .enumerate()
-        .map(|(b, wb)| {
+        .map(|(b, stored)| {
             let n0 = b * ROWS_PER_JOB;
+            let unpacked;
+            let wb = match p.weight_bits {
+                4 => {
+                    unpacked = unpack_int4(bytemuck::cast_slice(stored));
+                    &unpacked[..]
+                }
+                _ => stored,
+            };
             let sums: Vec<i32> = wb
                 .chunks(k)
                 .map(|r| r.iter().map(|&v| i32::from(v)).sum())
@@ -696,5 +707,37 @@ mod tests {
         let err = l2(&mut got.iter().zip(&want).map(|(a, b)| a - b));
         let rel = err / l2(&mut want.iter().copied());
         assert!(rel < 0.05, "relative L2 {rel}: {got:?} vs {want:?}");
+    }
+
+    /// INT4 codes stored two a byte give what the same codes one a byte give (rows in
+    /// blocks of 16, a partial last block, a bias).
+    #[test]
+    fn packed_int4_codes_match_unpacked() {
+        let mut r = Lcg(7);
+        let (rows, k, n) = (5, 128, 37);
+        let codes: Vec<i8> = (0..n * k).map(|_| (r.next() * 7.0).round() as i8).collect();
+        let x: Vec<f32> = (0..rows * k).map(|_| 4.0 * r.next()).collect();
+        let ws: Vec<f32> = (0..n).map(|_| 0.01 + 0.02 * r.next().abs()).collect();
+        let bias: Vec<f32> = (0..n).map(|_| r.next()).collect();
+        let x = Tensor::from_f32(vec![rows, k], x).unwrap();
+        let ws = Tensor::from_f32(vec![n], ws).unwrap();
+        let bias = Tensor::from_f32(vec![n], bias).unwrap();
+        let bytes: Vec<u8> = codes.iter().map(|&c| c as u8).collect();
+        let wide = Tensor::from_bytes(vec![n, k], GgmlType::I8, bytes).unwrap();
+        let packed = Tensor::from_bytes(vec![n, k / 2], GgmlType::I8, pack_int4(&codes)).unwrap();
+        let p = |weight_bits| FqParams {
+            weight_bits,
+            act_bits: 4,
+            block: 64,
+            clip: 0.9,
+            fold: None,
+            norm: None,
+            addend: true,
+        };
+        let a = linear(&x, &wide, &ws, None, None, Some(&bias), &p(8)).unwrap();
+        let b = linear(&x, &packed, &ws, None, None, Some(&bias), &p(4)).unwrap();
+        assert_eq!(a.as_f32().unwrap(), b.as_f32().unwrap());
+        // the stored width must match the bits
+        assert!(linear(&x, &wide, &ws, None, None, Some(&bias), &p(4)).is_err());
     }
 }

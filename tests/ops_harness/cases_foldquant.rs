@@ -1,10 +1,11 @@
 //! FoldQuant sites (`Op::FqLinear`): exact (NMSE 0) against the cpu reference, over both
-//! activation widths, rotation blocks 64 / 32 / none, `ascale` before / after / none, the
+//! weight widths (INT4 stored two a byte, as FoldQuant files hold it), both activation widths, rotation blocks 64 / 32 / none, `ascale` before / after / none, the
 //! fused RMSNorm (gain offset 0 or 1), bias, residual, one to many rows; with and without
 //! the integer dot.
 
 use super::Cases;
 use vla::gguf::GgmlType;
+use vla::ops::foldquant::pack_int4;
 use vla::Tensor;
 
 pub fn add(c: &mut Cases) {
@@ -23,12 +24,17 @@ pub fn add(c: &mut Cases) {
     ];
     for (rows, k, n, wbits, abits, block, fold, addend, norm) in cases {
         let q = if wbits == 8 { 127.0 } else { 7.0 };
-        let codes: Vec<u8> = c
+        let codes: Vec<i8> = c
             .rng
             .vec(n * k)
             .iter()
-            .map(|v| (v * q).round() as i8 as u8)
+            .map(|v| (v * q).round() as i8)
             .collect();
+        // INT4 as stored: two a byte, low nibble first
+        let (row, codes) = match wbits {
+            4 => (k / 2, pack_int4(&codes)),
+            _ => (k, codes.iter().map(|&v| v as u8).collect()),
+        };
         let wscale: Vec<f32> = c.rng.vec(n).iter().map(|v| 0.01 + 0.02 * v.abs()).collect();
         let ascale: Vec<f32> = c.rng.vec(k).iter().map(|v| 0.5 + v.abs()).collect();
         let x: Vec<f32> = c.rng.vec(rows * k).iter().map(|v| 4.0 * v).collect();
@@ -46,7 +52,7 @@ pub fn add(c: &mut Cases) {
         let mut weights = vec![
             (
                 "s.weight",
-                Tensor::from_bytes(vec![n, k], GgmlType::I8, codes).unwrap(),
+                Tensor::from_bytes(vec![n, row], GgmlType::I8, codes).unwrap(),
             ),
             ("s.wscale", Tensor::from_f32(vec![n], wscale).unwrap()),
             ("s.fq", Tensor::from_f32(vec![6], params).unwrap()),

@@ -1,6 +1,7 @@
 //! FoldQuant sites, `Op::FqLinear` (`shaders/foldquant.wgsl`): `fq_act` quantizes every
 //! token row (rotation, per-token scale, codes packed four a word) into scratch buffers,
-//! `fq_gemm` multiplies the codes as integers and applies the f32 epilogue. Bit-exact with
+//! `fq_gemm` multiplies the codes as integers (INT4 weights unpacked from their nibbles to
+//! int8 lanes in the kernel) and applies the f32 epilogue. Bit-exact with
 //! `ops::foldquant` where the adapter divides with correct rounding (lavapipe).
 
 use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers, TensorBuf};
@@ -46,8 +47,14 @@ pub(super) fn fq_linear(
             "fq_linear with codes {shape:?} over one storage binding"
         )));
     };
-    let (n, k) = (shape[0], shape[1]);
-    if k % 4 != 0 || !p.block.is_power_of_two() || p.block > 64 || k % p.block != 0 {
+    // K from x: INT4 codes are stored two a byte (`[N, K / 2]`), unpacked in `fq_gemm`
+    let (n, k) = (shape[0], *bufs.inputs[0].shape().last().unwrap_or(&0));
+    if k % 4 != 0
+        || (p.weight_bits == 4 && k % 8 != 0)
+        || !p.block.is_power_of_two()
+        || p.block > 64
+        || k % p.block != 0
+    {
         return Err(not_impl(format!(
             "fq_linear with K = {k}, block {}",
             p.block
@@ -94,6 +101,7 @@ pub(super) fn fq_linear(
 
     let gemm = Variant::new("foldquant", SOURCE, "fq_gemm")
         .define("INT_DOT", ctx.caps.int_dot)
+        .define("W4", p.weight_bits == 4)
         .define("BIAS", addend.is_some() && !residual)
         .define("RESIDUAL", residual);
     let mut b = vec![
