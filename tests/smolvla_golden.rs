@@ -347,6 +347,43 @@ fn chunk_matches_lerobot(name: &str, dir: &Path, tol: f32) {
     );
 }
 
+/// A SmolVLA file in vla.cpp's layout (its names and keys), written from the fixture's
+/// lerobot checkpoint by an independent writer (tests/interop/vlacpp_smolvla_writer.py:
+/// numpy + gguf-py), loads as it is and gives, bit for bit, the chunk of our conversion with
+/// vla.cpp's plain patch positions (`--vit-positions grid`; lerobot 0.4.4 runs shifted rows,
+/// which the golden chunk holds and vla.cpp does not compute).
+#[test]
+fn vlacpp_layout_gives_our_grid_conversions_chunk() {
+    let out = std::env::temp_dir().join(format!("vla-vlacpp-smolvla-{}.gguf", std::process::id()));
+    let dir = fixture();
+    support::interop(
+        "vlacpp_smolvla_writer.py",
+        &[dir.as_os_str(), out.as_os_str()],
+    );
+    let theirs = GgufFile::open(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    assert!(
+        theirs.get("smolvla.intermediate").is_some(),
+        "not vla.cpp's layout"
+    );
+    let opts = convert::Options {
+        positions: vla::modules::vision::PatchPositions::Grid,
+        ..Default::default()
+    };
+    let ours = convert::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
+    let ours = GgufFile::from_bytes(ours.writer.to_bytes().unwrap()).unwrap();
+    let g = Golden::load(&dir);
+    let chunk = |file| {
+        let mut m = vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap();
+        m.predict(&observation(&g)).unwrap().actions
+    };
+    let (a, b) = (chunk(theirs), chunk(ours));
+    assert_eq!(a, b, "vla.cpp-layout SmolVLA vs our grid conversion");
+    // and it is SmolVLA's chunk up to the position rows
+    let cos = support::cosine(&a, &g.f32("actions"));
+    assert!(cos > 0.99, "cosine {cos} against lerobot's (shifted rows)");
+}
+
 #[test]
 fn cpu_matches_lerobot() {
     stages_match_lerobot("cpu", &fixture(), TOL);

@@ -1,38 +1,97 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are. Only where the layouts differ: pi0.5 (docs/GGUF.md
-//! "vla.cpp's pi0.5 files"); every other arch reads vla.cpp's names as they are or not at all.
+//! FoldQuant) serve as they are: pi0.5 and SmolVLA, whose files vla.cpp's converters write
+//! with other names and keys than ours (docs/GGUF.md "vla.cpp's files"). Such a file is told
+//! from ours by its `<arch>.intermediate` key (ours: `lm_inter`).
 //!
-//! vla.cpp's pi0.5 file (its `convert_pi05_to_gguf.py`) is told from ours by the
-//! `pi05.intermediate` key (ours: `lm_inter`). It differs in:
-//! - keys: `intermediate` (ours `lm_inter`), `rms_norm_eps` (ours `norm_eps`; its `norm_eps`
-//!   is the statistics' epsilon), no `vit_inter` (the `fc1` rows), `n_images` (vla.cpp takes
-//!   any number a request brings; we compile for [`VLACPP_PI05_IMAGES`]) or `pad_token_id`
-//!   (PaliGemma's 0); both statistics sets, `norm_mode` saying which is used (`quantiles`:
-//!   q01 / q99, else mean / std; we keep that set only);
-//! - Gemma's norm gains stored as the checkpoint's `w` (the runtime adds 1, in f32; ours
-//!   store `1 + w`); a FoldQuant file stores the folded gain minus 1 there, the same way;
-//! - adaRMS dense `aex.blk.{i}.attn_norm` / `ffn_norm` (ours `ada_attn_norm` /
-//!   `ada_ffn_norm`), `aex.output_norm` (ours `aex.ada_output_norm`), `vit.pos_embd` (ours
-//!   `vit.pos_embd.weight`).
+//! Both: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics' epsilon there, the
+//! RMSNorm's is `rms_norm_eps` (pi0.5, default 1e-6) or SmolLM2's fixed 1e-5 (SmolVLA), ours
+//! `norm_eps`; no `n_images` (vla.cpp takes any number a request brings; we compile for
+//! [`VLACPP_IMAGES`]), `pad_token_id` (0: padding is masked) or tokenizer (clients send
+//! token ids, as vla.cpp's do); `vit.pos_embd` (ours `vit.pos_embd.weight`).
+//!
+//! pi0.5 (`convert_pi05_to_gguf.py`): no `vit_inter` (the `fc1` rows); Gemma's norm gains
+//! stored as the checkpoint's `w` (the runtime adds 1, in f32; ours store `1 + w`; a FoldQuant
+//! file stores the folded gain minus 1 there, the same way); adaRMS dense
+//! `aex.blk.{i}.attn_norm` / `ffn_norm` (ours `ada_attn_norm` / `ada_ffn_norm`),
+//! `aex.output_norm` (ours `aex.ada_output_norm`); both statistics sets, `norm_mode` saying
+//! which is used (`quantiles`: q01 / q99, else mean / std; we keep that set only).
+//!
+//! SmolVLA (`convert_smolvla_to_gguf.py`): `vit_pixel_shuffle` (ours `scale_factor`), the
+//! connector `mm.fc.weight` (ours `mm.proj.weight`), RoPE base 10000 (lerobot's, ours too),
+//! plain patch positions (ours `vit_positions` absent = grid: vla.cpp's computation, not
+//! lerobot 0.4.4's shifted rows).
 
-use crate::gguf::{metadata_writer, GgmlType, GgufFile, Value};
+use crate::gguf::{metadata_writer, GgmlType, GgufFile, GgufWriter, Value};
 use crate::{Error, Result};
 
 use super::pi0::ARCH_PI05;
+use super::smolvla::ARCH as SMOLVLA;
 
-/// Camera views a vla.cpp pi0.5 file is compiled for (vla.cpp's LIBERO setup: agent view and
+/// Camera views a vla.cpp file is compiled for (vla.cpp's LIBERO setup: agent view and
 /// wrist); its files do not say, since vla.cpp takes as many as a request brings.
-pub const VLACPP_PI05_IMAGES: usize = 2;
+pub const VLACPP_IMAGES: usize = 2;
 
 /// `file` in our layout when it is one of vla.cpp's that differs from ours; otherwise as is.
 pub fn translate(file: GgufFile) -> Result<GgufFile> {
-    let is_vlacpp_pi05 =
-        file.architecture()? == ARCH_PI05 && file.get("pi05.intermediate").is_some();
-    if !is_vlacpp_pi05 {
+    let arch = file.architecture()?.to_owned();
+    if file.get(&format!("{arch}.intermediate")).is_none() {
         return Ok(file);
     }
-    tracing::info!("vla.cpp pi0.5 file: names and keys translated at load");
-    pi05(&file)
+    match arch.as_str() {
+        ARCH_PI05 => {
+            tracing::info!("vla.cpp pi0.5 file: names and keys translated at load");
+            pi05(&file)
+        }
+        SMOLVLA => {
+            tracing::info!("vla.cpp SmolVLA file: names and keys translated at load");
+            smolvla(&file)
+        }
+        _ => Ok(file),
+    }
+}
+
+/// What vla.cpp's pi0.5 and SmolVLA files miss or name otherwise among our keys: a writer
+/// with `file`'s metadata plus ours (`rms_eps`: the RMSNorm's epsilon; `rope_theta`: the
+/// RoPE base where the file has none).
+fn common_keys<'f>(
+    file: &'f GgufFile,
+    arch: &str,
+    rms_eps: f32,
+    rope_theta: f32,
+) -> Result<GgufWriter<'f>> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let mut w = metadata_writer(file)?;
+    let inter = file.get_u64(&key("intermediate"))?;
+    w.set_metadata(key("lm_inter"), Value::U32(u32_of("intermediate", inter)?))?;
+    w.set_metadata(key("norm_eps"), Value::F32(rms_eps))?;
+    let absent = [
+        ("rope_theta", Value::F32(rope_theta)),
+        ("n_images", Value::U32(VLACPP_IMAGES as u32)),
+        ("pad_token_id", Value::U32(0)),
+    ];
+    for (k, v) in absent {
+        if file.get(&key(k)).is_none() {
+            w.set_metadata(key(k), v)?;
+        }
+    }
+    Ok(w)
+}
+
+fn smolvla(file: &GgufFile) -> Result<GgufFile> {
+    // SmolLM2's RMSNorm epsilon and lerobot's RoPE base, both fixed in vla.cpp
+    let mut w = common_keys(file, SMOLVLA, 1e-5, 10000.0)?;
+    let shuffle = file.get_u64(&format!("{SMOLVLA}.vit_pixel_shuffle"))?;
+    let shuffle = Value::U32(u32_of("vit_pixel_shuffle", shuffle)?);
+    w.set_metadata(format!("{SMOLVLA}.scale_factor"), shuffle)?;
+    for t in file.tensors() {
+        let name = match t.name.as_str() {
+            "mm.fc.weight" => "mm.proj.weight",
+            "vit.pos_embd" => "vit.pos_embd.weight",
+            other => other,
+        };
+        w.add_tensor(name, t.ty, &t.dims, file.tensor_bytes(t))?;
+    }
+    GgufFile::from_bytes(w.to_bytes()?)
 }
 
 /// Our name of a tensor of vla.cpp's pi0.5 file, and whether it is a Gemma gain stored as
@@ -75,21 +134,13 @@ fn pi05(file: &GgufFile) -> Result<GgufFile> {
         };
         stats && dropped.iter().any(|s| name.ends_with(s))
     };
-    let mut w = metadata_writer(file)?;
-    let inter = file.get_u64(&key("intermediate"))?;
-    w.set_metadata(
-        key("lm_inter"),
-        Value::U32(u32_of(&key("intermediate"), inter)?),
-    )?;
     let eps = match file.get_f64(&key("rms_norm_eps")) {
         Ok(e) => e as f32,
         Err(Error::MetadataNotFound(_)) => 1e-6, // vla.cpp's default
         Err(e) => return Err(e),
     };
-    w.set_metadata(key("norm_eps"), Value::F32(eps))?;
-    if file.get("pi05.rope_theta").is_none() {
-        w.set_metadata(key("rope_theta"), Value::F32(10000.0))?; // vla.cpp's default
-    }
+    // vla.cpp's default RoPE base
+    let mut w = common_keys(file, ARCH_PI05, eps, 10000.0)?;
     let fc1 = file.tensor_info("vit.blk.0.fc1.weight")?;
     let vit_inter = *fc1
         .dims
@@ -99,12 +150,6 @@ fn pi05(file: &GgufFile) -> Result<GgufFile> {
         key("vit_inter"),
         Value::U32(u32_of("vit_inter", vit_inter)?),
     )?;
-    if file.get(&key("n_images")).is_none() {
-        w.set_metadata(key("n_images"), Value::U32(VLACPP_PI05_IMAGES as u32))?;
-    }
-    if file.get(&key("pad_token_id")).is_none() {
-        w.set_metadata(key("pad_token_id"), Value::U32(0))?;
-    }
     for t in file.tensors().iter().filter(|t| !unused(&t.name)) {
         let (name, gain) = pi05_tensor(&t.name);
         if gain {

@@ -434,15 +434,21 @@ fn compare(args: &Args) -> Result<()> {
             .map(|_| Ok(policy.predict(&obs)?.times.total_ms))
             .collect::<Result<Vec<f32>>>()?;
         ms.sort_by(f32::total_cmp);
+        let mid = ms.len() / 2;
+        let median = match ms.len() % 2 {
+            1 => ms[mid],
+            _ => (ms[mid - 1] + ms[mid]) / 2.0,
+        };
+        let range = (ms[0], ms[ms.len() - 1]);
         rows.push((
             path.display().to_string(),
             size,
-            ms[ms.len() / 2],
+            (median, range),
             chunk,
             info.weight_dtypes,
         ));
     }
-    let (_, size0, ms0, ref0, _) = &rows[0];
+    let (_, size0, (ms0, _), ref0, _) = &rows[0];
     if let Some((name, ..)) = rows.iter().find(|r| r.3.len() != ref0.len()) {
         bail!("{name}: its chunk has another shape than {}'s", rows[0].0);
     }
@@ -450,12 +456,12 @@ fn compare(args: &Args) -> Result<()> {
         "backend {}, {} iterations each, errors of the action chunk against {}",
         args.backend, args.iters, rows[0].0
     );
-    println!("| model | weights | MiB | size ratio | median ms | latency ratio | max abs err | rel L2 err | cosine |");
+    println!("| model | weights | MiB | size ratio | median ms (min-max) | latency ratio | max abs err | rel L2 err | cosine |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    for (name, size, ms, chunk, dtypes) in &rows {
+    for (name, size, (ms, (lo, hi)), chunk, dtypes) in &rows {
         let (max_abs, rel, cos) = errors(ref0, chunk);
         println!(
-            "| {name} | {dtypes} | {:.1} | {:.2} | {ms:.1} | {:.2} | {max_abs:.2e} | {rel:.2e} | {cos:.6} |",
+            "| {name} | {dtypes} | {:.1} | {:.2} | {ms:.1} ({lo:.1}-{hi:.1}) | {:.2} | {max_abs:.2e} | {rel:.2e} | {cos:.6} |",
             *size as f64 / (1 << 20) as f64,
             *size as f64 / *size0 as f64,
             ms / ms0
