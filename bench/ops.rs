@@ -134,10 +134,89 @@ fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
     group.finish();
 }
 
+/// FoldQuant sites (`Op::FqLinear`, W8A8 and W4A4 codes, rotation 64) at SmolVLA's FFN shape,
+/// on cpu and on the first wgpu backend in both kernel sets (the GPU set tiles the integer
+/// GEMM, the portable one has one invocation per output), so the two can be compared.
+fn bench_foldquant(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
+    use vla::backend::wgpu::{KernelSet, WgpuOptions};
+    let mut group = c.benchmark_group("fq_linear");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
+    let mut runs: Vec<(String, Box<dyn Backend>)> = vec![("cpu".into(), Box::new(CpuBackend))];
+    if backends.len() > 1 {
+        if let Ok(b) = WgpuBackend::new(Api::Any) {
+            for set in [KernelSet::Portable, KernelSet::Gpu] {
+                let adapter = b.adapter_info().name.clone();
+                let adapter = adapter.split_whitespace().next().unwrap_or("wgpu");
+                let label = format!("{adapter}-{}", set.name());
+                let options = WgpuOptions {
+                    kernels: Some(set),
+                    ..b.options()
+                };
+                runs.push((label, Box::new(b.reconfigured(options))));
+            }
+        }
+    }
+    for &(m, n, k) in &[(50, 2560, 960), (256, 2560, 960)] {
+        for (wbits, abits) in [(8, 8), (4, 4)] {
+            let q = if wbits == 8 { 127.0 } else { 7.0 };
+            let codes: Vec<i8> = values(n * k, 7)
+                .iter()
+                .map(|v| (v * q).round() as i8)
+                .collect();
+            let (row, bytes) = match wbits {
+                4 => (k / 2, vla::ops::foldquant::pack_int4(&codes)),
+                _ => (k, codes.iter().map(|&v| v as u8).collect()),
+            };
+            let params = vec![wbits as f32, abits as f32, 64.0, 1.0, 0.0, 0.0];
+            let wscale: Vec<f32> = values(n, 5).iter().map(|v| 0.01 + 0.02 * v.abs()).collect();
+            let weights = HashMap::from([
+                (
+                    "s.weight".to_owned(),
+                    Tensor::from_bytes(vec![n, row], GgmlType::I8, bytes).unwrap(),
+                ),
+                (
+                    "s.wscale".to_owned(),
+                    Tensor::from_f32(vec![n], wscale).unwrap(),
+                ),
+                (
+                    "s.fq".to_owned(),
+                    Tensor::from_f32(vec![6], params).unwrap(),
+                ),
+            ]);
+            let mut g = GraphBuilder::new(&weights);
+            let xi = g.input("x", &[m, k]);
+            let wi = g.weight("s.weight", &[n, k]).unwrap();
+            let y = g.matmul(xi, wi).unwrap();
+            let graph = g.build(&[y]).unwrap();
+            let x = Tensor::from_f32(vec![m, k], values(m * k, 3)).unwrap();
+            group.throughput(Throughput::Elements((2 * m * n * k) as u64));
+            for (label, b) in &runs {
+                let Ok(mut exe) = b.compile(&graph, &weights) else {
+                    continue;
+                };
+                if let Err(e) = exe.run(&[("x", &x)]) {
+                    eprintln!("fq_linear on {label}: {e}");
+                    continue;
+                }
+                let id = BenchmarkId::new(
+                    format!("{label}/w{wbits}a{abits}"),
+                    format!("m{m}_n{n}_k{k}"),
+                );
+                group.bench_function(id, |bench| bench.iter(|| exe.run(&[("x", &x)]).unwrap()));
+            }
+        }
+    }
+    group.finish();
+}
+
 fn all(c: &mut Criterion) {
     let backends = backends();
     bench_matmul(c, &backends);
     bench_attention(c, &backends);
+    bench_foldquant(c, &backends);
 }
 
 criterion_group!(benches, all);

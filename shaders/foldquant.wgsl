@@ -17,6 +17,8 @@
 //            + bias (BIAS; else + 0.0) (+ residual: RESIDUAL), with f32(acc) rounded to
 //            nearest-even by hand (WGSL leaves it unspecified past 2^24) and the product
 //            made opaque (xor with a run-time zero) so that it cannot contract into the add.
+//   fq_gemm_tiled  the same sums and epilogue over 32 x 32 output tiles through workgroup
+//            memory (the GPU kernel set; below).
 
 struct Params {
     rows: u32,
@@ -219,6 +221,13 @@ fn fq_gemm(
         acc += dot4(codes[r * words + t], w[j * words + t]);
     }
 #endif
+    store(acc, r, j);
+}
+
+// The epilogue of output (r, j) from its integer dot: ((f32(acc) * scale) * wscale) + bias
+// (or + 0.0), then + residual.
+fn store(acc: i32, r: u32, j: u32) {
+    let idx = r * p.n + j;
     let prod = (f32_rn(acc) * scales[r]) * wscale[j];
     var out = opaque(prod);
 #if BIAS
@@ -230,4 +239,74 @@ fn fq_gemm(
     out = out + addend[idx];
 #endif
     y[idx] = out;
+}
+
+// fq_gemm_tiled (the GPU kernel set, K a multiple of 32): one workgroup of 64 per 32 x 32
+// outputs, each invocation 4 rows x 4 outputs; the codes of the tile's rows and weight rows
+// go through workgroup memory 8 words (32 codes) at a time, INT4 weights widened to i8 lanes
+// as they are loaded. Same integer sums and epilogue as fq_gemm, so the same bits.
+const TM: u32 = 32u;
+const TN: u32 = 32u;
+const KT: u32 = 8u;
+var<workgroup> a_tile: array<u32, 256>; // [TM][KT]
+var<workgroup> w_tile: array<u32, 256>; // [TN][KT]
+
+@compute @workgroup_size(64)
+fn fq_gemm_tiled(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let words = p.k / 4u;
+    let r0 = wg.y * TM;
+    let n0 = wg.x * TN;
+    let tr = (li / 8u) * 4u;
+    let tc = (li % 8u) * 4u;
+    var acc: array<array<i32, 4>, 4>;
+    for (var k0 = 0u; k0 < words; k0 += KT) {
+        for (var e = 0u; e < 4u; e++) {
+            let t = li * 4u + e;
+            let row = t / KT;
+            let q = k0 + t % KT;
+            var a = 0u;
+            if (r0 + row < p.rows) {
+                a = codes[(r0 + row) * words + q];
+            }
+            a_tile[t] = a;
+            var b = 0u;
+            let j = n0 + row;
+            if (j < p.n) {
+#if W4
+                // activation word q meets half q % 2 of weight word q / 2
+                b = nibble_lanes(w[j * (words / 2u) + q / 2u] >> (16u * (q % 2u)));
+#else
+                b = w[j * words + q];
+#endif
+            }
+            w_tile[t] = b;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < KT; kk++) {
+            var a: array<u32, 4>;
+            var b: array<u32, 4>;
+            for (var i = 0u; i < 4u; i++) {
+                a[i] = a_tile[(tr + i) * KT + kk];
+                b[i] = w_tile[(tc + i) * KT + kk];
+            }
+            for (var i = 0u; i < 4u; i++) {
+                for (var j = 0u; j < 4u; j++) {
+                    acc[i][j] += dot4(a[i], b[j]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i++) {
+        for (var j = 0u; j < 4u; j++) {
+            let r = r0 + tr + i;
+            let c = n0 + tc + j;
+            if (r < p.rows && c < p.n) {
+                store(acc[i][j], r, c);
+            }
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! FoldQuant sites (`Op::FqLinear`): exact (NMSE 0) against the cpu reference, over both
-//! weight widths (INT4 stored two a byte, as FoldQuant files hold it), both activation widths, rotation blocks 64 / 32 / none, `ascale` before / after / none, the
-//! fused RMSNorm (gain offset 0 or 1), bias, residual, one to many rows; with and without
-//! the integer dot.
+//! weight widths (INT4 stored two a byte, as FoldQuant files hold it), both activation
+//! widths, rotation blocks 64 / 32 / none, `ascale` before / after / none, the fused RMSNorm
+//! (gain offset 0 or 1), bias, residual, one to many rows (partial tiles); with and without
+//! the integer dot, and in both kernel sets (the GPU set tiles the GEMM).
 
 use super::Cases;
 use vla::gguf::GgmlType;
@@ -21,6 +22,9 @@ pub fn add(c: &mut Cases) {
         (6, 2112, 64, 8, 8, 64, 0, 0, 1),
         (3, 96, 128, 4, 4, 32, 0, 1, 2),
         (9, 192, 64, 8, 8, 64, 2, 2, 1),
+        // partial 32 x 32 tiles of the tiled GEMM in both directions
+        (40, 128, 96, 8, 8, 64, 0, 1, 0),
+        (37, 64, 160, 4, 8, 64, 0, 2, 0),
     ];
     for (rows, k, n, wbits, abits, block, fold, addend, norm) in cases {
         let q = if wbits == 8 { 127.0 } else { 7.0 };
@@ -72,7 +76,7 @@ pub fn add(c: &mut Cases) {
         let name = format!(
             "fq_linear rows {rows} k {k} n {n} w{wbits}a{abits} block {block} fold {fold} addend {addend} norm {norm}"
         );
-        c.add_int_dot(name, weights, inputs, 0.0, move |g| {
+        let case = c.add_int_dot(name, weights, inputs, 0.0, move |g| {
             let mut x = g.input("x", &[rows, k]);
             if norm > 0 {
                 let gain = g.weight("norm.weight", &[k])?;
@@ -87,5 +91,7 @@ pub fn add(c: &mut Cases) {
                 }
             }
         });
+        // the tiled integer GEMM of the GPU kernel set too
+        case.kernel_sets = true;
     }
 }

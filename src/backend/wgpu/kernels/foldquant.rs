@@ -6,7 +6,7 @@
 
 use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers, TensorBuf};
 use crate::backend::wgpu::shader::Variant;
-use crate::backend::wgpu::GpuContext;
+use crate::backend::wgpu::{GpuContext, KernelSet};
 use crate::graph::{Node, Op};
 use crate::ops::foldquant::{qmax, FoldOrder};
 use crate::{Error, Result};
@@ -99,7 +99,11 @@ pub(super) fn fq_linear(
     b.extend(gain.map(|g| (10, g)));
     let act = dispatch(ctx, &act, &params, &b, grid_1d(ctx, rows, 1))?;
 
-    let gemm = Variant::new("foldquant", SOURCE, "fq_gemm")
+    // the GPU kernel set tiles the integer GEMM (32 x 32 outputs a workgroup; K in steps of
+    // 32 codes); the portable one (lavapipe's default) keeps one invocation per output
+    let tiled = ctx.kernels() == KernelSet::Gpu && k % 32 == 0;
+    let entry = if tiled { "fq_gemm_tiled" } else { "fq_gemm" };
+    let gemm = Variant::new("foldquant", SOURCE, entry)
         .define("INT_DOT", ctx.caps.int_dot)
         .define("W4", p.weight_bits == 4)
         .define("BIAS", addend.is_some() && !residual)
@@ -112,6 +116,14 @@ pub(super) fn fq_linear(
         (9, bufs.output),
     ];
     b.extend(addend.map(|a| (8, a.f32())));
-    let gemm = dispatch(ctx, &gemm, &params, &b, grid_1d(ctx, rows * n, WG))?;
+    let grid = match tiled {
+        true => [
+            u32_of(n.div_ceil(32), "N")?,
+            u32_of(rows.div_ceil(32), "rows")?,
+            1,
+        ],
+        false => grid_1d(ctx, rows * n, WG),
+    };
+    let gemm = dispatch(ctx, &gemm, &params, &b, grid)?;
     Ok(vec![act, gemm])
 }
