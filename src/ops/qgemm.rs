@@ -65,7 +65,9 @@ pub(crate) fn enabled(ty: GgmlType) -> bool {
     is_symmetric(ty) && simd::detected() && std::env::var("VLA_CPU_INT8").as_deref() != Ok("0")
 }
 
-/// `w [n, k]`'s rows `n0..n0 + rows` as signed codes `[rows, k]` and scales `[rows, k/32]`.
+/// `w [n, k]`'s rows `n0..n0 + rows` as signed codes `[rows, k]` and scales `[rows, k/32]`
+/// (the portable kernel's input in the tests).
+#[cfg(test)]
 fn weight_codes(
     w: &Tensor,
     n0: usize,
@@ -147,22 +149,18 @@ pub(crate) fn xwt(x: &[f32], m: usize, k: usize, w: &Tensor, n: usize) -> Result
     let dst = SendPtr(res.as_mut_ptr());
     (0..tiles.div_ceil(per_task))
         .into_par_iter()
-        .try_for_each_init(
-            || (Vec::new(), Vec::new(), simd::Packed::default()),
-            |(codes, scales, packed), p| -> Result<()> {
-                for t in p * per_task..((p + 1) * per_task).min(tiles) {
-                    let n0 = t * NT;
-                    let rows = NT.min(n - n0);
-                    weight_codes(w, n0, rows, codes, scales)?;
-                    packed.pack(codes, scales, rows, k);
-                    // SAFETY: this task alone writes columns n0..n0+rows of the m x n
-                    // result, and the kernel writes only those (rows i < m, columns < rows,
-                    // row stride n).
-                    unsafe { simd::tile(&xq, m, packed, rows, dst.get().add(n0), n) };
-                }
-                Ok(())
-            },
-        )?;
+        .try_for_each_init(simd::Packed::default, |packed, p| -> Result<()> {
+            for t in p * per_task..((p + 1) * per_task).min(tiles) {
+                let n0 = t * NT;
+                let rows = NT.min(n - n0);
+                packed.pack(w, n0, rows)?;
+                // SAFETY: this task alone writes columns n0..n0+rows of the m x n
+                // result, and the kernel writes only those (rows i < m, columns < rows,
+                // row stride n).
+                unsafe { simd::tile(&xq, m, packed, rows, dst.get().add(n0), n) };
+            }
+            Ok(())
+        })?;
     Ok(res)
 }
 
@@ -173,7 +171,8 @@ mod simd {
     //! column `h*16 + c`, element `b*32 + g*4 + e`, so one `vpdpbusd` adds 4 products into
     //! each of 16 column lanes; `corr` is `128 * sum(codes)` per block and column (the
     //! activations carry a +128 offset).
-    use super::{QuantRows, NT, QK};
+    use super::{symmetric_codes, QuantRows, NT, QK};
+    use crate::{Error, Result, Tensor};
     use std::arch::x86_64::*;
 
     #[derive(Default)]
@@ -185,27 +184,41 @@ mod simd {
     }
 
     impl Packed {
-        pub(crate) fn pack(&mut self, codes: &[i8], scales: &[f32], rows: usize, k: usize) {
-            let kb = k / QK;
+        /// Packs rows `n0..n0 + rows` (at most [`NT`]) of the symmetric block-quantized
+        /// `w [n, k]` straight from its blocks.
+        pub(crate) fn pack(&mut self, w: &Tensor, n0: usize, rows: usize) -> Result<()> {
+            let (ty, k) = (w.dtype(), w.shape()[1]);
+            let (kb, bs) = (k / QK, ty.type_size());
+            let bytes = w
+                .raw_bytes()
+                .get(n0 * kb * bs..(n0 + rows) * kb * bs)
+                .ok_or_else(|| {
+                    Error::shape("matmul", "quantized weight is shorter than its shape")
+                })?;
             self.kb = kb;
-            self.codes.clear();
             self.codes.resize(kb * NT * QK, 0);
-            self.scales.clear();
             self.scales.resize(kb * NT, 0.0);
-            self.corr.clear();
             self.corr.resize(kb * NT, 0);
-            for j in 0..rows {
-                let (h, c) = (j / 16, j % 16);
-                for b in 0..kb {
-                    let src = &codes[j * k + b * QK..j * k + (b + 1) * QK];
-                    for (e, &v) in src.iter().enumerate() {
-                        let (g, e4) = (e / 4, e % 4);
-                        self.codes[b * 1024 + h * 512 + g * 64 + c * 4 + e4] = v;
-                    }
-                    self.scales[b * NT + j] = scales[j * kb + b];
-                    self.corr[b * NT + j] = 128 * src.iter().map(|&v| v as i32).sum::<i32>();
-                }
+            if rows < NT {
+                // the columns past `rows` are read (and their results dropped): keep them 0
+                self.codes.fill(0);
+                self.scales.fill(0.0);
+                self.corr.fill(0);
             }
+            let mut q = [0i8; QK];
+            for (blk, block) in bytes.chunks_exact(bs).enumerate() {
+                let (j, b) = (blk / kb, blk % kb);
+                let d = symmetric_codes(ty, block, &mut q)
+                    .ok_or_else(|| Error::shape("matmul", format!("{ty} has no signed codes")))?;
+                // each group of 4 codes lands as one 4-byte lane (see the layout above)
+                let base = b * 1024 + (j / 16) * 512 + (j % 16) * 4;
+                for (g, four) in q.chunks_exact(4).enumerate() {
+                    self.codes[base + g * 64..base + g * 64 + 4].copy_from_slice(four);
+                }
+                self.scales[b * NT + j] = d;
+                self.corr[b * NT + j] = 128 * q.iter().map(|&v| i32::from(v)).sum::<i32>();
+            }
+            Ok(())
         }
     }
 
@@ -298,7 +311,9 @@ mod simd {
     pub(crate) struct Packed;
 
     impl Packed {
-        pub(crate) fn pack(&mut self, _: &[i8], _: &[f32], _: usize, _: usize) {}
+        pub(crate) fn pack(&mut self, _: &crate::Tensor, _: usize, _: usize) -> crate::Result<()> {
+            Ok(())
+        }
     }
 
     pub(crate) fn detected() -> bool {
