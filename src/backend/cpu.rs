@@ -31,9 +31,22 @@ impl Backend for CpuBackend {
                 _ => None,
             });
         }
+        // the integer matmul's tiles of every quantized matmul weight, made once here
+        // (otherwise each run repacks them: most of a 50-row matmul's time)
+        let mut packed: Vec<Option<ops::PackedWeight>> =
+            (0..resolved.len()).map(|_| None).collect();
+        for node in graph.nodes() {
+            let Op::MatMul = node.op else { continue };
+            let w = node.inputs[1].0;
+            if let (None, Some(t)) = (&packed[w], &resolved[w]) {
+                packed[w] = ops::PackedWeight::new(t)?;
+                weight_bytes += packed[w].as_ref().map_or(0, ops::PackedWeight::bytes);
+            }
+        }
         Ok(Box::new(CpuExecutable {
             graph: graph.clone(),
             weights: resolved,
+            packed,
             last_use: graph.last_uses(),
             weight_bytes,
             peak: 0,
@@ -46,6 +59,8 @@ impl Backend for CpuBackend {
 struct CpuExecutable<'w> {
     graph: Graph,
     weights: Vec<Option<Tensor<'w>>>,
+    /// Per weight node: its integer-path tiles when a matmul reads it (quantized weights).
+    packed: Vec<Option<ops::PackedWeight>>,
     last_use: Vec<usize>,
     weight_bytes: u64,
     peak: u64,
@@ -93,7 +108,8 @@ impl Executable for CpuExecutable<'_> {
                 }
                 Op::MatMul => {
                     let c = (node.inputs.len() > 2).then(|| arg(2));
-                    ops::matmul_add(arg(0), arg(1), c)?
+                    let packed = self.packed[node.inputs[1].0].as_ref();
+                    ops::matmul_add_packed(arg(0), arg(1), packed, c)?
                 }
                 Op::Bmm { trans_b } => ops::bmm(arg(0), arg(1), *trans_b)?,
                 Op::Add => ops::add(arg(0), arg(1))?,

@@ -4,7 +4,8 @@
 use rayon::prelude::*;
 
 use super::kernels::{sgemm, Dst, Mat, SendPtr};
-use super::{f32s, out, qgemm};
+use super::qgemm::{self, PackedWeight};
+use super::{f32s, out};
 use crate::{Error, Result, Tensor};
 
 /// Where the `[N, K]` weight rows come from.
@@ -147,6 +148,16 @@ pub fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor<'static>> {
 /// `x @ w^T + c` with `c` `[N]` (broadcast over rows) or of the output's shape, added in
 /// the same pass (the float GEMM accumulates into `c`).
 pub fn matmul_add(x: &Tensor, w: &Tensor, c: Option<&Tensor>) -> Result<Tensor<'static>> {
+    matmul_add_packed(x, w, None, c)
+}
+
+/// [`matmul_add`] with `w`'s integer-path tiles made beforehand ([`PackedWeight::new`] of `w`).
+pub fn matmul_add_packed(
+    x: &Tensor,
+    w: &Tensor,
+    packed: Option<&PackedWeight>,
+    c: Option<&Tensor>,
+) -> Result<Tensor<'static>> {
     let xs = x.shape();
     let Some(&k) = xs.last() else {
         return Err(Error::shape("matmul", "x must have rank >= 1"));
@@ -194,7 +205,7 @@ pub fn matmul_add(x: &Tensor, w: &Tensor, c: Option<&Tensor>) -> Result<Tensor<'
     let res = if w.is_f32() {
         gemm_xwt(&xd, m, k, Weight::F32(w.as_f32()?), n, addend)?
     } else if qgemm::enabled(w.dtype()) {
-        let mut y = qgemm::xwt(&xd, m, k, w, n)?;
+        let mut y = qgemm::xwt(&xd, m, k, w, n, packed)?;
         if let Some(c) = addend {
             y.par_iter_mut()
                 .zip(c.par_iter())
@@ -522,7 +533,10 @@ mod tests {
             // matmul itself takes the integer path for symmetric types where it runs.
             let via = matmul(&xt, &wt).unwrap();
             if qgemm::enabled(ty) {
-                assert_eq!(via.as_f32().unwrap(), qgemm::xwt(&x, m, k, &wt, n).unwrap());
+                assert_eq!(
+                    via.as_f32().unwrap(),
+                    qgemm::xwt(&x, m, k, &wt, n, None).unwrap()
+                );
             } else {
                 assert_eq!(via.as_f32().unwrap(), y.as_f32().unwrap());
             }

@@ -131,8 +131,15 @@ pub(crate) fn reference(
 
 /// `x [m, k] @ w^T` for a symmetric block-quantized `w [n, k]` on the fastest kernel this
 /// CPU has; panels of 32-column tiles in parallel, each packed from the weight's blocks into
-/// a per-thread scratch.
-pub(crate) fn xwt(x: &[f32], m: usize, k: usize, w: &Tensor, n: usize) -> Result<Vec<f32>> {
+/// a per-thread scratch (or taken from `packed`, the same tiles made once: [`PackedWeight`]).
+pub(crate) fn xwt(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &Tensor,
+    n: usize,
+    packed: Option<&PackedWeight>,
+) -> Result<Vec<f32>> {
     let mut res = vec![0.0f32; m * n];
     if m == 0 || n == 0 || k == 0 {
         return Ok(res);
@@ -143,25 +150,78 @@ pub(crate) fn xwt(x: &[f32], m: usize, k: usize, w: &Tensor, n: usize) -> Result
             format!("K = {k} is not a multiple of {QK}"),
         ));
     }
+    if let Some(p) = packed {
+        if p.tiles.len() != n.div_ceil(NT) || p.k != k {
+            return Err(Error::shape(
+                "matmul",
+                format!(
+                    "packed weight of {} tiles, K {} for N {n}, K {k}",
+                    p.tiles.len(),
+                    p.k
+                ),
+            ));
+        }
+    }
     let xq = QuantRows::new(x, m, k);
     let tiles = n.div_ceil(NT);
     let per_task = tiles.div_ceil(4 * rayon::current_num_threads()).clamp(1, 4);
     let dst = SendPtr(res.as_mut_ptr());
     (0..tiles.div_ceil(per_task))
         .into_par_iter()
-        .try_for_each_init(simd::Packed::default, |packed, p| -> Result<()> {
+        .try_for_each_init(simd::Packed::default, |scratch, p| -> Result<()> {
             for t in p * per_task..((p + 1) * per_task).min(tiles) {
                 let n0 = t * NT;
                 let rows = NT.min(n - n0);
-                packed.pack(w, n0, rows)?;
+                let tile = match packed {
+                    Some(pw) => &pw.tiles[t],
+                    None => {
+                        scratch.pack(w, n0, rows)?;
+                        &*scratch
+                    }
+                };
                 // SAFETY: this task alone writes columns n0..n0+rows of the m x n
                 // result, and the kernel writes only those (rows i < m, columns < rows,
                 // row stride n).
-                unsafe { simd::tile(&xq, m, packed, rows, dst.get().add(n0), n) };
+                unsafe { simd::tile(&xq, m, tile, rows, dst.get().add(n0), n) };
             }
             Ok(())
         })?;
     Ok(res)
+}
+
+/// A symmetric block-quantized weight's 32-column tiles packed once (the cpu backend makes
+/// them at compile for the matmuls' weights, so no run repacks them): codes one a byte plus
+/// an f32 scale and an i32 correction per 32-block, ~1.25 bytes a weight.
+pub struct PackedWeight {
+    k: usize,
+    tiles: Vec<simd::Packed>,
+}
+
+impl PackedWeight {
+    /// `w [n, k]` packed, or `None` where the integer path does not run for it
+    /// ([`enabled`], K a multiple of 32).
+    pub fn new(w: &Tensor) -> Result<Option<Self>> {
+        let [n, k] = w.shape()[..] else {
+            return Ok(None);
+        };
+        if !enabled(w.dtype()) || !k.is_multiple_of(QK) {
+            return Ok(None);
+        }
+        let tiles = (0..n.div_ceil(NT))
+            .into_par_iter()
+            .map(|t| {
+                let mut p = simd::Packed::default();
+                p.pack(w, t * NT, NT.min(n - t * NT))?;
+                Ok(p)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(PackedWeight { k, tiles }))
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.tiles.iter().map(simd::Packed::bytes).sum()
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -184,6 +244,10 @@ mod simd {
     }
 
     impl Packed {
+        pub(crate) fn bytes(&self) -> u64 {
+            (self.codes.len() + 4 * self.scales.len() + 4 * self.corr.len()) as u64
+        }
+
         /// Packs rows `n0..n0 + rows` (at most [`NT`]) of the symmetric block-quantized
         /// `w [n, k]` straight from its blocks.
         pub(crate) fn pack(&mut self, w: &Tensor, n0: usize, rows: usize) -> Result<()> {
@@ -314,6 +378,10 @@ mod simd {
         pub(crate) fn pack(&mut self, _: &crate::Tensor, _: usize, _: usize) -> crate::Result<()> {
             Ok(())
         }
+
+        pub(crate) fn bytes(&self) -> u64 {
+            0
+        }
     }
 
     pub(crate) fn detected() -> bool {
@@ -394,7 +462,10 @@ mod tests {
                 }
                 // The SIMD kernel, where this CPU has it, bit for bit.
                 if simd::detected() {
-                    let fast = xwt(&x, m, k, &wt, n).unwrap();
+                    let fast = xwt(&x, m, k, &wt, n, None).unwrap();
+                    let packed = PackedWeight::new(&wt).unwrap().expect("VNNI runs");
+                    let pre = xwt(&x, m, k, &wt, n, Some(&packed)).unwrap();
+                    assert_eq!(pre, port, "{ty} {m}x{k}x{n} prepacked");
                     assert_eq!(fast, port, "{ty} {m}x{k}x{n}");
                 } else {
                     eprintln!(
@@ -413,6 +484,6 @@ mod tests {
             quant::quantize(GgmlType::Q8_0, &[0.5; 32]).unwrap(),
         )
         .unwrap();
-        assert!(xwt(&[0.0; 33], 1, 33, &w, 1).is_err());
+        assert!(xwt(&[0.0; 33], 1, 33, &w, 1, None).is_err());
     }
 }
