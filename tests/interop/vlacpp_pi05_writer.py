@@ -23,33 +23,17 @@ writes for it, from the facts of its layout alone (docs/FOLDQUANT.md section 3,
   (mean / std as 0 / 1 where the checkpoint has only quantiles).
 """
 import json
-import struct
 import sys
 
 import numpy as np
 import gguf
 
-DT = {"F32": np.float32, "F64": np.float64}
-
-
-def safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        head = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = np.frombuffer(data[a:b], dtype=DT[v["dtype"]]).reshape(v["shape"]).astype(np.float32)
-    return out
+from vlacpp_layout import finish, safetensors, siglip_layers, write_siglip
 
 
 def layers(sd, prefix):
     n = 0
-    while f"{prefix}.layers.{n}.self_attn.q_proj.weight" in sd or \
-            f"{prefix}.layers.{n}.layer_norm1.weight" in sd:
+    while f"{prefix}.layers.{n}.self_attn.q_proj.weight" in sd:
         n += 1
     return n
 
@@ -66,7 +50,7 @@ def main(ckpt, out):
     vis = "paligemma_with_expert.paligemma.model.vision_tower.vision_model"
     mmp = "paligemma_with_expert.paligemma.model.multi_modal_projector"
     n = layers(sd, vlm)
-    nv = layers(sd, f"{vis}.encoder")
+    nv = siglip_layers(sd, vis)
     q0 = sd[f"{vlm}.layers.0.self_attn.q_proj.weight"]
     k0 = sd[f"{vlm}.layers.0.self_attn.k_proj.weight"]
     # vla.cpp's converter takes head size and vision heads from Gemma 2B / So400m constants;
@@ -137,19 +121,7 @@ def main(ckpt, out):
         add(f"{p}.weight", sd[f"{p}.weight"])
         add(f"{p}.bias", sd[f"{p}.bias"])
 
-    e = f"{vis}.embeddings"
-    add("vit.patch_embd.weight", conv)
-    add("vit.patch_embd.bias", sd[f"{e}.patch_embedding.bias"])
-    add("vit.pos_embd", pos)
-    for i in range(nv):
-        L = f"{vis}.encoder.layers.{i}"
-        for s, d in [("layer_norm1", "ln1"), ("layer_norm2", "ln2"), ("self_attn.q_proj", "attn_q"),
-                     ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
-                     ("self_attn.out_proj", "attn_o"), ("mlp.fc1", "fc1"), ("mlp.fc2", "fc2")]:
-            add(f"vit.blk.{i}.{d}.weight", sd[f"{L}.{s}.weight"])
-            add(f"vit.blk.{i}.{d}.bias", sd[f"{L}.{s}.bias"])
-    add("vit.post_ln.weight", sd[f"{vis}.post_layernorm.weight"])
-    add("vit.post_ln.bias", sd[f"{vis}.post_layernorm.bias"])
+    write_siglip(add, sd, vis)
     add("mm.proj.weight", sd[f"{mmp}.linear.weight"])
     add("mm.proj.bias", sd[f"{mmp}.linear.bias"])
 
@@ -159,10 +131,7 @@ def main(ckpt, out):
         add(f"{ours}_q01", stats[f"{theirs}.q01"][:dim])
         add(f"{ours}_q99", stats[f"{theirs}.q99"][:dim])
 
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 if __name__ == "__main__":

@@ -25,26 +25,12 @@ vla.cpp takes the LM's head sizes from SmolLM2-500M constants; a small checkpoin
 in its VLM config, which this writer reads instead.
 """
 import json
-import struct
 import sys
 
 import numpy as np
 import gguf
 
-
-def safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        head = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        assert v["dtype"] == "F32", (k, v["dtype"])
-        a, b = v["data_offsets"]
-        out[k] = np.frombuffer(data[a:b], dtype=np.float32).reshape(v["shape"])
-    return out
+from vlacpp_layout import finish, safetensors, siglip_layers, write_siglip
 
 
 def stats(ckpt, meta, registry, key):
@@ -64,9 +50,7 @@ def main(ckpt, out):
     aex = "model.vlm_with_expert.lm_expert"
     vis = "model.vlm_with_expert.vlm.model.vision_model"
     n = cfg["num_vlm_layers"]
-    nv = 0
-    while f"{vis}.encoder.layers.{nv}.layer_norm1.weight" in sd:
-        nv += 1
+    nv = siglip_layers(sd, vis)
     head_dim = tc["head_dim"]
     hidden = sd[f"{txt}.embed_tokens.weight"].shape[1]
     conv = sd[f"{vis}.embeddings.patch_embedding.weight"]
@@ -127,29 +111,14 @@ def main(ckpt, out):
         add(f"{p}.weight", sd[f"model.{p}.weight"])
         add(f"{p}.bias", sd[f"model.{p}.bias"])
 
-    e = f"{vis}.embeddings"
-    add("vit.patch_embd.weight", conv)
-    add("vit.patch_embd.bias", sd[f"{e}.patch_embedding.bias"])
-    add("vit.pos_embd", pos)
-    for i in range(nv):
-        L = f"{vis}.encoder.layers.{i}"
-        for s, d in [("layer_norm1", "ln1"), ("layer_norm2", "ln2"), ("self_attn.q_proj", "attn_q"),
-                     ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
-                     ("self_attn.out_proj", "attn_o"), ("mlp.fc1", "fc1"), ("mlp.fc2", "fc2")]:
-            add(f"vit.blk.{i}.{d}.weight", sd[f"{L}.{s}.weight"])
-            add(f"vit.blk.{i}.{d}.bias", sd[f"{L}.{s}.bias"])
-    add("vit.post_ln.weight", sd[f"{vis}.post_layernorm.weight"])
-    add("vit.post_ln.bias", sd[f"{vis}.post_layernorm.bias"])
+    write_siglip(add, sd, vis)
     add("mm.fc.weight", sd["model.vlm_with_expert.vlm.model.connector.modality_projection.proj.weight"])
     add("state_mean", s_mean[:state_dim])
     add("state_std", s_std[:state_dim])
     add("action_mean", a_mean[:action_dim])
     add("action_std", a_std[:action_dim])
 
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 if __name__ == "__main__":
