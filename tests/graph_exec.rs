@@ -80,9 +80,11 @@ fn mlp_block_on_cpu_matches_ops_and_borrows_weights() {
 
     let stats = exe.stats();
     assert_eq!(stats.dispatches, 6); // input, norm, up, gelu, down, add
-    // the file's bytes, plus the Q8_0 matrix's tiles packed for the integer matmul where
-    // this CPU runs it (made once at compile)
-    let packed = ops::PackedWeight::new(&dw).unwrap().map_or(0, |p| p.bytes());
+                                     // the file's bytes, plus the Q8_0 matrix's tiles packed for the integer matmul where
+                                     // this CPU runs it (made once at compile)
+    let packed = ops::PackedWeight::new(&dw)
+        .unwrap()
+        .map_or(0, |p| p.bytes());
     assert_eq!(
         stats.weight_bytes,
         64 * 4 + 64 * 160 * 2 + 160 / 32 * 34 * 64 + packed
