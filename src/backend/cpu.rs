@@ -35,18 +35,33 @@ impl Backend for CpuBackend {
         // (otherwise each run repacks them: most of a 50-row matmul's time)
         let mut packed: Vec<Option<ops::PackedWeight>> =
             (0..resolved.len()).map(|_| None).collect();
+        // and FoldQuant sites' codes, for the same tile kernel
+        let mut fq_tiles: Vec<Option<ops::IntTiles>> = (0..resolved.len()).map(|_| None).collect();
         for node in graph.nodes() {
-            let Op::MatMul = node.op else { continue };
-            let w = node.inputs[1].0;
-            if let (None, Some(t)) = (&packed[w], &resolved[w]) {
-                packed[w] = ops::PackedWeight::new(t)?;
-                weight_bytes += packed[w].as_ref().map_or(0, ops::PackedWeight::bytes);
+            let w = match node.op {
+                Op::MatMul | Op::FqLinear(_) => node.inputs[1].0,
+                _ => continue,
+            };
+            let (Some(t), true) = (&resolved[w], packed[w].is_none() && fq_tiles[w].is_none())
+            else {
+                continue;
+            };
+            match &node.op {
+                Op::FqLinear(p) => {
+                    fq_tiles[w] = ops::foldquant::int_tiles(t, p);
+                    weight_bytes += fq_tiles[w].as_ref().map_or(0, ops::IntTiles::bytes);
+                }
+                _ => {
+                    packed[w] = ops::PackedWeight::new(t)?;
+                    weight_bytes += packed[w].as_ref().map_or(0, ops::PackedWeight::bytes);
+                }
             }
         }
         Ok(Box::new(CpuExecutable {
             graph: graph.clone(),
             weights: resolved,
             packed,
+            fq_tiles,
             last_use: graph.last_uses(),
             weight_bytes,
             peak: 0,
@@ -61,6 +76,8 @@ struct CpuExecutable<'w> {
     weights: Vec<Option<Tensor<'w>>>,
     /// Per weight node: its integer-path tiles when a matmul reads it (quantized weights).
     packed: Vec<Option<ops::PackedWeight>>,
+    /// Per weight node: a FoldQuant site's codes in the same tiles.
+    fq_tiles: Vec<Option<ops::IntTiles>>,
     last_use: Vec<usize>,
     weight_bytes: u64,
     peak: u64,
@@ -152,7 +169,17 @@ impl Executable for CpuExecutable<'_> {
                     let ascale = p.fold.map(|_| arg(3));
                     let gain = p.norm.map(|_| arg(3 + usize::from(p.fold.is_some())));
                     let addend = p.addend.then(|| arg(node.inputs.len() - 1));
-                    ops::foldquant::linear(arg(0), arg(1), arg(2), ascale, gain, addend, p)?
+                    let tiles = self.fq_tiles[node.inputs[1].0].as_ref();
+                    ops::foldquant::linear_tiled(
+                        arg(0),
+                        arg(1),
+                        arg(2),
+                        ascale,
+                        gain,
+                        addend,
+                        p,
+                        tiles,
+                    )?
                 }
                 Op::Embedding => {
                     let ids = ids_from_f32(arg(1).as_f32()?)?;

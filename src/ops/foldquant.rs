@@ -11,6 +11,7 @@
 //! use `mul_add`, FMA intrinsics or the `gemm` crate. Clamps are `max` then `min` (NaN goes
 //! to `-qmax` as in C++), divisions are true divisions where the reference divides.
 
+use super::qgemm::{int_dots, IntTiles};
 use crate::gguf::GgmlType;
 use crate::graph::FqParams;
 use crate::{Error, Result, Tensor};
@@ -445,6 +446,36 @@ pub fn linear(
     addend: Option<&Tensor>,
     p: &FqParams,
 ) -> Result<Tensor<'static>> {
+    linear_tiled(x, codes, wscale, ascale, gain, addend, p, None)
+}
+
+/// The codes of an FqLinear site packed once for the VNNI tile kernel ([`IntTiles`]; INT4
+/// unpacked first), or `None` where that kernel does not run. The cpu backend makes them at
+/// compile.
+pub fn int_tiles(codes: &Tensor, p: &FqParams) -> Option<IntTiles> {
+    let [n, row] = codes.shape()[..] else {
+        return None;
+    };
+    let stored: &[i8] = bytemuck::cast_slice(codes.raw_bytes());
+    match p.weight_bits {
+        4 => IntTiles::new(&unpack_int4(bytemuck::cast_slice(stored)), n, 2 * row),
+        _ => IntTiles::new(stored, n, row),
+    }
+}
+
+/// [`linear`] with the site's codes also packed for the VNNI tile kernel ([`int_tiles`]):
+/// the same integer sums, so the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_tiled(
+    x: &Tensor,
+    codes: &Tensor,
+    wscale: &Tensor,
+    ascale: Option<&Tensor>,
+    gain: Option<&Tensor>,
+    addend: Option<&Tensor>,
+    p: &FqParams,
+    tiles: Option<&IntTiles>,
+) -> Result<Tensor<'static>> {
     let (xs, cs) = (x.shape(), codes.shape());
     let bad = |why: String| Error::shape("fq_linear", why);
     let (Some(&k), [n, ck]) = (xs.last(), cs) else {
@@ -510,6 +541,51 @@ pub fn linear(
             TokenCodes::new(codes, scale)
         })
         .collect();
+    let tiled = tiles.filter(|t| t.shape() == (n, k) && acts.iter().all(|a| a.biased.len() == k));
+    let mut out = match tiled {
+        Some(t) => tiled_outputs(&acts, t, &ws, bias),
+        None => blocked_outputs(&acts, w, row_bytes, k, n, p, &ws, bias),
+    };
+    if let Some(res) = residual {
+        out.iter_mut().zip(res).for_each(|(o, r)| *o += r);
+    }
+    let mut shape = xs.to_vec();
+    *shape.last_mut().expect("checked non-empty") = n;
+    Tensor::from_f32(shape, out)
+}
+
+/// Every token's outputs `[rows, n]` from the VNNI tile kernel's int32 sums and the epilogue.
+fn tiled_outputs(acts: &[TokenCodes], t: &IntTiles, ws: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    let n = t.shape().0;
+    let biased: Vec<&[u8]> = acts.iter().map(|a| &a.biased[..]).collect();
+    let acc = int_dots(&biased, t);
+    let mut out = vec![0f32; acts.len() * n];
+    out.par_chunks_mut(n.max(1))
+        .zip(acts.par_iter())
+        .enumerate()
+        .for_each(|(r, (o, act))| {
+            for (j, y) in o.iter_mut().enumerate() {
+                let b = bias.map_or(0.0, |b| b[j]);
+                *y = epilogue(acc[r * n + j], act.scale, ws[j], b);
+            }
+        });
+    out
+}
+
+/// Every token's outputs `[rows, n]`, the stored codes `w` (`row_bytes` a row) streamed in
+/// blocks of 16 weight rows against all tokens' codes.
+#[allow(clippy::too_many_arguments)]
+fn blocked_outputs(
+    acts: &[TokenCodes],
+    w: &[i8],
+    row_bytes: usize,
+    k: usize,
+    n: usize,
+    p: &FqParams,
+    ws: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let rows = acts.len();
     const ROWS_PER_JOB: usize = 16;
     let blocks: Vec<Vec<f32>> = w
         .par_chunks(row_bytes.max(1) * ROWS_PER_JOB)
@@ -528,7 +604,7 @@ pub fn linear(
                 .chunks(k)
                 .map(|r| r.iter().map(|&v| i32::from(v)).sum())
                 .collect();
-            let acc = dots(&acts, wb, k, &sums);
+            let acc = dots(acts, wb, k, &sums);
             let nr = sums.len();
             let mut part = Vec::with_capacity(acc.len());
             for (t, act) in acts.iter().enumerate() {
@@ -547,12 +623,7 @@ pub fn linear(
             out[r * n + n0..r * n + n0 + width].copy_from_slice(vals);
         }
     }
-    if let Some(res) = residual {
-        out.iter_mut().zip(res).for_each(|(o, r)| *o += r);
-    }
-    let mut shape = xs.to_vec();
-    *shape.last_mut().expect("checked non-empty") = n;
-    Tensor::from_f32(shape, out)
+    out
 }
 
 #[cfg(test)]
@@ -744,5 +815,47 @@ mod tests {
         assert_eq!(a.as_f32().unwrap(), b.as_f32().unwrap());
         // the stored width must match the bits
         assert!(linear(&x, &wide, &ws, None, None, Some(&bias), &p(4)).is_err());
+    }
+
+    /// The VNNI tile path (codes packed once) gives the blocked path's bits: W8 and packed
+    /// W4 codes, a partial last tile, a bias; rows past a multiple of the kernel's 6.
+    #[test]
+    fn tiled_codes_match_the_blocked_path() {
+        let mut r = Lcg(11);
+        let (rows, k, n) = (13, 128, 70);
+        let x: Vec<f32> = (0..rows * k).map(|_| 4.0 * r.next()).collect();
+        let ws: Vec<f32> = (0..n).map(|_| 0.01 + 0.02 * r.next().abs()).collect();
+        let bias: Vec<f32> = (0..n).map(|_| r.next()).collect();
+        let x = Tensor::from_f32(vec![rows, k], x).unwrap();
+        let ws = Tensor::from_f32(vec![n], ws).unwrap();
+        let bias = Tensor::from_f32(vec![n], bias).unwrap();
+        for (wbits, q) in [(8, 127.0), (4, 7.0)] {
+            let codes: Vec<i8> = (0..n * k).map(|_| (r.next() * q).round() as i8).collect();
+            let codes = match wbits {
+                4 => Tensor::from_bytes(vec![n, k / 2], GgmlType::I8, pack_int4(&codes)),
+                _ => Tensor::from_bytes(vec![n, k], GgmlType::I8, bytemuck::cast_vec(codes)),
+            }
+            .unwrap();
+            let p = FqParams {
+                weight_bits: wbits,
+                act_bits: 8,
+                block: 64,
+                clip: 1.0,
+                fold: None,
+                norm: None,
+                addend: true,
+            };
+            let Some(tiles) = int_tiles(&codes, &p) else {
+                eprintln!("NOTE: no AVX512-VNNI on this CPU: the tile path was not exercised");
+                return;
+            };
+            let a = linear(&x, &codes, &ws, None, None, Some(&bias), &p).unwrap();
+            let b = linear_tiled(&x, &codes, &ws, None, None, Some(&bias), &p, Some(&tiles));
+            assert_eq!(
+                a.as_f32().unwrap(),
+                b.unwrap().as_f32().unwrap(),
+                "w{wbits}"
+            );
+        }
     }
 }

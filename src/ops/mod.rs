@@ -38,7 +38,7 @@ pub use embedding::embedding;
 pub use kernels::dot;
 pub use matmul::{bmm, linear, matmul, matmul_add, matmul_add_packed};
 pub use norm::{layer_norm, layer_norm_no_affine, rms_norm, rms_norm_gemma, rms_norm_offset};
-pub use qgemm::PackedWeight;
+pub use qgemm::{IntTiles, PackedWeight};
 pub use rope::{rope, RopeConfig, RopeLayout, RopeMode};
 pub use shape::{concat, permute, reshape, slice, transpose};
 pub use softmax::{softmax, softmax_row};

@@ -224,6 +224,63 @@ impl PackedWeight {
     }
 }
 
+/// Plain int8 weight codes `[n, k]` (FoldQuant's, one scale per row applied by the caller)
+/// packed once into the VNNI kernel's 32-column tiles, for [`int_dots`].
+pub struct IntTiles {
+    k: usize,
+    n: usize,
+    tiles: Vec<simd::Packed>,
+}
+
+impl IntTiles {
+    /// `codes [n, k]` packed, or `None` where the CPU has no AVX512-VNNI (or `VLA_CPU_INT8=0`)
+    /// or K is not a multiple of 32.
+    pub fn new(codes: &[i8], n: usize, k: usize) -> Option<Self> {
+        let on = simd::detected() && std::env::var("VLA_CPU_INT8").as_deref() != Ok("0");
+        if !on || k == 0 || !k.is_multiple_of(QK) || codes.len() != n * k {
+            return None;
+        }
+        let tiles = (0..n.div_ceil(NT))
+            .into_par_iter()
+            .map(|t| {
+                let rows = NT.min(n - t * NT);
+                let mut p = simd::Packed::default();
+                p.pack_codes(&codes[t * NT * k..(t * NT + rows) * k], rows, k);
+                p
+            })
+            .collect();
+        Some(IntTiles { k, n, tiles })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.tiles.iter().map(simd::Packed::bytes).sum()
+    }
+
+    /// `(n, k)` of the packed codes.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+}
+
+/// The exact int32 dots `[m, n]` of `m` token rows of codes stored `code + 128` (`biased`,
+/// each `k` bytes) with the packed weight rows: `Σ_k x·w`, in parallel over column tiles.
+pub fn int_dots(biased: &[&[u8]], w: &IntTiles) -> Vec<i32> {
+    let (m, n) = (biased.len(), w.n);
+    let mut res = vec![0i32; m * n];
+    if m == 0 || n == 0 || biased.iter().any(|r| r.len() != w.k) {
+        return res;
+    }
+    let dst = SendPtr(res.as_mut_ptr() as *mut f32);
+    w.tiles.par_iter().enumerate().for_each(|(t, tile)| {
+        let rows = NT.min(n - t * NT);
+        // SAFETY: this tile alone writes columns t*NT..t*NT+rows of the m x n result (row
+        // stride n); every token row holds k bytes (checked above).
+        unsafe { simd::int_tile(biased, tile, rows, (dst.get() as *mut i32).add(t * NT), n) };
+    });
+    res
+}
+
 #[cfg(target_arch = "x86_64")]
 mod simd {
     //! The AVX512-VNNI tile kernel. A 32-column tile is packed per 32-block `b` as two
@@ -283,6 +340,93 @@ mod simd {
                 self.corr[b * NT + j] = 128 * q.iter().map(|&v| i32::from(v)).sum::<i32>();
             }
             Ok(())
+        }
+    }
+
+    impl Packed {
+        /// Packs `codes [rows, k]` (rows <= [`NT`]) with no scales: `corr` holds each
+        /// column's `128 * sum` over the whole row, at `corr[j]`.
+        pub(crate) fn pack_codes(&mut self, codes: &[i8], rows: usize, k: usize) {
+            let kb = k / QK;
+            self.kb = kb;
+            self.codes.clear();
+            self.codes.resize(kb * NT * QK, 0);
+            self.scales.clear();
+            self.corr.clear();
+            self.corr.resize(NT, 0);
+            for (j, row) in codes.chunks_exact(k).take(rows).enumerate() {
+                for (b, q) in row.chunks_exact(QK).enumerate() {
+                    let base = b * 1024 + (j / 16) * 512 + (j % 16) * 4;
+                    for (g, four) in q.chunks_exact(4).enumerate() {
+                        self.codes[base + g * 64..base + g * 64 + 4]
+                            .copy_from_slice(bytemuck::cast_slice(four));
+                    }
+                }
+                self.corr[j] = 128 * row.iter().map(|&v| i32::from(v)).sum::<i32>();
+            }
+        }
+    }
+
+    /// `out[i * ldo + j] = Σ x_i·w_j` (exact int32) for every token row `i` and column
+    /// `j < rows` of one tile packed by [`Packed::pack_codes`].
+    ///
+    /// # Safety
+    /// Those elements must be writable and written by no one else during the call; every
+    /// row of `x` holds `p.kb * 32` bytes.
+    pub(crate) unsafe fn int_tile(x: &[&[u8]], p: &Packed, rows: usize, out: *mut i32, ldo: usize) {
+        assert!(
+            detected(),
+            "the VNNI kernel needs avx512f, avx512bw and avx512vnni"
+        );
+        assert!(rows <= NT && x.iter().all(|r| r.len() == p.kb * QK));
+        let mut i = 0;
+        // SAFETY: features checked; rows and lengths asserted; `out` as the caller promised.
+        unsafe {
+            while i + 6 <= x.len() {
+                int_rows::<6>(&x[i..i + 6], p, rows, out.add(i * ldo), ldo);
+                i += 6;
+            }
+            while i < x.len() {
+                int_rows::<1>(&x[i..i + 1], p, rows, out.add(i * ldo), ldo);
+                i += 1;
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn int_rows<const R: usize>(
+        x: &[&[u8]],
+        p: &Packed,
+        rows: usize,
+        out: *mut i32,
+        ldo: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_si512(); 2]; R];
+        let pc = p.codes.as_ptr();
+        for b in 0..p.kb {
+            for g in 0..8 {
+                let w0 = _mm512_loadu_si512(pc.add(b * 1024 + g * 64) as *const _);
+                let w1 = _mm512_loadu_si512(pc.add(b * 1024 + 512 + g * 64) as *const _);
+                for r in 0..R {
+                    let xc = &x[r][b * QK + g * 4..b * QK + g * 4 + 4];
+                    let xb = _mm512_set1_epi32(i32::from_le_bytes([xc[0], xc[1], xc[2], xc[3]]));
+                    acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], xb, w0);
+                    acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], xb, w1);
+                }
+            }
+        }
+        let corr = [
+            _mm512_loadu_si512(p.corr.as_ptr() as *const _),
+            _mm512_loadu_si512(p.corr.as_ptr().add(16) as *const _),
+        ];
+        let mut buf = [0i32; NT];
+        for (r, a) in acc.iter().enumerate() {
+            _mm512_storeu_si512(buf.as_mut_ptr() as *mut _, _mm512_sub_epi32(a[0], corr[0]));
+            _mm512_storeu_si512(
+                buf.as_mut_ptr().add(16) as *mut _,
+                _mm512_sub_epi32(a[1], corr[1]),
+            );
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), out.add(r * ldo), rows);
         }
     }
 
@@ -382,6 +526,12 @@ mod simd {
         pub(crate) fn bytes(&self) -> u64 {
             0
         }
+
+        pub(crate) fn pack_codes(&mut self, _: &[i8], _: usize, _: usize) {}
+    }
+
+    pub(crate) unsafe fn int_tile(_: &[&[u8]], _: &Packed, _: usize, _: *mut i32, _: usize) {
+        unreachable!("IntTiles::new is None without VNNI")
     }
 
     pub(crate) fn detected() -> bool {
