@@ -543,7 +543,7 @@ pub fn linear_tiled(
         .collect();
     let tiled = tiles.filter(|t| t.shape() == (n, k) && acts.iter().all(|a| a.biased.len() == k));
     let mut out = match tiled {
-        Some(t) => tiled_outputs(&acts, t, &ws, bias),
+        Some(t) => tiled_outputs(&acts, t, &ws, bias)?,
         None => blocked_outputs(&acts, w, row_bytes, k, n, p, &ws, bias),
     };
     if let Some(res) = residual {
@@ -555,10 +555,15 @@ pub fn linear_tiled(
 }
 
 /// Every token's outputs `[rows, n]` from the VNNI tile kernel's int32 sums and the epilogue.
-fn tiled_outputs(acts: &[TokenCodes], t: &IntTiles, ws: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+fn tiled_outputs(
+    acts: &[TokenCodes],
+    t: &IntTiles,
+    ws: &[f32],
+    bias: Option<&[f32]>,
+) -> Result<Vec<f32>> {
     let n = t.shape().0;
     let biased: Vec<&[u8]> = acts.iter().map(|a| &a.biased[..]).collect();
-    let acc = int_dots(&biased, t);
+    let acc = int_dots(&biased, t)?;
     let mut out = vec![0f32; acts.len() * n];
     out.par_chunks_mut(n.max(1))
         .zip(acts.par_iter())
@@ -569,7 +574,7 @@ fn tiled_outputs(acts: &[TokenCodes], t: &IntTiles, ws: &[f32], bias: Option<&[f
                 *y = epilogue(acc[r * n + j], act.scale, ws[j], b);
             }
         });
-    out
+    Ok(out)
 }
 
 /// Every token's outputs `[rows, n]`, the stored codes `w` (`row_bytes` a row) streamed in

@@ -265,11 +265,17 @@ impl IntTiles {
 
 /// The exact int32 dots `[m, n]` of `m` token rows of codes stored `code + 128` (`biased`,
 /// each `k` bytes) with the packed weight rows: `Σ_k x·w`, in parallel over column tiles.
-pub fn int_dots(biased: &[&[u8]], w: &IntTiles) -> Vec<i32> {
+pub fn int_dots(biased: &[&[u8]], w: &IntTiles) -> Result<Vec<i32>> {
     let (m, n) = (biased.len(), w.n);
+    if let Some(r) = biased.iter().find(|r| r.len() != w.k) {
+        return Err(Error::shape(
+            "fq_linear",
+            format!("a token row of {} codes for K = {}", r.len(), w.k),
+        ));
+    }
     let mut res = vec![0i32; m * n];
-    if m == 0 || n == 0 || biased.iter().any(|r| r.len() != w.k) {
-        return res;
+    if m == 0 || n == 0 {
+        return Ok(res);
     }
     let dst = SendPtr(res.as_mut_ptr() as *mut f32);
     w.tiles.par_iter().enumerate().for_each(|(t, tile)| {
@@ -278,7 +284,7 @@ pub fn int_dots(biased: &[&[u8]], w: &IntTiles) -> Vec<i32> {
         // stride n); every token row holds k bytes (checked above).
         unsafe { simd::int_tile(biased, tile, rows, (dst.get() as *mut i32).add(t * NT), n) };
     });
-    res
+    Ok(res)
 }
 
 #[cfg(target_arch = "x86_64")]
