@@ -5,7 +5,10 @@
 //! attention), so criterion's "Melem/s" reads as MFLOP/s. Backends: cpu plus
 //! `VLA_BENCH_BACKENDS` (default `vulkan`); one that cannot open is reported and skipped.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use std::collections::HashMap;
 use std::time::Duration;
 use vla::backend::wgpu::{Api, WgpuBackend};
@@ -52,13 +55,19 @@ fn short_name(b: &dyn Backend) -> String {
     b.description().split(':').next().unwrap_or("?").to_owned()
 }
 
-/// y = x @ w^T with x [m, k] and w [n, k] of `ty`.
-fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
-    let mut group = c.benchmark_group("matmul");
+/// A benchmark group of 10 samples over 3 s after 0.5 s of warm-up (every group here).
+fn short_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, WallTime> {
+    let mut group = c.benchmark_group(name);
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_millis(500));
+    group
+}
+
+/// y = x @ w^T with x [m, k] and w [n, k] of `ty`.
+fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
+    let mut group = short_group(c, "matmul");
     for &(m, n, k) in &[(50, 2560, 960), (1, 2560, 960), (50, 16384, 2048)] {
         for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
             let w = Tensor::from_bytes(
@@ -96,11 +105,7 @@ fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
 
 /// SmolVLA-like expert attention: 15 query heads over 5 kv heads, head dim 64.
 fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
-    let mut group = c.benchmark_group("attention");
-    group
-        .sample_size(10)
-        .measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_millis(500));
+    let mut group = short_group(c, "attention");
     let weights: HashMap<String, Tensor<'static>> = HashMap::new();
     for &(sq, sk) in &[(50, 350), (300, 300)] {
         let (hq, hkv, d) = (15, 5, 64);
@@ -139,11 +144,7 @@ fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
 /// GEMM, the portable one has one invocation per output), so the two can be compared.
 fn bench_foldquant(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
     use vla::backend::wgpu::{KernelSet, WgpuOptions};
-    let mut group = c.benchmark_group("fq_linear");
-    group
-        .sample_size(10)
-        .measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_millis(500));
+    let mut group = short_group(c, "fq_linear");
     let mut runs: Vec<(String, Box<dyn Backend>)> = vec![("cpu".into(), Box::new(CpuBackend))];
     if backends.len() > 1 {
         if let Ok(b) = WgpuBackend::new(Api::Any) {

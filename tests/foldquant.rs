@@ -357,6 +357,7 @@ fn ascale_folds_both_ways() {
             None,
             None,
             &p,
+            None,
         )
         .unwrap()
         .to_vec_f32()

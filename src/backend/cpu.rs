@@ -31,37 +31,28 @@ impl Backend for CpuBackend {
                 _ => None,
             });
         }
-        // the integer matmul's tiles of every quantized matmul weight, made once here
-        // (otherwise each run repacks them: most of a 50-row matmul's time)
-        let mut packed: Vec<Option<ops::PackedWeight>> =
-            (0..resolved.len()).map(|_| None).collect();
-        // and FoldQuant sites' codes, for the same tile kernel
-        let mut fq_tiles: Vec<Option<ops::IntTiles>> = (0..resolved.len()).map(|_| None).collect();
+        // the integer kernel's tiles of every quantized matmul weight and FoldQuant site's
+        // codes, made once here (otherwise each run repacks them: most of a 50-row matmul's
+        // time)
+        let mut prepared: Vec<Option<Prepared>> = (0..resolved.len()).map(|_| None).collect();
         for node in graph.nodes() {
             let w = match node.op {
                 Op::MatMul | Op::FqLinear(_) => node.inputs[1].0,
                 _ => continue,
             };
-            let (Some(t), true) = (&resolved[w], packed[w].is_none() && fq_tiles[w].is_none())
-            else {
+            let (Some(t), None) = (&resolved[w], &prepared[w]) else {
                 continue;
             };
-            match &node.op {
-                Op::FqLinear(p) => {
-                    fq_tiles[w] = ops::foldquant::int_tiles(t, p);
-                    weight_bytes += fq_tiles[w].as_ref().map_or(0, ops::IntTiles::bytes);
-                }
-                _ => {
-                    packed[w] = ops::PackedWeight::new(t)?;
-                    weight_bytes += packed[w].as_ref().map_or(0, ops::PackedWeight::bytes);
-                }
-            }
+            prepared[w] = match &node.op {
+                Op::FqLinear(p) => ops::foldquant::int_tiles(t, p).map(Prepared::FqCodes),
+                _ => ops::PackedWeight::new(t)?.map(Prepared::Matmul),
+            };
+            weight_bytes += prepared[w].as_ref().map_or(0, Prepared::bytes);
         }
         Ok(Box::new(CpuExecutable {
             graph: graph.clone(),
             weights: resolved,
-            packed,
-            fq_tiles,
+            prepared,
             last_use: graph.last_uses(),
             weight_bytes,
             peak: 0,
@@ -71,13 +62,28 @@ impl Backend for CpuBackend {
     }
 }
 
+/// A weight in the integer kernel's tiles, made at compile.
+enum Prepared {
+    /// A block-quantized matmul weight (Q8_0, Q4_0, Q5_0).
+    Matmul(ops::PackedWeight),
+    /// A FoldQuant site's codes.
+    FqCodes(ops::IntTiles),
+}
+
+impl Prepared {
+    fn bytes(&self) -> u64 {
+        match self {
+            Prepared::Matmul(p) => p.bytes(),
+            Prepared::FqCodes(t) => t.bytes(),
+        }
+    }
+}
+
 struct CpuExecutable<'w> {
     graph: Graph,
     weights: Vec<Option<Tensor<'w>>>,
-    /// Per weight node: its integer-path tiles when a matmul reads it (quantized weights).
-    packed: Vec<Option<ops::PackedWeight>>,
-    /// Per weight node: a FoldQuant site's codes in the same tiles.
-    fq_tiles: Vec<Option<ops::IntTiles>>,
+    /// Per weight node: its integer kernel's tiles, where a matmul or FoldQuant site reads it.
+    prepared: Vec<Option<Prepared>>,
     last_use: Vec<usize>,
     weight_bytes: u64,
     peak: u64,
@@ -125,7 +131,10 @@ impl Executable for CpuExecutable<'_> {
                 }
                 Op::MatMul => {
                     let c = (node.inputs.len() > 2).then(|| arg(2));
-                    let packed = self.packed[node.inputs[1].0].as_ref();
+                    let packed = match &self.prepared[node.inputs[1].0] {
+                        Some(Prepared::Matmul(p)) => Some(p),
+                        _ => None,
+                    };
                     ops::matmul_add_packed(arg(0), arg(1), packed, c)?
                 }
                 Op::Bmm { trans_b } => ops::bmm(arg(0), arg(1), *trans_b)?,
@@ -169,17 +178,11 @@ impl Executable for CpuExecutable<'_> {
                     let ascale = p.fold.map(|_| arg(3));
                     let gain = p.norm.map(|_| arg(3 + usize::from(p.fold.is_some())));
                     let addend = p.addend.then(|| arg(node.inputs.len() - 1));
-                    let tiles = self.fq_tiles[node.inputs[1].0].as_ref();
-                    ops::foldquant::linear_tiled(
-                        arg(0),
-                        arg(1),
-                        arg(2),
-                        ascale,
-                        gain,
-                        addend,
-                        p,
-                        tiles,
-                    )?
+                    let tiles = match &self.prepared[node.inputs[1].0] {
+                        Some(Prepared::FqCodes(t)) => Some(t),
+                        _ => None,
+                    };
+                    ops::foldquant::linear(arg(0), arg(1), arg(2), ascale, gain, addend, p, tiles)?
                 }
                 Op::Embedding => {
                     let ids = ids_from_f32(arg(1).as_f32()?)?;

@@ -432,23 +432,6 @@ fn dots(acts: &[TokenCodes], wb: &[i8], k: usize, sums: &[i32]) -> Vec<i32> {
     out
 }
 
-/// [`crate::graph::Op::FqLinear`] on the cpu (`gain`: the fused RMSNorm's, with `p.norm`):
-/// each row of `x [.., K]` through
-/// [`act_row`] and [`gemm_row`] against `codes [N, K]` (I8; INT4 `[N, K / 2]`, two a byte,
-/// unpacked a block of rows at a time), then the addend (`[N]`: the
-/// bias of the epilogue; the output's shape: a residual added after it). Rows in parallel.
-pub fn linear(
-    x: &Tensor,
-    codes: &Tensor,
-    wscale: &Tensor,
-    ascale: Option<&Tensor>,
-    gain: Option<&Tensor>,
-    addend: Option<&Tensor>,
-    p: &FqParams,
-) -> Result<Tensor<'static>> {
-    linear_tiled(x, codes, wscale, ascale, gain, addend, p, None)
-}
-
 /// The codes of an FqLinear site packed once for the VNNI tile kernel ([`IntTiles`]; INT4
 /// unpacked first), or `None` where that kernel does not run. The cpu backend makes them at
 /// compile.
@@ -456,17 +439,21 @@ pub fn int_tiles(codes: &Tensor, p: &FqParams) -> Option<IntTiles> {
     let [n, row] = codes.shape()[..] else {
         return None;
     };
-    let stored: &[i8] = bytemuck::cast_slice(codes.raw_bytes());
     match p.weight_bits {
-        4 => IntTiles::new(&unpack_int4(bytemuck::cast_slice(stored)), n, 2 * row),
-        _ => IntTiles::new(stored, n, row),
+        4 => IntTiles::new(&unpack_int4(codes.raw_bytes()), n, 2 * row),
+        _ => IntTiles::new(bytemuck::cast_slice(codes.raw_bytes()), n, row),
     }
 }
 
-/// [`linear`] with the site's codes also packed for the VNNI tile kernel ([`int_tiles`]):
-/// the same integer sums, so the same bits.
+/// [`crate::graph::Op::FqLinear`] on the cpu (`gain`: the fused RMSNorm's, with `p.norm`):
+/// each row of `x [.., K]` through
+/// [`act_row`] and [`gemm_row`] against `codes [N, K]` (I8; INT4 `[N, K / 2]`, two a byte,
+/// unpacked a block of rows at a time), then the addend (`[N]`: the
+/// bias of the epilogue; the output's shape: a residual added after it). Rows in parallel.
+/// With `tiles` (the same codes packed by [`int_tiles`]) the integer sums come from the VNNI
+/// tile kernel instead: the same sums, so the same bits.
 #[allow(clippy::too_many_arguments)]
-pub fn linear_tiled(
+pub fn linear(
     x: &Tensor,
     codes: &Tensor,
     wscale: &Tensor,
@@ -790,19 +777,32 @@ mod tests {
         assert!(rel < 0.05, "relative L2 {rel}: {got:?} vs {want:?}");
     }
 
+    /// A site's activations `[rows, k]` (in +-4), weight scales and bias (`[n]`), drawn
+    /// from `r`.
+    fn site_inputs(
+        r: &mut Lcg,
+        rows: usize,
+        k: usize,
+        n: usize,
+    ) -> (Tensor<'static>, Tensor<'static>, Tensor<'static>) {
+        let x: Vec<f32> = (0..rows * k).map(|_| 4.0 * r.next()).collect();
+        let ws: Vec<f32> = (0..n).map(|_| 0.01 + 0.02 * r.next().abs()).collect();
+        let bias: Vec<f32> = (0..n).map(|_| r.next()).collect();
+        (
+            Tensor::from_f32(vec![rows, k], x).unwrap(),
+            Tensor::from_f32(vec![n], ws).unwrap(),
+            Tensor::from_f32(vec![n], bias).unwrap(),
+        )
+    }
+
     /// INT4 codes stored two a byte give what the same codes one a byte give (rows in
     /// blocks of 16, a partial last block, a bias).
     #[test]
     fn packed_int4_codes_match_unpacked() {
         let mut r = Lcg(7);
         let (rows, k, n) = (5, 128, 37);
+        let (x, ws, bias) = site_inputs(&mut r, rows, k, n);
         let codes: Vec<i8> = (0..n * k).map(|_| (r.next() * 7.0).round() as i8).collect();
-        let x: Vec<f32> = (0..rows * k).map(|_| 4.0 * r.next()).collect();
-        let ws: Vec<f32> = (0..n).map(|_| 0.01 + 0.02 * r.next().abs()).collect();
-        let bias: Vec<f32> = (0..n).map(|_| r.next()).collect();
-        let x = Tensor::from_f32(vec![rows, k], x).unwrap();
-        let ws = Tensor::from_f32(vec![n], ws).unwrap();
-        let bias = Tensor::from_f32(vec![n], bias).unwrap();
         let bytes: Vec<u8> = codes.iter().map(|&c| c as u8).collect();
         let wide = Tensor::from_bytes(vec![n, k], GgmlType::I8, bytes).unwrap();
         let packed = Tensor::from_bytes(vec![n, k / 2], GgmlType::I8, pack_int4(&codes)).unwrap();
@@ -815,11 +815,11 @@ mod tests {
             norm: None,
             addend: true,
         };
-        let a = linear(&x, &wide, &ws, None, None, Some(&bias), &p(8)).unwrap();
-        let b = linear(&x, &packed, &ws, None, None, Some(&bias), &p(4)).unwrap();
+        let a = linear(&x, &wide, &ws, None, None, Some(&bias), &p(8), None).unwrap();
+        let b = linear(&x, &packed, &ws, None, None, Some(&bias), &p(4), None).unwrap();
         assert_eq!(a.as_f32().unwrap(), b.as_f32().unwrap());
         // the stored width must match the bits
-        assert!(linear(&x, &wide, &ws, None, None, Some(&bias), &p(4)).is_err());
+        assert!(linear(&x, &wide, &ws, None, None, Some(&bias), &p(4), None).is_err());
     }
 
     /// The VNNI tile path (codes packed once) gives the blocked path's bits: W8 and packed
@@ -828,12 +828,7 @@ mod tests {
     fn tiled_codes_match_the_blocked_path() {
         let mut r = Lcg(11);
         let (rows, k, n) = (13, 128, 70);
-        let x: Vec<f32> = (0..rows * k).map(|_| 4.0 * r.next()).collect();
-        let ws: Vec<f32> = (0..n).map(|_| 0.01 + 0.02 * r.next().abs()).collect();
-        let bias: Vec<f32> = (0..n).map(|_| r.next()).collect();
-        let x = Tensor::from_f32(vec![rows, k], x).unwrap();
-        let ws = Tensor::from_f32(vec![n], ws).unwrap();
-        let bias = Tensor::from_f32(vec![n], bias).unwrap();
+        let (x, ws, bias) = site_inputs(&mut r, rows, k, n);
         for (wbits, q) in [(8, 127.0), (4, 7.0)] {
             let codes: Vec<i8> = (0..n * k).map(|_| (r.next() * q).round() as i8).collect();
             let codes = match wbits {
@@ -854,8 +849,8 @@ mod tests {
                 eprintln!("NOTE: no AVX512-VNNI on this CPU: the tile path was not exercised");
                 return;
             };
-            let a = linear(&x, &codes, &ws, None, None, Some(&bias), &p).unwrap();
-            let b = linear_tiled(&x, &codes, &ws, None, None, Some(&bias), &p, Some(&tiles));
+            let a = linear(&x, &codes, &ws, None, None, Some(&bias), &p, None).unwrap();
+            let b = linear(&x, &codes, &ws, None, None, Some(&bias), &p, Some(&tiles));
             assert_eq!(
                 a.as_f32().unwrap(),
                 b.unwrap().as_f32().unwrap(),

@@ -337,11 +337,7 @@ mod simd {
                 let (j, b) = (blk / kb, blk % kb);
                 let d = symmetric_codes(ty, block, &mut q)
                     .ok_or_else(|| Error::shape("matmul", format!("{ty} has no signed codes")))?;
-                // each group of 4 codes lands as one 4-byte lane (see the layout above)
-                let base = b * 1024 + (j / 16) * 512 + (j % 16) * 4;
-                for (g, four) in q.chunks_exact(4).enumerate() {
-                    self.codes[base + g * 64..base + g * 64 + 4].copy_from_slice(four);
-                }
+                self.place(j, b, &q);
                 self.scales[b * NT + j] = d;
                 self.corr[b * NT + j] = 128 * q.iter().map(|&v| i32::from(v)).sum::<i32>();
             }
@@ -350,6 +346,16 @@ mod simd {
     }
 
     impl Packed {
+        /// Column `j`'s 32 codes of block `b` into the layout above: each group of 4
+        /// codes lands as one 4-byte lane.
+        fn place(&mut self, j: usize, b: usize, q: &[i8]) {
+            let base = b * 1024 + (j / 16) * 512 + (j % 16) * 4;
+            for (g, four) in q.chunks_exact(4).enumerate() {
+                self.codes[base + g * 64..base + g * 64 + 4]
+                    .copy_from_slice(bytemuck::cast_slice(four));
+            }
+        }
+
         /// Packs `codes [rows, k]` (rows <= [`NT`]) with no scales: `corr` holds each
         /// column's `128 * sum` over the whole row, at `corr[j]`.
         pub(crate) fn pack_codes(&mut self, codes: &[i8], rows: usize, k: usize) {
@@ -362,11 +368,7 @@ mod simd {
             self.corr.resize(NT, 0);
             for (j, row) in codes.chunks_exact(k).take(rows).enumerate() {
                 for (b, q) in row.chunks_exact(QK).enumerate() {
-                    let base = b * 1024 + (j / 16) * 512 + (j % 16) * 4;
-                    for (g, four) in q.chunks_exact(4).enumerate() {
-                        self.codes[base + g * 64..base + g * 64 + 4]
-                            .copy_from_slice(bytemuck::cast_slice(four));
-                    }
+                    self.place(j, b, q);
                 }
                 self.corr[j] = 128 * row.iter().map(|&v| i32::from(v)).sum::<i32>();
             }
