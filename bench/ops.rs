@@ -68,7 +68,12 @@ fn short_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, WallT
 /// y = x @ w^T with x [m, k] and w [n, k] of `ty`.
 fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
     let mut group = short_group(c, "matmul");
-    for &(m, n, k) in &[(50, 2560, 960), (1, 2560, 960), (50, 16384, 2048)] {
+    for &(m, n, k) in &[
+        (50, 2560, 960),
+        (1, 2560, 960),
+        (50, 16384, 2048),
+        (1024, 3072, 768),
+    ] {
         for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
             let w = Tensor::from_bytes(
                 vec![n, k],

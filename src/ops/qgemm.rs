@@ -39,12 +39,12 @@ impl QuantRows {
             .zip(scales.par_chunks_mut(kb))
             .zip(x.par_chunks(k))
             .for_each(|((c, s), xr)| {
-                let mut q = [0i8; QK];
-                for b in 0..kb {
-                    s[b] = q8_0_block(&xr[b * QK..(b + 1) * QK], &mut q).to_f32();
-                    for (o, v) in c[b * QK..(b + 1) * QK].iter_mut().zip(q) {
-                        *o = (v as i16 + 128) as u8;
-                    }
+                if simd::detected() {
+                    // SAFETY: the CPU features were checked; the three rows hold k, k and
+                    // k/32 elements.
+                    unsafe { simd::quantize_row(xr, c, s) }
+                } else {
+                    quantize_row(xr, c, s)
                 }
             });
         Self { k, codes, scales }
@@ -56,6 +56,22 @@ impl QuantRows {
             &self.codes[i * self.k..(i + 1) * self.k],
             &self.scales[i * kb..(i + 1) * kb],
         )
+    }
+}
+
+/// One row quantized per 32-block ([`q8_0_block`]), codes stored `code + 128`: the portable
+/// form of `simd::quantize_row` (which gives the same bytes and scales).
+fn quantize_row(xr: &[f32], codes: &mut [u8], scales: &mut [f32]) {
+    let mut q = [0i8; QK];
+    for ((xb, cb), s) in xr
+        .chunks_exact(QK)
+        .zip(codes.chunks_exact_mut(QK))
+        .zip(scales.iter_mut())
+    {
+        *s = q8_0_block(xb, &mut q).to_f32();
+        for (o, v) in cb.iter_mut().zip(q) {
+            *o = (v as i16 + 128) as u8;
+        }
     }
 }
 
@@ -438,6 +454,57 @@ mod simd {
         }
     }
 
+    /// [`super::quantize_row`] 16 lanes at a time, bit for bit: the same `amax / 127`, the
+    /// same f32 inverse, rounding half away from zero (truncate, then add one where the
+    /// dropped fraction is >= 0.5), NaN to 0 and magnitudes saturated at 127 as `as i8` does.
+    ///
+    /// # Safety
+    /// The CPU must have avx512f and avx512bw; `codes` holds `xr.len()` and `scales`
+    /// `xr.len() / 32` elements.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(crate) unsafe fn quantize_row(xr: &[f32], codes: &mut [u8], scales: &mut [f32]) {
+        let (half, one, top) = (
+            _mm512_set1_ps(0.5),
+            _mm512_set1_ps(1.0),
+            _mm512_set1_ps(127.0),
+        );
+        for ((xb, cb), s) in xr
+            .chunks_exact(QK)
+            .zip(codes.chunks_exact_mut(QK))
+            .zip(scales.iter_mut())
+        {
+            let v = [
+                _mm512_loadu_ps(xb.as_ptr()),
+                _mm512_loadu_ps(xb.as_ptr().add(16)),
+            ];
+            // f32::max skips NaN; so does max_ps when the NaN is its first operand.
+            let mut m = _mm512_setzero_ps();
+            for h in v {
+                m = _mm512_max_ps(_mm512_abs_ps(h), m);
+            }
+            let d = _mm512_reduce_max_ps(m) / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            *s = half::f16::from_f32(d).to_f32();
+            let idv = _mm512_set1_ps(id);
+            for (h, x) in v.into_iter().enumerate() {
+                let y = _mm512_mul_ps(x, idv);
+                let a = _mm512_abs_ps(y);
+                let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(a);
+                let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_sub_ps(a, t), half);
+                let r = _mm512_min_ps(_mm512_mask_add_ps(t, up, t, one), top);
+                let ord = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(y, y);
+                let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(y, _mm512_setzero_ps());
+                let q = _mm512_maskz_cvttps_epi32(ord, r);
+                let q = _mm512_mask_sub_epi32(q, neg, _mm512_setzero_si512(), q);
+                let q = _mm512_add_epi32(q, _mm512_set1_epi32(128));
+                _mm_storeu_si128(
+                    cb.as_mut_ptr().add(h * 16) as *mut __m128i,
+                    _mm512_cvtepi32_epi8(q),
+                );
+            }
+        }
+    }
+
     pub(crate) fn detected() -> bool {
         std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512bw")
@@ -542,6 +609,10 @@ mod simd {
         unreachable!("IntTiles::new is None without VNNI")
     }
 
+    pub(crate) unsafe fn quantize_row(_: &[f32], _: &mut [u8], _: &mut [f32]) {
+        unreachable!("detected() is false without VNNI")
+    }
+
     pub(crate) fn detected() -> bool {
         false
     }
@@ -632,6 +703,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn simd_activation_quantizer_gives_the_portable_bytes() {
+        if !simd::detected() {
+            eprintln!("NOTE: no AVX512-VNNI on this CPU: the SIMD quantizer was not exercised");
+            return;
+        }
+        let mut r = Rng::new(5);
+        let mut x = r.vec(64 * QK);
+        // Blocks with exact ties (amax 127 gives d = 1), zeros, NaN, infinities, subnormals
+        // and a tiny amax whose inverse overflows.
+        let ties: Vec<f32> = (0..QK).map(|i| i as f32 - 15.5).chain([127.0]).collect();
+        x[..QK].copy_from_slice(&ties[1..]);
+        x[QK..2 * QK].fill(0.0);
+        x[2 * QK + 3] = f32::NAN;
+        x[3 * QK + 1] = f32::INFINITY;
+        x[4 * QK + 7] = f32::NEG_INFINITY;
+        for (i, v) in x[5 * QK..6 * QK].iter_mut().enumerate() {
+            *v = f32::from_bits(i as u32 * 3);
+        }
+        x[6 * QK..7 * QK].fill(1e-40);
+        x[7 * QK..8 * QK].iter_mut().for_each(|v| *v *= 3e38);
+        let (mut c0, mut s0) = (vec![0u8; x.len()], vec![0.0f32; x.len() / QK]);
+        let (mut c1, mut s1) = (c0.clone(), s0.clone());
+        quantize_row(&x, &mut c0, &mut s0);
+        // SAFETY: detected above; lengths as required.
+        unsafe { simd::quantize_row(&x, &mut c1, &mut s1) };
+        assert_eq!(c0, c1);
+        let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&s0), bits(&s1));
+        // The ties block really has ties: -14.5 -> -15, 15.5 -> 16 (away from zero).
+        assert_eq!((c0[0], c0[30]), (128 - 15, 128 + 16));
     }
 
     #[test]
