@@ -73,6 +73,7 @@ fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
         (1, 2560, 960),
         (50, 16384, 2048),
         (1024, 3072, 768),
+        (1024, 768, 3072),
     ] {
         for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
             let w = Tensor::from_bytes(

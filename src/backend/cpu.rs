@@ -107,6 +107,19 @@ impl Executable for CpuExecutable<'_> {
             while marks.len() < starts.len() && starts[marks.len()] <= i {
                 marks.push(Instant::now());
             }
+            // A reshape of a value nothing reads later takes its buffer (no copy).
+            let reused = match node.op {
+                Op::Reshape(_)
+                    if self.weights[node.inputs[0].0].is_none()
+                        && self.last_use[node.inputs[0].0] == i =>
+                {
+                    values[node.inputs[0].0].take()
+                }
+                _ => None,
+            };
+            if let Some(t) = &reused {
+                live -= 4 * t.numel() as u64;
+            }
             let get = |id: crate::graph::NodeId| -> &Tensor {
                 match &self.weights[id.0] {
                     Some(w) => w,
@@ -115,7 +128,6 @@ impl Executable for CpuExecutable<'_> {
                         .expect("inputs are computed before use"),
                 }
             };
-            let x = node.inputs.first().map(|&id| get(id));
             let arg = |k: usize| get(node.inputs[k]);
             let out = match &node.op {
                 Op::Weight(_) => continue,
@@ -170,10 +182,10 @@ impl Executable for CpuExecutable<'_> {
                 }
                 Op::Slice { axis, start, len } => ops::slice(arg(0), *axis, *start, *len)?,
                 Op::Permute(perm) => ops::permute(arg(0), perm)?,
-                Op::Reshape(shape) => x
-                    .expect("reshape has an input")
-                    .to_f32()?
-                    .reshape(shape.clone())?,
+                Op::Reshape(shape) => match reused {
+                    Some(t) => t.reshape(shape.clone())?,
+                    None => arg(0).to_f32()?.reshape(shape.clone())?,
+                },
                 Op::FqLinear(p) => {
                     let ascale = p.fold.map(|_| arg(3));
                     let gain = p.norm.map(|_| arg(3 + usize::from(p.fold.is_some())));

@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use super::fdot;
 use super::kernels::{sgemm, Dst, Mat, SendPtr};
 use super::qgemm::{self, PackedWeight};
 use super::{f32s, out};
@@ -27,8 +28,9 @@ fn panel_rows(n: usize) -> usize {
     n.div_ceil(tasks).next_multiple_of(16).clamp(16, 128)
 }
 
-/// `out[m, n] = dot(x[m, :], w[n, :])` for `x [M, K]`, `w [N, K]`, on the `gemm` crate's
-/// packed, register-blocked kernels. An f32 weight with M > `SMALL_M` is one multithreaded
+/// `out[m, n] = dot(x[m, :], w[n, :])` for `x [M, K]`, `w [N, K]`. An f32 weight is read in
+/// place by the dot-form kernel (`fdot`) where the CPU has AVX-512; otherwise everything
+/// runs on the `gemm` crate's packed, register-blocked kernels: an f32 weight with M > `SMALL_M` is one multithreaded
 /// call (the crate splits M and N and packs the weight itself); otherwise the weight is cut
 /// into panels of rows (read in place, or copied / dequantized into a per-thread f32
 /// scratch), each multiplied single-threaded into its columns, panels in parallel (so a
@@ -43,6 +45,20 @@ fn gemm_xwt(
     n: usize,
     c: Option<Vec<f32>>,
 ) -> Result<Vec<f32>> {
+    gemm_xwt_on(x, m, k, w, n, c, fdot::enabled())
+}
+
+/// [`gemm_xwt`] with the f32 weight's kernel chosen: `fdot` (the dot-form kernel) or the
+/// `gemm` crate's (the tests run both).
+fn gemm_xwt_on(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: Weight<'_, '_>,
+    n: usize,
+    c: Option<Vec<f32>>,
+    dot_kernel: bool,
+) -> Result<Vec<f32>> {
     let accumulate = c.is_some();
     let mut res = c.unwrap_or_else(|| vec![0.0f32; m * n]);
     if m == 0 || n == 0 || k == 0 {
@@ -55,6 +71,10 @@ fn gemm_xwt(
         cs: 1,
     };
     match w {
+        Weight::F32(wf) if dot_kernel => {
+            assert!(wf.len() >= n * k, "gemm_xwt: weight too short");
+            fdot::xwt_add(x, m, k, wf, n, &mut res);
+        }
         Weight::F32(wf) if m > SMALL_M => {
             assert!(wf.len() >= n * k, "gemm_xwt: weight too short");
             // SAFETY: x holds m*k and wf n*k elements (checked); res is m*n and ours.
@@ -396,6 +416,8 @@ mod tests {
             (65, 40, 19),
             (130, 9, 33),
             (2, 0, 3),
+            (50, 256, 40),
+            (100, 512, 7),
         ] {
             let x = r.vec(m * k);
             let w = r.vec(n * k);
@@ -403,7 +425,11 @@ mod tests {
             let wt = Tensor::from_f32(vec![n, k], w.clone()).unwrap();
             let y = matmul(&xt, &wt).unwrap();
             assert_eq!(y.shape(), &[m, n]);
-            assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &w, m, k, n), 1e-5);
+            let want = naive_xwt(&x, &w, m, k, n);
+            assert_close(y.as_f32().unwrap(), &want, 1e-5);
+            // The gemm crate's path too, where the dot-form kernel took the call above.
+            let crate_path = gemm_xwt_on(&x, m, k, Weight::F32(&w), n, None, false).unwrap();
+            assert_close(&crate_path, &want, 1e-5);
         }
     }
 

@@ -18,6 +18,7 @@ mod attention;
 mod conv;
 mod elementwise;
 mod embedding;
+mod fdot;
 pub mod foldquant;
 pub(crate) mod kernels;
 mod matmul;

@@ -59,8 +59,13 @@ pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor<'static>> {
             base += (rem % oshape[d]) * ostr[d];
             rem /= oshape[d];
         }
-        for (j, v) in orow.iter_mut().enumerate() {
-            *v = xd[base + j * last_stride];
+        if last_stride == 1 {
+            // The last axis stays last (e.g. [S, H, D] -> [H, S, D]): rows are copied whole.
+            orow.copy_from_slice(&xd[base..base + last]);
+        } else {
+            for (j, v) in orow.iter_mut().enumerate() {
+                *v = xd[base + j * last_stride];
+            }
         }
     });
     out(oshape, o)
