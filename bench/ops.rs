@@ -68,14 +68,22 @@ fn short_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, WallT
 /// y = x @ w^T with x [m, k] and w [n, k] of `ty`.
 fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
     let mut group = short_group(c, "matmul");
-    for &(m, n, k) in &[
+    let shapes: [(usize, usize, usize); 8] = [
+        // (m, n, k): the expert's and the vision tower's shapes among them
         (50, 2560, 960),
         (1, 2560, 960),
         (50, 16384, 2048),
         (1024, 3072, 768),
         (1024, 768, 3072),
-    ] {
+        (50, 2048, 720),
+        (50, 720, 2048),
+        (50, 320, 720),
+    ];
+    for &(m, n, k) in &shapes {
         for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {
+            if !k.is_multiple_of(ty.block_size()) {
+                continue; // the action expert's 720 is no whole number of 32-blocks
+            }
             let w = Tensor::from_bytes(
                 vec![n, k],
                 ty,

@@ -556,7 +556,12 @@ mod simd {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let (pc, ps, pk) = (p.codes.as_ptr(), p.scales.as_ptr(), p.corr.as_ptr());
         for b in 0..p.kb {
-            let mut dot = [[_mm512_setzero_si512(); 2]; R];
+            // The sums start at -corr, which takes the activations' +128 offset out.
+            let start: [__m512i; 2] = std::array::from_fn(|h| {
+                let corr = _mm512_loadu_si512(pk.add(b * NT + h * 16) as *const _);
+                _mm512_sub_epi32(_mm512_setzero_si512(), corr)
+            });
+            let mut dot = [start; R];
             for g in 0..8 {
                 let w0 = _mm512_loadu_si512(pc.add(b * 1024 + g * 64) as *const _);
                 let w1 = _mm512_loadu_si512(pc.add(b * 1024 + 512 + g * 64) as *const _);
@@ -569,9 +574,8 @@ mod simd {
             }
             for h in 0..2 {
                 let ws = _mm512_loadu_ps(ps.add(b * NT + h * 16));
-                let corr = _mm512_loadu_si512(pk.add(b * NT + h * 16) as *const _);
                 for r in 0..R {
-                    let v = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r][h], corr));
+                    let v = _mm512_cvtepi32_ps(dot[r][h]);
                     let s = _mm512_mul_ps(ws, _mm512_set1_ps(xr[r].1[b]));
                     acc[r][h] = _mm512_fmadd_ps(v, s, acc[r][h]);
                 }
