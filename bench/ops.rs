@@ -68,7 +68,7 @@ fn short_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, WallT
 /// y = x @ w^T with x [m, k] and w [n, k] of `ty`.
 fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
     let mut group = short_group(c, "matmul");
-    let shapes: [(usize, usize, usize); 8] = [
+    let shapes: [(usize, usize, usize); 9] = [
         // (m, n, k): the expert's and the vision tower's shapes among them
         (50, 2560, 960),
         (1, 2560, 960),
@@ -78,6 +78,7 @@ fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
         (50, 2048, 720),
         (50, 720, 2048),
         (50, 320, 720),
+        (712, 16384, 2048),
     ];
     for &(m, n, k) in &shapes {
         for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0] {

@@ -18,6 +18,12 @@ const NR: usize = 4;
 const TILE_BYTES: usize = 256 << 10;
 /// Up to this many rows the activations are one tile.
 const SMALL_M: usize = 96;
+/// Weights with more values than this (64 MiB of f32; Gemma 2B's 16384 x 2048 projections
+/// hold 33.5 M) go to the `gemm` crate when more than `SMALL_M` rows multiply them: at 712 x
+/// 16384 x 2048 it takes 307 ms where this kernel takes 347, whatever the tile sizes (`cargo
+/// bench --bench ops -- F32/m712`); at 50 rows, or with SigLIP's and SmolLM2's weights (up to
+/// 9.4 M values), this kernel is the faster.
+pub(crate) const LARGE_WEIGHT: usize = 16 << 20;
 
 /// Whether this kernel runs here: the CPU has avx512f and `VLA_CPU_F32` is not `gemm`.
 pub(crate) fn enabled() -> bool {
@@ -58,8 +64,12 @@ pub(crate) fn xwt_add(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &
         .min((TILE_BYTES / (4 * k)).max(NR) / NR * NR);
     let (mt, nt) = (m.div_ceil(rows_per_tile), n.div_ceil(cols_per_tile));
     let dst = SendPtr(out.as_mut_ptr());
+    // Tasks go down the rows first: neighbouring tasks (and the two threads) share a tile of
+    // weight rows while the activations, read once per weight tile, come from L3. Across
+    // the columns first, a large weight (Gemma's 16384 x 2048 at 700 rows) streamed from
+    // memory once per row tile.
     (0..mt * nt).into_par_iter().for_each(|t| {
-        let (i0, j0) = ((t / nt) * rows_per_tile, (t % nt) * cols_per_tile);
+        let (i0, j0) = ((t % mt) * rows_per_tile, (t / mt) * cols_per_tile);
         let (i1, j1) = ((i0 + rows_per_tile).min(m), (j0 + cols_per_tile).min(n));
         // SAFETY: the tile's rows of x and w lie inside the asserted lengths (ldx >= k); this
         // task alone writes out[i0..i1, j0..j1].
@@ -81,6 +91,7 @@ mod simd {
     /// # Safety
     /// The CPU has avx512f; rows `i0..i1` of `x` (stride `ldx`) and `j0..j1` of `w` (stride
     /// `k`) hold `k` values each; the tile of `out` (stride `ldo`) is the caller's alone.
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn tile(
         x: &[f32],
         ldx: usize,
@@ -103,7 +114,8 @@ mod simd {
                 let wp: [*const f32; NR] =
                     std::array::from_fn(|c| w[(j + c.min(cols - 1)) * k..].as_ptr());
                 let o = out.add(i * ldo + j);
-                // SAFETY: as the caller promised; rows < rows and cols < cols are stored.
+                // SAFETY: as the caller promised; only the block's first `rows` rows and
+                // `cols` columns are stored (the repeated ones are computed and dropped).
                 unsafe {
                     match rows {
                         6 => block::<6>(&xp, wp, k, o, ldo, cols),

@@ -29,8 +29,9 @@ fn panel_rows(n: usize) -> usize {
 }
 
 /// `out[m, n] = dot(x[m, :], w[n, :])` for `x [M, K]`, `w [N, K]`. An f32 weight is read in
-/// place by the dot-form kernel (`fdot`) where the CPU has AVX-512; otherwise everything
-/// runs on the `gemm` crate's packed, register-blocked kernels: an f32 weight with M > `SMALL_M` is one multithreaded
+/// place by the dot-form kernel (`fdot`) where the CPU has AVX-512 (unless it holds more than
+/// `fdot::LARGE_WEIGHT` values and M > `SMALL_M`); everything else runs on the `gemm` crate's
+/// packed, register-blocked kernels: an f32 weight with M > `SMALL_M` is one multithreaded
 /// call (the crate splits M and N and packs the weight itself); otherwise the weight is cut
 /// into panels of rows (read in place, or copied / dequantized into a per-thread f32
 /// scratch), each multiplied single-threaded into its columns, panels in parallel (so a
@@ -71,7 +72,7 @@ fn gemm_xwt_on(
         cs: 1,
     };
     match w {
-        Weight::F32(wf) if dot_kernel => {
+        Weight::F32(wf) if dot_kernel && (m <= SMALL_M || n * k <= fdot::LARGE_WEIGHT) => {
             assert!(wf.len() >= n * k, "gemm_xwt: weight too short");
             fdot::xwt_add(x, m, k, wf, n, &mut res);
         }

@@ -5,6 +5,19 @@ use rayon::prelude::*;
 use super::{f32s, out};
 use crate::{Error, Result, Tensor};
 
+/// `Σ f(v)` over `row` in f64, eight independent partial sums (so it vectorises).
+fn sum_f64(row: &[f32], f: impl Fn(f32) -> f64) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let chunks = row.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().map(|&v| f(v)).sum();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(v);
+        }
+    }
+    acc.iter().sum::<f64>() + tail
+}
+
 fn last_dim(op: &'static str, x: &Tensor) -> Result<usize> {
     x.shape()
         .last()
@@ -36,7 +49,7 @@ pub fn rms_norm_offset(x: &Tensor, w: &Tensor, eps: f32, offset: f32) -> Result<
     let mut v = f32s(x)?.into_owned();
     if d > 0 {
         v.par_chunks_mut(d).for_each(|row| {
-            let ss: f64 = row.iter().map(|&a| a as f64 * a as f64).sum();
+            let ss = sum_f64(row, |a| a as f64 * a as f64);
             let inv = (1.0 / (ss / d as f64 + eps as f64).sqrt()) as f32;
             for (a, g) in row.iter_mut().zip(&wd) {
                 *a = *a * inv * g;
@@ -81,18 +94,28 @@ fn layer_norm_impl(
     let mut v = f32s(x)?.into_owned();
     if d > 0 {
         v.par_chunks_mut(d).for_each(|row| {
-            let mean = row.iter().map(|&a| a as f64).sum::<f64>() / d as f64;
-            let var = row.iter().map(|&a| (a as f64 - mean).powi(2)).sum::<f64>() / d as f64;
-            let inv = 1.0 / (var + eps as f64).sqrt();
-            for (i, a) in row.iter_mut().enumerate() {
-                let mut y = ((*a as f64 - mean) * inv) as f32;
-                if let Some(w) = &wd {
-                    y *= w[i];
+            let mean = sum_f64(row, |a| a as f64) / d as f64;
+            let var = sum_f64(row, |a| (a as f64 - mean).powi(2)) / d as f64;
+            // The statistics in f64, the normalisation in f32 (as PyTorch's kernel).
+            let (mean, inv) = (mean as f32, (1.0 / (var + eps as f64).sqrt()) as f32);
+            // One loop per parameter set, so each vectorises.
+            match (&wd, &bd) {
+                (Some(w), Some(b)) => {
+                    for ((a, w), b) in row.iter_mut().zip(w.iter()).zip(b.iter()) {
+                        *a = (*a - mean) * inv * w + b;
+                    }
                 }
-                if let Some(b) = &bd {
-                    y += b[i];
+                (Some(w), None) => {
+                    for (a, w) in row.iter_mut().zip(w.iter()) {
+                        *a = (*a - mean) * inv * w;
+                    }
                 }
-                *a = y;
+                (None, Some(b)) => {
+                    for (a, b) in row.iter_mut().zip(b.iter()) {
+                        *a = (*a - mean) * inv + b;
+                    }
+                }
+                (None, None) => row.iter_mut().for_each(|a| *a = (*a - mean) * inv),
             }
         });
     }

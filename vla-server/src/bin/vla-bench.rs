@@ -92,6 +92,10 @@ fn parse_frame(s: &str) -> Result<(usize, usize), String> {
     }
 }
 
+/// vla-server's allocator (why: there), so the timings are the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
