@@ -122,13 +122,24 @@ fn bench_matmul(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
 fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
     let mut group = short_group(c, "attention");
     let weights: HashMap<String, Tensor<'static>> = HashMap::new();
-    for &(sq, sk) in &[(50, 350), (300, 300)] {
-        let (hq, hkv, d) = (15, 5, 64);
+    // (query heads, kv heads, head dim, Sq, Sk, causal): SmolVLA's expert and prefill,
+    // SigLIP's 1024 patches (no mask), pi0's expert (8 heads on one kv head of width 256).
+    for &(hq, hkv, d, sq, sk, causal) in &[
+        (15, 5, 64, 50, 350, true),
+        (15, 5, 64, 300, 300, true),
+        (12, 12, 64, 1024, 1024, false),
+        (8, 1, 256, 50, 762, false),
+    ] {
         let mut g = GraphBuilder::new(&weights);
         let q = g.input("q", &[hq, sq, d]);
         let k = g.input("k", &[hkv, sk, d]);
         let v = g.input("v", &[hkv, sk, d]);
-        let Ok(o) = g.attention(q, k, v, AttentionMask::Causal, None, None) else {
+        let mask = if causal {
+            AttentionMask::Causal
+        } else {
+            AttentionMask::None
+        };
+        let Ok(o) = g.attention(q, k, v, mask, None, None) else {
             continue;
         };
         let graph = g.build(&[o]).unwrap();
@@ -147,7 +158,11 @@ fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
                 eprintln!("attention on {}: {e}", short_name(b.as_ref()));
                 continue;
             }
-            let id = BenchmarkId::new(short_name(b.as_ref()), format!("sq{sq}_sk{sk}"));
+            let case = format!(
+                "h{hq}_{hkv}_d{d}_sq{sq}_sk{sk}{}",
+                if causal { "" } else { "_full" }
+            );
+            let id = BenchmarkId::new(short_name(b.as_ref()), case);
             group.bench_function(id, |bench| bench.iter(|| exe.run(&named).unwrap()));
         }
     }

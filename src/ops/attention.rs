@@ -2,6 +2,7 @@
 
 use rayon::prelude::*;
 
+use super::attention_kernels::{self as tiles, KeysT};
 use super::kernels::{exp_shifted, sgemm, Dst, Mat};
 use super::{f32s, out};
 use crate::{Error, Result, Tensor};
@@ -33,6 +34,19 @@ pub fn attention(
     v: &Tensor,
     mask: Mask<'_>,
     scale: Option<f32>,
+) -> Result<Tensor<'static>> {
+    attention_on(q, k, v, mask, scale, tiles::enabled())
+}
+
+/// [`attention`] with the tiles' products chosen: the AVX-512 tile kernels (`tile_kernels`,
+/// where they run) or the `gemm` crate's (the tests run both).
+fn attention_on(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Mask<'_>,
+    scale: Option<f32>,
+    tile_kernels: bool,
 ) -> Result<Tensor<'static>> {
     const OP: &str = "attention";
     if q.rank() != 3 || k.rank() != 3 || v.rank() != 3 {
@@ -94,6 +108,7 @@ pub fn attention(
     if dv == 0 || sq == 0 {
         return out(vec![hq, sq, dv], o);
     }
+    let keys_t = tile_kernels.then(|| KeysT::new(&kd, hkv, sk, d));
     let ctx = Ctx {
         q: &qd,
         k: &kd,
@@ -106,6 +121,7 @@ pub fn attention(
         mask,
         mask_per_head,
         scale,
+        keys_t: keys_t.as_ref(),
     };
     // One task per (head, block of BQ queries); each writes its own rows of `o`.
     o.par_chunks_mut(sq * dv).enumerate().for_each(|(h, oh)| {
@@ -152,6 +168,8 @@ struct Ctx<'a> {
     mask: Mask<'a>,
     mask_per_head: bool,
     scale: f32,
+    /// The keys transposed for the AVX-512 tile kernels, where they run.
+    keys_t: Option<&'a KeysT>,
 }
 
 /// Per-thread buffers of [`Ctx::block`].
@@ -166,7 +184,8 @@ struct Scratch {
 
 impl Ctx<'_> {
     /// Output rows `i0..i0 + rows` of head `h` (`o` holds them, `[rows, dv]`): key tiles
-    /// through the `gemm` crate (`S = Q K^T`, `O += P V`) with an online softmax (running
+    /// through the AVX-512 tile kernels or the `gemm` crate (`S = Q K^T`, `O += P V`) with an
+    /// online softmax (running
     /// max and sum per row, O rescaled when the max grows), so no `[Sq, Sk]` matrix exists.
     fn block(&self, h: usize, i0: usize, o: &mut [f32], t: &mut Scratch) {
         let (d, dv, sk) = (self.d, self.dv, self.sk);
@@ -193,27 +212,31 @@ impl Ctx<'_> {
         while j0 < end {
             let cols = BK.min(end - j0);
             t.s.resize(rows * cols, 0.0);
-            // SAFETY: q is rows x d, the key tile cols x d (read transposed), s rows x cols.
-            unsafe {
-                sgemm(
-                    rows,
-                    cols,
-                    d,
-                    Dst::rows(t.s.as_mut_ptr(), cols),
-                    Mat {
-                        ptr: q.as_ptr(),
-                        rs: d as isize,
-                        cs: 1,
-                    },
-                    Mat {
-                        ptr: kh[j0 * d..].as_ptr(),
-                        rs: 1,
-                        cs: d as isize,
-                    },
-                    false,
-                    gemm::Parallelism::None,
-                )
-            };
+            if let Some(kt) = self.keys_t {
+                tiles::scores(q, rows, d, (kt.head(kvh, d, j0), kt.ld), cols, &mut t.s);
+            } else {
+                // SAFETY: q is rows x d, the key tile cols x d (read transposed), s rows x cols.
+                unsafe {
+                    sgemm(
+                        rows,
+                        cols,
+                        d,
+                        Dst::rows(t.s.as_mut_ptr(), cols),
+                        Mat {
+                            ptr: q.as_ptr(),
+                            rs: d as isize,
+                            cs: 1,
+                        },
+                        Mat {
+                            ptr: kh[j0 * d..].as_ptr(),
+                            rs: 1,
+                            cs: d as isize,
+                        },
+                        false,
+                        gemm::Parallelism::None,
+                    )
+                };
+            }
             for r in 0..rows {
                 let i = i0 + r;
                 let srow = &mut t.s[r * cols..(r + 1) * cols];
@@ -257,27 +280,31 @@ impl Ctx<'_> {
                 t.max[r] = new_max;
                 t.sum[r] += exp_shifted(srow, new_max);
             }
-            // SAFETY: p is rows x cols, the value tile cols x dv, o rows x dv.
-            unsafe {
-                sgemm(
-                    rows,
-                    dv,
-                    cols,
-                    Dst::rows(o.as_mut_ptr(), dv),
-                    Mat {
-                        ptr: t.s.as_ptr(),
-                        rs: cols as isize,
-                        cs: 1,
-                    },
-                    Mat {
-                        ptr: vh[j0 * dv..].as_ptr(),
-                        rs: dv as isize,
-                        cs: 1,
-                    },
-                    true,
-                    gemm::Parallelism::None,
-                )
-            };
+            if self.keys_t.is_some() {
+                tiles::add_pv(&t.s, rows, cols, &vh[j0 * dv..(j0 + cols) * dv], dv, o);
+            } else {
+                // SAFETY: p is rows x cols, the value tile cols x dv, o rows x dv.
+                unsafe {
+                    sgemm(
+                        rows,
+                        dv,
+                        cols,
+                        Dst::rows(o.as_mut_ptr(), dv),
+                        Mat {
+                            ptr: t.s.as_ptr(),
+                            rs: cols as isize,
+                            cs: 1,
+                        },
+                        Mat {
+                            ptr: vh[j0 * dv..].as_ptr(),
+                            rs: dv as isize,
+                            cs: 1,
+                        },
+                        true,
+                        gemm::Parallelism::None,
+                    )
+                };
+            }
             j0 += cols;
         }
         for r in 0..rows {
@@ -487,8 +514,13 @@ mod tests {
                 allowed[(h * sq + i) * sk + j]
             }),
         ];
-        for (mask, f) in cases {
-            let o = attention(&q, &k, &v, mask, Some(0.4)).unwrap();
+        // Both kernels for the tiles' products, where the AVX-512 ones run.
+        let kernels = [tiles::enabled(), false];
+        for ((mask, f), tile_kernels) in cases
+            .iter()
+            .flat_map(|c| kernels.iter().map(move |&t| (c, t)))
+        {
+            let o = attention_on(&q, &k, &v, *mask, Some(0.4), tile_kernels).unwrap();
             let ov = o.as_f32().unwrap();
             for h in 0..hq {
                 let kvh = h / 2;

@@ -15,6 +15,7 @@
 
 mod activation;
 mod attention;
+mod attention_kernels;
 mod conv;
 mod elementwise;
 mod embedding;
