@@ -37,21 +37,9 @@ fn panel_rows(n: usize) -> usize {
 /// scratch), each multiplied single-threaded into its columns, panels in parallel (so a
 /// non-f32 weight is never converted whole).
 /// `x @ w^T`, or `c + x @ w^T` when `c` (the output's first values, already in place) is
-/// given: the GEMM accumulates into it.
+/// given: the GEMM accumulates into it. `dot_kernel` lets an f32 weight take `fdot` (callers
+/// pass [`fdot::enabled`]; the tests run both paths).
 fn gemm_xwt(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    w: Weight<'_, '_>,
-    n: usize,
-    c: Option<Vec<f32>>,
-) -> Result<Vec<f32>> {
-    gemm_xwt_on(x, m, k, w, n, c, fdot::enabled())
-}
-
-/// [`gemm_xwt`] with the f32 weight's kernel chosen: `fdot` (the dot-form kernel) or the
-/// `gemm` crate's (the tests run both).
-fn gemm_xwt_on(
     x: &[f32],
     m: usize,
     k: usize,
@@ -224,7 +212,15 @@ pub fn matmul_add_packed(
         }
     };
     let res = if w.is_f32() {
-        gemm_xwt(&xd, m, k, Weight::F32(w.as_f32()?), n, addend)?
+        gemm_xwt(
+            &xd,
+            m,
+            k,
+            Weight::F32(w.as_f32()?),
+            n,
+            addend,
+            fdot::enabled(),
+        )?
     } else if qgemm::enabled(w.dtype()) {
         let mut y = qgemm::xwt(&xd, m, k, w, n, packed)?;
         if let Some(c) = addend {
@@ -234,7 +230,7 @@ pub fn matmul_add_packed(
         }
         y
     } else {
-        gemm_xwt(&xd, m, k, Weight::Packed(w), n, addend)?
+        gemm_xwt(&xd, m, k, Weight::Packed(w), n, addend, false)?
     };
     let mut shape = xs.to_vec();
     *shape.last_mut().expect("rank >= 1") = n;
@@ -393,7 +389,11 @@ mod tests {
         } else {
             Weight::Packed(w)
         };
-        Tensor::from_f32(vec![m, n], gemm_xwt(x, m, k, src, n, None).unwrap()).unwrap()
+        Tensor::from_f32(
+            vec![m, n],
+            gemm_xwt(x, m, k, src, n, None, fdot::enabled()).unwrap(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -429,7 +429,7 @@ mod tests {
             let want = naive_xwt(&x, &w, m, k, n);
             assert_close(y.as_f32().unwrap(), &want, 1e-5);
             // The gemm crate's path too, where the dot-form kernel took the call above.
-            let crate_path = gemm_xwt_on(&x, m, k, Weight::F32(&w), n, None, false).unwrap();
+            let crate_path = gemm_xwt(&x, m, k, Weight::F32(&w), n, None, false).unwrap();
             assert_close(&crate_path, &want, 1e-5);
         }
     }
