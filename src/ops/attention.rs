@@ -213,7 +213,7 @@ impl Ctx<'_> {
             let cols = BK.min(end - j0);
             t.s.resize(rows * cols, 0.0);
             if let Some(kt) = self.keys_t {
-                tiles::scores(q, rows, d, (kt.head(kvh, d, j0), kt.ld), cols, &mut t.s);
+                tiles::scores(q, rows, d, kt.head(kvh, d, j0), cols, &mut t.s);
             } else {
                 // SAFETY: q is rows x d, the key tile cols x d (read transposed), s rows x cols.
                 unsafe {

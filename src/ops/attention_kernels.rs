@@ -19,9 +19,9 @@ const KEYS: usize = 64;
 /// The keys of every kv head transposed, `[Hkv, D, Sk']` with `Sk'` = `Sk` rounded up to 64
 /// (the padding zero), made once per attention call and shared by all its query blocks.
 pub(super) struct KeysT {
-    pub(super) data: Vec<f32>,
+    data: Vec<f32>,
     /// `Sk'`, the row stride of each head's `[D, Sk']`.
-    pub(super) ld: usize,
+    ld: usize,
 }
 
 impl KeysT {
@@ -43,9 +43,9 @@ impl KeysT {
         KeysT { data, ld }
     }
 
-    /// Head `h`'s keys from key `j0` on: the slice [`scores`] reads.
-    pub(super) fn head(&self, h: usize, d: usize, j0: usize) -> &[f32] {
-        &self.data[h * d * self.ld + j0..]
+    /// Head `h`'s keys from key `j0` on and their row stride: what [`scores`] reads.
+    pub(super) fn head(&self, h: usize, d: usize, j0: usize) -> (&[f32], usize) {
+        (&self.data[h * d * self.ld + j0..], self.ld)
     }
 }
 
@@ -77,16 +77,8 @@ pub(super) fn add_pv(p: &[f32], rows: usize, cols: usize, v: &[f32], dv: usize, 
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
+    use crate::ops::kernels::lane_mask;
     use std::arch::x86_64::*;
-
-    /// Lanes of the last of `n` values' vectors (`n` > 0) as a load mask over 16 lanes.
-    fn lanes(n: usize) -> __mmask16 {
-        if n >= 16 {
-            u16::MAX
-        } else {
-            (1u16 << n) - 1
-        }
-    }
 
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn scores(
@@ -141,7 +133,7 @@ mod simd {
         for (r, a) in acc.iter().enumerate() {
             for (u, v) in a.iter().enumerate() {
                 if 16 * u < c_n {
-                    _mm512_mask_storeu_ps(sp.add(r * lds + 16 * u), lanes(c_n - 16 * u), *v);
+                    _mm512_mask_storeu_ps(sp.add(r * lds + 16 * u), lane_mask(c_n - 16 * u), *v);
                 }
             }
         }
@@ -160,8 +152,13 @@ mod simd {
             let pp = p.as_ptr().add(i * cols);
             for e in (0..dv).step_by(64) {
                 let e_n = 64.min(dv - e);
-                let m: [__mmask16; 4] =
-                    std::array::from_fn(|u| if 16 * u < e_n { lanes(e_n - 16 * u) } else { 0 });
+                let m: [__mmask16; 4] = std::array::from_fn(|u| {
+                    if 16 * u < e_n {
+                        lane_mask(e_n - 16 * u)
+                    } else {
+                        0
+                    }
+                });
                 let (vp, op) = (v.as_ptr().add(e), o.as_mut_ptr().add(i * dv + e));
                 match 6.min(rows - i) {
                     6 => pv_block::<6>(pp, cols, vp, dv, op, m),
@@ -253,7 +250,7 @@ mod tests {
             let v = r.vec(cols * dv);
             let kt = KeysT::new(&k, 1, cols, d);
             let mut s = vec![0.0f32; rows * cols];
-            scores(&q, rows, d, (kt.head(0, d, 0), kt.ld), cols, &mut s);
+            scores(&q, rows, d, kt.head(0, d, 0), cols, &mut s);
             let o0 = r.vec(rows * dv);
             let mut o = o0.clone();
             add_pv(&s, rows, cols, &v, dv, &mut o);

@@ -153,7 +153,7 @@ mod simd {
             p += 16;
         }
         if p < k {
-            let mask: __mmask16 = (1u16 << (k - p)) - 1;
+            let mask = crate::ops::kernels::lane_mask(k - p);
             let wv: [__m512; NR] =
                 std::array::from_fn(|c| _mm512_maskz_loadu_ps(mask, wp[c].add(p)));
             for r in 0..R {

@@ -3,8 +3,19 @@
 //!
 //! Portable versions use 8 independent accumulators (they autovectorise in release builds);
 //! on x86_64 an AVX2+FMA version (AVX-512 for `exp`) is picked at run time, which keeps the
-//! reference fast even in the (opt-level 1) test profile. Results differ from a sequential sum only by
-//! floating-point reassociation.
+//! reference fast even in the (opt-level 1) test profile. Results differ from a sequential
+//! sum only by floating-point reassociation.
+
+/// The AVX-512 lane mask of the first `min(n, 16)` lanes: a vector's worth of a row's
+/// last `n` values (the masked tails of the AVX-512 kernels here and in `fdot` and
+/// `attention_kernels`).
+pub(crate) fn lane_mask(n: usize) -> u16 {
+    if n >= 16 {
+        u16::MAX
+    } else {
+        (1u16 << n) - 1
+    }
+}
 
 /// `sum(a[i] * b[i])` over the common length (callers pass equal lengths).
 #[inline]
@@ -315,11 +326,7 @@ mod avx512 {
         let mut acc = _mm512_setzero_ps();
         let mut i = 0;
         while i < n {
-            let m: __mmask16 = if n - i >= 16 {
-                u16::MAX
-            } else {
-                (1u16 << (n - i)) - 1
-            };
+            let m = super::lane_mask(n - i);
             let x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), sh);
             let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, lo) & m;
             let x = _mm512_min_ps(x, hi);
