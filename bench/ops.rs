@@ -137,9 +137,9 @@ fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
         (8, 1, 256, 50, 762, false),
     ] {
         let mut g = GraphBuilder::new(&weights);
-        let q = g.input("q", &[hq, sq, d]);
-        let k = g.input("k", &[hkv, sk, d]);
-        let v = g.input("v", &[hkv, sk, d]);
+        let q = g.input("q", &[sq, hq, d]);
+        let k = g.input("k", &[sk, hkv, d]);
+        let v = g.input("v", &[sk, hkv, d]);
         let mask = if causal {
             AttentionMask::Causal
         } else {
@@ -150,9 +150,9 @@ fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
         };
         let graph = g.build(&[o]).unwrap();
         let inputs = [
-            Tensor::from_f32(vec![hq, sq, d], values(hq * sq * d, 1)).unwrap(),
-            Tensor::from_f32(vec![hkv, sk, d], values(hkv * sk * d, 2)).unwrap(),
-            Tensor::from_f32(vec![hkv, sk, d], values(hkv * sk * d, 3)).unwrap(),
+            Tensor::from_f32(vec![sq, hq, d], values(hq * sq * d, 1)).unwrap(),
+            Tensor::from_f32(vec![sk, hkv, d], values(hkv * sk * d, 2)).unwrap(),
+            Tensor::from_f32(vec![sk, hkv, d], values(hkv * sk * d, 3)).unwrap(),
         ];
         let named = [("q", &inputs[0]), ("k", &inputs[1]), ("v", &inputs[2])];
         group.throughput(Throughput::Elements((4 * hq * sq * sk * d) as u64));

@@ -1,12 +1,13 @@
 // Scaled dot-product attention, one workgroup per (query head h, query row i):
-// o[h, i] = softmax(q[h, i] . k[kvh, j] * scale over allowed j) @ v[kvh], kvh = h / group.
+// o[i, h] = softmax(q[i, h] . k[j, kvh] * scale over allowed j) @ v[:, kvh], kvh = h / group;
+// q [Sq, Hq, D], k [Sk, Hkv, D], v [Sk, Hkv, Dv], o [Sq, Hq, Dv] (heads inside positions).
 // Keys j >= end are never visited (end = i + Sk - Sq + 1 under CAUSAL, else Sk); ALLOWED
 // also skips keys whose mask[i, j] is 0. A row with no allowed key gets zeros.
 // Template: ROWS = score-row kernel (`attn_rows`: all Sk scores in workgroup memory,
 // array size SK_CAP, exact max then exp then P@V); otherwise the fused flash-style kernel
 // (`attn_flash`: online softmax over tiles of WG keys, running max / sum / output
-// rescaled per tile, no Sk-sized storage). (The GPU kernel set's attention is tiled GEMMs
-// and norm.wgsl's in-place softmax instead.) SUBGROUPS as in norm.wgsl.
+// rescaled per tile, no Sk-sized storage). (The GPU kernel set runs attention_tiled.wgsl,
+// or tiled GEMMs and norm.wgsl's in-place softmax.) SUBGROUPS as in norm.wgsl.
 
 struct Params {
     rows: u32,     // Hq * Sq
@@ -16,7 +17,7 @@ struct Params {
     dv: u32,
     group: u32,    // Hq / Hkv
     scale: f32,
-    _pad: u32,
+    hq: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -46,8 +47,11 @@ var<workgroup> probs: array<f32, WG>;
 
 struct Row {
     i: u32,
-    k_base: u32,   // first element of this kv head in k
+    o_base: u32,   // first element of this row in q and o (in units of D and Dv)
+    k_base: u32,   // first element of this kv head in k: key j at k_base + j * k_step
     v_base: u32,   // ... in v
+    k_step: u32,   // Hkv * D
+    v_step: u32,   // Hkv * Dv
     end: u32,      // keys [0, end) are candidates
 }
 
@@ -56,13 +60,15 @@ fn start(row: u32) -> Row {
     let h = row / p.sq;
     let i = row % p.sq;
     let kvh = h / p.group;
-    for (var c = lid; c < p.d; c += WG) { qs[c] = q[row * p.d + c]; }
+    let hkv = p.hq / p.group;
+    let at = i * p.hq + h;
+    for (var c = lid; c < p.d; c += WG) { qs[c] = q[at * p.d + c]; }
     workgroupBarrier();
     var end = p.sk;
 #if CAUSAL
     end = u32(clamp(i32(i) + i32(p.sk) - i32(p.sq) + 1, 0, i32(p.sk)));
 #endif
-    return Row(i, kvh * p.sk * p.d, kvh * p.sk * p.dv, end);
+    return Row(i, at, kvh * p.d, kvh * p.dv, hkv * p.d, hkv * p.dv, end);
 }
 
 // The scaled score of key j (< end), NEG_MAX when masked.
@@ -70,7 +76,7 @@ fn score(r: Row, j: u32) -> f32 {
 #if ALLOWED
     if (mask[r.i * p.sk + j] == 0.0) { return NEG_MAX; }
 #endif
-    let kb = r.k_base + j * p.d;
+    let kb = r.k_base + j * r.k_step;
     var s = 0.0;
     for (var c = 0u; c < p.d; c++) { s = fma(qs[c], k[kb + c], s); }
     return s * p.scale;
@@ -114,9 +120,9 @@ fn attn_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
         var vi = r.v_base + c;
         for (var j = 0u; j < r.end; j++) {
             acc = fma(probs[j], v[vi], acc);
-            vi += p.dv;
+            vi += r.v_step;
         }
-        o[row * p.dv + c] = acc * inv;
+        o[r.o_base * p.dv + c] = acc * inv;
     }
 }
 #else
@@ -153,10 +159,10 @@ fn attn_flash(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
             let c = lid + a * WG;
             if (c < p.dv) {
                 var t = acc[a] * alpha;
-                var vi = r.v_base + t0 * p.dv + c;
+                var vi = r.v_base + t0 * r.v_step + c;
                 for (var jj = 0u; jj < n; jj++) {
                     t = fma(probs[jj], v[vi], t);
-                    vi += p.dv;
+                    vi += r.v_step;
                 }
                 acc[a] = t;
             }
@@ -165,7 +171,7 @@ fn attn_flash(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
     let inv = select(1.0 / l_sum, 0.0, l_sum == 0.0);
     for (var a = 0u; a < ACC; a++) {
         let c = lid + a * WG;
-        if (c < p.dv) { o[row * p.dv + c] = acc[a] * inv; }
+        if (c < p.dv) { o[r.o_base * p.dv + c] = acc[a] * inv; }
     }
 }
 #endif

@@ -1,7 +1,8 @@
 // The GPU-grade tiled GEMM: C[b][m, n_off + n] = sum_k A[b][m, k] * B[b / group][n, k]
 // (or B[b / group][k, n] with B_KN), for float matmuls (one row chunk of the weight per
 // dispatch, b = 0) and for attention's two products (b = the query head, group = query
-// heads per kv head: scores Q K^T with the SCORES epilogue, then P V with B_KN).
+// heads per kv head: scores Q K^T with the SCORES epilogue, then P V with B_KN). Rows of
+// A and B are lda / ldb apart (attention reads heads inside positions: strided rows).
 // A workgroup computes a BM x BN output tile, each of its 16 x WG_Y invocations TM x TN
 // outputs strided by the workgroup's size (rows ly + WG_Y * i, columns lx + 16 * j), so
 // output stores are coalesced. K is walked in tiles of 16: the A and B tiles go through
@@ -27,7 +28,8 @@ struct Params {
     group: u32,    // batches of A per batch of B
     scale: f32,
     shift: i32,
-    _pad: u32,
+    lda: u32,      // elements between rows of A
+    ldb: u32,      // ... of B (B_KN: between its k rows)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -92,7 +94,7 @@ fn gemm_tiled(
             let kk = k0 + c;
             var v = 0.0;
             if (m < p.m && kk < p.k) {
-                v = a[a_base + m * p.k + kk];
+                v = a[a_base + m * p.lda + kk];
             }
             xs[r * PITCH + c] = v;
         }
@@ -110,9 +112,9 @@ fn gemm_tiled(
             var v = 0.0;
             if (n < p.rows && kk < p.k) {
 #if B_KN
-                v = load_w(b_base + kk * p.rows + n);
+                v = load_w(b_base + kk * p.ldb + n);
 #else
-                v = load_w(b_base + n * p.k + kk);
+                v = load_w(b_base + n * p.ldb + kk);
 #endif
             }
             ws[r * PITCH + c] = v;

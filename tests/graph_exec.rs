@@ -256,9 +256,9 @@ fn flops_count_attention_and_patch_embed() {
         Tensor::from_f32(vec![5], vec![0.0; 5]).unwrap(),
     );
     let mut g = GraphBuilder::new(&store);
-    let q = g.input("q", &[4, 3, 8]);
-    let k = g.input("k", &[2, 7, 8]);
-    let v = g.input("v", &[2, 7, 6]);
+    let q = g.input("q", &[3, 4, 8]);
+    let k = g.input("k", &[7, 2, 8]);
+    let v = g.input("v", &[7, 2, 6]);
     g.stage("attn");
     let o = g
         .attention(q, k, v, AttentionMask::None, None, None)

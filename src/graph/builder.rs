@@ -508,7 +508,9 @@ impl<'w> GraphBuilder<'w> {
         Ok(self.unary_with(Op::Rope(cfg), x, &[positions]))
     }
 
-    /// `allowed`: an `[Sq, Sk]` tensor (nonzero = may attend) when `mask` is `Allowed`.
+    /// `q [Sq, Hq, D]`, `k [Sk, Hkv, D]`, `v [Sk, Hkv, Dv]` -> `[Sq, Hq, Dv]` (see
+    /// [`Op::Attention`]); `allowed`: an `[Sq, Sk]` tensor (nonzero = may attend) when
+    /// `mask` is `Allowed`.
     pub fn attention(
         &mut self,
         q: NodeId,
@@ -524,8 +526,8 @@ impl<'w> GraphBuilder<'w> {
             && vs.len() == 3
             && ks[2] == qs[2]
             && vs[..2] == ks[..2]
-            && ks[0] > 0
-            && qs[0] % ks[0] == 0;
+            && ks[1] > 0
+            && qs[1] % ks[1] == 0;
         if !ok {
             return Err(err("attention", format!("q {qs:?}, k {ks:?}, v {vs:?}")));
         }
@@ -533,11 +535,11 @@ impl<'w> GraphBuilder<'w> {
         let scale = scale.unwrap_or(1.0 / (qs[2] as f32).sqrt());
         let mut inputs = vec![q, k, v];
         match (mask, allowed) {
-            (AttentionMask::Allowed, Some(m)) if self.shape(m) == [qs[1], ks[1]] => inputs.push(m),
+            (AttentionMask::Allowed, Some(m)) if self.shape(m) == [qs[0], ks[0]] => inputs.push(m),
             (AttentionMask::Allowed, _) => {
                 return Err(err(
                     "attention",
-                    format!("an Allowed mask needs an [{}, {}] mask input", qs[1], ks[1]),
+                    format!("an Allowed mask needs an [{}, {}] mask input", qs[0], ks[0]),
                 ))
             }
             (_, Some(_)) => {

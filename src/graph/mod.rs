@@ -95,7 +95,9 @@ pub enum Op {
     },
     /// `[x, positions [seq]]`.
     Rope(RopeConfig),
-    /// `[q [Hq, Sq, D], k [Hkv, Sk, D], v [Hkv, Sk, Dv]]` (+ `allowed [Sq, Sk]`).
+    /// `[q [Sq, Hq, D], k [Sk, Hkv, D], v [Sk, Hkv, Dv]]` (+ `allowed [Sq, Sk]`) ->
+    /// `[Sq, Hq, Dv]`: heads inside each position, as the projections lay them out, so no
+    /// permute is needed on either side. Query head `h` reads kv head `h / (Hq / Hkv)`.
     Attention {
         mask: AttentionMask,
         scale: f32,
@@ -262,10 +264,10 @@ impl Graph {
             Op::MatMul | Op::Bmm { .. } | Op::FqLinear(_) => {
                 node.numel() * shape(0).last().copied().unwrap_or(0)
             }
-            // q [Hq, Sq, D], k [Hkv, Sk, D], out [Hq, Sq, Dv]
+            // q [Sq, Hq, D], k [Sk, Hkv, D], out [Sq, Hq, Dv]
             Op::Attention { .. } => {
                 let dv = node.shape[2];
-                node.numel() / dv.max(1) * shape(1)[1] * (shape(0)[2] + dv)
+                node.numel() / dv.max(1) * shape(1)[0] * (shape(0)[2] + dv)
             }
             // [patches, out] from a [out, C, p, p] kernel
             Op::PatchEmbed => {

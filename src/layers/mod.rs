@@ -174,12 +174,8 @@ pub fn split_heads(
     g.reshape(x, &[s, heads, head_dim])
 }
 
-/// `[S, H, D]` <-> `[H, S, D]`.
-pub fn swap_seq_heads(g: &mut GraphBuilder, x: NodeId) -> Result<NodeId> {
-    g.permute(x, &[1, 0, 2])
-}
-
-/// Attention over `[S, H, D]` projections: returns `[Sq, Hq * Dv]`.
+/// Attention over `[S, H, D]` projections: returns `[Sq, Hq * Dv]`. The op reads and writes
+/// heads inside positions, so no permute runs on either side.
 pub fn attend(
     g: &mut GraphBuilder,
     q: NodeId,
@@ -187,18 +183,12 @@ pub fn attend(
     v: NodeId,
     mask: Option<NodeId>,
 ) -> Result<NodeId> {
-    let (q, k, v) = (
-        swap_seq_heads(g, q)?,
-        swap_seq_heads(g, k)?,
-        swap_seq_heads(g, v)?,
-    );
     let kind = if mask.is_some() {
         AttentionMask::Allowed
     } else {
         AttentionMask::None
     };
     let o = g.attention(q, k, v, kind, mask, None)?;
-    let o = swap_seq_heads(g, o)?;
     let (s, h, d) = (g.shape(o)[0], g.shape(o)[1], g.shape(o)[2]);
     g.reshape(o, &[s, h * d])
 }

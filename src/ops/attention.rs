@@ -25,9 +25,10 @@ pub enum Mask<'m> {
 
 /// `softmax(q k^T * scale + mask) v` per head.
 ///
-/// `q [Hq, Sq, D]`, `k [Hkv, Sk, D]`, `v [Hkv, Sk, Dv]` with `Hq` a multiple of `Hkv`
-/// (query head `h` uses kv head `h / (Hq / Hkv)`); `scale` defaults to `1 / sqrt(D)`.
-/// Returns `[Hq, Sq, Dv]`. A query that may attend to no key gets a zero output row.
+/// `q [Sq, Hq, D]`, `k [Sk, Hkv, D]`, `v [Sk, Hkv, Dv]` (heads inside positions, as the
+/// projections lay them out) with `Hq` a multiple of `Hkv` (query head `h` uses kv head
+/// `h / (Hq / Hkv)`); `scale` defaults to `1 / sqrt(D)`. Returns `[Sq, Hq, Dv]`. A query
+/// that may attend to no key gets a zero output row.
 pub fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -60,9 +61,9 @@ fn attention_on(
             ),
         ));
     }
-    let (hq, sq, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
-    let (hkv, sk, dk) = (k.shape()[0], k.shape()[1], k.shape()[2]);
-    let (hv, sv, dv) = (v.shape()[0], v.shape()[1], v.shape()[2]);
+    let (sq, hq, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
+    let (sk, hkv, dk) = (k.shape()[0], k.shape()[1], k.shape()[2]);
+    let (sv, hv, dv) = (v.shape()[0], v.shape()[1], v.shape()[2]);
     if dk != d || hv != hkv || sv != sk {
         return Err(Error::shape(
             OP,
@@ -104,9 +105,9 @@ fn attention_on(
     let qd = f32s(q)?;
     let kd = f32s(k)?;
     let vd = f32s(v)?;
-    let mut o = vec![0.0f32; hq * sq * dv];
+    let mut o = vec![0.0f32; sq * hq * dv];
     if dv == 0 || sq == 0 {
-        return out(vec![hq, sq, dv], o);
+        return out(vec![sq, hq, dv], o);
     }
     let keys_t = tile_kernels.then(|| KeysT::new(&kd, hkv, sk, d));
     let ctx = Ctx {
@@ -115,6 +116,8 @@ fn attention_on(
         v: &vd,
         sq,
         sk,
+        hq,
+        hkv,
         d,
         dv,
         group,
@@ -123,15 +126,25 @@ fn attention_on(
         scale,
         keys_t: keys_t.as_ref(),
     };
-    // One task per (head, block of BQ queries); each writes its own rows of `o`.
-    o.par_chunks_mut(sq * dv).enumerate().for_each(|(h, oh)| {
-        oh.par_chunks_mut(BQ * dv)
-            .enumerate()
-            .for_each_init(Scratch::default, |s, (qb, orows)| {
-                ctx.block(h, qb * BQ, orows, s)
-            });
-    });
-    out(vec![hq, sq, dv], o)
+    // One task per (head, block of BQ queries), its rows gathered and returned contiguous;
+    // then each block's rows go to their places (`Hq * Dv` apart).
+    let blocks = sq.div_ceil(BQ);
+    let done: Vec<Vec<f32>> = (0..hq * blocks)
+        .into_par_iter()
+        .map_init(Scratch::default, |s, task| {
+            let (h, i0) = (task / blocks, task % blocks * BQ);
+            let mut rows = vec![0.0f32; BQ.min(sq - i0) * dv];
+            ctx.block(h, i0, &mut rows, s);
+            rows
+        })
+        .collect();
+    for (task, rows) in done.iter().enumerate() {
+        let (h, i0) = (task / blocks, task % blocks * BQ);
+        for (r, row) in rows.chunks_exact(dv).enumerate() {
+            o[((i0 + r) * hq + h) * dv..][..dv].copy_from_slice(row);
+        }
+    }
+    out(vec![sq, hq, dv], o)
 }
 
 /// The largest element (`-inf` for an empty or all `-inf` row; NaN is ignored), eight
@@ -162,6 +175,8 @@ struct Ctx<'a> {
     v: &'a [f32],
     sq: usize,
     sk: usize,
+    hq: usize,
+    hkv: usize,
     d: usize,
     dv: usize,
     group: usize,
@@ -175,6 +190,8 @@ struct Ctx<'a> {
 /// Per-thread buffers of [`Ctx::block`].
 #[derive(Default)]
 struct Scratch {
+    /// The block's query rows, gathered contiguous.
+    q: Vec<f32>,
     /// Scores, then probabilities, of one `[rows, BK]` tile.
     s: Vec<f32>,
     /// Running max and sum of each row.
@@ -191,9 +208,15 @@ impl Ctx<'_> {
         let (d, dv, sk) = (self.d, self.dv, self.sk);
         let rows = o.len() / dv;
         let kvh = h / self.group;
-        let q = &self.q[(h * self.sq + i0) * d..(h * self.sq + i0 + rows) * d];
-        let kh = &self.k[kvh * sk * d..(kvh + 1) * sk * d];
-        let vh = &self.v[kvh * sk * dv..(kvh + 1) * sk * dv];
+        let mut q = std::mem::take(&mut t.q);
+        q.clear();
+        for i in i0..i0 + rows {
+            q.extend_from_slice(&self.q[(i * self.hq + h) * d..][..d]);
+        }
+        // this kv head's key and value rows, `ldk` / `ldv` apart
+        let (ldk, ldv) = (self.hkv * d, self.hkv * dv);
+        let kh = &self.k[kvh * d..];
+        let vh = &self.v[kvh * dv..];
         // Causal: query i sees keys j <= i + (Sk - Sq); the block's last row sees the most.
         let offset = sk as i64 - self.sq as i64;
         let visible = |i: usize| -> usize {
@@ -213,7 +236,7 @@ impl Ctx<'_> {
             let cols = BK.min(end - j0);
             t.s.resize(rows * cols, 0.0);
             if let Some(kt) = self.keys_t {
-                tiles::scores(q, rows, d, kt.head(kvh, d, j0), cols, &mut t.s);
+                tiles::scores(&q, rows, d, kt.head(kvh, d, j0), cols, &mut t.s);
             } else {
                 // SAFETY: q is rows x d, the key tile cols x d (read transposed), s rows x cols.
                 unsafe {
@@ -228,9 +251,9 @@ impl Ctx<'_> {
                             cs: 1,
                         },
                         Mat {
-                            ptr: kh[j0 * d..].as_ptr(),
+                            ptr: kh[j0 * ldk..].as_ptr(),
                             rs: 1,
-                            cs: d as isize,
+                            cs: ldk as isize,
                         },
                         false,
                         gemm::Parallelism::None,
@@ -281,7 +304,7 @@ impl Ctx<'_> {
                 t.sum[r] += exp_shifted(srow, new_max);
             }
             if self.keys_t.is_some() {
-                tiles::add_pv(&t.s, rows, cols, &vh[j0 * dv..(j0 + cols) * dv], dv, o);
+                tiles::add_pv(&t.s, rows, cols, (&vh[j0 * ldv..], ldv), dv, o);
             } else {
                 // SAFETY: p is rows x cols, the value tile cols x dv, o rows x dv.
                 unsafe {
@@ -296,8 +319,8 @@ impl Ctx<'_> {
                             cs: 1,
                         },
                         Mat {
-                            ptr: vh[j0 * dv..].as_ptr(),
-                            rs: dv as isize,
+                            ptr: vh[j0 * ldv..].as_ptr(),
+                            rs: ldv as isize,
                             cs: 1,
                         },
                         true,
@@ -307,6 +330,7 @@ impl Ctx<'_> {
             }
             j0 += cols;
         }
+        t.q = q;
         for r in 0..rows {
             // A row that saw no key keeps its zeros.
             if t.sum[r] > 0.0 {
@@ -322,8 +346,28 @@ mod tests {
     use super::*;
     use crate::ops::testutil::{assert_close, Rng};
 
+    /// The op's `[S, H, D]` tensor from head-major data `v` of `shape` `[H, S, D]` (the
+    /// tests write and check heads as contiguous blocks).
     fn t(shape: &[usize], v: Vec<f32>) -> Tensor<'static> {
-        Tensor::from_f32(shape.to_vec(), v).unwrap()
+        let (h, s, d) = (shape[0], shape[1], shape[2]);
+        let mut x = vec![0.0f32; v.len()];
+        for (k, &e) in v.iter().enumerate() {
+            let (hh, i, c) = (k / (s * d), k / d % s, k % d);
+            x[(i * h + hh) * d + c] = e;
+        }
+        Tensor::from_f32(vec![s, h, d], x).unwrap()
+    }
+
+    /// The op's `[S, H, D]` output as head-major data.
+    fn hm(o: &Tensor) -> Vec<f32> {
+        let (s, h, d) = (o.shape()[0], o.shape()[1], o.shape()[2]);
+        let x = o.as_f32().unwrap();
+        let mut v = vec![0.0f32; x.len()];
+        for (k, e) in v.iter_mut().enumerate() {
+            let (hh, i, c) = (k / (s * d), k / d % s, k % d);
+            *e = x[(i * h + hh) * d + c];
+        }
+        v
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -376,8 +420,8 @@ mod tests {
         let vv = r.vec(10);
         let v = t(&[2, 1, 5], vv.clone());
         let o = attention(&q, &k, &v, Mask::None, None).unwrap();
-        assert_eq!(o.shape(), &[2, 3, 5]);
-        let ov = o.as_f32().unwrap();
+        assert_eq!(o.shape(), &[3, 2, 5]);
+        let ov = hm(&o);
         for h in 0..2 {
             for i in 0..3 {
                 assert_close(&ov[(h * 3 + i) * 5..][..5], &vv[h * 5..][..5], 1e-6);
@@ -404,7 +448,7 @@ mod tests {
             (Mask::Causal, &|i: usize, j: usize| j <= i),
         ] {
             let o = attention(&q, &k, &v, mask, None).unwrap();
-            let ov = o.as_f32().unwrap();
+            let ov = hm(&o);
             for hh in 0..h {
                 let want = naive_head(
                     &qv[hh * s * d..],
@@ -421,7 +465,7 @@ mod tests {
             }
         }
         let o = attention(&q, &k, &v, Mask::Causal, None).unwrap();
-        assert_close(&o.as_f32().unwrap()[..dv], &vv[..dv], 1e-6);
+        assert_close(&hm(&o)[..dv], &vv[..dv], 1e-6);
     }
 
     #[test]
@@ -439,7 +483,7 @@ mod tests {
         )
         .unwrap();
         let want = naive_head(&qv, &kv, &vv, sq, sk, d, d, 0.3, &|i, j| j <= i + 3);
-        assert_close(o.as_f32().unwrap(), &want, 1e-5);
+        assert_close(&hm(&o), &want, 1e-5);
     }
 
     #[test]
@@ -471,7 +515,7 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_close(o.as_f32().unwrap(), o2.as_f32().unwrap(), 1e-6);
+        assert_close(&hm(&o), &hm(&o2), 1e-6);
         assert!(attention(
             &q,
             &t(&[4, s, d], vec![0.0; 4 * s * d]),
@@ -521,7 +565,7 @@ mod tests {
             .flat_map(|c| kernels.iter().map(move |&t| (c, t)))
         {
             let o = attention_on(&q, &k, &v, *mask, Some(0.4), tile_kernels).unwrap();
-            let ov = o.as_f32().unwrap();
+            let ov = hm(&o);
             for h in 0..hq {
                 let kvh = h / 2;
                 let want = naive_head(
@@ -558,16 +602,16 @@ mod tests {
         let want = naive_head(&qv, &kv, &vv, sq, sk, d, d, 0.5, &|i, j| {
             allowed[i * sk + j]
         });
-        assert_close(o.as_f32().unwrap(), &want, 1e-5);
-        assert_eq!(&o.as_f32().unwrap()[2 * d..], &[0.0; 4]);
+        assert_close(&hm(&o), &want, 1e-5);
+        assert_eq!(&hm(&o)[2 * d..], &[0.0; 4]);
 
         let add: Vec<f32> = allowed
             .iter()
             .map(|&a| if a { 0.0 } else { f32::NEG_INFINITY })
             .collect();
         let o2 = attention(&q, &k, &v, Mask::Additive(&add), None).unwrap();
-        assert_close(o2.as_f32().unwrap(), &want, 1e-6);
-        assert!(o2.as_f32().unwrap().iter().all(|x| !x.is_nan()));
+        assert_close(&hm(&o2), &want, 1e-6);
+        assert!(hm(&o2).iter().all(|x| !x.is_nan()));
 
         // A finite additive bias shifts the weights: +ln 2 on key 0 doubles its odds.
         let mut bias = vec![0.0f32; sq * sk];
@@ -587,7 +631,7 @@ mod tests {
                 want3[c] += p * vv[j * d + c];
             }
         }
-        assert_close(o3.as_f32().unwrap(), &want3, 1e-6);
+        assert_close(&hm(&o3), &want3, 1e-6);
         assert!(attention(&q, &k, &v, Mask::Allowed(&allowed[..5]), None).is_err());
     }
 }

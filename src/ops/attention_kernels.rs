@@ -1,6 +1,7 @@
 //! The two products of one attention tile in broadcast form (AVX-512), for `attention`'s
 //! key tiles: `S = Q K^T` from the keys transposed once per call into `[D, Sk]` (so 64 keys
-//! are four vector loads per query value) and `O += P V` from the value rows as they lie.
+//! are four vector loads per query value) and `O += P V` from the value rows where they lie
+//! (strided: `[Sk, Hkv, Dv]` keeps a head's rows `Hkv * Dv` apart).
 //! A register block is 6 query rows x 64 keys (or x 64 output values): 24 accumulators,
 //! four loads and six broadcasts per 24 FMAs, no horizontal sums. The `gemm` crate packs
 //! both operands on every one of these small calls; `VLA_CPU_F32=gemm` (or a CPU without
@@ -25,20 +26,18 @@ pub(super) struct KeysT {
 }
 
 impl KeysT {
-    /// `k [hkv, sk, d]` transposed per head, heads in parallel.
+    /// `k [sk, hkv, d]` transposed per head, heads in parallel.
     pub(super) fn new(k: &[f32], hkv: usize, sk: usize, d: usize) -> Self {
         let ld = sk.next_multiple_of(KEYS);
         let mut data = vec![0.0f32; hkv * d * ld];
         if d > 0 && ld > 0 {
-            data.par_chunks_mut(d * ld)
-                .zip(k.par_chunks(sk * d))
-                .for_each(|(t, kh)| {
-                    for (c, row) in kh.chunks_exact(d).enumerate() {
-                        for (p, &v) in row.iter().enumerate() {
-                            t[p * ld + c] = v;
-                        }
+            data.par_chunks_mut(d * ld).enumerate().for_each(|(h, t)| {
+                for (c, row) in k.chunks_exact(d).skip(h).step_by(hkv).enumerate() {
+                    for (p, &v) in row.iter().enumerate() {
+                        t[p * ld + c] = v;
                     }
-                });
+                }
+            });
         }
         KeysT { data, ld }
     }
@@ -66,13 +65,21 @@ pub(super) fn scores(
     unsafe { simd::scores(q, rows, d, kt, ld, cols, s) }
 }
 
-/// `o[r * dv + e] += Σ_c p[r * cols + c] * v[c * dv + e]` for `rows` rows of `p` and the
-/// `cols` value rows of `v`.
-pub(super) fn add_pv(p: &[f32], rows: usize, cols: usize, v: &[f32], dv: usize, o: &mut [f32]) {
-    assert!(enabled() && p.len() >= rows * cols && v.len() >= cols * dv);
+/// `o[r * dv + e] += Σ_c p[r * cols + c] * v[c * ldv + e]` for `rows` rows of `p` and the
+/// `cols` value rows of `v` (`ldv` apart).
+pub(super) fn add_pv(
+    p: &[f32],
+    rows: usize,
+    cols: usize,
+    (v, ldv): (&[f32], usize),
+    dv: usize,
+    o: &mut [f32],
+) {
+    assert!(enabled() && p.len() >= rows * cols && ldv >= dv);
+    assert!(cols == 0 || v.len() >= (cols - 1) * ldv + dv);
     assert!(o.len() >= rows * dv);
     // SAFETY: features checked; lengths asserted.
-    unsafe { simd::add_pv(p, rows, cols, v, dv, o) }
+    unsafe { simd::add_pv(p, rows, cols, v, ldv, dv, o) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -145,6 +152,7 @@ mod simd {
         rows: usize,
         cols: usize,
         v: &[f32],
+        ldv: usize,
         dv: usize,
         o: &mut [f32],
     ) {
@@ -161,24 +169,25 @@ mod simd {
                 });
                 let (vp, op) = (v.as_ptr().add(e), o.as_mut_ptr().add(i * dv + e));
                 match 6.min(rows - i) {
-                    6 => pv_block::<6>(pp, cols, vp, dv, op, m),
-                    5 => pv_block::<5>(pp, cols, vp, dv, op, m),
-                    4 => pv_block::<4>(pp, cols, vp, dv, op, m),
-                    3 => pv_block::<3>(pp, cols, vp, dv, op, m),
-                    2 => pv_block::<2>(pp, cols, vp, dv, op, m),
-                    _ => pv_block::<1>(pp, cols, vp, dv, op, m),
+                    6 => pv_block::<6>(pp, cols, (vp, ldv), dv, op, m),
+                    5 => pv_block::<5>(pp, cols, (vp, ldv), dv, op, m),
+                    4 => pv_block::<4>(pp, cols, (vp, ldv), dv, op, m),
+                    3 => pv_block::<3>(pp, cols, (vp, ldv), dv, op, m),
+                    2 => pv_block::<2>(pp, cols, (vp, ldv), dv, op, m),
+                    _ => pv_block::<1>(pp, cols, (vp, ldv), dv, op, m),
                 }
             }
         }
     }
 
-    /// `R` rows x 64 output values (the lanes in `m`) over all `cols` value rows.
+    /// `R` rows x 64 output values (the lanes in `m`) over all `cols` value rows (`ldv`
+    /// apart).
     #[inline]
     #[target_feature(enable = "avx512f")]
     unsafe fn pv_block<const R: usize>(
         pp: *const f32,
         cols: usize,
-        vp: *const f32,
+        (vp, ldv): (*const f32, usize),
         dv: usize,
         op: *mut f32,
         m: [__mmask16; 4],
@@ -188,7 +197,7 @@ mod simd {
         });
         for c in 0..cols {
             let vv: [__m512; 4] =
-                std::array::from_fn(|u| _mm512_maskz_loadu_ps(m[u], vp.add(c * dv + 16 * u)));
+                std::array::from_fn(|u| _mm512_maskz_loadu_ps(m[u], vp.add(c * ldv + 16 * u)));
             for (r, a) in acc.iter_mut().enumerate() {
                 let b = _mm512_set1_ps(*pp.add(r * cols + c));
                 for u in 0..4 {
@@ -218,7 +227,15 @@ mod simd {
         unreachable!("enabled() is false without avx512f")
     }
 
-    pub(super) unsafe fn add_pv(_: &[f32], _: usize, _: usize, _: &[f32], _: usize, _: &mut [f32]) {
+    pub(super) unsafe fn add_pv(
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: &mut [f32],
+    ) {
         unreachable!("enabled() is false without avx512f")
     }
 }
@@ -245,19 +262,21 @@ mod tests {
             (64, 256, 64, 64),
             (5, 17, 3, 130),
         ] {
+            // two kv heads, `[cols, 2, d]` and `[cols, 2, dv]`: head 1 is read strided
             let q = r.vec(rows * d);
-            let k = r.vec(cols * d);
-            let v = r.vec(cols * dv);
-            let kt = KeysT::new(&k, 1, cols, d);
+            let k = r.vec(cols * 2 * d);
+            let v = r.vec(cols * 2 * dv);
+            let kt = KeysT::new(&k, 2, cols, d);
             let mut s = vec![0.0f32; rows * cols];
-            scores(&q, rows, d, kt.head(0, d, 0), cols, &mut s);
+            scores(&q, rows, d, kt.head(1, d, 0), cols, &mut s);
             let o0 = r.vec(rows * dv);
             let mut o = o0.clone();
-            add_pv(&s, rows, cols, &v, dv, &mut o);
+            add_pv(&s, rows, cols, (&v[dv..], 2 * dv), dv, &mut o);
+            let (k, v) = (&k[d..], &v[dv..]);
             for i in 0..rows {
                 for c in 0..cols {
                     let want: f64 = (0..d)
-                        .map(|p| q[i * d + p] as f64 * k[c * d + p] as f64)
+                        .map(|p| q[i * d + p] as f64 * k[c * 2 * d + p] as f64)
                         .sum();
                     let got = s[i * cols + c] as f64;
                     assert!(
@@ -268,7 +287,7 @@ mod tests {
                 for e in 0..dv {
                     let want = o0[i * dv + e] as f64
                         + (0..cols)
-                            .map(|c| s[i * cols + c] as f64 * v[c * dv + e] as f64)
+                            .map(|c| s[i * cols + c] as f64 * v[c * 2 * dv + e] as f64)
                             .sum::<f64>();
                     let got = o[i * dv + e] as f64;
                     assert!(

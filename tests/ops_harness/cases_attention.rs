@@ -1,9 +1,9 @@
 //! Row reductions (softmax, RMSNorm, LayerNorm), RoPE, batched matmul and attention. The
-//! attention cases also run on every GPU backend with each attention kernel forced
-//! (`attention_kernels_forced`), since the default picks by Sk.
+//! attention cases also run on every GPU backend with each attention kernel of both kernel
+//! sets forced (`attention_kernels_forced`), since the defaults pick by set and Sk.
 
 use super::{check, gpu_backends, Cases, Rng, NMSE_DEFAULT, NMSE_MATMUL};
-use vla::backend::wgpu::WgpuOptions;
+use vla::backend::wgpu::{KernelSet, WgpuOptions};
 use vla::gguf::GgmlType;
 use vla::graph::AttentionMask;
 use vla::ops::{RopeConfig, RopeLayout, RopeMode};
@@ -181,7 +181,7 @@ fn bmm_cases(c: &mut Cases) {
 }
 
 /// (Hq, Hkv, Sq, Sk, D, Dv)
-const ATTENTION_SHAPES: [(usize, usize, usize, usize, usize, usize); 11] = [
+const ATTENTION_SHAPES: [(usize, usize, usize, usize, usize, usize); 12] = [
     (1, 1, 1, 1, 1, 1),
     (15, 5, 50, 350, 64, 64), // SmolVLA expert over prefix + chunk
     (15, 5, 1, 350, 64, 64),
@@ -193,6 +193,7 @@ const ATTENTION_SHAPES: [(usize, usize, usize, usize, usize, usize); 11] = [
     (2, 1, 3, 2000, 64, 64),
     (1, 1, 2, 5000, 32, 16), // over the auto threshold (flash by default)
     (8, 1, 1, 257, 256, 256),
+    (8, 1, 13, 40, 256, 256), // pi0's expert: 8 heads on one kv head, blocks across positions
 ];
 
 fn attention_cases(c: &mut Cases) {
@@ -203,9 +204,9 @@ fn attention_cases(c: &mut Cases) {
             AttentionMask::Allowed,
         ] {
             let (q, k, v) = (
-                c.tensor(&[hq, sq, d]),
-                c.tensor(&[hkv, sk, d]),
-                c.tensor(&[hkv, sk, dv]),
+                c.tensor(&[sq, hq, d]),
+                c.tensor(&[sk, hkv, d]),
+                c.tensor(&[sk, hkv, dv]),
             );
             let mut inputs = vec![("q", q), ("k", k), ("v", v)];
             if mask == AttentionMask::Allowed {
@@ -230,9 +231,9 @@ fn attention_cases(c: &mut Cases) {
             let scale = if d == 72 { Some(0.125) } else { None };
             let name = format!("attention {mask:?} hq{hq} hkv{hkv} sq{sq} sk{sk} d{d} dv{dv}");
             c.add(name, vec![], inputs, NMSE_MATMUL, move |g| {
-                let q = g.input("q", &[hq, sq, d]);
-                let k = g.input("k", &[hkv, sk, d]);
-                let v = g.input("v", &[hkv, sk, dv]);
+                let q = g.input("q", &[sq, hq, d]);
+                let k = g.input("k", &[sk, hkv, d]);
+                let v = g.input("v", &[sk, hkv, dv]);
                 let m = (mask == AttentionMask::Allowed).then(|| g.input("mask", &[sq, sk]));
                 g.attention(q, k, v, mask, m, scale)
             })
@@ -241,7 +242,9 @@ fn attention_cases(c: &mut Cases) {
     }
 }
 
-/// The attention cases on each GPU backend with the flash kernel forced on, then off.
+/// The attention cases on each GPU backend with each kernel set and the flash kernel
+/// forced on, then off: portable flash / score-row kernels, the GPU set's fused tiled
+/// kernel / GEMM composition.
 #[test]
 fn attention_kernels_forced() {
     let mut c = Cases {
@@ -251,20 +254,25 @@ fn attention_kernels_forced() {
     attention_cases(&mut c);
     let mut failures = Vec::new();
     for base in gpu_backends().into_iter().filter(|b| b.is_default()) {
-        for flash in [true, false] {
+        for (set, flash) in [KernelSet::Portable, KernelSet::Gpu]
+            .into_iter()
+            .flat_map(|s| [(s, true), (s, false)])
+        {
             let b = base.backend.reconfigured(WgpuOptions {
                 flash_attn: Some(flash),
+                kernels: Some(set),
                 ..base.backend.options()
             });
+            let set = set.name();
             for case in &c.list {
                 let result = check(&b, case);
                 let verdict = match &result {
                     Ok(e) => format!("nmse {e:9.2e} ok"),
                     Err(why) => format!("FAIL {why}"),
                 };
-                println!("{:<56} flash {flash:<5} {verdict}", case.name);
+                println!("{:<56} {set:<8} flash {flash:<5} {verdict}", case.name);
                 if let Err(why) = result {
-                    failures.push(format!("{} flash {flash}: {why}", case.name));
+                    failures.push(format!("{} {set} flash {flash}: {why}", case.name));
                 }
             }
         }

@@ -133,9 +133,9 @@ fn cases() -> Cases {
             AttentionMask::Allowed,
         ] {
             let (q, k, v) = (
-                c.tensor(&[hq, sq, d]),
-                c.tensor(&[hkv, sk, d]),
-                c.tensor(&[hkv, sk, dv]),
+                c.tensor(&[sq, hq, d]),
+                c.tensor(&[sk, hkv, d]),
+                c.tensor(&[sk, hkv, dv]),
             );
             let mut inputs = vec![("q", q), ("k", k), ("v", v)];
             if mask == AttentionMask::Allowed {
@@ -156,9 +156,9 @@ fn cases() -> Cases {
             }
             let name = format!("attention {mask:?} q{hq}x{sq}x{d} kv{hkv}x{sk} dv{dv}");
             c.add(name, vec![], inputs, NMSE_MATMUL, move |g| {
-                let q = g.input("q", &[hq, sq, d]);
-                let k = g.input("k", &[hkv, sk, d]);
-                let v = g.input("v", &[hkv, sk, dv]);
+                let q = g.input("q", &[sq, hq, d]);
+                let k = g.input("k", &[sk, hkv, d]);
+                let v = g.input("v", &[sk, hkv, dv]);
                 let m = (mask == AttentionMask::Allowed).then(|| g.input("m", &[sq, sk]));
                 g.attention(q, k, v, mask, m, Some(0.3))
             });
@@ -313,7 +313,7 @@ fn cases() -> Cases {
                 } else {
                     y
                 };
-                heads.push(g.permute(y, &[1, 0, 2])?);
+                heads.push(y);
             }
             let a = g.attention(
                 heads[0],
@@ -323,7 +323,6 @@ fn cases() -> Cases {
                 None,
                 None,
             )?;
-            let a = g.permute(a, &[1, 0, 2])?;
             let a = g.reshape(a, &[s, h * d])?;
             let a = g.add(a, x)?;
             let up = g.stored_weight("up")?;

@@ -571,11 +571,17 @@ impl Lowerer<'_> {
     fn attention(&mut self, i: usize, mask: AttentionMask, scale: f32) -> T {
         let node = &self.graph.nodes()[i];
         let inp = node.inputs.clone();
-        let (sq, sk) = (self.shape(inp[0])[1], self.shape(inp[1])[1]);
+        let (sq, sk) = (self.shape(inp[0])[0], self.shape(inp[1])[0]);
         let ctx = self.ctx;
         // SAFETY: as in `node`.
         unsafe {
-            let (q, k, v) = (self.val(inp[0]), self.val(inp[1]), self.val(inp[2]));
+            // The op's [S, H, D] (ggml ne [D, H, S]) viewed as ne [D, S, H]: no copy.
+            let heads = |t: T| sys::ggml_permute(ctx, t, 0, 2, 1, 3);
+            let (q, k, v) = (
+                heads(self.val(inp[0])),
+                heads(self.val(inp[1])),
+                heads(self.val(inp[2])),
+            );
             // [Sk, Sq, Hq]; query head h reads kv head h / (Hq / Hkv) (ggml's ne2 broadcast).
             let kq = sys::ggml_mul_mat(ctx, k, q);
             let (add_mask, row_ok): (T, Option<T>) = match mask {
@@ -610,10 +616,11 @@ impl Lowerer<'_> {
             let p = sys::ggml_soft_max_ext(ctx, kq, add_mask, scale, 0.0);
             let vt = sys::ggml_cont(ctx, sys::ggml_transpose(ctx, v)); // [Sk, Dv, Hkv]
             let o = sys::ggml_mul_mat(ctx, vt, p); // [Dv, Sq, Hq]
-            match row_ok {
+            let o = match row_ok {
                 Some(ok) => sys::ggml_mul(ctx, o, ok),
                 None => o,
-            }
+            };
+            sys::ggml_cont(ctx, heads(o)) // [Dv, Hq, Sq]: the op's [Sq, Hq, Dv]
         }
     }
 }

@@ -134,10 +134,11 @@ impl GemmTile {
 /// Run-time choices between kernel variants (not device capabilities).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WgpuOptions {
-    /// Attention kernel: `Some(true)` always the fused flash-style one (online softmax over
-    /// key tiles), `Some(false)` the score-row one where it fits workgroup memory, `None`
-    /// (default) flash when `Sk` exceeds [`FLASH_ATTN_MIN_SK`]. Env:
-    /// `VLA_WGPU_FLASH_ATTN=1` / `=0`.
+    /// Attention kernel. Portable set: `Some(true)` always the flash-style one (online
+    /// softmax over key tiles), `Some(false)` the score-row one where it fits workgroup
+    /// memory, `None` (default) flash when `Sk` exceeds [`FLASH_ATTN_MIN_SK`]. GPU set: the
+    /// fused tiled flash kernel unless `Some(false)`, which composes two GEMMs and a softmax
+    /// (for comparison). Env: `VLA_WGPU_FLASH_ATTN=1` / `=0`.
     pub flash_attn: Option<bool>,
     /// Time every dispatch (one timestamped compute pass each) for
     /// [`Executable::profile`](crate::backend::Executable::profile); costs some speed, so

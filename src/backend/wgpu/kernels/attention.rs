@@ -1,8 +1,14 @@
-//! Scaled dot-product attention with GQA and None / Causal / Allowed masks
-//! (`shaders/attention.wgsl`). Two kernels, one workgroup per query row each: the
-//! score-row kernel (all `Sk` scores in workgroup memory) and the fused flash-style kernel
+//! Scaled dot-product attention with GQA and None / Causal / Allowed masks, q, k, v and
+//! the output with their heads inside positions (`[S, H, D]`).
+//!
+//! Portable kernel set (`shaders/attention.wgsl`), one workgroup per query row: the
+//! score-row kernel (all `Sk` scores in workgroup memory) and the flash-style kernel
 //! (online softmax over key tiles). [`WgpuOptions::flash_attn`] picks; by default flash
 //! runs when `Sk > FLASH_ATTN_MIN_SK` or when the score row does not fit workgroup memory.
+//!
+//! GPU kernel set: the fused tiled flash kernel (`shaders/attention_tiled.wgsl`; K/V
+//! tiles in workgroup memory shared by the query heads of a kv head), or with `flash_attn`
+//! off the scores GEMM -> in-place softmax -> P V GEMM composition.
 //!
 //! [`WgpuOptions::flash_attn`]: crate::backend::wgpu::WgpuOptions::flash_attn
 
@@ -17,6 +23,7 @@ const SOURCE: &str = concat!(
     include_str!("../../../../shaders/attention.wgsl"),
     include_str!("../../../../shaders/reduce.wgsl")
 );
+const TILED_SOURCE: &str = include_str!("../../../../shaders/attention_tiled.wgsl");
 /// Invocations per workgroup (and keys per flash tile).
 const WG: usize = 64;
 /// Largest head dims the kernels hold (`D_MAX`, `ACC * WG` in the shader).
@@ -48,8 +55,8 @@ pub(super) fn attention(
         unreachable!("routed by encode")
     };
     let (qs, ks) = (bufs.inputs[0].shape(), bufs.inputs[1].shape());
-    let (hq, sq, d) = (qs[0], qs[1], qs[2]);
-    let (hkv, sk) = (ks[0], ks[1]);
+    let (sq, hq, d) = (qs[0], qs[1], qs[2]);
+    let (sk, hkv) = (ks[0], ks[1]);
     let dv = node.shape[2];
     if d > D_MAX || dv > DV_MAX {
         return Err(Error::NotImplemented {
@@ -60,24 +67,33 @@ pub(super) fn attention(
     if node.numel() == 0 {
         return Ok(vec![]);
     }
-    let rows = hq * sq;
+    let dims = Dims {
+        sq,
+        hq,
+        d,
+        sk,
+        hkv,
+        dv,
+    };
+    if ctx.kernels() == KernelSet::Gpu {
+        let scores = 4 * (hq * sq * sk) as u64;
+        let gemm = ctx.options.flash_attn == Some(false)
+            && scores <= ctx.limits.max_storage_buffer_binding_size;
+        return match gemm {
+            true => gemm_attention(ctx, node, bufs, dims, scores),
+            false => tiled_attention(ctx, node, bufs, dims),
+        };
+    }
     let params = [
-        u32_of(rows, "attention rows")?,
+        u32_of(hq * sq, "attention rows")?,
         u32_of(sq, "Sq")?,
         u32_of(sk, "Sk")?,
         u32_of(d, "D")?,
         u32_of(dv, "Dv")?,
         u32_of(hq / hkv, "GQA group")?,
         scale.to_bits(),
-        0,
+        u32_of(hq, "Hq")?,
     ];
-    if ctx.kernels() == KernelSet::Gpu && ctx.options.flash_attn != Some(true) {
-        let scores = 4 * (hq * sq * sk) as u64;
-        if scores <= ctx.limits.max_storage_buffer_binding_size {
-            let dims = [hq, sq, d, hkv, sk, dv];
-            return gemm_attention(ctx, node, bufs, dims, scores);
-        }
-    }
     let wg_bytes = ctx.limits.max_compute_workgroup_storage_size as usize;
     let choice = choose(ctx.options.flash_attn, sk, wg_bytes);
     let (entry, rows_kernel) = match choice {
@@ -93,33 +109,169 @@ pub(super) fn attention(
     if let Some(cap) = choice {
         v = v.constant("SK_CAP", cap as f64);
     }
+    Ok(vec![dispatch(
+        ctx,
+        &v,
+        &params,
+        &bindings(node, bufs),
+        grid_1d(ctx, hq * sq, 1),
+    )?])
+}
+
+/// The shapes of one attention node: q `[Sq, Hq, D]`, k `[Sk, Hkv, D]`, v `[Sk, Hkv, Dv]`.
+#[derive(Clone, Copy)]
+struct Dims {
+    sq: usize,
+    hq: usize,
+    d: usize,
+    sk: usize,
+    hkv: usize,
+    dv: usize,
+}
+
+/// q, k, v, the output and (Allowed) the mask, at the bindings both attention shaders use.
+fn bindings<'a>(node: &Node, bufs: &NodeBuffers<'a>) -> Vec<(u32, &'a wgpu::Buffer)> {
     let mut buffers = vec![
         (1, bufs.inputs[0].f32()),
         (2, bufs.inputs[1].f32()),
         (3, bufs.inputs[2].f32()),
         (5, bufs.output),
     ];
-    if mask == AttentionMask::Allowed {
+    if matches!(
+        node.op,
+        Op::Attention {
+            mask: AttentionMask::Allowed,
+            ..
+        }
+    ) {
         buffers.push((4, bufs.inputs[3].f32()));
     }
-    Ok(vec![dispatch(
-        ctx,
-        &v,
-        &params,
-        &buffers,
-        grid_1d(ctx, rows, 1),
-    )?])
+    buffers
 }
 
-/// Attention as three dispatches (GPU kernel set): the scaled, masked scores `Q K^T` of
-/// every head into a scratch buffer by the tiled GEMM (masked: -f32::MAX), the softmax of
-/// each score row in place (norm.wgsl), then `P V` by the tiled GEMM; query heads index
-/// the GEMMs' batches, `group` of them per kv head. `dims`: `[Hq, Sq, D, Hkv, Sk, Dv]`.
+/// The fused kernel splits the keys when its query blocks make fewer workgroups than this
+/// (a GPU of ~100 compute units wants a few waves of them); not tuned on a GPU yet.
+const SPLIT_MIN_GROUPS: usize = 256;
+/// Key tiles a split takes at least (each split costs its rows a partial result).
+const SPLIT_MIN_TILES: usize = 4;
+
+/// How the fused kernel cuts the keys: `(splits, keys per split)`; one split when the
+/// `groups` workgroups of its query blocks are enough or `sk` is short.
+fn key_splits(groups: usize, sk: usize, bk: usize) -> (usize, usize) {
+    let tiles = sk.div_ceil(bk).max(1);
+    let want = match groups >= SPLIT_MIN_GROUPS {
+        true => 1,
+        false => SPLIT_MIN_GROUPS.div_ceil(groups.max(1)),
+    };
+    let chunk = tiles.div_ceil(want.min(tiles / SPLIT_MIN_TILES).max(1)) * bk;
+    (sk.div_ceil(chunk).max(1), chunk)
+}
+
+/// The fused flash kernel of the GPU kernel set (`shaders/attention_tiled.wgsl`): a
+/// workgroup per block of query rows that share a kv head, K and V tiles through workgroup
+/// memory, tiles sized by the head dim (at most 64, 128 or 256). One dispatch; two (the
+/// splits' partial results in scratch, then their merge) when few query blocks would leave
+/// a GPU idle and the keys are long enough to split.
+fn tiled_attention(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+    Dims {
+        sq,
+        hq,
+        d,
+        sk,
+        hkv,
+        dv,
+    }: Dims,
+) -> Result<Vec<Dispatch>> {
+    let Op::Attention { mask, scale } = node.op else {
+        unreachable!("routed by encode")
+    };
+    let group = hq / hkv;
+    // (define, query rows, keys) of a tile; as the shader's constants
+    let (class, bq, bk) = match d.max(dv) {
+        0..=64 => ("D64", 16, 32),
+        65..=128 => ("D128", 8, 16),
+        _ => ("D256", 4, 8),
+    };
+    let rows = sq * group;
+    let blocks = rows.div_ceil(bq);
+    let (splits, chunk) = key_splits(blocks * hkv, sk, bk);
+    let split = splits > 1;
+    let v = Variant::new("attention_tiled", TILED_SOURCE, "attn_tiled")
+        .define(class, true)
+        .define("CAUSAL", mask == AttentionMask::Causal)
+        .define("ALLOWED", mask == AttentionMask::Allowed)
+        .define("SPLIT", split)
+        // qs, kv, ps and alpha are written (whole or where later read) before a barrier
+        // and their first read
+        .written_before_read()
+        // Indices in range without runtime checks: q and o (or part) are read / written
+        // only for block rows below n_rows (rows = Sq * group from the node's shapes),
+        // keys and values only below the visible end (<= Sk), the mask at [i < Sq, j < Sk];
+        // workgroup arrays at r < BQ, j < BK, c < D or Dv <= PITCH - 1 (the class).
+        .indices_proven();
+    let params = [
+        u32_of(rows, "attention rows")?,
+        u32_of(sq, "Sq")?,
+        u32_of(sk, "Sk")?,
+        u32_of(d, "D")?,
+        u32_of(dv, "Dv")?,
+        u32_of(group, "GQA group")?,
+        u32_of(hq, "Hq")?,
+        u32_of(hkv, "Hkv")?,
+        scale.to_bits(),
+        u32_of(chunk, "keys per split")?,
+        u32_of(splits, "key splits")?,
+        0,
+    ];
+    let grid = [
+        u32_of(blocks, "query row blocks")?,
+        u32_of(hkv, "kv heads")?,
+        u32_of(splits, "key splits")?,
+    ];
+    let mut buffers = bindings(node, bufs);
+    if !split {
+        return Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?]);
+    }
+    let part = bufs
+        .scratch
+        .get(ctx, 4 * (splits * hkv * rows * (dv + 2)) as u64);
+    buffers.retain(|(b, _)| *b != 5);
+    buffers.push((6, &part));
+    let tiles = dispatch(ctx, &v, &params, &buffers, grid)?;
+    let merge = Variant::new("attention_tiled", TILED_SOURCE, "attn_combine")
+        .define(class, true)
+        .define("COMBINE", true);
+    let combine = dispatch(
+        ctx,
+        &merge,
+        &params,
+        &[(5, bufs.output), (6, &part)],
+        grid_1d(ctx, hkv * rows * dv, WG),
+    )?;
+    Ok(vec![tiles, combine])
+}
+
+/// Attention as three dispatches (GPU kernel set, `flash_attn` off): the scaled, masked
+/// scores `Q K^T` of every head into a scratch buffer `[Hq, Sq, Sk]` by the tiled GEMM
+/// (masked: -f32::MAX), the softmax of each score row in place (norm.wgsl), then `P V` by
+/// the tiled GEMM; query heads index the GEMMs' batches, `group` of them per kv head, and
+/// q, k, v and the output are read and written with their heads inside positions (rows
+/// `H * D` apart).
 fn gemm_attention(
     ctx: &GpuContext,
     node: &Node,
     bufs: &NodeBuffers,
-    [hq, sq, d, hkv, sk, dv]: [usize; 6],
+    Dims {
+        sq,
+        hq,
+        d,
+        sk,
+        hkv,
+        dv,
+    }: Dims,
     scores_bytes: u64,
 ) -> Result<Vec<Dispatch>> {
     let Op::Attention { mask, scale } = node.op else {
@@ -136,7 +288,9 @@ fn gemm_attention(
         n_off: 0,
         rows: sk,
         batches: hq,
-        strides: [sq * d, sk * d, sq * sk],
+        strides: [d, d, sq * sk],
+        lda: hq * d,
+        ldb: hkv * d,
         group,
         b_define: "W_F32",
         b_kn: false,
@@ -150,12 +304,14 @@ fn gemm_attention(
     let softmax = super::norm::softmax_in_place(ctx, &s, hq * sq, sk)?;
     let pv = Gemm {
         m: sq,
-        n: dv,
+        n: hq * dv,
         k: sk,
         n_off: 0,
         rows: dv,
         batches: hq,
-        strides: [sq * sk, sk * dv, sq * dv],
+        strides: [sq * sk, dv, dv],
+        lda: sk,
+        ldb: hkv * dv,
         group,
         b_define: "W_F32",
         b_kn: true,
@@ -172,6 +328,22 @@ fn gemm_attention(
 #[cfg(test)]
 mod tests {
     use super::choose;
+
+    #[test]
+    fn key_splits_cover_the_keys_in_whole_tiles() {
+        use super::key_splits;
+        // enough workgroups, or too few keys: one split
+        assert_eq!(key_splits(256, 5000, 32), (1, 5024));
+        assert_eq!(key_splits(5, 100, 32), (1, 128));
+        // SmolVLA's expert over its prefix: 50 workgroups, 11 tiles -> 2 splits of 6 tiles
+        assert_eq!(key_splits(50, 350, 32), (2, 192));
+        // one workgroup over 5000 keys (157 tiles): at most 39 splits of 4 -> 32 of 5
+        assert_eq!(key_splits(1, 5000, 32), (32, 160));
+        for (groups, sk, bk) in [(3, 777, 8), (100, 64, 32), (7, 1, 16)] {
+            let (splits, chunk) = key_splits(groups, sk, bk);
+            assert!(chunk % bk == 0 && splits * chunk >= sk && (splits - 1) * chunk < sk);
+        }
+    }
 
     #[test]
     fn kernel_choice() {

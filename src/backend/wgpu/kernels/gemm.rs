@@ -52,7 +52,8 @@ impl GemmTile {
 }
 
 /// One GEMM dispatch: `batches` products of A `[m, k]` by B (`[rows, k]`, or `[k, rows]`
-/// with `b_kn`), written at column `n_off` of C rows of `n` elements.
+/// with `b_kn`), written at column `n_off` of C rows of `n` elements. Rows of A and B lie
+/// `lda` and `ldb` elements apart (`k` and `k` or `rows` when contiguous).
 pub(super) struct Gemm<'a> {
     pub m: usize,
     pub n: usize,
@@ -62,6 +63,8 @@ pub(super) struct Gemm<'a> {
     pub batches: usize,
     /// Elements between batches of A, B and C.
     pub strides: [usize; 3],
+    pub lda: usize,
+    pub ldb: usize,
     /// Batches of A per batch of B.
     pub group: usize,
     /// B's dtype define (`W_F32`, `W_F16`, `W_BF16`).
@@ -95,9 +98,9 @@ impl Gemm<'_> {
             // Every index is in range without runtime checks: workgroup tiles are indexed
             // by r < BM (or BN) and c < BK < PITCH by construction; global reads and writes
             // are guarded by m < M, n < rows and kk < K, and the buffers hold what the
-            // params say (A: batches x M x K from the node's shape, B: a weight chunk of
-            // rows x K or a [batches / group, K, rows] activation, C and the addend: the
-            // output, the mask: [M, N]). That saves a clamp per workgroup-memory read in
+            // params say (A: batches x M rows of K, `lda` apart, from the node's shape; B:
+            // a weight chunk of rows x K or attention's keys / values, `ldb` apart; C and
+            // the addend: the output, the mask: [M, N]). That saves a clamp per workgroup-memory read in
             // the inner loop.
             .indices_proven();
         let shift = i32::try_from(shift.unwrap_or(0)).unwrap_or(i32::MAX);
@@ -114,7 +117,8 @@ impl Gemm<'_> {
             u32_of(self.group.max(1), "group")?,
             scale.to_bits(),
             shift as u32,
-            0,
+            u32_of(self.lda, "A row stride")?,
+            u32_of(self.ldb, "B row stride")?,
         ];
         let mut buffers = vec![(1, self.a), (2, self.b), (3, self.c)];
         if let Some(m) = mask {

@@ -122,6 +122,8 @@ pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
                     rows: c.rows,
                     batches: 1,
                     strides: [0; 3],
+                    lda: k,
+                    ldb: k,
                     group: 1,
                     b_define: define,
                     b_kn: false,
