@@ -145,7 +145,7 @@ fn bench_attention(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
         } else {
             AttentionMask::None
         };
-        let Ok(o) = g.attention(q, k, v, mask, None, None) else {
+        let Ok(o) = g.attention(q, &[(k, v)], mask, None, None) else {
             continue;
         };
         let graph = g.build(&[o]).unwrap();

@@ -6,7 +6,8 @@
 // Template: ROWS = score-row kernel (`attn_rows`: all Sk scores in workgroup memory,
 // array size SK_CAP, exact max then exp then P@V); otherwise the fused flash-style kernel
 // (`attn_flash`: online softmax over tiles of WG keys, running max / sum / output
-// rescaled per tile, no Sk-sized storage). (The GPU kernel set runs attention_tiled.wgsl,
+// rescaled per tile, no Sk-sized storage). PARTS2: keys and values in two parts, k and v
+// holding keys [0, sk0), k2 and v2 the rest (a KV cache and the new rows). (The GPU kernel set runs attention_tiled.wgsl,
 // or tiled GEMMs and norm.wgsl's in-place softmax.) SUBGROUPS as in norm.wgsl.
 
 struct Params {
@@ -18,6 +19,10 @@ struct Params {
     group: u32,    // Hq / Hkv
     scale: f32,
     hq: u32,
+    sk0: u32,      // PARTS2: keys in the first part
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -28,6 +33,10 @@ struct Params {
 @group(0) @binding(4) var<storage, read> mask: array<f32>;
 #endif
 @group(0) @binding(5) var<storage, read_write> o: array<f32>;
+#if PARTS2
+@group(0) @binding(7) var<storage, read> k2: array<f32>;
+@group(0) @binding(8) var<storage, read> v2: array<f32>;
+#endif
 
 override WG: u32 = 64u;
 const D_MAX: u32 = 256u;
@@ -76,10 +85,40 @@ fn score(r: Row, j: u32) -> f32 {
 #if ALLOWED
     if (mask[r.i * p.sk + j] == 0.0) { return NEG_MAX; }
 #endif
-    let kb = r.k_base + j * r.k_step;
     var s = 0.0;
+#if PARTS2
+    if (j >= p.sk0) {
+        let kb2 = r.k_base + (j - p.sk0) * r.k_step;
+        for (var c = 0u; c < p.d; c++) { s = fma(qs[c], k2[kb2 + c], s); }
+        return s * p.scale;
+    }
+#endif
+    let kb = r.k_base + j * r.k_step;
     for (var c = 0u; c < p.d; c++) { s = fma(qs[c], k[kb + c], s); }
     return s * p.scale;
+}
+
+// acc + sum of probs[j - p0] * v[j, c] over keys j in [lo, hi).
+fn pv(r: Row, c: u32, lo: u32, hi: u32, p0: u32, acc: f32) -> f32 {
+    var t = acc;
+#if PARTS2
+    let mid = clamp(p.sk0, lo, hi);
+#else
+    let mid = hi;
+#endif
+    var vi = r.v_base + lo * r.v_step + c;
+    for (var j = lo; j < mid; j++) {
+        t = fma(probs[j - p0], v[vi], t);
+        vi += r.v_step;
+    }
+#if PARTS2
+    vi = r.v_base + (mid - p.sk0) * r.v_step + c;
+    for (var j = mid; j < hi; j++) {
+        t = fma(probs[j - p0], v2[vi], t);
+        vi += r.v_step;
+    }
+#endif
+    return t;
 }
 
 #if ROWS
@@ -116,13 +155,7 @@ fn attn_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     l_sum = reduce(l_sum, false);
     let inv = select(1.0 / l_sum, 0.0, l_sum == 0.0);
     for (var c = lid; c < p.dv; c += WG) {
-        var acc = 0.0;
-        var vi = r.v_base + c;
-        for (var j = 0u; j < r.end; j++) {
-            acc = fma(probs[j], v[vi], acc);
-            vi += r.v_step;
-        }
-        o[r.o_base * p.dv + c] = acc * inv;
+        o[r.o_base * p.dv + c] = pv(r, c, 0u, r.end, 0u, 0.0) * inv;
     }
 }
 #else
@@ -158,13 +191,7 @@ fn attn_flash(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
         for (var a = 0u; a < ACC; a++) {
             let c = lid + a * WG;
             if (c < p.dv) {
-                var t = acc[a] * alpha;
-                var vi = r.v_base + t0 * r.v_step + c;
-                for (var jj = 0u; jj < n; jj++) {
-                    t = fma(probs[jj], v[vi], t);
-                    vi += r.v_step;
-                }
-                acc[a] = t;
+                acc[a] = pv(r, c, t0, t0 + n, t0, acc[a] * alpha);
             }
         }
     }

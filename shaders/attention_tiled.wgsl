@@ -9,6 +9,8 @@
 // the same memory, then the BQ x Dv outputs, ACC per invocation in registers, rescaled by
 // each row's alpha when its max grew. Keys past the block's last visible one are never read.
 // A row that sees no key gets zeros.
+// PARTS2: keys and values in two parts, k and v holding keys [0, sk0), k2 and v2 the rest
+// (a KV cache and the new rows).
 // SPLIT (few query rows: too few workgroups to fill a GPU): wg.z takes keys
 // [wg.z * chunk, (wg.z + 1) * chunk) only and writes its rows' running max, sum and
 // unnormalised outputs to `part`; `attn_combine` (COMBINE, a second dispatch) merges the
@@ -29,7 +31,7 @@ struct Params {
     scale: f32,
     chunk: u32,    // SPLIT, COMBINE: keys per split, a multiple of BK
     splits: u32,
-    _pad: u32,
+    sk0: u32,      // PARTS2: keys in the first part
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -44,6 +46,10 @@ struct Params {
 @group(0) @binding(3) var<storage, read> v: array<f32>;
 #if ALLOWED
 @group(0) @binding(4) var<storage, read> mask: array<f32>;
+#endif
+#if PARTS2
+@group(0) @binding(7) var<storage, read> k2: array<f32>;
+@group(0) @binding(8) var<storage, read> v2: array<f32>;
 #endif
 #if SPLIT
 @group(0) @binding(6) var<storage, read_write> part: array<f32>;
@@ -153,8 +159,17 @@ fn attn_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_in
             let j = e / p.d;
             let c = e % p.d;
             var x = 0.0;
-            if (j0 + j < end) {
-                x = k[((j0 + j) * p.hkv + kvh) * p.d + c];
+            let jg = j0 + j;
+            if (jg < end) {
+#if PARTS2
+                if (jg >= p.sk0) {
+                    x = k2[((jg - p.sk0) * p.hkv + kvh) * p.d + c];
+                } else {
+                    x = k[(jg * p.hkv + kvh) * p.d + c];
+                }
+#else
+                x = k[(jg * p.hkv + kvh) * p.d + c];
+#endif
             }
             kv[j * PITCH + c] = x;
         }
@@ -200,8 +215,17 @@ fn attn_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_in
             let j = e / p.dv;
             let c = e % p.dv;
             var x = 0.0;
-            if (j0 + j < end) {
-                x = v[((j0 + j) * p.hkv + kvh) * p.dv + c];
+            let jg = j0 + j;
+            if (jg < end) {
+#if PARTS2
+                if (jg >= p.sk0) {
+                    x = v2[((jg - p.sk0) * p.hkv + kvh) * p.dv + c];
+                } else {
+                    x = v[(jg * p.hkv + kvh) * p.dv + c];
+                }
+#else
+                x = v[(jg * p.hkv + kvh) * p.dv + c];
+#endif
             }
             kv[j * PITCH + c] = x;
         }

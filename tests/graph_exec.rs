@@ -261,7 +261,7 @@ fn flops_count_attention_and_patch_embed() {
     let v = g.input("v", &[7, 2, 6]);
     g.stage("attn");
     let o = g
-        .attention(q, k, v, AttentionMask::None, None, None)
+        .attention(q, &[(k, v)], AttentionMask::None, None, None)
         .unwrap();
     g.stage("patches");
     let img = g.input("img", &[3, 4, 6]);

@@ -91,3 +91,26 @@ fn state_bins_follow_numpy_digitize() {
         "Task: pick up the cube, State: 128 0;\nAction: "
     );
 }
+
+/// Structure, not timing: every action-expert layer reads the prefix's cache and the new
+/// rows as two key parts (no concatenation) with heads inside positions (no permute); the
+/// only concats of a step build its mask and (pi0) the state / action / time input.
+#[test]
+fn denoise_layers_copy_nothing_around_attention() {
+    use vla::graph::GraphBuilder;
+    use vla::models::pi0::graphs;
+    for variant in VARIANTS {
+        let cfg = small_config(variant);
+        let graph = graphs::denoise(GraphBuilder::over(None), &cfg).unwrap();
+        let count = |kind: &str| graph.nodes().iter().filter(|n| n.op.kind() == kind).count();
+        assert_eq!(count("permute"), 0, "{variant:?}");
+        assert!(
+            count("concat") <= 3,
+            "{variant:?}: {} concats",
+            count("concat")
+        );
+        assert_eq!(count("attention"), cfg.lm.n_layers, "{variant:?}");
+        let two_parts = graph.nodes().iter().filter(|n| n.kv_parts() == 2).count();
+        assert_eq!(two_parts, cfg.lm.n_layers, "{variant:?}");
+    }
+}

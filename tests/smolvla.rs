@@ -130,3 +130,22 @@ fn long_prompts_are_truncated_as_lerobot_does() {
         m.predict(&by_ids).unwrap().actions
     );
 }
+
+/// Structure, not timing: the action expert's layers copy nothing around attention. The
+/// self-attention layers read the prefix's cache and the new rows as two key parts (no
+/// concatenation), heads stay inside positions (no permute); the only concats of a step are
+/// the self-attention mask and the action + time input.
+#[test]
+fn denoise_layers_copy_nothing_around_attention() {
+    use vla::graph::GraphBuilder;
+    use vla::models::smolvla::graphs;
+    let cfg = demo_config();
+    let graph = graphs::denoise(GraphBuilder::over(None), &cfg).unwrap();
+    let count = |kind: &str| graph.nodes().iter().filter(|n| n.op.kind() == kind).count();
+    assert_eq!(count("permute"), 0);
+    assert_eq!(count("concat"), 2);
+    assert_eq!(count("attention"), cfg.lm.n_layers);
+    let self_attn = (0..cfg.lm.n_layers).filter(|&i| i % cfg.self_attn_every_n_layers == 0);
+    let two_parts = graph.nodes().iter().filter(|n| n.kv_parts() == 2).count();
+    assert_eq!(two_parts, self_attn.count());
+}

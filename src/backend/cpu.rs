@@ -169,11 +169,21 @@ impl Executable for CpuExecutable<'_> {
                         AttentionMask::None => Mask::None,
                         AttentionMask::Causal => Mask::Causal,
                         AttentionMask::Allowed => {
-                            allowed = arg(3).as_f32()?.iter().map(|v| *v != 0.0).collect();
+                            let last = node.inputs.len() - 1;
+                            allowed = arg(last).as_f32()?.iter().map(|v| *v != 0.0).collect();
                             Mask::Allowed(&allowed)
                         }
                     };
-                    ops::attention(arg(0), arg(1), arg(2), m, Some(*scale))?
+                    // keys and values in two parts are joined here (the kernels read one)
+                    let parts = node.kv_parts();
+                    let joined = |first: usize| -> Result<Tensor<'static>> {
+                        let xs: Vec<&Tensor> = (0..parts).map(|p| arg(first + 2 * p)).collect();
+                        ops::concat(&xs, 0)
+                    };
+                    match parts {
+                        1 => ops::attention(arg(0), arg(1), arg(2), m, Some(*scale))?,
+                        _ => ops::attention(arg(0), &joined(1)?, &joined(2)?, m, Some(*scale))?,
+                    }
                 }
                 Op::PatchEmbed => ops::patch_embed(arg(0), arg(1), Some(arg(2)))?,
                 Op::Concat { axis } => {

@@ -508,38 +508,55 @@ impl<'w> GraphBuilder<'w> {
         Ok(self.unary_with(Op::Rope(cfg), x, &[positions]))
     }
 
-    /// `q [Sq, Hq, D]`, `k [Sk, Hkv, D]`, `v [Sk, Hkv, Dv]` -> `[Sq, Hq, Dv]` (see
-    /// [`Op::Attention`]); `allowed`: an `[Sq, Sk]` tensor (nonzero = may attend) when
-    /// `mask` is `Allowed`.
+    /// `q [Sq, Hq, D]` over keys and values `kv`, one or two `(k [Sk_i, Hkv, D], v [Sk_i,
+    /// Hkv, Dv])` parts whose rows follow each other (a cache, then new rows) -> `[Sq, Hq, Dv]`
+    /// (see [`Op::Attention`]); `allowed`: an `[Sq, Sk]` tensor (nonzero = may attend) when
+    /// `mask` is `Allowed`, `Sk` the parts' rows together.
     pub fn attention(
         &mut self,
         q: NodeId,
-        k: NodeId,
-        v: NodeId,
+        kv: &[(NodeId, NodeId)],
         mask: AttentionMask,
         allowed: Option<NodeId>,
         scale: Option<f32>,
     ) -> Result<NodeId> {
-        let (qs, ks, vs) = (self.shape(q), self.shape(k), self.shape(v));
+        let qs = self.shape(q).to_vec();
+        let shapes: Vec<(&[usize], &[usize])> = kv
+            .iter()
+            .map(|&(k, v)| (self.shape(k), self.shape(v)))
+            .collect();
+        let dv = shapes
+            .first()
+            .map_or(0, |(_, vs)| vs.get(2).copied().unwrap_or(0));
         let ok = qs.len() == 3
-            && ks.len() == 3
-            && vs.len() == 3
-            && ks[2] == qs[2]
-            && vs[..2] == ks[..2]
-            && ks[1] > 0
-            && qs[1] % ks[1] == 0;
+            && (1..=2).contains(&kv.len())
+            && shapes.iter().all(|(ks, vs)| {
+                ks.len() == 3
+                    && vs.len() == 3
+                    && ks[2] == qs[2]
+                    && vs[..2] == ks[..2]
+                    && ks[1] == shapes[0].0[1]
+                    && vs[2] == dv
+            })
+            && shapes[0].0[1] > 0
+            && qs[1].is_multiple_of(shapes[0].0[1]);
         if !ok {
-            return Err(err("attention", format!("q {qs:?}, k {ks:?}, v {vs:?}")));
+            return Err(err(
+                "attention",
+                format!("q {qs:?}, keys and values {shapes:?} (one or two parts)"),
+            ));
         }
-        let shape = vec![qs[0], qs[1], vs[2]];
+        let sk: usize = shapes.iter().map(|(ks, _)| ks[0]).sum();
+        let shape = vec![qs[0], qs[1], dv];
         let scale = scale.unwrap_or(1.0 / (qs[2] as f32).sqrt());
-        let mut inputs = vec![q, k, v];
+        let mut inputs = vec![q];
+        inputs.extend(kv.iter().flat_map(|&(k, v)| [k, v]));
         match (mask, allowed) {
-            (AttentionMask::Allowed, Some(m)) if self.shape(m) == [qs[0], ks[0]] => inputs.push(m),
+            (AttentionMask::Allowed, Some(m)) if self.shape(m) == [qs[0], sk] => inputs.push(m),
             (AttentionMask::Allowed, _) => {
                 return Err(err(
                     "attention",
-                    format!("an Allowed mask needs an [{}, {}] mask input", qs[0], ks[0]),
+                    format!("an Allowed mask needs an [{}, {sk}] mask input", qs[0]),
                 ))
             }
             (_, Some(_)) => {

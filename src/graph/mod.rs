@@ -98,6 +98,9 @@ pub enum Op {
     /// `[q [Sq, Hq, D], k [Sk, Hkv, D], v [Sk, Hkv, Dv]]` (+ `allowed [Sq, Sk]`) ->
     /// `[Sq, Hq, Dv]`: heads inside each position, as the projections lay them out, so no
     /// permute is needed on either side. Query head `h` reads kv head `h / (Hq / Hkv)`.
+    /// The keys and values may come in two parts, `[q, k0, v0, k1, v1]` (+ `allowed`), the
+    /// keys being `k0` then `k1` (`Sk = Sk0 + Sk1`): a KV cache and the new rows, with no
+    /// concatenation ([`Node::kv_parts`]).
     Attention {
         mask: AttentionMask,
         scale: f32,
@@ -201,6 +204,18 @@ impl Node {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+
+    /// An attention node's key / value parts (the `(k, v)` input pairs after `q`); 0 for
+    /// any other op.
+    pub fn kv_parts(&self) -> usize {
+        match self.op {
+            Op::Attention { mask, .. } => {
+                let masks = usize::from(mask == AttentionMask::Allowed);
+                (self.inputs.len() - 1 - masks) / 2
+            }
+            _ => 0,
+        }
+    }
 }
 
 /// A finished graph: nodes in topological order and the nodes to read back.
@@ -264,10 +279,11 @@ impl Graph {
             Op::MatMul | Op::Bmm { .. } | Op::FqLinear(_) => {
                 node.numel() * shape(0).last().copied().unwrap_or(0)
             }
-            // q [Sq, Hq, D], k [Sk, Hkv, D], out [Sq, Hq, Dv]
+            // q [Sq, Hq, D], keys [Sk, Hkv, D] in parts, out [Sq, Hq, Dv]
             Op::Attention { .. } => {
                 let dv = node.shape[2];
-                node.numel() / dv.max(1) * shape(1)[0] * (shape(0)[2] + dv)
+                let sk: usize = (0..node.kv_parts()).map(|p| shape(1 + 2 * p)[0]).sum();
+                node.numel() / dv.max(1) * sk * (shape(0)[2] + dv)
             }
             // [patches, out] from a [out, C, p, p] kernel
             Op::PatchEmbed => {

@@ -174,13 +174,13 @@ pub fn split_heads(
     g.reshape(x, &[s, heads, head_dim])
 }
 
-/// Attention over `[S, H, D]` projections: returns `[Sq, Hq * Dv]`. The op reads and writes
-/// heads inside positions, so no permute runs on either side.
+/// Attention of `[S, H, D]` queries over one or two `(keys, values)` parts (a cache, then
+/// new rows: read in place, not concatenated): returns `[Sq, Hq * Dv]`. The op reads and
+/// writes heads inside positions, so no permute runs on either side.
 pub fn attend(
     g: &mut GraphBuilder,
     q: NodeId,
-    k: NodeId,
-    v: NodeId,
+    kv: &[(NodeId, NodeId)],
     mask: Option<NodeId>,
 ) -> Result<NodeId> {
     let kind = if mask.is_some() {
@@ -188,7 +188,7 @@ pub fn attend(
     } else {
         AttentionMask::None
     };
-    let o = g.attention(q, k, v, kind, mask, None)?;
+    let o = g.attention(q, kv, kind, mask, None)?;
     let (s, h, d) = (g.shape(o)[0], g.shape(o)[1], g.shape(o)[2]);
     g.reshape(o, &[s, h * d])
 }

@@ -291,7 +291,7 @@ pub mod graphs {
             outputs.extend([k, v]);
             // The last layer's output feeds nothing the expert reads.
             if i + 1 < cfg.lm.n_layers {
-                x = finish_layer(&mut g, x, q, k, v, Some(mask), None, &layer, a)?;
+                x = finish_layer(&mut g, x, q, &[(k, v)], Some(mask), None, &layer, a)?;
             }
         }
         g.build(&outputs)
@@ -344,10 +344,9 @@ pub mod graphs {
             let cache_v = g.input(format!("kv.{i}.v"), &[p, a.kv_heads, a.head_dim]);
             let (hn, q, gate) = norm_and_query(&mut g, x, &layer, a)?;
             let q = rotate(&mut g, q, positions, a)?;
-            let (k, v) = rotated_kv(&mut g, hn, positions, &layer.prefix, a)?;
-            let k = g.concat(&[cache_k, k], 0)?;
-            let v = g.concat(&[cache_v, v], 0)?;
-            x = finish_layer(&mut g, x, q, k, v, Some(mask), gate, &layer, a)?;
+            let new = rotated_kv(&mut g, hn, positions, &layer.prefix, a)?;
+            let kv = [(cache_k, cache_v), new];
+            x = finish_layer(&mut g, x, q, &kv, Some(mask), gate, &layer, a)?;
         }
         let x = match cond {
             None => rms_norm(&mut g, x, "aex.output_norm", a.norm_eps)?,

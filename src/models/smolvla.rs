@@ -247,7 +247,7 @@ pub mod graphs {
             }
             // The last layer's output feeds nothing the expert reads.
             if i + 1 < cfg.lm.n_layers {
-                x = finish_layer(&mut g, x, q, k, v, Some(mask), None, &layer, a)?;
+                x = finish_layer(&mut g, x, q, &[(k, v)], Some(mask), None, &layer, a)?;
             }
         }
         g.build(&outputs)
@@ -281,17 +281,16 @@ pub mod graphs {
             let cache_k = g.input(format!("kv.{i}.k"), &[p, a.kv_heads, a.head_dim]);
             let cache_v = g.input(format!("kv.{i}.v"), &[p, a.kv_heads, a.head_dim]);
             let (hn, q, _) = norm_and_query(&mut g, x, &layer, a)?;
-            let (q, k, v, mask) = if cfg.is_self_attn(i) {
+            let cache = (cache_k, cache_v);
+            x = if cfg.is_self_attn(i) {
                 let q = rotate(&mut g, q, pos_self, a)?;
-                let (k, v) = rotated_kv(&mut g, hn, pos_self, &layer.prefix, a)?;
-                let k = g.concat(&[cache_k, k], 0)?;
-                let v = g.concat(&[cache_v, v], 0)?;
-                (q, k, v, mask_self)
+                let new = rotated_kv(&mut g, hn, pos_self, &layer.prefix, a)?;
+                let kv = [cache, new];
+                finish_layer(&mut g, x, q, &kv, Some(mask_self), None, &layer, a)?
             } else {
                 let q = rotate(&mut g, q, pos_cross, a)?;
-                (q, cache_k, cache_v, mask_cross)
+                finish_layer(&mut g, x, q, &[cache], Some(mask_cross), None, &layer, a)?
             };
-            x = finish_layer(&mut g, x, q, k, v, Some(mask), None, &layer, a)?;
         }
         let x = rms_norm(&mut g, x, "aex.output_norm", a.norm_eps)?;
         let out = linear(&mut g, x, "action_out_proj", ad, true)?;

@@ -277,21 +277,21 @@ fn residual(g: &mut GraphBuilder, x: NodeId, y: NodeId, gate: Option<NodeId>) ->
     g.add(x, y)
 }
 
-/// Attention of `q` over `k`/`v` (`[S, H, D]`), output projection and residual (gated by
-/// `attn_gate` from [`norm_and_query`]), then the FFN block with its residual.
+/// Attention of `q` over the `(k, v)` parts `kv` (`[S, H, D]`; see [`attend`]), output
+/// projection and residual (gated by `attn_gate` from [`norm_and_query`]), then the FFN
+/// block with its residual.
 #[allow(clippy::too_many_arguments)]
 pub fn finish_layer(
     g: &mut GraphBuilder,
     x: NodeId,
     q: NodeId,
-    k: NodeId,
-    v: NodeId,
+    kv: &[(NodeId, NodeId)],
     mask: Option<NodeId>,
     attn_gate: Option<NodeId>,
     layer: &Layer,
     cfg: &DecoderConfig,
 ) -> Result<NodeId> {
-    let o = attend(g, q, k, v, mask)?;
+    let o = attend(g, q, kv, mask)?;
     let attn_o = format!("{}.attn_o", layer.prefix);
     // An ungated residual is added inside the projection's op (one dispatch, no pass).
     let x = match attn_gate {
@@ -331,7 +331,7 @@ pub fn decoder_stack(
         let (hn, q, _) = norm_and_query(g, x, &layer, cfg)?;
         let q = rotate(g, q, rotary, cfg)?;
         let (k, v) = rotated_kv(g, hn, rotary, &layer.prefix, cfg)?;
-        x = finish_layer(g, x, q, k, v, mask, None, &layer, cfg)?;
+        x = finish_layer(g, x, q, &[(k, v)], mask, None, &layer, cfg)?;
         if let Some(rows) = adds.get(i) {
             x = splice_rows(g, x, rows, true)?;
         }

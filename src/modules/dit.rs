@@ -92,7 +92,7 @@ fn finish_block(
         Some(kv) => kv,
         None => block_kv(g, normed, prefix, cfg)?,
     };
-    let o = attend(g, q, k, v, mask)?;
+    let o = attend(g, q, &[(k, v)], mask)?;
     let o = linear(g, o, &format!("{prefix}.attn_o"), d, true)?;
     let x = g.add(x, o)?;
     let h = match affine {

@@ -135,7 +135,7 @@ pub fn velocity(
         let h = layer_norm(g, x, &format!("{p}.norm1"), EPS)?;
         let q = linear(g, h, &format!("{p}.attn_q"), e, true)?;
         let q = split_heads(g, q, cfg.heads, cfg.head_dim())?;
-        let o = attend(g, q, pair[0], pair[1], Some(allowed))?;
+        let o = attend(g, q, &[(pair[0], pair[1])], Some(allowed))?;
         let o = linear(g, o, &format!("{p}.attn_o"), e, true)?;
         x = g.add(x, o)?;
         let h = layer_norm(g, x, &format!("{p}.norm2"), EPS)?;

@@ -249,7 +249,7 @@ pub fn qwen_vision_tower(
         let (q, k, v) = (part(g, 0)?, part(g, 1)?, part(g, 2)?);
         let q = rope_tables(g, q, cos, sin)?;
         let k = rope_tables(g, k, cos, sin)?;
-        let o = attend(g, q, k, v, None)?;
+        let o = attend(g, q, &[(k, v)], None)?;
         let o = linear(g, o, &format!("{bp}.attn_o"), d, true)?;
         x = g.add(x, o)?;
         let h = layer_norm(g, x, &format!("{bp}.ln2"), EPS)?;

@@ -183,7 +183,7 @@ pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> 
             heads(g, "attn_k")?,
             heads(g, "attn_v")?,
         );
-        let o = attend(g, q, k, v, None)?;
+        let o = attend(g, q, &[(k, v)], None)?;
         let o = linear(g, o, &format!("{p}.attn_o"), d, true)?;
         let o = scaled(g, o, &format!("{p}.ls1.weight"))?;
         x = g.add(x, o)?;

@@ -196,8 +196,14 @@ const ATTENTION_SHAPES: [(usize, usize, usize, usize, usize, usize); 12] = [
     (8, 1, 13, 40, 256, 256), // pi0's expert: 8 heads on one kv head, blocks across positions
 ];
 
+/// Shapes whose keys are also given in two parts (a cache of `Sk - new` rows, then `new`).
+const TWO_PART_SHAPES: [(usize, usize); 5] = [(1, 50), (3, 4), (7, 3), (11, 13), (9, 1000)];
+
 fn attention_cases(c: &mut Cases) {
-    for (hq, hkv, sq, sk, d, dv) in ATTENTION_SHAPES {
+    // (shape index, rows of the second key part; 0 = one part)
+    let one = (0..ATTENTION_SHAPES.len()).map(|i| (i, 0));
+    for (i, new) in one.chain(TWO_PART_SHAPES) {
+        let (hq, hkv, sq, sk, d, dv) = ATTENTION_SHAPES[i];
         for mask in [
             AttentionMask::None,
             AttentionMask::Causal,
@@ -205,10 +211,14 @@ fn attention_cases(c: &mut Cases) {
         ] {
             let (q, k, v) = (
                 c.tensor(&[sq, hq, d]),
-                c.tensor(&[sk, hkv, d]),
-                c.tensor(&[sk, hkv, dv]),
+                c.tensor(&[sk - new, hkv, d]),
+                c.tensor(&[sk - new, hkv, dv]),
             );
             let mut inputs = vec![("q", q), ("k", k), ("v", v)];
+            if new > 0 {
+                inputs.push(("k1", c.tensor(&[new, hkv, d])));
+                inputs.push(("v1", c.tensor(&[new, hkv, dv])));
+            }
             if mask == AttentionMask::Allowed {
                 // a prefix-LM block mask, random holes, and a fully masked last row
                 let prefix = sk.saturating_sub(sq).max(1);
@@ -229,13 +239,27 @@ fn attention_cases(c: &mut Cases) {
                 inputs.push(("mask", vla::Tensor::from_f32(vec![sq, sk], m).unwrap()));
             }
             let scale = if d == 72 { Some(0.125) } else { None };
-            let name = format!("attention {mask:?} hq{hq} hkv{hkv} sq{sq} sk{sk} d{d} dv{dv}");
+            let parts = if new > 0 {
+                format!(" ({new} new)")
+            } else {
+                String::new()
+            };
+            let name =
+                format!("attention {mask:?} hq{hq} hkv{hkv} sq{sq} sk{sk}{parts} d{d} dv{dv}");
             c.add(name, vec![], inputs, NMSE_MATMUL, move |g| {
                 let q = g.input("q", &[sq, hq, d]);
-                let k = g.input("k", &[sk, hkv, d]);
-                let v = g.input("v", &[sk, hkv, dv]);
+                let mut kv = vec![(
+                    g.input("k", &[sk - new, hkv, d]),
+                    g.input("v", &[sk - new, hkv, dv]),
+                )];
+                if new > 0 {
+                    kv.push((
+                        g.input("k1", &[new, hkv, d]),
+                        g.input("v1", &[new, hkv, dv]),
+                    ));
+                }
                 let m = (mask == AttentionMask::Allowed).then(|| g.input("mask", &[sq, sk]));
-                g.attention(q, k, v, mask, m, scale)
+                g.attention(q, &kv, mask, m, scale)
             })
             .kernel_sets = true;
         }

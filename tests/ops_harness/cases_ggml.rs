@@ -122,10 +122,12 @@ fn cases() -> Cases {
         }
     }
 
-    for (hq, hkv, sq, sk, d, dv) in [
-        (4, 2, 5, 9, 32, 16),
-        (2, 2, 9, 4, 16, 16),
-        (8, 1, 1, 33, 64, 64),
+    // (.., rows of a second key part: 0 = one part)
+    for (hq, hkv, sq, sk, d, dv, new) in [
+        (4, 2, 5, 9, 32, 16, 0),
+        (2, 2, 9, 4, 16, 16, 0),
+        (8, 1, 1, 33, 64, 64, 0),
+        (4, 2, 5, 9, 32, 16, 5),
     ] {
         for mask in [
             AttentionMask::None,
@@ -134,10 +136,14 @@ fn cases() -> Cases {
         ] {
             let (q, k, v) = (
                 c.tensor(&[sq, hq, d]),
-                c.tensor(&[sk, hkv, d]),
-                c.tensor(&[sk, hkv, dv]),
+                c.tensor(&[sk - new, hkv, d]),
+                c.tensor(&[sk - new, hkv, dv]),
             );
             let mut inputs = vec![("q", q), ("k", k), ("v", v)];
+            if new > 0 {
+                inputs.push(("k1", c.tensor(&[new, hkv, d])));
+                inputs.push(("v1", c.tensor(&[new, hkv, dv])));
+            }
             if mask == AttentionMask::Allowed {
                 // A prefix-LM style mask with one fully masked row and a non-0/1 "allowed" value.
                 let m: Vec<f32> = (0..sq * sk)
@@ -154,13 +160,20 @@ fn cases() -> Cases {
                     .collect();
                 inputs.push(("m", Tensor::from_f32(vec![sq, sk], m).unwrap()));
             }
-            let name = format!("attention {mask:?} q{hq}x{sq}x{d} kv{hkv}x{sk} dv{dv}");
+            let name = format!("attention {mask:?} q{hq}x{sq}x{d} kv{hkv}x{sk} ({new} new) dv{dv}");
             c.add(name, vec![], inputs, NMSE_MATMUL, move |g| {
                 let q = g.input("q", &[sq, hq, d]);
-                let k = g.input("k", &[sk, hkv, d]);
-                let v = g.input("v", &[sk, hkv, dv]);
+                let k = g.input("k", &[sk - new, hkv, d]);
+                let v = g.input("v", &[sk - new, hkv, dv]);
+                let mut kv = vec![(k, v)];
+                if new > 0 {
+                    kv.push((
+                        g.input("k1", &[new, hkv, d]),
+                        g.input("v1", &[new, hkv, dv]),
+                    ));
+                }
                 let m = (mask == AttentionMask::Allowed).then(|| g.input("m", &[sq, sk]));
-                g.attention(q, k, v, mask, m, Some(0.3))
+                g.attention(q, &kv, mask, m, Some(0.3))
             });
         }
     }
@@ -317,8 +330,7 @@ fn cases() -> Cases {
             }
             let a = g.attention(
                 heads[0],
-                heads[1],
-                heads[2],
+                &[(heads[1], heads[2])],
                 AttentionMask::Causal,
                 None,
                 None,

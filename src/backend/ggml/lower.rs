@@ -571,17 +571,23 @@ impl Lowerer<'_> {
     fn attention(&mut self, i: usize, mask: AttentionMask, scale: f32) -> T {
         let node = &self.graph.nodes()[i];
         let inp = node.inputs.clone();
-        let (sq, sk) = (self.shape(inp[0])[0], self.shape(inp[1])[0]);
+        let parts = node.kv_parts();
+        let sq = self.shape(inp[0])[0];
+        let sk: usize = (0..parts).map(|p| self.shape(inp[1 + 2 * p])[0]).sum();
         let ctx = self.ctx;
         // SAFETY: as in `node`.
         unsafe {
+            // keys and values in two parts joined along S (ggml's dim 2)
+            let joined = |first: usize| {
+                let mut t = self.val(inp[first]);
+                for p in 1..parts {
+                    t = sys::ggml_concat(ctx, t, self.val(inp[first + 2 * p]), 2);
+                }
+                t
+            };
             // The op's [S, H, D] (ggml ne [D, H, S]) viewed as ne [D, S, H]: no copy.
             let heads = |t: T| sys::ggml_permute(ctx, t, 0, 2, 1, 3);
-            let (q, k, v) = (
-                heads(self.val(inp[0])),
-                heads(self.val(inp[1])),
-                heads(self.val(inp[2])),
-            );
+            let (q, k, v) = (heads(self.val(inp[0])), heads(joined(1)), heads(joined(2)));
             // [Sk, Sq, Hq]; query head h reads kv head h / (Hq / Hkv) (ggml's ne2 broadcast).
             let kq = sys::ggml_mul_mat(ctx, k, q);
             let (add_mask, row_ok): (T, Option<T>) = match mask {
@@ -607,7 +613,8 @@ impl Lowerer<'_> {
                 }
                 AttentionMask::Allowed => {
                     // allowed != 0 -> 0, else MASKED; rows with no allowed key -> output 0.
-                    let allowed = sys::ggml_step(ctx, sys::ggml_abs(ctx, self.val(inp[3])));
+                    let m = self.val(inp[inp.len() - 1]);
+                    let allowed = sys::ggml_step(ctx, sys::ggml_abs(ctx, m));
                     let m = sys::ggml_scale_bias(ctx, allowed, -MASKED, MASKED);
                     let ok = sys::ggml_step(ctx, sys::ggml_sum_rows(ctx, allowed));
                     (m, Some(ok))

@@ -56,7 +56,11 @@ pub(super) fn attention(
     };
     let (qs, ks) = (bufs.inputs[0].shape(), bufs.inputs[1].shape());
     let (sq, hq, d) = (qs[0], qs[1], qs[2]);
-    let (sk, hkv) = (ks[0], ks[1]);
+    let (sk0, hkv) = (ks[0], ks[1]);
+    let sk = match node.kv_parts() {
+        2 => sk0 + bufs.inputs[3].shape()[0],
+        _ => sk0,
+    };
     let dv = node.shape[2];
     if d > D_MAX || dv > DV_MAX {
         return Err(Error::NotImplemented {
@@ -72,6 +76,7 @@ pub(super) fn attention(
         hq,
         d,
         sk,
+        sk0,
         hkv,
         dv,
     };
@@ -93,6 +98,10 @@ pub(super) fn attention(
         u32_of(hq / hkv, "GQA group")?,
         scale.to_bits(),
         u32_of(hq, "Hq")?,
+        u32_of(sk0, "keys in the first part")?,
+        0,
+        0,
+        0,
     ];
     let wg_bytes = ctx.limits.max_compute_workgroup_storage_size as usize;
     let choice = choose(ctx.options.flash_attn, sk, wg_bytes);
@@ -102,6 +111,7 @@ pub(super) fn attention(
     };
     let mut v = Variant::new("attention", SOURCE, entry)
         .define("ROWS", rows_kernel)
+        .define("PARTS2", node.kv_parts() == 2)
         .define("CAUSAL", mask == AttentionMask::Causal)
         .define("ALLOWED", mask == AttentionMask::Allowed)
         .define("SUBGROUPS", ctx.caps.subgroups)
@@ -118,18 +128,21 @@ pub(super) fn attention(
     )?])
 }
 
-/// The shapes of one attention node: q `[Sq, Hq, D]`, k `[Sk, Hkv, D]`, v `[Sk, Hkv, Dv]`.
+/// The shapes of one attention node: q `[Sq, Hq, D]`, k `[Sk, Hkv, D]`, v `[Sk, Hkv, Dv]`,
+/// the first `Sk0` keys in the first part.
 #[derive(Clone, Copy)]
 struct Dims {
     sq: usize,
     hq: usize,
     d: usize,
     sk: usize,
+    sk0: usize,
     hkv: usize,
     dv: usize,
 }
 
-/// q, k, v, the output and (Allowed) the mask, at the bindings both attention shaders use.
+/// q, k, v, the output, (Allowed) the mask and (two parts) the second k and v, at the
+/// bindings both attention shaders use.
 fn bindings<'a>(node: &Node, bufs: &NodeBuffers<'a>) -> Vec<(u32, &'a wgpu::Buffer)> {
     let mut buffers = vec![
         (1, bufs.inputs[0].f32()),
@@ -144,7 +157,11 @@ fn bindings<'a>(node: &Node, bufs: &NodeBuffers<'a>) -> Vec<(u32, &'a wgpu::Buff
             ..
         }
     ) {
-        buffers.push((4, bufs.inputs[3].f32()));
+        buffers.push((4, bufs.inputs[bufs.inputs.len() - 1].f32()));
+    }
+    if node.kv_parts() == 2 {
+        buffers.push((7, bufs.inputs[3].f32()));
+        buffers.push((8, bufs.inputs[4].f32()));
     }
     buffers
 }
@@ -181,6 +198,7 @@ fn tiled_attention(
         hq,
         d,
         sk,
+        sk0,
         hkv,
         dv,
     }: Dims,
@@ -204,6 +222,7 @@ fn tiled_attention(
         .define("CAUSAL", mask == AttentionMask::Causal)
         .define("ALLOWED", mask == AttentionMask::Allowed)
         .define("SPLIT", split)
+        .define("PARTS2", node.kv_parts() == 2)
         // qs, kv, ps and alpha are written (whole or where later read) before a barrier
         // and their first read
         .written_before_read()
@@ -224,7 +243,7 @@ fn tiled_attention(
         scale.to_bits(),
         u32_of(chunk, "keys per split")?,
         u32_of(splits, "key splits")?,
-        0,
+        u32_of(sk0, "keys in the first part")?,
     ];
     let grid = [
         u32_of(blocks, "query row blocks")?,
@@ -259,7 +278,7 @@ fn tiled_attention(
 /// (masked: -f32::MAX), the softmax of each score row in place (norm.wgsl), then `P V` by
 /// the tiled GEMM; query heads index the GEMMs' batches, `group` of them per kv head, and
 /// q, k, v and the output are read and written with their heads inside positions (rows
-/// `H * D` apart).
+/// `H * D` apart). Keys and values in two parts are first copied together into scratch.
 fn gemm_attention(
     ctx: &GpuContext,
     node: &Node,
@@ -269,6 +288,7 @@ fn gemm_attention(
         hq,
         d,
         sk,
+        sk0,
         hkv,
         dv,
     }: Dims,
@@ -279,7 +299,23 @@ fn gemm_attention(
     };
     let group = hq / hkv;
     let s = bufs.scratch.get(ctx, scores_bytes);
-    let allowed = (mask == AttentionMask::Allowed).then(|| bufs.inputs[3].f32());
+    let allowed =
+        (mask == AttentionMask::Allowed).then(|| bufs.inputs[bufs.inputs.len() - 1].f32());
+    let mut out = Vec::new();
+    let (mut keys, mut values) = (bufs.inputs[1].f32().clone(), bufs.inputs[2].f32().clone());
+    if node.kv_parts() == 2 {
+        for (slot, first, width, joined) in [(1, 1, d, &mut keys), (2, 2, dv, &mut values)] {
+            *joined = bufs
+                .scratch
+                .get_slot(ctx, slot, 4 * (sk * hkv * width) as u64);
+            let n0 = sk0 * hkv * width;
+            let parts = [(first, 0, n0), (first + 2, n0, (sk - sk0) * hkv * width)];
+            for (input, at, n) in parts {
+                let src = bufs.inputs[input].f32();
+                out.extend(super::copy::copy_into(ctx, node, src, joined, n, at)?);
+            }
+        }
+    }
     let causal = (mask == AttentionMask::Causal).then_some(sk as i64 - sq as i64);
     let scores = Gemm {
         m: sq,
@@ -297,7 +333,7 @@ fn gemm_attention(
         scores: Some((scale, causal, allowed)),
         addend: None,
         a: bufs.inputs[0].f32(),
-        b: bufs.inputs[1].f32(),
+        b: &keys,
         c: &s,
     }
     .dispatch(ctx)?;
@@ -318,11 +354,12 @@ fn gemm_attention(
         scores: None,
         addend: None,
         a: &s,
-        b: bufs.inputs[2].f32(),
+        b: &values,
         c: bufs.output,
     }
     .dispatch(ctx)?;
-    Ok(vec![scores, softmax, pv])
+    out.extend([scores, softmax, pv]);
+    Ok(out)
 }
 
 #[cfg(test)]

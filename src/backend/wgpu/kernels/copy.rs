@@ -111,6 +111,29 @@ fn copy_dispatch(
     )?))
 }
 
+/// Copies all `n` elements of `input` to `output` from element `dst_offset` on: one buffer
+/// appended to another (attention's key / value parts joined for its GEMM path).
+pub(super) fn copy_into(
+    ctx: &GpuContext,
+    node: &Node,
+    input: &wgpu::Buffer,
+    output: &wgpu::Buffer,
+    n: usize,
+    dst_offset: usize,
+) -> Result<Option<Dispatch>> {
+    let dims = vec![Dim {
+        size: n,
+        src: 1,
+        dst: 1,
+    }];
+    let c = Copy {
+        dims,
+        src_offset: 0,
+        dst_offset,
+    };
+    copy_dispatch(ctx, node, &c, input, output)
+}
+
 /// The copies a node needs, each paired with the index of the input it reads.
 fn plan(node: &Node, input_shapes: &[&[usize]]) -> Vec<(usize, Copy)> {
     let out_strides = contiguous(&node.shape);
