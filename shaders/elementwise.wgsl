@@ -1,7 +1,8 @@
 // Elementwise ops. `binary`: y = a (op) b with numpy broadcasting over rank <= 4 (strides 0
 // on broadcast dims). `unary`: scale / GELU (tanh, erf) / SiLU; with GATED, times b[i]
 // (a gated FFN's act(gate) * up in one pass). `bytes`: y[i] = byte i of `words` (little-endian
-// u32 words) as f32 (run-time byte inputs such as camera frames).
+// u32 words) as f32 (run-time byte inputs such as camera frames). silu and gelu_tanh come
+// from activation.wgsl (prepended).
 
 struct BinaryParams {
     n: u32,
@@ -72,13 +73,9 @@ fn unary(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var r: f32;
     switch up.op {
         case 0u: { r = x * up.scalar; }
-        case 1u: {
-            // tanh overflows to NaN on some drivers for large |u|: clamp, tanh(15) == 1 in f32
-            let u = clamp(0.7978845608028654 * (x + 0.044715 * x * x * x), -15.0, 15.0);
-            r = 0.5 * x * (1.0 + tanh(u));
-        }
+        case 1u: { r = gelu_tanh(x); }
         case 2u: { r = 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476)); }
-        case 3u: { r = x / (1.0 + exp(-x)); }
+        case 3u: { r = silu(x); }
         default: { r = max(x, 0.0); }
     }
 #if GATED

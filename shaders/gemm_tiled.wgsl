@@ -14,7 +14,12 @@
 // or TILE_L (128 x 128, 8 x 8 outputs each); B_KN; SCORES (scale, then CAUSAL keys
 // j > i + shift and ALLOWED mask zeros get NEG_MAX). VEC4 (4 x 4 tiles only): the inner
 // loop on four named vec4 accumulators, no arrays indexed by loop counters (for drivers
-// that keep such arrays in memory).
+// that keep such arrays in memory). GATED (4 x 4 tiles, no VEC4, no ADD_C): a second B,
+// w2 (the up projection, same dtype and chunking), through its own tile and accumulators;
+// the epilogue writes act(A B^T) * (A B2^T), act SILU or else tanh-GELU (activation.wgsl,
+// prepended). NORM (not with SCORES or B_KN): A's rows RMS-normalised as they are read,
+// x / rms(x) * (gain + offset): the gain scales the B tiles along k, invocation t < BM sums
+// the squares of tile row t, and the outputs are multiplied by 1 / rms of their row.
 
 struct Params {
     m: u32,
@@ -30,6 +35,8 @@ struct Params {
     shift: i32,
     lda: u32,      // elements between rows of A
     ldb: u32,      // ... of B (B_KN: between its k rows)
+    eps: f32,      // NORM
+    offset: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -38,6 +45,16 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 #if ALLOWED
 @group(0) @binding(4) var<storage, read> mask: array<f32>;
+#endif
+#if NORM
+@group(0) @binding(8) var<storage, read> gain: array<f32>;
+#endif
+#if GATED
+@group(0) @binding(7) var<storage, read> w2: array<u32>;
+
+fn load_w2(e: u32) -> f32 {
+    return float_at(w2[e >> W_SHIFT], e);
+}
 #endif
 
 // load_w comes from weight_decode.wgsl (prepended).
@@ -67,6 +84,12 @@ const NEG_MAX: f32 = -3.4028235e38;
 
 var<workgroup> xs: array<f32, BM * PITCH>;
 var<workgroup> ws: array<f32, BN * PITCH>;
+#if GATED
+var<workgroup> ws2: array<f32, BN * PITCH>;
+#endif
+#if NORM
+var<workgroup> sumsq: array<f32, BM>;
+#endif
 
 @compute @workgroup_size(WG_X, WG_Y)
 fn gemm_tiled(
@@ -85,6 +108,12 @@ fn gemm_tiled(
     var acc3 = vec4<f32>(0.0);
 #else
     var acc: array<array<f32, TN>, TM>;
+#endif
+#if GATED
+    var acc2: array<array<f32, TN>, TM>;
+#endif
+#if NORM
+    var ss = 0.0;  // invocation t < BM: the squares of row t of A
 #endif
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         for (var e = t; e < BM * BK; e += THREADS) {
@@ -110,16 +139,40 @@ fn gemm_tiled(
             let n = n_base + r;
             let kk = k0 + c;
             var v = 0.0;
+#if GATED
+            var v2 = 0.0;
+#endif
             if (n < p.rows && kk < p.k) {
 #if B_KN
                 v = load_w(b_base + kk * p.ldb + n);
 #else
                 v = load_w(b_base + n * p.ldb + kk);
+#if GATED
+                v2 = load_w2(b_base + n * p.ldb + kk);
+#endif
+#endif
+#if NORM
+                let g = gain[kk] + p.offset;
+                v *= g;
+#if GATED
+                v2 *= g;
+#endif
 #endif
             }
             ws[r * PITCH + c] = v;
+#if GATED
+            ws2[r * PITCH + c] = v2;
+#endif
         }
         workgroupBarrier();
+#if NORM
+        if (t < BM) {
+            for (var c = 0u; c < BK; c++) {
+                let x = xs[t * PITCH + c];
+                ss = fma(x, x, ss);
+            }
+        }
+#endif
 #if VEC4
         for (var kk = 0u; kk < BK; kk++) {
             let b = vec4<f32>(
@@ -148,10 +201,26 @@ fn gemm_tiled(
                     acc[i][j] = fma(av[i], bv[j], acc[i][j]);
                 }
             }
+#if GATED
+            for (var j = 0u; j < TN; j++) {
+                bv[j] = ws2[(lid.x + WG_X * j) * PITCH + kk];
+            }
+            for (var i = 0u; i < TM; i++) {
+                for (var j = 0u; j < TN; j++) {
+                    acc2[i][j] = fma(av[i], bv[j], acc2[i][j]);
+                }
+            }
+#endif
         }
 #endif
         workgroupBarrier();
     }
+#if NORM
+    if (t < BM) {
+        sumsq[t] = ss;
+    }
+    workgroupBarrier();
+#endif
     let c_base = wg.z * p.c_batch;
 #if VEC4
     let acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
@@ -178,8 +247,22 @@ fn gemm_tiled(
                 }
 #endif
 #endif
+#if NORM
+                let inv_rms = inverseSqrt(sumsq[lid.y + WG_Y * i] / f32(p.k) + p.eps);
+                v *= inv_rms;
+#if GATED
+                acc2[i][j] *= inv_rms;
+#endif
+#endif
 #if ADD_C
                 v += addend(m, p.n_off + n);
+#endif
+#if GATED
+#if SILU
+                v = silu(v) * acc2[i][j];
+#else
+                v = gelu_tanh(v) * acc2[i][j];
+#endif
 #endif
                 y[c_base + m * p.n + p.n_off + n] = v;
             }

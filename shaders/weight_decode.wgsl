@@ -38,20 +38,30 @@ fn half_at(o: u32) -> f32 {
     return unpack2x16float(w[o >> 2u])[(o >> 1u) & 1u];
 }
 
+// Float element e of a chunk: float_at(the word holding it, e); W_SHIFT: e >> W_SHIFT is
+// that word's index.
 #if W_F32
-fn load_w(e: u32) -> f32 {
-    return bitcast<f32>(w[e]);
+const W_SHIFT: u32 = 0u;
+fn float_at(word: u32, e: u32) -> f32 {
+    return bitcast<f32>(word);
 }
 #endif
 #if W_F16
-fn load_w(e: u32) -> f32 {
-    return unpack2x16float(w[e >> 1u])[e & 1u];
+const W_SHIFT: u32 = 1u;
+fn float_at(word: u32, e: u32) -> f32 {
+    return unpack2x16float(word)[e & 1u];
 }
 #endif
 #if W_BF16
-fn load_w(e: u32) -> f32 {
-    let word = w[e >> 1u];
+const W_SHIFT: u32 = 1u;
+fn float_at(word: u32, e: u32) -> f32 {
     return bitcast<f32>(select(word << 16u, word & 0xffff0000u, (e & 1u) == 1u));
+}
+#endif
+#if QUANT
+#else
+fn load_w(e: u32) -> f32 {
+    return float_at(w[e >> W_SHIFT], e);
 }
 #endif
 

@@ -51,7 +51,8 @@ fn mlp_block_on_cpu_matches_ops_and_borrows_weights() {
     let dn = g.matmul(a, down).unwrap();
     let y = g.add(x, dn).unwrap();
     let graph = g.build(&[y, u]).unwrap();
-    assert_eq!(graph.node(y).shape, vec![5, 64]);
+    // (the norm is read by the up matmul and dropped: builder ids no longer index the graph)
+    assert_eq!(graph.node(graph.outputs()[0]).shape, vec![5, 64]);
 
     let xin = Tensor::from_f32(vec![5, 64], values(320, 9)).unwrap();
     let mut exe = CpuBackend.compile(&graph, &file).unwrap();
@@ -79,7 +80,7 @@ fn mlp_block_on_cpu_matches_ops_and_borrows_weights() {
     assert_eq!(outs[1].as_f32().unwrap(), u.as_f32().unwrap());
 
     let stats = exe.stats();
-    assert_eq!(stats.dispatches, 6); // input, norm, up, gelu, down, add
+    assert_eq!(stats.dispatches, 5); // input, norm + up, gelu, down, add
                                      // the file's bytes, plus the Q8_0 matrix's tiles packed for the integer matmul where
                                      // this CPU runs it (made once at compile)
     let packed = ops::PackedWeight::new(&dw)
@@ -204,7 +205,7 @@ fn inlined_graphs_share_weights_and_compute_in_sequence() {
         1,
         "2 * c made once"
     );
-    assert_eq!(count(&|op| matches!(op, Op::MatMul)), 2);
+    assert_eq!(count(&|op| matches!(op, Op::MatMul { .. })), 2);
     assert_eq!(twice.input_names().collect::<Vec<_>>(), ["s.x"]);
     // FLOPs: 2 per multiply-add of the matmul x [2, 3] @ w^T, elementwise not counted; per stage.
     let n_out = step.node(step.outputs()[0]).shape[1] as u64;

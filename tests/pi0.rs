@@ -94,7 +94,8 @@ fn state_bins_follow_numpy_digitize() {
 
 /// Structure, not timing: every action-expert layer reads the prefix's cache and the new
 /// rows as two key parts (no concatenation) with heads inside positions (no permute); the
-/// only concats of a step build its mask and (pi0) the state / action / time input.
+/// only concats of a step build its mask and (pi0) the state / action / time input. Each
+/// FFN's gate / up / GELU is one gated matmul.
 #[test]
 fn denoise_layers_copy_nothing_around_attention() {
     use vla::graph::GraphBuilder;
@@ -110,6 +111,13 @@ fn denoise_layers_copy_nothing_around_attention() {
             count("concat")
         );
         assert_eq!(count("attention"), cfg.lm.n_layers, "{variant:?}");
+        // each FFN's gate and up projections and activation: one op
+        assert_eq!(count("geglu_matmul"), cfg.lm.n_layers, "{variant:?}");
+        assert_eq!(count("gelu_tanh_mul"), 0, "{variant:?}");
+        // pi0's RMSNorms are read by the matmuls after them; pi0.5's adaRMS adds a shift
+        if variant == Variant::Pi0 {
+            assert_eq!(count("rms_norm"), 0);
+        }
         let two_parts = graph.nodes().iter().filter(|n| n.kv_parts() == 2).count();
         assert_eq!(two_parts, cfg.lm.n_layers, "{variant:?}");
     }

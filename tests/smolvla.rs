@@ -134,7 +134,8 @@ fn long_prompts_are_truncated_as_lerobot_does() {
 /// Structure, not timing: the action expert's layers copy nothing around attention. The
 /// self-attention layers read the prefix's cache and the new rows as two key parts (no
 /// concatenation), heads stay inside positions (no permute); the only concats of a step are
-/// the self-attention mask and the action + time input.
+/// the self-attention mask and the action + time input. Each FFN's gate / up / SiLU is one
+/// gated matmul, and no norm is an op of its own.
 #[test]
 fn denoise_layers_copy_nothing_around_attention() {
     use vla::graph::GraphBuilder;
@@ -145,6 +146,11 @@ fn denoise_layers_copy_nothing_around_attention() {
     assert_eq!(count("permute"), 0);
     assert_eq!(count("concat"), 2);
     assert_eq!(count("attention"), cfg.lm.n_layers);
+    // each FFN's gate and up projections and activation: one op
+    assert_eq!(count("swiglu_matmul"), cfg.lm.n_layers);
+    assert_eq!(count("silu_mul"), 0);
+    // every RMSNorm is read by the matmuls after it (q / k / v, gate / up, the output)
+    assert_eq!(count("rms_norm"), 0);
     let self_attn = (0..cfg.lm.n_layers).filter(|&i| i % cfg.self_attn_every_n_layers == 0);
     let two_parts = graph.nodes().iter().filter(|n| n.kv_parts() == 2).count();
     assert_eq!(two_parts, self_attn.count());

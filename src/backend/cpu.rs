@@ -36,18 +36,21 @@ impl Backend for CpuBackend {
         // time)
         let mut prepared: Vec<Option<Prepared>> = (0..resolved.len()).map(|_| None).collect();
         for node in graph.nodes() {
-            let w = match node.op {
-                Op::MatMul | Op::FqLinear(_) => node.inputs[1].0,
+            let ws = match node.op {
+                Op::MatMul { .. } | Op::FqLinear(_) => &node.inputs[1..2],
+                Op::GatedMatMul { .. } => &node.inputs[1..3],
                 _ => continue,
             };
-            let (Some(t), None) = (&resolved[w], &prepared[w]) else {
-                continue;
-            };
-            prepared[w] = match &node.op {
-                Op::FqLinear(p) => ops::foldquant::int_tiles(t, p).map(Prepared::FqCodes),
-                _ => ops::PackedWeight::new(t)?.map(Prepared::Matmul),
-            };
-            weight_bytes += prepared[w].as_ref().map_or(0, Prepared::bytes);
+            for w in ws.iter().map(|w| w.0) {
+                let (Some(t), None) = (&resolved[w], &prepared[w]) else {
+                    continue;
+                };
+                prepared[w] = match &node.op {
+                    Op::FqLinear(p) => ops::foldquant::int_tiles(t, p).map(Prepared::FqCodes),
+                    _ => ops::PackedWeight::new(t)?.map(Prepared::Matmul),
+                };
+                weight_bytes += prepared[w].as_ref().map_or(0, Prepared::bytes);
+            }
         }
         Ok(Box::new(CpuExecutable {
             graph: graph.clone(),
@@ -102,6 +105,8 @@ impl Executable for CpuExecutable<'_> {
         // VLA_CPU_PROFILE=1: time per op kind, printed after each run.
         let profile = std::env::var("VLA_CPU_PROFILE").is_ok_and(|v| v == "1");
         let mut by_kind: BTreeMap<&'static str, (usize, f64, u64)> = BTreeMap::new();
+        // the last matmul-read RMSNorm, (input, gain) -> rows: q, k and v read the same one
+        let mut last_norm: Option<((usize, usize), Tensor<'static>)> = None;
         for (i, node) in self.graph.nodes().iter().enumerate() {
             let t_op = profile.then(Instant::now);
             while marks.len() < starts.len() && starts[marks.len()] <= i {
@@ -129,6 +134,27 @@ impl Executable for CpuExecutable<'_> {
                 }
             };
             let arg = |k: usize| get(node.inputs[k]);
+            // a matmul's input rows, normalised first when it reads an RMSNorm
+            if let (
+                Some(gain),
+                Op::MatMul { norm: Some(n) } | Op::GatedMatMul { norm: Some(n), .. },
+            ) = (node.norm_gain(), &node.op)
+            {
+                let key = (node.inputs[0].0, gain.0);
+                if last_norm.as_ref().is_none_or(|(k, _)| *k != key) {
+                    let rows = ops::rms_norm_offset(arg(0), get(gain), n.eps, n.offset)?;
+                    last_norm = Some((key, rows));
+                }
+            }
+            let rows = || match node.norm_gain() {
+                Some(_) => &last_norm.as_ref().expect("normalised above").1,
+                None => arg(0),
+            };
+            // input k's integer-kernel tiles, made at compile
+            let packed = |k: usize| match &self.prepared[node.inputs[k].0] {
+                Some(Prepared::Matmul(p)) => Some(p),
+                _ => None,
+            };
             let out = match &node.op {
                 Op::Weight(_) => continue,
                 Op::Input(name) => by_name[name].to_f32()?,
@@ -141,13 +167,17 @@ impl Executable for CpuExecutable<'_> {
                         .collect::<Vec<_>>();
                     Tensor::from_f32(t.shape().to_vec(), v)?
                 }
-                Op::MatMul => {
-                    let c = (node.inputs.len() > 2).then(|| arg(2));
-                    let packed = match &self.prepared[node.inputs[1].0] {
-                        Some(Prepared::Matmul(p)) => Some(p),
-                        _ => None,
-                    };
-                    ops::matmul_add_packed(arg(0), arg(1), packed, c)?
+                Op::MatMul { .. } => {
+                    let c = node.addend().map(get);
+                    ops::matmul_add_packed(rows(), arg(1), packed(1), c)?
+                }
+                Op::GatedMatMul { act, .. } => {
+                    let gate = ops::matmul_add_packed(rows(), arg(1), packed(1), None)?;
+                    let up = ops::matmul_add_packed(rows(), arg(2), packed(2), None)?;
+                    match act {
+                        GateAct::Silu => ops::swiglu(&gate, &up)?,
+                        GateAct::GeluTanh => ops::geglu(&gate, &up)?,
+                    }
                 }
                 Op::Bmm { trans_b } => ops::bmm(arg(0), arg(1), *trans_b)?,
                 Op::Add => ops::add(arg(0), arg(1))?,

@@ -1,6 +1,6 @@
 //! Building a [`Graph`] with shape inference.
 
-use super::{AttentionMask, FqParams, GateAct, Graph, Node, NodeId, Op, WeightStore};
+use super::{AttentionMask, FqParams, GateAct, Graph, Node, NodeId, Op, RowNorm, WeightStore};
 use crate::gguf::GgmlType;
 use crate::ops::{RopeConfig, RopeLayout};
 use crate::{Error, Result, Tensor};
@@ -282,6 +282,8 @@ impl<'w> GraphBuilder<'w> {
         Ok(id)
     }
 
+    /// `x [.., K] @ w^T` with `w` `[N, K]`. An RMSNorm `x` is read by the matmul itself
+    /// ([`RowNorm`]); a FoldQuant site's codes (I8 `w`) make an [`Op::FqLinear`].
     pub fn matmul(&mut self, x: NodeId, w: NodeId) -> Result<NodeId> {
         self.check_f32("matmul", x)?;
         let (xs, ws) = (self.shape(x), self.shape(w));
@@ -307,7 +309,55 @@ impl<'w> GraphBuilder<'w> {
             inputs.insert(0, x);
             return Ok(self.activation(Op::FqLinear(params), inputs, shape));
         }
-        Ok(self.activation(Op::MatMul, vec![x, w], shape))
+        let (x, norm, gain) = self.norm_read(x);
+        let mut inputs = vec![x, w];
+        inputs.extend(gain);
+        Ok(self.activation(Op::MatMul { norm }, inputs, shape))
+    }
+
+    /// A matmul's input `x`: when it is an RMSNorm, the norm's input, settings and gain
+    /// instead, for the matmul to normalise as it reads (the norm node is dropped at build
+    /// when nothing else reads it).
+    fn norm_read(&self, x: NodeId) -> (NodeId, Option<RowNorm>, Option<NodeId>) {
+        match self.nodes[x.0].op {
+            Op::RmsNorm { eps, offset } => {
+                let inputs = &self.nodes[x.0].inputs;
+                (inputs[0], Some(RowNorm { eps, offset }), Some(inputs[1]))
+            }
+            _ => (x, None, None),
+        }
+    }
+
+    /// `act(x @ w_gate^T) * (x @ w_up^T)` as one [`Op::GatedMatMul`] (reading an RMSNorm `x`
+    /// as [`Self::matmul`] does); FoldQuant sites (I8 codes) keep their own ops: two sites and
+    /// a [`Op::Gated`].
+    pub fn gated_matmul(
+        &mut self,
+        x: NodeId,
+        w_gate: NodeId,
+        w_up: NodeId,
+        act: GateAct,
+    ) -> Result<NodeId> {
+        let fq = [w_gate, w_up].map(|w| self.nodes[w.0].dtype == GgmlType::I8);
+        if fq.contains(&true) {
+            let gate = self.matmul(x, w_gate)?;
+            let up = self.matmul(x, w_up)?;
+            return self.gated(gate, up, act);
+        }
+        self.check_f32("gated_matmul", x)?;
+        let (xs, gs, us) = (self.shape(x), self.shape(w_gate), self.shape(w_up));
+        if xs.is_empty() || gs.len() != 2 || gs != us || xs[xs.len() - 1] != gs[1] {
+            return Err(err(
+                "gated_matmul",
+                format!("x {xs:?} with gate {gs:?} and up {us:?}: need x [.., K], both [N, K]"),
+            ));
+        }
+        let mut shape = xs.to_vec();
+        *shape.last_mut().expect("non-empty") = gs[0];
+        let (x, norm, gain) = self.norm_read(x);
+        let mut inputs = vec![x, w_gate, w_up];
+        inputs.extend(gain);
+        Ok(self.activation(Op::GatedMatMul { act, norm }, inputs, shape))
     }
 
     /// The FoldQuant site whose codes are the I8 weight `w` (`<site>.weight`): its settings

@@ -63,10 +63,13 @@ pub enum Op {
     InputU8(String),
     /// A constant tensor from the weight store, in its stored dtype.
     Weight(String),
-    /// `[x [.., M, K], w [N, K]]` -> `x @ w^T`; with a third input `c` (`[N]`, a bias, or
+    /// `[x [.., M, K], w [N, K]]` -> `x @ w^T`; with `norm`, x's rows RMS-normalised first
+    /// by the gain input after `w` ([`RowNorm`]); with a last input `c` (`[N]`, a bias, or
     /// the output's shape), `x @ w^T + c` in one op (one dispatch on GPUs, no separate pass
-    /// over the output on the cpu backend).
-    MatMul,
+    /// over the output on the cpu backend). [`Node::norm_gain`], [`Node::addend`].
+    MatMul {
+        norm: Option<RowNorm>,
+    },
     /// `[a [B, M, K], b [B, N, K]]` (`trans_b`) or `b [B, K, N]` -> `[B, M, N]`.
     Bmm {
         trans_b: bool,
@@ -82,6 +85,14 @@ pub enum Op {
     /// `[gate, up]` (same shape) -> `act(gate) * up`: a gated FFN's activation and product
     /// in one op.
     Gated(GateAct),
+    /// `[x [.., K], w_gate [N, K], w_up [N, K]]` -> `act(x @ w_gate^T) * (x @ w_up^T)`: a
+    /// gated FFN's two projections and activation in one op (one dispatch on GPUs for float
+    /// weights, neither product written to memory); with `norm`, x's rows RMS-normalised
+    /// first by a fourth input, the gain.
+    GatedMatMul {
+        act: GateAct,
+        norm: Option<RowNorm>,
+    },
     /// Over the last dimension.
     Softmax,
     /// `[x, w]`: `x / rms(x) * (w + offset)` over the last dim (offset 1 for Gemma).
@@ -129,6 +140,16 @@ pub enum Op {
     FqLinear(FqParams),
 }
 
+/// An RMSNorm a matmul applies to its input rows as it reads them: `x / rms(x) * (gain +
+/// offset)` over the last dim, as [`Op::RmsNorm`] (the norm's own node is then dropped when
+/// nothing else reads it). GPUs fold the gain into the weight tile and the `1 / rms` into
+/// the output, so the normalised rows are never written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowNorm {
+    pub eps: f32,
+    pub offset: f32,
+}
+
 /// The settings of one [`Op::FqLinear`] site.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FqParams {
@@ -156,7 +177,8 @@ impl Op {
             Op::Input(_) => "input",
             Op::InputU8(_) => "input_u8",
             Op::Weight(_) => "weight",
-            Op::MatMul => "matmul",
+            Op::MatMul { norm: None } => "matmul",
+            Op::MatMul { norm: Some(_) } => "norm_matmul",
             Op::Bmm { .. } => "bmm",
             Op::Add => "add",
             Op::Mul => "mul",
@@ -167,6 +189,13 @@ impl Op {
             Op::Relu => "relu",
             Op::Gated(GateAct::Silu) => "silu_mul",
             Op::Gated(GateAct::GeluTanh) => "gelu_tanh_mul",
+            Op::GatedMatMul {
+                act: GateAct::Silu, ..
+            } => "swiglu_matmul",
+            Op::GatedMatMul {
+                act: GateAct::GeluTanh,
+                ..
+            } => "geglu_matmul",
             Op::Softmax => "softmax",
             Op::RmsNorm { .. } => "rms_norm",
             Op::LayerNorm { .. } => "layer_norm",
@@ -203,6 +232,23 @@ pub struct Node {
 impl Node {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// A matmul's (or gated matmul's) RMSNorm gain, the input after its weights.
+    pub fn norm_gain(&self) -> Option<NodeId> {
+        match self.op {
+            Op::MatMul { norm: Some(_) } => Some(self.inputs[2]),
+            Op::GatedMatMul { norm: Some(_), .. } => Some(self.inputs[3]),
+            _ => None,
+        }
+    }
+
+    /// A matmul's fused addend, its last input after the weight and the gain.
+    pub fn addend(&self) -> Option<NodeId> {
+        match self.op {
+            Op::MatMul { norm } => self.inputs.get(2 + usize::from(norm.is_some())).copied(),
+            _ => None,
+        }
     }
 
     /// An attention node's key / value parts (the `(k, v)` input pairs after `q`); 0 for
@@ -276,9 +322,11 @@ impl Graph {
         let shape = |k: usize| &self.nodes[node.inputs[k].0].shape;
         let fma = match &node.op {
             // [.., M, N] from [.., M, K]; bmm [B, M, N] from [B, M, K]
-            Op::MatMul | Op::Bmm { .. } | Op::FqLinear(_) => {
+            Op::MatMul { .. } | Op::Bmm { .. } | Op::FqLinear(_) => {
                 node.numel() * shape(0).last().copied().unwrap_or(0)
             }
+            // two products
+            Op::GatedMatMul { .. } => 2 * node.numel() * shape(0).last().copied().unwrap_or(0),
             // q [Sq, Hq, D], keys [Sk, Hkv, D] in parts, out [Sq, Hq, Dv]
             Op::Attention { .. } => {
                 let dv = node.shape[2];
@@ -330,12 +378,17 @@ impl Graph {
         })
     }
 
-    /// The stored weights that a matmul multiplies by (its right operand).
+    /// The stored weights that a matmul multiplies by (its right operand; both of a gated
+    /// one's).
     pub fn matmul_weights(&self) -> impl Iterator<Item = &str> {
         self.nodes
             .iter()
-            .filter(|n| n.op == Op::MatMul)
-            .filter_map(|n| match &self.nodes[n.inputs[1].0].op {
+            .flat_map(|n| match n.op {
+                Op::MatMul { .. } => &n.inputs[1..2],
+                Op::GatedMatMul { .. } => &n.inputs[1..3],
+                _ => &[],
+            })
+            .filter_map(|w| match &self.nodes[w.0].op {
                 Op::Weight(name) if !self.constants.contains_key(name) => Some(name.as_str()),
                 _ => None,
             })

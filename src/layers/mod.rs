@@ -121,13 +121,13 @@ pub fn gated_ffn(
     residual: Option<NodeId>,
 ) -> Result<NodeId> {
     let d = width(g, x);
-    let gate = linear(g, x, &format!("{prefix}.ffn_gate"), inter, false)?;
-    let up = linear(g, x, &format!("{prefix}.ffn_up"), inter, false)?;
+    let gate = g.weight(&format!("{prefix}.ffn_gate.weight"), &[inter, d])?;
+    let up = g.weight(&format!("{prefix}.ffn_up.weight"), &[inter, d])?;
     let act = match act {
         GatedActivation::Silu => GateAct::Silu,
         GatedActivation::GeluTanh => GateAct::GeluTanh,
     };
-    let h = g.gated(gate, up, act)?;
+    let h = g.gated_matmul(x, gate, up, act)?;
     let down = format!("{prefix}.ffn_down");
     match residual {
         Some(r) => linear_add(g, h, &down, d, r),

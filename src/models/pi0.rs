@@ -348,11 +348,13 @@ pub mod graphs {
             let kv = [(cache_k, cache_v), new];
             x = finish_layer(&mut g, x, q, &kv, Some(mask), gate, &layer, a)?;
         }
+        // the action rows first (the norm is per row): the output projection then reads
+        // the norm itself
+        let x = g.slice(x, 0, s - c, c)?;
         let x = match cond {
             None => rms_norm(&mut g, x, "aex.output_norm", a.norm_eps)?,
             Some(cond) => ada_rms_norm(&mut g, x, cond, "aex.ada_output_norm", a.norm_eps)?.0,
         };
-        let x = g.slice(x, 0, s - c, c)?;
         let out = linear(&mut g, x, "action_out_proj", ad, true)?;
         g.build(&[out])
     }

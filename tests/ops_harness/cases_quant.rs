@@ -4,7 +4,7 @@
 use super::{gpu_backends, Cases, NMSE_DEFAULT, NMSE_MATMUL};
 use vla::backend::Backend;
 use vla::gguf::{quant, GgmlType};
-use vla::graph::GraphBuilder;
+use vla::graph::{GateAct, GraphBuilder};
 use vla::Tensor;
 
 const QUANT: [GgmlType; 5] = [
@@ -77,7 +77,89 @@ fn matmul_add_case(c: &mut Cases, ty: GgmlType, m: usize, n: usize, k: usize) {
     case.kernel_sets = true;
 }
 
+/// `act(x @ gate^T) * (x @ up^T)` as one op: the fused tiled GEMM (float weights, M > 16,
+/// GPU set), otherwise two products and the gated kernel.
+fn gated_matmul_case(c: &mut Cases, ty: GgmlType, act: GateAct, m: usize, n: usize, k: usize) {
+    let (x, wg, wu) = (
+        c.tensor(&[m, k]),
+        c.weight(&[n, k], ty),
+        c.weight(&[n, k], ty),
+    );
+    let name = format!("gated_matmul {act:?} {ty} m{m} n{n} k{k}");
+    let build = move |g: &mut GraphBuilder| {
+        let x = g.input("x", &[m, k]);
+        let (wg, wu) = (g.stored_weight("wg")?, g.stored_weight("wu")?);
+        g.gated_matmul(x, wg, wu, act)
+    };
+    let weights = vec![("wg", wg), ("wu", wu)];
+    let case = match ty.is_quantized() {
+        true => c.add_int_dot(name, weights, vec![("x", x)], NMSE_MATMUL, build),
+        false => c.add(name, weights, vec![("x", x)], NMSE_MATMUL, build),
+    };
+    case.kernel_sets = true;
+}
+
+/// A matmul (or gated matmul) reading an RMSNorm: the tiled GEMM normalises as it reads
+/// (float weights, M > 16, GPU set), otherwise the norm kernel writes the rows first. With
+/// Gemma's offset, and with a residual addend after the gain input.
+fn norm_matmul_case(c: &mut Cases, ty: GgmlType, (m, n, k): (usize, usize, usize), i: usize) {
+    let offset = [0.0, 1.0][i % 2];
+    let gated = [None, Some(GateAct::Silu), None, Some(GateAct::GeluTanh)][i % 4];
+    let residual = gated.is_none() && i.is_multiple_of(3);
+    let mut x = c.tensor(&[m, k]);
+    // rows of different scales, so the norm matters
+    for (r, row) in x.as_f32_mut().unwrap().chunks_mut(k).enumerate() {
+        row.iter_mut().for_each(|v| *v *= 0.1 + r as f32);
+    }
+    let (gain, wg, wu) = (c.tensor(&[k]), c.weight(&[n, k], ty), c.weight(&[n, k], ty));
+    let mut inputs = vec![("x", x), ("gain", gain)];
+    if residual {
+        inputs.push(("r", c.tensor(&[m, n])));
+    }
+    let what = match (gated, residual) {
+        (Some(act), _) => format!("gated {act:?}"),
+        (None, true) => "+ residual".into(),
+        (None, false) => String::new(),
+    };
+    let name = format!("norm_matmul {ty} m{m} n{n} k{k} offset {offset} {what}");
+    let build = move |g: &mut GraphBuilder| {
+        let x = g.input("x", &[m, k]);
+        let gain = g.input("gain", &[k]);
+        let xn = g.rms_norm(x, gain, 1e-6, offset)?;
+        let (wg, wu) = (g.stored_weight("wg")?, g.stored_weight("wu")?);
+        match (gated, residual) {
+            (Some(act), _) => g.gated_matmul(xn, wg, wu, act),
+            (None, true) => {
+                let r = g.input("r", &[m, n]);
+                g.matmul_add(xn, wg, r)
+            }
+            (None, false) => g.matmul(xn, wg),
+        }
+    };
+    let weights = vec![("wg", wg), ("wu", wu)];
+    let case = match ty.is_quantized() {
+        true => c.add_int_dot(name, weights, inputs, NMSE_MATMUL, build),
+        false => c.add(name, weights, inputs, NMSE_MATMUL, build),
+    };
+    case.kernel_sets = true;
+}
+
 pub fn add(c: &mut Cases) {
+    let mut i = 0;
+    for ty in FLOAT.into_iter().chain([GgmlType::Q8_0]) {
+        let odd_k = if ty.is_quantized() { 96 } else { 33 };
+        for shape in [(5, 40, 64), (17, 65, odd_k), (50, 96, 128), (130, 70, 64)] {
+            norm_matmul_case(c, ty, shape, i);
+            i += 1;
+        }
+    }
+    for (i, ty) in FLOAT.into_iter().chain([GgmlType::Q8_0]).enumerate() {
+        let act = [GateAct::Silu, GateAct::GeluTanh][i % 2];
+        let odd_k = if ty.is_quantized() { 64 } else { 31 };
+        for (m, n, k) in [(3, 33, 64), (17, 65, odd_k), (50, 96, 128), (130, 67, 96)] {
+            gated_matmul_case(c, ty, act, m, n, k);
+        }
+    }
     for ty in [GgmlType::Q8_0, GgmlType::Q4_1] {
         for m in [3, 40, 100] {
             matmul_add_case(c, ty, m, 70, 96);

@@ -81,7 +81,10 @@ pub(crate) struct Weights<'w> {
 fn reads_raw(op: &Op, k: usize) -> bool {
     matches!(
         (op, k),
-        (Op::MatMul, 1) | (Op::Embedding, 0) | (Op::PatchEmbed, 1)
+        (Op::MatMul { .. }, 1)
+            | (Op::GatedMatMul { .. }, 1 | 2)
+            | (Op::Embedding, 0)
+            | (Op::PatchEmbed, 1)
     )
 }
 
@@ -197,6 +200,8 @@ struct Lowerer<'a> {
     inputs: Vec<(String, T)>,
     byte_inputs: Vec<(String, T)>,
     shadows: Vec<Shadow>,
+    /// RMSNorms that matmuls read, by (input, gain) node: one ggml node for q, k and v.
+    norms: std::collections::HashMap<(usize, usize), T>,
 }
 
 /// Pass 2: builds the compute graph in `ctx`. Constants go into `consts` (returned as
@@ -233,6 +238,7 @@ pub(crate) fn lower<'a>(
         inputs: Vec::new(),
         byte_inputs: Vec::new(),
         shadows: Vec::new(),
+        norms: Default::default(),
     };
     for i in 0..graph.nodes().len() {
         let v = l.node(i)?;
@@ -289,6 +295,29 @@ impl Lowerer<'_> {
         let ne = ne_of(shape).expect("ranks checked");
         // SAFETY: `t` is contiguous with the same element count.
         unsafe { sys::ggml_reshape_4d(self.ctx, t, ne[0], ne[1], ne[2], ne[3]) }
+    }
+
+    /// Matmul node `i`'s input as the `[K, rows]` matrix its weight (`[N, K]`) multiplies,
+    /// with its row count; normalised first when the matmul reads an RMSNorm (one ggml node
+    /// per input and gain, shared by the matmuls reading it).
+    fn matmul_rows(&mut self, i: usize) -> (T, i64) {
+        let node = &self.graph.nodes()[i];
+        let (x, k) = (node.inputs[0], self.shape(node.inputs[1])[1]);
+        let rows = (self.graph.node(x).numel() / k) as i64;
+        let mut t = self.val(x);
+        if let (Some(g), Op::MatMul { norm: Some(n) } | Op::GatedMatMul { norm: Some(n), .. }) =
+            (node.norm_gain(), &node.op)
+        {
+            let (ctx, gain) = (self.ctx, self.val(g));
+            // SAFETY: tensors of `ctx`.
+            t = *self
+                .norms
+                .entry((x.0, g.0))
+                .or_insert_with(|| unsafe { rms_norm(ctx, t, gain, n.eps, n.offset) });
+        }
+        // SAFETY: `t` is contiguous with k * rows elements.
+        let t = unsafe { sys::ggml_reshape_2d(self.ctx, t, k as i64, rows) };
+        (t, rows)
     }
 
     fn new_f32(&self, ne: [i64; 4]) -> T {
@@ -396,13 +425,10 @@ impl Lowerer<'_> {
                     let x = sys::ggml_view_1d(ctx, x, n, 0);
                     self.reshape(x, &shape)
                 }
-                Op::MatMul => {
-                    let k = self.shape(inp[1])[1];
-                    let rows = (self.graph.node(inp[0]).numel() / k) as i64;
-                    let k = k as i64;
-                    let x = sys::ggml_reshape_2d(ctx, self.val(inp[0]), k, rows);
+                Op::MatMul { .. } => {
+                    let (x, rows) = self.matmul_rows(i);
                     let mut y = sys::ggml_mul_mat(ctx, self.raw(inp[1]), x);
-                    if let Some(&c) = inp.get(2) {
+                    if let Some(c) = self.graph.node(NodeId(i)).addend() {
                         // [N] broadcasts over the rows; a full addend as [N, rows]
                         let n = shape[shape.len() - 1] as i64;
                         let c = match self.shape(c).len() {
@@ -428,23 +454,17 @@ impl Lowerer<'_> {
                 Op::GeluTanh => gelu_tanh(ctx, self.val(inp[0])),
                 Op::GeluErf => sys::ggml_gelu_erf(ctx, self.val(inp[0])),
                 Op::Silu => sys::ggml_silu(ctx, self.val(inp[0])),
-                Op::Gated(act) => {
-                    let gate = self.val(inp[0]);
-                    let a = match act {
-                        GateAct::Silu => sys::ggml_silu(ctx, gate),
-                        GateAct::GeluTanh => gelu_tanh(ctx, gate),
-                    };
-                    sys::ggml_mul(ctx, a, self.val(inp[1]))
+                Op::Gated(act) => gated(ctx, *act, self.val(inp[0]), self.val(inp[1])),
+                Op::GatedMatMul { act, .. } => {
+                    let (x, _) = self.matmul_rows(i);
+                    let gate = sys::ggml_mul_mat(ctx, self.raw(inp[1]), x);
+                    let up = sys::ggml_mul_mat(ctx, self.raw(inp[2]), x);
+                    self.reshape(gated(ctx, *act, gate, up), &shape)
                 }
                 Op::Relu => sys::ggml_relu(ctx, self.val(inp[0])),
                 Op::Softmax => sys::ggml_soft_max(ctx, self.val(inp[0])),
                 Op::RmsNorm { eps, offset } => {
-                    let n = sys::ggml_rms_norm(ctx, self.val(inp[0]), *eps);
-                    let mut w = self.val(inp[1]);
-                    if *offset != 0.0 {
-                        w = sys::ggml_scale_bias(ctx, w, 1.0, *offset);
-                    }
-                    sys::ggml_mul(ctx, n, w)
+                    rms_norm(ctx, self.val(inp[0]), self.val(inp[1]), *eps, *offset)
                 }
                 Op::LayerNorm { eps } => {
                     let n = sys::ggml_norm(ctx, self.val(inp[0]), *eps);
@@ -629,6 +649,29 @@ impl Lowerer<'_> {
             };
             sys::ggml_cont(ctx, heads(o)) // [Dv, Hq, Sq]: the op's [Sq, Hq, Dv]
         }
+    }
+}
+
+/// `x / rms(x) * (w + offset)` over the last dim.
+unsafe fn rms_norm(ctx: *mut sys::ggml_context, x: T, w: T, eps: f32, offset: f32) -> T {
+    unsafe {
+        let n = sys::ggml_rms_norm(ctx, x, eps);
+        let w = match offset {
+            0.0 => w,
+            _ => sys::ggml_scale_bias(ctx, w, 1.0, offset),
+        };
+        sys::ggml_mul(ctx, n, w)
+    }
+}
+
+/// `act(gate) * up`.
+unsafe fn gated(ctx: *mut sys::ggml_context, act: GateAct, gate: T, up: T) -> T {
+    unsafe {
+        let a = match act {
+            GateAct::Silu => sys::ggml_silu(ctx, gate),
+            GateAct::GeluTanh => gelu_tanh(ctx, gate),
+        };
+        sys::ggml_mul(ctx, a, up)
     }
 }
 

@@ -60,7 +60,10 @@ pub(crate) struct WgpuExecutable {
 fn reads_raw(op: &Op, k: usize) -> bool {
     matches!(
         (op, k),
-        (Op::MatMul, 1) | (Op::Embedding, 0) | (Op::FqLinear(_), 1)
+        (Op::MatMul { .. }, 1)
+            | (Op::GatedMatMul { .. }, 1 | 2)
+            | (Op::Embedding, 0)
+            | (Op::FqLinear(_), 1)
     )
 }
 

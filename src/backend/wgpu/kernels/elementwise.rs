@@ -7,7 +7,10 @@ use crate::backend::wgpu::GpuContext;
 use crate::graph::{GateAct, Node, Op};
 use crate::{Error, Result};
 
-const SOURCE: &str = include_str!("../../../../shaders/elementwise.wgsl");
+const SOURCE: &str = concat!(
+    include_str!("../../../../shaders/activation.wgsl"),
+    include_str!("../../../../shaders/elementwise.wgsl")
+);
 const WG: usize = 256;
 const MAX_RANK: usize = 4;
 
@@ -74,19 +77,36 @@ pub(super) fn unary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result
         Op::GeluErf => (2, 0.0),
         Op::Silu => (3, 0.0),
         Op::Relu => (4, 0.0),
-        Op::Gated(GateAct::GeluTanh) => (1, 0.0),
-        Op::Gated(GateAct::Silu) => (3, 0.0),
+        Op::Gated(act) => {
+            let (gate, up) = (bufs.inputs[0].f32(), bufs.inputs[1].f32());
+            return Ok(vec![gated(ctx, act, node.numel(), gate, up, bufs.output)?]);
+        }
         _ => unreachable!("routed by encode"),
     };
     let params = [u32_of(node.numel(), "elements")?, op, scalar.to_bits(), 0];
-    let gated = matches!(node.op, Op::Gated(_));
-    let v = Variant::new("elementwise", SOURCE, "unary").define("GATED", gated);
+    let v = Variant::new("elementwise", SOURCE, "unary");
     let grid = grid_1d(ctx, node.numel(), WG);
-    let mut buffers = vec![(1, bufs.inputs[0].f32()), (3, bufs.output)];
-    if gated {
-        buffers.push((2, bufs.inputs[1].f32()));
-    }
+    let buffers = [(1, bufs.inputs[0].f32()), (3, bufs.output)];
     Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])
+}
+
+/// `out = act(gate) * up` over `n` elements.
+pub(super) fn gated(
+    ctx: &GpuContext,
+    act: GateAct,
+    n: usize,
+    gate: &wgpu::Buffer,
+    up: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    let op = match act {
+        GateAct::GeluTanh => 1,
+        GateAct::Silu => 3,
+    };
+    let params = [u32_of(n, "elements")?, op, 0, 0];
+    let v = Variant::new("elementwise", SOURCE, "unary").define("GATED", true);
+    let buffers = [(1, gate), (2, up), (3, out)];
+    dispatch(ctx, &v, &params, &buffers, grid_1d(ctx, n, WG))
 }
 
 /// [`Op::InputU8`]: the node's bytes (written by the host into `bytes`, four a word) as f32.

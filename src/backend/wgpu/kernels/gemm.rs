@@ -4,10 +4,12 @@
 use super::{dispatch, u32_of, Dispatch};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GemmTile, GpuContext};
+use crate::graph::{GateAct, RowNorm};
 use crate::Result;
 
 const SOURCE: &str = concat!(
     include_str!("../../../../shaders/weight_decode.wgsl"),
+    include_str!("../../../../shaders/activation.wgsl"),
     include_str!("../../../../shaders/gemm_tiled.wgsl")
 );
 
@@ -74,6 +76,13 @@ pub(super) struct Gemm<'a> {
     pub scores: Option<(f32, Option<i64>, Option<&'a wgpu::Buffer>)>,
     /// The fused addend (buffer, whether it has the output's shape rather than `[n]`).
     pub addend: Option<(&'a wgpu::Buffer, bool)>,
+    /// A gated FFN's up weight (B's dtype and chunking) and activation: C = act(A B^T) *
+    /// (A B2^T). Not with `addend`, `scores` or `b_kn`.
+    pub gated: Option<(&'a wgpu::Buffer, GateAct)>,
+    /// A's rows RMS-normalised as they are read: the gain folded into the B tiles, the sum
+    /// of squares of each row taken from the A tiles, `1 / rms` applied to the output. Not
+    /// with `scores` or `b_kn`.
+    pub norm: Option<(RowNorm, &'a wgpu::Buffer)>,
     pub a: &'a wgpu::Buffer,
     pub b: &'a wgpu::Buffer,
     pub c: &'a wgpu::Buffer,
@@ -81,7 +90,12 @@ pub(super) struct Gemm<'a> {
 
 impl Gemm<'_> {
     pub fn dispatch(&self, ctx: &GpuContext) -> Result<Dispatch> {
-        let tile = GemmTile::choose(ctx, self.m, self.rows, self.batches);
+        let mut tile = GemmTile::choose(ctx, self.m, self.rows, self.batches);
+        if self.gated.is_some() && tile == GemmTile::Large {
+            // three 128-row tiles would pass 16 KiB of workgroup memory
+            tile = GemmTile::Medium;
+        }
+        let gated = self.gated.is_some();
         let (scale, shift, mask) = self.scores.unwrap_or((1.0, None, None));
         let v = Variant::new("gemm_tiled", SOURCE, "gemm_tiled")
             .define(self.b_define, true)
@@ -90,7 +104,13 @@ impl Gemm<'_> {
             .define("SCORES", self.scores.is_some())
             .define("CAUSAL", shift.is_some())
             .define("ALLOWED", mask.is_some())
-            .define("VEC4", ctx.options.gemm_vec4 && tile != GemmTile::Large)
+            .define(
+                "VEC4",
+                ctx.options.gemm_vec4 && tile != GemmTile::Large && !gated,
+            )
+            .define("GATED", gated)
+            .define("SILU", matches!(self.gated, Some((_, GateAct::Silu))))
+            .define("NORM", self.norm.is_some())
             .define("ADD_C", self.addend.is_some())
             .define("C_FULL", self.addend.is_some_and(|a| a.1))
             // xs and ws are filled for the whole tile, then a barrier, then read
@@ -100,8 +120,9 @@ impl Gemm<'_> {
             // are guarded by m < M, n < rows and kk < K, and the buffers hold what the
             // params say (A: batches x M rows of K, `lda` apart, from the node's shape; B:
             // a weight chunk of rows x K or attention's keys / values, `ldb` apart; C and
-            // the addend: the output, the mask: [M, N]). That saves a clamp per workgroup-memory read in
-            // the inner loop.
+            // the addend: the output, the mask: [M, N], the gain: [K], read at kk < K;
+            // the row sums of squares by t < BM). That saves a clamp per workgroup-memory
+            // read in the inner loop.
             .indices_proven();
         let shift = i32::try_from(shift.unwrap_or(0)).unwrap_or(i32::MAX);
         let [sa, sb, sc] = self.strides;
@@ -119,6 +140,8 @@ impl Gemm<'_> {
             shift as u32,
             u32_of(self.lda, "A row stride")?,
             u32_of(self.ldb, "B row stride")?,
+            self.norm.map_or(0, |n| n.0.eps.to_bits()),
+            self.norm.map_or(0, |n| n.0.offset.to_bits()),
         ];
         let mut buffers = vec![(1, self.a), (2, self.b), (3, self.c)];
         if let Some(m) = mask {
@@ -126,6 +149,12 @@ impl Gemm<'_> {
         }
         if let Some((c, _)) = self.addend {
             buffers.push((6, c));
+        }
+        if let Some((up, _)) = self.gated {
+            buffers.push((7, up));
+        }
+        if let Some((_, gain)) = self.norm {
+            buffers.push((8, gain));
         }
         let (bm, bn) = tile.dims();
         let grid = [

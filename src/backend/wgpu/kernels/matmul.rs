@@ -15,11 +15,12 @@
 //!   per weight row splitting K, reduced with subgroups when `caps.subgroups`.
 
 use super::gemm::Gemm;
-use super::{dispatch, grid_1d, u32_of, Chunk, Dispatch, NodeBuffers, TensorBuf};
+use super::norm::rms_norm_into;
+use super::{dispatch, grid_1d, u32_of, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GpuContext, KernelSet};
 use crate::gguf::GgmlType;
-use crate::graph::Node;
+use crate::graph::{Node, Op, RowNorm};
 use crate::{Error, Result};
 
 const SOURCE: &str = concat!(
@@ -77,12 +78,78 @@ fn scratch(ctx: &GpuContext, label: &str, size: u64) -> wgpu::Buffer {
 }
 
 pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
-    let x = &bufs.inputs[0];
+    let Op::MatMul { norm } = node.op else {
+        unreachable!("routed by encode")
+    };
+    let norm = norm.map(|n| NormRead::of(n, node, bufs));
+    let addend = node.addend().map(|_| &bufs.inputs[bufs.inputs.len() - 1]);
+    let (x, w) = (&bufs.inputs[0], &bufs.inputs[1]);
+    matmul_into(ctx, x, w, norm, addend, bufs.scratch, bufs.output)
+}
+
+/// A matmul's RMSNorm read: its settings, the gain, and the (input, gain) node pair.
+#[derive(Clone, Copy)]
+struct NormRead<'a> {
+    norm: RowNorm,
+    gain: &'a wgpu::Buffer,
+    key: (usize, usize),
+}
+
+impl<'a> NormRead<'a> {
+    fn of(norm: RowNorm, node: &Node, bufs: &NodeBuffers<'a>) -> Self {
+        let gain = node.norm_gain().expect("a norm has a gain");
+        let at = node
+            .inputs
+            .iter()
+            .position(|&i| i == gain)
+            .expect("an input");
+        NormRead {
+            norm,
+            gain: bufs.inputs[at].f32(),
+            key: (node.inputs[0].index(), gain.index()),
+        }
+    }
+
+    /// The tiled GEMM's form: settings and gain.
+    fn fused(self) -> (RowNorm, &'a wgpu::Buffer) {
+        (self.norm, self.gain)
+    }
+
+    /// The `m` x `k` rows of `x` normalised into scratch ([`ScratchPool::normed_rows`]):
+    /// the norm kernel's dispatch unless an earlier node's wrote these rows, and the buffer.
+    fn rows(
+        self,
+        ctx: &GpuContext,
+        pool: &ScratchPool,
+        x: &wgpu::Buffer,
+        (m, k): (usize, usize),
+    ) -> Result<(Option<Dispatch>, wgpu::Buffer)> {
+        let (buf, write) = pool.normed_rows(ctx, self.key, 4 * (m * k) as u64);
+        let d = match write {
+            true => Some(rms_norm_into(ctx, [x, self.gain, &buf], m, k, self.norm)?),
+            false => None,
+        };
+        Ok((d, buf))
+    }
+}
+
+/// `x @ w^T (+ addend)` into `output`, x's rows RMS-normalised first with `norm`: by the
+/// tiled GEMM as it reads them, otherwise into scratch by the norm kernel
+/// ([`NormRead::rows`]).
+fn matmul_into(
+    ctx: &GpuContext,
+    x: &TensorBuf,
+    w: &TensorBuf,
+    norm: Option<NormRead>,
+    addend: Option<&TensorBuf>,
+    pool: &ScratchPool,
+    output: &wgpu::Buffer,
+) -> Result<Vec<Dispatch>> {
     let TensorBuf::Raw {
         chunks,
         shape: ws,
         dtype,
-    } = &bufs.inputs[1]
+    } = w
     else {
         unreachable!("matmul weights are raw")
     };
@@ -94,13 +161,24 @@ pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         return Ok(vec![]);
     }
     let matvec = m <= MATVEC_MAX_M;
+    let gemm = !quant && !matvec && ctx.kernels() == KernelSet::Gpu;
+    let mut out = Vec::new();
+    let normed;
+    let (x, norm) = match norm {
+        Some(r) if !gemm => {
+            let d;
+            (d, normed) = r.rows(ctx, pool, x.f32(), (m, k))?;
+            out.extend(d);
+            (&normed, None)
+        }
+        norm => (x.f32(), norm.map(NormRead::fused)),
+    };
     // the fused addend: [n] (a bias) or the output's shape (C_FULL)
-    let addend = bufs.inputs.get(2).map(|c| (c.f32(), c.shape() != [n]));
+    let addend = addend.map(|c| (c.f32(), c.shape() != [n]));
     let add_c = |v: Variant| {
         v.define("ADD_C", addend.is_some())
             .define("C_FULL", addend.is_some_and(|a| a.1))
     };
-    debug_assert_eq!(addend.is_some(), node.inputs.len() > 2);
     let params = |c: &Chunk| -> Result<[u32; 5]> {
         Ok([
             u32_of(m, "M")?,
@@ -110,48 +188,41 @@ pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
             u32_of(c.rows, "rows")?,
         ])
     };
-    if !quant && !matvec && ctx.kernels() == KernelSet::Gpu {
-        return chunks
-            .iter()
-            .map(|c| {
-                Gemm {
-                    m,
-                    n,
-                    k,
-                    n_off: c.row_start,
-                    rows: c.rows,
-                    batches: 1,
-                    strides: [0; 3],
-                    lda: k,
-                    ldb: k,
-                    group: 1,
-                    b_define: define,
-                    b_kn: false,
-                    scores: None,
-                    addend,
-                    a: x.f32(),
-                    b: &c.buffer,
-                    c: bufs.output,
-                }
-                .dispatch(ctx)
-            })
-            .collect();
+    if gemm {
+        let dispatches = chunks.iter().map(|c| {
+            Gemm {
+                m,
+                n,
+                k,
+                n_off: c.row_start,
+                rows: c.rows,
+                batches: 1,
+                strides: [0; 3],
+                lda: k,
+                ldb: k,
+                group: 1,
+                b_define: define,
+                b_kn: false,
+                scores: None,
+                addend,
+                gated: None,
+                norm,
+                a: x,
+                b: &c.buffer,
+                c: output,
+            }
+            .dispatch(ctx)
+        });
+        return dispatches.collect();
     }
     if !quant && !matvec {
         let v = add_c(Variant::new("matmul", SOURCE, "matmul").define(define, true));
-        return chunks
-            .iter()
-            .map(|c| {
-                let grid = [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1];
-                dispatch(
-                    ctx,
-                    &v,
-                    &params(c)?,
-                    &with_addend(vec![(1, x.f32()), (2, &c.buffer), (3, bufs.output)], addend),
-                    grid,
-                )
-            })
-            .collect();
+        for c in chunks.iter() {
+            let grid = [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1];
+            let buffers = with_addend(vec![(1, x), (2, &c.buffer), (3, output)], addend);
+            out.push(dispatch(ctx, &v, &params(c)?, &buffers, grid)?);
+        }
+        return Ok(out);
     }
     let variant = |entry| {
         Variant::new("matmul_quant", QUANT_SOURCE, entry)
@@ -160,9 +231,8 @@ pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
             .define("INT_DOT", quant && ctx.caps.int_dot)
             .define("SUBGROUPS", entry == "matvec" && ctx.caps.subgroups)
     };
-    let mut out = Vec::with_capacity(chunks.len() + 1);
     let (xq, xds);
-    let mut act: Vec<(u32, &wgpu::Buffer)> = vec![(1, x.f32())];
+    let mut act: Vec<(u32, &wgpu::Buffer)> = vec![(1, x)];
     if quant {
         if k % 32 != 0 {
             return Err(Error::Gpu(format!(
@@ -178,7 +248,7 @@ pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
             ctx,
             &variant("quantize_x"),
             &qp,
-            &[(1, x.f32()), (4, &xq), (5, &xds)],
+            &[(1, x), (4, &xq), (5, &xds)],
             grid,
         )?);
         act = vec![(4, &xq), (5, &xds)];
@@ -204,9 +274,118 @@ pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
             [c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32, 1]
         };
         let mut b = act.clone();
-        b.extend([(2, &c.buffer), (3, bufs.output)]);
+        b.extend([(2, &c.buffer), (3, output)]);
         let b = with_addend(b, addend);
         out.push(dispatch(ctx, &v, &params(c)?, &b, grid)?);
     }
+    Ok(out)
+}
+
+/// [`Op::GatedMatMul`]: with float weights, M > 16 and the GPU kernel set, one tiled GEMM a
+/// weight chunk with both weights' tiles, the norm (if any) and the activation fused (neither
+/// product is written); otherwise the normalised rows (if any) and the two products into
+/// scratch, then the gated elementwise kernel.
+pub(super) fn gated_matmul(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+) -> Result<Vec<Dispatch>> {
+    let Op::GatedMatMul { act, norm } = node.op else {
+        unreachable!("routed by encode")
+    };
+    let norm = norm.map(|n| NormRead::of(n, node, bufs));
+    let (x, wg, wu) = (&bufs.inputs[0], &bufs.inputs[1], &bufs.inputs[2]);
+    let (
+        TensorBuf::Raw {
+            chunks,
+            shape: ws,
+            dtype,
+        },
+        TensorBuf::Raw {
+            chunks: up_chunks,
+            dtype: up_dtype,
+            ..
+        },
+    ) = (wg, wu)
+    else {
+        unreachable!("matmul weights are raw")
+    };
+    let (define, quant) = weight_define(*dtype, "gated matmul")?;
+    let (n, k) = (ws[0], ws[1]);
+    let m = x.shape().iter().product::<usize>() / k.max(1);
+    if m == 0 || n == 0 {
+        return Ok(vec![]);
+    }
+    let same_chunks = chunks.len() == up_chunks.len()
+        && chunks
+            .iter()
+            .zip(up_chunks.iter())
+            .all(|(g, u)| (g.row_start, g.rows) == (u.row_start, u.rows));
+    let fused = !quant
+        && dtype == up_dtype
+        && same_chunks
+        && m > MATVEC_MAX_M
+        && ctx.kernels() == KernelSet::Gpu;
+    if fused {
+        return chunks
+            .iter()
+            .zip(up_chunks.iter())
+            .map(|(g, u)| {
+                Gemm {
+                    m,
+                    n,
+                    k,
+                    n_off: g.row_start,
+                    rows: g.rows,
+                    batches: 1,
+                    strides: [0; 3],
+                    lda: k,
+                    ldb: k,
+                    group: 1,
+                    b_define: define,
+                    b_kn: false,
+                    scores: None,
+                    addend: None,
+                    gated: Some((&u.buffer, act)),
+                    norm: norm.map(NormRead::fused),
+                    a: x.f32(),
+                    b: &g.buffer,
+                    c: bufs.output,
+                }
+                .dispatch(ctx)
+            })
+            .collect();
+    }
+    let mut out = Vec::new();
+    let (normed, normed_x);
+    let x = match norm {
+        Some(r) => {
+            let d;
+            (d, normed) = r.rows(ctx, bufs.scratch, x.f32(), (m, k))?;
+            out.extend(d);
+            normed_x = TensorBuf::F32 {
+                buffer: &normed,
+                shape: x.shape(),
+            };
+            &normed_x
+        }
+        None => x,
+    };
+    let bytes = 4 * (m * n) as u64;
+    let (gate, up) = (
+        bufs.scratch.get_slot(ctx, 0, bytes),
+        bufs.scratch.get_slot(ctx, 1, bytes),
+    );
+    let pool = bufs.scratch;
+    out.extend(matmul_into(ctx, x, wg, None, None, pool, &gate)?);
+    out.extend(matmul_into(ctx, x, wu, None, None, pool, &up)?);
+    out.push(super::elementwise::gated(
+        ctx,
+        act,
+        m * n,
+        &gate,
+        &up,
+        bufs.output,
+    )?);
     Ok(out)
 }

@@ -83,7 +83,12 @@ pub(crate) struct NodeBuffers<'a> {
 #[derive(Default)]
 pub(crate) struct ScratchPool {
     buffers: std::cell::RefCell<Vec<Option<wgpu::Buffer>>>,
+    /// The (input, gain) nodes whose RMS-normalised rows slot [`NORMED_SLOT`] holds.
+    normed: std::cell::Cell<Option<(usize, usize)>>,
 }
+
+/// The scratch slot of normalised matmul input rows ([`ScratchPool::normed_rows`]).
+pub(crate) const NORMED_SLOT: usize = 2;
 
 impl ScratchPool {
     /// A storage buffer of at least `bytes` (slot 0).
@@ -94,6 +99,9 @@ impl ScratchPool {
     /// A storage buffer of at least `bytes` in slot `k`: a kernel needing several scratch
     /// buffers at once takes one slot each.
     pub fn get_slot(&self, ctx: &GpuContext, k: usize, bytes: u64) -> wgpu::Buffer {
+        if k == NORMED_SLOT {
+            self.normed.set(None);
+        }
         let mut slots = self.buffers.borrow_mut();
         if slots.len() <= k {
             slots.resize(k + 1, None);
@@ -112,6 +120,22 @@ impl ScratchPool {
                 b
             }
         }
+    }
+
+    /// Slot [`NORMED_SLOT`] for the RMS-normalised rows of the (input, gain) node pair
+    /// `key`, and whether they must be written: not when the last node to take the slot
+    /// wrote these same rows (a layer's q, k and v projections read one norm), since
+    /// dispatches run in the order they are made.
+    pub fn normed_rows(
+        &self,
+        ctx: &GpuContext,
+        key: (usize, usize),
+        bytes: u64,
+    ) -> (wgpu::Buffer, bool) {
+        let write = self.normed.get() != Some(key);
+        let b = self.get_slot(ctx, NORMED_SLOT, bytes);
+        self.normed.set(Some(key));
+        (b, write)
     }
 
     /// Bytes of the largest buffer of each slot, summed.
@@ -202,7 +226,8 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu | Op::Relu | Op::Gated(_) => {
             elementwise::unary(ctx, node, bufs)
         }
-        Op::MatMul => matmul::matmul(ctx, node, bufs),
+        Op::MatMul { .. } => matmul::matmul(ctx, node, bufs),
+        Op::GatedMatMul { .. } => matmul::gated_matmul(ctx, node, bufs),
         Op::Bmm { .. } => bmm::bmm(ctx, node, bufs),
         Op::Softmax | Op::RmsNorm { .. } | Op::LayerNorm { .. } => norm::row_op(ctx, node, bufs),
         Op::Rope(_) => rope::rope(ctx, node, bufs),

@@ -5,7 +5,7 @@
 use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::GpuContext;
-use crate::graph::{Node, Op};
+use crate::graph::{Node, Op, RowNorm};
 use crate::Result;
 
 const SOURCE: &str = concat!(
@@ -59,9 +59,6 @@ pub(super) fn row_op(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         eps.to_bits(),
         offset.to_bits(),
     ];
-    let v = Variant::new("norm", SOURCE, entry)
-        .define("SUBGROUPS", ctx.caps.subgroups)
-        .constant("WG", f64::from(workgroup_size(ctx, d)));
     let x = bufs.inputs[0].f32();
     let mut buffers = vec![(1, x), (4, bufs.output)];
     if let Some(w) = bufs.inputs.get(1) {
@@ -70,11 +67,42 @@ pub(super) fn row_op(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
     if let Some(b) = bufs.inputs.get(2) {
         buffers.push((3, b.f32()));
     }
-    Ok(vec![dispatch(
+    Ok(vec![row_dispatch(ctx, entry, params, &buffers)?])
+}
+
+/// One dispatch of row kernel `entry`; `params`: rows, row length, eps, offset.
+fn row_dispatch(
+    ctx: &GpuContext,
+    entry: &'static str,
+    params: [u32; 4],
+    buffers: &[(u32, &wgpu::Buffer)],
+) -> Result<Dispatch> {
+    let v = Variant::new("norm", SOURCE, entry)
+        .define("SUBGROUPS", ctx.caps.subgroups)
+        .constant("WG", f64::from(workgroup_size(ctx, params[1] as usize)));
+    dispatch(
         ctx,
         &v,
         &params,
-        &buffers,
-        grid_1d(ctx, rows, 1),
-    )?])
+        buffers,
+        grid_1d(ctx, params[0] as usize, 1),
+    )
+}
+
+/// `out = x / rms(x) * (gain + offset)` over `rows` rows of `d` values (a matmul's input
+/// rows, where its kernel cannot normalise them itself).
+pub(super) fn rms_norm_into(
+    ctx: &GpuContext,
+    [x, gain, out]: [&wgpu::Buffer; 3],
+    rows: usize,
+    d: usize,
+    norm: RowNorm,
+) -> Result<Dispatch> {
+    let params = [
+        u32_of(rows, "rows")?,
+        u32_of(d, "row length")?,
+        norm.eps.to_bits(),
+        norm.offset.to_bits(),
+    ];
+    row_dispatch(ctx, "rms_norm", params, &[(1, x), (2, gain), (4, out)])
 }

@@ -1,0 +1,12 @@
+// Activations shared by elementwise.wgsl and the gated epilogue of gemm_tiled.wgsl
+// (prepended to each).
+
+fn silu(x: f32) -> f32 {
+    return x / (1.0 + exp(-x));
+}
+
+fn gelu_tanh(x: f32) -> f32 {
+    // tanh overflows to NaN on some drivers for large |u|: clamp, tanh(15) == 1 in f32
+    let u = clamp(0.7978845608028654 * (x + 0.044715 * x * x * x), -15.0, 15.0);
+    return 0.5 * x * (1.0 + tanh(u));
+}
