@@ -155,3 +155,39 @@ fn denoise_layers_copy_nothing_around_attention() {
     let two_parts = graph.nodes().iter().filter(|n| n.kv_parts() == 2).count();
     assert_eq!(two_parts, self_attn.count());
 }
+
+/// Structure, not timing: with the GPU kernel set a denoise step of the demo model records
+/// at most 10 dispatches an attention layer, the step's own input and output projections
+/// included (issue 18's aim; `vla-bench --profile` reports the same ratio). Fails loudly
+/// without a Vulkan adapter unless `VLA_ALLOW_NO_GPU=1`.
+#[test]
+fn denoise_step_dispatches_per_layer_on_the_gpu_kernel_set() {
+    use vla::backend::wgpu::{Api, KernelSet, WgpuBackend, WgpuOptions};
+    use vla::backend::Backend;
+    use vla::graph::GraphBuilder;
+    use vla::models::smolvla::graphs;
+    let cfg = demo_config();
+    let file =
+        GgufFile::from_bytes(random_gguf(&cfg, 7, vla::gguf::GgmlType::F32).unwrap()).unwrap();
+    let graph = graphs::denoise(GraphBuilder::new(&file), &cfg).unwrap();
+    let options = WgpuOptions {
+        kernels: Some(KernelSet::Gpu),
+        ..WgpuOptions::default()
+    };
+    let backend = match WgpuBackend::with_options(Api::Vulkan, options) {
+        Ok(b) => b,
+        Err(e) if std::env::var("VLA_ALLOW_NO_GPU").is_ok_and(|v| v == "1") => {
+            eprintln!("WARNING: VLA_ALLOW_NO_GPU=1: vulkan: {e}: NOT TESTED");
+            return;
+        }
+        Err(e) => panic!("vulkan: {e} (scripts/test.sh installs lavapipe)"),
+    };
+    let exe = backend.compile(&graph, &file).unwrap();
+    let per_layer = exe.stats().dispatches as f64 / cfg.lm.n_layers as f64;
+    assert!(
+        per_layer <= 10.0,
+        "{} dispatches for {} layers",
+        exe.stats().dispatches,
+        cfg.lm.n_layers
+    );
+}

@@ -405,12 +405,15 @@ fn tensor_buf<'a>(
 }
 
 /// Uploads a weight in its stored dtype, split into row ranges that each fit one binding.
+/// Each chunk's buffer has a spare zero word after its bytes: block decoders read a
+/// block's last unaligned word as two (`word_at` in `shaders/weight_decode.wgsl`), which
+/// lets `gemm_q` run without runtime bounds checks.
 fn upload_rows(ctx: &GpuContext, name: &str, t: &Tensor, max_binding: u64) -> Result<Vec<Chunk>> {
     let bytes = t.raw_bytes();
     let rows = t.shape().first().copied().unwrap_or(1).max(1);
     let row_bytes = bytes.len() / rows;
-    // keep each chunk's start 4-byte aligned within its own buffer: every chunk is a new buffer
-    let rows_per_chunk = ((max_binding as usize).saturating_sub(4) / row_bytes.max(1)).max(1);
+    // every chunk is a new buffer: its bytes, rounded up to a word, plus the spare word
+    let rows_per_chunk = ((max_binding as usize).saturating_sub(8) / row_bytes.max(1)).max(1);
     if row_bytes as u64 > max_binding {
         return Err(Error::Gpu(format!(
             "weight {name:?}: one row is {row_bytes} bytes, over the storage binding limit ({max_binding})"
@@ -420,11 +423,10 @@ fn upload_rows(ctx: &GpuContext, name: &str, t: &Tensor, max_binding: u64) -> Re
     let mut start = 0;
     while start < rows {
         let n = rows_per_chunk.min(rows - start);
-        let buffer = upload(
-            ctx,
-            name,
-            &bytes[start * row_bytes..(start + n) * row_bytes],
-        );
+        let chunk = &bytes[start * row_bytes..(start + n) * row_bytes];
+        let usage = wgpu::BufferUsages::COPY_DST;
+        let buffer = storage(ctx, name, chunk.len().next_multiple_of(4) as u64 + 4, usage);
+        write_words(ctx, &buffer, chunk);
         chunks.push(Chunk {
             buffer,
             row_start: start,

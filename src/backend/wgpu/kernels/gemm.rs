@@ -1,7 +1,7 @@
 //! The GPU-grade tiled GEMM (`shaders/gemm_tiled.wgsl`) shared by the float matmul and
 //! attention's two products under [`KernelSet::Gpu`](crate::backend::wgpu::KernelSet).
 
-use super::{dispatch, u32_of, Dispatch};
+use super::{dispatch, u32_of, Chunk, Dispatch};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GemmTile, GpuContext};
 use crate::graph::{GateAct, RowNorm};
@@ -88,7 +88,39 @@ pub(super) struct Gemm<'a> {
     pub c: &'a wgpu::Buffer,
 }
 
-impl Gemm<'_> {
+impl<'a> Gemm<'a> {
+    /// A float matmul's product of `a` (`[m, k]`) by the rows of one weight chunk, written
+    /// at the chunk's columns of `c` (rows of `n`); no addend, gate or norm.
+    pub fn weight_chunk(
+        [m, n, k]: [usize; 3],
+        chunk: &'a Chunk,
+        b_define: &'static str,
+        a: &'a wgpu::Buffer,
+        c: &'a wgpu::Buffer,
+    ) -> Self {
+        Gemm {
+            m,
+            n,
+            k,
+            n_off: chunk.row_start,
+            rows: chunk.rows,
+            batches: 1,
+            strides: [0; 3],
+            lda: k,
+            ldb: k,
+            group: 1,
+            b_define,
+            b_kn: false,
+            scores: None,
+            addend: None,
+            gated: None,
+            norm: None,
+            a,
+            b: &chunk.buffer,
+            c,
+        }
+    }
+
     pub fn dispatch(&self, ctx: &GpuContext) -> Result<Dispatch> {
         let mut tile = GemmTile::choose(ctx, self.m, self.rows, self.batches);
         if self.gated.is_some() && tile == GemmTile::Large {

@@ -189,31 +189,18 @@ fn matmul_into(
         ])
     };
     if gemm {
-        let dispatches = chunks.iter().map(|c| {
-            Gemm {
-                m,
-                n,
-                k,
-                n_off: c.row_start,
-                rows: c.rows,
-                batches: 1,
-                strides: [0; 3],
-                lda: k,
-                ldb: k,
-                group: 1,
-                b_define: define,
-                b_kn: false,
-                scores: None,
-                addend,
-                gated: None,
-                norm,
-                a: x,
-                b: &c.buffer,
-                c: output,
-            }
-            .dispatch(ctx)
-        });
-        return dispatches.collect();
+        let dims = [m, n, k];
+        return chunks
+            .iter()
+            .map(|c| {
+                Gemm {
+                    addend,
+                    norm,
+                    ..Gemm::weight_chunk(dims, c, define, x, output)
+                }
+                .dispatch(ctx)
+            })
+            .collect();
     }
     if !quant && !matvec {
         let v = add_c(Variant::new("matmul", SOURCE, "matmul").define(define, true));
@@ -265,7 +252,14 @@ fn matmul_into(
             .define("GEMM_Q", true)
             .define("TILE_S", tile.0 == 16)
             // gemm_q fills its tiles, then a barrier, then reads
-            .written_before_read();
+            .written_before_read()
+            // Indices in range without runtime checks: activation blocks are read at rows
+            // min(m, M - 1) and blocks b < K / 32 of the quantize_x scratch (M x K / 32
+            // blocks), weight blocks at rows min(n, rows - 1) of the chunk, whose buffer
+            // holds a spare word for the last block's unaligned last word (upload_rows);
+            // workgroup tiles at e < BM * 8 / BN * PITCH, r < BM, c < BN, q < 8; y and the
+            // addend only at m < M and n < rows.
+            .indices_proven();
     }
     for c in chunks.iter() {
         let grid = if matvec {
@@ -332,25 +326,9 @@ pub(super) fn gated_matmul(
             .zip(up_chunks.iter())
             .map(|(g, u)| {
                 Gemm {
-                    m,
-                    n,
-                    k,
-                    n_off: g.row_start,
-                    rows: g.rows,
-                    batches: 1,
-                    strides: [0; 3],
-                    lda: k,
-                    ldb: k,
-                    group: 1,
-                    b_define: define,
-                    b_kn: false,
-                    scores: None,
-                    addend: None,
                     gated: Some((&u.buffer, act)),
                     norm: norm.map(NormRead::fused),
-                    a: x.f32(),
-                    b: &g.buffer,
-                    c: bufs.output,
+                    ..Gemm::weight_chunk([m, n, k], g, define, x.f32(), bufs.output)
                 }
                 .dispatch(ctx)
             })
