@@ -191,6 +191,13 @@ impl Executable for CpuExecutable<'_> {
                 Op::Relu => ops::relu(arg(0))?,
                 Op::Softmax => ops::softmax(arg(0))?,
                 Op::RmsNorm { eps, offset } => ops::rms_norm_offset(arg(0), arg(1), *eps, *offset)?,
+                Op::AdaRmsNorm { eps } => {
+                    let w = node.shape.last().copied().unwrap_or(0);
+                    let m = arg(1).as_f32()?;
+                    let part = |k: usize| Tensor::from_f32(vec![w], m[k * w..(k + 1) * w].to_vec());
+                    let y = ops::rms_norm_offset(arg(0), &part(0)?, *eps, 1.0)?;
+                    ops::add(&y, &part(1)?)?
+                }
                 Op::LayerNorm { eps } => ops::layer_norm(arg(0), arg(1), Some(arg(2)), *eps)?,
                 Op::Rope(cfg) => ops::rope(arg(0), arg(1).as_f32()?, cfg)?,
                 Op::Attention { mask, scale } => {

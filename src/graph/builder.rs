@@ -518,6 +518,23 @@ impl<'w> GraphBuilder<'w> {
         Ok(())
     }
 
+    /// [`Op::AdaRmsNorm`]: `x / rms(x) * (1 + m[..W]) + m[W..2W]`, `m` a vector of a whole
+    /// number (2 or more) of x's width `W`.
+    pub fn ada_rms_norm(&mut self, x: NodeId, m: NodeId, eps: f32) -> Result<NodeId> {
+        self.check_f32("ada_rms_norm", x)?;
+        let (w, ms) = (self.shape(x).last().copied().unwrap_or(0), self.shape(m));
+        if ms.len() != 1 || w == 0 || ms[0] % w != 0 || ms[0] < 2 * w {
+            return Err(err(
+                "ada_rms_norm",
+                format!(
+                    "modulation {ms:?} must be [k * {w}] with k >= 2 for x {:?}",
+                    self.shape(x)
+                ),
+            ));
+        }
+        Ok(self.unary_with(Op::AdaRmsNorm { eps }, x, &[m]))
+    }
+
     pub fn rms_norm(&mut self, x: NodeId, w: NodeId, eps: f32, offset: f32) -> Result<NodeId> {
         self.check_last_dim("rms_norm", x, &[w])?;
         Ok(self.unary_with(Op::RmsNorm { eps, offset }, x, &[w]))

@@ -100,6 +100,12 @@ pub enum Op {
         eps: f32,
         offset: f32,
     },
+    /// `[x [.., W], m [k W]]` (k >= 2) -> `x / rms(x) * (1 + m[..W]) + m[W..2W]` over the
+    /// last dim: an adaptive RMSNorm (pi0.5) reading its scale and shift where the
+    /// modulation vector holds them, with no slices.
+    AdaRmsNorm {
+        eps: f32,
+    },
     /// `[x, w, b]` over the last dim.
     LayerNorm {
         eps: f32,
@@ -198,6 +204,7 @@ impl Op {
             } => "geglu_matmul",
             Op::Softmax => "softmax",
             Op::RmsNorm { .. } => "rms_norm",
+            Op::AdaRmsNorm { .. } => "ada_rms_norm",
             Op::LayerNorm { .. } => "layer_norm",
             Op::Rope(_) => "rope",
             Op::Attention { .. } => "attention",

@@ -148,11 +148,9 @@ pub fn ada_rms_norm(
     let width = width(g, x);
     let m = linear(g, cond, prefix, 3 * width, true)?;
     let m = g.reshape(m, &[3 * width])?;
-    let scale = g.slice(m, 0, 0, width)?;
-    let shift = g.slice(m, 0, width, width)?;
     let gate = g.slice(m, 0, 2 * width, width)?;
-    let y = g.rms_norm(x, scale, eps, 1.0)?;
-    Ok((g.add(y, shift)?, gate))
+    // scale and shift read in place
+    Ok((g.ada_rms_norm(x, m, eps)?, gate))
 }
 
 /// `fc2(gelu_tanh(fc1(x)))` with biases, `inter` wide (ViT-style MLP).

@@ -61,6 +61,22 @@ fn row_cases(c: &mut Cases) {
             },
         );
 
+        // pi0.5's adaptive norm: scale and shift read from a [3d] modulation vector
+        let (x, m) = (c.tensor(&shape), c.tensor(&[3 * d]));
+        c.add(
+            format!("ada_rms_norm {shape:?}"),
+            vec![],
+            vec![("x", x), ("m", m)],
+            NMSE_DEFAULT,
+            {
+                let shape = shape.clone();
+                move |g| {
+                    let x = g.input("x", &shape);
+                    let m = g.input("m", &[3 * d]);
+                    g.ada_rms_norm(x, m, 1e-6)
+                }
+            },
+        );
         for offset in [0.0, 1.0] {
             let (x, w) = (c.tensor(&shape), c.weight(&[d], GgmlType::F32));
             c.add(

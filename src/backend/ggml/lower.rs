@@ -466,6 +466,13 @@ impl Lowerer<'_> {
                 Op::RmsNorm { eps, offset } => {
                     rms_norm(ctx, self.val(inp[0]), self.val(inp[1]), *eps, *offset)
                 }
+                Op::AdaRmsNorm { eps } => {
+                    // scale and shift as views of the modulation vector
+                    let (m, w) = (self.val(inp[1]), shape[shape.len() - 1]);
+                    let part = |k: usize| sys::ggml_view_1d(ctx, m, w as i64, k * w * 4);
+                    let y = rms_norm(ctx, self.val(inp[0]), part(0), *eps, 1.0);
+                    sys::ggml_add(ctx, y, part(1))
+                }
                 Op::LayerNorm { eps } => {
                     let n = sys::ggml_norm(ctx, self.val(inp[0]), *eps);
                     let n = sys::ggml_mul(ctx, n, self.val(inp[1]));

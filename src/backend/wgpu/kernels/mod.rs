@@ -229,7 +229,9 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::MatMul { .. } => matmul::matmul(ctx, node, bufs),
         Op::GatedMatMul { .. } => matmul::gated_matmul(ctx, node, bufs),
         Op::Bmm { .. } => bmm::bmm(ctx, node, bufs),
-        Op::Softmax | Op::RmsNorm { .. } | Op::LayerNorm { .. } => norm::row_op(ctx, node, bufs),
+        Op::Softmax | Op::RmsNorm { .. } | Op::AdaRmsNorm { .. } | Op::LayerNorm { .. } => {
+            norm::row_op(ctx, node, bufs)
+        }
         Op::Rope(_) => rope::rope(ctx, node, bufs),
         Op::Attention { .. } => attention::attention(ctx, node, bufs),
         Op::Embedding => embedding::embedding(ctx, node, bufs),

@@ -1,4 +1,5 @@
-//! Row reductions over the last dim: softmax, RMSNorm, LayerNorm (`shaders/norm.wgsl`).
+//! Row reductions over the last dim: softmax, RMSNorm (plain and adaptive), LayerNorm
+//! (`shaders/norm.wgsl`).
 //! One workgroup per row, so rows of any length; the row count may exceed one grid
 //! dimension (folded by `grid_1d`).
 
@@ -50,6 +51,7 @@ pub(super) fn row_op(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
     let (entry, eps, offset) = match node.op {
         Op::Softmax => ("softmax", 0.0, 0.0),
         Op::RmsNorm { eps, offset } => ("rms_norm", eps, offset),
+        Op::AdaRmsNorm { eps } => ("ada_rms_norm", eps, 1.0),
         Op::LayerNorm { eps } => ("layer_norm", eps, 0.0),
         _ => unreachable!("routed by encode"),
     };
