@@ -1,7 +1,7 @@
 // Row-wise reductions over the last dim, one workgroup per row (rows of any length; each
 // invocation strides over the row): `softmax` (IN_PLACE: over y, the GPU kernel set's
-// attention scores), `rms_norm` (x / rms(x) * (w + offset)), `ada_rms_norm` (the same with
-// w[..d] as the gain and w[d..2d] added: pi0.5's scale and shift in place),
+// attention scores), `rms_norm` (x / rms(x) * (w + offset); SHIFT: plus w[d + i], pi0.5's
+// adaptive norm reading scale and shift in place from its modulation vector w),
 // `layer_norm` ((x - mean) / sqrt(var + eps) * w + b; two passes, biased variance).
 // Template: SUBGROUPS reduces within subgroups first (subgroupAdd / subgroupMax), then
 // across the per-subgroup partials; otherwise a workgroup-memory tree. WG (override) must
@@ -90,32 +90,12 @@ fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: 
     for (var i = lid; i < p.d; i += WG) { let v = x[base + i]; ss = fma(v, v, ss); }
     ss = reduce(ss, false);
     let inv = 1.0 / sqrt(ss / f32(p.d) + p.eps);
-    for (var i = lid; i < p.d; i += WG) { y[base + i] = x[base + i] * inv * (w[i] + p.offset); }
-}
-
-// pi0.5's adaptive RMSNorm: w is the modulation vector, scale at [0, d), shift at [d, 2d):
-// y = x / rms(x) * (w[i] + offset) + w[d + i], offset 1.
-@compute @workgroup_size(WG)
-fn ada_rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                @builtin(local_invocation_index) l: u32
-#if SUBGROUPS
-                , @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) size: u32
-#endif
-) {
-#if SUBGROUPS
-    setup(l, lane, size);
-#else
-    setup(l);
-#endif
-    let row = wg.y * nwg.x + wg.x;
-    if (row >= p.rows) { return; }
-    let base = row * p.d;
-    var ss = 0.0;
-    for (var i = lid; i < p.d; i += WG) { let v = x[base + i]; ss = fma(v, v, ss); }
-    ss = reduce(ss, false);
-    let inv = 1.0 / sqrt(ss / f32(p.d) + p.eps);
     for (var i = lid; i < p.d; i += WG) {
-        y[base + i] = fma(x[base + i] * inv, w[i] + p.offset, w[p.d + i]);
+        var v = x[base + i] * inv * (w[i] + p.offset);
+#if SHIFT
+        v += w[p.d + i];
+#endif
+        y[base + i] = v;
     }
 }
 

@@ -51,7 +51,7 @@ pub(super) fn row_op(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
     let (entry, eps, offset) = match node.op {
         Op::Softmax => ("softmax", 0.0, 0.0),
         Op::RmsNorm { eps, offset } => ("rms_norm", eps, offset),
-        Op::AdaRmsNorm { eps } => ("ada_rms_norm", eps, 1.0),
+        Op::AdaRmsNorm { eps } => ("rms_norm", eps, 1.0),
         Op::LayerNorm { eps } => ("layer_norm", eps, 0.0),
         _ => unreachable!("routed by encode"),
     };
@@ -69,17 +69,20 @@ pub(super) fn row_op(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
     if let Some(b) = bufs.inputs.get(2) {
         buffers.push((3, b.f32()));
     }
-    Ok(vec![row_dispatch(ctx, entry, params, &buffers)?])
+    let shift = matches!(node.op, Op::AdaRmsNorm { .. });
+    Ok(vec![row_dispatch(ctx, (entry, shift), params, &buffers)?])
 }
 
-/// One dispatch of row kernel `entry`; `params`: rows, row length, eps, offset.
+/// One dispatch of row kernel `entry` (with `shift`: rms_norm's SHIFT variant); `params`:
+/// rows, row length, eps, offset.
 fn row_dispatch(
     ctx: &GpuContext,
-    entry: &'static str,
+    (entry, shift): (&'static str, bool),
     params: [u32; 4],
     buffers: &[(u32, &wgpu::Buffer)],
 ) -> Result<Dispatch> {
     let v = Variant::new("norm", SOURCE, entry)
+        .define("SHIFT", shift)
         .define("SUBGROUPS", ctx.caps.subgroups)
         .constant("WG", f64::from(workgroup_size(ctx, params[1] as usize)));
     dispatch(
@@ -106,5 +109,10 @@ pub(super) fn rms_norm_into(
         norm.eps.to_bits(),
         norm.offset.to_bits(),
     ];
-    row_dispatch(ctx, "rms_norm", params, &[(1, x), (2, gain), (4, out)])
+    row_dispatch(
+        ctx,
+        ("rms_norm", false),
+        params,
+        &[(1, x), (2, gain), (4, out)],
+    )
 }
