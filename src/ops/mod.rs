@@ -10,7 +10,8 @@
 //! - linear weights are `[N, K]` (out, in); `matmul(x [.., M, K], w [N, K]) -> [.., M, N]`;
 //! - RoPE input is `[seq, heads, head_dim]` by default ([`RopeLayout`] selects
 //!   `[heads, seq, head_dim]`);
-//! - attention takes `q [Hq, Sq, D]`, `k [Hkv, Sk, D]`, `v [Hkv, Sk, Dv]`;
+//! - attention takes `q [Sq, Hq, D]`, `k [Sk, Hkv, D]`, `v [Sk, Hkv, Dv]` (heads inside
+//!   positions, as projections lay them out) and returns `[Sq, Hq, Dv]`;
 //! - images are `[C, H, W]`.
 
 mod activation;
