@@ -354,21 +354,26 @@ fn print_profile(times: &[vla::policy::KernelTime], steps: usize) {
         times.len()
     );
     let count = |stage: &str| times.iter().filter(|t| t.stage == stage).count();
+    // dispatches of a stage over its attention ops: one per transformer layer (and step)
+    let per_layer = |stage: &str| {
+        let mut layers: Vec<usize> = times
+            .iter()
+            .filter(|t| t.stage == stage && t.op == "attention")
+            .map(|t| t.node)
+            .collect();
+        layers.sort_unstable();
+        layers.dedup();
+        count(stage) as f64 / layers.len().max(1) as f64
+    };
     let denoise = count("denoise");
-    // one attention op per decoder (or DiT attention) layer and step
-    let mut layers: Vec<usize> = times
-        .iter()
-        .filter(|t| t.stage == "denoise" && t.op == "attention")
-        .map(|t| t.node)
-        .collect();
-    layers.sort_unstable();
-    layers.dedup();
     println!(
-        "          dispatches: vision {}, prefill {}, denoise {denoise} ({:.1} a step, {:.1} an attention layer)",
+        "          dispatches: vision {} ({:.1} an attention layer), prefill {} ({:.1}), denoise {denoise} ({:.1} a step, {:.1} an attention layer)",
         count("vision"),
+        per_layer("vision"),
         count("prefill"),
+        per_layer("prefill"),
         denoise as f64 / steps.max(1) as f64,
-        denoise as f64 / layers.len().max(1) as f64
+        per_layer("denoise")
     );
     println!(
         "{:<8} {:<12} {:<14} {:>6} {:>10} {:>6} {:>10} {:>8}",
