@@ -87,6 +87,30 @@ pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
     matmul_into(ctx, x, w, norm, addend, bufs.scratch, bufs.output)
 }
 
+/// A weight's row chunks, dtype and the product's `[m, n, k]` with `x` (`[.., k]`).
+fn product<'a>(x: &TensorBuf, w: &'a TensorBuf) -> (&'a [Chunk], GgmlType, [usize; 3]) {
+    let TensorBuf::Raw {
+        chunks,
+        shape: ws,
+        dtype,
+    } = w
+    else {
+        unreachable!("matmul weights are raw")
+    };
+    let (n, k) = (ws[0], ws[1]);
+    (
+        chunks,
+        *dtype,
+        [x.shape().iter().product::<usize>() / k.max(1), n, k],
+    )
+}
+
+/// Whether a product runs on the GPU kernel set's tiled GEMM (`gemm.rs`), where a norm, a
+/// gate and an addend fuse: float weights, more than [`MATVEC_MAX_M`] rows.
+fn on_tiled_gemm(ctx: &GpuContext, quant: bool, m: usize) -> bool {
+    !quant && m > MATVEC_MAX_M && ctx.kernels() == KernelSet::Gpu
+}
+
 /// A matmul's RMSNorm read: its settings, the gain, and the (input, gain) node pair.
 #[derive(Clone, Copy)]
 struct NormRead<'a> {
@@ -145,23 +169,13 @@ fn matmul_into(
     pool: &ScratchPool,
     output: &wgpu::Buffer,
 ) -> Result<Vec<Dispatch>> {
-    let TensorBuf::Raw {
-        chunks,
-        shape: ws,
-        dtype,
-    } = w
-    else {
-        unreachable!("matmul weights are raw")
-    };
-    let (define, quant) = weight_define(*dtype, "matmul")?;
-    let k = ws[1];
-    let n = ws[0];
-    let m = x.shape().iter().product::<usize>() / k.max(1);
+    let (chunks, dtype, [m, n, k]) = product(x, w);
+    let (define, quant) = weight_define(dtype, "matmul")?;
     if m == 0 || n == 0 {
         return Ok(vec![]);
     }
     let matvec = m <= MATVEC_MAX_M;
-    let gemm = !quant && !matvec && ctx.kernels() == KernelSet::Gpu;
+    let gemm = on_tiled_gemm(ctx, quant, m);
     let mut out = Vec::new();
     let normed;
     let (x, norm) = match norm {
@@ -289,24 +303,8 @@ pub(super) fn gated_matmul(
     };
     let norm = norm.map(|n| NormRead::of(n, node, bufs));
     let (x, wg, wu) = (&bufs.inputs[0], &bufs.inputs[1], &bufs.inputs[2]);
-    let (
-        TensorBuf::Raw {
-            chunks,
-            shape: ws,
-            dtype,
-        },
-        TensorBuf::Raw {
-            chunks: up_chunks,
-            dtype: up_dtype,
-            ..
-        },
-    ) = (wg, wu)
-    else {
-        unreachable!("matmul weights are raw")
-    };
-    let (define, quant) = weight_define(*dtype, "gated matmul")?;
-    let (n, k) = (ws[0], ws[1]);
-    let m = x.shape().iter().product::<usize>() / k.max(1);
+    let ((chunks, dtype, [m, n, k]), (up_chunks, up_dtype, _)) = (product(x, wg), product(x, wu));
+    let (define, quant) = weight_define(dtype, "gated matmul")?;
     if m == 0 || n == 0 {
         return Ok(vec![]);
     }
@@ -315,11 +313,7 @@ pub(super) fn gated_matmul(
             .iter()
             .zip(up_chunks.iter())
             .all(|(g, u)| (g.row_start, g.rows) == (u.row_start, u.rows));
-    let fused = !quant
-        && dtype == up_dtype
-        && same_chunks
-        && m > MATVEC_MAX_M
-        && ctx.kernels() == KernelSet::Gpu;
+    let fused = on_tiled_gemm(ctx, quant, m) && dtype == up_dtype && same_chunks;
     if fused {
         return chunks
             .iter()
@@ -335,28 +329,15 @@ pub(super) fn gated_matmul(
             .collect();
     }
     let mut out = Vec::new();
-    let (normed, normed_x);
-    let x = match norm {
-        Some(r) => {
-            let d;
-            (d, normed) = r.rows(ctx, bufs.scratch, x.f32(), (m, k))?;
-            out.extend(d);
-            normed_x = TensorBuf::F32 {
-                buffer: &normed,
-                shape: x.shape(),
-            };
-            &normed_x
-        }
-        None => x,
-    };
     let bytes = 4 * (m * n) as u64;
     let (gate, up) = (
         bufs.scratch.get_slot(ctx, 0, bytes),
         bufs.scratch.get_slot(ctx, 1, bytes),
     );
+    // (the up product reads the rows the gate product normalised: `normed_rows`)
     let pool = bufs.scratch;
-    out.extend(matmul_into(ctx, x, wg, None, None, pool, &gate)?);
-    out.extend(matmul_into(ctx, x, wu, None, None, pool, &up)?);
+    out.extend(matmul_into(ctx, x, wg, norm, None, pool, &gate)?);
+    out.extend(matmul_into(ctx, x, wu, norm, None, pool, &up)?);
     out.push(super::elementwise::gated(
         ctx,
         act,
