@@ -26,16 +26,16 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
+@group(0) @binding(1) var<storage, read> q: ACT;
+@group(0) @binding(2) var<storage, read> k: ACT;
+@group(0) @binding(3) var<storage, read> v: ACT;
 #if ALLOWED
-@group(0) @binding(4) var<storage, read> mask: array<f32>;
+@group(0) @binding(4) var<storage, read> mask: ACT;
 #endif
-@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+@group(0) @binding(5) var<storage, read_write> o: ACT;
 #if PARTS2
-@group(0) @binding(7) var<storage, read> k2: array<f32>;
-@group(0) @binding(8) var<storage, read> v2: array<f32>;
+@group(0) @binding(7) var<storage, read> k2: ACT;
+@group(0) @binding(8) var<storage, read> v2: ACT;
 #endif
 
 override WG: u32 = 64u;
@@ -71,7 +71,7 @@ fn start(row: u32) -> Row {
     let kvh = h / p.group;
     let hkv = p.hq / p.group;
     let at = i * p.hq + h;
-    for (var c = lid; c < p.d; c += WG) { qs[c] = q[at * p.d + c]; }
+    for (var c = lid; c < p.d; c += WG) { qs[c] = LD(q, at * p.d + c); }
     workgroupBarrier();
     var end = p.sk;
 #if CAUSAL
@@ -83,18 +83,18 @@ fn start(row: u32) -> Row {
 // The scaled score of key j (< end), NEG_MAX when masked.
 fn score(r: Row, j: u32) -> f32 {
 #if ALLOWED
-    if (mask[r.i * p.sk + j] == 0.0) { return NEG_MAX; }
+    if (LD(mask, r.i * p.sk + j) == 0.0) { return NEG_MAX; }
 #endif
     var s = 0.0;
 #if PARTS2
     if (j >= p.sk0) {
         let kb2 = r.k_base + (j - p.sk0) * r.k_step;
-        for (var c = 0u; c < p.d; c++) { s = fma(qs[c], k2[kb2 + c], s); }
+        for (var c = 0u; c < p.d; c++) { s = fma(qs[c], LD(k2, kb2 + c), s); }
         return s * p.scale;
     }
 #endif
     let kb = r.k_base + j * r.k_step;
-    for (var c = 0u; c < p.d; c++) { s = fma(qs[c], k[kb + c], s); }
+    for (var c = 0u; c < p.d; c++) { s = fma(qs[c], LD(k, kb + c), s); }
     return s * p.scale;
 }
 
@@ -108,13 +108,13 @@ fn pv(r: Row, c: u32, lo: u32, hi: u32, p0: u32, acc: f32) -> f32 {
 #endif
     var vi = r.v_base + lo * r.v_step + c;
     for (var j = lo; j < mid; j++) {
-        t = fma(probs[j - p0], v[vi], t);
+        t = fma(probs[j - p0], LD(v, vi), t);
         vi += r.v_step;
     }
 #if PARTS2
     vi = r.v_base + (mid - p.sk0) * r.v_step + c;
     for (var j = mid; j < hi; j++) {
-        t = fma(probs[j - p0], v2[vi], t);
+        t = fma(probs[j - p0], LD(v2, vi), t);
         vi += r.v_step;
     }
 #endif
@@ -155,7 +155,7 @@ fn attn_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     l_sum = reduce(l_sum, false);
     let inv = select(1.0 / l_sum, 0.0, l_sum == 0.0);
     for (var c = lid; c < p.dv; c += WG) {
-        o[r.o_base * p.dv + c] = pv(r, c, 0u, r.end, 0u, 0.0) * inv;
+        ST(o, r.o_base * p.dv + c, pv(r, c, 0u, r.end, 0u, 0.0) * inv);
     }
 }
 #else
@@ -198,7 +198,7 @@ fn attn_flash(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
     let inv = select(1.0 / l_sum, 0.0, l_sum == 0.0);
     for (var a = 0u; a < ACC; a++) {
         let c = lid + a * WG;
-        if (c < p.dv) { o[r.o_base * p.dv + c] = acc[a] * inv; }
+        if (c < p.dv) { ST(o, r.o_base * p.dv + c, acc[a] * inv); }
     }
 }
 #endif

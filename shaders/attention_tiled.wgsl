@@ -36,25 +36,25 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 #if COMBINE
-@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+@group(0) @binding(5) var<storage, read_write> o: ACT;
 // [splits, hkv * rows, dv + 2]: per split and row (kvh * rows + flat) its max, its sum,
 // then its Dv unnormalised outputs
 @group(0) @binding(6) var<storage, read> part: array<f32>;
 #else
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
+@group(0) @binding(1) var<storage, read> q: ACT;
+@group(0) @binding(2) var<storage, read> k: ACT;
+@group(0) @binding(3) var<storage, read> v: ACT;
 #if ALLOWED
-@group(0) @binding(4) var<storage, read> mask: array<f32>;
+@group(0) @binding(4) var<storage, read> mask: ACT;
 #endif
 #if PARTS2
-@group(0) @binding(7) var<storage, read> k2: array<f32>;
-@group(0) @binding(8) var<storage, read> v2: array<f32>;
+@group(0) @binding(7) var<storage, read> k2: ACT;
+@group(0) @binding(8) var<storage, read> v2: ACT;
 #endif
 #if SPLIT
 @group(0) @binding(6) var<storage, read_write> part: array<f32>;
 #else
-@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+@group(0) @binding(5) var<storage, read_write> o: ACT;
 #endif
 #endif
 
@@ -115,7 +115,7 @@ fn attn_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
         l += part[b + 1u] * a;
         x += part[b + 2u + c] * a;
     }
-    o[at(row % p.rows, row / p.rows) * p.dv + c] = select(x / l, 0.0, l == 0.0);
+    ST(o, at(row % p.rows, row / p.rows) * p.dv + c, select(x / l, 0.0, l == 0.0));
 }
 #else
 
@@ -139,7 +139,7 @@ fn attn_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_in
         let c = e % p.d;
         var x = 0.0;
         if (r < n_rows) {
-            x = q[at(r0 + r, kvh) * p.d + c] * p.scale;
+            x = LD(q, at(r0 + r, kvh) * p.d + c) * p.scale;
         }
         qs[r * PITCH + c] = x;
     }
@@ -163,12 +163,12 @@ fn attn_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_in
             if (jg < end) {
 #if PARTS2
                 if (jg >= p.sk0) {
-                    x = k2[((jg - p.sk0) * p.hkv + kvh) * p.d + c];
+                    x = LD(k2, ((jg - p.sk0) * p.hkv + kvh) * p.d + c);
                 } else {
-                    x = k[(jg * p.hkv + kvh) * p.d + c];
+                    x = LD(k, (jg * p.hkv + kvh) * p.d + c);
                 }
 #else
-                x = k[(jg * p.hkv + kvh) * p.d + c];
+                x = LD(k, (jg * p.hkv + kvh) * p.d + c);
 #endif
             }
             kv[j * PITCH + c] = x;
@@ -186,7 +186,7 @@ fn attn_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_in
             var ok = r < n_rows && jg < visible(i);
 #if ALLOWED
             if (ok) {
-                ok = mask[i * p.sk + jg] != 0.0;
+                ok = LD(mask, i * p.sk + jg) != 0.0;
             }
 #endif
             ps[e] = select(NEG_MAX, s, ok);
@@ -219,12 +219,12 @@ fn attn_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_in
             if (jg < end) {
 #if PARTS2
                 if (jg >= p.sk0) {
-                    x = v2[((jg - p.sk0) * p.hkv + kvh) * p.dv + c];
+                    x = LD(v2, ((jg - p.sk0) * p.hkv + kvh) * p.dv + c);
                 } else {
-                    x = v[(jg * p.hkv + kvh) * p.dv + c];
+                    x = LD(v, (jg * p.hkv + kvh) * p.dv + c);
                 }
 #else
-                x = v[(jg * p.hkv + kvh) * p.dv + c];
+                x = LD(v, (jg * p.hkv + kvh) * p.dv + c);
 #endif
             }
             kv[j * PITCH + c] = x;
@@ -268,7 +268,7 @@ fn attn_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_in
         let r = e / p.dv;
         let c = e % p.dv;
         if (r < n_rows) {
-            o[at(r0 + r, kvh) * p.dv + c] = acc[a] * alpha[r];
+            ST(o, at(r0 + r, kvh) * p.dv + c, acc[a] * alpha[r]);
         }
     }
 #endif

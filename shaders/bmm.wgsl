@@ -10,9 +10,9 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> a: ACT;
+@group(0) @binding(2) var<storage, read> b: ACT;
+@group(0) @binding(3) var<storage, read_write> y: ACT;
 
 @compute @workgroup_size(8, 8)
 fn bmm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -36,11 +36,11 @@ fn bmm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: 
         var av: array<f32, 4>;
         var bv: array<f32, 4>;
         for (var i = 0u; i < 4u; i++) {
-            av[i] = a[arow[i] + kk];
+            av[i] = LD(a, arow[i] + kk);
 #if TRANS_B
-            bv[i] = b[bcol[i] + kk];
+            bv[i] = LD(b, bcol[i] + kk);
 #else
-            bv[i] = b[bcol[i] + kk * p.n];
+            bv[i] = LD(b, bcol[i] + kk * p.n);
 #endif
         }
         for (var i = 0u; i < 4u; i++) {
@@ -56,7 +56,7 @@ fn bmm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: 
         for (var j = 0u; j < 4u; j++) {
             let n = n0 + j;
             if (n >= p.n) { break; }
-            y[y_base + m * p.n + n] = acc[i][j];
+            ST(y, y_base + m * p.n + n, acc[i][j]);
         }
     }
 }

@@ -15,8 +15,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: ACT;
+@group(0) @binding(2) var<storage, read_write> y: ACT;
 
 const WG: u32 = 256u;
 
@@ -35,5 +35,5 @@ fn copy(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         src += c * p.in_strides[d >> 2u][d & 3u];
         dst += c * p.out_strides[d >> 2u][d & 3u];
     }
-    y[dst] = x[src];
+    ST(y, dst, LD(x, src));
 }

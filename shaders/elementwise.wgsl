@@ -23,9 +23,9 @@ struct UnaryParams {
 
 @group(0) @binding(0) var<uniform> bp: BinaryParams;
 @group(0) @binding(0) var<uniform> up: UnaryParams;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> a: ACT;
+@group(0) @binding(2) var<storage, read> b: ACT;
+@group(0) @binding(3) var<storage, read_write> y: ACT;
 @group(0) @binding(4) var<storage, read> words: array<u32>;
 
 const WG: u32 = 256u;
@@ -50,9 +50,9 @@ fn binary(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
         ib += c * bp.b_strides[d];
     }
     if (bp.op == 0u) {
-        y[i] = a[ia] + b[ib];
+        ST(y, i, LD(a, ia) + LD(b, ib));
     } else {
-        y[i] = a[ia] * b[ib];
+        ST(y, i, LD(a, ia) * LD(b, ib));
     }
 }
 
@@ -69,7 +69,7 @@ fn unary(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
          @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wg, nwg, lid);
     if (i >= up.n) { return; }
-    let x = a[i];
+    let x = LD(a, i);
     var r: f32;
     switch up.op {
         case 0u: { r = x * up.scalar; }
@@ -79,9 +79,9 @@ fn unary(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
         default: { r = max(x, 0.0); }
     }
 #if GATED
-    r = r * b[i];
+    r = r * LD(b, i);
 #endif
-    y[i] = r;
+    ST(y, i, r);
 }
 
 @compute @workgroup_size(256)
@@ -89,5 +89,5 @@ fn bytes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
          @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wg, nwg, lid);
     if (i >= up.n) { return; }
-    y[i] = f32((words[i / 4u] >> (8u * (i % 4u))) & 0xffu);
+    ST(y, i, f32((words[i / 4u] >> (8u * (i % 4u))) & 0xffu));
 }

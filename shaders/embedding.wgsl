@@ -15,9 +15,9 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> ids: array<f32>;
+@group(0) @binding(1) var<storage, read> ids: ACT;
 @group(0) @binding(2) var<storage, read> w: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: ACT;
 
 @compute @workgroup_size(256)
 fn embedding(
@@ -31,12 +31,12 @@ fn embedding(
     }
     let i = o / p.d;
     let e = o % p.d;
-    let f = ids[i];
+    let f = LD(ids, i);
     // (&& short-circuits: u32(f) only for f in u32 range)
     let valid = f >= 0.0 && f == floor(f) && f < 4294967040.0 && u32(f) < p.vocab;
     if (!valid) {
         if (p.zero_bad != 0u) {
-            y[o] = 0.0;
+            ST(y, o, 0.0);
         }
         return;
     }
@@ -46,8 +46,8 @@ fn embedding(
     }
     let r = id - p.row_start;
 #if QUANT
-    y[o] = load_q(r * p.row_bytes, e);
+    ST(y, o, load_q(r * p.row_bytes, e));
 #else
-    y[o] = load_w(r * p.d + e);
+    ST(y, o, load_w(r * p.d + e));
 #endif
 }

@@ -35,16 +35,16 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> x: ACT;
 @group(0) @binding(2) var<storage, read> ascale: array<f32>;
 @group(0) @binding(3) var<storage, read_write> yr: array<f32>;
 @group(0) @binding(4) var<storage, read_write> codes: array<u32>;
 @group(0) @binding(5) var<storage, read_write> scales: array<f32>;
 @group(0) @binding(6) var<storage, read> w: array<u32>;
 @group(0) @binding(7) var<storage, read> wscale: array<f32>;
-@group(0) @binding(8) var<storage, read> addend: array<f32>;
-@group(0) @binding(9) var<storage, read_write> y: array<f32>;
-@group(0) @binding(10) var<storage, read> gain: array<f32>;
+@group(0) @binding(8) var<storage, read> addend: ACT;
+@group(0) @binding(9) var<storage, read_write> y: ACT;
+@group(0) @binding(10) var<storage, read> gain: ACT;
 
 const WG: u32 = 64u;
 
@@ -75,7 +75,7 @@ fn fq_act(
         for (var c = li; c * 64u < p.k; c += 32u) {
             let end = min(p.k, c * 64u + 64u);
             for (var i = c * 64u; i < end; i++) {
-                let v = x[base + i];
+                let v = LD(x, base + i);
                 s = s + opaque(v * v);
             }
         }
@@ -104,9 +104,9 @@ fn fq_act(
     for (var ch = li; ch < p.k / bs; ch += WG) {
         let o = base + ch * bs;
         for (var i = 0u; i < bs; i++) {
-            var v = x[o + i];
+            var v = LD(x, o + i);
 #if NORM
-            v = (v * row_rstd) * (gain[ch * bs + i] + p.offset);
+            v = (v * row_rstd) * (LD(gain, ch * bs + i) + p.offset);
 #endif
 #if BEFORE
             v = v / ascale[ch * bs + i];
@@ -231,14 +231,14 @@ fn store(acc: i32, r: u32, j: u32) {
     let prod = (f32_rn(acc) * scales[r]) * wscale[j];
     var out = opaque(prod);
 #if BIAS
-    out = out + addend[j];
+    out = out + LD(addend, j);
 #else
     out = out + 0.0;
 #endif
 #if RESIDUAL
-    out = out + addend[idx];
+    out = out + LD(addend, idx);
 #endif
-    y[idx] = out;
+    ST(y, idx, out);
 }
 
 // fq_gemm_tiled (the GPU kernel set, K a multiple of 32): one workgroup of 64 per 32 x 32

@@ -40,14 +40,14 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> a: ACT;
 @group(0) @binding(2) var<storage, read> w: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: ACT;
 #if ALLOWED
-@group(0) @binding(4) var<storage, read> mask: array<f32>;
+@group(0) @binding(4) var<storage, read> mask: ACT;
 #endif
 #if NORM
-@group(0) @binding(8) var<storage, read> gain: array<f32>;
+@group(0) @binding(8) var<storage, read> gain: ACT;
 #endif
 #if GATED
 @group(0) @binding(7) var<storage, read> w2: array<u32>;
@@ -123,7 +123,7 @@ fn gemm_tiled(
             let kk = k0 + c;
             var v = 0.0;
             if (m < p.m && kk < p.k) {
-                v = a[a_base + m * p.lda + kk];
+                v = LD(a, a_base + m * p.lda + kk);
             }
             xs[r * PITCH + c] = v;
         }
@@ -152,7 +152,7 @@ fn gemm_tiled(
 #endif
 #endif
 #if NORM
-                let g = gain[kk] + p.offset;
+                let g = LD(gain, kk) + p.offset;
                 v *= g;
 #if GATED
                 v2 *= g;
@@ -242,7 +242,7 @@ fn gemm_tiled(
                 }
 #endif
 #if ALLOWED
-                if (mask[m * p.n + n] == 0.0) {
+                if (LD(mask, m * p.n + n) == 0.0) {
                     v = NEG_MAX;
                 }
 #endif
@@ -264,7 +264,7 @@ fn gemm_tiled(
                 v = gelu_tanh(v) * acc2[i][j];
 #endif
 #endif
-                y[c_base + m * p.n + p.n_off + n] = v;
+                ST(y, c_base + m * p.n + p.n_off + n, v);
             }
         }
     }

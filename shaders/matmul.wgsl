@@ -13,9 +13,9 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> x: ACT;
 @group(0) @binding(2) var<storage, read> w: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: ACT;
 
 // load_w comes from weight_decode.wgsl (prepended).
 
@@ -35,7 +35,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
         var xv: array<f32, 4>;
         var wv: array<f32, 4>;
         for (var i = 0u; i < 4u; i++) {
-            xv[i] = x[xrow[i] + kk];
+            xv[i] = LD(x, xrow[i] + kk);
             wv[i] = load_w(wrow[i] + kk);
         }
         for (var i = 0u; i < 4u; i++) {
@@ -54,7 +54,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
 #if ADD_C
             v += addend(m, p.n_off + n);
 #endif
-            y[m * p.n + p.n_off + n] = v;
+            ST(y, m * p.n + p.n_off + n, v);
         }
     }
 }

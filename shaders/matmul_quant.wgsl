@@ -27,9 +27,9 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> x: ACT;
 @group(0) @binding(2) var<storage, read> w: array<u32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: ACT;
 @group(0) @binding(4) var<storage, read_write> xq: array<u32>;
 @group(0) @binding(5) var<storage, read_write> xds: array<vec2<f32>>;
 
@@ -50,7 +50,7 @@ fn quantize_x(
     let base = blk * 32u;
     var amax = 0.0;
     for (var i = 0u; i < 32u; i++) {
-        amax = max(amax, abs(x[base + i]));
+        amax = max(amax, abs(LD(x, base + i)));
     }
     let d = amax / 127.0;
     let id = select(0.0, 1.0 / d, d > 0.0);
@@ -59,7 +59,7 @@ fn quantize_x(
         var word = 0u;
         for (var i = 0u; i < 4u; i++) {
             // half away from zero, like C's roundf in ggml's quantize_row_q8_0_ref
-            let v = x[base + 4u * t + i] * id;
+            let v = LD(x, base + 4u * t + i) * id;
             let q = i32(clamp(sign(v) * floor(abs(v) + 0.5), -127.0, 127.0));
             sum += q;
             word |= (bitcast<u32>(q) & 0xffu) << (8u * i);
@@ -158,7 +158,7 @@ fn matmul_q(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) 
 #if ADD_C
             v += addend(m, p.n_off + n);
 #endif
-            y[m * p.n + p.n_off + n] = v;
+            ST(y, m * p.n + p.n_off + n, v);
         }
     }
 }
@@ -243,7 +243,7 @@ fn gemm_q(
 #if ADD_C
                 v += addend(m, p.n_off + n);
 #endif
-                y[m * p.n + p.n_off + n] = v;
+                ST(y, m * p.n + p.n_off + n, v);
             }
         }
     }
@@ -283,7 +283,7 @@ fn matvec(
         let wv = load_w(row * p.k + k);
         for (var m = 0u; m < MAX_M; m++) {
             if (m < p.m) {
-                acc[m] = fma(x[m * p.k + k], wv, acc[m]);
+                acc[m] = fma(LD(x, m * p.k + k), wv, acc[m]);
             }
         }
     }
@@ -307,7 +307,7 @@ fn matvec(
 #if ADD_C
         t += addend(li, p.n_off + r);
 #endif
-        y[li * p.n + p.n_off + r] = t;
+        ST(y, li * p.n + p.n_off + r, t);
     }
 #else
     for (var m = 0u; m < MAX_M; m++) {
@@ -327,7 +327,7 @@ fn matvec(
 #if ADD_C
         t += addend(li, p.n_off + r);
 #endif
-        y[li * p.n + p.n_off + r] = t;
+        ST(y, li * p.n + p.n_off + r, t);
     }
 #endif
 }

@@ -15,10 +15,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> b: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: ACT;
+@group(0) @binding(2) var<storage, read> w: ACT;
+@group(0) @binding(3) var<storage, read> b: ACT;
+@group(0) @binding(4) var<storage, read_write> y: ACT;
 
 override WG: u32 = 256u;
 const NEG_MAX: f32 = -3.4028235e38;
@@ -28,9 +28,9 @@ const NEG_MAX: f32 = -3.4028235e38;
 // A softmax input value: x, or y itself with IN_PLACE.
 fn softmax_in(i: u32) -> f32 {
 #if IN_PLACE
-    return y[i];
+    return LD(y, i);
 #else
-    return x[i];
+    return LD(x, i);
 #endif
 }
 
@@ -63,12 +63,12 @@ fn softmax(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         let masked = v < NEG_MAX;
 #endif
         let e = select(exp(v - m), 0.0, masked);
-        y[base + i] = e;
+        ST(y, base + i, e);
         s += e;
     }
     s = reduce(s, false);
     let inv = select(1.0 / s, 0.0, s == 0.0);
-    for (var i = lid; i < p.d; i += WG) { y[base + i] *= inv; }
+    for (var i = lid; i < p.d; i += WG) { ST(y, base + i, LD(y, base + i) * (inv)); }
 }
 
 @compute @workgroup_size(WG)
@@ -87,15 +87,15 @@ fn rms_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: 
     if (row >= p.rows) { return; }
     let base = row * p.d;
     var ss = 0.0;
-    for (var i = lid; i < p.d; i += WG) { let v = x[base + i]; ss = fma(v, v, ss); }
+    for (var i = lid; i < p.d; i += WG) { let v = LD(x, base + i); ss = fma(v, v, ss); }
     ss = reduce(ss, false);
     let inv = 1.0 / sqrt(ss / f32(p.d) + p.eps);
     for (var i = lid; i < p.d; i += WG) {
-        var v = x[base + i] * inv * (w[i] + p.offset);
+        var v = LD(x, base + i) * inv * (LD(w, i) + p.offset);
 #if SHIFT
-        v += w[p.d + i];
+        v += LD(w, p.d + i);
 #endif
-        y[base + i] = v;
+        ST(y, base + i, v);
     }
 }
 
@@ -115,10 +115,10 @@ fn layer_norm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
     if (row >= p.rows) { return; }
     let base = row * p.d;
     var s = 0.0;
-    for (var i = lid; i < p.d; i += WG) { s += x[base + i]; }
+    for (var i = lid; i < p.d; i += WG) { s += LD(x, base + i); }
     let mean = reduce(s, false) / f32(p.d);
     var sv = 0.0;
-    for (var i = lid; i < p.d; i += WG) { let c = x[base + i] - mean; sv = fma(c, c, sv); }
+    for (var i = lid; i < p.d; i += WG) { let c = LD(x, base + i) - mean; sv = fma(c, c, sv); }
     let inv = 1.0 / sqrt(reduce(sv, false) / f32(p.d) + p.eps);
-    for (var i = lid; i < p.d; i += WG) { y[base + i] = (x[base + i] - mean) * inv * w[i] + b[i]; }
+    for (var i = lid; i < p.d; i += WG) { ST(y, base + i, (LD(x, base + i) - mean) * inv * LD(w, i) + LD(b, i)); }
 }

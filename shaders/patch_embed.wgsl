@@ -16,10 +16,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> prm: Params;
-@group(0) @binding(1) var<storage, read> img: array<f32>;
-@group(0) @binding(2) var<storage, read> wt: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> img: ACT;
+@group(0) @binding(2) var<storage, read> wt: ACT;
+@group(0) @binding(3) var<storage, read> bias: ACT;
+@group(0) @binding(4) var<storage, read_write> y: ACT;
 
 const WG: u32 = 64u;
 const OB: u32 = 4u;
@@ -41,7 +41,7 @@ fn patch_embed(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw
     for (var j = 0u; j < OB; j++) {
         // clamp a ragged last block to a valid channel; its results are not stored
         let o = min(o0 + j, prm.o - 1u);
-        acc[j] = bias[o];
+        acc[j] = LD(bias, o);
         wbase[j] = o * k;
     }
     var wk = 0u; // (c, ky, kx) flattened, the weight's inner order
@@ -49,9 +49,9 @@ fn patch_embed(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw
         for (var ky = 0u; ky < prm.p; ky++) {
             let row = (ci * prm.h + py * prm.p + ky) * prm.w + px * prm.q;
             for (var kx = 0u; kx < prm.q; kx++) {
-                let v = img[row + kx];
+                let v = LD(img, row + kx);
                 for (var j = 0u; j < OB; j++) {
-                    acc[j] = fma(v, wt[wbase[j] + wk], acc[j]);
+                    acc[j] = fma(v, LD(wt, wbase[j] + wk), acc[j]);
                 }
                 wk++;
             }
@@ -60,6 +60,6 @@ fn patch_embed(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw
     for (var j = 0u; j < OB; j++) {
         let o = o0 + j;
         if (o >= prm.o) { break; }
-        y[pi * prm.o + o] = acc[j];
+        ST(y, pi * prm.o + o, acc[j]);
     }
 }

@@ -18,10 +18,10 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> pos: array<f32>;
+@group(0) @binding(1) var<storage, read> x: ACT;
+@group(0) @binding(2) var<storage, read> pos: ACT;
 @group(0) @binding(3) var<storage, read> freq: array<vec2<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: ACT;
 
 const WG: u32 = 256u;
 
@@ -53,7 +53,7 @@ fn rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (e >= p.n) { return; }
     let c = e % p.d;
     if (c >= p.n_rot) {
-        y[e] = x[e];
+        ST(y, e, LD(x, e));
         return;
     }
     let row = e / p.d;
@@ -72,8 +72,8 @@ fn rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         stride = 1u;
     }
     let e0 = select(e - stride, e, first);
-    let x0 = x[e0];
-    let x1 = x[e0 + stride];
-    let sc = sin_cos(pos[s], freq[i]);
-    y[e] = select(x0 * sc.x + x1 * sc.y, x0 * sc.y - x1 * sc.x, first);
+    let x0 = LD(x, e0);
+    let x1 = LD(x, e0 + stride);
+    let sc = sin_cos(LD(pos, s), freq[i]);
+    ST(y, e, select(x0 * sc.x + x1 * sc.y, x0 * sc.y - x1 * sc.x, first));
 }

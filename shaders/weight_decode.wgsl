@@ -7,13 +7,13 @@
 #if ADD_C
 // The matmul's fused addend (Op::MatMul's third input), for output row m and column n of y
 // (all chunks): c[n], a bias, or c[m, n] with C_FULL. Uses the including file's `p.n`.
-@group(0) @binding(6) var<storage, read> c: array<f32>;
+@group(0) @binding(6) var<storage, read> c: ACT;
 
 fn addend(m: u32, n: u32) -> f32 {
 #if C_FULL
-    return c[m * p.n + n];
+    return LD(c, m * p.n + n);
 #else
-    return c[n];
+    return LD(c, n);
 #endif
 }
 #endif

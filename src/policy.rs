@@ -126,6 +126,8 @@ pub struct RuntimeOptions {
     pub weight_dtype: Option<GgmlType>,
     /// Attention kernel choice on wgpu; `None` lets the backend pick by sequence length.
     pub flash_attn: Option<bool>,
+    /// How activations are stored between kernels (16-bit on the wgpu backends only).
+    pub act_dtype: crate::backend::ActDtype,
     /// CPU threads for ggml-cpu.
     pub threads: Option<usize>,
     /// Flow policies: run vision, prefill and each denoise step as separate backend runs
@@ -142,6 +144,7 @@ impl Default for RuntimeOptions {
             embodiment: None,
             weight_dtype: None,
             flash_attn: None,
+            act_dtype: Default::default(),
             threads: None,
             stepwise: false,
         }

@@ -286,6 +286,23 @@ fn vulkan_matches_lerobot() {
     chunk_matches_lerobot("vulkan", &dir(), false, TOL);
 }
 
+/// 16-bit activations keep the chunk (cosine to the f32 chunk, README table).
+#[test]
+fn vulkan_16bit_activations_keep_the_chunk() {
+    let g = Golden::load(&dir());
+    support::act_dtypes_hold("GR00T N1.5", "vulkan", &g.f32("actions"), |act| {
+        let opts = RuntimeOptions {
+            backend: "vulkan".into(),
+            act_dtype: act,
+            ..Default::default()
+        };
+        let file = converted(GgmlType::F32);
+        let cfg = Gr00tConfig::read(&file)?;
+        let mut m = Gr00t::new(file, &opts)?;
+        Ok(m.predict(&observation(&g, &cfg, false))?.actions)
+    });
+}
+
 #[cfg(feature = "ggml")]
 #[test]
 fn ggml_matches_lerobot() {

@@ -319,6 +319,23 @@ fn vulkan_matches_lerobot() {
     }
 }
 
+/// 16-bit activations keep the chunk (cosine to the f32 chunk, README table).
+#[test]
+fn vulkan_16bit_activations_keep_the_chunk() {
+    for v in [Variant::Pi0, Variant::Pi05] {
+        let g = Golden::load(&dir(v));
+        support::act_dtypes_hold(&format!("{v:?}"), "vulkan", &g.f32("actions"), |act| {
+            let opts = RuntimeOptions {
+                backend: "vulkan".into(),
+                act_dtype: act,
+                ..Default::default()
+            };
+            let mut m = Pi0::new(converted(v, GgmlType::F32), &opts)?;
+            Ok(m.predict(&observation(&g))?.actions)
+        });
+    }
+}
+
 #[cfg(feature = "ggml")]
 #[test]
 fn ggml_matches_lerobot() {

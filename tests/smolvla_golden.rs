@@ -396,6 +396,21 @@ fn vulkan_matches_lerobot() {
     chunk_matches_lerobot("vulkan", &fixture(), TOL);
 }
 
+/// 16-bit activations keep the chunk (cosine to the f32 chunk, README table).
+#[test]
+fn vulkan_16bit_activations_keep_the_chunk() {
+    let g = Golden::load(&fixture());
+    support::act_dtypes_hold("SmolVLA", "vulkan", &g.f32("actions"), |act| {
+        let opts = RuntimeOptions {
+            backend: "vulkan".into(),
+            act_dtype: act,
+            ..Default::default()
+        };
+        let mut m = SmolVla::new(converted(GgmlType::F32), &opts)?;
+        Ok(m.predict(&observation(&g))?.actions)
+    });
+}
+
 #[cfg(feature = "ggml")]
 #[test]
 fn ggml_matches_lerobot() {

@@ -211,6 +211,23 @@ fn vulkan_matches_lerobot() {
     chunk_matches_lerobot("vulkan", &dir(), TOL);
 }
 
+/// 16-bit activations keep the chunk (cosine to the f32 chunk, README table).
+#[test]
+fn vulkan_16bit_activations_keep_the_chunk() {
+    let g = Golden::load(&dir());
+    support::act_dtypes_hold("VLA-JEPA", "vulkan", &g.f32("actions"), |act| {
+        let opts = RuntimeOptions {
+            backend: "vulkan".into(),
+            act_dtype: act,
+            ..Default::default()
+        };
+        let file = converted(GgmlType::F32);
+        let cfg = VlaJepaConfig::read(&file)?;
+        let mut m = VlaJepa::new(file, &opts)?;
+        Ok(m.predict(&observation(&g, &cfg))?.actions)
+    });
+}
+
 #[cfg(feature = "ggml")]
 #[test]
 fn ggml_matches_lerobot() {

@@ -191,6 +191,49 @@ fn feature_of(name: &str) -> &'static str {
     }
 }
 
+/// How activations (every computed tensor, the KV cache included) are stored between
+/// kernels. Kernels accumulate in f32 either way; weights keep their own dtype.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ActDtype {
+    #[default]
+    F32,
+    /// IEEE half: on wgpu adapters with `shader-f16` only. Finite values beyond +-65504
+    /// saturate; infinities stay infinite.
+    F16,
+    /// bfloat16 (f32's range, 8 mantissa bits), stored as packed u16 on every adapter.
+    Bf16,
+}
+
+impl ActDtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            ActDtype::F32 => "f32",
+            ActDtype::F16 => "f16",
+            ActDtype::Bf16 => "bf16",
+        }
+    }
+
+    /// Parses `f32`, `f16` or `bf16`.
+    pub fn from_name(name: &str) -> Result<Self> {
+        match name {
+            "f32" => Ok(ActDtype::F32),
+            "f16" => Ok(ActDtype::F16),
+            "bf16" => Ok(ActDtype::Bf16),
+            _ => Err(Error::InvalidArgument(format!(
+                "activation dtype {name:?}: expected f32, f16 or bf16"
+            ))),
+        }
+    }
+
+    /// Bytes a stored element takes.
+    pub fn size(self) -> usize {
+        match self {
+            ActDtype::F32 => 4,
+            ActDtype::F16 | ActDtype::Bf16 => 2,
+        }
+    }
+}
+
 /// Settings a backend takes when opened; `None` keeps the backend's own default (which a
 /// testing knob such as `VLA_WGPU_FLASH_ATTN` or `VLA_GGML_THREADS` may set).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -199,6 +242,9 @@ pub struct BackendOptions {
     pub flash_attn: Option<bool>,
     /// ggml-cpu: worker threads.
     pub threads: Option<usize>,
+    /// How activations are stored; 16-bit dtypes only on the wgpu backends (the others
+    /// refuse them).
+    pub act_dtype: ActDtype,
 }
 
 /// Opens a backend by name with default options; see [`open_with`].
@@ -212,6 +258,14 @@ pub fn open(name: &str) -> Result<Box<dyn Backend>> {
 /// `ggml:<DEVICE>` for a ggml device by its registry name (`ggml:CUDA1`, ...).
 pub fn open_with(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>> {
     let _ = opts; // unused when neither the wgpu nor the ggml feature is on
+    let wgpu_names = ["vulkan", "metal", "dx12", "gl", "wgpu"];
+    if opts.act_dtype != ActDtype::F32 && !wgpu_names.contains(&name) {
+        return Err(Error::InvalidArgument(format!(
+            "activation dtype {}: the {name} backend stores activations in f32 only; 16-bit activations run on the wgpu backends ({})",
+            opts.act_dtype.name(),
+            wgpu_names.join(", ")
+        )));
+    }
     #[cfg(feature = "ggml")]
     {
         let device = match name {
@@ -246,6 +300,9 @@ pub fn open_with(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>> 
         let mut options = wgpu::WgpuOptions::from_env()?;
         if opts.flash_attn.is_some() {
             options.flash_attn = opts.flash_attn;
+        }
+        if opts.act_dtype != ActDtype::F32 {
+            options.act_dtype = opts.act_dtype;
         }
         return Ok(Box::new(wgpu::WgpuBackend::with_options(api, options)?));
     }

@@ -104,6 +104,7 @@ pub(crate) fn open_backend(opts: &RuntimeOptions) -> Result<Box<dyn crate::backe
     let backend_opts = crate::backend::BackendOptions {
         flash_attn: opts.flash_attn,
         threads: opts.threads,
+        act_dtype: opts.act_dtype,
     };
     crate::backend::open_with(&opts.backend, &backend_opts)
 }

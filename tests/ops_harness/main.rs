@@ -2,7 +2,10 @@
 //! test-backend-ops): normalised MSE under a per-op bound, no NaN/Inf.
 //!
 //! GPU backends come from `VLA_TEST_BACKENDS` (comma-separated: vulkan, gl, metal, dx12,
-//! wgpu; default `vulkan`). A backend that cannot be opened FAILS the test, so CI on
+//! wgpu; default `vulkan`). Each also runs every case with 16-bit activations (f16 where
+//! the adapter has shader-f16, bf16 always; both kernel sets), under the bounds of
+//! [`act_bound`], against the reference run on inputs rounded the same way
+//! ([`rounded_inputs`]). A backend that cannot be opened FAILS the test, so CI on
 //! lavapipe never loses GPU coverage silently; `VLA_ALLOW_NO_GPU=1` turns that into a loud
 //! warning for machines without a Vulkan driver.
 //!
@@ -26,10 +29,10 @@ mod cases_ggml;
 mod cases_quant;
 
 use std::collections::HashMap;
-use vla::backend::wgpu::{Api, Caps, KernelSet, WgpuBackend, WgpuOptions};
-use vla::backend::{Backend, CpuBackend};
+use vla::backend::wgpu::{store_dtypes, Api, Caps, KernelSet, WgpuBackend, WgpuOptions};
+use vla::backend::{ActDtype, Backend, CpuBackend};
 use vla::gguf::{quant, GgmlType};
-use vla::graph::{Graph, GraphBuilder, NodeId};
+use vla::graph::{Graph, GraphBuilder, NodeId, Op};
 use vla::Tensor;
 
 pub struct Rng(u64);
@@ -243,17 +246,56 @@ struct Harnessed {
     backend: Box<dyn Backend>,
     int_dot_only: bool,
     kernel_sets_only: bool,
+    act: ActDtype,
+}
+
+/// NMSE bounds with 16-bit activations, against a reference given the same rounded inputs:
+/// every stored value rounds (relative error up to 2^-11 for f16, 2^-8 for bf16, an NMSE
+/// of about 1e-7 and 5e-6 a rounding), the output at least, some ops' intermediate values
+/// too (softmax's exponentials before the division) -- a few roundings' worth. The largest
+/// seen on lavapipe: 3e-7 (f16) and 1.5e-5 (bf16), so the bounds leave a margin of 3.
+fn act_bound(act: ActDtype, case_bound: f64) -> f64 {
+    match act {
+        ActDtype::F32 => case_bound,
+        ActDtype::F16 => case_bound.max(1e-6),
+        ActDtype::Bf16 => case_bound.max(5e-5),
+    }
 }
 
 /// The backends under test, each with a short label for the report.
 fn backends() -> Vec<Harnessed> {
     let mut out: Vec<Harnessed> = gpu_backends()
         .into_iter()
-        .map(|b| Harnessed {
-            label: b.label,
-            int_dot_only: b.int_dot_only,
-            kernel_sets_only: b.kernel_sets_only,
-            backend: Box::new(b.backend),
+        .flat_map(|b| {
+            let mut out = vec![];
+            // 16-bit activations, on the adapter's kernel set and the other one
+            for act in [ActDtype::F16, ActDtype::Bf16] {
+                if b.int_dot_only || (act == ActDtype::F16 && !b.caps().f16) {
+                    continue;
+                }
+                let options = WgpuOptions {
+                    act_dtype: act,
+                    ..b.options()
+                };
+                out.push(Harnessed {
+                    label: format!("{} ({} activations)", b.label, act.name()),
+                    backend: Box::new(b.reconfigured(options)),
+                    int_dot_only: false,
+                    kernel_sets_only: b.kernel_sets_only,
+                    act,
+                });
+            }
+            out.insert(
+                0,
+                Harnessed {
+                    label: b.label,
+                    int_dot_only: b.int_dot_only,
+                    kernel_sets_only: b.kernel_sets_only,
+                    backend: Box::new(b.backend),
+                    act: ActDtype::F32,
+                },
+            );
+            out
         })
         .collect();
     #[cfg(feature = "ggml")]
@@ -265,6 +307,7 @@ fn backends() -> Vec<Harnessed> {
                 backend,
                 int_dot_only: false,
                 kernel_sets_only: false,
+                act: ActDtype::F32,
             }),
     );
     out
@@ -312,9 +355,52 @@ fn may_skip(label: &str, err: &vla::Error, case: &str) -> bool {
 }
 
 fn run(backend: &dyn Backend, graph: &Graph, case: &Case) -> vla::Result<Vec<f32>> {
+    run_on(backend, graph, case, &case.inputs)
+}
+
+fn run_on(
+    backend: &dyn Backend,
+    graph: &Graph,
+    case: &Case,
+    inputs: &[(String, Tensor<'static>)],
+) -> vla::Result<Vec<f32>> {
     let mut exe = backend.compile(graph, &case.weights)?;
-    let inputs: Vec<(&str, &Tensor)> = case.inputs.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let inputs: Vec<(&str, &Tensor)> = inputs.iter().map(|(k, v)| (k.as_str(), v)).collect();
     exe.run(&inputs)?.remove(0).to_vec_f32()
+}
+
+/// The case's inputs as a backend with `act` activations stores them: rounded to `act`,
+/// but for those it keeps exact (token ids, positions, masks: `store_dtypes`) and bytes.
+fn rounded_inputs(graph: &Graph, case: &Case, act: ActDtype) -> Vec<(String, Tensor<'static>)> {
+    let stores = store_dtypes(graph, act);
+    let round = |v: f32| match act {
+        ActDtype::F32 => v,
+        ActDtype::F16 => half::f16::from_f32(v).to_f32(),
+        ActDtype::Bf16 => half::bf16::from_f32(v).to_f32(),
+    };
+    let stored = |name: &str| {
+        let node = graph
+            .nodes()
+            .iter()
+            .position(|n| matches!(&n.op, Op::Input(i) if i == name));
+        node.map_or(ActDtype::F32, |i| stores[i])
+    };
+    case.inputs
+        .iter()
+        .map(|(name, t)| {
+            if t.dtype() != GgmlType::F32 || stored(name) == ActDtype::F32 {
+                return (name.clone(), t.clone());
+            }
+            let v: Vec<f32> = t
+                .to_vec_f32()
+                .expect("f32")
+                .into_iter()
+                .map(round)
+                .collect();
+            let t = Tensor::from_f32(t.shape().to_vec(), v).expect("same shape");
+            (name.clone(), t)
+        })
+        .collect()
 }
 
 /// A case's graph and the cpu backend's output for it (the reference).
@@ -339,9 +425,13 @@ pub struct Verdict {
 }
 
 pub fn verdict(case: &Case, out: &[f32], reference: &[f32]) -> Verdict {
+    verdict_within(case.max_nmse, out, reference)
+}
+
+fn verdict_within(bound: f64, out: &[f32], reference: &[f32]) -> Verdict {
     let bad = out.iter().filter(|v| !v.is_finite()).count();
     let nmse = nmse(out, reference);
-    let ok = bad == 0 && nmse <= case.max_nmse && out.len() == reference.len();
+    let ok = bad == 0 && nmse <= bound && out.len() == reference.len();
     Verdict { nmse, bad, ok }
 }
 
@@ -369,12 +459,27 @@ fn op_harness() {
                 _ => "",
             }
         );
+        if b.act != ActDtype::F32 {
+            println!("  with {} activations", b.act.name());
+        }
     }
     let cases = all_cases();
     let (mut failures, mut skipped) = (Vec::new(), Vec::new());
     let mut runs = 0;
     for case in &cases {
         let (graph, reference) = graph_and_reference(case);
+        // the reference on inputs rounded as each 16-bit dtype stores them
+        let reference_for = |act: ActDtype| match act {
+            ActDtype::F32 => reference.clone(),
+            _ => run_on(
+                &CpuBackend,
+                &graph,
+                case,
+                &rounded_inputs(&graph, case, act),
+            )
+            .unwrap_or_else(|e| panic!("{} on cpu: {e}", case.name)),
+        };
+        let rounded = [ActDtype::F16, ActDtype::Bf16].map(reference_for);
         let wanted = |b: &&Harnessed| {
             (case.int_dot || !b.int_dot_only) && (case.kernel_sets || !b.kernel_sets_only)
         };
@@ -397,7 +502,13 @@ fn op_harness() {
                     failures.push(format!("{name} on {label}: {e}"));
                 }
                 Ok(out) => {
-                    let Verdict { nmse: e, bad, ok } = verdict(case, &out, &reference);
+                    let bound = act_bound(b.act, case.max_nmse);
+                    let reference = match b.act {
+                        ActDtype::F32 => &reference,
+                        ActDtype::F16 => &rounded[0],
+                        ActDtype::Bf16 => &rounded[1],
+                    };
+                    let Verdict { nmse: e, bad, ok } = verdict_within(bound, &out, reference);
                     if let Some(why) = known_divergence(label, &case.name) {
                         println!("{name:<48} {label:<10} nmse {e:9.2e} KNOWN DIVERGENCE: {why}");
                         // The list is ggml-cpu's; another ggml device may well agree.
@@ -408,14 +519,12 @@ fn op_harness() {
                         continue;
                     }
                     println!(
-                        "{name:<48} {label:<10} nmse {e:9.2e} (max {:.0e}) {}",
-                        case.max_nmse,
+                        "{name:<48} {label:<10} nmse {e:9.2e} (max {bound:.0e}) {}",
                         if ok { "ok" } else { "FAIL" }
                     );
                     if !ok {
                         failures.push(format!(
-                            "{name} on {label}: nmse {e:.3e} > {:.0e}, {bad} non-finite",
-                            case.max_nmse
+                            "{name} on {label}: nmse {e:.3e} > {bound:.0e}, {bad} non-finite"
                         ));
                     }
                 }

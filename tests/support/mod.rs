@@ -203,3 +203,53 @@ pub fn interop(script: &str, args: &[&std::ffi::OsStr]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The cosine an action chunk keeps, against the f32 run on the same backend, with 16-bit
+/// activations (issue 18's bar).
+pub const ACT_16BIT_MIN_COSINE: f64 = 0.999;
+
+/// 16-bit activations on `backend` (a wgpu one): `predict` gives the chunk for an activation
+/// dtype; f16 (where the adapter has shader-f16; otherwise a loud warning) and bf16 must
+/// keep a cosine of [`ACT_16BIT_MIN_COSINE`] to the f32 chunk. Prints one table row a dtype
+/// (cosine and max abs error against f32 and against the reference's chunk `lerobot`).
+pub fn act_dtypes_hold(
+    arch: &str,
+    backend: &str,
+    lerobot: &[f32],
+    predict: impl Fn(backend::ActDtype) -> vla::Result<Vec<f32>>,
+) {
+    use backend::ActDtype;
+    if open(backend).is_none() {
+        return;
+    }
+    let f32 = predict(ActDtype::F32).unwrap();
+    let max_err = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    for act in [ActDtype::F16, ActDtype::Bf16] {
+        let chunk = match predict(act) {
+            Err(e) if act == ActDtype::F16 && e.to_string().contains("shader-f16") => {
+                eprintln!("WARNING: {arch} on {backend}: {e}: f16 activations NOT TESTED");
+                continue;
+            }
+            r => r.unwrap_or_else(|e| panic!("{arch} {} on {backend}: {e}", act.name())),
+        };
+        assert_eq!(chunk.len(), f32.len());
+        let cos = cosine(&chunk, &f32);
+        println!(
+            "| {arch} | {} | {cos:.6} | {:.2e} | {:.6} | {:.2e} |",
+            act.name(),
+            max_err(&chunk, &f32),
+            cosine(&chunk, lerobot),
+            max_err(&chunk, lerobot)
+        );
+        assert!(
+            chunk.iter().all(|v| v.is_finite()) && cos >= ACT_16BIT_MIN_COSINE,
+            "{arch} with {} activations on {backend}: cosine {cos} to the f32 chunk",
+            act.name()
+        );
+    }
+}

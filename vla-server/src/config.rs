@@ -7,6 +7,7 @@ use crate::{Error, Result};
 use clap::Parser;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use vla::backend::ActDtype;
 use vla::config::limits::MAX_STEPS;
 use vla::gguf::GgmlType;
 use vla::policy::RuntimeOptions;
@@ -38,7 +39,9 @@ pub struct ServerArgs {
     /// JSON file with a "runtime" object holding any of these options (snake_case keys).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Activation dtype: f32 (f16 and bf16 activations are not implemented yet).
+    /// How activations (the KV cache included) are stored: f32 (default), f16 or bf16;
+    /// kernels accumulate in f32. 16-bit on the wgpu backends only; f16 needs the adapter's
+    /// shader-f16 (bf16 runs on every adapter).
     #[arg(long, value_name = "f32|f16|bf16")]
     pub act_dtype: Option<String>,
     /// Re-encode the matmul weights to this type at load; default: as stored in the file.
@@ -148,19 +151,12 @@ impl Settings {
             Some(path) => read_config(path)?,
             None => RuntimeKeys::default(),
         };
-        let act_dtype = args
-            .act_dtype
-            .or(file.act_dtype)
-            .unwrap_or_else(|| "f32".into());
-        match act_dtype.as_str() {
-            "f32" => {}
-            "f16" | "bf16" => {
-                return Err(Error::Config(format!(
-                    "act_dtype {act_dtype}: not implemented yet (activations are f32 on every backend); use f32"
-                )))
-            }
-            other => return Err(Error::Config(format!("act_dtype {other:?}: expected f32, f16 or bf16"))),
-        }
+        let act_dtype = match args.act_dtype.or(file.act_dtype).as_deref() {
+            None => ActDtype::F32,
+            Some(name) => ActDtype::from_name(name).map_err(|_| {
+                Error::Config(format!("act_dtype {name:?}: expected f32, f16 or bf16"))
+            })?,
+        };
         let weight_dtype = match args.weight_dtype.or(file.weight_dtype).as_deref() {
             None => None,
             Some("f32") => Some(GgmlType::F32),
@@ -233,6 +229,7 @@ impl Settings {
                 num_steps,
                 embodiment: args.embodiment.or(file.embodiment),
                 weight_dtype,
+                act_dtype,
                 flash_attn: args.flash_attn.or(file.flash_attn),
                 threads,
                 stepwise: false,
@@ -309,7 +306,10 @@ mod tests {
     #[test]
     fn bad_values_are_errors() {
         for (flags, needle) in [
-            (&["--act-dtype", "bf16"][..], "not implemented"),
+            (
+                &["--act-dtype", "f8"][..],
+                "act_dtype \"f8\": expected f32, f16 or bf16",
+            ),
             (&["--weight-dtype", "q4"], "weight_dtype"),
             (&["--mm-prec", "f16"], "mm_prec"),
             (&["--steps", "0"], "1..=1000"),
@@ -337,6 +337,12 @@ mod tests {
             no_env,
         )
         .unwrap();
+        assert_eq!(s.runtime.act_dtype, ActDtype::F32);
+        let (_g, path) = config(r#"{"runtime": {"act_dtype": "bf16"}}"#);
+        let f = Settings::resolve(args(&["--config", &path]), no_env).unwrap();
+        assert_eq!(f.runtime.act_dtype, ActDtype::Bf16);
+        let f = Settings::resolve(args(&["--config", &path, "--act-dtype", "f16"]), no_env);
+        assert_eq!(f.unwrap().runtime.act_dtype, ActDtype::F16);
         assert_eq!(s.runtime.weight_dtype, Some(GgmlType::BF16));
         assert_eq!(s.runtime.flash_attn, Some(true));
         assert_eq!(s.serve.queue, QueueMode::Fifo);

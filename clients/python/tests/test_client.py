@@ -162,8 +162,11 @@ def test_settings_errors_are_clear():
 
     r = run("--demo", env={"VLA_NUM_STEPS": "3"})
     assert r.returncode != 0 and "VLA_NUM_STEPS" in r.stderr and "--steps" in r.stderr
+    r = run("--demo", "--act-dtype", "f8")
+    assert r.returncode != 0 and "act_dtype" in r.stderr and "bf16" in r.stderr
+    # 16-bit activations run on the wgpu backends; the cpu backend says so
     r = run("--demo", "--act-dtype", "bf16")
-    assert r.returncode != 0 and "act_dtype bf16" in r.stderr
+    assert r.returncode != 0 and "16-bit activations run on the wgpu backends" in r.stderr
     r = run("/nonexistent/model.gguf")
     assert r.returncode != 0 and "/nonexistent/model.gguf" in r.stderr
     r = run()

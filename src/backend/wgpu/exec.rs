@@ -1,10 +1,13 @@
 //! Compiling a graph for wgpu: weight upload, activation buffer plan, recorded dispatches,
 //! and running it.
 
-use super::kernels::{self, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf};
+use super::kernels::{self, Bind, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf};
 use super::timer::StageTimer;
 use super::GpuContext;
-use crate::backend::{match_inputs, ExecStats, Executable, KernelTime, RunCounters, WeightStore};
+use crate::backend::{
+    match_inputs, ActDtype, ExecStats, Executable, KernelTime, RunCounters, WeightStore,
+};
+use crate::graph::AttentionMask;
 use crate::graph::{Graph, NodeId, Op};
 use crate::{Error, Result, Tensor};
 use std::sync::Arc;
@@ -36,6 +39,8 @@ pub(crate) struct WgpuExecutable {
     ctx: Arc<GpuContext>,
     graph: Graph,
     places: Vec<Place>,
+    /// Per node, the dtype its value is stored in ([`store_dtypes`]).
+    stores: Vec<ActDtype>,
     slots: Vec<wgpu::Buffer>,
     dispatches: Vec<Dispatch>,
     /// Per graph stage, the index of its first dispatch (empty for an unstaged graph).
@@ -65,6 +70,83 @@ fn reads_raw(op: &Op, k: usize) -> bool {
             | (Op::Embedding, 0)
             | (Op::FqLinear(_), 1)
     )
+}
+
+/// Does this consumer read input `k` as exact numbers (token ids, positions, a mask), which
+/// must stay f32 whatever the activation dtype?
+fn reads_exact(op: &Op, k: usize, inputs: usize) -> bool {
+    match op {
+        Op::Embedding | Op::Rope(_) => k == 1,
+        Op::Attention { mask, .. } => *mask == AttentionMask::Allowed && k + 1 == inputs,
+        _ => false,
+    }
+}
+
+/// The dtype each node's value is stored in: `act` for activations, f32 for weights (read
+/// as f32 only where small: gains, biases, tables) and for the values some consumer reads
+/// as exact numbers (with the slots they share through reshapes).
+pub fn store_dtypes(graph: &Graph, act: ActDtype) -> Vec<ActDtype> {
+    let nodes = graph.nodes();
+    let mut exact = vec![false; nodes.len()];
+    for n in nodes {
+        for (k, inp) in n.inputs.iter().enumerate() {
+            exact[inp.0] |= reads_exact(&n.op, k, n.inputs.len());
+        }
+    }
+    // a reshape is a view of its input's slot: an exact view makes its base exact
+    for (i, n) in nodes.iter().enumerate().rev() {
+        if let (Op::Reshape(_), true) = (&n.op, exact[i]) {
+            exact[n.inputs[0].0] = true;
+        }
+    }
+    let mut stores = vec![act; nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        stores[i] = match &n.op {
+            Op::Weight(_) => ActDtype::F32,
+            Op::Reshape(_) => stores[n.inputs[0].0],
+            _ if exact[i] => ActDtype::F32,
+            _ => act,
+        };
+    }
+    stores
+}
+
+/// `values` in `dtype`, as bytes: a 16-bit dtype rounds to nearest even, finite values
+/// past f16's range saturate (as the kernels store them).
+fn encode_values(values: &[f32], dtype: ActDtype) -> Vec<u8> {
+    match dtype {
+        ActDtype::F32 => bytemuck::cast_slice(values).to_vec(),
+        ActDtype::F16 => values
+            .iter()
+            .map(|&v| {
+                if v.is_finite() {
+                    v.clamp(-65504.0, 65504.0)
+                } else {
+                    v
+                }
+            })
+            .flat_map(|v| half::f16::from_f32(v).to_le_bytes())
+            .collect(),
+        ActDtype::Bf16 => values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect(),
+    }
+}
+
+/// The first `n` values of `bytes` stored in `dtype`, as f32.
+fn decode_values(bytes: &[u8], dtype: ActDtype, n: usize) -> Vec<f32> {
+    match dtype {
+        ActDtype::F32 => bytemuck::cast_slice::<u8, f32>(&bytes[..4 * n]).to_vec(),
+        ActDtype::F16 => bytes[..2 * n]
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        ActDtype::Bf16 => bytes[..2 * n]
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+    }
 }
 
 fn storage(ctx: &GpuContext, label: &str, size: u64, extra: wgpu::BufferUsages) -> wgpu::Buffer {
@@ -105,6 +187,14 @@ impl WgpuExecutable {
     pub fn new(ctx: Arc<GpuContext>, graph: &Graph, weights: &dyn WeightStore) -> Result<Self> {
         let nodes = graph.nodes();
         let max_binding = ctx.limits.max_storage_buffer_binding_size;
+        let act = ctx.options.act_dtype;
+        if act == ActDtype::F16 && !ctx.caps.f16 {
+            return Err(Error::InvalidArgument(format!(
+                "activation dtype f16 needs the shader-f16 feature, which {} lacks (or VLA_WGPU_NO_F16 turned off); use bf16, which runs on every adapter",
+                ctx.info.name
+            )));
+        }
+        let stores = store_dtypes(graph, act);
         let mut raw_use = vec![false; nodes.len()];
         let mut f32_use = vec![false; nodes.len()];
         for n in nodes {
@@ -176,7 +266,7 @@ impl WgpuExecutable {
                 });
                 continue;
             }
-            let size = (4 * n.numel() as u64).max(4);
+            let size = (stores[i].size() as u64 * n.numel() as u64).max(4);
             if size > max_binding {
                 return Err(Error::Gpu(format!(
                     "node {i} ({}) needs {size} bytes, over the adapter's storage binding limit ({max_binding})",
@@ -287,7 +377,8 @@ impl WgpuExecutable {
             if let (Op::InputU8(_), Place::Slot(out)) = (&n.op, &places[i]) {
                 let usage = wgpu::BufferUsages::COPY_DST;
                 let bytes = storage(&ctx, "bytes", n.numel() as u64, usage);
-                dispatches.push(kernels::bytes_to_f32(&ctx, n, &bytes, &slots[*out])?);
+                let output = Bind::of(&slots[*out], stores[i]);
+                dispatches.push(kernels::bytes_to_f32(&ctx, n, &bytes, output)?);
                 dispatch_nodes.push(i);
                 byte_inputs.push((NodeId(i), bytes));
                 continue;
@@ -296,14 +387,17 @@ impl WgpuExecutable {
                 .inputs
                 .iter()
                 .enumerate()
-                .map(|(k, id)| tensor_buf(&places, &slots, graph, *id, reads_raw(&n.op, k)))
+                .map(|(k, id)| {
+                    let raw = reads_raw(&n.op, k);
+                    tensor_buf(&places, &slots, graph, (*id, stores[id.0]), raw)
+                })
                 .collect::<Result<Vec<_>>>()?;
             let Place::Slot(out) = places[i] else {
                 unreachable!("activations have slots")
             };
             let bufs = NodeBuffers {
                 inputs,
-                output: &slots[out],
+                output: Bind::of(&slots[out], stores[i]),
                 scratch: &scratch,
             };
             dispatches.extend(kernels::encode(&ctx, n, &bufs)?);
@@ -322,7 +416,8 @@ impl WgpuExecutable {
             .outputs()
             .iter()
             .map(|&o| {
-                let size = (4 * graph.node(o).numel() as u64).max(4);
+                let size = stores[o.0].size() as u64 * graph.node(o).numel() as u64;
+                let size = size.max(4).next_multiple_of(4);
                 let buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("readback"),
                     size,
@@ -342,6 +437,7 @@ impl WgpuExecutable {
             ctx,
             graph: graph.clone(),
             places,
+            stores,
             slots,
             dispatches,
             stage_starts,
@@ -356,8 +452,8 @@ impl WgpuExecutable {
         })
     }
 
-    /// The f32 buffer holding a node: its slot, or a weight's f32 copy (a reshaped weight
-    /// can be an output).
+    /// The buffer holding a node (in its dtype, `self.stores`): its slot, or a weight's f32
+    /// copy (a reshaped weight can be an output).
     fn slot(&self, id: NodeId) -> &wgpu::Buffer {
         match &self.places[id.0] {
             Place::Slot(s) => &self.slots[*s],
@@ -371,7 +467,7 @@ fn tensor_buf<'a>(
     places: &'a [Place],
     slots: &'a [wgpu::Buffer],
     graph: &'a Graph,
-    id: NodeId,
+    (id, dtype): (NodeId, ActDtype),
     raw: bool,
 ) -> Result<TensorBuf<'a>> {
     let node = graph.node(id);
@@ -385,9 +481,10 @@ fn tensor_buf<'a>(
                 backend: "wgpu",
             })
         }
-        Place::Slot(s) => TensorBuf::F32 {
+        Place::Slot(s) => TensorBuf::Act {
             buffer: &slots[*s],
             shape: &node.shape,
+            dtype,
         },
         Place::Weight { raw: chunks, f32 } => match (raw, f32) {
             (true, _) => TensorBuf::Raw {
@@ -395,9 +492,10 @@ fn tensor_buf<'a>(
                 shape: &node.shape,
                 dtype: node.dtype,
             },
-            (false, Some(buffer)) => TensorBuf::F32 {
+            (false, Some(buffer)) => TensorBuf::Act {
                 buffer,
                 shape: &node.shape,
+                dtype: ActDtype::F32,
             },
             (false, None) => unreachable!("f32 copies are made for every f32 reader"),
         },
@@ -450,12 +548,8 @@ impl Executable for WgpuExecutable {
             if let Op::Input(name) = &n.op {
                 let data = by_name[name].f32_cow()?;
                 if !data.is_empty() {
-                    self.ctx.queue.write_buffer(
-                        self.slot(NodeId(i)),
-                        0,
-                        bytemuck::cast_slice(&data),
-                    );
-                    runs.h2d_bytes += 4 * data.len() as u64;
+                    let bytes = encode_values(&data, self.stores[i]);
+                    runs.h2d_bytes += write_words(&self.ctx, self.slot(NodeId(i)), &bytes);
                 }
             }
         }
@@ -533,7 +627,7 @@ impl Executable for WgpuExecutable {
                     .slice(..)
                     .get_mapped_range()
                     .map_err(|e| Error::Gpu(format!("reading back node {}: {e}", o.0)))?;
-                bytemuck::cast_slice::<u8, f32>(&view)[..n].to_vec()
+                decode_values(&view, self.stores[o.0], n)
             };
             staging.unmap();
             // The debug guard's sentinel readback is not counted: it exists only in debug
@@ -663,8 +757,8 @@ impl WgpuExecutable {
 
 #[cfg(test)]
 mod tests {
-    use crate::backend::wgpu::{Api, WgpuBackend};
-    use crate::backend::Executable;
+    use crate::backend::wgpu::{Api, Caps, WgpuBackend, WgpuOptions};
+    use crate::backend::{ActDtype, Backend, Executable};
     use crate::graph::GraphBuilder;
     use crate::Tensor;
     use std::collections::HashMap;
@@ -701,5 +795,71 @@ mod tests {
             "{e}"
         );
         exe.run(&[("x", &xt)]).unwrap();
+    }
+
+    /// 16-bit activations halve the planned activation bytes and the readback, keep ids
+    /// exact (an embedding's ids stay f32), and f16 without shader-f16 is a clear error.
+    #[test]
+    fn activation_dtype_sets_what_is_stored() {
+        let b = WgpuBackend::new(Api::Vulkan).expect("a Vulkan adapter (lavapipe in CI)");
+        let weights: HashMap<String, Tensor<'static>> = [(
+            "t".to_owned(),
+            Tensor::from_f32(
+                vec![300, 4],
+                (0..1200).map(|i| i as f32 / 7.0).collect::<Vec<_>>(),
+            )
+            .unwrap(),
+        )]
+        .into();
+        let mut g = GraphBuilder::new(&weights);
+        let ids = g.input("ids", &[6]);
+        let t = g.stored_weight("t").unwrap();
+        let e = g.embedding(t, ids).unwrap();
+        let y = g.scale(e, 0.5);
+        let graph = g.build(&[y]).unwrap();
+        let ids_t = Tensor::from_f32(vec![6], vec![299.0, 0.0, 257.0, 3.0, 1.0, 2.0]).unwrap();
+        let run = |act: ActDtype| {
+            let opts = WgpuOptions {
+                act_dtype: act,
+                ..b.options()
+            };
+            let mut exe = b.reconfigured(opts).compile(&graph, &weights).unwrap();
+            let out = exe.run(&[("ids", &ids_t)]).unwrap()[0]
+                .to_vec_f32()
+                .unwrap();
+            (out, exe.stats())
+        };
+        let (f32_out, f32_stats) = run(ActDtype::F32);
+        let (bf16_out, bf16_stats) = run(ActDtype::Bf16);
+        let stores = super::store_dtypes(&graph, ActDtype::Bf16);
+        assert_eq!(stores[ids.index()], ActDtype::F32, "ids stay exact");
+        assert_eq!(stores[y.index()], ActDtype::Bf16);
+        // rows 299 and 257 of the table: bf16 holds 256 exactly, so exact ids pick them
+        for (a, b) in f32_out.iter().zip(&bf16_out) {
+            assert!((a - b).abs() <= a.abs() / 256.0, "{a} vs {b}");
+        }
+        assert_eq!(f32_out[0], 299.0 * 4.0 / 7.0 * 0.5);
+        assert_eq!(bf16_stats.runs.d2h_bytes * 2, f32_stats.runs.d2h_bytes);
+        assert!(bf16_stats.peak_activation_bytes < f32_stats.peak_activation_bytes);
+
+        let no_f16 = WgpuBackend::with_caps(
+            Api::Vulkan,
+            Caps {
+                f16: false,
+                ..Caps::ALL
+            },
+        )
+        .unwrap();
+        let opts = WgpuOptions {
+            act_dtype: ActDtype::F16,
+            ..no_f16.options()
+        };
+        let e = no_f16
+            .reconfigured(opts)
+            .compile(&graph, &weights)
+            .err()
+            .expect("f16 activations need shader-f16")
+            .to_string();
+        assert!(e.contains("shader-f16") && e.contains("bf16"), "{e}");
     }
 }

@@ -1,11 +1,12 @@
 //! The wgpu backend: hand-written WGSL kernels (`shaders/`) on Vulkan, Metal, DX12 or GL.
 
 mod exec;
+pub use exec::store_dtypes;
 mod kernels;
 mod shader;
 mod timer;
 
-use super::{Backend, Executable, WeightStore};
+use super::{ActDtype, Backend, Executable, WeightStore};
 use crate::graph::Graph;
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -159,12 +160,15 @@ pub struct WgpuOptions {
     /// kernels spill), and our loops are all counted (see `shader.rs`), so off by default.
     /// Env: `VLA_WGPU_LOOP_BOUNDING=1`.
     pub loop_bounding: bool,
+    /// How activations are stored between kernels (f16 needs the adapter's shader-f16;
+    /// compiling refuses it otherwise). Env: `VLA_WGPU_ACT_DTYPE=f32|f16|bf16`.
+    pub act_dtype: ActDtype,
 }
 
 impl WgpuOptions {
     /// Defaults overridden by the environment (`VLA_WGPU_FLASH_ATTN`, `VLA_WGPU_PROFILE`,
     /// `VLA_WGPU_KERNELS`, `VLA_WGPU_GEMM_TILE`, `VLA_WGPU_GEMM_VEC4`,
-    /// `VLA_WGPU_LOOP_BOUNDING`); an unknown value is an error.
+    /// `VLA_WGPU_LOOP_BOUNDING`, `VLA_WGPU_ACT_DTYPE`); an unknown value is an error.
     pub fn from_env() -> Result<Self> {
         let flash_attn = std::env::var("VLA_WGPU_FLASH_ATTN")
             .ok()
@@ -177,6 +181,7 @@ impl WgpuOptions {
             gemm_tile: env_choice("VLA_WGPU_GEMM_TILE", GemmTile::from_name)?,
             gemm_vec4: env_flag("VLA_WGPU_GEMM_VEC4"),
             loop_bounding: env_flag("VLA_WGPU_LOOP_BOUNDING"),
+            act_dtype: env_choice("VLA_WGPU_ACT_DTYPE", ActDtype::from_name)?.unwrap_or_default(),
         })
     }
 }
@@ -357,8 +362,12 @@ impl WgpuBackend {
 impl Backend for WgpuBackend {
     fn description(&self) -> String {
         let i = &self.ctx.info;
+        let act = match self.ctx.options.act_dtype {
+            ActDtype::F32 => String::new(),
+            a => format!(", {} activations", a.name()),
+        };
         format!(
-            "{:?}: {} ({:?}, driver {} {})",
+            "{:?}: {} ({:?}, driver {} {}){act}",
             i.backend, i.name, i.device_type, i.driver, i.driver_info
         )
         .to_lowercase()

@@ -48,6 +48,10 @@ struct Args {
     /// Re-encode matmul weights at load: f32 | f16 | bf16.
     #[arg(long)]
     weight_dtype: Option<String>,
+    /// Store activations (the KV cache included) in f32 | f16 | bf16; kernels accumulate in
+    /// f32. 16-bit on the wgpu backends only; f16 needs the adapter's shader-f16.
+    #[arg(long, value_name = "f32|f16|bf16", default_value = "f32")]
+    act_dtype: String,
     /// Embodiment tag or id (GR00T), or statistics set; default: the model's.
     #[arg(long, value_name = "NAME|ID")]
     embodiment: Option<String>,
@@ -412,6 +416,7 @@ fn runtime_options(args: &Args) -> Result<RuntimeOptions> {
         num_steps: args.steps,
         threads: args.threads,
         weight_dtype,
+        act_dtype: vla::backend::ActDtype::from_name(&args.act_dtype)?,
         stepwise: args.stepwise,
         embodiment: args.embodiment.clone(),
         ..Default::default()

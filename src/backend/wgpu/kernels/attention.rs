@@ -13,9 +13,10 @@
 //! [`WgpuOptions::flash_attn`]: crate::backend::wgpu::WgpuOptions::flash_attn
 
 use super::gemm::Gemm;
-use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
+use super::{dispatch, grid_1d, u32_of, Bind, Dispatch, NodeBuffers};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GpuContext, KernelSet, FLASH_ATTN_MIN_SK};
+use crate::backend::ActDtype;
 use crate::graph::{AttentionMask, Node, Op};
 use crate::{Error, Result};
 
@@ -143,11 +144,11 @@ struct Dims {
 
 /// q, k, v, the output, (Allowed) the mask and (two parts) the second k and v, at the
 /// bindings both attention shaders use.
-fn bindings<'a>(node: &Node, bufs: &NodeBuffers<'a>) -> Vec<(u32, &'a wgpu::Buffer)> {
+fn bindings<'a>(node: &Node, bufs: &NodeBuffers<'a>) -> Vec<(u32, Bind<'a>)> {
     let mut buffers = vec![
-        (1, bufs.inputs[0].f32()),
-        (2, bufs.inputs[1].f32()),
-        (3, bufs.inputs[2].f32()),
+        (1, bufs.inputs[0].act()),
+        (2, bufs.inputs[1].act()),
+        (3, bufs.inputs[2].act()),
         (5, bufs.output),
     ];
     if matches!(
@@ -157,11 +158,11 @@ fn bindings<'a>(node: &Node, bufs: &NodeBuffers<'a>) -> Vec<(u32, &'a wgpu::Buff
             ..
         }
     ) {
-        buffers.push((4, bufs.inputs[bufs.inputs.len() - 1].f32()));
+        buffers.push((4, bufs.inputs[bufs.inputs.len() - 1].act()));
     }
     if node.kv_parts() == 2 {
-        buffers.push((7, bufs.inputs[3].f32()));
-        buffers.push((8, bufs.inputs[4].f32()));
+        buffers.push((7, bufs.inputs[3].act()));
+        buffers.push((8, bufs.inputs[4].act()));
     }
     buffers
 }
@@ -258,7 +259,7 @@ fn tiled_attention(
         .scratch
         .get(ctx, 4 * (splits * hkv * rows * (dv + 2)) as u64);
     buffers.retain(|(b, _)| *b != 5);
-    buffers.push((6, &part));
+    buffers.push((6, Bind::f32(&part)));
     let tiles = dispatch(ctx, &v, &params, &buffers, grid)?;
     let merge = Variant::new("attention_tiled", TILED_SOURCE, "attn_combine")
         .define(class, true)
@@ -267,7 +268,7 @@ fn tiled_attention(
         ctx,
         &merge,
         &params,
-        &[(5, bufs.output), (6, &part)],
+        &[(5, bufs.output), (6, Bind::f32(&part))],
         grid_1d(ctx, hkv * rows * dv, WG),
     )?;
     Ok(vec![tiles, combine])
@@ -300,19 +301,28 @@ fn gemm_attention(
     let group = hq / hkv;
     let s = bufs.scratch.get(ctx, scores_bytes);
     let allowed =
-        (mask == AttentionMask::Allowed).then(|| bufs.inputs[bufs.inputs.len() - 1].f32());
+        (mask == AttentionMask::Allowed).then(|| bufs.inputs[bufs.inputs.len() - 1].act());
     let mut out = Vec::new();
-    let (mut keys, mut values) = (bufs.inputs[1].f32().clone(), bufs.inputs[2].f32().clone());
+    // keys and values: read by the GEMM as its raw B operand, decoded by their dtype
+    let kv_dtype = bufs.inputs[1].act().dtype;
+    let b_define = match kv_dtype {
+        ActDtype::F32 => "W_F32",
+        ActDtype::F16 => "W_F16",
+        ActDtype::Bf16 => "W_BF16",
+    };
+    let (mut keys, mut values) = (
+        bufs.inputs[1].act().buffer.clone(),
+        bufs.inputs[2].act().buffer.clone(),
+    );
     if node.kv_parts() == 2 {
         for (slot, first, width, joined) in [(1, 1, d, &mut keys), (2, 2, dv, &mut values)] {
-            *joined = bufs
-                .scratch
-                .get_slot(ctx, slot, 4 * (sk * hkv * width) as u64);
+            let bytes = kv_dtype.size() * sk * hkv * width;
+            *joined = bufs.scratch.get_slot(ctx, slot, bytes as u64);
             let n0 = sk0 * hkv * width;
             let parts = [(first, 0, n0), (first + 2, n0, (sk - sk0) * hkv * width)];
             for (input, at, n) in parts {
-                let src = bufs.inputs[input].f32();
-                out.extend(super::copy::copy_into(ctx, node, src, joined, n, at)?);
+                let (src, dst) = (bufs.inputs[input].act(), Bind::of(joined, kv_dtype));
+                out.extend(super::copy::copy_into(ctx, node, src, dst, n, at)?);
             }
         }
     }
@@ -328,18 +338,18 @@ fn gemm_attention(
         lda: hq * d,
         ldb: hkv * d,
         group,
-        b_define: "W_F32",
+        b_define,
         b_kn: false,
         scores: Some((scale, causal, allowed)),
         addend: None,
         gated: None,
         norm: None,
-        a: bufs.inputs[0].f32(),
+        a: bufs.inputs[0].act(),
         b: &keys,
-        c: &s,
+        c: Bind::f32(&s),
     }
     .dispatch(ctx)?;
-    let softmax = super::norm::softmax_in_place(ctx, &s, hq * sq, sk)?;
+    let softmax = super::norm::softmax_in_place(ctx, Bind::f32(&s), hq * sq, sk)?;
     let pv = Gemm {
         m: sq,
         n: hq * dv,
@@ -351,13 +361,13 @@ fn gemm_attention(
         lda: sk,
         ldb: hkv * dv,
         group,
-        b_define: "W_F32",
+        b_define,
         b_kn: true,
         scores: None,
         addend: None,
         gated: None,
         norm: None,
-        a: &s,
+        a: Bind::f32(&s),
         b: &values,
         c: bufs.output,
     }

@@ -29,8 +29,8 @@ pub(super) fn bmm(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<V
         u32_of(batch, "batch")?,
     ];
     let buffers = [
-        (1, bufs.inputs[0].f32()),
-        (2, bufs.inputs[1].f32()),
+        (1, bufs.inputs[0].act()),
+        (2, bufs.inputs[1].act()),
         (3, bufs.output),
     ];
     Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])

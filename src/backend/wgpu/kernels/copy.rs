@@ -6,7 +6,7 @@
 //! at most 2-D and a permute is as deep as its non-mergeable axes. After that collapse at
 //! most [`MAX_RANK`] dims are supported; deeper copies fail with `NotImplemented`.
 
-use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
+use super::{dispatch, grid_1d, u32_of, Bind, Dispatch, NodeBuffers};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::GpuContext;
 use crate::graph::{Node, Op};
@@ -65,8 +65,8 @@ fn copy_dispatch(
     ctx: &GpuContext,
     node: &Node,
     c: &Copy,
-    input: &wgpu::Buffer,
-    output: &wgpu::Buffer,
+    input: Bind,
+    output: Bind,
 ) -> Result<Option<Dispatch>> {
     let n: usize = c.dims.iter().map(|d| d.size).product();
     if c.dims.iter().any(|d| d.size == 0) {
@@ -116,8 +116,8 @@ fn copy_dispatch(
 pub(super) fn copy_into(
     ctx: &GpuContext,
     node: &Node,
-    input: &wgpu::Buffer,
-    output: &wgpu::Buffer,
+    input: Bind,
+    output: Bind,
     n: usize,
     dst_offset: usize,
 ) -> Result<Option<Dispatch>> {
@@ -197,7 +197,7 @@ pub(super) fn copy(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<
             ctx,
             node,
             &c,
-            bufs.inputs[k].f32(),
+            bufs.inputs[k].act(),
             bufs.output,
         )?);
     }

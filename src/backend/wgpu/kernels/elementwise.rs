@@ -1,7 +1,7 @@
 //! Broadcasting binary ops, unary activations, gated products `act(gate) * up` and bytes
 //! to f32 (`shaders/elementwise.wgsl`).
 
-use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
+use super::{dispatch, grid_1d, u32_of, Bind, Dispatch, NodeBuffers};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::GpuContext;
 use crate::graph::{GateAct, Node, Op};
@@ -65,7 +65,7 @@ pub(super) fn binary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         ctx,
         &v,
         &params,
-        &[(1, a.f32()), (2, b.f32()), (3, bufs.output)],
+        &[(1, a.act()), (2, b.act()), (3, bufs.output)],
         grid,
     )?])
 }
@@ -78,7 +78,7 @@ pub(super) fn unary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result
         Op::Silu => (3, 0.0),
         Op::Relu => (4, 0.0),
         Op::Gated(act) => {
-            let (gate, up) = (bufs.inputs[0].f32(), bufs.inputs[1].f32());
+            let (gate, up) = (bufs.inputs[0].act(), bufs.inputs[1].act());
             return Ok(vec![gated(ctx, act, node.numel(), gate, up, bufs.output)?]);
         }
         _ => unreachable!("routed by encode"),
@@ -86,7 +86,7 @@ pub(super) fn unary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result
     let params = [u32_of(node.numel(), "elements")?, op, scalar.to_bits(), 0];
     let v = Variant::new("elementwise", SOURCE, "unary");
     let grid = grid_1d(ctx, node.numel(), WG);
-    let buffers = [(1, bufs.inputs[0].f32()), (3, bufs.output)];
+    let buffers = [(1, bufs.inputs[0].act()), (3, bufs.output)];
     Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])
 }
 
@@ -95,9 +95,9 @@ pub(super) fn gated(
     ctx: &GpuContext,
     act: GateAct,
     n: usize,
-    gate: &wgpu::Buffer,
-    up: &wgpu::Buffer,
-    out: &wgpu::Buffer,
+    gate: Bind,
+    up: Bind,
+    out: Bind,
 ) -> Result<Dispatch> {
     let op = match act {
         GateAct::GeluTanh => 1,
@@ -114,12 +114,18 @@ pub(crate) fn bytes_to_f32(
     ctx: &GpuContext,
     node: &Node,
     bytes: &wgpu::Buffer,
-    output: &wgpu::Buffer,
+    output: Bind,
 ) -> Result<Dispatch> {
     let params = [u32_of(node.numel(), "elements")?, 0, 0, 0];
     let v = Variant::new("elementwise", SOURCE, "bytes");
     let grid = grid_1d(ctx, node.numel(), WG);
-    dispatch(ctx, &v, &params, &[(4, bytes), (3, output)], grid)
+    dispatch(
+        ctx,
+        &v,
+        &params,
+        &[(4, Bind::f32(bytes)), (3, output)],
+        grid,
+    )
 }
 
 #[cfg(test)]

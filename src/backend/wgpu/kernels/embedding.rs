@@ -7,7 +7,7 @@
 //! is never read out of bounds.
 
 use super::matmul::weight_define;
-use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers, TensorBuf};
+use super::{dispatch, grid_1d, u32_of, Bind, Dispatch, NodeBuffers, TensorBuf};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::GpuContext;
 use crate::graph::Node;
@@ -32,7 +32,7 @@ pub(super) fn embedding(
     else {
         unreachable!("embedding tables are raw")
     };
-    let ids = bufs.inputs[1].f32();
+    let ids = bufs.inputs[1].act();
     let (define, quant) = weight_define(*dtype, "embedding")?;
     let (vocab, d) = (ts[0], ts[1]);
     let n_ids = bufs.inputs[1].shape().iter().product::<usize>();
@@ -65,7 +65,7 @@ pub(super) fn embedding(
                 ctx,
                 &v,
                 &params,
-                &[(1, ids), (2, &c.buffer), (3, bufs.output)],
+                &[(1, ids), (2, Bind::f32(&c.buffer)), (3, bufs.output)],
                 grid,
             )
         })

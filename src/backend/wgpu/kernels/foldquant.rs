@@ -4,7 +4,7 @@
 //! int8 lanes in the kernel) and applies the f32 epilogue. Bit-exact with
 //! `ops::foldquant` where the adapter divides with correct rounding (lavapipe).
 
-use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers, TensorBuf};
+use super::{dispatch, grid_1d, u32_of, Bind, Dispatch, NodeBuffers, TensorBuf};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GpuContext, KernelSet};
 use crate::graph::{Node, Op};
@@ -61,12 +61,12 @@ pub(super) fn fq_linear(
         )));
     }
     let rows = bufs.inputs[0].shape().iter().product::<usize>() / k;
-    let x = bufs.inputs[0].f32();
-    let wscale = bufs.inputs[2].f32();
-    let ascale = p.fold.map(|_| bufs.inputs[3].f32());
+    let x = bufs.inputs[0].act();
+    let wscale = bufs.inputs[2].act();
+    let ascale = p.fold.map(|_| bufs.inputs[3].act());
     let gain = p
         .norm
-        .map(|_| bufs.inputs[3 + usize::from(p.fold.is_some())].f32());
+        .map(|_| bufs.inputs[3 + usize::from(p.fold.is_some())].act());
     let (eps, offset) = p.norm.unwrap_or((0.0, 0.0));
     let addend = p.addend.then(|| &bufs.inputs[bufs.inputs.len() - 1]);
     let residual = addend.is_some_and(|a| a.shape().iter().product::<usize>() != n);
@@ -94,7 +94,8 @@ pub(super) fn fq_linear(
         .define("BEFORE", p.fold == Some(FoldOrder::Before))
         .define("AFTER", p.fold == Some(FoldOrder::After))
         .define("NORM", p.norm.is_some());
-    let mut b = vec![(1, x), (3, &rotated), (4, &codes), (5, &scales)];
+    let f = Bind::f32;
+    let mut b = vec![(1, x), (3, f(&rotated)), (4, f(&codes)), (5, f(&scales))];
     b.extend(ascale.map(|a| (2, a)));
     b.extend(gain.map(|g| (10, g)));
     let act = dispatch(ctx, &act, &params, &b, grid_1d(ctx, rows, 1))?;
@@ -109,13 +110,13 @@ pub(super) fn fq_linear(
         .define("BIAS", addend.is_some() && !residual)
         .define("RESIDUAL", residual);
     let mut b = vec![
-        (4, &codes),
-        (5, &scales),
-        (6, &chunk.buffer),
+        (4, f(&codes)),
+        (5, f(&scales)),
+        (6, f(&chunk.buffer)),
         (7, wscale),
         (9, bufs.output),
     ];
-    b.extend(addend.map(|a| (8, a.f32())));
+    b.extend(addend.map(|a| (8, a.act())));
     let grid = match tiled {
         true => [
             u32_of(n.div_ceil(32), "N")?,

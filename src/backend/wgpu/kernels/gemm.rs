@@ -1,7 +1,7 @@
 //! The GPU-grade tiled GEMM (`shaders/gemm_tiled.wgsl`) shared by the float matmul and
 //! attention's two products under [`KernelSet::Gpu`](crate::backend::wgpu::KernelSet).
 
-use super::{dispatch, u32_of, Chunk, Dispatch};
+use super::{dispatch, u32_of, Bind, Chunk, Dispatch};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GemmTile, GpuContext};
 use crate::graph::{GateAct, RowNorm};
@@ -73,19 +73,21 @@ pub(super) struct Gemm<'a> {
     pub b_define: &'static str,
     pub b_kn: bool,
     /// Attention scores: (scale, causal shift if causal, mask buffer if any).
-    pub scores: Option<(f32, Option<i64>, Option<&'a wgpu::Buffer>)>,
+    pub scores: Option<(f32, Option<i64>, Option<Bind<'a>>)>,
     /// The fused addend (buffer, whether it has the output's shape rather than `[n]`).
-    pub addend: Option<(&'a wgpu::Buffer, bool)>,
+    pub addend: Option<(Bind<'a>, bool)>,
     /// A gated FFN's up weight (B's dtype and chunking) and activation: C = act(A B^T) *
     /// (A B2^T). Not with `addend`, `scores` or `b_kn`.
     pub gated: Option<(&'a wgpu::Buffer, GateAct)>,
     /// A's rows RMS-normalised as they are read: the gain folded into the B tiles, the sum
     /// of squares of each row taken from the A tiles, `1 / rms` applied to the output. Not
     /// with `scores` or `b_kn`.
-    pub norm: Option<(RowNorm, &'a wgpu::Buffer)>,
-    pub a: &'a wgpu::Buffer,
+    pub norm: Option<(RowNorm, Bind<'a>)>,
+    pub a: Bind<'a>,
+    /// Raw words (a weight chunk, or attention's keys / values in the dtype `b_define`
+    /// names).
     pub b: &'a wgpu::Buffer,
-    pub c: &'a wgpu::Buffer,
+    pub c: Bind<'a>,
 }
 
 impl<'a> Gemm<'a> {
@@ -95,8 +97,8 @@ impl<'a> Gemm<'a> {
         [m, n, k]: [usize; 3],
         chunk: &'a Chunk,
         b_define: &'static str,
-        a: &'a wgpu::Buffer,
-        c: &'a wgpu::Buffer,
+        a: Bind<'a>,
+        c: Bind<'a>,
     ) -> Self {
         Gemm {
             m,
@@ -175,7 +177,7 @@ impl<'a> Gemm<'a> {
             self.norm.map_or(0, |n| n.0.eps.to_bits()),
             self.norm.map_or(0, |n| n.0.offset.to_bits()),
         ];
-        let mut buffers = vec![(1, self.a), (2, self.b), (3, self.c)];
+        let mut buffers = vec![(1, self.a), (2, Bind::f32(self.b)), (3, self.c)];
         if let Some(m) = mask {
             buffers.push((4, m));
         }
@@ -183,7 +185,7 @@ impl<'a> Gemm<'a> {
             buffers.push((6, c));
         }
         if let Some((up, _)) = self.gated {
-            buffers.push((7, up));
+            buffers.push((7, Bind::f32(up)));
         }
         if let Some((_, gain)) = self.norm {
             buffers.push((8, gain));

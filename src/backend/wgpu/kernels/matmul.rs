@@ -16,7 +16,9 @@
 
 use super::gemm::Gemm;
 use super::norm::rms_norm_into;
-use super::{dispatch, grid_1d, u32_of, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf};
+use super::{
+    dispatch, grid_1d, u32_of, Bind, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf,
+};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GpuContext, KernelSet};
 use crate::gguf::GgmlType;
@@ -61,9 +63,9 @@ pub(super) fn weight_define(dtype: GgmlType, what: &str) -> Result<(&'static str
 
 /// `buffers` plus the fused addend at binding 6, if any.
 fn with_addend<'b>(
-    mut buffers: Vec<(u32, &'b wgpu::Buffer)>,
-    addend: Option<(&'b wgpu::Buffer, bool)>,
-) -> Vec<(u32, &'b wgpu::Buffer)> {
+    mut buffers: Vec<(u32, Bind<'b>)>,
+    addend: Option<(Bind<'b>, bool)>,
+) -> Vec<(u32, Bind<'b>)> {
     buffers.extend(addend.map(|a| (6, a.0)));
     buffers
 }
@@ -115,7 +117,7 @@ fn on_tiled_gemm(ctx: &GpuContext, quant: bool, m: usize) -> bool {
 #[derive(Clone, Copy)]
 struct NormRead<'a> {
     norm: RowNorm,
-    gain: &'a wgpu::Buffer,
+    gain: Bind<'a>,
     key: (usize, usize),
 }
 
@@ -129,28 +131,32 @@ impl<'a> NormRead<'a> {
             .expect("an input");
         NormRead {
             norm,
-            gain: bufs.inputs[at].f32(),
+            gain: bufs.inputs[at].act(),
             key: (node.inputs[0].index(), gain.index()),
         }
     }
 
     /// The tiled GEMM's form: settings and gain.
-    fn fused(self) -> (RowNorm, &'a wgpu::Buffer) {
+    fn fused(self) -> (RowNorm, Bind<'a>) {
         (self.norm, self.gain)
     }
 
-    /// The `m` x `k` rows of `x` normalised into scratch ([`ScratchPool::normed_rows`]):
-    /// the norm kernel's dispatch unless an earlier node's wrote these rows, and the buffer.
+    /// The `m` x `k` rows of `x` normalised into scratch ([`ScratchPool::normed_rows`], f32
+    /// whatever the activation dtype): the norm kernel's dispatch unless an earlier node's
+    /// wrote these rows, and the buffer.
     fn rows(
         self,
         ctx: &GpuContext,
         pool: &ScratchPool,
-        x: &wgpu::Buffer,
+        x: Bind,
         (m, k): (usize, usize),
     ) -> Result<(Option<Dispatch>, wgpu::Buffer)> {
         let (buf, write) = pool.normed_rows(ctx, self.key, 4 * (m * k) as u64);
         let d = match write {
-            true => Some(rms_norm_into(ctx, [x, self.gain, &buf], m, k, self.norm)?),
+            true => {
+                let out = Bind::f32(&buf);
+                Some(rms_norm_into(ctx, [x, self.gain, out], m, k, self.norm)?)
+            }
             false => None,
         };
         Ok((d, buf))
@@ -167,7 +173,7 @@ fn matmul_into(
     norm: Option<NormRead>,
     addend: Option<&TensorBuf>,
     pool: &ScratchPool,
-    output: &wgpu::Buffer,
+    output: Bind,
 ) -> Result<Vec<Dispatch>> {
     let (chunks, dtype, [m, n, k]) = product(x, w);
     let (define, quant) = weight_define(dtype, "matmul")?;
@@ -181,14 +187,14 @@ fn matmul_into(
     let (x, norm) = match norm {
         Some(r) if !gemm => {
             let d;
-            (d, normed) = r.rows(ctx, pool, x.f32(), (m, k))?;
+            (d, normed) = r.rows(ctx, pool, x.act(), (m, k))?;
             out.extend(d);
-            (&normed, None)
+            (Bind::f32(&normed), None)
         }
-        norm => (x.f32(), norm.map(NormRead::fused)),
+        norm => (x.act(), norm.map(NormRead::fused)),
     };
     // the fused addend: [n] (a bias) or the output's shape (C_FULL)
-    let addend = addend.map(|c| (c.f32(), c.shape() != [n]));
+    let addend = addend.map(|c| (c.act(), c.shape() != [n]));
     let add_c = |v: Variant| {
         v.define("ADD_C", addend.is_some())
             .define("C_FULL", addend.is_some_and(|a| a.1))
@@ -220,7 +226,8 @@ fn matmul_into(
         let v = add_c(Variant::new("matmul", SOURCE, "matmul").define(define, true));
         for c in chunks.iter() {
             let grid = [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1];
-            let buffers = with_addend(vec![(1, x), (2, &c.buffer), (3, output)], addend);
+            let b = vec![(1, x), (2, Bind::f32(&c.buffer)), (3, output)];
+            let buffers = with_addend(b, addend);
             out.push(dispatch(ctx, &v, &params(c)?, &buffers, grid)?);
         }
         return Ok(out);
@@ -233,7 +240,7 @@ fn matmul_into(
             .define("SUBGROUPS", entry == "matvec" && ctx.caps.subgroups)
     };
     let (xq, xds);
-    let mut act: Vec<(u32, &wgpu::Buffer)> = vec![(1, x)];
+    let mut act: Vec<(u32, Bind)> = vec![(1, x)];
     if quant {
         if k % 32 != 0 {
             return Err(Error::Gpu(format!(
@@ -249,10 +256,10 @@ fn matmul_into(
             ctx,
             &variant("quantize_x"),
             &qp,
-            &[(1, x), (4, &xq), (5, &xds)],
+            &[(1, x), (4, Bind::f32(&xq)), (5, Bind::f32(&xds))],
             grid,
         )?);
-        act = vec![(4, &xq), (5, &xds)];
+        act = vec![(4, Bind::f32(&xq)), (5, Bind::f32(&xds))];
     }
     let gemm_q = !matvec && ctx.kernels() == KernelSet::Gpu;
     let (entry, tile) = match (matvec, gemm_q) {
@@ -282,7 +289,7 @@ fn matmul_into(
             [c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32, 1]
         };
         let mut b = act.clone();
-        b.extend([(2, &c.buffer), (3, output)]);
+        b.extend([(2, Bind::f32(&c.buffer)), (3, output)]);
         let b = with_addend(b, addend);
         out.push(dispatch(ctx, &v, &params(c)?, &b, grid)?);
     }
@@ -322,7 +329,7 @@ pub(super) fn gated_matmul(
                 Gemm {
                     gated: Some((&u.buffer, act)),
                     norm: norm.map(NormRead::fused),
-                    ..Gemm::weight_chunk([m, n, k], g, define, x.f32(), bufs.output)
+                    ..Gemm::weight_chunk([m, n, k], g, define, x.act(), bufs.output)
                 }
                 .dispatch(ctx)
             })
@@ -336,14 +343,15 @@ pub(super) fn gated_matmul(
     );
     // (the up product reads the rows the gate product normalised: `normed_rows`)
     let pool = bufs.scratch;
-    out.extend(matmul_into(ctx, x, wg, norm, None, pool, &gate)?);
-    out.extend(matmul_into(ctx, x, wu, norm, None, pool, &up)?);
+    let (gate, up) = (Bind::f32(&gate), Bind::f32(&up));
+    out.extend(matmul_into(ctx, x, wg, norm, None, pool, gate)?);
+    out.extend(matmul_into(ctx, x, wu, norm, None, pool, up)?);
     out.push(super::elementwise::gated(
         ctx,
         act,
         m * n,
-        &gate,
-        &up,
+        gate,
+        up,
         bufs.output,
     )?);
     Ok(out)

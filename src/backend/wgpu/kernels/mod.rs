@@ -15,6 +15,7 @@ mod rope;
 
 use super::shader::Variant;
 use super::GpuContext;
+use crate::backend::ActDtype;
 use crate::gguf::GgmlType;
 use crate::graph::{Node, Op};
 use crate::{Error, Result};
@@ -36,12 +37,37 @@ pub(crate) struct Chunk {
     pub rows: usize,
 }
 
+/// A buffer bound to a kernel, with the dtype its `ACT` binding reads or writes it in
+/// (see `shader.rs`; ignored by bindings of fixed type).
+#[derive(Clone, Copy)]
+pub(crate) struct Bind<'a> {
+    pub buffer: &'a wgpu::Buffer,
+    pub dtype: ActDtype,
+}
+
+impl<'a> Bind<'a> {
+    /// `buffer` holding f32 values (or raw words, for bindings of fixed type).
+    pub fn f32(buffer: &'a wgpu::Buffer) -> Self {
+        Bind {
+            buffer,
+            dtype: ActDtype::F32,
+        }
+    }
+
+    /// `buffer` holding values of `dtype`.
+    pub fn of(buffer: &'a wgpu::Buffer, dtype: ActDtype) -> Self {
+        Bind { buffer, dtype }
+    }
+}
+
 /// A node input as the kernels see it.
 pub(crate) enum TensorBuf<'a> {
-    /// An f32 activation (or a weight converted to f32 at upload), contiguous row-major.
-    F32 {
+    /// An activation (or a weight as f32, converted at upload), contiguous row-major, in
+    /// `dtype`.
+    Act {
         buffer: &'a wgpu::Buffer,
         shape: &'a [usize],
+        dtype: ActDtype,
     },
     /// A weight in its stored dtype, split by rows (dim 0) into buffers that each fit one
     /// binding; rows are stored as in GGUF (ggml blocks along the last dim).
@@ -55,16 +81,16 @@ pub(crate) enum TensorBuf<'a> {
 impl<'a> TensorBuf<'a> {
     pub fn shape(&self) -> &'a [usize] {
         match self {
-            TensorBuf::F32 { shape, .. } | TensorBuf::Raw { shape, .. } => shape,
+            TensorBuf::Act { shape, .. } | TensorBuf::Raw { shape, .. } => shape,
         }
     }
 
-    /// The f32 buffer; raw weights only reach kernels that ask for them.
-    pub fn f32(&self) -> &'a wgpu::Buffer {
+    /// The activation buffer; raw weights only reach kernels that ask for them.
+    pub fn act(&self) -> Bind<'a> {
         match self {
-            TensorBuf::F32 { buffer, .. } => buffer,
+            TensorBuf::Act { buffer, dtype, .. } => Bind::of(buffer, *dtype),
             TensorBuf::Raw { .. } => {
-                unreachable!("callers give f32 buffers to all but raw readers")
+                unreachable!("callers give activation buffers to all but raw readers")
             }
         }
     }
@@ -72,7 +98,7 @@ impl<'a> TensorBuf<'a> {
 
 pub(crate) struct NodeBuffers<'a> {
     pub inputs: Vec<TensorBuf<'a>>,
-    pub output: &'a wgpu::Buffer,
+    pub output: Bind<'a>,
     pub scratch: &'a ScratchPool,
 }
 
@@ -146,14 +172,22 @@ impl ScratchPool {
 }
 
 /// Builds one dispatch: `params` go to a uniform at binding 0, `buffers` are
-/// `(binding, buffer)` storage bindings.
+/// `(binding, buffer)` storage bindings; the variant compiled is `variant` with the
+/// buffers' dtypes for its `ACT` bindings.
 pub(crate) fn dispatch(
     ctx: &GpuContext,
     variant: &Variant,
     params: &[u32],
-    buffers: &[(u32, &wgpu::Buffer)],
+    buffers: &[(u32, Bind)],
     workgroups: [u32; 3],
 ) -> Result<Dispatch> {
+    let mut variant = variant.clone();
+    variant.stores = buffers
+        .iter()
+        .filter(|(_, b)| b.dtype != ActDtype::F32)
+        .map(|(k, b)| (*k, b.dtype))
+        .collect();
+    let variant = &variant;
     let pipeline = ctx
         .pipelines
         .get(&ctx.device, variant, ctx.options.loop_bounding)?;
@@ -180,7 +214,7 @@ pub(crate) fn dispatch(
     }];
     entries.extend(buffers.iter().map(|(binding, b)| wgpu::BindGroupEntry {
         binding: *binding,
-        resource: b.as_entire_binding(),
+        resource: b.buffer.as_entire_binding(),
     }));
     let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {

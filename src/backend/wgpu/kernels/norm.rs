@@ -3,7 +3,7 @@
 //! One workgroup per row, so rows of any length; the row count may exceed one grid
 //! dimension (folded by `grid_1d`).
 
-use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
+use super::{dispatch, grid_1d, u32_of, Bind, Dispatch, NodeBuffers};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::GpuContext;
 use crate::graph::{Node, Op, RowNorm};
@@ -18,7 +18,7 @@ const SOURCE: &str = concat!(
 /// counting as masked (the GPU kernel set's attention scores).
 pub(super) fn softmax_in_place(
     ctx: &GpuContext,
-    buffer: &wgpu::Buffer,
+    buffer: Bind,
     rows: usize,
     d: usize,
 ) -> Result<Dispatch> {
@@ -61,13 +61,13 @@ pub(super) fn row_op(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         eps.to_bits(),
         offset.to_bits(),
     ];
-    let x = bufs.inputs[0].f32();
+    let x = bufs.inputs[0].act();
     let mut buffers = vec![(1, x), (4, bufs.output)];
     if let Some(w) = bufs.inputs.get(1) {
-        buffers.push((2, w.f32()));
+        buffers.push((2, w.act()));
     }
     if let Some(b) = bufs.inputs.get(2) {
-        buffers.push((3, b.f32()));
+        buffers.push((3, b.act()));
     }
     let shift = matches!(node.op, Op::AdaRmsNorm { .. });
     Ok(vec![row_dispatch(ctx, (entry, shift), params, &buffers)?])
@@ -79,7 +79,7 @@ fn row_dispatch(
     ctx: &GpuContext,
     (entry, shift): (&'static str, bool),
     params: [u32; 4],
-    buffers: &[(u32, &wgpu::Buffer)],
+    buffers: &[(u32, Bind)],
 ) -> Result<Dispatch> {
     let v = Variant::new("norm", SOURCE, entry)
         .define("SHIFT", shift)
@@ -98,7 +98,7 @@ fn row_dispatch(
 /// rows, where its kernel cannot normalise them itself).
 pub(super) fn rms_norm_into(
     ctx: &GpuContext,
-    [x, gain, out]: [&wgpu::Buffer; 3],
+    [x, gain, out]: [Bind; 3],
     rows: usize,
     d: usize,
     norm: RowNorm,

@@ -41,6 +41,6 @@ pub(super) fn patch_embed(
     ];
     let v = Variant::new("patch_embed", SOURCE, "patch_embed");
     let grid = grid_1d(ctx, items, WG);
-    let buffers = [(1, img.f32()), (2, w.f32()), (3, b.f32()), (4, bufs.output)];
+    let buffers = [(1, img.act()), (2, w.act()), (3, b.act()), (4, bufs.output)];
     Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])
 }

@@ -2,7 +2,7 @@
 //! here in f64 (like the CPU reference) and uploaded with the dispatch as (hi, lo) f32
 //! pairs; positions stay a run-time f32 input.
 
-use super::{dispatch, grid_1d, u32_of, Dispatch, NodeBuffers};
+use super::{dispatch, grid_1d, u32_of, Bind, Dispatch, NodeBuffers};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::GpuContext;
 use crate::graph::{Node, Op};
@@ -64,9 +64,9 @@ pub(super) fn rope(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<
     ];
     let v = Variant::new("rope", SOURCE, "rope");
     let buffers = [
-        (1, bufs.inputs[0].f32()),
-        (2, bufs.inputs[1].f32()),
-        (3, &freq_buf),
+        (1, bufs.inputs[0].act()),
+        (2, bufs.inputs[1].act()),
+        (3, Bind::f32(&freq_buf)),
         (4, bufs.output),
     ];
     Ok(vec![dispatch(
