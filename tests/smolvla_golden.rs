@@ -399,16 +399,29 @@ fn vulkan_matches_lerobot() {
 /// 16-bit activations keep the chunk (cosine to the f32 chunk, README table).
 #[test]
 fn vulkan_16bit_activations_keep_the_chunk() {
-    let g = Golden::load(&fixture());
-    support::act_dtypes_hold("SmolVLA", "vulkan", &g.f32("actions"), |act| {
+    act_dtypes_hold("SmolVLA", "vulkan", &fixture());
+}
+
+fn act_dtypes_hold(arch: &str, backend: &str, dir: &Path) {
+    let g = Golden::load(dir);
+    support::act_dtypes_hold(arch, backend, &g.f32("actions"), |act| {
         let opts = RuntimeOptions {
-            backend: "vulkan".into(),
+            backend: backend.into(),
             act_dtype: act,
             ..Default::default()
         };
-        let mut m = SmolVla::new(converted(GgmlType::F32), &opts)?;
+        let mut m = SmolVla::new(converted_from(dir, GgmlType::F32), &opts)?;
         Ok(m.predict(&observation(&g))?.actions)
     });
+}
+
+/// The same at smolvla_base's real sizes (the fixture of [`base_size_matches_lerobot`]):
+/// `VLA_SMOLVLA_GOLDEN=DIR cargo test --release --test smolvla_golden -- --ignored 16bit`.
+#[test]
+#[ignore = "needs VLA_SMOLVLA_GOLDEN=<dir> made by tools/golden/smolvla.py --size base"]
+fn base_size_16bit_activations_keep_the_chunk() {
+    let dir = PathBuf::from(std::env::var("VLA_SMOLVLA_GOLDEN").expect("VLA_SMOLVLA_GOLDEN=<dir>"));
+    act_dtypes_hold("SmolVLA (base sizes)", "vulkan", &dir);
 }
 
 #[cfg(feature = "ggml")]

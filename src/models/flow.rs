@@ -105,6 +105,12 @@ pub trait FlowArch: Section + Clone + Send + Sized {
         NoiseDraw::Gaussian
     }
 
+    /// Why f16 activations may overflow in this arch's trained checkpoints, if known (a
+    /// warning at load names it and suggests bf16).
+    fn f16_risk(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Writes `general.architecture` and the config's metadata.
     fn write(&self, w: &mut GgufWriter) -> Result<()> {
         w.add_metadata("general.architecture", self.arch())?;
@@ -173,6 +179,12 @@ pub struct FlowPolicy<A: FlowArch> {
 impl<A: FlowArch> FlowPolicy<A> {
     pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
         let cfg = A::read(&file)?;
+        if let (crate::backend::ActDtype::F16, Some(why)) = (opts.act_dtype, cfg.f16_risk()) {
+            tracing::warn!(
+                "{}: f16 activations saturate at +-65504 and {why}; bf16 keeps f32's range",
+                cfg.arch()
+            );
+        }
         let mut spec = cfg.spec();
         spec.io.num_steps = steps_override(spec.io.num_steps, opts)?;
         let io = spec.io.clone();

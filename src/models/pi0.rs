@@ -166,6 +166,13 @@ impl FlowArch for Pi0Config {
         self.variant.arch()
     }
 
+    /// Gemma scales its embeddings by sqrt(hidden) and its RMSNorm gains by (1 + w); the
+    /// Gemma family is documented to overflow f16 (transformers #36822, Gemma 3). Not
+    /// measurable here (no trained checkpoint): random weights stay far inside the range.
+    fn f16_risk(&self) -> Option<&'static str> {
+        Some("the Gemma family is known to exceed that range (transformers #36822)")
+    }
+
     /// Reads and checks the `pi0.*` / `pi05.*` metadata (see docs/GGUF.md).
     fn read(file: &GgufFile) -> Result<Self> {
         let arch = file.architecture()?;

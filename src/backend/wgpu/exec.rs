@@ -266,7 +266,11 @@ impl WgpuExecutable {
                 });
                 continue;
             }
-            let size = (stores[i].size() as u64 * n.numel() as u64).max(4);
+            // whole words: a 16-bit slot of odd length still ends on a word (the bf16
+            // stores' granule, and where the guard's sentinel words start)
+            let size = (stores[i].size() as u64 * n.numel() as u64)
+                .max(4)
+                .next_multiple_of(4);
             if size > max_binding {
                 return Err(Error::Gpu(format!(
                     "node {i} ({}) needs {size} bytes, over the adapter's storage binding limit ({max_binding})",
@@ -378,7 +382,7 @@ impl WgpuExecutable {
                 let usage = wgpu::BufferUsages::COPY_DST;
                 let bytes = storage(&ctx, "bytes", n.numel() as u64, usage);
                 let output = Bind::of(&slots[*out], stores[i]);
-                dispatches.push(kernels::bytes_to_f32(&ctx, n, &bytes, output)?);
+                dispatches.push(kernels::widen_bytes(&ctx, n, &bytes, output)?);
                 dispatch_nodes.push(i);
                 byte_inputs.push((NodeId(i), bytes));
                 continue;

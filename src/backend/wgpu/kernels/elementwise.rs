@@ -109,8 +109,9 @@ pub(super) fn gated(
     dispatch(ctx, &v, &params, &buffers, grid_1d(ctx, n, WG))
 }
 
-/// [`Op::InputU8`]: the node's bytes (written by the host into `bytes`, four a word) as f32.
-pub(crate) fn bytes_to_f32(
+/// [`Op::InputU8`]: the node's bytes (written by the host into `bytes`, four a word) as
+/// values in `output`'s dtype.
+pub(crate) fn widen_bytes(
     ctx: &GpuContext,
     node: &Node,
     bytes: &wgpu::Buffer,

@@ -252,7 +252,7 @@ pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
         .map_err(|_| Error::Gpu(format!("{what} = {v} does not fit a u32 kernel parameter")))
 }
 
-pub(crate) use elementwise::bytes_to_f32;
+pub(crate) use elementwise::widen_bytes;
 
 pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
     match &node.op {
