@@ -1,7 +1,8 @@
 //! The wgpu backend: hand-written WGSL kernels (`shaders/`) on Vulkan, Metal, DX12 or GL.
 
+mod act;
 mod exec;
-pub use exec::store_dtypes;
+pub use act::store_dtypes;
 mod kernels;
 mod shader;
 mod timer;

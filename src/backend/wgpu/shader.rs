@@ -10,8 +10,8 @@
 //! not given), and the kernel reads and writes it only through `LD(NAME, i)` (an f32
 //! value) and `ST(NAME, i, v);`. The template step turns them into `array<f32>` /
 //! `array<f16>` indexing, or for bf16 (packed two to a u32 word) into generated
-//! `ld_NAME` / `st_NAME` functions: a bf16 store changes its half of the word with an
-//! `atomicAnd` and an `atomicOr`, so neighbours written by other invocations survive.
+//! `ld_NAME` / `st_NAME` functions: a bf16 store loads its half of the word and swaps it for
+//! the new value with an `atomicXor`, so a neighbour written by another invocation survives.
 
 use crate::backend::ActDtype;
 use crate::{Error, Result};
@@ -156,10 +156,12 @@ pub(crate) fn expand_act(code: &str, stores: &[(u32, ActDtype)]) -> Result<Strin
              return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u)); }}\n"
         ));
         if b.writes {
+            // only this invocation writes this half, so the half it loads stays put while
+            // the xor swaps it for the new one: one read-modify-write
             code.push_str(&format!(
-                "fn st_{name}(i: u32, v: f32) {{ let s = (i & 1u) << 4u; \
-                 atomicAnd(&{name}[i >> 1u], ~(0xffffu << s)); \
-                 atomicOr(&{name}[i >> 1u], bf16_bits(v) << s); }}\n"
+                "fn st_{name}(i: u32, v: f32) {{ let w = &{name}[i >> 1u]; \
+                 let s = (i & 1u) << 4u; let old = (atomicLoad(w) >> s) & 0xffffu; \
+                 atomicXor(w, (old ^ bf16_bits(v)) << s); }}\n"
             ));
         }
     }

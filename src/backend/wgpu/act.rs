@@ -1,0 +1,84 @@
+//! Activation dtypes on wgpu ([`ActDtype`]): which nodes are stored in it, and the host's
+//! conversions of inputs and outputs. The kernels' side is the template step's `ACT`
+//! bindings (`shader.rs`).
+
+use crate::backend::ActDtype;
+use crate::graph::{AttentionMask, Graph, Op};
+use std::borrow::Cow;
+
+/// Does this consumer read input `k` as exact numbers (token ids, positions, a mask), which
+/// must stay f32 whatever the activation dtype?
+fn reads_exact(op: &Op, k: usize, inputs: usize) -> bool {
+    match op {
+        Op::Embedding | Op::Rope(_) => k == 1,
+        Op::Attention { mask, .. } => *mask == AttentionMask::Allowed && k + 1 == inputs,
+        _ => false,
+    }
+}
+
+/// The dtype each node's value is stored in: `act` for activations, f32 for weights (read
+/// as f32 only where small: gains, biases, tables) and for the values some consumer reads
+/// as exact numbers (with the slots they share through reshapes).
+pub fn store_dtypes(graph: &Graph, act: ActDtype) -> Vec<ActDtype> {
+    let nodes = graph.nodes();
+    let mut exact = vec![false; nodes.len()];
+    for n in nodes {
+        for (k, inp) in n.inputs.iter().enumerate() {
+            exact[inp.0] |= reads_exact(&n.op, k, n.inputs.len());
+        }
+    }
+    // a reshape is a view of its input's slot: an exact view makes its base exact
+    for (i, n) in nodes.iter().enumerate().rev() {
+        if let (Op::Reshape(_), true) = (&n.op, exact[i]) {
+            exact[n.inputs[0].0] = true;
+        }
+    }
+    let mut stores = vec![act; nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        stores[i] = match &n.op {
+            Op::Weight(_) => ActDtype::F32,
+            Op::Reshape(_) => stores[n.inputs[0].0],
+            _ if exact[i] => ActDtype::F32,
+            _ => act,
+        };
+    }
+    stores
+}
+
+/// `values` in `dtype`, as bytes: a 16-bit dtype rounds to nearest even, finite values
+/// past f16's range saturate (as the kernels store them).
+pub(super) fn encode_values(values: &[f32], dtype: ActDtype) -> Cow<'_, [u8]> {
+    Cow::Owned(match dtype {
+        ActDtype::F32 => return Cow::Borrowed(bytemuck::cast_slice(values)),
+        ActDtype::F16 => values
+            .iter()
+            .map(|&v| {
+                if v.is_finite() {
+                    v.clamp(-65504.0, 65504.0)
+                } else {
+                    v
+                }
+            })
+            .flat_map(|v| half::f16::from_f32(v).to_le_bytes())
+            .collect(),
+        ActDtype::Bf16 => values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect(),
+    })
+}
+
+/// The first `n` values of `bytes` stored in `dtype`, as f32.
+pub(super) fn decode_values(bytes: &[u8], dtype: ActDtype, n: usize) -> Vec<f32> {
+    match dtype {
+        ActDtype::F32 => bytemuck::cast_slice::<u8, f32>(&bytes[..4 * n]).to_vec(),
+        ActDtype::F16 => bytes[..2 * n]
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        ActDtype::Bf16 => bytes[..2 * n]
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+    }
+}
