@@ -9,14 +9,15 @@
 #   --quick      small random-weight configs instead of the released sizes (checks the
 #                script itself, e.g. on lavapipe)
 #   --allow-cpu  go on when the only Vulkan adapter is a CPU one (llvmpipe)
-#   VLA_GPU_BENCH_KERNELS  settings to compare (default "default f16 bf16 vec4 bounded gemmattn
-#                          portable")
+#   VLA_GPU_BENCH_KERNELS  settings to compare (default "default f16 bf16 nosplit vec4 bounded
+#                          gemmattn portable")
 #   VLA_GPU_BENCH_TILES    GEMM tiles to sweep (default "s m l"; empty: no sweep)
 #
 # Models: full-size random-weight SmolVLA (smolvla_base sizes, 2 cameras at 512, f32
 # weights) and pi0.5 (SigLIP So400m + Gemma 2B + 300M, 2 cameras at 224, f16 weights).
 # For each: latency per stage on `vulkan` with each kernel setting (the GPU kernel set the
-# adapter gets by default; the same with f16 and with bf16 activations; its vec4 GEMM variant; the default with naga's forced loop
+# adapter gets by default; the same with f16 and with bf16 activations; without split-K; its
+# vec4 GEMM variant; the default with naga's forced loop
 # bounding; the lavapipe-grade kernels), then one profiled predict (per-kernel GPU time, GFLOP/s and GB/s grouped by
 # stage and op), a GEMM tile sweep, then `ggml-cuda`
 # where the binaries were built with it (scripts/build-ggml-gpu.sh cuda); with vla-quantize
@@ -148,13 +149,14 @@ PY
 iters=5
 warmup=2
 # Kernel settings to compare: default (the adapter's own choice), f16 / bf16 (the default
-# with activations stored in 16 bits, VLA_WGPU_ACT_DTYPE), vec4 (the GEMM's 4 x 4
+# with activations stored in 16 bits, VLA_WGPU_ACT_DTYPE), nosplit (no split-K for the
+# action expert's products, VLA_WGPU_SPLIT_K=0), vec4 (the GEMM's 4 x 4
 # tiles on named vec4 accumulators, VLA_WGPU_GEMM_VEC4=1), bounded (naga's forced loop
 # bounding back on, VLA_WGPU_LOOP_BOUNDING=1: wgpu's default, under which every matmul ran
 # at 32-530 GFLOP/s on an H200), gemmattn (attention as two GEMMs and a softmax instead of
 # the fused tiled flash kernel, VLA_WGPU_FLASH_ATTN=0), portable (the kernels for CPU
 # adapters).
-kernel_sets="${VLA_GPU_BENCH_KERNELS:-default f16 bf16 vec4 bounded gemmattn portable}"
+kernel_sets="${VLA_GPU_BENCH_KERNELS:-default f16 bf16 nosplit vec4 bounded gemmattn portable}"
 # A setting slower than this (ms a predict) gets 2 timed runs after 1 warm-up.
 slow_ms=2000
 say ""
@@ -202,6 +204,7 @@ for m in "${models[@]}"; do
             frame640x480) run_one "$f" "$label" vulkan frame640x480 ;;
             default) run_one "$f" "$label" vulkan default ;;
             f16 | bf16) run_one "$f" "$label" vulkan "$k" "VLA_WGPU_ACT_DTYPE=$k" ;;
+            nosplit) run_one "$f" "$label" vulkan nosplit VLA_WGPU_SPLIT_K=0 ;;
             bounded) run_one "$f" "$label" vulkan bounded VLA_WGPU_LOOP_BOUNDING=1 ;;
             vec4) run_one "$f" "$label" vulkan vec4 VLA_WGPU_GEMM_VEC4=1 ;;
             gemmattn) run_one "$f" "$label" vulkan gemmattn VLA_WGPU_FLASH_ATTN=0 ;;

@@ -20,6 +20,11 @@
 // prepended). NORM (not with SCORES or B_KN): A's rows RMS-normalised as they are read,
 // x / rms(x) * (gain + offset): the gain scales the B tiles along k, invocation t < BM sums
 // the squares of tile row t, and the outputs are multiplied by 1 / rms of their row.
+// SPLIT_K (weight products: one batch, no SCORES, no B_KN): workgroup z sums k in
+// [z * k_chunk, (z + 1) * k_chunk) only and writes its raw sums to `part` (chunk-local
+// [z][m][n]; GATED: the up product's sums in a second such block; NORM: the row sums of
+// squares [z][m] after them, from the first column tile); `gemm_combine` (one invocation an
+// output) adds the splits up and applies the epilogue.
 
 struct Params {
     m: u32,
@@ -37,6 +42,8 @@ struct Params {
     ldb: u32,      // ... of B (B_KN: between its k rows)
     eps: f32,      // NORM
     offset: f32,
+    k_chunk: u32,  // SPLIT_K: k per split (a multiple of BK)
+    splits: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -48,6 +55,9 @@ struct Params {
 #endif
 #if NORM
 @group(0) @binding(8) var<storage, read> gain: ACT;
+#endif
+#if SPLIT_K
+@group(0) @binding(9) var<storage, read_write> part: array<f32>;
 #endif
 #if GATED
 @group(0) @binding(7) var<storage, read> w2: array<u32>;
@@ -115,14 +125,21 @@ fn gemm_tiled(
 #if NORM
     var ss = 0.0;  // invocation t < BM: the squares of row t of A
 #endif
-    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+#if SPLIT_K
+    let k_lo = wg.z * p.k_chunk;
+    let k_hi = min(p.k, k_lo + p.k_chunk);
+#else
+    let k_lo = 0u;
+    let k_hi = p.k;
+#endif
+    for (var k0 = k_lo; k0 < k_hi; k0 += BK) {
         for (var e = t; e < BM * BK; e += THREADS) {
             let r = e / BK;
             let c = e % BK;
             let m = m_base + r;
             let kk = k0 + c;
             var v = 0.0;
-            if (m < p.m && kk < p.k) {
+            if (m < p.m && kk < k_hi) {
                 v = LD(a, a_base + m * p.lda + kk);
             }
             xs[r * PITCH + c] = v;
@@ -142,7 +159,7 @@ fn gemm_tiled(
 #if GATED
             var v2 = 0.0;
 #endif
-            if (n < p.rows && kk < p.k) {
+            if (n < p.rows && kk < k_hi) {
 #if B_KN
                 v = load_w(b_base + kk * p.ldb + n);
 #else
@@ -215,6 +232,36 @@ fn gemm_tiled(
 #endif
         workgroupBarrier();
     }
+#if VEC4
+    let acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
+#endif
+#if SPLIT_K
+    let plane = p.m * p.rows;
+    for (var i = 0u; i < TM; i++) {
+        let m = m_base + lid.y + WG_Y * i;
+        if (m >= p.m) {
+            break;
+        }
+        for (var j = 0u; j < TN; j++) {
+            let n = n_base + lid.x + WG_X * j;
+            if (n < p.rows) {
+                part[wg.z * plane + m * p.rows + n] = acc[i][j];
+#if GATED
+                part[(p.splits + wg.z) * plane + m * p.rows + n] = acc2[i][j];
+#endif
+            }
+        }
+    }
+#if NORM
+    if (wg.x == 0u && t < BM && m_base + t < p.m) {
+#if GATED
+        part[2u * p.splits * plane + wg.z * p.m + m_base + t] = ss;
+#else
+        part[p.splits * plane + wg.z * p.m + m_base + t] = ss;
+#endif
+    }
+#endif
+#else
 #if NORM
     if (t < BM) {
         sumsq[t] = ss;
@@ -222,9 +269,6 @@ fn gemm_tiled(
     workgroupBarrier();
 #endif
     let c_base = wg.z * p.c_batch;
-#if VEC4
-    let acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
-#endif
     for (var i = 0u; i < TM; i++) {
         let m = m_base + lid.y + WG_Y * i;
         if (m >= p.m) {
@@ -268,4 +312,57 @@ fn gemm_tiled(
             }
         }
     }
+#endif
 }
+
+#if SPLIT_K
+// The splits' sums of one output (m, n) of this chunk added up, then the epilogue.
+@compute @workgroup_size(256)
+fn gemm_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) l: u32) {
+    let i = (wg.y * nwg.x + wg.x) * 256u + l;
+    let plane = p.m * p.rows;
+    if (i >= plane) {
+        return;
+    }
+    let m = i / p.rows;
+    let n = i % p.rows;
+    var v = 0.0;
+    for (var z = 0u; z < p.splits; z++) {
+        v += part[z * plane + i];
+    }
+#if GATED
+    var v2 = 0.0;
+    for (var z = 0u; z < p.splits; z++) {
+        v2 += part[(p.splits + z) * plane + i];
+    }
+#endif
+#if NORM
+#if GATED
+    let ss_at = 2u * p.splits * plane;
+#else
+    let ss_at = p.splits * plane;
+#endif
+    var ss = 0.0;
+    for (var z = 0u; z < p.splits; z++) {
+        ss += part[ss_at + z * p.m + m];
+    }
+    let inv_rms = inverseSqrt(ss / f32(p.k) + p.eps);
+    v *= inv_rms;
+#if GATED
+    v2 *= inv_rms;
+#endif
+#endif
+#if ADD_C
+    v += addend(m, p.n_off + n);
+#endif
+#if GATED
+#if SILU
+    v = silu(v) * v2;
+#else
+    v = gelu_tanh(v) * v2;
+#endif
+#endif
+    ST(y, m * p.n + p.n_off + n, v);
+}
+#endif

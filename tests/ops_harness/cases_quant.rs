@@ -216,6 +216,15 @@ pub fn add(c: &mut Cases) {
             );
         }
     }
+    // split K (gemm.rs `split_k`): the GPU set's 16-row tile over products big and deep
+    // enough to split (odd k: a short last split), plain, normalised (+ residual) and gated
+    for (i, ty) in FLOAT.into_iter().enumerate() {
+        for j in 0..4 {
+            norm_matmul_case(c, ty, (33, 70, 1832), 4 * i + j);
+        }
+        gated_matmul_case(c, ty, GateAct::Silu, 40, 37, 2900);
+        matmul_case(c, ty, vec![50, 2050], 41);
+    }
 }
 
 /// The CPU reference rejects bad ids; the GPU writes zero rows for them and never reads

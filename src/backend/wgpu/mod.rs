@@ -161,6 +161,11 @@ pub struct WgpuOptions {
     /// kernels spill), and our loops are all counted (see `shader.rs`), so off by default.
     /// Env: `VLA_WGPU_LOOP_BOUNDING=1`.
     pub loop_bounding: bool,
+    /// Split K across workgroups for weight products whose 16-row output tiles make too few
+    /// of them (the action experts), adding the splits up in a second dispatch: `None`
+    /// (default) or `Some(true)` where it applies, `Some(false)` never. Env:
+    /// `VLA_WGPU_SPLIT_K=0` / `=1`.
+    pub split_k: Option<bool>,
     /// How activations are stored between kernels (f16 needs the adapter's shader-f16;
     /// compiling refuses it otherwise). Env: `VLA_WGPU_ACT_DTYPE=f32|f16|bf16`.
     pub act_dtype: ActDtype,
@@ -169,7 +174,8 @@ pub struct WgpuOptions {
 impl WgpuOptions {
     /// Defaults overridden by the environment (`VLA_WGPU_FLASH_ATTN`, `VLA_WGPU_PROFILE`,
     /// `VLA_WGPU_KERNELS`, `VLA_WGPU_GEMM_TILE`, `VLA_WGPU_GEMM_VEC4`,
-    /// `VLA_WGPU_LOOP_BOUNDING`, `VLA_WGPU_ACT_DTYPE`); an unknown value is an error.
+    /// `VLA_WGPU_LOOP_BOUNDING`, `VLA_WGPU_SPLIT_K`, `VLA_WGPU_ACT_DTYPE`); an unknown value
+    /// is an error.
     pub fn from_env() -> Result<Self> {
         let flash_attn = std::env::var("VLA_WGPU_FLASH_ATTN")
             .ok()
@@ -182,6 +188,10 @@ impl WgpuOptions {
             gemm_tile: env_choice("VLA_WGPU_GEMM_TILE", GemmTile::from_name)?,
             gemm_vec4: env_flag("VLA_WGPU_GEMM_VEC4"),
             loop_bounding: env_flag("VLA_WGPU_LOOP_BOUNDING"),
+            split_k: std::env::var("VLA_WGPU_SPLIT_K")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| v != "0"),
             act_dtype: env_choice("VLA_WGPU_ACT_DTYPE", ActDtype::from_name)?.unwrap_or_default(),
         })
     }

@@ -344,6 +344,7 @@ fn gemm_attention(
         addend: None,
         gated: None,
         norm: None,
+        scratch: None,
         a: bufs.inputs[0].act(),
         b: &keys,
         c: Bind::f32(&s),
@@ -367,12 +368,15 @@ fn gemm_attention(
         addend: None,
         gated: None,
         norm: None,
+        scratch: None,
         a: Bind::f32(&s),
         b: &values,
         c: bufs.output,
     }
     .dispatch(ctx)?;
-    out.extend([scores, softmax, pv]);
+    out.extend(scores);
+    out.push(softmax);
+    out.extend(pv);
     Ok(out)
 }
 

@@ -216,11 +216,13 @@ fn matmul_into(
                 Gemm {
                     addend,
                     norm,
+                    scratch: Some(pool),
                     ..Gemm::weight_chunk(dims, c, define, x, output)
                 }
                 .dispatch(ctx)
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()
+            .map(|d| d.into_iter().flatten().collect());
     }
     if !quant && !matvec {
         let v = add_c(Variant::new("matmul", SOURCE, "matmul").define(define, true));
@@ -329,11 +331,13 @@ pub(super) fn gated_matmul(
                 Gemm {
                     gated: Some((&u.buffer, act)),
                     norm: norm.map(NormRead::fused),
+                    scratch: Some(bufs.scratch),
                     ..Gemm::weight_chunk([m, n, k], g, define, x.act(), bufs.output)
                 }
                 .dispatch(ctx)
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()
+            .map(|d| d.into_iter().flatten().collect());
     }
     let mut out = Vec::new();
     let bytes = 4 * (m * n) as u64;
