@@ -10,7 +10,7 @@ struct Params {
     vocab: u32,    // V, all chunks
     row_start: u32,
     rows: u32,     // table rows in this chunk
-    row_bytes: u32,
+    row_blocks: u32, // blocks a row (quantized tables)
     zero_bad: u32, // write zeros for invalid ids (first chunk only)
 }
 
@@ -46,7 +46,8 @@ fn embedding(
     }
     let r = id - p.row_start;
 #if QUANT
-    ST(y, o, load_q(r * p.row_bytes, e));
+    quant_rows(p.rows, p.row_blocks);
+    ST(y, o, load_q(r * p.row_blocks, e));
 #else
     ST(y, o, load_w(r * p.d + e));
 #endif

@@ -126,7 +126,7 @@ fn block_dot(xb: u32, wb: WBlock) -> f32 {
 @compute @workgroup_size(8, 8)
 fn matmul_q(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let nb = p.k / 32u;
-    let row_bytes = nb * BLOCK_BYTES;
+    quant_rows(p.rows, nb);
     let n0 = wg.x * 32u + lid.x * 4u;
     let m0 = wg.y * 32u + lid.y * 4u;
     var acc: array<array<f32, 4>, 4>;
@@ -135,12 +135,12 @@ fn matmul_q(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) 
     var wrow: array<u32, 4>;
     for (var i = 0u; i < 4u; i++) {
         xrow[i] = min(m0 + i, p.m - 1u) * nb;
-        wrow[i] = min(n0 + i, p.rows - 1u) * row_bytes;
+        wrow[i] = min(n0 + i, p.rows - 1u) * nb;
     }
     for (var b = 0u; b < nb; b++) {
         var wb: array<WBlock, 4>;
         for (var j = 0u; j < 4u; j++) {
-            wb[j] = load_block(wrow[j] + b * BLOCK_BYTES);
+            wb[j] = load_block(wrow[j] + b);
         }
         for (var i = 0u; i < 4u; i++) {
             for (var j = 0u; j < 4u; j++) {
@@ -195,7 +195,7 @@ fn gemm_q(
     @builtin(local_invocation_index) t: u32,
 ) {
     let nb = p.k / 32u;
-    let row_bytes = nb * BLOCK_BYTES;
+    quant_rows(p.rows, nb);
     let m_base = wg.y * GQ_BM;
     let n_base = wg.x * GQ_BN;
     var acc: array<array<f32, 4>, 4>;
@@ -210,7 +210,7 @@ fn gemm_q(
         }
         for (var e = t; e < GQ_BN; e += GQ_THREADS) {
             let n = min(n_base + e, p.rows - 1u);
-            let wb = load_block(n * row_bytes + b * BLOCK_BYTES);
+            let wb = load_block(n * nb + b);
             for (var q = 0u; q < 8u; q++) {
                 gq_w[e * GQ_PITCH + q] = wb.q[q];
             }
@@ -270,8 +270,9 @@ fn matvec(
     var acc: array<f32, 16>; // MAX_M
 #if QUANT
     let nb = p.k / 32u;
+    quant_rows(p.rows, nb);
     for (var b = li; b < nb; b += MV_WG) {
-        let wb = load_block(row * nb * BLOCK_BYTES + b * BLOCK_BYTES);
+        let wb = load_block(row * nb + b);
         for (var m = 0u; m < MAX_M; m++) {
             if (m < p.m) {
                 acc[m] += block_dot(m * nb + b, wb);

@@ -1,8 +1,10 @@
 // Weight decoders shared by matmul.wgsl, matmul_quant.wgsl and embedding.wgsl (prepended to each; the
-// including file declares `w: array<u32>`, the raw weight chunk as GGUF stores it).
-// Template: one of W_F32 | W_F16 | W_BF16 (float element e) or QUANT plus one of
-// Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 (ggml blocks of 32, 34/18/20/22/24 bytes: not 4-byte
-// aligned, read by byte offset from the u32 words).
+// including file declares `w: array<u32>`, a weight chunk as uploaded).
+// Template: one of W_F32 | W_F16 | W_BF16 (float element e, the chunk as GGUF stores it)
+// or QUANT plus one of Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1: ggml's blocks of 32 repacked at
+// upload (src/backend/wgpu/repack.rs) into CODE_WORDS aligned words of codes a block,
+// block after block, then one word a block of f16 scale d and minimum m; a kernel calls
+// quant_rows(chunk rows, blocks a row) first, which places the scales.
 
 #if ADD_C
 // The matmul's fused addend (Op::MatMul's third input), for output row m and column n of y
@@ -17,26 +19,6 @@ fn addend(m: u32, n: u32) -> f32 {
 #endif
 }
 #endif
-
-// 4 bytes at byte offset o, any alignment.
-fn word_at(o: u32) -> u32 {
-    let i = o >> 2u;
-    let sh = (o & 3u) * 8u;
-    let lo = w[i];
-    if (sh == 0u) {
-        return lo;
-    }
-    return (lo >> sh) | (w[i + 1u] << (32u - sh));
-}
-
-fn byte_at(o: u32) -> u32 {
-    return (w[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
-}
-
-// f16 at an even byte offset.
-fn half_at(o: u32) -> f32 {
-    return unpack2x16float(w[o >> 2u])[(o >> 1u) & 1u];
-}
 
 // Float element e of a chunk: float_at(the word holding it, e); W_SHIFT: e >> W_SHIFT is
 // that word's index.
@@ -67,20 +49,28 @@ fn load_w(e: u32) -> f32 {
 
 #if QUANT
 #if Q8_0
-const BLOCK_BYTES: u32 = 34u;
+const CODE_WORDS: u32 = 8u;
 #endif
 #if Q4_0
-const BLOCK_BYTES: u32 = 18u;
+const CODE_WORDS: u32 = 4u;
 #endif
 #if Q4_1
-const BLOCK_BYTES: u32 = 20u;
+const CODE_WORDS: u32 = 4u;
 #endif
 #if Q5_0
-const BLOCK_BYTES: u32 = 22u;
+const CODE_WORDS: u32 = 5u;
 #endif
 #if Q5_1
-const BLOCK_BYTES: u32 = 24u;
+const CODE_WORDS: u32 = 5u;
 #endif
+
+// The word index of the first scale word: the chunk's blocks' codes come first.
+var<private> scales_at: u32;
+
+// Call first: the chunk holds `rows` rows of `nb` blocks.
+fn quant_rows(rows: u32, nb: u32) {
+    scales_at = rows * nb * CODE_WORDS;
+}
 
 // A weight block as 8 words of packed i8 (element 4t+i in byte i of word t), in the
 // activations' order, with its scale d and min m (0 for the _0 types): value = q*d + m.
@@ -107,43 +97,44 @@ fn spread4(bits: u32) -> u32 {
     return ((bits & 1u) << 4u) | ((bits & 2u) << 11u) | ((bits & 4u) << 18u) | ((bits & 8u) << 25u);
 }
 
-// The block at byte offset b.
-fn load_block(b: u32) -> WBlock {
+// Block `blk` of the chunk (row r's block b is r * nb + b).
+fn load_block(blk: u32) -> WBlock {
     var r: WBlock;
-    r.d = half_at(b);
+    let dm = unpack2x16float(w[scales_at + blk]);
+    r.d = dm.x;
+    r.m = dm.y;
+    let c = blk * CODE_WORDS;
 #if Q8_0
     for (var t = 0u; t < 8u; t++) {
-        r.q[t] = word_at(b + 2u + 4u * t);
+        r.q[t] = w[c + t];
     }
 #endif
 #if Q4_0
     for (var t = 0u; t < 4u; t++) {
-        let v = word_at(b + 2u + 4u * t);
+        let v = w[c + t];
         r.q[t] = signed4(v & 0x0f0f0f0fu);
         r.q[t + 4u] = signed4((v >> 4u) & 0x0f0f0f0fu);
     }
 #endif
 #if Q4_1
-    r.m = half_at(b + 2u);
     for (var t = 0u; t < 4u; t++) {
-        let v = w[(b >> 2u) + 1u + t];
+        let v = w[c + t];
         r.q[t] = v & 0x0f0f0f0fu;
         r.q[t + 4u] = (v >> 4u) & 0x0f0f0f0fu;
     }
 #endif
 #if Q5_0
-    let qh = word_at(b + 2u);
+    let qh = w[c];
     for (var t = 0u; t < 4u; t++) {
-        let v = word_at(b + 6u + 4u * t);
+        let v = w[c + 1u + t];
         r.q[t] = signed5((v & 0x0f0f0f0fu) | spread4(qh >> (4u * t)));
         r.q[t + 4u] = signed5(((v >> 4u) & 0x0f0f0f0fu) | spread4(qh >> (16u + 4u * t)));
     }
 #endif
 #if Q5_1
-    r.m = half_at(b + 2u);
-    let qh = w[(b >> 2u) + 1u];
+    let qh = w[c];
     for (var t = 0u; t < 4u; t++) {
-        let v = w[(b >> 2u) + 2u + t];
+        let v = w[c + 1u + t];
         r.q[t] = (v & 0x0f0f0f0fu) | spread4(qh >> (4u * t));
         r.q[t + 4u] = ((v >> 4u) & 0x0f0f0f0fu) | spread4(qh >> (16u + 4u * t));
     }
@@ -151,29 +142,35 @@ fn load_block(b: u32) -> WBlock {
     return r;
 }
 
-// Element e of the row starting at byte rb.
-fn load_q(rb: u32, e: u32) -> f32 {
-    let b = rb + (e / 32u) * BLOCK_BYTES;
+// Byte i of the codes starting at word c.
+fn code_byte(c: u32, i: u32) -> u32 {
+    return (w[c + (i >> 2u)] >> ((i & 3u) * 8u)) & 0xffu;
+}
+
+// Element e of the row whose first block is `first`.
+fn load_q(first: u32, e: u32) -> f32 {
+    let blk = first + e / 32u;
     let j = e % 32u;
-    let d = half_at(b);
+    let dm = unpack2x16float(w[scales_at + blk]);
+    let c = blk * CODE_WORDS;
 #if Q8_0
-    return f32(bitcast<i32>(byte_at(b + 2u + j) << 24u) >> 24u) * d;
+    return f32(bitcast<i32>(code_byte(c, j) << 24u) >> 24u) * dm.x;
 #endif
 #if Q4_0
-    let q = (byte_at(b + 2u + (j & 15u)) >> (4u * (j >> 4u))) & 15u;
-    return (f32(q) - 8.0) * d;
+    let q = (code_byte(c, j & 15u) >> (4u * (j >> 4u))) & 15u;
+    return (f32(q) - 8.0) * dm.x;
 #endif
 #if Q4_1
-    let q = (byte_at(b + 4u + (j & 15u)) >> (4u * (j >> 4u))) & 15u;
-    return f32(q) * d + half_at(b + 2u);
+    let q = (code_byte(c, j & 15u) >> (4u * (j >> 4u))) & 15u;
+    return f32(q) * dm.x + dm.y;
 #endif
 #if Q5_0
-    let q = ((byte_at(b + 6u + (j & 15u)) >> (4u * (j >> 4u))) & 15u) | (((word_at(b + 2u) >> j) & 1u) << 4u);
-    return (f32(q) - 16.0) * d;
+    let q = ((code_byte(c + 1u, j & 15u) >> (4u * (j >> 4u))) & 15u) | (((w[c] >> j) & 1u) << 4u);
+    return (f32(q) - 16.0) * dm.x;
 #endif
 #if Q5_1
-    let q = ((byte_at(b + 8u + (j & 15u)) >> (4u * (j >> 4u))) & 15u) | (((w[(b >> 2u) + 1u] >> j) & 1u) << 4u);
-    return f32(q) * d + half_at(b + 2u);
+    let q = ((code_byte(c + 1u, j & 15u) >> (4u * (j >> 4u))) & 15u) | (((w[c] >> j) & 1u) << 4u);
+    return f32(q) * dm.x + dm.y;
 #endif
 }
 #endif

@@ -3,6 +3,7 @@
 
 use super::act::{decode_values, encode_values, store_dtypes};
 use super::kernels::{self, Bind, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf};
+use super::repack;
 use super::timer::StageTimer;
 use super::GpuContext;
 use crate::backend::{
@@ -429,19 +430,22 @@ fn tensor_buf<'a>(
     })
 }
 
-/// Uploads a weight in its stored dtype, split into row ranges that each fit one binding.
-/// Each chunk's buffer has a spare zero word after its bytes: block decoders read a
-/// block's last unaligned word as two (`word_at` in `shaders/weight_decode.wgsl`), which
-/// lets `gemm_q` run without runtime bounds checks.
+/// Uploads a weight in its stored dtype, split into row ranges that each fit one binding;
+/// quantized blocks repacked into aligned codes and scales (`repack.rs`), so every decoder
+/// reads whole words inside the chunk.
 fn upload_rows(ctx: &GpuContext, name: &str, t: &Tensor, max_binding: u64) -> Result<Vec<Chunk>> {
     let bytes = t.raw_bytes();
     let rows = t.shape().first().copied().unwrap_or(1).max(1);
     let row_bytes = bytes.len() / rows;
-    // every chunk is a new buffer: its bytes, rounded up to a word, plus the spare word
-    let rows_per_chunk = ((max_binding as usize).saturating_sub(8) / row_bytes.max(1)).max(1);
-    if row_bytes as u64 > max_binding {
+    let ty = t.dtype();
+    // a row's bytes as uploaded
+    let blocks_a_row = row_bytes / ty.type_size().max(1);
+    let up_row_bytes = repack::packed_bytes(ty, blocks_a_row).unwrap_or(row_bytes);
+    // every chunk is a new buffer: its bytes, rounded up to a word
+    let rows_per_chunk = ((max_binding as usize).saturating_sub(4) / up_row_bytes.max(1)).max(1);
+    if up_row_bytes as u64 > max_binding {
         return Err(Error::Gpu(format!(
-            "weight {name:?}: one row is {row_bytes} bytes, over the storage binding limit ({max_binding})"
+            "weight {name:?}: one row is {up_row_bytes} bytes, over the storage binding limit ({max_binding})"
         )));
     }
     let mut chunks = Vec::new();
@@ -449,8 +453,16 @@ fn upload_rows(ctx: &GpuContext, name: &str, t: &Tensor, max_binding: u64) -> Re
     while start < rows {
         let n = rows_per_chunk.min(rows - start);
         let chunk = &bytes[start * row_bytes..(start + n) * row_bytes];
+        let packed;
+        let chunk = match repack::code_words(ty) {
+            Some(_) => {
+                packed = repack::repack(ty, chunk);
+                &packed[..]
+            }
+            None => chunk,
+        };
         let usage = wgpu::BufferUsages::COPY_DST;
-        let buffer = storage(ctx, name, chunk.len().next_multiple_of(4) as u64 + 4, usage);
+        let buffer = storage(ctx, name, chunk.len().next_multiple_of(4) as u64, usage);
         write_words(ctx, &buffer, chunk);
         chunks.push(Chunk {
             buffer,

@@ -2,6 +2,7 @@
 
 mod act;
 mod exec;
+mod repack;
 pub use act::store_dtypes;
 mod kernels;
 mod shader;

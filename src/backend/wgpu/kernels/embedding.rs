@@ -39,11 +39,12 @@ pub(super) fn embedding(
     if n_ids * d == 0 {
         return Ok(vec![]);
     }
-    let row_bytes = dtype.bytes_for(d as u64).ok_or_else(|| {
-        Error::Gpu(format!(
+    if dtype.bytes_for(d as u64).is_none() {
+        return Err(Error::Gpu(format!(
             "embedding: {dtype} rows of {d} are not whole blocks"
-        ))
-    })?;
+        )));
+    }
+    let row_blocks = d / dtype.block_size();
     let v = Variant::new("embedding", SOURCE, "embedding")
         .define(define, true)
         .define("QUANT", quant);
@@ -58,7 +59,7 @@ pub(super) fn embedding(
                 u32_of(vocab, "V")?,
                 u32_of(c.row_start, "row offset")?,
                 u32_of(c.rows, "rows")?,
-                u32_of(row_bytes as usize, "row bytes")?,
+                u32_of(row_blocks, "blocks a row")?,
                 u32::from(i == 0),
             ];
             dispatch(

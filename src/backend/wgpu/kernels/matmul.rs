@@ -278,8 +278,9 @@ fn matmul_into(
             .written_before_read()
             // Indices in range without runtime checks: activation blocks are read at rows
             // min(m, M - 1) and blocks b < K / 32 of the quantize_x scratch (M x K / 32
-            // blocks), weight blocks at rows min(n, rows - 1) of the chunk, whose buffer
-            // holds a spare word for the last block's unaligned last word (upload_rows);
+            // blocks), weight blocks at rows min(n, rows - 1) of the chunk, repacked into
+            // whole words of codes and scales (repack.rs: block b's codes and scale word
+            // inside the chunk's rows x K / 32 blocks);
             // workgroup tiles at e < BM * 8 / BN * PITCH, r < BM, c < BN, q < 8; y and the
             // addend only at m < M and n < rows.
             .indices_proven();
