@@ -1,8 +1,9 @@
 // Elementwise ops. `binary`: y = a (op) b with numpy broadcasting over rank <= 4 (strides 0
 // on broadcast dims). `unary`: scale / GELU (tanh, erf) / SiLU; with GATED, times b[i]
 // (a gated FFN's act(gate) * up in one pass). `bytes`: y[i] = byte i of `words` (little-endian
-// u32 words) as f32 (run-time byte inputs such as camera frames). silu and gelu_tanh come
-// from activation.wgsl (prepended).
+// u32 words) as f32 (run-time byte inputs such as camera frames). `add_gated`: y[i] = a[i]
+// + b[i] * c[off + i % w] (a gated residual, its gate read in place from a modulation
+// vector). silu and gelu_tanh come from activation.wgsl (prepended).
 
 struct BinaryParams {
     n: u32,
@@ -21,12 +22,21 @@ struct UnaryParams {
     _pad: u32,
 }
 
+struct GatedAddParams {
+    n: u32,
+    w: u32,   // the gate's length (the last dim)
+    off: u32, // the gate's first element in c
+    _pad: u32,
+}
+
 @group(0) @binding(0) var<uniform> bp: BinaryParams;
 @group(0) @binding(0) var<uniform> up: UnaryParams;
+@group(0) @binding(0) var<uniform> gp: GatedAddParams;
 @group(0) @binding(1) var<storage, read> a: ACT;
 @group(0) @binding(2) var<storage, read> b: ACT;
 @group(0) @binding(3) var<storage, read_write> y: ACT;
 @group(0) @binding(4) var<storage, read> words: array<u32>;
+@group(0) @binding(5) var<storage, read> c: ACT;
 
 const WG: u32 = 256u;
 
@@ -90,4 +100,12 @@ fn bytes(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let i = flat_index(wg, nwg, lid);
     if (i >= up.n) { return; }
     ST(y, i, f32((words[i / 4u] >> (8u * (i % 4u))) & 0xffu));
+}
+
+@compute @workgroup_size(256)
+fn add_gated(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wg, nwg, lid);
+    if (i >= gp.n) { return; }
+    ST(y, i, LD(a, i) + LD(b, i) * LD(c, gp.off + i % gp.w));
 }

@@ -198,6 +198,12 @@ impl Executable for CpuExecutable<'_> {
                     let y = ops::rms_norm_offset(arg(0), &part(0)?, *eps, 1.0)?;
                     ops::add(&y, &part(1)?)?
                 }
+                Op::AddGated { part } => {
+                    let w = node.shape.last().copied().unwrap_or(0);
+                    let m = arg(2).as_f32()?;
+                    let gate = Tensor::from_f32(vec![w], m[part * w..(part + 1) * w].to_vec())?;
+                    ops::add(arg(0), &ops::mul(arg(1), &gate)?)?
+                }
                 Op::LayerNorm { eps } => ops::layer_norm(arg(0), arg(1), Some(arg(2)), *eps)?,
                 Op::Rope(cfg) => ops::rope(arg(0), arg(1).as_f32()?, cfg)?,
                 Op::Attention { mask, scale } => {

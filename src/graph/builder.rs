@@ -535,6 +535,21 @@ impl<'w> GraphBuilder<'w> {
         Ok(self.unary_with(Op::AdaRmsNorm { eps }, x, &[m]))
     }
 
+    /// [`Op::AddGated`]: `x + y * m[part W..(part + 1) W]`, `x` and `y` of one shape with
+    /// last dim `W`, `m` a vector of more than `part` times `W`.
+    pub fn add_gated(&mut self, x: NodeId, y: NodeId, m: NodeId, part: usize) -> Result<NodeId> {
+        self.check_f32("add_gated", x)?;
+        let (xs, ys, ms) = (self.shape(x), self.shape(y), self.shape(m));
+        let w = xs.last().copied().unwrap_or(0);
+        if xs != ys || ms.len() != 1 || w == 0 || ms[0] % w != 0 || ms[0] / w <= part {
+            return Err(err(
+                "add_gated",
+                format!("x {xs:?} and y {ys:?} must match and m {ms:?} hold part {part} of {w}"),
+            ));
+        }
+        Ok(self.unary_with(Op::AddGated { part }, x, &[y, m]))
+    }
+
     pub fn rms_norm(&mut self, x: NodeId, w: NodeId, eps: f32, offset: f32) -> Result<NodeId> {
         self.check_last_dim("rms_norm", x, &[w])?;
         Ok(self.unary_with(Op::RmsNorm { eps, offset }, x, &[w]))

@@ -106,6 +106,12 @@ pub enum Op {
     AdaRmsNorm {
         eps: f32,
     },
+    /// `[x [.., W], y [.., W], m [k W]]` (k > part) -> `x + y * m[part W..(part + 1) W]`
+    /// over the last dim: an adaptive layer's gated residual (pi0.5) reading its gate where
+    /// the modulation vector holds it.
+    AddGated {
+        part: usize,
+    },
     /// `[x, w, b]` over the last dim.
     LayerNorm {
         eps: f32,
@@ -187,6 +193,7 @@ impl Op {
             Op::MatMul { norm: Some(_) } => "norm_matmul",
             Op::Bmm { .. } => "bmm",
             Op::Add => "add",
+            Op::AddGated { .. } => "add_gated",
             Op::Mul => "mul",
             Op::Scale(_) => "scale",
             Op::GeluTanh => "gelu_tanh",

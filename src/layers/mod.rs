@@ -135,9 +135,14 @@ pub fn gated_ffn(
     }
 }
 
+/// Where the gate sits in an adaRMS modulation vector `[scale, shift, gate]` (its part, in
+/// widths).
+pub const ADA_GATE_PART: usize = 2;
+
 /// adaRMS (pi0.5): `rms(x) * (1 + scale) + shift`, where `[scale, shift, gate]` is the
 /// linear map `<prefix>` (with bias) of the condition `cond` `[1, C]`. Returns the norm and
-/// `gate` `[width]`, which scales the residual branch the norm feeds.
+/// that modulation vector `[3 width]`, whose gate (part [`ADA_GATE_PART`]) scales the
+/// residual branch the norm feeds ([`GraphBuilder::add_gated`] reads it in place).
 pub fn ada_rms_norm(
     g: &mut GraphBuilder,
     x: NodeId,
@@ -148,9 +153,8 @@ pub fn ada_rms_norm(
     let width = width(g, x);
     let m = linear(g, cond, prefix, 3 * width, true)?;
     let m = g.reshape(m, &[3 * width])?;
-    let gate = g.slice(m, 0, 2 * width, width)?;
-    // scale and shift read in place
-    Ok((g.ada_rms_norm(x, m, eps)?, gate))
+    // scale and shift read in place; the gate stays in `m` for the residual
+    Ok((g.ada_rms_norm(x, m, eps)?, m))
 }
 
 /// `fc2(gelu_tanh(fc1(x)))` with biases, `inter` wide (ViT-style MLP).

@@ -14,7 +14,7 @@ use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{
     ada_rms_norm, attend, gated_ffn, linear, linear_add, rms_norm, rope_neox, rope_tables,
-    splice_rows, split_heads, width, GatedActivation,
+    splice_rows, split_heads, width, GatedActivation, ADA_GATE_PART,
 };
 use crate::Result;
 
@@ -155,7 +155,8 @@ impl Layer {
         }
     }
 
-    /// The `which` (`attn` or `ffn`) norm of `x`, and the residual gate of an adaRMS layer.
+    /// The `which` (`attn` or `ffn`) norm of `x`, and for an adaRMS layer its modulation
+    /// vector, whose gate scales the residual ([`residual`]).
     fn norm(
         &self,
         g: &mut GraphBuilder,
@@ -242,8 +243,8 @@ pub fn rotate(
 }
 
 /// The attention norm of `x` `[S, width]`, its query `[S, q_heads, head_dim]` (not yet
-/// rotated) and, for an adaRMS layer, the attention residual's gate. Keys and values are
-/// projected from the returned norm.
+/// rotated) and, for an adaRMS layer, the modulation vector holding the attention
+/// residual's gate. Keys and values are projected from the returned norm.
 pub fn norm_and_query(
     g: &mut GraphBuilder,
     x: NodeId,
@@ -268,13 +269,13 @@ pub fn rotated_kv(
     Ok((rotate(g, k, positions, cfg)?, v))
 }
 
-/// `x + y`, or `x + y * gate` for an adaRMS layer.
-fn residual(g: &mut GraphBuilder, x: NodeId, y: NodeId, gate: Option<NodeId>) -> Result<NodeId> {
-    let y = match gate {
-        Some(gate) => g.mul(y, gate)?,
-        None => y,
-    };
-    g.add(x, y)
+/// `x + y`, or for an adaRMS layer `x + y * gate`, the gate read in place from the
+/// modulation vector `m` (one op).
+fn residual(g: &mut GraphBuilder, x: NodeId, y: NodeId, m: Option<NodeId>) -> Result<NodeId> {
+    match m {
+        Some(m) => g.add_gated(x, y, m, ADA_GATE_PART),
+        None => g.add(x, y),
+    }
 }
 
 /// Attention of `q` over the `(k, v)` parts `kv` (`[S, H, D]`; see [`attend`]), output

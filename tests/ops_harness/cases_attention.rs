@@ -17,6 +17,27 @@ pub fn add(c: &mut Cases) {
     rope_cases(c);
     bmm_cases(c);
     attention_cases(c);
+    gated_residual_cases(c);
+}
+
+/// pi0.5's gated residual `x + y * m[2W..3W]`, the gate read in place from a [3W]
+/// modulation vector, over the row lengths (odd ones included).
+fn gated_residual_cases(c: &mut Cases) {
+    for &d in &ROW_LENGTHS {
+        let shape = vec![3, d];
+        let (x, y, m) = (c.tensor(&shape), c.tensor(&shape), c.tensor(&[3 * d]));
+        c.add(
+            format!("add_gated {shape:?} part 2"),
+            vec![],
+            vec![("x", x), ("y", y), ("m", m)],
+            NMSE_DEFAULT,
+            move |g| {
+                let (x, y) = (g.input("x", &[3, d]), g.input("y", &[3, d]));
+                let m = g.input("m", &[3 * d]);
+                g.add_gated(x, y, m, 2)
+            },
+        );
+    }
 }
 
 fn row_cases(c: &mut Cases) {

@@ -473,6 +473,13 @@ impl Lowerer<'_> {
                     let y = rms_norm(ctx, self.val(inp[0]), part(0), *eps, 1.0);
                     sys::ggml_add(ctx, y, part(1))
                 }
+                Op::AddGated { part } => {
+                    // the gate as a view of the modulation vector
+                    let w = shape[shape.len() - 1];
+                    let gate = sys::ggml_view_1d(ctx, self.val(inp[2]), w as i64, part * w * 4);
+                    let y = sys::ggml_mul(ctx, self.val(inp[1]), gate);
+                    sys::ggml_add(ctx, self.val(inp[0]), y)
+                }
                 Op::LayerNorm { eps } => {
                     let n = sys::ggml_norm(ctx, self.val(inp[0]), *eps);
                     let n = sys::ggml_mul(ctx, n, self.val(inp[1]));

@@ -90,6 +90,29 @@ pub(super) fn unary(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result
     Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])
 }
 
+/// [`Op::AddGated`]: `x + y * m[part W..(part + 1) W]`, one pass.
+pub(super) fn add_gated(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+) -> Result<Vec<Dispatch>> {
+    let Op::AddGated { part } = node.op else {
+        unreachable!("routed by encode")
+    };
+    let w = node.shape.last().copied().unwrap_or(1);
+    let params = [
+        u32_of(node.numel(), "elements")?,
+        u32_of(w, "gate length")?,
+        u32_of(part * w, "gate offset")?,
+        0,
+    ];
+    let v = Variant::new("elementwise", SOURCE, "add_gated");
+    let [x, y, m] = [0, 1, 2].map(|k| bufs.inputs[k].act());
+    let buffers = [(1, x), (2, y), (5, m), (3, bufs.output)];
+    let grid = grid_1d(ctx, node.numel(), WG);
+    Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])
+}
+
 /// `out = act(gate) * up` over `n` elements.
 pub(super) fn gated(
     ctx: &GpuContext,

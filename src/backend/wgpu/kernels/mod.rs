@@ -257,6 +257,7 @@ pub(crate) use elementwise::widen_bytes;
 pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
     match &node.op {
         Op::Add | Op::Mul => elementwise::binary(ctx, node, bufs),
+        Op::AddGated { .. } => elementwise::add_gated(ctx, node, bufs),
         Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu | Op::Relu | Op::Gated(_) => {
             elementwise::unary(ctx, node, bufs)
         }
