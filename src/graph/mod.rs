@@ -361,16 +361,28 @@ impl Graph {
     /// weight in its blocks, an activation as f32) plus the f32 output; views (reshape) and
     /// leaves move nothing. For GB/s figures.
     pub fn node_bytes(&self, i: usize) -> u64 {
+        self.node_bytes_by(i, |_| 4)
+    }
+
+    /// [`Self::node_bytes`] with computed values (activations and inputs) taking
+    /// `value_bytes(node)` bytes an element (a backend storing activations in 16 bits).
+    pub fn node_bytes_by(&self, i: usize, value_bytes: impl Fn(usize) -> u64) -> u64 {
         let node = &self.nodes[i];
         if node.op.is_leaf() || matches!(node.op, Op::Reshape(_)) {
             return 0;
         }
-        let stored = |n: &Node| {
-            let ty = n.dtype;
-            (n.numel() / ty.block_size().max(1) * ty.type_size()) as u64
+        let stored = |k: usize| {
+            let n = &self.nodes[k];
+            match n.op {
+                Op::Weight(_) => {
+                    let ty = n.dtype;
+                    (n.numel() / ty.block_size().max(1) * ty.type_size()) as u64
+                }
+                _ => value_bytes(k) * n.numel() as u64,
+            }
         };
-        let inputs: u64 = node.inputs.iter().map(|&k| stored(&self.nodes[k.0])).sum();
-        inputs + 4 * node.numel() as u64
+        let inputs: u64 = node.inputs.iter().map(|&k| stored(k.0)).sum();
+        inputs + value_bytes(i) * node.numel() as u64
     }
 
     /// Names of the run-time inputs, in node order.

@@ -623,7 +623,11 @@ impl Executable for WgpuExecutable {
                 kernel: d.kernel,
                 ms: f64::from(ms),
                 flops: self.graph.node_flops(n) as f64 / share,
-                bytes: self.graph.node_bytes(n) as f64 / share,
+                bytes: self
+                    .graph
+                    .node_bytes_by(n, |k| self.stores[k].size() as u64)
+                    as f64
+                    / share,
             }
         });
         Some(times.collect())
