@@ -21,8 +21,8 @@
 # bounding; the lavapipe-grade kernels), then one profiled predict (per-kernel GPU time, GFLOP/s and GB/s grouped by
 # stage and op), a GEMM tile sweep, then `ggml-cuda`
 # where the binaries were built with it (scripts/build-ggml-gpu.sh cuda); with vla-quantize
-# beside them, SmolVLA with Q8_0 matrices and both models as FoldQuant W8A8 (integer kernels;
-# default kernel setting only) too. SmolVLA f32 also runs once with 640x480 camera frames
+# beside them, SmolVLA with Q8_0 matrices (default, bf16 and portable settings) and both
+# models as FoldQuant W8A8 (integer kernels; default kernel setting only) too. SmolVLA f32 also runs once with 640x480 camera frames
 # (resized on the device). Copy the binaries with
 # `cp target/release/{vla-bench,vla-gguf,vla-quantize} DIR` (~17 MiB stripped).
 set -uo pipefail
@@ -197,6 +197,7 @@ for m in "${models[@]}"; do
     sets=$kernel_sets
     case $m in
         *:fq-*) sets=default ;;                 # its own kernels: one setting
+        *:q8_0) sets="default bf16 portable" ;; # gemm_q vs matmul_q, 16-bit around them
         smolvla:f32) sets="$sets frame640x480" ;; # + camera frames resized on the device
     esac
     for k in $sets; do
