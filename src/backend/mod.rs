@@ -198,7 +198,7 @@ pub enum ActDtype {
     #[default]
     F32,
     /// IEEE half: on wgpu adapters with `shader-f16` only. Finite values beyond +-65504
-    /// saturate; infinities stay infinite.
+    /// saturate; infinities and NaN stay.
     F16,
     /// bfloat16 (f32's range, 8 mantissa bits), stored as packed u16 on every adapter.
     Bf16,

@@ -18,7 +18,9 @@ fn reads_exact(op: &Op, k: usize, inputs: usize) -> bool {
 
 /// The dtype each node's value is stored in: `act` for activations, f32 for weights (read
 /// as f32 only where small: gains, biases, tables) and for the values some consumer reads
-/// as exact numbers (with the slots they share through reshapes).
+/// as exact numbers, with everything they are computed from (ids or positions sliced,
+/// concatenated or offset on the device stay exact too; a reshape view shares its base's
+/// slot and so its dtype).
 pub fn store_dtypes(graph: &Graph, act: ActDtype) -> Vec<ActDtype> {
     let nodes = graph.nodes();
     let mut exact = vec![false; nodes.len()];
@@ -27,10 +29,13 @@ pub fn store_dtypes(graph: &Graph, act: ActDtype) -> Vec<ActDtype> {
             exact[inp.0] |= reads_exact(&n.op, k, n.inputs.len());
         }
     }
-    // a reshape is a view of its input's slot: an exact view makes its base exact
+    // backwards: an exact value's producers are exact (in practice inputs, copies and
+    // small index arithmetic: masks and positions are built from a few inputs)
     for (i, n) in nodes.iter().enumerate().rev() {
-        if let (Op::Reshape(_), true) = (&n.op, exact[i]) {
-            exact[n.inputs[0].0] = true;
+        if exact[i] {
+            for inp in &n.inputs {
+                exact[inp.0] = true;
+            }
         }
     }
     let mut stores = vec![act; nodes.len()];
@@ -80,5 +85,48 @@ pub(super) fn decode_values(bytes: &[u8], dtype: ActDtype, n: usize) -> Vec<f32>
             .chunks_exact(2)
             .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::store_dtypes;
+    use crate::backend::ActDtype::{Bf16, F32};
+    use crate::graph::GraphBuilder;
+    use crate::ops::{RopeConfig, RopeMode};
+    use crate::Tensor;
+    use std::collections::HashMap;
+
+    /// Exact numbers stay f32 with what they are computed from (a slice of positions, an
+    /// offset sum of ids), through views; the rest is stored in the activation dtype.
+    #[test]
+    fn exact_values_and_their_producers_stay_f32() {
+        let weights: HashMap<String, Tensor<'static>> = [(
+            "t".to_owned(),
+            Tensor::from_f32(vec![4000, 8], vec![0.0; 32000]).unwrap(),
+        )]
+        .into();
+        let mut g = GraphBuilder::new(&weights);
+        let x = g.input("x", &[5, 2, 8]);
+        let pos_all = g.input("pos_all", &[9]);
+        let pos = g.slice(pos_all, 0, 4, 5).unwrap();
+        let y = g
+            .rope(x, pos, RopeConfig::new(RopeMode::Neox, 1e4))
+            .unwrap();
+        let (a, b) = (g.input("a", &[6]), g.input("b", &[6]));
+        let ids = g.add(a, b).unwrap();
+        let view = g.reshape(ids, &[2, 3]).unwrap();
+        let view = g.reshape(view, &[6]).unwrap();
+        let t = g.stored_weight("t").unwrap();
+        let e = g.embedding(t, view).unwrap();
+        let graph = g.build(&[y, e]).unwrap();
+        let s = store_dtypes(&graph, Bf16);
+        for exact in [pos_all, pos, a, b, ids, view] {
+            assert_eq!(s[exact.index()], F32, "node {}", exact.index());
+        }
+        for act in [x, y, e] {
+            assert_eq!(s[act.index()], Bf16, "node {}", act.index());
+        }
+        assert_eq!(s[t.index()], F32);
     }
 }

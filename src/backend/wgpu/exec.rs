@@ -143,7 +143,8 @@ impl WgpuExecutable {
             let mut raw = Vec::new();
             if raw_use[i] {
                 raw = upload_rows(&ctx, name, &t, max_binding)?;
-                weight_bytes += t.raw_bytes().len() as u64;
+                // as uploaded: quantized blocks repacked (a scale word a block)
+                weight_bytes += raw.iter().map(|c| c.buffer.size()).sum::<u64>();
             }
             // (a reshape of a weight or a weight output reads it as f32 too; a weight nothing
             // reads gets no buffer)

@@ -175,7 +175,7 @@ pub(crate) fn expand_act(code: &str, stores: &[(u32, ActDtype)]) -> Result<Strin
     if bindings.iter().any(|(_, b)| b.dtype == ActDtype::F16) {
         code.push_str(
             "fn f16_sat(v: f32) -> f32 { \
-             return select(clamp(v, -65504.0, 65504.0), v, abs(v) > 3.4e38); }\n",
+             return select(clamp(v, -65504.0, 65504.0), v, v != v || abs(v) > 3.4028235e38); }\n",
         );
         // on the first line, so naga's line numbers still match the source's
         code.insert_str(0, "enable f16; ");
@@ -227,7 +227,7 @@ fn expand_macros(code: &str, bindings: &[(String, ActBinding)]) -> Result<String
             ("LD(", ActDtype::F16) => format!("f32({name}[{i}])"),
             ("LD(", ActDtype::Bf16) => format!("ld_{name}({i})"),
             (_, ActDtype::F32) => format!("{name}[{i}] = {}", args[2].trim()),
-            // finite values past f16's range saturate; infinities stay infinite
+            // finite values past f16's range saturate; infinities and NaN stay
             (_, ActDtype::F16) => format!("{name}[{i}] = f16(f16_sat({}))", args[2].trim()),
             (_, ActDtype::Bf16) => format!("st_{name}({i}, {})", args[2].trim()),
         });
