@@ -16,7 +16,11 @@
 //               workgroup-memory tiles
 //   matvec      M <= 16, float (W_F32 | W_F16 | W_BF16) or QUANT weights: one workgroup
 //               of MV_WG invocations per weight row, splitting K; partial sums reduced with
-//               subgroupAdd (SUBGROUPS) and/or workgroup memory.
+//               subgroupAdd (SUBGROUPS) and/or workgroup memory. Float weights only: NORM
+//               (x's rows RMS-normalised as read: the gain scales w, each row's sum of
+//               squares is a third plane of sums, 1 / rms scales the result) and GATED (a
+//               second weight w2 in the same chunking; act(x w^T) * (x w2^T), SILU or else
+//               tanh-GELU from activation.wgsl).
 
 struct Params {
     m: u32,
@@ -24,6 +28,8 @@ struct Params {
     k: u32,
     n_off: u32,   // first weight row of this chunk
     rows: u32,    // weight rows in this chunk
+    eps: f32,     // matvec NORM
+    offset: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -32,6 +38,16 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> y: ACT;
 @group(0) @binding(4) var<storage, read_write> xq: array<u32>;
 @group(0) @binding(5) var<storage, read_write> xds: array<vec2<f32>>;
+#if GATED
+@group(0) @binding(7) var<storage, read> w2: array<u32>;
+
+fn load_w2(e: u32) -> f32 {
+    return float_at(w2[e >> W_SHIFT], e);
+}
+#endif
+#if NORM
+@group(0) @binding(8) var<storage, read> gain: ACT;
+#endif
 
 const MV_WG: u32 = 64u;
 const MAX_M: u32 = 16u;
@@ -250,7 +266,27 @@ fn gemm_q(
 }
 #endif
 
-var<workgroup> partial: array<f32, 1024>; // MV_WG * MAX_M
+// matvec's planes of partial sums a row of x: the product, with GATED the up product, with
+// NORM the row's sum of squares (float weights only).
+#if GATED
+const UP_PLANE: u32 = 1u;
+#if NORM
+const PLANES: u32 = 3u;
+#else
+const PLANES: u32 = 2u;
+#endif
+#else
+const UP_PLANE: u32 = 0u;
+#if NORM
+const PLANES: u32 = 2u;
+#else
+const PLANES: u32 = 1u;
+#endif
+#endif
+const SS_PLANE: u32 = PLANES - 1u;
+const LANES: u32 = MAX_M * PLANES;
+
+var<workgroup> partial: array<f32, MV_WG * LANES>;
 
 @compute @workgroup_size(64)
 fn matvec(
@@ -267,7 +303,7 @@ fn matvec(
     // rows - 1 and writes nothing (no early return before the barriers).
     let r = wg.y * nwg.x + wg.x;
     let row = min(r, p.rows - 1u);
-    var acc: array<f32, 16>; // MAX_M
+    var acc: array<f32, LANES>; // plane q, row m at q * MAX_M + m
 #if QUANT
     let nb = p.k / 32u;
     quant_rows(p.rows, nb);
@@ -281,54 +317,87 @@ fn matvec(
     }
 #else
     for (var k = li; k < p.k; k += MV_WG) {
-        let wv = load_w(row * p.k + k);
+        var wv = load_w(row * p.k + k);
+#if GATED
+        var wv2 = load_w2(row * p.k + k);
+#endif
+#if NORM
+        // x / rms(x) * g . w == (x . (g w)) / rms(x)
+        let g = LD(gain, k) + p.offset;
+        wv *= g;
+#if GATED
+        wv2 *= g;
+#endif
+#endif
         for (var m = 0u; m < MAX_M; m++) {
             if (m < p.m) {
-                acc[m] = fma(LD(x, m * p.k + k), wv, acc[m]);
+                let xv = LD(x, m * p.k + k);
+                acc[m] = fma(xv, wv, acc[m]);
+#if GATED
+                acc[UP_PLANE * MAX_M + m] = fma(xv, wv2, acc[UP_PLANE * MAX_M + m]);
+#endif
+#if NORM
+                acc[SS_PLANE * MAX_M + m] = fma(xv, xv, acc[SS_PLANE * MAX_M + m]);
+#endif
             }
         }
     }
 #endif
 #if SUBGROUPS
-    // constant trip counts (MAX_M, guarded): acc can stay in registers
-    for (var m = 0u; m < MAX_M; m++) {
-        if (m < p.m) {
-            let s = subgroupAdd(acc[m]);
+    // constant trip counts (LANES, guarded): acc can stay in registers
+    for (var e = 0u; e < LANES; e++) {
+        if (e % MAX_M < p.m) {
+            let s = subgroupAdd(acc[e]);
             if (lane == 0u) {
-                partial[sg * MAX_M + m] = s;
+                partial[sg * LANES + e] = s;
             }
         }
     }
     workgroupBarrier();
-    if (li < p.m && r < p.rows) {
-        var t = 0.0;
-        for (var i = 0u; i < n_sg; i++) {
-            t += partial[i * MAX_M + li];
-        }
-#if ADD_C
-        t += addend(li, p.n_off + r);
-#endif
-        ST(y, li * p.n + p.n_off + r, t);
-    }
+    let parts = n_sg;
 #else
-    for (var m = 0u; m < MAX_M; m++) {
-        partial[li * MAX_M + m] = acc[m];
+    for (var e = 0u; e < LANES; e++) {
+        partial[li * LANES + e] = acc[e];
     }
     for (var stride = MV_WG / 2u; stride > 0u; stride >>= 1u) {
         workgroupBarrier();
         if (li < stride) {
-            for (var m = 0u; m < p.m; m++) {
-                partial[li * MAX_M + m] += partial[(li + stride) * MAX_M + m];
+            for (var e = 0u; e < LANES; e++) {
+                if (e % MAX_M < p.m) {
+                    partial[li * LANES + e] += partial[(li + stride) * LANES + e];
+                }
             }
         }
     }
     workgroupBarrier();
+    let parts = 1u;
+#endif
     if (li < p.m && r < p.rows) {
-        var t = partial[li];
+        // plane q of row li, summed over the parts
+        var sums: array<f32, PLANES>;
+        for (var i = 0u; i < parts; i++) {
+            for (var q = 0u; q < PLANES; q++) {
+                sums[q] += partial[i * LANES + q * MAX_M + li];
+            }
+        }
+        var t = sums[0];
+#if NORM
+        let inv_rms = inverseSqrt(sums[SS_PLANE] / f32(p.k) + p.eps);
+        t *= inv_rms;
+#if GATED
+        sums[UP_PLANE] *= inv_rms;
+#endif
+#endif
 #if ADD_C
         t += addend(li, p.n_off + r);
 #endif
+#if GATED
+#if SILU
+        t = silu(t) * sums[UP_PLANE];
+#else
+        t = gelu_tanh(t) * sums[UP_PLANE];
+#endif
+#endif
         ST(y, li * p.n + p.n_off + r, t);
     }
-#endif
 }

@@ -225,6 +225,13 @@ pub fn add(c: &mut Cases) {
         gated_matmul_case(c, ty, GateAct::Silu, 40, 37, 2900);
         matmul_case(c, ty, vec![50, 2050], 41);
     }
+    // few rows (the float matvec): its norm read and gated pass, with Gemma's offset and a
+    // residual (each variant of `norm_matmul_case`), odd k
+    for (i, ty) in FLOAT.into_iter().enumerate() {
+        for j in 0..4 {
+            norm_matmul_case(c, ty, (7, 45, 97), 4 * i + j);
+        }
+    }
 }
 
 /// The CPU reference rejects bad ids; the GPU writes zero rows for them and never reads

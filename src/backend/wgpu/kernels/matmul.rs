@@ -22,7 +22,7 @@ use super::{
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GpuContext, KernelSet};
 use crate::gguf::GgmlType;
-use crate::graph::{Node, Op, RowNorm};
+use crate::graph::{GateAct, Node, Op, RowNorm};
 use crate::{Error, Result};
 
 const SOURCE: &str = concat!(
@@ -31,6 +31,7 @@ const SOURCE: &str = concat!(
 );
 const QUANT_SOURCE: &str = concat!(
     include_str!("../../../../shaders/weight_decode.wgsl"),
+    include_str!("../../../../shaders/activation.wgsl"),
     include_str!("../../../../shaders/int_dot.wgsl"),
     include_str!("../../../../shaders/matmul_quant.wgsl")
 );
@@ -182,6 +183,19 @@ fn matmul_into(
     }
     let matvec = m <= MATVEC_MAX_M;
     let gemm = on_tiled_gemm(ctx, quant, m);
+    // the addend: [n] (a bias) or the output's shape (C_FULL)
+    let addend = addend.map(|c| (c.act(), c.shape() != [n]));
+    if matvec && !quant {
+        let mv = FloatMatvec {
+            dims: [m, n, k],
+            x: x.act(),
+            chunks,
+            define,
+            norm,
+            addend,
+        };
+        return mv.dispatches(ctx, None, output);
+    }
     let mut out = Vec::new();
     let normed;
     let (x, norm) = match norm {
@@ -193,8 +207,6 @@ fn matmul_into(
         }
         norm => (x.act(), norm.map(NormRead::fused)),
     };
-    // the fused addend: [n] (a bias) or the output's shape (C_FULL)
-    let addend = addend.map(|c| (c.act(), c.shape() != [n]));
     let add_c = |v: Variant| {
         v.define("ADD_C", addend.is_some())
             .define("C_FULL", addend.is_some_and(|a| a.1))
@@ -323,6 +335,17 @@ pub(super) fn gated_matmul(
             .iter()
             .zip(up_chunks.iter())
             .all(|(g, u)| (g.row_start, g.rows) == (u.row_start, u.rows));
+    if !quant && m <= MATVEC_MAX_M && dtype == up_dtype && same_chunks {
+        let mv = FloatMatvec {
+            dims: [m, n, k],
+            x: x.act(),
+            chunks,
+            define,
+            norm,
+            addend: None,
+        };
+        return mv.dispatches(ctx, Some((up_chunks, act)), bufs.output);
+    }
     let fused = on_tiled_gemm(ctx, quant, m) && dtype == up_dtype && same_chunks;
     if fused {
         return chunks
@@ -360,4 +383,57 @@ pub(super) fn gated_matmul(
         bufs.output,
     )?);
     Ok(out)
+}
+
+/// A float-weight product of few rows (M <= [`MATVEC_MAX_M`]) on `matvec`, with its norm
+/// read (the rows normalised as they are read) and, gated, both weights in one pass.
+struct FloatMatvec<'a> {
+    dims: [usize; 3],
+    x: Bind<'a>,
+    chunks: &'a [Chunk],
+    define: &'static str,
+    norm: Option<NormRead<'a>>,
+    addend: Option<(Bind<'a>, bool)>,
+}
+
+impl FloatMatvec<'_> {
+    /// One dispatch a weight chunk; `up`: a gated product's up weight (the same chunking)
+    /// and activation.
+    fn dispatches(
+        &self,
+        ctx: &GpuContext,
+        up: Option<(&[Chunk], GateAct)>,
+        output: Bind,
+    ) -> Result<Vec<Dispatch>> {
+        let [m, n, k] = self.dims;
+        let v = Variant::new("matmul_quant", QUANT_SOURCE, "matvec")
+            .define(self.define, true)
+            .define("SUBGROUPS", ctx.caps.subgroups)
+            .define("NORM", self.norm.is_some())
+            .define("GATED", up.is_some())
+            .define("SILU", matches!(up, Some((_, GateAct::Silu))))
+            .define("ADD_C", self.addend.is_some())
+            .define("C_FULL", self.addend.is_some_and(|a| a.1));
+        let (eps, offset) = self
+            .norm
+            .map_or((0.0, 0.0), |r| (r.norm.eps, r.norm.offset));
+        let mut out = Vec::with_capacity(self.chunks.len());
+        for (i, c) in self.chunks.iter().enumerate() {
+            let params = [
+                u32_of(m, "M")?,
+                u32_of(n, "N")?,
+                u32_of(k, "K")?,
+                u32_of(c.row_start, "row offset")?,
+                u32_of(c.rows, "rows")?,
+                eps.to_bits(),
+                offset.to_bits(),
+            ];
+            let mut b = vec![(1, self.x), (2, Bind::f32(&c.buffer)), (3, output)];
+            b.extend(self.addend.map(|a| (6, a.0)));
+            b.extend(up.map(|(u, _)| (7, Bind::f32(&u[i].buffer))));
+            b.extend(self.norm.map(|r| (8, r.gain)));
+            out.push(dispatch(ctx, &v, &params, &b, grid_1d(ctx, c.rows, 1))?);
+        }
+        Ok(out)
+    }
 }
