@@ -91,7 +91,9 @@ pub(super) fn decode_values(bytes: &[u8], dtype: ActDtype, n: usize) -> Vec<f32>
 #[cfg(test)]
 mod tests {
     use super::store_dtypes;
-    use crate::backend::ActDtype::{Bf16, F32};
+    use crate::backend::wgpu::{Api, Caps, WgpuBackend, WgpuOptions};
+    use crate::backend::ActDtype::{self, Bf16, F32};
+    use crate::backend::Backend;
     use crate::graph::GraphBuilder;
     use crate::ops::{RopeConfig, RopeMode};
     use crate::Tensor;
@@ -128,5 +130,71 @@ mod tests {
             assert_eq!(s[act.index()], Bf16, "node {}", act.index());
         }
         assert_eq!(s[t.index()], F32);
+    }
+
+    /// 16-bit activations halve the planned activation bytes and the readback, keep ids
+    /// exact (an embedding's ids stay f32), and f16 without shader-f16 is a clear error.
+    #[test]
+    fn activation_dtype_sets_what_is_stored() {
+        let b = WgpuBackend::new(Api::Vulkan).expect("a Vulkan adapter (lavapipe in CI)");
+        let weights: HashMap<String, Tensor<'static>> = [(
+            "t".to_owned(),
+            Tensor::from_f32(
+                vec![300, 4],
+                (0..1200).map(|i| i as f32 / 7.0).collect::<Vec<_>>(),
+            )
+            .unwrap(),
+        )]
+        .into();
+        let mut g = GraphBuilder::new(&weights);
+        let ids = g.input("ids", &[6]);
+        let t = g.stored_weight("t").unwrap();
+        let e = g.embedding(t, ids).unwrap();
+        let y = g.scale(e, 0.5);
+        let graph = g.build(&[y]).unwrap();
+        let ids_t = Tensor::from_f32(vec![6], vec![299.0, 0.0, 257.0, 3.0, 1.0, 2.0]).unwrap();
+        let run = |act: ActDtype| {
+            let opts = WgpuOptions {
+                act_dtype: act,
+                ..b.options()
+            };
+            let mut exe = b.reconfigured(opts).compile(&graph, &weights).unwrap();
+            let out = exe.run(&[("ids", &ids_t)]).unwrap()[0]
+                .to_vec_f32()
+                .unwrap();
+            (out, exe.stats())
+        };
+        let (f32_out, f32_stats) = run(ActDtype::F32);
+        let (bf16_out, bf16_stats) = run(ActDtype::Bf16);
+        let stores = store_dtypes(&graph, ActDtype::Bf16);
+        assert_eq!(stores[ids.index()], ActDtype::F32, "ids stay exact");
+        assert_eq!(stores[y.index()], ActDtype::Bf16);
+        // rows 299 and 257 of the table: bf16 holds 256 exactly, so exact ids pick them
+        for (a, b) in f32_out.iter().zip(&bf16_out) {
+            assert!((a - b).abs() <= a.abs() / 256.0, "{a} vs {b}");
+        }
+        assert_eq!(f32_out[0], 299.0 * 4.0 / 7.0 * 0.5);
+        assert_eq!(bf16_stats.runs.d2h_bytes * 2, f32_stats.runs.d2h_bytes);
+        assert!(bf16_stats.peak_activation_bytes < f32_stats.peak_activation_bytes);
+
+        let no_f16 = WgpuBackend::with_caps(
+            Api::Vulkan,
+            Caps {
+                f16: false,
+                ..Caps::ALL
+            },
+        )
+        .unwrap();
+        let opts = WgpuOptions {
+            act_dtype: ActDtype::F16,
+            ..no_f16.options()
+        };
+        let e = no_f16
+            .reconfigured(opts)
+            .compile(&graph, &weights)
+            .err()
+            .expect("f16 activations need shader-f16")
+            .to_string();
+        assert!(e.contains("shader-f16") && e.contains("bf16"), "{e}");
     }
 }

@@ -1,5 +1,5 @@
-//! `x @ w^T` with f32 activations and F32 / F16 / BF16 or Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1
-//! weights. A weight split into row chunks gets one dispatch per chunk, each writing its
+//! `x @ w^T` with f32 / f16 / bf16 activations and F32 / F16 / BF16 or Q8_0 / Q4_0 / Q4_1 /
+//! Q5_0 / Q5_1 weights. A weight split into row chunks gets one dispatch per chunk, each writing its
 //! columns.
 //!
 //! - float weights, M > 16: the tiled GEMM (`gemm.rs`, `shaders/gemm_tiled.wgsl`:
@@ -12,7 +12,8 @@
 //!   portable kernel set, `gemm_q` (the same arithmetic on workgroup-memory tiles, weight
 //!   blocks decoded once per workgroup) with the GPU one;
 //! - M <= 16, any weight type: the `matvec` entry of `matmul_quant.wgsl`, one workgroup
-//!   per weight row splitting K, reduced with subgroups when `caps.subgroups`.
+//!   per weight row splitting K, reduced with subgroups when `caps.subgroups`; with float
+//!   weights it reads a norm and runs a gated pair itself ([`FloatMatvec`]).
 
 use super::gemm::Gemm;
 use super::norm::rms_norm_into;
@@ -165,8 +166,8 @@ impl<'a> NormRead<'a> {
 }
 
 /// `x @ w^T (+ addend)` into `output`, x's rows RMS-normalised first with `norm`: by the
-/// tiled GEMM as it reads them, otherwise into scratch by the norm kernel
-/// ([`NormRead::rows`]).
+/// tiled GEMM or the float matvec as they read them, otherwise into scratch by the norm
+/// kernel ([`NormRead::rows`]).
 fn matmul_into(
     ctx: &GpuContext,
     x: &TensorBuf,
