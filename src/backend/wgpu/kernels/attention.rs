@@ -303,25 +303,25 @@ fn gemm_attention(
     let allowed =
         (mask == AttentionMask::Allowed).then(|| bufs.inputs[bufs.inputs.len() - 1].act());
     let mut out = Vec::new();
-    // keys and values: read by the GEMM as its raw B operand, decoded by their dtype
-    let kv_dtype = bufs.inputs[1].act().dtype;
-    let b_define = match kv_dtype {
-        ActDtype::F32 => "W_F32",
-        ActDtype::F16 => "W_F16",
-        ActDtype::Bf16 => "W_BF16",
-    };
+    // keys and values: each the GEMM's raw B operand, decoded by its dtype (a second part
+    // is copied after the first, into the first's dtype)
+    let (k_dtype, v_dtype) = (bufs.inputs[1].act().dtype, bufs.inputs[2].act().dtype);
     let (mut keys, mut values) = (
         bufs.inputs[1].act().buffer.clone(),
         bufs.inputs[2].act().buffer.clone(),
     );
     if node.kv_parts() == 2 {
-        for (slot, first, width, joined) in [(1, 1, d, &mut keys), (2, 2, dv, &mut values)] {
-            let bytes = kv_dtype.size() * sk * hkv * width;
+        let kv = [
+            (1, 1, d, k_dtype, &mut keys),
+            (2, 2, dv, v_dtype, &mut values),
+        ];
+        for (slot, first, width, dtype, joined) in kv {
+            let bytes = dtype.size() * sk * hkv * width;
             *joined = bufs.scratch.get_slot(ctx, slot, bytes as u64);
             let n0 = sk0 * hkv * width;
             let parts = [(first, 0, n0), (first + 2, n0, (sk - sk0) * hkv * width)];
             for (input, at, n) in parts {
-                let (src, dst) = (bufs.inputs[input].act(), Bind::of(joined, kv_dtype));
+                let (src, dst) = (bufs.inputs[input].act(), Bind::of(joined, dtype));
                 out.extend(super::copy::copy_into(ctx, node, src, dst, n, at)?);
             }
         }
@@ -338,7 +338,7 @@ fn gemm_attention(
         lda: hq * d,
         ldb: hkv * d,
         group,
-        b_define,
+        b_define: decoder_define(k_dtype),
         b_kn: false,
         scores: Some((scale, causal, allowed)),
         addend: None,
@@ -362,7 +362,7 @@ fn gemm_attention(
         lda: sk,
         ldb: hkv * dv,
         group,
-        b_define,
+        b_define: decoder_define(v_dtype),
         b_kn: true,
         scores: None,
         addend: None,
@@ -378,6 +378,15 @@ fn gemm_attention(
     out.push(softmax);
     out.extend(pv);
     Ok(out)
+}
+
+/// The weight decoder (`weight_decode.wgsl`) that reads activations stored in `dtype`.
+fn decoder_define(dtype: ActDtype) -> &'static str {
+    match dtype {
+        ActDtype::F32 => "W_F32",
+        ActDtype::F16 => "W_F16",
+        ActDtype::Bf16 => "W_BF16",
+    }
 }
 
 #[cfg(test)]
