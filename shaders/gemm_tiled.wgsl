@@ -58,16 +58,14 @@ struct Params {
 #endif
 #if SPLIT_K
 @group(0) @binding(9) var<storage, read_write> part: array<f32>;
-#endif
+// blocks of partial products in `part` before the row sums of squares
 #if GATED
-@group(0) @binding(7) var<storage, read> w2: array<u32>;
-
-fn load_w2(e: u32) -> f32 {
-    return float_at(w2[e >> W_SHIFT], e);
-}
+const PRODUCTS: u32 = 2u;
+#else
+const PRODUCTS: u32 = 1u;
 #endif
-
-// load_w comes from weight_decode.wgsl (prepended).
+#endif
+// load_w and (GATED) load_w2 come from weight_decode.wgsl (prepended).
 
 #if TILE_S
 const WG_Y: u32 = 4u;
@@ -237,28 +235,9 @@ fn gemm_tiled(
 #endif
 #if SPLIT_K
     let plane = p.m * p.rows;
-    for (var i = 0u; i < TM; i++) {
-        let m = m_base + lid.y + WG_Y * i;
-        if (m >= p.m) {
-            break;
-        }
-        for (var j = 0u; j < TN; j++) {
-            let n = n_base + lid.x + WG_X * j;
-            if (n < p.rows) {
-                part[wg.z * plane + m * p.rows + n] = acc[i][j];
-#if GATED
-                part[(p.splits + wg.z) * plane + m * p.rows + n] = acc2[i][j];
-#endif
-            }
-        }
-    }
 #if NORM
     if (wg.x == 0u && t < BM && m_base + t < p.m) {
-#if GATED
-        part[2u * p.splits * plane + wg.z * p.m + m_base + t] = ss;
-#else
-        part[p.splits * plane + wg.z * p.m + m_base + t] = ss;
-#endif
+        part[PRODUCTS * p.splits * plane + wg.z * p.m + m_base + t] = ss;
     }
 #endif
 #else
@@ -269,6 +248,7 @@ fn gemm_tiled(
     workgroupBarrier();
 #endif
     let c_base = wg.z * p.c_batch;
+#endif
     for (var i = 0u; i < TM; i++) {
         let m = m_base + lid.y + WG_Y * i;
         if (m >= p.m) {
@@ -277,6 +257,13 @@ fn gemm_tiled(
         for (var j = 0u; j < TN; j++) {
             let n = n_base + lid.x + WG_X * j;
             if (n < p.rows) {
+#if SPLIT_K
+                // raw sums; gemm_combine runs the epilogue
+                part[wg.z * plane + m * p.rows + n] = acc[i][j];
+#if GATED
+                part[(p.splits + wg.z) * plane + m * p.rows + n] = acc2[i][j];
+#endif
+#else
                 var v = acc[i][j];
 #if SCORES
                 v *= p.scale;
@@ -302,17 +289,13 @@ fn gemm_tiled(
                 v += addend(m, p.n_off + n);
 #endif
 #if GATED
-#if SILU
-                v = silu(v) * acc2[i][j];
-#else
-                v = gelu_tanh(v) * acc2[i][j];
-#endif
+                v = gated_act(v, acc2[i][j]);
 #endif
                 ST(y, c_base + m * p.n + p.n_off + n, v);
+#endif
             }
         }
     }
-#endif
 }
 
 #if SPLIT_K
@@ -338,11 +321,7 @@ fn gemm_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     }
 #endif
 #if NORM
-#if GATED
-    let ss_at = 2u * p.splits * plane;
-#else
-    let ss_at = p.splits * plane;
-#endif
+    let ss_at = PRODUCTS * p.splits * plane;
     var ss = 0.0;
     for (var z = 0u; z < p.splits; z++) {
         ss += part[ss_at + z * p.m + m];
@@ -357,11 +336,7 @@ fn gemm_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     v += addend(m, p.n_off + n);
 #endif
 #if GATED
-#if SILU
-    v = silu(v) * v2;
-#else
-    v = gelu_tanh(v) * v2;
-#endif
+    v = gated_act(v, v2);
 #endif
     ST(y, m * p.n + p.n_off + n, v);
 }

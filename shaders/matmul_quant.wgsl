@@ -38,13 +38,6 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> y: ACT;
 @group(0) @binding(4) var<storage, read_write> xq: array<u32>;
 @group(0) @binding(5) var<storage, read_write> xds: array<vec2<f32>>;
-#if GATED
-@group(0) @binding(7) var<storage, read> w2: array<u32>;
-
-fn load_w2(e: u32) -> f32 {
-    return float_at(w2[e >> W_SHIFT], e);
-}
-#endif
 #if NORM
 @group(0) @binding(8) var<storage, read> gain: ACT;
 #endif
@@ -269,21 +262,18 @@ fn gemm_q(
 // matvec's planes of partial sums a row of x: the product, with GATED the up product, with
 // NORM the row's sum of squares (float weights only).
 #if GATED
-const UP_PLANE: u32 = 1u;
+const UP_PLANES: u32 = 1u;
+#else
+const UP_PLANES: u32 = 0u;
+#endif
 #if NORM
-const PLANES: u32 = 3u;
+const SS_PLANES: u32 = 1u;
 #else
-const PLANES: u32 = 2u;
+const SS_PLANES: u32 = 0u;
 #endif
-#else
-const UP_PLANE: u32 = 0u;
-#if NORM
-const PLANES: u32 = 2u;
-#else
-const PLANES: u32 = 1u;
-#endif
-#endif
-const SS_PLANE: u32 = PLANES - 1u;
+const PLANES: u32 = 1u + UP_PLANES + SS_PLANES;
+const UP_PLANE: u32 = UP_PLANES;  // (GATED only)
+const SS_PLANE: u32 = PLANES - 1u; // (NORM only)
 const LANES: u32 = MAX_M * PLANES;
 
 var<workgroup> partial: array<f32, MV_WG * LANES>;
@@ -392,11 +382,7 @@ fn matvec(
         t += addend(li, p.n_off + r);
 #endif
 #if GATED
-#if SILU
-        t = silu(t) * sums[UP_PLANE];
-#else
-        t = gelu_tanh(t) * sums[UP_PLANE];
-#endif
+        t = gated_act(t, sums[UP_PLANE]);
 #endif
         ST(y, li * p.n + p.n_off + r, t);
     }

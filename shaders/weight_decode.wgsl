@@ -45,6 +45,15 @@ fn float_at(word: u32, e: u32) -> f32 {
 fn load_w(e: u32) -> f32 {
     return float_at(w[e >> W_SHIFT], e);
 }
+
+#if GATED
+// A gated product's second (up) weight, in w's dtype and chunking.
+@group(0) @binding(7) var<storage, read> w2: array<u32>;
+
+fn load_w2(e: u32) -> f32 {
+    return float_at(w2[e >> W_SHIFT], e);
+}
+#endif
 #endif
 
 #if QUANT
