@@ -32,6 +32,8 @@ struct Params {
     k: u32,
     n_off: u32,    // first column of this dispatch in C (first weight row of the chunk)
     rows: u32,     // columns computed here (weight rows in the chunk; B_KN: B's row stride)
+    n0: u32,       // OUT_PARTS: where y1's columns start (product_out.wgsl)
+    n01: u32,      // ... and y2's
     a_batch: u32,  // elements between batches of A, B and C
     b_batch: u32,
     c_batch: u32,
@@ -291,7 +293,7 @@ fn gemm_tiled(
 #if GATED
                 v = gated_act(v, acc2[i][j]);
 #endif
-                ST(y, c_base + m * p.n + p.n_off + n, v);
+                store_y(c_base, m, p.n_off + n, v);
 #endif
             }
         }
@@ -338,6 +340,6 @@ fn gemm_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
 #if GATED
     v = gated_act(v, v2);
 #endif
-    ST(y, m * p.n + p.n_off + n, v);
+    store_y(0u, m, p.n_off + n, v);
 }
 #endif

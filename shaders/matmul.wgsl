@@ -10,6 +10,8 @@ struct Params {
     k: u32,
     n_off: u32,   // first weight row of this chunk
     rows: u32,    // weight rows in this chunk
+    n0: u32,      // OUT_PARTS: where y1's columns start (product_out.wgsl)
+    n01: u32,     // ... and y2's
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -54,7 +56,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
 #if ADD_C
             v += addend(m, p.n_off + n);
 #endif
-            ST(y, m * p.n + p.n_off + n, v);
+            store_y(0u, m, p.n_off + n, v);
         }
     }
 }

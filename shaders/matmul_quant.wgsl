@@ -28,6 +28,8 @@ struct Params {
     k: u32,
     n_off: u32,   // first weight row of this chunk
     rows: u32,    // weight rows in this chunk
+    n0: u32,      // OUT_PARTS: where y1's columns start (product_out.wgsl)
+    n01: u32,     // ... and y2's
     eps: f32,     // matvec NORM
     offset: f32,
 }
@@ -167,7 +169,7 @@ fn matmul_q(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) 
 #if ADD_C
             v += addend(m, p.n_off + n);
 #endif
-            ST(y, m * p.n + p.n_off + n, v);
+            store_y(0u, m, p.n_off + n, v);
         }
     }
 }
@@ -252,7 +254,7 @@ fn gemm_q(
 #if ADD_C
                 v += addend(m, p.n_off + n);
 #endif
-                ST(y, m * p.n + p.n_off + n, v);
+                store_y(0u, m, p.n_off + n, v);
             }
         }
     }
@@ -384,6 +386,6 @@ fn matvec(
 #if GATED
         t = gated_act(t, sums[UP_PLANE]);
 #endif
-        ST(y, li * p.n + p.n_off + r, t);
+        store_y(0u, li, p.n_off + r, t);
     }
 }

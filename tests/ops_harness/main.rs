@@ -27,6 +27,7 @@ mod cases_gemm;
 #[cfg(feature = "ggml")]
 mod cases_ggml;
 mod cases_quant;
+mod cases_siblings;
 
 use std::collections::HashMap;
 use vla::backend::wgpu::{store_dtypes, Api, Caps, KernelSet, WgpuBackend, WgpuOptions};
@@ -135,6 +136,7 @@ fn all_cases() -> Vec<Case> {
     cases_basic::add_planner(&mut c);
     cases_attention::add(&mut c);
     cases_quant::add(&mut c);
+    cases_siblings::add(&mut c);
     cases_copy::add(&mut c);
     cases_foldquant::add(&mut c);
     c.list

@@ -2,9 +2,10 @@
 //! and running it.
 
 use super::act::{decode_values, encode_values, store_dtypes};
-use super::kernels::{self, Bind, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf};
-use super::repack;
+use super::kernels::{self, Bind, Chunk, Dispatch, NodeBuffers, OutParts, ScratchPool, TensorBuf};
+use super::siblings::{self, Fused};
 use super::timer::StageTimer;
+use super::upload::{storage, upload, upload_rows, write_words};
 use super::GpuContext;
 use crate::backend::{
     match_inputs, ActDtype, ExecStats, Executable, KernelTime, RunCounters, WeightStore,
@@ -22,6 +23,15 @@ enum Place {
         raw: Vec<Chunk>,
         f32: Option<wgpu::Buffer>,
     },
+}
+
+/// A node's part in fused sibling products (`siblings.rs`).
+#[derive(Clone, Copy, PartialEq)]
+enum Role {
+    /// Its dispatches compute group `k`'s products.
+    Leads(usize),
+    /// Its value is written by its group's first product's dispatches.
+    Follows,
 }
 
 /// Out-of-bounds guard: in debug builds (or with `VLA_WGPU_GUARD=1`) every activation slot
@@ -51,6 +61,8 @@ pub(crate) struct WgpuExecutable {
     timer: Option<StageTimer>,
     /// When profiling: per dispatch, the graph node it computes.
     profile_nodes: Option<Vec<usize>>,
+    /// Fused sibling products: the first's node, then the nodes its dispatches also compute.
+    siblings: Vec<Vec<usize>>,
     kernel_ms: Option<Vec<f32>>,
     stage_ms: Option<Vec<f32>>,
     /// (output node, staging buffer)
@@ -71,40 +83,6 @@ fn reads_raw(op: &Op, k: usize) -> bool {
             | (Op::Embedding, 0)
             | (Op::FqLinear(_), 1)
     )
-}
-
-fn storage(ctx: &GpuContext, label: &str, size: u64, extra: wgpu::BufferUsages) -> wgpu::Buffer {
-    ctx.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
-        size: size.max(4).next_multiple_of(4),
-        usage: wgpu::BufferUsages::STORAGE | extra,
-        mapped_at_creation: false,
-    })
-}
-
-fn upload(ctx: &GpuContext, label: &str, bytes: &[u8]) -> wgpu::Buffer {
-    // COPY_SRC: an f32 weight (through a reshape view) can be a graph output
-    let buf = storage(
-        ctx,
-        label,
-        bytes.len() as u64,
-        wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-    );
-    write_words(ctx, &buf, bytes);
-    buf
-}
-
-/// Writes `bytes` at the start of `buf` (wgpu writes whole 4-byte words: the last one is
-/// padded with zeros); returns the bytes written.
-fn write_words(ctx: &GpuContext, buf: &wgpu::Buffer, bytes: &[u8]) -> u64 {
-    let whole = bytes.len() / 4 * 4;
-    ctx.queue.write_buffer(buf, 0, &bytes[..whole]);
-    if whole < bytes.len() {
-        let mut tail = [0u8; 4];
-        tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
-        ctx.queue.write_buffer(buf, whole as u64, &tail);
-    }
-    bytes.len().next_multiple_of(4) as u64
 }
 
 impl WgpuExecutable {
@@ -134,11 +112,50 @@ impl WgpuExecutable {
             f32_use[o.0] = true; // read back as f32
         }
 
-        // Weights: upload once.
+        // Sibling products fused into one (siblings.rs): their weights and biases go up
+        // concatenated, not each on its own.
+        let groups = match ctx.options.fuse_siblings {
+            Some(false) => Vec::new(),
+            _ => siblings::find(graph),
+        };
         let mut weight_bytes = 0u64;
         let mut places: Vec<Option<Place>> = (0..nodes.len()).map(|_| None).collect();
+        let mut role: Vec<Option<Role>> = vec![None; nodes.len()];
+        // one upload for the groups of the same parameters (every denoising step's)
+        let mut fused: Vec<Fused> = Vec::new();
+        let mut fused_of: Vec<usize> = Vec::with_capacity(groups.len());
+        for (k, g) in groups.iter().enumerate() {
+            match groups[..k].iter().position(|h| h.params == g.params) {
+                Some(j) => fused_of.push(fused_of[j]),
+                None => {
+                    let (f, bytes) = g.upload(&ctx, graph, weights)?;
+                    weight_bytes += bytes;
+                    fused_of.push(fused.len());
+                    fused.push(f);
+                }
+            }
+            for &m in &g.members[1..] {
+                role[m] = Some(Role::Follows);
+            }
+            role[g.members[0]] = Some(Role::Leads(k));
+            for p in g
+                .params
+                .iter()
+                .flat_map(|&(w, b)| std::iter::once(w).chain(b))
+            {
+                places[p.0] = Some(Place::Weight {
+                    raw: Vec::new(),
+                    f32: None,
+                });
+            }
+        }
+
+        // Weights: upload once.
         for (i, n) in nodes.iter().enumerate() {
             let Op::Weight(name) = &n.op else { continue };
+            if places[i].is_some() {
+                continue; // a fused sibling's
+            }
             let t = graph.weight_data(weights, name)?;
             let mut raw = Vec::new();
             if raw_use[i] {
@@ -164,14 +181,26 @@ impl WgpuExecutable {
             places[i] = Some(Place::Weight { raw, f32 });
         }
 
-        // Activations: greedy best-fit reuse of slots freed after their last reader.
+        // Activations: greedy best-fit reuse of slots freed after their last reader, in the
+        // execution order (the graph's, fused siblings beside their first).
         // A reshape shares its input's slot (it is a view), extending its lifetime.
-        let last_use = graph.last_uses();
+        let order = siblings::order(nodes.len(), &groups);
+        let mut last_use: Vec<usize> = vec![0; nodes.len()];
+        for (at, &i) in order.iter().enumerate() {
+            last_use[i] = last_use[i].max(at);
+            for inp in &nodes[i].inputs {
+                last_use[inp.0] = at;
+            }
+        }
+        for o in graph.outputs() {
+            last_use[o.0] = usize::MAX;
+        }
         let mut slot_sizes: Vec<u64> = Vec::new();
         let mut refs: Vec<usize> = Vec::new(); // live nodes per slot
         let mut free: Vec<usize> = Vec::new();
         let mut slot_of: Vec<Option<usize>> = vec![None; nodes.len()];
-        for (i, n) in nodes.iter().enumerate() {
+        for (at, &i) in order.iter().enumerate() {
+            let n = &nodes[i];
             if places[i].is_some() {
                 continue;
             }
@@ -235,7 +264,7 @@ impl WgpuExecutable {
             // output is assigned, so an op never writes the buffer it reads).
             // An input listed twice (mul(x, x), concat([x, x])) releases once.
             for (k, inp) in n.inputs.iter().enumerate() {
-                if last_use[inp.0] == i && !n.inputs[..k].contains(inp) {
+                if last_use[inp.0] == at && !n.inputs[..k].contains(inp) {
                     if let Some(s) = slot_of[inp.0] {
                         refs[s] -= 1;
                         if refs[s] == 0 {
@@ -244,7 +273,7 @@ impl WgpuExecutable {
                     }
                 }
             }
-            if last_use[i] == i && !graph.outputs().contains(&NodeId(i)) {
+            if last_use[i] == at && !graph.outputs().contains(&NodeId(i)) {
                 // computed but never read: drop its reference at once (a dead reshape view
                 // must not pin its base's slot)
                 refs[slot] -= 1;
@@ -296,12 +325,15 @@ impl WgpuExecutable {
         let scratch = ScratchPool::default();
         let stage_nodes: Vec<usize> = graph.stages().iter().map(|s| s.1).collect();
         let mut stage_starts = Vec::with_capacity(stage_nodes.len());
-        for (i, n) in nodes.iter().enumerate() {
+        for &i in &order {
+            let n = &nodes[i];
             while stage_starts.len() < stage_nodes.len() && stage_nodes[stage_starts.len()] <= i {
                 stage_starts.push(dispatches.len());
             }
-            if matches!(n.op, Op::Input(_) | Op::Weight(_) | Op::Reshape(_)) {
-                continue;
+            if matches!(n.op, Op::Input(_) | Op::Weight(_) | Op::Reshape(_))
+                || role[i] == Some(Role::Follows)
+            {
+                continue; // (a fused sibling's output is written by its first's dispatches)
             }
             if let (Op::InputU8(_), Place::Slot(out)) = (&n.op, &places[i]) {
                 let usage = wgpu::BufferUsages::COPY_DST;
@@ -312,24 +344,42 @@ impl WgpuExecutable {
                 byte_inputs.push((NodeId(i), bytes));
                 continue;
             }
+            let lead = match role[i] {
+                Some(Role::Leads(k)) => Some((&groups[k], &fused[fused_of[k]])),
+                _ => None,
+            };
             let inputs = n
                 .inputs
                 .iter()
                 .enumerate()
-                .map(|(k, id)| {
-                    let raw = reads_raw(&n.op, k);
-                    tensor_buf(&places, &slots, graph, (*id, stores[id.0]), raw)
+                .map(|(k, id)| match lead {
+                    Some((_, f)) if k == 1 => Ok(f.weight()),
+                    Some((_, f)) if Some(*id) == n.addend() => Ok(f.bias()),
+                    _ => {
+                        let raw = reads_raw(&n.op, k);
+                        tensor_buf(&places, &slots, graph, (*id, stores[id.0]), raw)
+                    }
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let Place::Slot(out) = places[i] else {
-                unreachable!("activations have slots")
+            let out = |i: usize| match places[i] {
+                Place::Slot(s) => Bind::of(&slots[s], stores[i]),
+                Place::Weight { .. } => unreachable!("activations have slots"),
             };
             let bufs = NodeBuffers {
                 inputs,
-                output: Bind::of(&slots[out], stores[i]),
+                output: out(i),
                 scratch: &scratch,
             };
-            dispatches.extend(kernels::encode(&ctx, n, &bufs)?);
+            dispatches.extend(match lead {
+                Some((g, _)) => {
+                    let mut parts = OutParts::default();
+                    for (p, (&m, at)) in g.members[1..].iter().zip(g.starts()).enumerate() {
+                        parts.0[p] = Some((at, out(m)));
+                    }
+                    kernels::encode_siblings(&ctx, n, &bufs, parts)?
+                }
+                None => kernels::encode(&ctx, n, &bufs)?,
+            });
             dispatch_nodes.resize(dispatches.len(), i);
         }
         stage_starts.resize(stage_nodes.len(), dispatches.len());
@@ -372,6 +422,7 @@ impl WgpuExecutable {
             stage_starts,
             timer,
             profile_nodes,
+            siblings: groups.into_iter().map(|g| g.members).collect(),
             kernel_ms: None,
             stage_ms: None,
             readback,
@@ -429,50 +480,6 @@ fn tensor_buf<'a>(
             (false, None) => unreachable!("f32 copies are made for every f32 reader"),
         },
     })
-}
-
-/// Uploads a weight in its stored dtype, split into row ranges that each fit one binding;
-/// quantized blocks repacked into aligned codes and scales (`repack.rs`), so every decoder
-/// reads whole words inside the chunk.
-fn upload_rows(ctx: &GpuContext, name: &str, t: &Tensor, max_binding: u64) -> Result<Vec<Chunk>> {
-    let bytes = t.raw_bytes();
-    let rows = t.shape().first().copied().unwrap_or(1).max(1);
-    let row_bytes = bytes.len() / rows;
-    let ty = t.dtype();
-    // a row's bytes as uploaded
-    let blocks_a_row = row_bytes / ty.type_size().max(1);
-    let up_row_bytes = repack::packed_bytes(ty, blocks_a_row).unwrap_or(row_bytes);
-    // every chunk is a new buffer: its bytes, rounded up to a word
-    let rows_per_chunk = ((max_binding as usize).saturating_sub(4) / up_row_bytes.max(1)).max(1);
-    if up_row_bytes as u64 > max_binding {
-        return Err(Error::Gpu(format!(
-            "weight {name:?}: one row is {up_row_bytes} bytes, over the storage binding limit ({max_binding})"
-        )));
-    }
-    let mut chunks = Vec::new();
-    let mut start = 0;
-    while start < rows {
-        let n = rows_per_chunk.min(rows - start);
-        let chunk = &bytes[start * row_bytes..(start + n) * row_bytes];
-        let packed;
-        let chunk = match repack::code_words(ty) {
-            Some(_) => {
-                packed = repack::repack(ty, chunk);
-                &packed[..]
-            }
-            None => chunk,
-        };
-        let usage = wgpu::BufferUsages::COPY_DST;
-        let buffer = storage(ctx, name, chunk.len().next_multiple_of(4) as u64, usage);
-        write_words(ctx, &buffer, chunk);
-        chunks.push(Chunk {
-            buffer,
-            row_start: start,
-            rows: n,
-        });
-        start += n;
-    }
-    Ok(chunks)
 }
 
 impl Executable for WgpuExecutable {
@@ -614,21 +621,29 @@ impl Executable for WgpuExecutable {
             let k = stages.partition_point(|s| s.1 <= n);
             k.checked_sub(1).map_or("", |k| stages[k].0.as_str())
         };
+        // what a node's dispatches compute: it, and a fused group's other products
+        let computed = |n: usize| match self.siblings.iter().find(|g| g[0] == n) {
+            Some(g) => g.clone(),
+            None => vec![n],
+        };
         let times = nodes.iter().zip(ms).zip(&self.dispatches);
         let times = times.map(|((&n, &ms), d)| {
             let share = per_node[n] as f64;
+            let (mut flops, mut bytes) = (0, 0);
+            for m in computed(n) {
+                flops += self.graph.node_flops(m);
+                bytes += self
+                    .graph
+                    .node_bytes_by(m, |k| self.stores[k].size() as u64);
+            }
             KernelTime {
                 node: n,
                 stage: stage_of(n).to_owned(),
                 op: self.graph.nodes()[n].op.kind(),
                 kernel: d.kernel,
                 ms: f64::from(ms),
-                flops: self.graph.node_flops(n) as f64 / share,
-                bytes: self
-                    .graph
-                    .node_bytes_by(n, |k| self.stores[k].size() as u64)
-                    as f64
-                    / share,
+                flops: flops as f64 / share,
+                bytes: bytes as f64 / share,
             }
         });
         Some(times.collect())

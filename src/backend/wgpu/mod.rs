@@ -6,7 +6,9 @@ mod repack;
 pub use act::store_dtypes;
 mod kernels;
 mod shader;
+mod siblings;
 mod timer;
+mod upload;
 
 use super::{ActDtype, Backend, Executable, WeightStore};
 use crate::graph::Graph;
@@ -167,6 +169,11 @@ pub struct WgpuOptions {
     /// (default) or `Some(true)` where it applies, `Some(false)` never. Env:
     /// `VLA_WGPU_SPLIT_K=0` / `=1`.
     pub split_k: Option<bool>,
+    /// Sibling weight products (a layer's q, k and v projections: one input, one norm,
+    /// weights of one dtype) as one product over their weights concatenated at upload, one
+    /// dispatch writing each one's output: `None` (default) or `Some(true)`, `Some(false)`
+    /// one product each. Env: `VLA_WGPU_FUSE_SIBLINGS=0` / `=1`.
+    pub fuse_siblings: Option<bool>,
     /// How activations are stored between kernels (f16 needs the adapter's shader-f16;
     /// compiling refuses it otherwise). Env: `VLA_WGPU_ACT_DTYPE=f32|f16|bf16`.
     pub act_dtype: ActDtype,
@@ -175,13 +182,11 @@ pub struct WgpuOptions {
 impl WgpuOptions {
     /// Defaults overridden by the environment (`VLA_WGPU_FLASH_ATTN`, `VLA_WGPU_PROFILE`,
     /// `VLA_WGPU_KERNELS`, `VLA_WGPU_GEMM_TILE`, `VLA_WGPU_GEMM_VEC4`,
-    /// `VLA_WGPU_LOOP_BOUNDING`, `VLA_WGPU_SPLIT_K`, `VLA_WGPU_ACT_DTYPE`); an unknown value
+    /// `VLA_WGPU_LOOP_BOUNDING`, `VLA_WGPU_SPLIT_K`, `VLA_WGPU_FUSE_SIBLINGS`,
+    /// `VLA_WGPU_ACT_DTYPE`); an unknown value
     /// is an error.
     pub fn from_env() -> Result<Self> {
-        let flash_attn = std::env::var("VLA_WGPU_FLASH_ATTN")
-            .ok()
-            .filter(|v| !v.is_empty())
-            .map(|v| v != "0");
+        let flash_attn = env_switch("VLA_WGPU_FLASH_ATTN");
         Ok(WgpuOptions {
             flash_attn,
             profile: env_flag("VLA_WGPU_PROFILE"),
@@ -189,10 +194,8 @@ impl WgpuOptions {
             gemm_tile: env_choice("VLA_WGPU_GEMM_TILE", GemmTile::from_name)?,
             gemm_vec4: env_flag("VLA_WGPU_GEMM_VEC4"),
             loop_bounding: env_flag("VLA_WGPU_LOOP_BOUNDING"),
-            split_k: std::env::var("VLA_WGPU_SPLIT_K")
-                .ok()
-                .filter(|v| !v.is_empty())
-                .map(|v| v != "0"),
+            split_k: env_switch("VLA_WGPU_SPLIT_K"),
+            fuse_siblings: env_switch("VLA_WGPU_FUSE_SIBLINGS"),
             act_dtype: env_choice("VLA_WGPU_ACT_DTYPE", ActDtype::from_name)?.unwrap_or_default(),
         })
     }
@@ -237,6 +240,14 @@ fn env_choice<T>(name: &str, parse: fn(&str) -> Result<T>) -> Result<Option<T>> 
 
 fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// A switch whose default is decided elsewhere: unset or empty `None`, `0` off, else on.
+fn env_switch(name: &str) -> Option<bool> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(|v| v != "0")
 }
 
 impl WgpuBackend {

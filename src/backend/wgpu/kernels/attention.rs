@@ -348,6 +348,7 @@ fn gemm_attention(
         a: bufs.inputs[0].act(),
         b: &keys,
         c: Bind::f32(&s),
+        parts: Default::default(),
     }
     .dispatch(ctx)?;
     let softmax = super::norm::softmax_in_place(ctx, Bind::f32(&s), hq * sq, sk)?;
@@ -372,6 +373,7 @@ fn gemm_attention(
         a: Bind::f32(&s),
         b: &values,
         c: bufs.output,
+        parts: Default::default(),
     }
     .dispatch(ctx)?;
     out.extend(scores);

@@ -1,7 +1,7 @@
 //! The GPU-grade tiled GEMM (`shaders/gemm_tiled.wgsl`) shared by the float matmul and
 //! attention's two products under [`KernelSet::Gpu`](crate::backend::wgpu::KernelSet).
 
-use super::{dispatch, grid_1d, u32_of, Bind, Chunk, Dispatch, ScratchPool};
+use super::{dispatch, grid_1d, u32_of, Bind, Chunk, Dispatch, OutParts, ScratchPool};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GemmTile, GpuContext};
 use crate::graph::{GateAct, RowNorm};
@@ -10,6 +10,7 @@ use crate::Result;
 const SOURCE: &str = concat!(
     include_str!("../../../../shaders/weight_decode.wgsl"),
     include_str!("../../../../shaders/activation.wgsl"),
+    include_str!("../../../../shaders/product_out.wgsl"),
     include_str!("../../../../shaders/gemm_tiled.wgsl")
 );
 
@@ -102,6 +103,8 @@ pub(super) struct Gemm<'a> {
     /// names).
     pub b: &'a wgpu::Buffer,
     pub c: Bind<'a>,
+    /// Fused sibling products' further outputs (one batch only).
+    pub parts: OutParts<'a>,
 }
 
 impl<'a> Gemm<'a> {
@@ -135,6 +138,7 @@ impl<'a> Gemm<'a> {
             a,
             b: &chunk.buffer,
             c,
+            parts: OutParts::default(),
         }
     }
 
@@ -169,7 +173,10 @@ impl<'a> Gemm<'a> {
         let split = self.k_splits(ctx, tile);
         let gated = self.gated.is_some();
         let (scale, shift, mask) = self.scores.unwrap_or((1.0, None, None));
-        let v = Variant::new("gemm_tiled", SOURCE, "gemm_tiled")
+        let v = Variant::new("gemm_tiled", SOURCE, "gemm_tiled");
+        let v = self
+            .parts
+            .define(v)
             .define(self.b_define, true)
             .define(tile.define(), true)
             .define("B_KN", self.b_kn)
@@ -200,12 +207,15 @@ impl<'a> Gemm<'a> {
             .indices_proven();
         let shift = i32::try_from(shift.unwrap_or(0)).unwrap_or(i32::MAX);
         let [sa, sb, sc] = self.strides;
+        let [n0, n01] = self.parts.words(self.n)?;
         let params = [
             u32_of(self.m, "M")?,
             u32_of(self.n, "N")?,
             u32_of(self.k, "K")?,
             u32_of(self.n_off, "column offset")?,
             u32_of(self.rows, "rows")?,
+            n0,
+            n01,
             u32_of(sa, "A batch stride")?,
             u32_of(sb, "B batch stride")?,
             u32_of(sc, "C batch stride")?,
@@ -244,6 +254,7 @@ impl<'a> Gemm<'a> {
             let mut combine = Variant::new("gemm_tiled", SOURCE, "gemm_combine");
             combine.defines = v.defines.clone();
             let mut buffers = vec![(3, self.c), (9, Bind::f32(&part))];
+            buffers.extend(self.parts.bindings());
             if let Some((c, _)) = self.addend {
                 buffers.push((6, c));
             }
@@ -254,6 +265,7 @@ impl<'a> Gemm<'a> {
             ]);
         }
         let mut buffers = vec![(1, self.a), (2, Bind::f32(self.b)), (3, self.c)];
+        buffers.extend(self.parts.bindings());
         if let Some(m) = mask {
             buffers.push((4, m));
         }

@@ -18,7 +18,7 @@
 use super::gemm::Gemm;
 use super::norm::rms_norm_into;
 use super::{
-    dispatch, grid_1d, u32_of, Bind, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf,
+    dispatch, grid_1d, u32_of, Bind, Chunk, Dispatch, NodeBuffers, OutParts, ScratchPool, TensorBuf,
 };
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GpuContext, KernelSet};
@@ -28,12 +28,14 @@ use crate::{Error, Result};
 
 const SOURCE: &str = concat!(
     include_str!("../../../../shaders/weight_decode.wgsl"),
+    include_str!("../../../../shaders/product_out.wgsl"),
     include_str!("../../../../shaders/matmul.wgsl")
 );
 const QUANT_SOURCE: &str = concat!(
     include_str!("../../../../shaders/weight_decode.wgsl"),
     include_str!("../../../../shaders/activation.wgsl"),
     include_str!("../../../../shaders/int_dot.wgsl"),
+    include_str!("../../../../shaders/product_out.wgsl"),
     include_str!("../../../../shaders/matmul_quant.wgsl")
 );
 /// Output tile per workgroup: 8x8 threads, 4x4 outputs each.
@@ -63,11 +65,32 @@ pub(super) fn weight_define(dtype: GgmlType, what: &str) -> Result<(&'static str
     })
 }
 
-/// `buffers` plus the fused addend at binding 6, if any.
-fn with_addend<'b>(
+/// The matmul kernels' params for one weight chunk of an `[m, n, k]` product: `m, n, k,
+/// n_off, rows, n0, n01`, then `matmul_quant.wgsl`'s `eps, offset` (zero; the float matvec
+/// sets them): every word of the largest `Params`, which the uniform must cover.
+fn chunk_params([m, n, k]: [usize; 3], c: &Chunk, parts: OutParts) -> Result<[u32; 9]> {
+    let [n0, n01] = parts.words(n)?;
+    Ok([
+        u32_of(m, "M")?,
+        u32_of(n, "N")?,
+        u32_of(k, "K")?,
+        u32_of(c.row_start, "row offset")?,
+        u32_of(c.rows, "rows")?,
+        n0,
+        n01,
+        0,
+        0,
+    ])
+}
+
+/// `buffers` plus the output (and its parts) and the fused addend at binding 6, if any.
+fn with_outputs<'b>(
     mut buffers: Vec<(u32, Bind<'b>)>,
+    (output, parts): (Bind<'b>, OutParts<'b>),
     addend: Option<(Bind<'b>, bool)>,
 ) -> Vec<(u32, Bind<'b>)> {
+    buffers.push((3, output));
+    buffers.extend(parts.bindings());
     buffers.extend(addend.map(|a| (6, a.0)));
     buffers
 }
@@ -81,14 +104,22 @@ fn scratch(ctx: &GpuContext, label: &str, size: u64) -> wgpu::Buffer {
     })
 }
 
-pub(super) fn matmul(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
+/// [`Op::MatMul`]; with `parts`, the node leads fused sibling products: its weight (and
+/// bias) input is theirs concatenated, and the columns after its own go to `parts`.
+pub(super) fn matmul(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+    parts: OutParts,
+) -> Result<Vec<Dispatch>> {
     let Op::MatMul { norm } = node.op else {
         unreachable!("routed by encode")
     };
     let norm = norm.map(|n| NormRead::of(n, node, bufs));
     let addend = node.addend().map(|_| &bufs.inputs[bufs.inputs.len() - 1]);
     let (x, w) = (&bufs.inputs[0], &bufs.inputs[1]);
-    matmul_into(ctx, x, w, norm, addend, bufs.scratch, bufs.output)
+    let output = (bufs.output, parts);
+    matmul_into(ctx, x, w, norm, addend, bufs.scratch, output)
 }
 
 /// A weight's row chunks, dtype and the product's `[m, n, k]` with `x` (`[.., k]`).
@@ -165,9 +196,9 @@ impl<'a> NormRead<'a> {
     }
 }
 
-/// `x @ w^T (+ addend)` into `output`, x's rows RMS-normalised first with `norm`: by the
-/// tiled GEMM or the float matvec as they read them, otherwise into scratch by the norm
-/// kernel ([`NormRead::rows`]).
+/// `x @ w^T (+ addend)` into `output` (and its [`OutParts`]), x's rows RMS-normalised
+/// first with `norm`: by the tiled GEMM or the float matvec as they read them, otherwise
+/// into scratch by the norm kernel ([`NormRead::rows`]).
 fn matmul_into(
     ctx: &GpuContext,
     x: &TensorBuf,
@@ -175,7 +206,7 @@ fn matmul_into(
     norm: Option<NormRead>,
     addend: Option<&TensorBuf>,
     pool: &ScratchPool,
-    output: Bind,
+    (output, parts): (Bind, OutParts),
 ) -> Result<Vec<Dispatch>> {
     let (chunks, dtype, [m, n, k]) = product(x, w);
     let (define, quant) = weight_define(dtype, "matmul")?;
@@ -195,7 +226,7 @@ fn matmul_into(
             norm,
             addend,
         };
-        return mv.dispatches(ctx, None, output);
+        return mv.dispatches(ctx, None, (output, parts));
     }
     let mut out = Vec::new();
     let normed;
@@ -209,18 +240,12 @@ fn matmul_into(
         norm => (x.act(), norm.map(NormRead::fused)),
     };
     let add_c = |v: Variant| {
-        v.define("ADD_C", addend.is_some())
+        parts
+            .define(v)
+            .define("ADD_C", addend.is_some())
             .define("C_FULL", addend.is_some_and(|a| a.1))
     };
-    let params = |c: &Chunk| -> Result<[u32; 5]> {
-        Ok([
-            u32_of(m, "M")?,
-            u32_of(n, "N")?,
-            u32_of(k, "K")?,
-            u32_of(c.row_start, "row offset")?,
-            u32_of(c.rows, "rows")?,
-        ])
-    };
+    let params = |c: &Chunk| chunk_params([m, n, k], c, parts);
     if gemm {
         let dims = [m, n, k];
         return chunks
@@ -230,6 +255,7 @@ fn matmul_into(
                     addend,
                     norm,
                     scratch: Some(pool),
+                    parts,
                     ..Gemm::weight_chunk(dims, c, define, x, output)
                 }
                 .dispatch(ctx)
@@ -241,8 +267,8 @@ fn matmul_into(
         let v = add_c(Variant::new("matmul", SOURCE, "matmul").define(define, true));
         for c in chunks.iter() {
             let grid = [c.rows.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1];
-            let b = vec![(1, x), (2, Bind::f32(&c.buffer)), (3, output)];
-            let buffers = with_addend(b, addend);
+            let b = vec![(1, x), (2, Bind::f32(&c.buffer))];
+            let buffers = with_outputs(b, (output, parts), addend);
             out.push(dispatch(ctx, &v, &params(c)?, &buffers, grid)?);
         }
         return Ok(out);
@@ -265,7 +291,18 @@ fn matmul_into(
         let blocks = m * k / 32;
         xq = scratch(ctx, "matmul xq", 32 * blocks as u64);
         xds = scratch(ctx, "matmul xds", 8 * blocks as u64);
-        let qp = [u32_of(m, "M")?, u32_of(n, "N")?, u32_of(k, "K")?, 0, 0];
+        // (the whole Params struct: the uniform must cover it)
+        let qp = [
+            u32_of(m, "M")?,
+            u32_of(n, "N")?,
+            u32_of(k, "K")?,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
         let grid = grid_1d(ctx, blocks, QUANTIZE_WG);
         out.push(dispatch(
             ctx,
@@ -305,8 +342,8 @@ fn matmul_into(
             [c.rows.div_ceil(tile.1) as u32, m.div_ceil(tile.0) as u32, 1]
         };
         let mut b = act.clone();
-        b.extend([(2, Bind::f32(&c.buffer)), (3, output)]);
-        let b = with_addend(b, addend);
+        b.push((2, Bind::f32(&c.buffer)));
+        let b = with_outputs(b, (output, parts), addend);
         out.push(dispatch(ctx, &v, &params(c)?, &b, grid)?);
     }
     Ok(out)
@@ -345,7 +382,8 @@ pub(super) fn gated_matmul(
             norm,
             addend: None,
         };
-        return mv.dispatches(ctx, Some((up_chunks, act)), bufs.output);
+        let output = (bufs.output, OutParts::default());
+        return mv.dispatches(ctx, Some((up_chunks, act)), output);
     }
     let fused = on_tiled_gemm(ctx, quant, m) && dtype == up_dtype && same_chunks;
     if fused {
@@ -373,8 +411,9 @@ pub(super) fn gated_matmul(
     // (the up product reads the rows the gate product normalised: `normed_rows`)
     let pool = bufs.scratch;
     let (gate, up) = (Bind::f32(&gate), Bind::f32(&up));
-    out.extend(matmul_into(ctx, x, wg, norm, None, pool, gate)?);
-    out.extend(matmul_into(ctx, x, wu, norm, None, pool, up)?);
+    let (gate_out, up_out) = ((gate, OutParts::default()), (up, OutParts::default()));
+    out.extend(matmul_into(ctx, x, wg, norm, None, pool, gate_out)?);
+    out.extend(matmul_into(ctx, x, wu, norm, None, pool, up_out)?);
     out.push(super::elementwise::gated(
         ctx,
         act,
@@ -404,10 +443,12 @@ impl FloatMatvec<'_> {
         &self,
         ctx: &GpuContext,
         up: Option<(&[Chunk], GateAct)>,
-        output: Bind,
+        (output, parts): (Bind, OutParts),
     ) -> Result<Vec<Dispatch>> {
         let [m, n, k] = self.dims;
-        let v = Variant::new("matmul_quant", QUANT_SOURCE, "matvec")
+        let v = Variant::new("matmul_quant", QUANT_SOURCE, "matvec");
+        let v = parts
+            .define(v)
             .define(self.define, true)
             .define("SUBGROUPS", ctx.caps.subgroups)
             .define("NORM", self.norm.is_some())
@@ -420,17 +461,10 @@ impl FloatMatvec<'_> {
             .map_or((0.0, 0.0), |r| (r.norm.eps, r.norm.offset));
         let mut out = Vec::with_capacity(self.chunks.len());
         for (i, c) in self.chunks.iter().enumerate() {
-            let params = [
-                u32_of(m, "M")?,
-                u32_of(n, "N")?,
-                u32_of(k, "K")?,
-                u32_of(c.row_start, "row offset")?,
-                u32_of(c.rows, "rows")?,
-                eps.to_bits(),
-                offset.to_bits(),
-            ];
-            let mut b = vec![(1, self.x), (2, Bind::f32(&c.buffer)), (3, output)];
-            b.extend(self.addend.map(|a| (6, a.0)));
+            let mut params = chunk_params([m, n, k], c, parts)?;
+            params[7..].copy_from_slice(&[eps.to_bits(), offset.to_bits()]);
+            let b = vec![(1, self.x), (2, Bind::f32(&c.buffer))];
+            let mut b = with_outputs(b, (output, parts), self.addend);
             b.extend(up.map(|(u, _)| (7, Bind::f32(&u[i].buffer))));
             b.extend(self.norm.map(|r| (8, r.gain)));
             out.push(dispatch(ctx, &v, &params, &b, grid_1d(ctx, c.rows, 1))?);

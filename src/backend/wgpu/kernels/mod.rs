@@ -60,6 +60,33 @@ impl<'a> Bind<'a> {
     }
 }
 
+/// The outputs after the first of sibling weight products fused into one (`siblings.rs`,
+/// `shaders/product_out.wgsl`): where each one's columns start in the fused product and its
+/// buffer. Empty for every other product.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct OutParts<'a>(pub [Option<(usize, Bind<'a>)>; 2]);
+
+impl<'a> OutParts<'a> {
+    /// The kernels' `n0, n01` for a product of `n` columns.
+    pub fn words(&self, n: usize) -> Result<[u32; 2]> {
+        let start = |k: usize| self.0[k].map_or(n, |p| p.0);
+        Ok([u32_of(start(0), "n0")?, u32_of(start(1), "n01")?])
+    }
+
+    pub fn define(&self, v: Variant) -> Variant {
+        v.define("OUT_PARTS", self.0[0].is_some())
+            .define("OUT_PARTS3", self.0[1].is_some())
+    }
+
+    /// The bindings `y1`, `y2` of the parts there are.
+    pub fn bindings(&self) -> impl Iterator<Item = (u32, Bind<'a>)> {
+        let [a, b] = self.0;
+        [(10, a), (11, b)]
+            .into_iter()
+            .filter_map(|(k, p)| p.map(|p| (k, p.1)))
+    }
+}
+
 /// A node input as the kernels see it.
 pub(crate) enum TensorBuf<'a> {
     /// An activation (or a weight as f32, converted at upload), contiguous row-major, in
@@ -254,6 +281,18 @@ pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
 
 pub(crate) use elementwise::widen_bytes;
 
+/// The dispatches of fused sibling products (`siblings.rs`): `node`, the first of them, with
+/// their weights (and biases) concatenated as its inputs, the other products' outputs as
+/// `parts`.
+pub(crate) fn encode_siblings(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+    parts: OutParts,
+) -> Result<Vec<Dispatch>> {
+    matmul::matmul(ctx, node, bufs, parts)
+}
+
 pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
     match &node.op {
         Op::Add | Op::Mul => elementwise::binary(ctx, node, bufs),
@@ -261,7 +300,7 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu | Op::Relu | Op::Gated(_) => {
             elementwise::unary(ctx, node, bufs)
         }
-        Op::MatMul { .. } => matmul::matmul(ctx, node, bufs),
+        Op::MatMul { .. } => matmul::matmul(ctx, node, bufs, OutParts::default()),
         Op::GatedMatMul { .. } => matmul::gated_matmul(ctx, node, bufs),
         Op::Bmm { .. } => bmm::bmm(ctx, node, bufs),
         Op::Softmax | Op::RmsNorm { .. } | Op::AdaRmsNorm { .. } | Op::LayerNorm { .. } => {

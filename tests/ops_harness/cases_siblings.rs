@@ -1,0 +1,126 @@
+//! Sibling products fused into one dispatch (the wgpu backend's `siblings.rs`): a layer's
+//! q, k and v projections of one input, through one norm or none, with biases or none,
+//! compared through their concatenation; and the structural fact that they fuse.
+
+use super::{gpu_backends, Cases, NMSE_MATMUL};
+use vla::backend::wgpu::{KernelSet, WgpuOptions};
+use vla::gguf::GgmlType;
+use vla::graph::{GraphBuilder, NodeId};
+
+/// `x` `[m, k]`, then per width of `ns` a product `x @ w_i^T (+ b_i)` (RMS-normalised rows
+/// with `norm`), concatenated along the columns.
+fn siblings(
+    g: &mut GraphBuilder,
+    (m, k): (usize, usize),
+    ns: &[usize],
+    norm: bool,
+    bias: bool,
+) -> vla::Result<NodeId> {
+    let x = g.input("x", &[m, k]);
+    let x = match norm {
+        true => {
+            let gain = g.input("gain", &[k]);
+            g.rms_norm(x, gain, 1e-6, 1.0)?
+        }
+        false => x,
+    };
+    let mut outs = Vec::new();
+    for i in 0..ns.len() {
+        let w = g.stored_weight(&format!("w{i}"))?;
+        outs.push(match bias {
+            true => {
+                let b = g.stored_weight(&format!("b{i}"))?;
+                g.matmul_add(x, w, b)?
+            }
+            false => g.matmul(x, w)?,
+        });
+    }
+    g.concat(&outs, 1)
+}
+
+pub fn add(c: &mut Cases) {
+    let shapes: [(usize, usize, &[usize]); 4] = [
+        (5, 64, &[40, 24, 24]),
+        (37, 96, &[33, 17, 70]),
+        (50, 512, &[96, 64, 40]), // deep enough to split K on the 16-row tile
+        (17, 64, &[48, 48]),
+    ];
+    let types = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+    ];
+    for (i, ty) in types.into_iter().enumerate() {
+        for (j, &(m, k, ns)) in shapes.iter().enumerate() {
+            let (norm, bias) = ((i + j) % 2 == 0, (i + j) % 3 == 1);
+            let mut weights = Vec::new();
+            for (n_i, &n) in ns.iter().enumerate() {
+                weights.push((["w0", "w1", "w2"][n_i], c.weight(&[n, k], ty)));
+                if bias {
+                    weights.push((["b0", "b1", "b2"][n_i], c.tensor(&[n])));
+                }
+            }
+            let mut inputs = vec![("x", c.tensor(&[m, k]))];
+            if norm {
+                inputs.push(("gain", c.tensor(&[k])));
+            }
+            let name = format!("sibling products {ty} m{m} k{k} n{ns:?} norm {norm} bias {bias}");
+            let ns = ns.to_vec();
+            let build = move |g: &mut GraphBuilder| siblings(g, (m, k), &ns, norm, bias);
+            let case = match ty.is_quantized() {
+                true => c.add_int_dot(name, weights, inputs, NMSE_MATMUL, build),
+                false => c.add(name, weights, inputs, NMSE_MATMUL, build),
+            };
+            case.kernel_sets = true;
+        }
+    }
+}
+
+/// Fusing is structural: three sibling products take one product's dispatches (plus the
+/// concatenation's), three with `fuse_siblings` off; products sharing a weight with
+/// another reader stay apart.
+#[test]
+fn sibling_products_fuse() {
+    use std::collections::HashMap;
+    use vla::backend::Backend;
+    use vla::Tensor;
+    let base = gpu_backends()
+        .into_iter()
+        .find(|b| b.is_default())
+        .expect("a backend");
+    let w = |n: usize| Tensor::from_f32(vec![n, 64], vec![0.5; n * 64]).unwrap();
+    let weights: HashMap<String, Tensor<'static>> = [
+        ("w0".to_owned(), w(40)),
+        ("w1".to_owned(), w(24)),
+        ("w2".to_owned(), w(24)),
+    ]
+    .into();
+    let dispatches = |kernels: KernelSet, fuse: bool, shared: bool| {
+        let mut g = GraphBuilder::new(&weights);
+        let mut out = siblings(&mut g, (50, 64), &[40, 24, 24], false, false).unwrap();
+        if shared {
+            // w1 read by a product of another input too
+            let y = g.input("y", &[3, 64]);
+            let w1 = g.weight("w1", &[24, 64]).unwrap();
+            let p = g.matmul(y, w1).unwrap();
+            let p = g.reshape(p, &[72]).unwrap();
+            let out2 = g.reshape(out, &[50 * 88]).unwrap();
+            out = g.concat(&[out2, p], 0).unwrap();
+        }
+        let graph = g.build(&[out]).unwrap();
+        let b = base.backend.reconfigured(WgpuOptions {
+            kernels: Some(kernels),
+            fuse_siblings: Some(fuse),
+            ..base.backend.options()
+        });
+        b.compile(&graph, &weights).unwrap().stats().dispatches
+    };
+    for kernels in [KernelSet::Portable, KernelSet::Gpu] {
+        // products, then the concatenation (one copy an input)
+        assert_eq!(dispatches(kernels, true, false), 1 + 3, "{kernels:?}");
+        assert_eq!(dispatches(kernels, false, false), 3 + 3, "{kernels:?}");
+        assert_eq!(dispatches(kernels, true, true), 4 + 3 + 2, "{kernels:?}");
+    }
+}
