@@ -156,7 +156,7 @@ warmup=2
 # at 32-530 GFLOP/s on an H200), gemmattn (attention as two GEMMs and a softmax instead of
 # the fused tiled flash kernel, VLA_WGPU_FLASH_ATTN=0), portable (the kernels for CPU
 # adapters); not by default: nofuse (each of a layer's q, k, v projections its own
-# product, VLA_WGPU_FUSE_SIBLINGS=0).
+# product, VLA_WGPU_FUSE_NODES=0).
 kernel_sets="${VLA_GPU_BENCH_KERNELS:-default f16 bf16 nosplit vec4 bounded gemmattn portable}"
 # A setting slower than this (ms a predict) gets 2 timed runs after 1 warm-up.
 slow_ms=2000
@@ -207,7 +207,7 @@ for m in "${models[@]}"; do
             default) run_one "$f" "$label" vulkan default ;;
             f16 | bf16) run_one "$f" "$label" vulkan "$k" "VLA_WGPU_ACT_DTYPE=$k" ;;
             nosplit) run_one "$f" "$label" vulkan nosplit VLA_WGPU_SPLIT_K=0 ;;
-            nofuse) run_one "$f" "$label" vulkan nofuse VLA_WGPU_FUSE_SIBLINGS=0 ;;
+            nofuse) run_one "$f" "$label" vulkan nofuse VLA_WGPU_FUSE_NODES=0 ;;
             bounded) run_one "$f" "$label" vulkan bounded VLA_WGPU_LOOP_BOUNDING=1 ;;
             vec4) run_one "$f" "$label" vulkan vec4 VLA_WGPU_GEMM_VEC4=1 ;;
             gemmattn) run_one "$f" "$label" vulkan gemmattn VLA_WGPU_FLASH_ATTN=0 ;;

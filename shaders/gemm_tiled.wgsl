@@ -34,6 +34,7 @@ struct Params {
     rows: u32,     // columns computed here (weight rows in the chunk; B_KN: B's row stride)
     n0: u32,       // OUT_PARTS: where y1's columns start (product_out.wgsl)
     n01: u32,      // ... and y2's
+    gate_off: u32, // C_GATE: the gate's first element (weight_decode.wgsl)
     a_batch: u32,  // elements between batches of A, B and C
     b_batch: u32,
     c_batch: u32,
@@ -288,7 +289,7 @@ fn gemm_tiled(
 #endif
 #endif
 #if ADD_C
-                v += addend(m, p.n_off + n);
+                v = add_c(m, p.n_off + n, v);
 #endif
 #if GATED
                 v = gated_act(v, acc2[i][j]);
@@ -335,7 +336,7 @@ fn gemm_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
 #endif
 #endif
 #if ADD_C
-    v += addend(m, p.n_off + n);
+    v = add_c(m, p.n_off + n, v);
 #endif
 #if GATED
     v = gated_act(v, v2);

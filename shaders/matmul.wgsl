@@ -12,6 +12,7 @@ struct Params {
     rows: u32,    // weight rows in this chunk
     n0: u32,      // OUT_PARTS: where y1's columns start (product_out.wgsl)
     n01: u32,     // ... and y2's
+    gate_off: u32, // C_GATE: the gate's first element (weight_decode.wgsl)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -54,7 +55,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
             if (n >= p.rows) { break; }
             var v = acc[i][j];
 #if ADD_C
-            v += addend(m, p.n_off + n);
+            v = add_c(m, p.n_off + n, v);
 #endif
             store_y(0u, m, p.n_off + n, v);
         }

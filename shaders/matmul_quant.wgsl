@@ -30,6 +30,7 @@ struct Params {
     rows: u32,    // weight rows in this chunk
     n0: u32,      // OUT_PARTS: where y1's columns start (product_out.wgsl)
     n01: u32,     // ... and y2's
+    gate_off: u32, // C_GATE: the gate's first element (weight_decode.wgsl)
     eps: f32,     // matvec NORM
     offset: f32,
 }
@@ -167,7 +168,7 @@ fn matmul_q(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) 
             if (n >= p.rows) { break; }
             var v = acc[i][j];
 #if ADD_C
-            v += addend(m, p.n_off + n);
+            v = add_c(m, p.n_off + n, v);
 #endif
             store_y(0u, m, p.n_off + n, v);
         }
@@ -252,7 +253,7 @@ fn gemm_q(
             if (n < p.rows) {
                 var v = acc[i][j];
 #if ADD_C
-                v += addend(m, p.n_off + n);
+                v = add_c(m, p.n_off + n, v);
 #endif
                 store_y(0u, m, p.n_off + n, v);
             }
@@ -381,7 +382,7 @@ fn matvec(
 #endif
 #endif
 #if ADD_C
-        t += addend(li, p.n_off + r);
+        t = add_c(li, p.n_off + r, t);
 #endif
 #if GATED
         t = gated_act(t, sums[UP_PLANE]);

@@ -7,15 +7,24 @@
 // quant_rows(chunk rows, blocks a row) first, which places the scales.
 
 #if ADD_C
-// The matmul's fused addend (Op::MatMul's third input), for output row m and column n of y
-// (all chunks): c[n], a bias, or c[m, n] with C_FULL. Uses the including file's `p.n`.
+// The matmul's fused addend (Op::MatMul's third input) added to the product v at output row
+// m and column n of y (all chunks): c[n], a bias, or c[m, n] with C_FULL; with C_GATE (and
+// C_FULL) c[m, n] + v * gate[p.gate_off + n], a gated residual (Op::AddGated taking the
+// product, fused by src/backend/wgpu/fuse.rs). Uses the including file's `p.n`, `p.gate_off`.
 @group(0) @binding(6) var<storage, read> c: ACT;
+#if C_GATE
+@group(0) @binding(12) var<storage, read> gate: ACT;
+#endif
 
-fn addend(m: u32, n: u32) -> f32 {
+fn add_c(m: u32, n: u32, v: f32) -> f32 {
 #if C_FULL
-    return LD(c, m * p.n + n);
+#if C_GATE
+    return LD(c, m * p.n + n) + v * LD(gate, p.gate_off + n);
 #else
-    return LD(c, n);
+    return v + LD(c, m * p.n + n);
+#endif
+#else
+    return v + LD(c, n);
 #endif
 }
 #endif

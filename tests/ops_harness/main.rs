@@ -23,11 +23,11 @@ mod cases_attention;
 mod cases_basic;
 mod cases_copy;
 mod cases_foldquant;
+mod cases_fused;
 mod cases_gemm;
 #[cfg(feature = "ggml")]
 mod cases_ggml;
 mod cases_quant;
-mod cases_siblings;
 
 use std::collections::HashMap;
 use vla::backend::wgpu::{store_dtypes, Api, Caps, KernelSet, WgpuBackend, WgpuOptions};
@@ -136,7 +136,7 @@ fn all_cases() -> Vec<Case> {
     cases_basic::add_planner(&mut c);
     cases_attention::add(&mut c);
     cases_quant::add(&mut c);
-    cases_siblings::add(&mut c);
+    cases_fused::add(&mut c);
     cases_copy::add(&mut c);
     cases_foldquant::add(&mut c);
     c.list

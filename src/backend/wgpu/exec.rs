@@ -2,8 +2,10 @@
 //! and running it.
 
 use super::act::{decode_values, encode_values, store_dtypes};
-use super::kernels::{self, Bind, Chunk, Dispatch, NodeBuffers, OutParts, ScratchPool, TensorBuf};
-use super::siblings::{self, Fused};
+use super::fuse::{self, Fused};
+use super::kernels::{
+    self, Bind, Chunk, Dispatch, MatmulFusion, NodeBuffers, OutParts, ScratchPool, TensorBuf,
+};
 use super::timer::StageTimer;
 use super::upload::{storage, upload, upload_rows, write_words};
 use super::GpuContext;
@@ -25,12 +27,14 @@ enum Place {
     },
 }
 
-/// A node's part in fused sibling products (`siblings.rs`).
+/// A node's part in what the executable fuses (`fuse.rs`).
 #[derive(Clone, Copy, PartialEq)]
 enum Role {
-    /// Its dispatches compute group `k`'s products.
+    /// Its dispatches compute sibling group `k`'s products.
     Leads(usize),
-    /// Its value is written by its group's first product's dispatches.
+    /// Its dispatches write the gated residual node `r` (and not its own value).
+    Gates(usize),
+    /// Its value is written by another node's dispatches.
     Follows,
 }
 
@@ -61,8 +65,8 @@ pub(crate) struct WgpuExecutable {
     timer: Option<StageTimer>,
     /// When profiling: per dispatch, the graph node it computes.
     profile_nodes: Option<Vec<usize>>,
-    /// Fused sibling products: the first's node, then the nodes its dispatches also compute.
-    siblings: Vec<Vec<usize>>,
+    /// Fused nodes (`fuse.rs`): each a node, then the nodes its dispatches also compute.
+    fused_nodes: Vec<Vec<usize>>,
     kernel_ms: Option<Vec<f32>>,
     stage_ms: Option<Vec<f32>>,
     /// (output node, staging buffer)
@@ -112,11 +116,15 @@ impl WgpuExecutable {
             f32_use[o.0] = true; // read back as f32
         }
 
-        // Sibling products fused into one (siblings.rs): their weights and biases go up
-        // concatenated, not each on its own.
-        let groups = match ctx.options.fuse_siblings {
-            Some(false) => Vec::new(),
-            _ => siblings::find(graph),
+        // Sibling products fused into one (fuse.rs): their weights and biases go up
+        // concatenated, not each on its own. Gated residuals written by their products.
+        let (groups, residuals) = match ctx.options.fuse_nodes {
+            Some(false) => (Vec::new(), Vec::new()),
+            _ => {
+                let groups = fuse::find(graph);
+                let residuals = fuse::gated_residuals(graph, &groups);
+                (groups, residuals)
+            }
         };
         let mut weight_bytes = 0u64;
         let mut places: Vec<Option<Place>> = (0..nodes.len()).map(|_| None).collect();
@@ -149,6 +157,15 @@ impl WgpuExecutable {
                 });
             }
         }
+        for r in &residuals {
+            role[r.product] = Some(Role::Gates(r.residual));
+            role[r.residual] = Some(Role::Follows);
+        }
+        let fused_nodes: Vec<Vec<usize>> = groups
+            .iter()
+            .map(|g| g.members.clone())
+            .chain(residuals.iter().map(|r| vec![r.product, r.residual]))
+            .collect();
 
         // Weights: upload once.
         for (i, n) in nodes.iter().enumerate() {
@@ -182,14 +199,27 @@ impl WgpuExecutable {
         }
 
         // Activations: greedy best-fit reuse of slots freed after their last reader, in the
-        // execution order (the graph's, fused siblings beside their first).
+        // execution order (the graph's, fused nodes beside the node computing them).
         // A reshape shares its input's slot (it is a view), extending its lifetime.
-        let order = siblings::order(nodes.len(), &groups);
+        let order = fuse::order(nodes.len(), &fused_nodes);
         let mut last_use: Vec<usize> = vec![0; nodes.len()];
         for (at, &i) in order.iter().enumerate() {
             last_use[i] = last_use[i].max(at);
             for inp in &nodes[i].inputs {
                 last_use[inp.0] = at;
+            }
+        }
+        // A fused node's dispatches read all its members' inputs while writing their
+        // outputs: none of those inputs may be released before the last member is placed.
+        let at: Vec<usize> = {
+            let mut at = vec![0; nodes.len()];
+            order.iter().enumerate().for_each(|(k, &i)| at[i] = k);
+            at
+        };
+        for f in &fused_nodes {
+            let end = at[*f.last().expect("a fused node and more")];
+            for inp in f.iter().flat_map(|&m| &nodes[m].inputs) {
+                last_use[inp.0] = last_use[inp.0].max(end);
             }
         }
         for o in graph.outputs() {
@@ -333,7 +363,7 @@ impl WgpuExecutable {
             if matches!(n.op, Op::Input(_) | Op::Weight(_) | Op::Reshape(_))
                 || role[i] == Some(Role::Follows)
             {
-                continue; // (a fused sibling's output is written by its first's dispatches)
+                continue; // (written by another node's dispatches)
             }
             if let (Op::InputU8(_), Place::Slot(out)) = (&n.op, &places[i]) {
                 let usage = wgpu::BufferUsages::COPY_DST;
@@ -365,20 +395,38 @@ impl WgpuExecutable {
                 Place::Slot(s) => Bind::of(&slots[s], stores[i]),
                 Place::Weight { .. } => unreachable!("activations have slots"),
             };
+            let act = |id: NodeId| {
+                tensor_buf(&places, &slots, graph, (id, stores[id.0]), false).map(|t| t.act())
+            };
+            let mut fusion = MatmulFusion::default();
+            let mut output = out(i);
+            if let Some((g, _)) = lead {
+                let mut parts = OutParts::default();
+                for (p, (&m, at)) in g.members[1..].iter().zip(g.starts()).enumerate() {
+                    parts.0[p] = Some((at, out(m)));
+                }
+                fusion.parts = parts;
+            }
+            if let Some(Role::Gates(r)) = role[i] {
+                let rn = &nodes[r];
+                let Op::AddGated { part } = rn.op else {
+                    unreachable!("fuse.rs gates AddGated nodes")
+                };
+                let width = rn.shape.last().copied().unwrap_or(0);
+                let (x, gate) = (act(rn.inputs[0])?, act(rn.inputs[2])?);
+                fusion.gated_residual = Some((x, gate, part * width));
+                output = out(r);
+            }
             let bufs = NodeBuffers {
                 inputs,
-                output: out(i),
+                output,
                 scratch: &scratch,
             };
-            dispatches.extend(match lead {
-                Some((g, _)) => {
-                    let mut parts = OutParts::default();
-                    for (p, (&m, at)) in g.members[1..].iter().zip(g.starts()).enumerate() {
-                        parts.0[p] = Some((at, out(m)));
-                    }
-                    kernels::encode_siblings(&ctx, n, &bufs, parts)?
+            dispatches.extend(match role[i] {
+                Some(Role::Leads(_) | Role::Gates(_)) => {
+                    kernels::encode_fused(&ctx, n, &bufs, fusion)?
                 }
-                None => kernels::encode(&ctx, n, &bufs)?,
+                _ => kernels::encode(&ctx, n, &bufs)?,
             });
             dispatch_nodes.resize(dispatches.len(), i);
         }
@@ -422,7 +470,7 @@ impl WgpuExecutable {
             stage_starts,
             timer,
             profile_nodes,
-            siblings: groups.into_iter().map(|g| g.members).collect(),
+            fused_nodes,
             kernel_ms: None,
             stage_ms: None,
             readback,
@@ -621,8 +669,8 @@ impl Executable for WgpuExecutable {
             let k = stages.partition_point(|s| s.1 <= n);
             k.checked_sub(1).map_or("", |k| stages[k].0.as_str())
         };
-        // what a node's dispatches compute: it, and a fused group's other products
-        let computed = |n: usize| match self.siblings.iter().find(|g| g[0] == n) {
+        // what a node's dispatches compute: it, and the nodes fused into it
+        let computed = |n: usize| match self.fused_nodes.iter().find(|g| g[0] == n) {
             Some(g) => g.clone(),
             None => vec![n],
         };

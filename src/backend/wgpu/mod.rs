@@ -4,9 +4,9 @@ mod act;
 mod exec;
 mod repack;
 pub use act::store_dtypes;
+mod fuse;
 mod kernels;
 mod shader;
-mod siblings;
 mod timer;
 mod upload;
 
@@ -169,11 +169,12 @@ pub struct WgpuOptions {
     /// (default) or `Some(true)` where it applies, `Some(false)` never. Env:
     /// `VLA_WGPU_SPLIT_K=0` / `=1`.
     pub split_k: Option<bool>,
-    /// Sibling weight products (a layer's q, k and v projections: one input, one norm,
-    /// weights of one dtype) as one product over their weights concatenated at upload, one
-    /// dispatch writing each one's output: `None` (default) or `Some(true)`, `Some(false)`
-    /// one product each. Env: `VLA_WGPU_FUSE_SIBLINGS=0` / `=1`.
-    pub fuse_siblings: Option<bool>,
+    /// Fusions across graph nodes (`fuse.rs`): sibling weight products (a layer's q, k and
+    /// v projections: one input, one norm, weights of one dtype) as one product over their
+    /// weights concatenated at upload, one dispatch writing each one's output; a gated
+    /// residual (pi0.5) written by the product it gates. `None` (default) or `Some(true)`;
+    /// `Some(false)` each node its own dispatches. Env: `VLA_WGPU_FUSE_NODES=0` / `=1`.
+    pub fuse_nodes: Option<bool>,
     /// How activations are stored between kernels (f16 needs the adapter's shader-f16;
     /// compiling refuses it otherwise). Env: `VLA_WGPU_ACT_DTYPE=f32|f16|bf16`.
     pub act_dtype: ActDtype,
@@ -182,7 +183,7 @@ pub struct WgpuOptions {
 impl WgpuOptions {
     /// Defaults overridden by the environment (`VLA_WGPU_FLASH_ATTN`, `VLA_WGPU_PROFILE`,
     /// `VLA_WGPU_KERNELS`, `VLA_WGPU_GEMM_TILE`, `VLA_WGPU_GEMM_VEC4`,
-    /// `VLA_WGPU_LOOP_BOUNDING`, `VLA_WGPU_SPLIT_K`, `VLA_WGPU_FUSE_SIBLINGS`,
+    /// `VLA_WGPU_LOOP_BOUNDING`, `VLA_WGPU_SPLIT_K`, `VLA_WGPU_FUSE_NODES`,
     /// `VLA_WGPU_ACT_DTYPE`); an unknown value
     /// is an error.
     pub fn from_env() -> Result<Self> {
@@ -195,7 +196,7 @@ impl WgpuOptions {
             gemm_vec4: env_flag("VLA_WGPU_GEMM_VEC4"),
             loop_bounding: env_flag("VLA_WGPU_LOOP_BOUNDING"),
             split_k: env_switch("VLA_WGPU_SPLIT_K"),
-            fuse_siblings: env_switch("VLA_WGPU_FUSE_SIBLINGS"),
+            fuse_nodes: env_switch("VLA_WGPU_FUSE_NODES"),
             act_dtype: env_choice("VLA_WGPU_ACT_DTYPE", ActDtype::from_name)?.unwrap_or_default(),
         })
     }

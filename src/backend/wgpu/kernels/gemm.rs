@@ -1,7 +1,7 @@
 //! The GPU-grade tiled GEMM (`shaders/gemm_tiled.wgsl`) shared by the float matmul and
 //! attention's two products under [`KernelSet::Gpu`](crate::backend::wgpu::KernelSet).
 
-use super::{dispatch, grid_1d, u32_of, Bind, Chunk, Dispatch, OutParts, ScratchPool};
+use super::{dispatch, grid_1d, u32_of, Addend, Bind, Chunk, Dispatch, OutParts, ScratchPool};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GemmTile, GpuContext};
 use crate::graph::{GateAct, RowNorm};
@@ -87,8 +87,8 @@ pub(super) struct Gemm<'a> {
     pub b_kn: bool,
     /// Attention scores: (scale, causal shift if causal, mask buffer if any).
     pub scores: Option<(f32, Option<i64>, Option<Bind<'a>>)>,
-    /// The fused addend (buffer, whether it has the output's shape rather than `[n]`).
-    pub addend: Option<(Bind<'a>, bool)>,
+    /// The fused addend.
+    pub addend: Option<Addend<'a>>,
     /// A gated FFN's up weight (B's dtype and chunking) and activation: C = act(A B^T) *
     /// (A B2^T). Not with `addend`, `scores` or `b_kn`.
     pub gated: Option<(&'a wgpu::Buffer, GateAct)>,
@@ -174,9 +174,7 @@ impl<'a> Gemm<'a> {
         let gated = self.gated.is_some();
         let (scale, shift, mask) = self.scores.unwrap_or((1.0, None, None));
         let v = Variant::new("gemm_tiled", SOURCE, "gemm_tiled");
-        let v = self
-            .parts
-            .define(v)
+        let v = Addend::define(self.addend, self.parts.define(v))
             .define(self.b_define, true)
             .define(tile.define(), true)
             .define("B_KN", self.b_kn)
@@ -190,8 +188,6 @@ impl<'a> Gemm<'a> {
             .define("GATED", gated)
             .define("SILU", matches!(self.gated, Some((_, GateAct::Silu))))
             .define("NORM", self.norm.is_some())
-            .define("ADD_C", self.addend.is_some())
-            .define("C_FULL", self.addend.is_some_and(|a| a.1))
             .define("SPLIT_K", split.is_some())
             // xs and ws are filled for the whole tile, then a barrier, then read
             .written_before_read()
@@ -200,7 +196,8 @@ impl<'a> Gemm<'a> {
             // are guarded by m < M, n < rows and kk < K, and the buffers hold what the
             // params say (A: batches x M rows of K, `lda` apart, from the node's shape; B:
             // a weight chunk of rows x K or attention's keys / values, `ldb` apart; C and
-            // the addend: the output, the mask: [M, N], the gain: [K], read at kk < K;
+            // the addend: the output (its gate: at gate_off + n < the modulation vector's
+            // length, fuse.rs checks), the mask: [M, N], the gain: [K], read at kk < K;
             // the row sums of squares by t < BM; SPLIT_K: k < min(K, (z + 1) k_chunk), and
             // the partial sums at z < splits, m < M, n < rows of a scratch buffer sized for
             // them). That saves a clamp per workgroup-memory read in the inner loop.
@@ -216,6 +213,7 @@ impl<'a> Gemm<'a> {
             u32_of(self.rows, "rows")?,
             n0,
             n01,
+            Addend::gate_off(self.addend)?,
             u32_of(sa, "A batch stride")?,
             u32_of(sb, "B batch stride")?,
             u32_of(sc, "C batch stride")?,
@@ -255,9 +253,7 @@ impl<'a> Gemm<'a> {
             combine.defines = v.defines.clone();
             let mut buffers = vec![(3, self.c), (9, Bind::f32(&part))];
             buffers.extend(self.parts.bindings());
-            if let Some((c, _)) = self.addend {
-                buffers.push((6, c));
-            }
+            buffers.extend(Addend::bindings(self.addend));
             let grid = grid_1d(ctx, plane, 256);
             return Ok(vec![
                 sums,
@@ -269,9 +265,7 @@ impl<'a> Gemm<'a> {
         if let Some(m) = mask {
             buffers.push((4, m));
         }
-        if let Some((c, _)) = self.addend {
-            buffers.push((6, c));
-        }
+        buffers.extend(Addend::bindings(self.addend));
         if let Some((up, _)) = self.gated {
             buffers.push((7, Bind::f32(up)));
         }

@@ -18,7 +18,8 @@
 use super::gemm::Gemm;
 use super::norm::rms_norm_into;
 use super::{
-    dispatch, grid_1d, u32_of, Bind, Chunk, Dispatch, NodeBuffers, OutParts, ScratchPool, TensorBuf,
+    dispatch, grid_1d, u32_of, Addend, Bind, Chunk, Dispatch, MatmulFusion, NodeBuffers, OutParts,
+    ScratchPool, TensorBuf,
 };
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GpuContext, KernelSet};
@@ -66,9 +67,14 @@ pub(super) fn weight_define(dtype: GgmlType, what: &str) -> Result<(&'static str
 }
 
 /// The matmul kernels' params for one weight chunk of an `[m, n, k]` product: `m, n, k,
-/// n_off, rows, n0, n01`, then `matmul_quant.wgsl`'s `eps, offset` (zero; the float matvec
-/// sets them): every word of the largest `Params`, which the uniform must cover.
-fn chunk_params([m, n, k]: [usize; 3], c: &Chunk, parts: OutParts) -> Result<[u32; 9]> {
+/// n_off, rows, n0, n01, gate_off`, then `matmul_quant.wgsl`'s `eps, offset` (zero; the
+/// float matvec sets them): every word of the largest `Params`, which the uniform must cover.
+fn chunk_params(
+    [m, n, k]: [usize; 3],
+    c: &Chunk,
+    parts: OutParts,
+    addend: Option<Addend>,
+) -> Result<[u32; 10]> {
     let [n0, n01] = parts.words(n)?;
     Ok([
         u32_of(m, "M")?,
@@ -78,20 +84,21 @@ fn chunk_params([m, n, k]: [usize; 3], c: &Chunk, parts: OutParts) -> Result<[u3
         u32_of(c.rows, "rows")?,
         n0,
         n01,
+        Addend::gate_off(addend)?,
         0,
         0,
     ])
 }
 
-/// `buffers` plus the output (and its parts) and the fused addend at binding 6, if any.
+/// `buffers` plus the output (and its parts) and the fused addend, if any.
 fn with_outputs<'b>(
     mut buffers: Vec<(u32, Bind<'b>)>,
     (output, parts): (Bind<'b>, OutParts<'b>),
-    addend: Option<(Bind<'b>, bool)>,
+    addend: Option<Addend<'b>>,
 ) -> Vec<(u32, Bind<'b>)> {
     buffers.push((3, output));
     buffers.extend(parts.bindings());
-    buffers.extend(addend.map(|a| (6, a.0)));
+    buffers.extend(Addend::bindings(addend));
     buffers
 }
 
@@ -104,21 +111,40 @@ fn scratch(ctx: &GpuContext, label: &str, size: u64) -> wgpu::Buffer {
     })
 }
 
-/// [`Op::MatMul`]; with `parts`, the node leads fused sibling products: its weight (and
-/// bias) input is theirs concatenated, and the columns after its own go to `parts`.
+/// [`Op::MatMul`], with what the executable fuses into it: sibling products (the node
+/// their first: its weight and bias inputs are theirs concatenated, the columns after its
+/// own go to `parts`) or a gated residual (the node has no addend; `bufs.output` is the
+/// residual's).
 pub(super) fn matmul(
     ctx: &GpuContext,
     node: &Node,
     bufs: &NodeBuffers,
-    parts: OutParts,
+    fusion: MatmulFusion,
 ) -> Result<Vec<Dispatch>> {
     let Op::MatMul { norm } = node.op else {
         unreachable!("routed by encode")
     };
     let norm = norm.map(|n| NormRead::of(n, node, bufs));
-    let addend = node.addend().map(|_| &bufs.inputs[bufs.inputs.len() - 1]);
     let (x, w) = (&bufs.inputs[0], &bufs.inputs[1]);
-    let output = (bufs.output, parts);
+    let n = w.shape()[0];
+    let addend = match (node.addend(), fusion.gated_residual) {
+        (None, Some((c, gate, off))) => Some(Addend {
+            c,
+            full: true,
+            gate: Some((gate, off)),
+        }),
+        (Some(_), None) => {
+            let c = &bufs.inputs[bufs.inputs.len() - 1];
+            Some(Addend {
+                c: c.act(),
+                full: c.shape() != [n],
+                gate: None,
+            })
+        }
+        (None, None) => None,
+        (Some(_), Some(_)) => unreachable!("fuse.rs gates only products without an addend"),
+    };
+    let output = (bufs.output, fusion.parts);
     matmul_into(ctx, x, w, norm, addend, bufs.scratch, output)
 }
 
@@ -204,7 +230,7 @@ fn matmul_into(
     x: &TensorBuf,
     w: &TensorBuf,
     norm: Option<NormRead>,
-    addend: Option<&TensorBuf>,
+    addend: Option<Addend>,
     pool: &ScratchPool,
     (output, parts): (Bind, OutParts),
 ) -> Result<Vec<Dispatch>> {
@@ -215,8 +241,6 @@ fn matmul_into(
     }
     let matvec = m <= MATVEC_MAX_M;
     let gemm = on_tiled_gemm(ctx, quant, m);
-    // the addend: [n] (a bias) or the output's shape (C_FULL)
-    let addend = addend.map(|c| (c.act(), c.shape() != [n]));
     if matvec && !quant {
         let mv = FloatMatvec {
             dims: [m, n, k],
@@ -239,13 +263,8 @@ fn matmul_into(
         }
         norm => (x.act(), norm.map(NormRead::fused)),
     };
-    let add_c = |v: Variant| {
-        parts
-            .define(v)
-            .define("ADD_C", addend.is_some())
-            .define("C_FULL", addend.is_some_and(|a| a.1))
-    };
-    let params = |c: &Chunk| chunk_params([m, n, k], c, parts);
+    let add_c = |v: Variant| Addend::define(addend, parts.define(v));
+    let params = |c: &Chunk| chunk_params([m, n, k], c, parts, addend);
     if gemm {
         let dims = [m, n, k];
         return chunks
@@ -292,17 +311,8 @@ fn matmul_into(
         xq = scratch(ctx, "matmul xq", 32 * blocks as u64);
         xds = scratch(ctx, "matmul xds", 8 * blocks as u64);
         // (the whole Params struct: the uniform must cover it)
-        let qp = [
-            u32_of(m, "M")?,
-            u32_of(n, "N")?,
-            u32_of(k, "K")?,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-        ];
+        let mut qp = [0; 10];
+        qp[..3].copy_from_slice(&[u32_of(m, "M")?, u32_of(n, "N")?, u32_of(k, "K")?]);
         let grid = grid_1d(ctx, blocks, QUANTIZE_WG);
         out.push(dispatch(
             ctx,
@@ -433,7 +443,7 @@ struct FloatMatvec<'a> {
     chunks: &'a [Chunk],
     define: &'static str,
     norm: Option<NormRead<'a>>,
-    addend: Option<(Bind<'a>, bool)>,
+    addend: Option<Addend<'a>>,
 }
 
 impl FloatMatvec<'_> {
@@ -447,22 +457,19 @@ impl FloatMatvec<'_> {
     ) -> Result<Vec<Dispatch>> {
         let [m, n, k] = self.dims;
         let v = Variant::new("matmul_quant", QUANT_SOURCE, "matvec");
-        let v = parts
-            .define(v)
+        let v = Addend::define(self.addend, parts.define(v))
             .define(self.define, true)
             .define("SUBGROUPS", ctx.caps.subgroups)
             .define("NORM", self.norm.is_some())
             .define("GATED", up.is_some())
-            .define("SILU", matches!(up, Some((_, GateAct::Silu))))
-            .define("ADD_C", self.addend.is_some())
-            .define("C_FULL", self.addend.is_some_and(|a| a.1));
+            .define("SILU", matches!(up, Some((_, GateAct::Silu))));
         let (eps, offset) = self
             .norm
             .map_or((0.0, 0.0), |r| (r.norm.eps, r.norm.offset));
         let mut out = Vec::with_capacity(self.chunks.len());
         for (i, c) in self.chunks.iter().enumerate() {
-            let mut params = chunk_params([m, n, k], c, parts)?;
-            params[7..].copy_from_slice(&[eps.to_bits(), offset.to_bits()]);
+            let mut params = chunk_params([m, n, k], c, parts, self.addend)?;
+            params[8..].copy_from_slice(&[eps.to_bits(), offset.to_bits()]);
             let b = vec![(1, self.x), (2, Bind::f32(&c.buffer))];
             let mut b = with_outputs(b, (output, parts), self.addend);
             b.extend(up.map(|(u, _)| (7, Bind::f32(&u[i].buffer))));

@@ -60,7 +60,7 @@ impl<'a> Bind<'a> {
     }
 }
 
-/// The outputs after the first of sibling weight products fused into one (`siblings.rs`,
+/// The outputs after the first of sibling weight products fused into one (`fuse.rs`,
 /// `shaders/product_out.wgsl`): where each one's columns start in the fused product and its
 /// buffer. Empty for every other product.
 #[derive(Clone, Copy, Default)]
@@ -85,6 +85,49 @@ impl<'a> OutParts<'a> {
             .into_iter()
             .filter_map(|(k, p)| p.map(|p| (k, p.1)))
     }
+}
+
+/// A matmul's fused addend (`weight_decode.wgsl`'s `add_c`): `c`, `[n]` (a bias) or with
+/// `full` the output's shape (a residual), added to the product; with `gate` (the buffer
+/// and its first element read) the product is scaled by `gate[off + column]` first: a gated
+/// residual `c + y * gate` (`Op::AddGated` fused into the product of `y`, `fuse.rs`).
+#[derive(Clone, Copy)]
+pub(crate) struct Addend<'a> {
+    pub c: Bind<'a>,
+    pub full: bool,
+    pub gate: Option<(Bind<'a>, usize)>,
+}
+
+impl<'a> Addend<'a> {
+    /// The template defines of `addend` (none: `ADD_C` off).
+    pub fn define(addend: Option<Self>, v: Variant) -> Variant {
+        v.define("ADD_C", addend.is_some())
+            .define("C_FULL", addend.is_some_and(|a| a.full))
+            .define("C_GATE", addend.is_some_and(|a| a.gate.is_some()))
+    }
+
+    /// The kernels' `gate_off`.
+    pub fn gate_off(addend: Option<Self>) -> Result<u32> {
+        u32_of(
+            addend.and_then(|a| a.gate).map_or(0, |g| g.1),
+            "gate offset",
+        )
+    }
+
+    /// The bindings `c` and `gate`.
+    pub fn bindings(addend: Option<Self>) -> impl Iterator<Item = (u32, Bind<'a>)> {
+        let gate = addend.and_then(|a| a.gate).map(|g| (12, g.0));
+        addend.map(|a| (6, a.c)).into_iter().chain(gate)
+    }
+}
+
+/// What the executable fuses into a matmul node's dispatches (`fuse.rs`): sibling
+/// products' outputs after the node's own, or a gated residual taking the product (`x`,
+/// the gate vector and its first element read; the node's output is then the residual's).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct MatmulFusion<'a> {
+    pub parts: OutParts<'a>,
+    pub gated_residual: Option<(Bind<'a>, Bind<'a>, usize)>,
 }
 
 /// A node input as the kernels see it.
@@ -281,16 +324,16 @@ pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
 
 pub(crate) use elementwise::widen_bytes;
 
-/// The dispatches of fused sibling products (`siblings.rs`): `node`, the first of them, with
-/// their weights (and biases) concatenated as its inputs, the other products' outputs as
-/// `parts`.
-pub(crate) fn encode_siblings(
+/// The dispatches of a matmul `node` with what the executable fuses into it (`fuse.rs`):
+/// sibling products (the node their first, with their weights and biases concatenated as
+/// its inputs) or a gated residual.
+pub(crate) fn encode_fused(
     ctx: &GpuContext,
     node: &Node,
     bufs: &NodeBuffers,
-    parts: OutParts,
+    fusion: MatmulFusion,
 ) -> Result<Vec<Dispatch>> {
-    matmul::matmul(ctx, node, bufs, parts)
+    matmul::matmul(ctx, node, bufs, fusion)
 }
 
 pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
@@ -300,7 +343,7 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Scale(_) | Op::GeluTanh | Op::GeluErf | Op::Silu | Op::Relu | Op::Gated(_) => {
             elementwise::unary(ctx, node, bufs)
         }
-        Op::MatMul { .. } => matmul::matmul(ctx, node, bufs, OutParts::default()),
+        Op::MatMul { .. } => matmul::matmul(ctx, node, bufs, MatmulFusion::default()),
         Op::GatedMatMul { .. } => matmul::gated_matmul(ctx, node, bufs),
         Op::Bmm { .. } => bmm::bmm(ctx, node, bufs),
         Op::Softmax | Op::RmsNorm { .. } | Op::AdaRmsNorm { .. } | Op::LayerNorm { .. } => {

@@ -1,6 +1,8 @@
-//! Sibling products fused into one dispatch (the wgpu backend's `siblings.rs`): a layer's
-//! q, k and v projections of one input, through one norm or none, with biases or none,
-//! compared through their concatenation; and the structural fact that they fuse.
+//! What the wgpu executable fuses across nodes (`src/backend/wgpu/fuse.rs`): sibling
+//! products (a layer's q, k and v projections of one input, through one norm or none, with
+//! biases or none, compared through their concatenation) and gated residuals written by the
+//! product they gate (pi0.5's `x + o_proj(h) * gate`); and the structural facts that they
+//! fuse.
 
 use super::{gpu_backends, Cases, NMSE_MATMUL};
 use vla::backend::wgpu::{KernelSet, WgpuOptions};
@@ -38,7 +40,62 @@ fn siblings(
     g.concat(&outs, 1)
 }
 
+/// `x + (h @ w^T) * m[part W..]` (`h` RMS-normalised with `norm`), `x` `[m, W]`, `m` three
+/// parts of `W`: the product and the residual.
+fn gated_residual(
+    g: &mut GraphBuilder,
+    (m, k, w): (usize, usize, usize),
+    norm: bool,
+    part: usize,
+) -> vla::Result<(NodeId, NodeId)> {
+    let h = g.input("h", &[m, k]);
+    let h = match norm {
+        true => {
+            let gain = g.input("gain", &[k]);
+            g.rms_norm(h, gain, 1e-6, 0.0)?
+        }
+        false => h,
+    };
+    let x = g.input("x", &[m, w]);
+    let mods = g.input("mods", &[3 * w]);
+    let wt = g.stored_weight("w")?;
+    let y = g.matmul(h, wt)?;
+    Ok((y, g.add_gated(x, y, mods, part)?))
+}
+
 pub fn add(c: &mut Cases) {
+    add_siblings(c);
+    let types = [
+        GgmlType::F32,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+    ];
+    let shapes = [(3, 64, 40), (37, 96, 70), (50, 512, 96)];
+    for (i, ty) in types.into_iter().enumerate() {
+        for (j, &(m, k, w)) in shapes.iter().enumerate() {
+            let (norm, part) = ((i + j) % 2 == 0, (i + j) % 3);
+            let weights = vec![("w", c.weight(&[w, k], ty))];
+            let mut inputs = vec![
+                ("h", c.tensor(&[m, k])),
+                ("x", c.tensor(&[m, w])),
+                ("mods", c.tensor(&[3 * w])),
+            ];
+            if norm {
+                inputs.push(("gain", c.tensor(&[k])));
+            }
+            let name = format!("gated residual {ty} m{m} k{k} w{w} norm {norm} part {part}");
+            let build = move |g: &mut GraphBuilder| Ok(gated_residual(g, (m, k, w), norm, part)?.1);
+            let case = match ty.is_quantized() {
+                true => c.add_int_dot(name, weights, inputs, NMSE_MATMUL, build),
+                false => c.add(name, weights, inputs, NMSE_MATMUL, build),
+            };
+            case.kernel_sets = true;
+        }
+    }
+}
+
+fn add_siblings(c: &mut Cases) {
     let shapes: [(usize, usize, &[usize]); 4] = [
         (5, 64, &[40, 24, 24]),
         (37, 96, &[33, 17, 70]),
@@ -79,7 +136,7 @@ pub fn add(c: &mut Cases) {
 }
 
 /// Fusing is structural: three sibling products take one product's dispatches (plus the
-/// concatenation's), three with `fuse_siblings` off; products sharing a weight with
+/// concatenation's), three with `fuse_nodes` off; products sharing a weight with
 /// another reader stay apart.
 #[test]
 fn sibling_products_fuse() {
@@ -112,7 +169,7 @@ fn sibling_products_fuse() {
         let graph = g.build(&[out]).unwrap();
         let b = base.backend.reconfigured(WgpuOptions {
             kernels: Some(kernels),
-            fuse_siblings: Some(fuse),
+            fuse_nodes: Some(fuse),
             ..base.backend.options()
         });
         b.compile(&graph, &weights).unwrap().stats().dispatches
@@ -122,5 +179,39 @@ fn sibling_products_fuse() {
         assert_eq!(dispatches(kernels, true, false), 1 + 3, "{kernels:?}");
         assert_eq!(dispatches(kernels, false, false), 3 + 3, "{kernels:?}");
         assert_eq!(dispatches(kernels, true, true), 4 + 3 + 2, "{kernels:?}");
+    }
+}
+
+/// A gated residual of a product is structural too: the product's dispatches write it (one
+/// dispatch for both), two with fusion off, and two when the product is read elsewhere.
+#[test]
+fn gated_residuals_fuse() {
+    use std::collections::HashMap;
+    use vla::backend::Backend;
+    use vla::Tensor;
+    let base = gpu_backends()
+        .into_iter()
+        .find(|b| b.is_default())
+        .expect("a backend");
+    let w = Tensor::from_f32(vec![40, 64], vec![0.5; 40 * 64]).unwrap();
+    let weights: HashMap<String, Tensor<'static>> = [("w".to_owned(), w)].into();
+    let dispatches = |kernels: KernelSet, fuse: bool, read_elsewhere: bool| {
+        let mut g = GraphBuilder::new(&weights);
+        let (y, mut out) = gated_residual(&mut g, (50, 64, 40), false, 1).unwrap();
+        if read_elsewhere {
+            out = g.add(out, y).unwrap();
+        }
+        let graph = g.build(&[out]).unwrap();
+        let b = base.backend.reconfigured(WgpuOptions {
+            kernels: Some(kernels),
+            fuse_nodes: Some(fuse),
+            ..base.backend.options()
+        });
+        b.compile(&graph, &weights).unwrap().stats().dispatches
+    };
+    for kernels in [KernelSet::Portable, KernelSet::Gpu] {
+        assert_eq!(dispatches(kernels, true, false), 1, "{kernels:?}");
+        assert_eq!(dispatches(kernels, false, false), 2, "{kernels:?}");
+        assert_eq!(dispatches(kernels, true, true), 3, "{kernels:?}");
     }
 }
