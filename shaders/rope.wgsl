@@ -5,6 +5,9 @@
 // by multiples of pi/2 (Cody-Waite) and fed to minimax sin/cos polynomials, so accuracy
 // does not depend on the driver's sin/cos for large arguments.
 // Pairs: mode 0 (normal) (x[2i], x[2i+1]); mode 1 (neox) (x[i], x[i + n_rot/2]).
+// Template: TWO, a second tensor x2 -> y2 at the same positions, head dim and settings with
+// heads2 heads (a layer's keys beside its queries; src/backend/wgpu/fuse.rs): invocations
+// past x's n elements take x2's.
 
 struct Params {
     n: u32,        // elements
@@ -14,7 +17,8 @@ struct Params {
     seq: u32,
     head_seq: u32, // 1: [heads, seq, D]; 0: [seq, heads, D]
     neox: u32,
-    _pad: u32,
+    n2: u32,       // TWO: x2's elements
+    heads2: u32,   // ... and heads
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -22,6 +26,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read> pos: ACT;
 @group(0) @binding(3) var<storage, read> freq: array<vec2<f32>>;
 @group(0) @binding(4) var<storage, read_write> y: ACT;
+#if TWO
+@group(0) @binding(5) var<storage, read> x2: ACT;
+@group(0) @binding(6) var<storage, read_write> y2: ACT;
+#endif
 
 const WG: u32 = 256u;
 
@@ -46,34 +54,66 @@ fn sin_cos(ps: f32, f: vec2<f32>) -> vec2<f32> {
     }
 }
 
+// Where element e of a tensor of `heads` heads reads its pair: the pair's first element
+// e0 and second e0 + stride, which one e is, its frequency i and its position's index s;
+// `rot` false past n_rot (copied).
+struct Pair {
+    e0: u32,
+    stride: u32,
+    i: u32,
+    s: u32,
+    first: bool,
+    rot: bool,
+}
+
+fn pair_of(e: u32, heads: u32) -> Pair {
+    var q: Pair;
+    let c = e % p.d;
+    q.rot = c < p.n_rot;
+    let row = e / p.d;
+    q.s = select(row / heads, row % p.seq, p.head_seq == 1u);
+    let half = p.n_rot / 2u;
+    if (p.neox == 1u) {
+        q.first = c < half;
+        q.i = select(c - half, c, q.first);
+        q.stride = half;
+    } else {
+        q.first = (c & 1u) == 0u;
+        q.i = c / 2u;
+        q.stride = 1u;
+    }
+    q.e0 = select(e - q.stride, e, q.first);
+    return q;
+}
+
+// Element `first` or not of the pair (x0, x1) turned at position index s by frequency i.
+fn turned(q: Pair, x0: f32, x1: f32) -> f32 {
+    let sc = sin_cos(LD(pos, q.s), freq[q.i]);
+    return select(x0 * sc.x + x1 * sc.y, x0 * sc.y - x1 * sc.x, q.first);
+}
+
 @compute @workgroup_size(256)
 fn rope(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let e = (wg.y * nwg.x + wg.x) * WG + lid;
-    if (e >= p.n) { return; }
-    let c = e % p.d;
-    if (c >= p.n_rot) {
-        ST(y, e, LD(x, e));
+    if (e < p.n) {
+        let q = pair_of(e, p.heads);
+        if (!q.rot) {
+            ST(y, e, LD(x, e));
+            return;
+        }
+        ST(y, e, turned(q, LD(x, q.e0), LD(x, q.e0 + q.stride)));
         return;
     }
-    let row = e / p.d;
-    let s = select(row / p.heads, row % p.seq, p.head_seq == 1u);
-    let half = p.n_rot / 2u;
-    var i: u32;
-    var first: bool;
-    var stride: u32;
-    if (p.neox == 1u) {
-        first = c < half;
-        i = select(c - half, c, first);
-        stride = half;
-    } else {
-        first = (c & 1u) == 0u;
-        i = c / 2u;
-        stride = 1u;
+#if TWO
+    let e2 = e - p.n;
+    if (e2 < p.n2) {
+        let q = pair_of(e2, p.heads2);
+        if (!q.rot) {
+            ST(y2, e2, LD(x2, e2));
+            return;
+        }
+        ST(y2, e2, turned(q, LD(x2, q.e0), LD(x2, q.e0 + q.stride)));
     }
-    let e0 = select(e - stride, e, first);
-    let x0 = LD(x, e0);
-    let x1 = LD(x, e0 + stride);
-    let sc = sin_cos(LD(pos, s), freq[i]);
-    ST(y, e, select(x0 * sc.x + x1 * sc.y, x0 * sc.y - x1 * sc.x, first));
+#endif
 }

@@ -1,13 +1,14 @@
 //! What the wgpu executable fuses across nodes (`src/backend/wgpu/fuse.rs`): sibling
 //! products (a layer's q, k and v projections of one input, through one norm or none, with
 //! biases or none, compared through their concatenation) and gated residuals written by the
-//! product they gate (pi0.5's `x + o_proj(h) * gate`); and the structural facts that they
-//! fuse.
+//! product they gate (pi0.5's `x + o_proj(h) * gate`), rope pairs (queries and keys
+//! rotated by one dispatch); and the structural facts that they fuse.
 
 use super::{gpu_backends, Cases, NMSE_MATMUL};
 use vla::backend::wgpu::{KernelSet, WgpuOptions};
 use vla::gguf::GgmlType;
 use vla::graph::{GraphBuilder, NodeId};
+use vla::ops::{RopeConfig, RopeLayout, RopeMode};
 
 /// `x` `[m, k]`, then per width of `ns` a product `x @ w_i^T (+ b_i)` (RMS-normalised rows
 /// with `norm`), concatenated along the columns.
@@ -63,8 +64,63 @@ fn gated_residual(
     Ok((y, g.add_gated(x, y, mods, part)?))
 }
 
+/// Queries `[seq, hq, d]` and keys `[seq, hk, d]` (or heads first) rotated at the same
+/// positions, both flattened and concatenated.
+fn rope_pair(
+    g: &mut GraphBuilder,
+    (q_shape, k_shape): ([usize; 3], [usize; 3]),
+    seq: usize,
+    cfg: RopeConfig,
+) -> vla::Result<NodeId> {
+    let pos = g.input("pos", &[seq]);
+    let q = g.input("q", &q_shape);
+    let k = g.input("k", &k_shape);
+    let q = g.rope(q, pos, cfg)?;
+    let k = g.rope(k, pos, cfg)?;
+    let flat = |g: &mut GraphBuilder, t: NodeId, s: [usize; 3]| g.reshape(t, &[s.iter().product()]);
+    let (q, k) = (flat(g, q, q_shape)?, flat(g, k, k_shape)?);
+    g.concat(&[q, k], 0)
+}
+
+fn rope_cfg(mode: RopeMode, layout: RopeLayout, n_rot: Option<usize>) -> RopeConfig {
+    RopeConfig {
+        mode,
+        theta: 10000.0,
+        n_rot,
+        freq_scale: 1.0,
+        layout,
+    }
+}
+
 pub fn add(c: &mut Cases) {
     add_siblings(c);
+    // (seq, query heads, key heads, head dim, rotated dims)
+    for (seq, hq, hk, d, n_rot) in [
+        (7, 3, 1, 64, None),
+        (13, 5, 2, 64, Some(32)),
+        (50, 15, 5, 64, None),
+        (9, 4, 4, 72, Some(48)),
+    ] {
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            for layout in [RopeLayout::SeqHeadDim, RopeLayout::HeadSeqDim] {
+                let shapes = match layout {
+                    RopeLayout::SeqHeadDim => ([seq, hq, d], [seq, hk, d]),
+                    RopeLayout::HeadSeqDim => ([hq, seq, d], [hk, seq, d]),
+                };
+                let pos: Vec<f32> = (0..seq).map(|i| (i * 37 % 1000) as f32).collect();
+                let pos = vla::Tensor::from_f32(vec![seq], pos).unwrap();
+                let inputs = vec![
+                    ("pos", pos),
+                    ("q", c.tensor(&shapes.0)),
+                    ("k", c.tensor(&shapes.1)),
+                ];
+                let cfg = rope_cfg(mode, layout, n_rot);
+                let name = format!("rope pair {mode:?} {layout:?} {shapes:?} n_rot {n_rot:?}");
+                let build = move |g: &mut GraphBuilder| rope_pair(g, shapes, seq, cfg);
+                c.add(name, vec![], inputs, super::NMSE_DEFAULT, build);
+            }
+        }
+    }
     let types = [
         GgmlType::F32,
         GgmlType::BF16,
@@ -214,4 +270,42 @@ fn gated_residuals_fuse() {
         assert_eq!(dispatches(kernels, false, false), 2, "{kernels:?}");
         assert_eq!(dispatches(kernels, true, true), 3, "{kernels:?}");
     }
+}
+
+/// Rope pairs are structural: one dispatch rotates both (then the concatenation's two
+/// copies), two with fusion off, two when the keys are computed after the queries' rope.
+#[test]
+fn rope_pairs_fuse() {
+    use std::collections::HashMap;
+    use vla::backend::Backend;
+    use vla::Tensor;
+    let base = gpu_backends()
+        .into_iter()
+        .find(|b| b.is_default())
+        .expect("a backend");
+    let weights: HashMap<String, Tensor<'static>> = HashMap::new();
+    let cfg = rope_cfg(RopeMode::Neox, RopeLayout::SeqHeadDim, None);
+    let dispatches = |fuse: bool, keys_after: bool| {
+        let mut g = GraphBuilder::new(&weights);
+        let out = match keys_after {
+            false => rope_pair(&mut g, ([5, 4, 8], [5, 2, 8]), 5, cfg).unwrap(),
+            true => {
+                let pos = g.input("pos", &[5]);
+                let q = g.input("q", &[5, 2, 8]);
+                let q = g.rope(q, pos, cfg).unwrap();
+                let k = g.scale(q, 0.5);
+                let k = g.rope(k, pos, cfg).unwrap();
+                g.concat(&[q, k], 0).unwrap()
+            }
+        };
+        let graph = g.build(&[out]).unwrap();
+        let b = base.backend.reconfigured(WgpuOptions {
+            fuse_nodes: Some(fuse),
+            ..base.backend.options()
+        });
+        b.compile(&graph, &weights).unwrap().stats().dispatches
+    };
+    assert_eq!(dispatches(true, false), 1 + 2);
+    assert_eq!(dispatches(false, false), 2 + 2);
+    assert_eq!(dispatches(true, true), 3 + 2);
 }

@@ -2,10 +2,8 @@
 //! and running it.
 
 use super::act::{decode_values, encode_values, store_dtypes};
-use super::fuse::{self, Fused};
-use super::kernels::{
-    self, Bind, Chunk, Dispatch, MatmulFusion, NodeBuffers, OutParts, ScratchPool, TensorBuf,
-};
+use super::fuse::{self, Plan, Role};
+use super::kernels::{self, Bind, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf};
 use super::timer::StageTimer;
 use super::upload::{storage, upload, upload_rows, write_words};
 use super::GpuContext;
@@ -25,17 +23,6 @@ enum Place {
         raw: Vec<Chunk>,
         f32: Option<wgpu::Buffer>,
     },
-}
-
-/// A node's part in what the executable fuses (`fuse.rs`).
-#[derive(Clone, Copy, PartialEq)]
-enum Role {
-    /// Its dispatches compute sibling group `k`'s products.
-    Leads(usize),
-    /// Its dispatches write the gated residual node `r` (and not its own value).
-    Gates(usize),
-    /// Its value is written by another node's dispatches.
-    Follows,
 }
 
 /// Out-of-bounds guard: in debug builds (or with `VLA_WGPU_GUARD=1`) every activation slot
@@ -116,56 +103,20 @@ impl WgpuExecutable {
             f32_use[o.0] = true; // read back as f32
         }
 
-        // Sibling products fused into one (fuse.rs): their weights and biases go up
-        // concatenated, not each on its own. Gated residuals written by their products.
-        let (groups, residuals) = match ctx.options.fuse_nodes {
-            Some(false) => (Vec::new(), Vec::new()),
-            _ => {
-                let groups = fuse::find(graph);
-                let residuals = fuse::gated_residuals(graph, &groups);
-                (groups, residuals)
-            }
+        // What the executable fuses across nodes (fuse.rs): sibling products' weights and
+        // biases go up concatenated, not each on its own.
+        let plan = match ctx.options.fuse_nodes {
+            Some(false) => Plan::default(),
+            _ => Plan::new(&ctx, graph, weights)?,
         };
-        let mut weight_bytes = 0u64;
+        let mut weight_bytes = plan.uploaded_bytes;
         let mut places: Vec<Option<Place>> = (0..nodes.len()).map(|_| None).collect();
-        let mut role: Vec<Option<Role>> = vec![None; nodes.len()];
-        // one upload for the groups of the same parameters (every denoising step's)
-        let mut fused: Vec<Fused> = Vec::new();
-        let mut fused_of: Vec<usize> = Vec::with_capacity(groups.len());
-        for (k, g) in groups.iter().enumerate() {
-            match groups[..k].iter().position(|h| h.params == g.params) {
-                Some(j) => fused_of.push(fused_of[j]),
-                None => {
-                    let (f, bytes) = g.upload(&ctx, graph, weights)?;
-                    weight_bytes += bytes;
-                    fused_of.push(fused.len());
-                    fused.push(f);
-                }
-            }
-            for &m in &g.members[1..] {
-                role[m] = Some(Role::Follows);
-            }
-            role[g.members[0]] = Some(Role::Leads(k));
-            for p in g
-                .params
-                .iter()
-                .flat_map(|&(w, b)| std::iter::once(w).chain(b))
-            {
-                places[p.0] = Some(Place::Weight {
-                    raw: Vec::new(),
-                    f32: None,
-                });
-            }
+        for p in plan.fused_params() {
+            places[p.0] = Some(Place::Weight {
+                raw: Vec::new(),
+                f32: None,
+            });
         }
-        for r in &residuals {
-            role[r.product] = Some(Role::Gates(r.residual));
-            role[r.residual] = Some(Role::Follows);
-        }
-        let fused_nodes: Vec<Vec<usize>> = groups
-            .iter()
-            .map(|g| g.members.clone())
-            .chain(residuals.iter().map(|r| vec![r.product, r.residual]))
-            .collect();
 
         // Weights: upload once.
         for (i, n) in nodes.iter().enumerate() {
@@ -201,7 +152,7 @@ impl WgpuExecutable {
         // Activations: greedy best-fit reuse of slots freed after their last reader, in the
         // execution order (the graph's, fused nodes beside the node computing them).
         // A reshape shares its input's slot (it is a view), extending its lifetime.
-        let order = fuse::order(nodes.len(), &fused_nodes);
+        let order = fuse::order(graph, &plan.fused_nodes);
         let mut last_use: Vec<usize> = vec![0; nodes.len()];
         for (at, &i) in order.iter().enumerate() {
             last_use[i] = last_use[i].max(at);
@@ -216,7 +167,7 @@ impl WgpuExecutable {
             order.iter().enumerate().for_each(|(k, &i)| at[i] = k);
             at
         };
-        for f in &fused_nodes {
+        for f in &plan.fused_nodes {
             let end = at[*f.last().expect("a fused node and more")];
             for inp in f.iter().flat_map(|&m| &nodes[m].inputs) {
                 last_use[inp.0] = last_use[inp.0].max(end);
@@ -361,7 +312,7 @@ impl WgpuExecutable {
                 stage_starts.push(dispatches.len());
             }
             if matches!(n.op, Op::Input(_) | Op::Weight(_) | Op::Reshape(_))
-                || role[i] == Some(Role::Follows)
+                || plan.role(i) == Some(Role::Follows)
             {
                 continue; // (written by another node's dispatches)
             }
@@ -374,18 +325,13 @@ impl WgpuExecutable {
                 byte_inputs.push((NodeId(i), bytes));
                 continue;
             }
-            let lead = match role[i] {
-                Some(Role::Leads(k)) => Some((&groups[k], &fused[fused_of[k]])),
-                _ => None,
-            };
             let inputs = n
                 .inputs
                 .iter()
                 .enumerate()
-                .map(|(k, id)| match lead {
-                    Some((_, f)) if k == 1 => Ok(f.weight()),
-                    Some((_, f)) if Some(*id) == n.addend() => Ok(f.bias()),
-                    _ => {
+                .map(|(k, id)| match plan.fused_input(n, i, k) {
+                    Some(t) => Ok(t),
+                    None => {
                         let raw = reads_raw(&n.op, k);
                         tensor_buf(&places, &slots, graph, (*id, stores[id.0]), raw)
                     }
@@ -398,36 +344,12 @@ impl WgpuExecutable {
             let act = |id: NodeId| {
                 tensor_buf(&places, &slots, graph, (id, stores[id.0]), false).map(|t| t.act())
             };
-            let mut fusion = MatmulFusion::default();
-            let mut output = out(i);
-            if let Some((g, _)) = lead {
-                let mut parts = OutParts::default();
-                for (p, (&m, at)) in g.members[1..].iter().zip(g.starts()).enumerate() {
-                    parts.0[p] = Some((at, out(m)));
-                }
-                fusion.parts = parts;
-            }
-            if let Some(Role::Gates(r)) = role[i] {
-                let rn = &nodes[r];
-                let Op::AddGated { part } = rn.op else {
-                    unreachable!("fuse.rs gates AddGated nodes")
-                };
-                let width = rn.shape.last().copied().unwrap_or(0);
-                let (x, gate) = (act(rn.inputs[0])?, act(rn.inputs[2])?);
-                fusion.gated_residual = Some((x, gate, part * width));
-                output = out(r);
-            }
             let bufs = NodeBuffers {
                 inputs,
-                output,
+                output: out(plan.writes(i)),
                 scratch: &scratch,
             };
-            dispatches.extend(match role[i] {
-                Some(Role::Leads(_) | Role::Gates(_)) => {
-                    kernels::encode_fused(&ctx, n, &bufs, fusion)?
-                }
-                _ => kernels::encode(&ctx, n, &bufs)?,
-            });
+            dispatches.extend(plan.encode(&ctx, graph, i, &bufs, &out, &act)?);
             dispatch_nodes.resize(dispatches.len(), i);
         }
         stage_starts.resize(stage_nodes.len(), dispatches.len());
@@ -470,7 +392,7 @@ impl WgpuExecutable {
             stage_starts,
             timer,
             profile_nodes,
-            fused_nodes,
+            fused_nodes: plan.fused_nodes,
             kernel_ms: None,
             stage_ms: None,
             readback,

@@ -323,6 +323,7 @@ pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
 }
 
 pub(crate) use elementwise::widen_bytes;
+pub(crate) use rope::SecondRope;
 
 /// The dispatches of a matmul `node` with what the executable fuses into it (`fuse.rs`):
 /// sibling products (the node their first, with their weights and biases concatenated as
@@ -334,6 +335,16 @@ pub(crate) fn encode_fused(
     fusion: MatmulFusion,
 ) -> Result<Vec<Dispatch>> {
     matmul::matmul(ctx, node, bufs, fusion)
+}
+
+/// [`Op::Rope`] `node` and, in the same dispatch, `second` (`fuse.rs`).
+pub(crate) fn encode_rope_pair(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+    second: SecondRope,
+) -> Result<Vec<Dispatch>> {
+    rope::rope(ctx, node, bufs, Some(second))
 }
 
 pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
@@ -349,7 +360,7 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Softmax | Op::RmsNorm { .. } | Op::AdaRmsNorm { .. } | Op::LayerNorm { .. } => {
             norm::row_op(ctx, node, bufs)
         }
-        Op::Rope(_) => rope::rope(ctx, node, bufs),
+        Op::Rope(_) => rope::rope(ctx, node, bufs, None),
         Op::Attention { .. } => attention::attention(ctx, node, bufs),
         Op::Embedding => embedding::embedding(ctx, node, bufs),
         Op::FqLinear(_) => foldquant::fq_linear(ctx, node, bufs),

@@ -22,7 +22,30 @@ pub(crate) fn frequencies(theta: f32, n_rot: usize, freq_scale: f32) -> Vec<[f32
         .collect()
 }
 
-pub(super) fn rope(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<Vec<Dispatch>> {
+/// A second tensor rotated by the same dispatch (`fuse.rs`): its input, output and shape
+/// (`[.., heads, D]` as the first's, in the same layout).
+#[derive(Clone, Copy)]
+pub(crate) struct SecondRope<'a> {
+    pub x: Bind<'a>,
+    pub y: Bind<'a>,
+    pub shape: &'a [usize],
+}
+
+/// (seq, heads) of a rank-3 rope operand in `layout`.
+fn seq_heads(shape: &[usize], layout: RopeLayout) -> (usize, usize) {
+    match layout {
+        RopeLayout::SeqHeadDim => (shape[0], shape[1]),
+        RopeLayout::HeadSeqDim => (shape[1], shape[0]),
+    }
+}
+
+/// [`Op::Rope`]; with `second`, another tensor at the same positions and settings too.
+pub(super) fn rope(
+    ctx: &GpuContext,
+    node: &Node,
+    bufs: &NodeBuffers,
+    second: Option<SecondRope>,
+) -> Result<Vec<Dispatch>> {
     let Op::Rope(cfg) = &node.op else {
         unreachable!("routed by encode")
     };
@@ -32,14 +55,13 @@ pub(super) fn rope(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<
             cfg.theta
         )));
     }
-    if node.numel() == 0 {
+    let n2 = second.map_or(0, |s| s.shape.iter().product());
+    if node.numel() + n2 == 0 {
         return Ok(vec![]);
     }
-    let (a, b, d) = (node.shape[0], node.shape[1], node.shape[2]);
-    let (seq, heads) = match cfg.layout {
-        RopeLayout::SeqHeadDim => (a, b),
-        RopeLayout::HeadSeqDim => (b, a),
-    };
+    let d = node.shape[2];
+    let (seq, heads) = seq_heads(&node.shape, cfg.layout);
+    let heads2 = second.map_or(0, |s| seq_heads(s.shape, cfg.layout).1);
     let n_rot = cfg.n_rot.unwrap_or(d);
     let freqs = frequencies(cfg.theta, n_rot, cfg.freq_scale);
     let freq_buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -60,20 +82,17 @@ pub(super) fn rope(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Result<
         u32_of(seq, "seq")?,
         u32::from(cfg.layout == RopeLayout::HeadSeqDim),
         u32::from(cfg.mode == RopeMode::Neox),
-        0,
+        u32_of(n2, "second elements")?,
+        u32_of(heads2, "second heads")?,
     ];
-    let v = Variant::new("rope", SOURCE, "rope");
-    let buffers = [
+    let v = Variant::new("rope", SOURCE, "rope").define("TWO", second.is_some());
+    let mut buffers = vec![
         (1, bufs.inputs[0].act()),
         (2, bufs.inputs[1].act()),
         (3, Bind::f32(&freq_buf)),
         (4, bufs.output),
     ];
-    Ok(vec![dispatch(
-        ctx,
-        &v,
-        &params,
-        &buffers,
-        grid_1d(ctx, node.numel(), 256),
-    )?])
+    buffers.extend(second.into_iter().flat_map(|s| [(5, s.x), (6, s.y)]));
+    let grid = grid_1d(ctx, node.numel() + n2, 256);
+    Ok(vec![dispatch(ctx, &v, &params, &buffers, grid)?])
 }

@@ -1,23 +1,10 @@
-//! What the wgpu executable fuses across graph nodes (the graph itself is unchanged: the cpu
-//! and ggml backends run it as built); [`WgpuOptions::fuse_nodes`](super::WgpuOptions::fuse_nodes)
-//! turns both off.
-//!
-//! - Sibling products: matmuls of the same input rows (read through the same norm, if any),
-//!   each by its own weight of one dtype and depth, with no addend or each with its bias - a
-//!   layer's query, key and value projections. Their weights (and biases) are uploaded
-//!   concatenated along the output columns; the first product's dispatches compute all of
-//!   them and write each one's columns to its own output (`shaders/product_out.wgsl`), the
-//!   others dispatch nothing.
-//! - Gated residuals: an `Op::AddGated` (`x + y * gate`, pi0.5's adaptive layers) whose `y`
-//!   is a matmul nothing else reads: the matmul's dispatches write `x + acc * gate` into the
-//!   residual's output (`C_GATE` in `weight_decode.wgsl`), the residual dispatches nothing.
-//!
-//! In the execution order ([`order`]) what a node's dispatches also compute moves up beside
-//! it, so the buffer plan sees those outputs written there.
+//! Sibling products: matmuls of the same input rows (read through the same norm, if any),
+//! each by its own weight of one dtype and depth, with no addend or each with its bias (a
+//! layer's query, key and value projections), found and uploaded as one product.
 
-use super::kernels::{Chunk, TensorBuf};
-use super::upload::{upload, upload_rows};
-use super::GpuContext;
+use super::super::kernels::{Chunk, TensorBuf};
+use super::super::upload::{upload, upload_rows};
+use super::super::GpuContext;
 use crate::backend::{ActDtype, WeightStore};
 use crate::gguf::GgmlType;
 use crate::graph::{Graph, Node, NodeId, Op};
@@ -29,7 +16,7 @@ const MAX_SIBLINGS: usize = 3;
 /// Products fused into one: node indices in graph order (the first leads), their output
 /// columns, and the weight (and bias) of each.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Siblings {
+pub(crate) struct Siblings {
     pub members: Vec<usize>,
     pub cols: Vec<usize>,
     pub params: Vec<(NodeId, Option<NodeId>)>,
@@ -52,7 +39,7 @@ fn stored_params(graph: &Graph, node: &Node) -> Option<(NodeId, Option<NodeId>)>
 /// all with a bias or none ([`stored_params`]), each read by something. Their weights and
 /// biases must be read only by groups of the same weights and biases (the same layer's
 /// products in every denoising step, every camera), which then share one upload.
-pub(super) fn find(graph: &Graph) -> Vec<Siblings> {
+pub(crate) fn find(graph: &Graph) -> Vec<Siblings> {
     let nodes = graph.nodes();
     let mut readers = vec![0usize; nodes.len()];
     for n in nodes {
@@ -127,74 +114,8 @@ pub(super) fn find(graph: &Graph) -> Vec<Siblings> {
     groups.iter().filter(|g| only_theirs(g)).cloned().collect()
 }
 
-/// A gated residual computed by the product it gates: `residual` an [`Op::AddGated`]
-/// `x + y * m[part W..]` whose `y` is `product`, a matmul with no addend.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct GatedResidual {
-    pub product: usize,
-    pub residual: usize,
-}
-
-/// The gated residuals of `graph` whose product can write them: the product (not one of
-/// `groups`) has no addend, nothing else reads it, and it comes after the residual's other
-/// inputs, in the residual's stage; `x`, `y` and the output of one shape.
-pub(super) fn gated_residuals(graph: &Graph, groups: &[Siblings]) -> Vec<GatedResidual> {
-    let nodes = graph.nodes();
-    let mut readers = vec![0usize; nodes.len()];
-    for n in nodes {
-        for i in &n.inputs {
-            readers[i.0] += 1;
-        }
-    }
-    let grouped = |i: usize| groups.iter().any(|g| g.members.contains(&i));
-    let stage_of = |i: usize| graph.stages().iter().filter(|s| s.1 <= i).count();
-    let mut out = Vec::new();
-    for (r, n) in nodes.iter().enumerate() {
-        let Op::AddGated { .. } = n.op else { continue };
-        let [x, y, m] = [n.inputs[0], n.inputs[1], n.inputs[2]];
-        let p = graph.node(y);
-        let fits = matches!(p.op, Op::MatMul { .. })
-            && p.addend().is_none()
-            && readers[y.0] == 1
-            && !graph.outputs().contains(&y)
-            && !grouped(y.0)
-            && x.0 < y.0
-            && m.0 < y.0
-            && stage_of(y.0) == stage_of(r)
-            && graph.node(x).shape == p.shape
-            && p.shape == n.shape;
-        if fits {
-            out.push(GatedResidual {
-                product: y.0,
-                residual: r,
-            });
-        }
-    }
-    out
-}
-
-/// The order nodes are planned and dispatched in: the graph's, with the nodes a node's
-/// dispatches also compute (`fused`: each a node, then those) moved up right after it
-/// (their inputs, shared with it, weights or computed before it, are all there by then).
-pub(super) fn order(nodes: usize, fused: &[Vec<usize>]) -> Vec<usize> {
-    let mut follows: Vec<&[usize]> = vec![&[]; nodes];
-    let mut moved = vec![false; nodes];
-    for g in fused {
-        follows[g[0]] = &g[1..];
-        for &m in &g[1..] {
-            moved[m] = true;
-        }
-    }
-    let mut out = Vec::with_capacity(nodes);
-    for i in (0..nodes).filter(|&i| !moved[i]) {
-        out.push(i);
-        out.extend_from_slice(follows[i]);
-    }
-    out
-}
-
 /// A group's weights (and biases) as uploaded: concatenated along the output columns.
-pub(super) struct Fused {
+pub(crate) struct Fused {
     pub chunks: Vec<Chunk>,
     /// `[columns, depth]` of the concatenated weight.
     pub shape: Vec<usize>,
@@ -284,6 +205,7 @@ impl Siblings {
 
 #[cfg(test)]
 mod tests {
+    use super::super::order;
     use super::*;
     use crate::graph::GraphBuilder;
     use crate::Tensor;
@@ -341,7 +263,7 @@ mod tests {
         assert_eq!(groups[0].members, [q, k, v]);
         assert_eq!(groups[0].cols, [8, 4, 4]);
         let fused: Vec<Vec<usize>> = groups.iter().map(|g| g.members.clone()).collect();
-        let order = order(nodes.len(), &fused);
+        let order = order(&graph, &fused);
         let at = |id: usize| order.iter().position(|&i| i == id).unwrap();
         assert_eq!((at(k), at(v)), (at(q) + 1, at(q) + 2));
         assert!(at(q2) > at(v) && at(o) > at(s));
