@@ -155,8 +155,8 @@ warmup=2
 # bounding back on, VLA_WGPU_LOOP_BOUNDING=1: wgpu's default, under which every matmul ran
 # at 32-530 GFLOP/s on an H200), gemmattn (attention as two GEMMs and a softmax instead of
 # the fused tiled flash kernel, VLA_WGPU_FLASH_ATTN=0), portable (the kernels for CPU
-# adapters); not by default: nofuse (each of a layer's q, k, v projections its own
-# product, VLA_WGPU_FUSE_NODES=0).
+# adapters); not by default: nofuse (no fusion across graph nodes: each of a layer's q, k,
+# v projections and ropes its own dispatch, VLA_WGPU_FUSE_NODES=0).
 kernel_sets="${VLA_GPU_BENCH_KERNELS:-default f16 bf16 nosplit vec4 bounded gemmattn portable}"
 # A setting slower than this (ms a predict) gets 2 timed runs after 1 warm-up.
 slow_ms=2000
