@@ -9,6 +9,8 @@
 // workgroup memory, loaded with consecutive invocations reading consecutive addresses
 // (coalesced) and stored row-major with a 17-float pitch, so the strided reads of the
 // inner loop hit distinct banks. Out-of-range rows, columns and k read as zero.
+// Outputs are stored by product_out.wgsl's store_y (OUT_PARTS: fused sibling products), an
+// addend added by weight_decode.wgsl's add_c (ADD_C, C_FULL, C_GATE).
 // Template: W_F32 | W_F16 | W_BF16 selects weight_decode.wgsl's load_w for B (f32 for
 // attention); tile shape TILE_S (16 x 64, 64 invocations, for small M), TILE_M (64 x 64)
 // or TILE_L (128 x 128, 8 x 8 outputs each); B_KN; SCORES (scale, then CAUSAL keys

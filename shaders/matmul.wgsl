@@ -3,6 +3,8 @@
 // No workgroup memory: on lavapipe barriers cost more than they save; real-GPU tuning is
 // a separate variant.
 // Template: W_F32 | W_F16 | W_BF16 selects weight_decode.wgsl's load_w for the weight.
+// Outputs are stored by product_out.wgsl's store_y (OUT_PARTS: fused sibling products), an
+// addend added by weight_decode.wgsl's add_c (ADD_C, C_FULL, C_GATE).
 
 struct Params {
     m: u32,

@@ -1,5 +1,6 @@
 // Quantized-weight matmul and few-row matvec, y[m, n_off + n] = sum_k x[m, k] * w[n, k],
-// for one row chunk of the weight. Prepended with weight_decode.wgsl.
+// for one row chunk of the weight. Prepended with weight_decode.wgsl (add_c: ADD_C, C_FULL,
+// C_GATE) and product_out.wgsl (store_y: OUT_PARTS, fused sibling products).
 //
 // Quantized weights (QUANT + Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1) are never dequantized to
 // floats: `quantize_x` first turns the f32 activations into ggml Q8_1-style blocks of 32

@@ -3,7 +3,7 @@
 // file declares `y` and Params' n, n0, n01). `at`: the first element of the output batch
 // (attention's products; 0 for weight products).
 // Template: OUT_PARTS, sibling products fused into one (their weights concatenated at
-// upload, src/backend/wgpu/fuse.rs): columns [0, n0) go to y, [n0, n01) to y1 and,
+// upload, src/backend/wgpu/fuse/): columns [0, n0) go to y, [n0, n01) to y1 and,
 // with OUT_PARTS3, [n01, n) to y2, each in rows of its own width. Not with batches.
 #if OUT_PARTS
 @group(0) @binding(10) var<storage, read_write> y1: ACT;

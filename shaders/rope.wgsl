@@ -6,7 +6,7 @@
 // does not depend on the driver's sin/cos for large arguments.
 // Pairs: mode 0 (normal) (x[2i], x[2i+1]); mode 1 (neox) (x[i], x[i + n_rot/2]).
 // Template: TWO, a second tensor x2 -> y2 at the same positions, head dim and settings with
-// heads2 heads (a layer's keys beside its queries; src/backend/wgpu/fuse.rs): invocations
+// heads2 heads (a layer's keys beside its queries; src/backend/wgpu/fuse/): invocations
 // past x's n elements take x2's.
 
 struct Params {

@@ -10,7 +10,7 @@
 // The matmul's fused addend (Op::MatMul's third input) added to the product v at output row
 // m and column n of y (all chunks): c[n], a bias, or c[m, n] with C_FULL; with C_GATE (and
 // C_FULL) c[m, n] + v * gate[p.gate_off + n], a gated residual (Op::AddGated taking the
-// product, fused by src/backend/wgpu/fuse.rs). Uses the including file's `p.n`, `p.gate_off`.
+// product, fused by src/backend/wgpu/fuse/). Uses the including file's `p.n`, `p.gate_off`.
 @group(0) @binding(6) var<storage, read> c: ACT;
 #if C_GATE
 @group(0) @binding(12) var<storage, read> gate: ACT;

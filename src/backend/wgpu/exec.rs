@@ -52,7 +52,7 @@ pub(crate) struct WgpuExecutable {
     timer: Option<StageTimer>,
     /// When profiling: per dispatch, the graph node it computes.
     profile_nodes: Option<Vec<usize>>,
-    /// Fused nodes (`fuse.rs`): each a node, then the nodes its dispatches also compute.
+    /// Fused nodes (`fuse::Plan`): each a node, then the nodes its dispatches also compute.
     fused_nodes: Vec<Vec<usize>>,
     kernel_ms: Option<Vec<f32>>,
     stage_ms: Option<Vec<f32>>,
@@ -103,7 +103,7 @@ impl WgpuExecutable {
             f32_use[o.0] = true; // read back as f32
         }
 
-        // What the executable fuses across nodes (fuse.rs): sibling products' weights and
+        // What the executable fuses across nodes (fuse/): sibling products' weights and
         // biases go up concatenated, not each on its own.
         let plan = match ctx.options.fuse_nodes {
             Some(false) => Plan::default(),

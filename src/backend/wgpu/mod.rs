@@ -169,10 +169,11 @@ pub struct WgpuOptions {
     /// (default) or `Some(true)` where it applies, `Some(false)` never. Env:
     /// `VLA_WGPU_SPLIT_K=0` / `=1`.
     pub split_k: Option<bool>,
-    /// Fusions across graph nodes (`fuse.rs`): sibling weight products (a layer's q, k and
+    /// Fusions across graph nodes (`fuse/`): sibling weight products (a layer's q, k and
     /// v projections: one input, one norm, weights of one dtype) as one product over their
     /// weights concatenated at upload, one dispatch writing each one's output; a gated
-    /// residual (pi0.5) written by the product it gates. `None` (default) or `Some(true)`;
+    /// residual (pi0.5) written by the product it gates; a layer's query and key ropes in
+    /// one dispatch. `None` (default) or `Some(true)`;
     /// `Some(false)` each node its own dispatches. Env: `VLA_WGPU_FUSE_NODES=0` / `=1`.
     pub fuse_nodes: Option<bool>,
     /// How activations are stored between kernels (f16 needs the adapter's shader-f16;

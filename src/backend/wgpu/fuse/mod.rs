@@ -1,6 +1,6 @@
 //! What the wgpu executable fuses across graph nodes (the graph itself is unchanged: the cpu
 //! and ggml backends run it as built); [`WgpuOptions::fuse_nodes`](super::WgpuOptions::fuse_nodes)
-//! turns both off.
+//! turns it all off.
 //!
 //! - Sibling products: matmuls of the same input rows (read through the same norm, if any),
 //!   each by its own weight of one dtype and depth, with no addend or each with its bias - a
@@ -11,7 +11,6 @@
 //! - Gated residuals: an `Op::AddGated` (`x + y * gate`, pi0.5's adaptive layers) whose `y`
 //!   is a matmul nothing else reads: the matmul's dispatches write `x + acc * gate` into the
 //!   residual's output (`C_GATE` in `weight_decode.wgsl`), the residual dispatches nothing.
-//!
 //! - Rope pairs: two `Op::Rope`s of the same positions and settings in one stage (a
 //!   layer's queries and keys) rotated by one dispatch (`TWO` in `rope.wgsl`).
 //!
@@ -30,7 +29,7 @@ use crate::backend::WeightStore;
 use crate::graph::{Graph, Node, NodeId, Op};
 use crate::Result;
 
-/// A node's part in what the executable fuses (`fuse.rs`).
+/// A node's part in what the executable fuses.
 #[derive(Clone, Copy, PartialEq)]
 pub(super) enum Role {
     /// Its dispatches compute sibling group `k`'s products.

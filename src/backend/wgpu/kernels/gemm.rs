@@ -197,7 +197,7 @@ impl<'a> Gemm<'a> {
             // params say (A: batches x M rows of K, `lda` apart, from the node's shape; B:
             // a weight chunk of rows x K or attention's keys / values, `ldb` apart; C and
             // the addend: the output (its gate: at gate_off + n < the modulation vector's
-            // length, fuse.rs checks), the mask: [M, N], the gain: [K], read at kk < K;
+            // length, fuse/ checks), the mask: [M, N], the gain: [K], read at kk < K;
             // the row sums of squares by t < BM; SPLIT_K: k < min(K, (z + 1) k_chunk), and
             // the partial sums at z < splits, m < M, n < rows of a scratch buffer sized for
             // them). That saves a clamp per workgroup-memory read in the inner loop.

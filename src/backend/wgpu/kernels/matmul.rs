@@ -142,7 +142,7 @@ pub(super) fn matmul(
             })
         }
         (None, None) => None,
-        (Some(_), Some(_)) => unreachable!("fuse.rs gates only products without an addend"),
+        (Some(_), Some(_)) => unreachable!("fuse/ gates only products without an addend"),
     };
     let output = (bufs.output, fusion.parts);
     matmul_into(ctx, x, w, norm, addend, bufs.scratch, output)

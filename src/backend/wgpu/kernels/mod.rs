@@ -60,7 +60,7 @@ impl<'a> Bind<'a> {
     }
 }
 
-/// The outputs after the first of sibling weight products fused into one (`fuse.rs`,
+/// The outputs after the first of sibling weight products fused into one (`fuse/`,
 /// `shaders/product_out.wgsl`): where each one's columns start in the fused product and its
 /// buffer. Empty for every other product.
 #[derive(Clone, Copy, Default)]
@@ -90,7 +90,7 @@ impl<'a> OutParts<'a> {
 /// A matmul's fused addend (`weight_decode.wgsl`'s `add_c`): `c`, `[n]` (a bias) or with
 /// `full` the output's shape (a residual), added to the product; with `gate` (the buffer
 /// and its first element read) the product is scaled by `gate[off + column]` first: a gated
-/// residual `c + y * gate` (`Op::AddGated` fused into the product of `y`, `fuse.rs`).
+/// residual `c + y * gate` (`Op::AddGated` fused into the product of `y`, `fuse/`).
 #[derive(Clone, Copy)]
 pub(crate) struct Addend<'a> {
     pub c: Bind<'a>,
@@ -121,7 +121,7 @@ impl<'a> Addend<'a> {
     }
 }
 
-/// What the executable fuses into a matmul node's dispatches (`fuse.rs`): sibling
+/// What the executable fuses into a matmul node's dispatches (`fuse/`): sibling
 /// products' outputs after the node's own, or a gated residual taking the product (`x`,
 /// the gate vector and its first element read; the node's output is then the residual's).
 #[derive(Clone, Copy, Default)]
@@ -325,7 +325,7 @@ pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32> {
 pub(crate) use elementwise::widen_bytes;
 pub(crate) use rope::SecondRope;
 
-/// The dispatches of a matmul `node` with what the executable fuses into it (`fuse.rs`):
+/// The dispatches of a matmul `node` with what the executable fuses into it (`fuse/`):
 /// sibling products (the node their first, with their weights and biases concatenated as
 /// its inputs) or a gated residual.
 pub(crate) fn encode_fused(
@@ -337,7 +337,7 @@ pub(crate) fn encode_fused(
     matmul::matmul(ctx, node, bufs, fusion)
 }
 
-/// [`Op::Rope`] `node` and, in the same dispatch, `second` (`fuse.rs`).
+/// [`Op::Rope`] `node` and, in the same dispatch, `second` (`fuse/`).
 pub(crate) fn encode_rope_pair(
     ctx: &GpuContext,
     node: &Node,

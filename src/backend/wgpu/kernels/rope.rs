@@ -22,7 +22,7 @@ pub(crate) fn frequencies(theta: f32, n_rot: usize, freq_scale: f32) -> Vec<[f32
         .collect()
 }
 
-/// A second tensor rotated by the same dispatch (`fuse.rs`): its input, output and shape
+/// A second tensor rotated by the same dispatch (`fuse/`): its input, output and shape
 /// (`[.., heads, D]` as the first's, in the same layout).
 #[derive(Clone, Copy)]
 pub(crate) struct SecondRope<'a> {
