@@ -1,14 +1,17 @@
-//! What the wgpu executable fuses across nodes (`src/backend/wgpu/fuse.rs`): sibling
+//! What the wgpu executable fuses across nodes (`src/backend/wgpu/fuse/`): sibling
 //! products (a layer's q, k and v projections of one input, through one norm or none, with
 //! biases or none, compared through their concatenation) and gated residuals written by the
 //! product they gate (pi0.5's `x + o_proj(h) * gate`), rope pairs (queries and keys
 //! rotated by one dispatch); and the structural facts that they fuse.
 
 use super::{gpu_backends, Cases, NMSE_MATMUL};
+use std::collections::HashMap;
 use vla::backend::wgpu::{KernelSet, WgpuOptions};
+use vla::backend::Backend;
 use vla::gguf::GgmlType;
 use vla::graph::{GraphBuilder, NodeId};
 use vla::ops::{RopeConfig, RopeLayout, RopeMode};
+use vla::Tensor;
 
 /// `x` `[m, k]`, then per width of `ns` a product `x @ w_i^T (+ b_i)` (RMS-normalised rows
 /// with `norm`), concatenated along the columns.
@@ -191,18 +194,39 @@ fn add_siblings(c: &mut Cases) {
     }
 }
 
+/// Dispatches of the graph `build` makes (its output), compiled on `base` with `kernels`
+/// (or the adapter's own) and fusion on or off.
+fn dispatch_count(
+    base: &super::TestBackend,
+    weights: &HashMap<String, Tensor<'static>>,
+    (kernels, fuse): (Option<KernelSet>, bool),
+    build: impl FnOnce(&mut GraphBuilder) -> NodeId,
+) -> usize {
+    let mut g = GraphBuilder::new(weights);
+    let out = build(&mut g);
+    let graph = g.build(&[out]).unwrap();
+    let b = base.backend.reconfigured(WgpuOptions {
+        kernels: kernels.or(base.backend.options().kernels),
+        fuse_nodes: Some(fuse),
+        ..base.backend.options()
+    });
+    b.compile(&graph, weights).unwrap().stats().dispatches
+}
+
+fn default_backend() -> super::TestBackend {
+    let backends = gpu_backends().into_iter();
+    backends
+        .into_iter()
+        .find(|b| b.is_default())
+        .expect("a backend")
+}
+
 /// Fusing is structural: three sibling products take one product's dispatches (plus the
 /// concatenation's), three with `fuse_nodes` off; products sharing a weight with
 /// another reader stay apart.
 #[test]
 fn sibling_products_fuse() {
-    use std::collections::HashMap;
-    use vla::backend::Backend;
-    use vla::Tensor;
-    let base = gpu_backends()
-        .into_iter()
-        .find(|b| b.is_default())
-        .expect("a backend");
+    let base = default_backend();
     let w = |n: usize| Tensor::from_f32(vec![n, 64], vec![0.5; n * 64]).unwrap();
     let weights: HashMap<String, Tensor<'static>> = [
         ("w0".to_owned(), w(40)),
@@ -210,31 +234,28 @@ fn sibling_products_fuse() {
         ("w2".to_owned(), w(24)),
     ]
     .into();
-    let dispatches = |kernels: KernelSet, fuse: bool, shared: bool| {
-        let mut g = GraphBuilder::new(&weights);
-        let mut out = siblings(&mut g, (50, 64), &[40, 24, 24], false, false).unwrap();
-        if shared {
+    let build = |shared: bool| {
+        move |g: &mut GraphBuilder| {
+            let out = siblings(g, (50, 64), &[40, 24, 24], false, false).unwrap();
+            if !shared {
+                return out;
+            }
             // w1 read by a product of another input too
             let y = g.input("y", &[3, 64]);
             let w1 = g.weight("w1", &[24, 64]).unwrap();
             let p = g.matmul(y, w1).unwrap();
             let p = g.reshape(p, &[72]).unwrap();
-            let out2 = g.reshape(out, &[50 * 88]).unwrap();
-            out = g.concat(&[out2, p], 0).unwrap();
+            let out = g.reshape(out, &[50 * 88]).unwrap();
+            g.concat(&[out, p], 0).unwrap()
         }
-        let graph = g.build(&[out]).unwrap();
-        let b = base.backend.reconfigured(WgpuOptions {
-            kernels: Some(kernels),
-            fuse_nodes: Some(fuse),
-            ..base.backend.options()
-        });
-        b.compile(&graph, &weights).unwrap().stats().dispatches
     };
     for kernels in [KernelSet::Portable, KernelSet::Gpu] {
+        let count =
+            |fuse, shared| dispatch_count(&base, &weights, (Some(kernels), fuse), build(shared));
         // products, then the concatenation (one copy an input)
-        assert_eq!(dispatches(kernels, true, false), 1 + 3, "{kernels:?}");
-        assert_eq!(dispatches(kernels, false, false), 3 + 3, "{kernels:?}");
-        assert_eq!(dispatches(kernels, true, true), 4 + 3 + 2, "{kernels:?}");
+        assert_eq!(count(true, false), 1 + 3, "{kernels:?}");
+        assert_eq!(count(false, false), 3 + 3, "{kernels:?}");
+        assert_eq!(count(true, true), 4 + 3 + 2, "{kernels:?}");
     }
 }
 
@@ -242,33 +263,25 @@ fn sibling_products_fuse() {
 /// dispatch for both), two with fusion off, and two when the product is read elsewhere.
 #[test]
 fn gated_residuals_fuse() {
-    use std::collections::HashMap;
-    use vla::backend::Backend;
-    use vla::Tensor;
-    let base = gpu_backends()
-        .into_iter()
-        .find(|b| b.is_default())
-        .expect("a backend");
+    let base = default_backend();
     let w = Tensor::from_f32(vec![40, 64], vec![0.5; 40 * 64]).unwrap();
     let weights: HashMap<String, Tensor<'static>> = [("w".to_owned(), w)].into();
-    let dispatches = |kernels: KernelSet, fuse: bool, read_elsewhere: bool| {
-        let mut g = GraphBuilder::new(&weights);
-        let (y, mut out) = gated_residual(&mut g, (50, 64, 40), false, 1).unwrap();
-        if read_elsewhere {
-            out = g.add(out, y).unwrap();
+    let build = |read_elsewhere: bool| {
+        move |g: &mut GraphBuilder| {
+            let (y, out) = gated_residual(g, (50, 64, 40), false, 1).unwrap();
+            match read_elsewhere {
+                true => g.add(out, y).unwrap(),
+                false => out,
+            }
         }
-        let graph = g.build(&[out]).unwrap();
-        let b = base.backend.reconfigured(WgpuOptions {
-            kernels: Some(kernels),
-            fuse_nodes: Some(fuse),
-            ..base.backend.options()
-        });
-        b.compile(&graph, &weights).unwrap().stats().dispatches
     };
     for kernels in [KernelSet::Portable, KernelSet::Gpu] {
-        assert_eq!(dispatches(kernels, true, false), 1, "{kernels:?}");
-        assert_eq!(dispatches(kernels, false, false), 2, "{kernels:?}");
-        assert_eq!(dispatches(kernels, true, true), 3, "{kernels:?}");
+        let count = |fuse, elsewhere| {
+            dispatch_count(&base, &weights, (Some(kernels), fuse), build(elsewhere))
+        };
+        assert_eq!(count(true, false), 1, "{kernels:?}");
+        assert_eq!(count(false, false), 2, "{kernels:?}");
+        assert_eq!(count(true, true), 3, "{kernels:?}");
     }
 }
 
@@ -276,19 +289,11 @@ fn gated_residuals_fuse() {
 /// copies), two with fusion off, two when the keys are computed after the queries' rope.
 #[test]
 fn rope_pairs_fuse() {
-    use std::collections::HashMap;
-    use vla::backend::Backend;
-    use vla::Tensor;
-    let base = gpu_backends()
-        .into_iter()
-        .find(|b| b.is_default())
-        .expect("a backend");
-    let weights: HashMap<String, Tensor<'static>> = HashMap::new();
+    let base = default_backend();
     let cfg = rope_cfg(RopeMode::Neox, RopeLayout::SeqHeadDim, None);
-    let dispatches = |fuse: bool, keys_after: bool| {
-        let mut g = GraphBuilder::new(&weights);
-        let out = match keys_after {
-            false => rope_pair(&mut g, ([5, 4, 8], [5, 2, 8]), 5, cfg).unwrap(),
+    let build = |keys_after: bool| {
+        move |g: &mut GraphBuilder| match keys_after {
+            false => rope_pair(g, ([5, 4, 8], [5, 2, 8]), 5, cfg).unwrap(),
             true => {
                 let pos = g.input("pos", &[5]);
                 let q = g.input("q", &[5, 2, 8]);
@@ -297,15 +302,10 @@ fn rope_pairs_fuse() {
                 let k = g.rope(k, pos, cfg).unwrap();
                 g.concat(&[q, k], 0).unwrap()
             }
-        };
-        let graph = g.build(&[out]).unwrap();
-        let b = base.backend.reconfigured(WgpuOptions {
-            fuse_nodes: Some(fuse),
-            ..base.backend.options()
-        });
-        b.compile(&graph, &weights).unwrap().stats().dispatches
+        }
     };
-    assert_eq!(dispatches(true, false), 1 + 2);
-    assert_eq!(dispatches(false, false), 2 + 2);
-    assert_eq!(dispatches(true, true), 3 + 2);
+    let count = |fuse, after| dispatch_count(&base, &HashMap::new(), (None, fuse), build(after));
+    assert_eq!(count(true, false), 1 + 2);
+    assert_eq!(count(false, false), 2 + 2);
+    assert_eq!(count(true, true), 3 + 2);
 }
