@@ -4,6 +4,7 @@
 use super::act::{decode_values, encode_values, store_dtypes};
 use super::fuse::{self, Plan, Role};
 use super::kernels::{self, Bind, Chunk, Dispatch, NodeBuffers, ScratchPool, TensorBuf};
+use super::slots;
 use super::timer::StageTimer;
 use super::upload::{storage, upload, upload_rows, write_words};
 use super::GpuContext;
@@ -15,7 +16,7 @@ use crate::{Error, Result, Tensor};
 use std::sync::Arc;
 
 /// Where a node's value lives.
-enum Place {
+pub(super) enum Place {
     /// An activation slot of the buffer plan.
     Slot(usize),
     /// A weight, uploaded in its stored dtype (chunked by rows) and/or as f32.
@@ -149,120 +150,20 @@ impl WgpuExecutable {
             places[i] = Some(Place::Weight { raw, f32 });
         }
 
-        // Activations: greedy best-fit reuse of slots freed after their last reader, in the
-        // execution order (the graph's, fused nodes beside the node computing them).
-        // A reshape shares its input's slot (it is a view), extending its lifetime.
+        // Activations: a slot each, reused after the last reader (slots.rs), in the execution
+        // order (the graph's, fused nodes beside the node computing them).
         let order = fuse::order(graph, &plan.fused_nodes);
-        let mut last_use: Vec<usize> = vec![0; nodes.len()];
-        for (at, &i) in order.iter().enumerate() {
-            last_use[i] = last_use[i].max(at);
-            for inp in &nodes[i].inputs {
-                last_use[inp.0] = at;
-            }
-        }
-        // A fused node's dispatches read all its members' inputs while writing their
-        // outputs: none of those inputs may be released before the last member is placed.
-        let at: Vec<usize> = {
-            let mut at = vec![0; nodes.len()];
-            order.iter().enumerate().for_each(|(k, &i)| at[i] = k);
-            at
-        };
-        for f in &plan.fused_nodes {
-            let end = at[*f.last().expect("a fused node and more")];
-            for inp in f.iter().flat_map(|&m| &nodes[m].inputs) {
-                last_use[inp.0] = last_use[inp.0].max(end);
-            }
-        }
-        for o in graph.outputs() {
-            last_use[o.0] = usize::MAX;
-        }
-        let mut slot_sizes: Vec<u64> = Vec::new();
-        let mut refs: Vec<usize> = Vec::new(); // live nodes per slot
-        let mut free: Vec<usize> = Vec::new();
-        let mut slot_of: Vec<Option<usize>> = vec![None; nodes.len()];
-        for (at, &i) in order.iter().enumerate() {
-            let n = &nodes[i];
-            if places[i].is_some() {
-                continue;
-            }
-            // A reshape of a weight is a view of the weight's f32 buffer.
-            let base = n.inputs.first().and_then(|x| places[x.0].as_ref());
-            if let (Op::Reshape(_), Some(Place::Weight { f32, .. })) = (&n.op, base) {
-                if raw_use[i] {
-                    return Err(Error::NotImplemented {
-                        op: format!("node {i}: a reshaped weight read in its stored dtype (matmul, embedding)"),
-                        backend: "wgpu",
-                    });
-                }
-                let f32 = f32.clone().expect("a reshape reads its input as f32");
-                places[i] = Some(Place::Weight {
-                    raw: Vec::new(),
-                    f32: Some(f32),
-                });
-                continue;
-            }
-            // whole words: a 16-bit slot of odd length still ends on a word (the bf16
-            // stores' granule, and where the guard's sentinel words start)
-            let size = (stores[i].size() as u64 * n.numel() as u64)
-                .max(4)
-                .next_multiple_of(4);
-            if size > max_binding {
-                return Err(Error::Gpu(format!(
-                    "node {i} ({}) needs {size} bytes, over the adapter's storage binding limit ({max_binding})",
-                    n.op.kind()
-                )));
-            }
-            let slot = match (&n.op, n.inputs.first().and_then(|x| slot_of[x.0])) {
-                (Op::Reshape(_), Some(s)) => s,
-                // Inputs are written before any dispatch runs: a slot freed by an earlier
-                // node would be overwritten by that node. Give them their own.
-                (Op::Input(_), _) => {
-                    slot_sizes.push(size);
-                    refs.push(0);
-                    slot_sizes.len() - 1
-                }
-                _ => {
-                    let best = free
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, &s)| slot_sizes[s] >= size)
-                        .min_by_key(|(_, &s)| slot_sizes[s])
-                        .map(|(k, _)| k);
-                    match best {
-                        Some(k) => free.swap_remove(k),
-                        None => {
-                            slot_sizes.push(size);
-                            refs.push(0);
-                            slot_sizes.len() - 1
-                        }
-                    }
-                }
-            };
-            refs[slot] += 1;
-            slot_of[i] = Some(slot);
-            places[i] = Some(Place::Slot(slot));
-            // Inputs read for the last time here release their slots (after this node's
-            // output is assigned, so an op never writes the buffer it reads).
-            // An input listed twice (mul(x, x), concat([x, x])) releases once.
-            for (k, inp) in n.inputs.iter().enumerate() {
-                if last_use[inp.0] == at && !n.inputs[..k].contains(inp) {
-                    if let Some(s) = slot_of[inp.0] {
-                        refs[s] -= 1;
-                        if refs[s] == 0 {
-                            free.push(s);
-                        }
-                    }
-                }
-            }
-            if last_use[i] == at && !graph.outputs().contains(&NodeId(i)) {
-                // computed but never read: drop its reference at once (a dead reshape view
-                // must not pin its base's slot)
-                refs[slot] -= 1;
-                if refs[slot] == 0 {
-                    free.push(slot);
-                }
-            }
-        }
+        let writes_instead: Vec<(usize, usize)> = (0..nodes.len())
+            .map(|i| (i, plan.writes(i)))
+            .filter(|&(i, w)| w != i)
+            .collect();
+        let slot_sizes = slots::plan(
+            graph,
+            &order,
+            (&plan.fused_nodes, &writes_instead),
+            (&stores, &raw_use, max_binding),
+            &mut places,
+        )?;
         // Freed slots are reused, never released: the peak is the total size of all slots.
         let peak: u64 = slot_sizes.iter().sum();
         let guard_bytes = if guard_enabled() {

@@ -7,6 +7,7 @@ pub use act::store_dtypes;
 mod fuse;
 mod kernels;
 mod shader;
+mod slots;
 mod timer;
 mod upload;
 
