@@ -9,8 +9,8 @@
 // workgroup memory, loaded with consecutive invocations reading consecutive addresses
 // (coalesced) and stored row-major with a 17-float pitch, so the strided reads of the
 // inner loop hit distinct banks. Out-of-range rows, columns and k read as zero.
-// Outputs are stored by product_out.wgsl's store_y (OUT_PARTS: fused sibling products), an
-// addend added by weight_decode.wgsl's add_c (ADD_C, C_FULL, C_GATE).
+// Outputs go through product_out.wgsl's finish_y (1 / rms, addend, gated activation, store;
+// OUT_PARTS: fused sibling products; ADD_C, C_FULL, C_GATE: weight_decode.wgsl's add_c).
 // Template: W_F32 | W_F16 | W_BF16 selects weight_decode.wgsl's load_w for B (f32 for
 // attention); tile shape TILE_S (16 x 64, 64 invocations, for small M), TILE_M (64 x 64)
 // or TILE_L (128 x 128, 8 x 8 outputs each); B_KN; SCORES (scale, then CAUSAL keys
@@ -283,20 +283,15 @@ fn gemm_tiled(
                 }
 #endif
 #endif
+                var inv_rms = 1.0;
 #if NORM
-                let inv_rms = inverseSqrt(sumsq[lid.y + WG_Y * i] / f32(p.k) + p.eps);
-                v *= inv_rms;
+                inv_rms = inverseSqrt(sumsq[lid.y + WG_Y * i] / f32(p.k) + p.eps);
+#endif
+                var up = 0.0;
 #if GATED
-                acc2[i][j] *= inv_rms;
+                up = acc2[i][j];
 #endif
-#endif
-#if ADD_C
-                v = add_c(m, p.n_off + n, v);
-#endif
-#if GATED
-                v = gated_act(v, acc2[i][j]);
-#endif
-                store_y(c_base, m, p.n_off + n, v);
+                finish_y(c_base, m, p.n_off + n, v, up, inv_rms);
 #endif
             }
         }
@@ -319,30 +314,21 @@ fn gemm_combine(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     for (var z = 0u; z < p.splits; z++) {
         v += part[z * plane + i];
     }
-#if GATED
     var v2 = 0.0;
+#if GATED
     for (var z = 0u; z < p.splits; z++) {
         v2 += part[(p.splits + z) * plane + i];
     }
 #endif
+    var inv_rms = 1.0;
 #if NORM
     let ss_at = PRODUCTS * p.splits * plane;
     var ss = 0.0;
     for (var z = 0u; z < p.splits; z++) {
         ss += part[ss_at + z * p.m + m];
     }
-    let inv_rms = inverseSqrt(ss / f32(p.k) + p.eps);
-    v *= inv_rms;
-#if GATED
-    v2 *= inv_rms;
+    inv_rms = inverseSqrt(ss / f32(p.k) + p.eps);
 #endif
-#endif
-#if ADD_C
-    v = add_c(m, p.n_off + n, v);
-#endif
-#if GATED
-    v = gated_act(v, v2);
-#endif
-    store_y(0u, m, p.n_off + n, v);
+    finish_y(0u, m, p.n_off + n, v, v2, inv_rms);
 }
 #endif

@@ -3,8 +3,8 @@
 // No workgroup memory: on lavapipe barriers cost more than they save; real-GPU tuning is
 // a separate variant.
 // Template: W_F32 | W_F16 | W_BF16 selects weight_decode.wgsl's load_w for the weight.
-// Outputs are stored by product_out.wgsl's store_y (OUT_PARTS: fused sibling products), an
-// addend added by weight_decode.wgsl's add_c (ADD_C, C_FULL, C_GATE).
+// Outputs go through product_out.wgsl's finish_y (1 / rms, addend, gated activation, store;
+// OUT_PARTS: fused sibling products; ADD_C, C_FULL, C_GATE: weight_decode.wgsl's add_c).
 
 struct Params {
     m: u32,
@@ -55,11 +55,7 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) li
         for (var j = 0u; j < 4u; j++) {
             let n = n0 + j;
             if (n >= p.rows) { break; }
-            var v = acc[i][j];
-#if ADD_C
-            v = add_c(m, p.n_off + n, v);
-#endif
-            store_y(0u, m, p.n_off + n, v);
+            finish_y(0u, m, p.n_off + n, acc[i][j], 0.0, 1.0);
         }
     }
 }

@@ -1,6 +1,6 @@
 // Quantized-weight matmul and few-row matvec, y[m, n_off + n] = sum_k x[m, k] * w[n, k],
 // for one row chunk of the weight. Prepended with weight_decode.wgsl (add_c: ADD_C, C_FULL,
-// C_GATE) and product_out.wgsl (store_y: OUT_PARTS, fused sibling products).
+// C_GATE) and product_out.wgsl (finish_y, the epilogue; OUT_PARTS: fused sibling products).
 //
 // Quantized weights (QUANT + Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1) are never dequantized to
 // floats: `quantize_x` first turns the f32 activations into ggml Q8_1-style blocks of 32
@@ -167,11 +167,7 @@ fn matmul_q(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) 
         for (var j = 0u; j < 4u; j++) {
             let n = n0 + j;
             if (n >= p.rows) { break; }
-            var v = acc[i][j];
-#if ADD_C
-            v = add_c(m, p.n_off + n, v);
-#endif
-            store_y(0u, m, p.n_off + n, v);
+            finish_y(0u, m, p.n_off + n, acc[i][j], 0.0, 1.0);
         }
     }
 }
@@ -252,11 +248,7 @@ fn gemm_q(
         for (var j = 0u; j < 4u; j++) {
             let n = n_base + lid.x + GQ_WG_X * j;
             if (n < p.rows) {
-                var v = acc[i][j];
-#if ADD_C
-                v = add_c(m, p.n_off + n, v);
-#endif
-                store_y(0u, m, p.n_off + n, v);
+                finish_y(0u, m, p.n_off + n, acc[i][j], 0.0, 1.0);
             }
         }
     }
@@ -374,20 +366,14 @@ fn matvec(
                 sums[q] += partial[i * LANES + q * MAX_M + li];
             }
         }
-        var t = sums[0];
+        var inv_rms = 1.0;
 #if NORM
-        let inv_rms = inverseSqrt(sums[SS_PLANE] / f32(p.k) + p.eps);
-        t *= inv_rms;
+        inv_rms = inverseSqrt(sums[SS_PLANE] / f32(p.k) + p.eps);
+#endif
+        var up = 0.0;
 #if GATED
-        sums[UP_PLANE] *= inv_rms;
+        up = sums[UP_PLANE];
 #endif
-#endif
-#if ADD_C
-        t = add_c(li, p.n_off + r, t);
-#endif
-#if GATED
-        t = gated_act(t, sums[UP_PLANE]);
-#endif
-        store_y(0u, li, p.n_off + r, t);
+        finish_y(0u, li, p.n_off + r, sums[0], up, inv_rms);
     }
 }

@@ -5,12 +5,28 @@
 // Template: OUT_PARTS, sibling products fused into one (their weights concatenated at
 // upload, src/backend/wgpu/fuse/): columns [0, n0) go to y, [n0, n01) to y1 and,
 // with OUT_PARTS3, [n01, n) to y2, each in rows of its own width. Not with batches.
+// finish_y is every product's epilogue, in one order: 1 / rms of the row (the kernels' NORM
+// reads), the addend (weight_decode.wgsl's add_c: ADD_C), the gated activation of the
+// product and the up product (activation.wgsl's gated_act: GATED), the store.
 #if OUT_PARTS
 @group(0) @binding(10) var<storage, read_write> y1: ACT;
 #if OUT_PARTS3
 @group(0) @binding(11) var<storage, read_write> y2: ACT;
 #endif
 #endif
+
+// The product v (and, GATED, the up product u) of output (m, col), both scaled by inv_rms
+// (1 without a norm read), finished and stored.
+fn finish_y(at: u32, m: u32, col: u32, v: f32, u: f32, inv_rms: f32) {
+    var t = v * inv_rms;
+#if ADD_C
+    t = add_c(m, col, t);
+#endif
+#if GATED
+    t = gated_act(t, u * inv_rms);
+#endif
+    store_y(at, m, col, t);
+}
 
 fn store_y(at: u32, m: u32, col: u32, v: f32) {
 #if OUT_PARTS
