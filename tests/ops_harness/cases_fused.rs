@@ -13,6 +13,23 @@ use vla::graph::{GraphBuilder, NodeId};
 use vla::ops::{RopeConfig, RopeLayout, RopeMode};
 use vla::Tensor;
 
+/// The input `name` `[m, k]`, RMS-normalised by the input `gain` with gain offset `norm`.
+fn rows(
+    g: &mut GraphBuilder,
+    name: &str,
+    (m, k): (usize, usize),
+    norm: Option<f32>,
+) -> vla::Result<NodeId> {
+    let x = g.input(name, &[m, k]);
+    match norm {
+        Some(offset) => {
+            let gain = g.input("gain", &[k]);
+            g.rms_norm(x, gain, 1e-6, offset)
+        }
+        None => Ok(x),
+    }
+}
+
 /// `x` `[m, k]`, then per width of `ns` a product `x @ w_i^T (+ b_i)` (RMS-normalised rows
 /// with `norm`), concatenated along the columns.
 fn siblings(
@@ -22,14 +39,7 @@ fn siblings(
     norm: bool,
     bias: bool,
 ) -> vla::Result<NodeId> {
-    let x = g.input("x", &[m, k]);
-    let x = match norm {
-        true => {
-            let gain = g.input("gain", &[k]);
-            g.rms_norm(x, gain, 1e-6, 1.0)?
-        }
-        false => x,
-    };
+    let x = rows(g, "x", (m, k), norm.then_some(1.0))?;
     let mut outs = Vec::new();
     for i in 0..ns.len() {
         let w = g.stored_weight(&format!("w{i}"))?;
@@ -52,14 +62,7 @@ fn gated_residual(
     norm: bool,
     part: usize,
 ) -> vla::Result<(NodeId, NodeId)> {
-    let h = g.input("h", &[m, k]);
-    let h = match norm {
-        true => {
-            let gain = g.input("gain", &[k]);
-            g.rms_norm(h, gain, 1e-6, 0.0)?
-        }
-        false => h,
-    };
+    let h = rows(g, "h", (m, k), norm.then_some(0.0))?;
     let x = g.input("x", &[m, w]);
     let mods = g.input("mods", &[3 * w]);
     let wt = g.stored_weight("w")?;

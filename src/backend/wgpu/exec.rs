@@ -153,14 +153,10 @@ impl WgpuExecutable {
         // Activations: a slot each, reused after the last reader (slots.rs), in the execution
         // order (the graph's, fused nodes beside the node computing them).
         let order = fuse::order(graph, &plan.fused_nodes);
-        let writes_instead: Vec<(usize, usize)> = (0..nodes.len())
-            .map(|i| (i, plan.writes(i)))
-            .filter(|&(i, w)| w != i)
-            .collect();
         let slot_sizes = slots::plan(
             graph,
             &order,
-            (&plan.fused_nodes, &writes_instead),
+            (&plan.fused_nodes, &plan.writes_instead()),
             (&stores, &raw_use, max_binding),
             &mut places,
         )?;

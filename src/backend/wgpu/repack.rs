@@ -55,13 +55,7 @@ mod tests {
     #[test]
     fn blocks_split_into_codes_and_scales() {
         let x: Vec<f32> = (0..96).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-        for ty in [
-            GgmlType::Q8_0,
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-        ] {
+        for ty in GgmlType::SUPPORTED.into_iter().filter(|t| t.is_quantized()) {
             let raw = quant::quantize(ty, &x).unwrap();
             let packed = repack(ty, &raw);
             let cw = code_words(ty).unwrap();

@@ -4,6 +4,7 @@
 //! view), extending its lifetime.
 
 use super::exec::Place;
+use super::fuse::positions;
 use crate::backend::ActDtype;
 use crate::graph::{Graph, NodeId, Op};
 use crate::{Error, Result};
@@ -15,10 +16,9 @@ use crate::{Error, Result};
 /// released and reused before the last member is placed); `None` for graph outputs.
 fn last_needed(graph: &Graph, order: &[usize], fused: &[Vec<usize>]) -> Vec<Option<usize>> {
     let nodes = graph.nodes();
-    let mut at = vec![0; nodes.len()];
+    let at = positions(order);
     let mut last = vec![0; nodes.len()];
     for (k, &i) in order.iter().enumerate() {
-        at[i] = k;
         last[i] = last[i].max(k);
         for inp in &nodes[i].inputs {
             last[inp.0] = k;

@@ -42,6 +42,38 @@ pub(super) enum Role {
     Follows,
 }
 
+/// What the fusion checks ask of every node: how many inputs of other nodes it is (its
+/// readers, a node listed twice counting twice) and the index of its stage (0 before the
+/// first).
+pub(super) struct NodeFacts {
+    pub readers: Vec<usize>,
+    pub stage: Vec<usize>,
+}
+
+impl NodeFacts {
+    pub fn of(graph: &Graph) -> Self {
+        let nodes = graph.nodes();
+        let mut readers = vec![0; nodes.len()];
+        for i in nodes.iter().flat_map(|n| &n.inputs) {
+            readers[i.0] += 1;
+        }
+        let starts = graph.stages();
+        let stage = (0..nodes.len())
+            .map(|i| starts.partition_point(|s| s.1 <= i))
+            .collect();
+        NodeFacts { readers, stage }
+    }
+}
+
+/// Each node's position in `order`.
+pub(super) fn positions(order: &[usize]) -> Vec<usize> {
+    let mut at = vec![0; order.len()];
+    for (k, &i) in order.iter().enumerate() {
+        at[i] = k;
+    }
+    at
+}
+
 /// What an executable fuses: the sibling groups and their uploads (one for all the groups
 /// of the same weights: each denoising step's), each node's [`Role`], and the fused sets
 /// (each a node, then the nodes its dispatches also compute).
@@ -60,10 +92,10 @@ pub(super) struct Plan {
 impl Plan {
     /// Finds what `graph` fuses and uploads the sibling groups' weights.
     pub fn new(ctx: &GpuContext, graph: &Graph, weights: &dyn WeightStore) -> Result<Self> {
-        let n = graph.nodes().len();
+        let facts = NodeFacts::of(graph);
         let mut plan = Plan {
-            groups: siblings::find(graph),
-            role: vec![None; n],
+            groups: siblings::find(graph, &facts),
+            role: vec![None; graph.nodes().len()],
             ..Plan::default()
         };
         for (k, g) in plan.groups.iter().enumerate() {
@@ -82,17 +114,14 @@ impl Plan {
             }
             plan.fused_nodes.push(g.members.clone());
         }
-        for r in gated_residuals(graph, &plan.groups) {
+        for r in gated_residuals(graph, &facts, &plan.groups) {
             plan.role[r.product] = Some(Role::Gates(r.residual));
             plan.role[r.residual] = Some(Role::Follows);
             plan.fused_nodes.push(vec![r.product, r.residual]);
         }
         // ropes pair up where the order so far computes both inputs before the first
-        let mut at = vec![0; n];
-        for (k, i) in order(graph, &plan.fused_nodes).into_iter().enumerate() {
-            at[i] = k;
-        }
-        for [a, b] in rope_pairs(graph, &at) {
+        let at = positions(&order(graph, &plan.fused_nodes));
+        for [a, b] in rope_pairs(graph, &facts, &at) {
             plan.role[a] = Some(Role::Rotates(b));
             plan.role[b] = Some(Role::Follows);
             plan.fused_nodes.push(vec![a, b]);
@@ -130,6 +159,18 @@ impl Plan {
             Some(Role::Gates(r)) => r,
             _ => i,
         }
+    }
+
+    /// (node, the node whose output its dispatches write instead of its own value): each
+    /// gated residual's product and residual.
+    pub fn writes_instead(&self) -> Vec<(usize, usize)> {
+        let gates = self.role.iter().enumerate();
+        gates
+            .filter_map(|(i, r)| match r {
+                Some(Role::Gates(r)) => Some((i, *r)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Node `i`'s dispatches, with what the plan fuses into them; `out` gives a node's
@@ -200,16 +241,13 @@ pub(super) struct GatedResidual {
 /// The gated residuals of `graph` whose product can write them: the product (not one of
 /// `groups`) has no addend, nothing else reads it, and it comes after the residual's other
 /// inputs, in the residual's stage; `x`, `y` and the output of one shape.
-pub(super) fn gated_residuals(graph: &Graph, groups: &[Siblings]) -> Vec<GatedResidual> {
+pub(super) fn gated_residuals(
+    graph: &Graph,
+    facts: &NodeFacts,
+    groups: &[Siblings],
+) -> Vec<GatedResidual> {
     let nodes = graph.nodes();
-    let mut readers = vec![0usize; nodes.len()];
-    for n in nodes {
-        for i in &n.inputs {
-            readers[i.0] += 1;
-        }
-    }
     let grouped = |i: usize| groups.iter().any(|g| g.members.contains(&i));
-    let stage_of = |i: usize| graph.stages().iter().filter(|s| s.1 <= i).count();
     let mut out = Vec::new();
     for (r, n) in nodes.iter().enumerate() {
         let Op::AddGated { .. } = n.op else { continue };
@@ -217,12 +255,12 @@ pub(super) fn gated_residuals(graph: &Graph, groups: &[Siblings]) -> Vec<GatedRe
         let p = graph.node(y);
         let fits = matches!(p.op, Op::MatMul { .. })
             && p.addend().is_none()
-            && readers[y.0] == 1
+            && facts.readers[y.0] == 1
             && !graph.outputs().contains(&y)
             && !grouped(y.0)
             && x.0 < y.0
             && m.0 < y.0
-            && stage_of(y.0) == stage_of(r)
+            && facts.stage[y.0] == facts.stage[r]
             && graph.node(x).shape == p.shape
             && p.shape == n.shape;
         if fits {
@@ -239,9 +277,8 @@ pub(super) fn gated_residuals(graph: &Graph, groups: &[Siblings]) -> Vec<GatedRe
 /// one head dim, one stage, the second's input computed before the first at `at` (each
 /// node's place in the execution order so far); each rope in one pair at most, the first
 /// with the next rope that fits.
-pub(super) fn rope_pairs(graph: &Graph, at: &[usize]) -> Vec<[usize; 2]> {
+pub(super) fn rope_pairs(graph: &Graph, facts: &NodeFacts, at: &[usize]) -> Vec<[usize; 2]> {
     let nodes = graph.nodes();
-    let stage_of = |i: usize| graph.stages().iter().filter(|s| s.1 <= i).count();
     let ropes: Vec<usize> = (0..nodes.len())
         .filter(|&i| matches!(nodes[i].op, Op::Rope(_)) && nodes[i].shape.len() == 3)
         .collect();
@@ -251,7 +288,7 @@ pub(super) fn rope_pairs(graph: &Graph, at: &[usize]) -> Vec<[usize; 2]> {
         if taken[a] {
             continue;
         }
-        let (na, stage) = (&nodes[a], stage_of(a));
+        let (na, stage) = (&nodes[a], facts.stage[a]);
         let fits = |b: usize| {
             let nb = &nodes[b];
             !taken[b]
@@ -260,7 +297,9 @@ pub(super) fn rope_pairs(graph: &Graph, at: &[usize]) -> Vec<[usize; 2]> {
                 && nb.shape[2] == na.shape[2]
                 && computed_at(graph, at, nb.inputs[0]) < at[a]
         };
-        let mut later = ropes[k + 1..].iter().take_while(|&&b| stage_of(b) == stage);
+        let mut later = ropes[k + 1..]
+            .iter()
+            .take_while(|&&b| facts.stage[b] == stage);
         if let Some(&b) = later.find(|&&b| fits(b)) {
             taken[a] = true;
             taken[b] = true;
@@ -349,18 +388,20 @@ mod tests {
         let out = g.add(q, q).unwrap();
         let out = g.concat(&[out, k], 1).unwrap();
         let graph = g.build(&[out]).unwrap();
-        let mut fused: Vec<Vec<usize>> = siblings::find(&graph)
+        let facts = NodeFacts::of(&graph);
+        let mut fused: Vec<Vec<usize>> = siblings::find(&graph, &facts)
             .into_iter()
             .map(|g| g.members)
             .collect();
         assert_eq!(fused.len(), 1);
-        let mut at = vec![0; graph.nodes().len()];
-        let without = rope_pairs(&graph, &(0..graph.nodes().len()).collect::<Vec<_>>());
+        let without = rope_pairs(
+            &graph,
+            &facts,
+            &(0..graph.nodes().len()).collect::<Vec<_>>(),
+        );
         assert!(without.is_empty(), "keys projected after the queries' rope");
-        for (k, i) in order(&graph, &fused).into_iter().enumerate() {
-            at[i] = k;
-        }
-        let pairs = rope_pairs(&graph, &at);
+        let at = positions(&order(&graph, &fused));
+        let pairs = rope_pairs(&graph, &facts, &at);
         assert_eq!(pairs, [[q.0, k.0]]);
         fused.push(pairs[0].to_vec());
         let order = order(&graph, &fused);

@@ -5,6 +5,7 @@
 use super::super::kernels::{Chunk, TensorBuf};
 use super::super::upload::{upload, upload_rows};
 use super::super::GpuContext;
+use super::NodeFacts;
 use crate::backend::{ActDtype, WeightStore};
 use crate::gguf::GgmlType;
 use crate::graph::{Graph, Node, NodeId, Op};
@@ -39,15 +40,9 @@ fn stored_params(graph: &Graph, node: &Node) -> Option<(NodeId, Option<NodeId>)>
 /// all with a bias or none ([`stored_params`]), each read by something. Their weights and
 /// biases must be read only by groups of the same weights and biases (the same layer's
 /// products in every denoising step, every camera), which then share one upload.
-pub(crate) fn find(graph: &Graph) -> Vec<Siblings> {
+pub(crate) fn find(graph: &Graph, facts: &NodeFacts) -> Vec<Siblings> {
     let nodes = graph.nodes();
-    let mut readers = vec![0usize; nodes.len()];
-    for n in nodes {
-        for i in &n.inputs {
-            readers[i.0] += 1;
-        }
-    }
-    let stage_of = |i: usize| graph.stages().iter().filter(|s| s.1 <= i).count();
+    let readers = &facts.readers;
     // (what siblings share, the products so far)
     type Key = (
         usize,
@@ -75,7 +70,7 @@ pub(crate) fn find(graph: &Graph) -> Vec<Siblings> {
             wn.dtype,
             wn.shape[1],
             bias.is_some(),
-            stage_of(i),
+            facts.stage[i],
         );
         match open
             .iter_mut()
@@ -258,7 +253,7 @@ mod tests {
         let [q, k, v, o] = ["q", "k", "v", "o"].map(product_of);
         let q2 = find_op(&|n| matches!(n.op, Op::Scale(_)));
         let s = find_op(&|n| n.op == Op::Add);
-        let groups = find(&graph);
+        let groups = find(&graph, &NodeFacts::of(&graph));
         assert_eq!(groups.len(), 1, "{groups:?}");
         assert_eq!(groups[0].members, [q, k, v]);
         assert_eq!(groups[0].cols, [8, 4, 4]);
