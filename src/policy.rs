@@ -57,6 +57,9 @@ pub struct ActionChunk {
     pub times: StageTimes,
     /// What this predict moved between host and backend and how often it waited.
     pub counters: RunCounters,
+    /// What the client should know of how its request was read (e.g. a prompt cut where the
+    /// reference cuts it); also logged.
+    pub warnings: Vec<String>,
 }
 
 /// What a client may ask about a loaded policy.

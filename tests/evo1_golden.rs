@@ -14,6 +14,7 @@ use support::{check, cosine, fixture, open, Golden};
 use vla::convert::evo1 as convert;
 use vla::gguf::{GgmlType, GgufFile};
 use vla::graph::GraphBuilder;
+use vla::models::common::text_rows;
 use vla::models::evo1::{graphs, Evo1, Evo1Config};
 use vla::models::flow::FlowArch;
 use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
@@ -157,6 +158,8 @@ fn stages_match_lerobot(backend: &str, dir: &Path, tol: f32) {
     // The prefill's inputs as a request makes them, with lerobot's image tokens.
     let obs = observation(&g, &cfg, false);
     let text = obs.tokens.clone().unwrap();
+    // graphs for the instruction's bucket of rows, as a request compiles them
+    let cfg = cfg.with_text_rows(text_rows(text.len(), cfg.io.tokenizer_max_length));
     let mut tokens: Vec<f32> = text.iter().map(|&t| t as f32).collect();
     tokens.resize(cfg.io.tokenizer_max_length, 0.0);
     let req = cfg

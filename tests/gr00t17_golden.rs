@@ -14,6 +14,7 @@ use support::{check, cosine, fixture, open, qwen_patch_rows_to_chw, Golden};
 use vla::convert::gr00t_n1_7 as convert;
 use vla::gguf::{GgmlType, GgufFile};
 use vla::graph::GraphBuilder;
+use vla::models::common::text_rows;
 use vla::models::flow::FlowArch;
 use vla::models::gr00t_n1_7::{graphs, Gr00tN17, Gr00tN17Config};
 use vla::policy::{Observation, Policy, RuntimeOptions};
@@ -161,6 +162,11 @@ fn stages_match_lerobot(backend: &str, dir: &Path, tol: f32) {
 
     let ids = ints(&g, "token_ids");
     let real = ids.len();
+    // graphs for the instruction's bucket of rows, as a request compiles them
+    let cfg = cfg.with_text_rows(text_rows(
+        real - cfg.prompt.before.len() - cfg.prompt.after.len(),
+        cfg.io.tokenizer_max_length,
+    ));
     let mut tokens: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
     tokens.resize(cfg.seq_len(), 0.0);
     let layout = cfg.layout(real);

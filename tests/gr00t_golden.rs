@@ -13,6 +13,7 @@ use support::{check, cosine, fixture, open, Golden};
 use vla::convert::gr00t as convert;
 use vla::gguf::{GgmlType, GgufFile};
 use vla::graph::GraphBuilder;
+use vla::models::common::text_rows;
 use vla::models::flow::FlowArch;
 use vla::models::gr00t::{graphs, Gr00t, Gr00tConfig};
 use vla::modules::vision::vision_tower;
@@ -187,6 +188,11 @@ fn stages_match_lerobot(backend: &str, dir: &Path, tol: f32) {
     // The backbone over lerobot's prompt ids, right-padded to the graph's length.
     let ids = golden_ids(&g);
     let n = ids.len();
+    // graphs for the instruction's bucket of rows, as a request compiles them
+    let cfg = cfg.with_text_rows(text_rows(
+        n - cfg.prompt.before.len() - cfg.prompt.after.len(),
+        cfg.io.tokenizer_max_length,
+    ));
     let mut tokens: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
     tokens.resize(cfg.seq_len(), 0.0);
     let layout = cfg.layout(n);

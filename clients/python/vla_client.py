@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import warnings
 
 import numpy as np
 import zmq
@@ -86,6 +87,7 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
             ("latency_ms_vision", 10, _F.TYPE_FLOAT, False, None),
             ("error_code", 11, _F.TYPE_ENUM, False, ".vla.PredictResponse.ErrorCode"),
             ("info_json", 12, _F.TYPE_STRING, False, None),
+            ("warnings", 13, _F.TYPE_STRING, True, None),
         ],
         [
             (
@@ -110,6 +112,11 @@ def _classes():
 
 Image, PredictRequest, PredictResponse = _classes()
 _ERROR_NAMES = {v.number: v.name for v in PredictResponse.DESCRIPTOR.enum_types_by_name["ErrorCode"].values}
+
+
+class VlaWarning(UserWarning):
+    """How the server read a request, where it differs from what was sent (a prompt cut
+    where the model's reference cuts it)."""
 
 
 class VlaError(Exception):
@@ -202,7 +209,11 @@ class VlaClient:
 
     def predict(self, images, state, prompt=None, tokens=None, noise=None, return_response=False):
         """One action chunk as a (chunk_size, action_dim) float32 array; with
-        return_response=True also the raw PredictResponse (latencies)."""
+        return_response=True also the raw PredictResponse (latencies, warnings). The server's
+        warnings (e.g. a prompt cut where the reference cuts it) are raised as Python
+        warnings (VlaWarning)."""
         resp = self._checked(build_request(images, state, prompt, tokens, noise))
+        for w in resp.warnings:
+            warnings.warn(w, VlaWarning, stacklevel=2)
         chunk = np.asarray(resp.action_chunk, dtype=np.float32).reshape(resp.chunk_size, resp.action_dim)
         return (chunk, resp) if return_response else chunk

@@ -14,6 +14,12 @@ impl Backend for CpuBackend {
         format!("cpu ({} threads)", rayon::current_num_threads())
     }
 
+    /// Weights are borrowed; only quantized matmul weights' integer tiles are made per
+    /// executable.
+    fn borrows_weights(&self) -> bool {
+        true
+    }
+
     fn compile<'w>(
         &self,
         graph: &Graph,

@@ -108,6 +108,11 @@ pub struct KernelTime {
 pub trait Backend {
     /// What runs the kernels, e.g. `cpu` or `vulkan: llvmpipe (LLVM 15.0.6, 256 bits)`.
     fn description(&self) -> String;
+    /// Whether executables borrow the weights from the store rather than hold a copy each
+    /// (then compiling the same weights into several graphs costs no second copy).
+    fn borrows_weights(&self) -> bool {
+        false
+    }
     fn compile<'w>(
         &self,
         graph: &Graph,

@@ -25,8 +25,9 @@ use std::path::{Path, PathBuf};
 
 const VLM: &str = "model.embedder.model.";
 const HEAD: &str = "model.action_head.";
-/// The longest instruction in tokens.
-const TEXT_TOKENS: usize = 64;
+/// lerobot's `max_text_length` when the config has none: the whole prompt's bound in
+/// tokens, at which the reference's tokenizer cuts it.
+const MAX_TEXT_LENGTH: usize = 1024;
 
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -190,9 +191,9 @@ fn read_config(p: &Json, vlm: &Json, st: &Safetensors, tok: &Tokenizer) -> Resul
         state_hidden: p.usize("state_hidden_dim")?,
     };
     let features = p.obj("input_features")?;
-    let io = ActionIo {
+    let mut io = ActionIo {
         n_images: count_visual_features(&features),
-        tokenizer_max_length: TEXT_TOKENS,
+        tokenizer_max_length: 0, // below, from the prompt
         pad_token_id: 0,
         chunk_size: p.usize("chunk_size")?,
         num_steps: p.usize("num_inference_timesteps")?,
@@ -218,6 +219,20 @@ fn read_config(p: &Json, vlm: &Json, st: &Safetensors, tok: &Tokenizer) -> Resul
         before: tok.encode(&prompt_prefix(max_views, n, &context))?,
         after: Vec::new(),
     };
+    let max_text = match p.get("max_text_length") {
+        Some(_) => p.usize("max_text_length")?,
+        None => MAX_TEXT_LENGTH,
+    };
+    io.tokenizer_max_length = prompt.text_bound(max_text);
+    if io.tokenizer_max_length == 0 {
+        return Err(ckpt_err(
+            p.path,
+            format!(
+                "max_text_length {max_text}: the prompt's {} image-block ids leave no room for an instruction",
+                prompt.before.len()
+            ),
+        ));
+    }
     Ok(Evo1Config {
         vision: vit,
         lm,

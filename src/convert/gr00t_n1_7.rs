@@ -14,7 +14,7 @@
 //! the model runs at is what the processors make of the checkpoint's camera shape: the
 //! eval transform ([`crate::preprocess::area::gr00t_frame`]), then Qwen's `smart_resize`.
 
-use super::gr00t::{base_config_path, head_name_map, pack_step, INSTRUCTION_TOKENS};
+use super::gr00t::{base_config_path, head_name_map, pack_step};
 use super::{ckpt_err, qwen_vl, read_json, Json, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
@@ -272,9 +272,9 @@ fn read_config(
         mrope,
         image_token,
     } = qwen_vl::backbone(qwen_cfg, image_proc, (fh, fw), n_layers)?;
-    let io = ActionIo {
+    let mut io = ActionIo {
         n_images: super::count_visual_features(&features),
-        tokenizer_max_length: INSTRUCTION_TOKENS,
+        tokenizer_max_length: 0, // below, from the prompt
         pad_token_id: 0,
         chunk_size: base.usize("action_horizon")?,
         num_steps: base.usize("num_inference_timesteps")?,
@@ -284,6 +284,7 @@ fn read_config(
         action_dim: super::feature_dim(&policy.obj("output_features")?, "action")?,
     };
     let prompt = qwen_prompt(tokenizer, io.n_images, vision.n_tokens(), image_token)?;
+    io.tokenizer_max_length = super::unbounded_text(&prompt);
     Ok(Gr00tN17Config {
         frame: FrameConfig { edge, crop },
         lm,

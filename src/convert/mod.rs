@@ -157,6 +157,14 @@ impl Safetensors {
     }
 }
 
+/// The instruction bound of an arch whose reference has none (GR00T, VLA-JEPA): what the
+/// graphs' longest sequence ([`MAX_SEQUENCE`]) leaves around `prompt`.
+///
+/// [`MAX_SEQUENCE`]: crate::config::limits::MAX_SEQUENCE
+pub fn unbounded_text(prompt: &crate::models::gr00t::PromptIds) -> usize {
+    prompt.text_bound(crate::config::limits::MAX_SEQUENCE)
+}
+
 /// Parses a JSON file.
 pub fn read_json(path: &Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).map_err(|err| Error::Io {

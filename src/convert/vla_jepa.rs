@@ -26,8 +26,6 @@ use std::path::{Path, PathBuf};
 
 const QWEN: &str = "model.qwen.model.";
 const HEAD: &str = "model.action_model.";
-/// The longest text segment (template text + instruction) in tokens.
-const TEXT_TOKENS: usize = 96;
 
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -291,7 +289,7 @@ fn read_config(
         vision,
         io: ActionIo {
             n_images,
-            tokenizer_max_length: TEXT_TOKENS,
+            tokenizer_max_length: super::unbounded_text(&prompt),
             pad_token_id: 0,
             chunk_size: p.usize("chunk_size")?,
             num_steps: p.usize("num_inference_timesteps")?,

@@ -71,38 +71,47 @@ impl ActionIo {
     }
 }
 
-/// A GGUF and the graphs compiled against it. The executables borrow the file, so the file
-/// is leaked into a raw pointer and reclaimed in `Drop` after them.
-pub struct LoadedGraphs {
-    execs: Vec<Box<dyn Executable>>,
-    /// What compiled them, kept for [`Self::rebuild`].
+/// A GGUF and the graphs compiled against it, as sets keyed by what they were compiled for
+/// (FlowPolicy: the camera frames and the instruction's row bucket). The sets are kept, the
+/// most recently used last, up to [`Self::keep`]; the executables borrow the file, so the
+/// file is leaked into a raw pointer and reclaimed in `Drop` after them.
+pub struct LoadedGraphs<K: PartialEq = ()> {
+    sets: Vec<(K, Vec<Box<dyn Executable>>)>,
+    /// How many sets are kept: several where the backend borrows the weights, one where each
+    /// executable holds its own copy of them (wgpu, ggml).
+    keep: usize,
+    /// What compiled them, kept for [`Self::select`].
     compiler: Box<dyn Backend>,
-    /// The run counters of executables dropped by [`Self::rebuild`].
+    /// The run counters of executables dropped.
     retired: RunCounters,
     backend: String,
     file: *mut GgufFile,
 }
 
+/// Compiled sets kept where the backend borrows the weights from the file (cpu).
+const KEEP_BORROWING: usize = 4;
+
 // SAFETY: `file` is owned by this struct alone (a leaked Box) and only read; the
 // executables are Send; the backends are plain settings (cpu, ggml) or an `Arc` of wgpu's
 // device and queue, which are Send and Sync.
-unsafe impl Send for LoadedGraphs {}
+unsafe impl<K: PartialEq + Send> Send for LoadedGraphs<K> {}
 
-impl Drop for LoadedGraphs {
+impl<K: PartialEq> Drop for LoadedGraphs<K> {
     fn drop(&mut self) {
-        self.execs.clear();
-        // SAFETY: created by Box::into_raw in `compile`; nothing borrows it once `execs` is gone.
+        self.sets.clear();
+        // SAFETY: created by Box::into_raw in `compile`; nothing borrows it once `sets` is gone.
         unsafe { drop(Box::from_raw(self.file)) };
     }
 }
 
-impl LoadedGraphs {
+impl<K: PartialEq> LoadedGraphs<K> {
     /// Opens the backend `opts` names and compiles the graphs `build` makes from `file`
-    /// (which checks every weight's shape). With `opts.weight_dtype`, the float weights
-    /// that some matmul of those graphs multiplies by are re-encoded first.
+    /// (which checks every weight's shape) as the set `key`. With `opts.weight_dtype`, the
+    /// float weights that some matmul of those graphs multiplies by are re-encoded first.
     pub fn compile(
         file: GgufFile,
         opts: &RuntimeOptions,
+        key: K,
         build: impl Fn(&GgufFile) -> Result<Vec<Graph>>,
     ) -> Result<Self> {
         let file = match opts.weight_dtype {
@@ -115,14 +124,18 @@ impl LoadedGraphs {
         };
         let compiler = super::open_backend(opts)?;
         let mut graphs = LoadedGraphs {
-            execs: Vec::new(),
+            sets: Vec::new(),
+            keep: match compiler.borrows_weights() {
+                true => KEEP_BORROWING,
+                false => 1,
+            },
             backend: compiler.description(),
             compiler,
             retired: RunCounters::default(),
             file: Box::into_raw(Box::new(file)),
         };
         // on failure `graphs` drops here, freeing the file (Drop)
-        graphs.rebuild(build)?;
+        graphs.select(key, build)?;
         Ok(graphs)
     }
 
@@ -131,46 +144,76 @@ impl LoadedGraphs {
         unsafe { &*self.file }
     }
 
-    /// Drops the compiled graphs and compiles those `build` makes from the same file on the
-    /// same backend instead (none are left if that fails).
-    pub fn rebuild(&mut self, build: impl Fn(&GgufFile) -> Result<Vec<Graph>>) -> Result<()> {
-        for e in self.execs.drain(..) {
-            self.retired.add(&e.stats().runs);
+    /// How many compiled sets are kept at most.
+    pub fn keep(&self) -> usize {
+        self.keep
+    }
+
+    /// Makes the set `key` the current one: a kept set, or else the graphs `build` makes
+    /// from the same file, compiled on the same backend (the least recently used set is
+    /// dropped first when [`Self::keep`] are kept). Returns whether it compiled.
+    pub fn select(
+        &mut self,
+        key: K,
+        build: impl Fn(&GgufFile) -> Result<Vec<Graph>>,
+    ) -> Result<bool> {
+        if let Some(i) = self.sets.iter().position(|(k, _)| *k == key) {
+            let set = self.sets.remove(i);
+            self.sets.push(set);
+            return Ok(false);
+        }
+        while self.sets.len() >= self.keep {
+            let (_, execs) = self.sets.remove(0);
+            for e in execs {
+                self.retired.add(&e.stats().runs);
+            }
         }
         // SAFETY: valid until Drop, which drops the executables first.
         let file: &'static GgufFile = unsafe { &*self.file };
         let graphs = build(file)?;
+        let mut execs = Vec::with_capacity(graphs.len());
         for g in &graphs {
-            self.execs.push(self.compiler.compile(g, file)?);
+            execs.push(self.compiler.compile(g, file)?);
         }
-        Ok(())
+        self.sets.push((key, execs));
+        Ok(true)
     }
 
-    /// The `i`-th graph passed to [`Self::compile`].
+    /// The keys of the kept sets, the most recently used last.
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
+        self.sets.iter().map(|(k, _)| k)
+    }
+
+    /// The current set's `i`-th graph.
     pub fn exec(&mut self, i: usize) -> &mut dyn Executable {
-        self.execs[i].as_mut()
+        let (_, execs) = self.sets.last_mut().expect("a set is compiled");
+        execs[i].as_mut()
     }
 
-    /// The backend's run counters, summed over the graphs (those compiled before too).
+    fn execs(&self) -> impl Iterator<Item = &Box<dyn Executable>> {
+        self.sets.iter().flat_map(|(_, e)| e)
+    }
+
+    /// The backend's run counters, summed over the graphs (those dropped too).
     pub fn counters(&self) -> RunCounters {
         let mut sum = self.retired;
-        for e in &self.execs {
+        for e in self.execs() {
             sum.add(&e.stats().runs);
         }
         sum
     }
 
-    /// The kernels of the graphs' last runs, where the backend profiles (see
+    /// The kernels of the current set's last runs, where the backend profiles (see
     /// [`Executable::profile`]).
     pub fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
-        let parts: Vec<_> = self.execs.iter().filter_map(|e| e.profile()).collect();
+        let (_, execs) = self.sets.last()?;
+        let parts: Vec<_> = execs.iter().filter_map(|e| e.profile()).collect();
         (!parts.is_empty()).then(|| parts.concat())
     }
 
-    /// Bytes the backend holds: weights plus peak activations, summed over the graphs.
+    /// Bytes the backend holds: weights plus peak activations, summed over the kept sets.
     pub fn memory_bytes(&self) -> u64 {
-        self.execs
-            .iter()
+        self.execs()
             .map(|e| e.stats())
             .map(|s| s.weight_bytes + s.peak_activation_bytes)
             .sum()
@@ -217,45 +260,50 @@ pub fn ms_since(t0: Instant) -> f32 {
     t0.elapsed().as_secs_f32() * 1e3
 }
 
-/// The request's instruction ids (given, or `tokenize(prompt)`), checked against the
-/// vocabulary, right-padded with `pad` to `max`; returns them as f32 and how many are real.
+/// The request's instruction as token ids: `tokens` as given, or else its prompt through
+/// `tokenize` (`missing` when the request has neither), each id checked against the
+/// vocabulary. Bounds on their number are the caller's ([`prompt_bound`]).
 pub fn instruction_ids(
     obs: &Observation,
-    max: usize,
     vocab_size: usize,
-    pad: u32,
+    missing: &str,
     tokenize: impl FnOnce(&str) -> Result<Vec<u32>>,
-) -> Result<(Vec<f32>, usize)> {
+) -> Result<Vec<u32>> {
     let ids: Vec<i64> = match (&obs.tokens, &obs.prompt) {
         (Some(t), None) => t.iter().map(|&t| i64::from(t)).collect(),
         (None, Some(p)) => tokenize(p)?.into_iter().map(i64::from).collect(),
+        (None, None) => tokenize(missing)?.into_iter().map(i64::from).collect(),
         (Some(_), Some(_)) => {
             return Err(Error::InvalidArgument(
                 "give a prompt or tokens, not both".into(),
             ))
         }
-        (None, None) => {
-            return Err(Error::InvalidArgument(
-                "no instruction: give a prompt or tokens".into(),
-            ))
-        }
     };
-    if ids.is_empty() || ids.len() > max {
-        return Err(Error::InvalidArgument(format!(
-            "{} instruction tokens: expected 1..={max}",
-            ids.len()
-        )));
-    }
     if let Some(bad) = ids.iter().find(|&&t| t < 0 || t as usize >= vocab_size) {
         return Err(Error::InvalidArgument(format!(
             "token id {bad} outside the vocabulary (0..{vocab_size})"
         )));
     }
-    let n = ids.len();
-    let mut out: Vec<f32> = ids.iter().map(|&t| t as f32).collect();
-    out.resize(max, pad as f32);
-    Ok((out, n))
+    Ok(ids.into_iter().map(|t| t as u32).collect())
 }
+
+/// The refusal of an instruction of `n` tokens past the model's bound `max`
+/// (`tokenizer_max_length`).
+pub fn prompt_bound(n: usize, max: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "instruction: {n} tokens, more than this model's bound of {max} (tokenizer_max_length in the GGUF); shorten it"
+    ))
+}
+
+/// Rows the prefill gives the instruction: `n` tokens rounded up to a whole bucket of
+/// [`TEXT_BUCKET`], at most `max` (the bound, itself a valid size), at least one row. Graphs
+/// are compiled per bucket, so a prompt's cost follows its length; the padding is masked.
+pub fn text_rows(n: usize, max: usize) -> usize {
+    n.max(1).next_multiple_of(TEXT_BUCKET).min(max.max(1))
+}
+
+/// The step between the instruction lengths graphs are compiled for.
+pub const TEXT_BUCKET: usize = 16;
 
 /// The tokenizer in the GGUF's `tokenizer.ggml.*` metadata, if any, checked to fit the
 /// model's vocabulary.

@@ -12,8 +12,8 @@
 //! host integrating between them: the reference the one-run path is tested against.
 
 use super::common::{
-    gguf_tokenizer, instruction_ids, ms_since, noise_or_draw, require_tokenizer, steps_override,
-    ActionIo, LoadedGraphs, NoiseDraw,
+    gguf_tokenizer, instruction_ids, ms_since, noise_or_draw, prompt_bound, require_tokenizer,
+    steps_override, text_rows, ActionIo, LoadedGraphs, NoiseDraw,
 };
 use crate::config::Section;
 use crate::gguf::{GgufFile, GgufWriter};
@@ -58,8 +58,17 @@ pub trait FlowArch: Section + Clone + Send + Sized {
     fn read(file: &GgufFile) -> Result<Self>;
     /// What the driver needs to know of the config.
     fn spec(&self) -> FlowSpec;
+    /// The action I/O part of the config; its `tokenizer_max_length` sizes the graphs'
+    /// instruction rows ([`FlowArch::with_text_rows`]).
+    fn io_mut(&mut self) -> &mut ActionIo;
     /// The vision, prefill and denoise graphs, in that order.
     fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]>;
+    /// The task a request without an instruction stands for (the wire cannot tell an empty
+    /// prompt from none): lerobot's default where it has one (VLA-JEPA), else the empty
+    /// instruction.
+    fn missing_task(&self) -> &'static str {
+        ""
+    }
     /// The text the reference tokenizes for `task` (given the normalised, padded state).
     fn prompt_text(&self, task: &str, state: &[f32]) -> String;
     /// The prefill and fixed denoise inputs for `tokens` (padded, `n_tokens` real) and the
@@ -75,6 +84,15 @@ pub trait FlowArch: Section + Clone + Send + Sized {
     /// Normalisation statistics the arch stores besides its graph weights, with shapes
     /// (for random-weight models; [`Normalizer::from_gguf`] reads them).
     fn statistics(&self) -> Vec<(String, Vec<usize>)>;
+
+    /// This config with graphs of `rows` instruction rows (a bucket of [`text_rows`]): the
+    /// prefill and denoise graphs and [`FlowArch::request_inputs`] of a config size the
+    /// instruction by its `tokenizer_max_length`, which the GGUF keeps as the bound.
+    fn with_text_rows(&self, rows: usize) -> Self {
+        let mut cfg = self.clone();
+        cfg.io_mut().tokenizer_max_length = rows;
+        cfg
+    }
 
     /// Every weight the graphs read, with its shape: derived from the graphs, so a weight
     /// is named and shaped in one place only.
@@ -131,6 +149,10 @@ pub struct FlowSpec {
     pub clip: Clipping,
     /// A gripper dimension snapped to two values (VLA-JEPA's LIBERO post-processing).
     pub gripper: Option<GripperSnap>,
+    /// The reference cuts a tokenized prompt at `tokenizer_max_length` (lerobot's tokenizer
+    /// step with `truncation=True`: SmolVLA, pi0, pi0.5); so does the server, with a warning
+    /// in the reply. Otherwise a longer prompt is refused.
+    pub truncates_prompt: bool,
 }
 
 impl FlowSpec {
@@ -154,9 +176,16 @@ pub fn newline_terminated(task: &str) -> String {
 struct Request {
     /// Per camera, the frame as the backend takes it ([`CameraInput::frame`]).
     frames: Vec<(FrameKey, Tensor<'static>)>,
+    /// The instruction's rows in the graphs ([`text_rows`]).
+    rows: usize,
     inputs: RequestInputs,
     noise: Vec<f32>,
+    /// What the reply tells the client (a prompt cut as the reference cuts it).
+    warnings: Vec<String>,
 }
+
+/// What a compiled predict is specific to: every camera's frame and the instruction's rows.
+type GraphKey = (Vec<FrameKey>, usize);
 
 /// A flow-matching policy: an arch's config and compiled graphs, its tokenizer and
 /// normalisers.
@@ -170,9 +199,8 @@ pub struct FlowPolicy<A: FlowArch> {
     /// From the GGUF's `tokenizer.ggml.*` metadata; without it only token ids are accepted.
     tokenizer: Option<Tokenizer>,
     /// [`predict_graph`], or the vision, prefill and denoise graphs when stepwise
-    /// ([`stage_graphs`]), for camera frames `frames`.
-    graphs: LoadedGraphs,
-    frames: Vec<FrameKey>,
+    /// ([`stage_graphs`]), per camera frames and instruction rows.
+    graphs: LoadedGraphs<GraphKey>,
     stepwise: bool,
 }
 
@@ -203,13 +231,15 @@ impl<A: FlowArch> FlowPolicy<A> {
             action_norm = action_norm.lerobot_min_max();
         }
         let stage_flops = std::cell::Cell::new(Vec::new());
-        // Compiled for bytes at the model's size; other frames recompile on first sight.
-        let frames = spec.model_frames();
-        let graphs = LoadedGraphs::compile(file, opts, |f| {
-            let whole = predict_graph(&cfg, &spec, Some(f), &frames)?;
+        // Compiled for bytes at the model's size and the shortest instruction bucket; other
+        // frames and longer instructions compile on first sight.
+        let key = (spec.model_frames(), text_rows(0, io.tokenizer_max_length));
+        let at = cfg.with_text_rows(key.1);
+        let graphs = LoadedGraphs::compile(file, opts, key.clone(), |f| {
+            let whole = predict_graph(&at, &spec, Some(f), &key.0)?;
             stage_flops.set(whole.flops_by_stage());
             match opts.stepwise {
-                true => stage_graphs(&cfg, &spec, Some(f), &frames),
+                true => stage_graphs(&at, &spec, Some(f), &key.0),
                 false => Ok(vec![whole]),
             }
         })?;
@@ -236,7 +266,6 @@ impl<A: FlowArch> FlowPolicy<A> {
             action_norm,
             tokenizer,
             graphs,
-            frames,
             stepwise: opts.stepwise,
         })
     }
@@ -267,14 +296,40 @@ impl<A: FlowArch> FlowPolicy<A> {
         self.cfg.prompt_text(task, normalised_state)
     }
 
-    /// [`Self::prompt_text`] tokenized, right-truncated to `tokenizer_max_length`.
+    /// [`Self::prompt_text`] tokenized, whole (see [`Self::instruction`] for the bound).
     pub fn tokenize_prompt(&self, task: &str, normalised_state: &[f32]) -> Result<Vec<u32>> {
         let tok = require_tokenizer(self.tokenizer.as_ref())?;
-        let mut ids = tok.encode(&self.prompt_text(task, normalised_state))?;
-        ids.truncate(self.spec.io.tokenizer_max_length);
-        Ok(ids)
+        tok.encode(&self.prompt_text(task, normalised_state))
     }
 
+    /// The request's instruction ids within the bound `tokenizer_max_length`: a longer
+    /// tokenized prompt is cut where the reference cuts it, with a warning (logged here,
+    /// returned for the reply); otherwise, and for token ids given by the client, a longer
+    /// one is refused.
+    pub fn instruction(
+        &self,
+        obs: &Observation,
+        normalised_state: &[f32],
+    ) -> Result<(Vec<u32>, Option<String>)> {
+        let max = self.spec.io.tokenizer_max_length;
+        let missing = self.cfg.missing_task();
+        let mut ids = instruction_ids(obs, self.spec.vocab_size, missing, |p| {
+            self.tokenize_prompt(p, normalised_state)
+        })?;
+        if ids.len() <= max {
+            return Ok((ids, None));
+        }
+        if !self.spec.truncates_prompt || obs.tokens.is_some() {
+            return Err(prompt_bound(ids.len(), max));
+        }
+        let warning = format!(
+            "instruction: {} tokens cut to the first {max} (tokenizer_max_length), as the reference's tokenizer does",
+            ids.len()
+        );
+        tracing::warn!("{warning}");
+        ids.truncate(max);
+        Ok((ids, Some(warning)))
+    }
     /// Checks `obs` and turns it into model inputs: pixels, instruction, state, noise.
     fn request(&self, obs: &Observation) -> Result<Request> {
         let io = &self.spec.io;
@@ -286,37 +341,43 @@ impl<A: FlowArch> FlowPolicy<A> {
             )));
         }
         let state = self.normalised_state(obs)?;
-        let (tokens, n_tokens) = instruction_ids(
-            obs,
-            io.tokenizer_max_length,
-            self.spec.vocab_size,
-            io.pad_token_id,
-            |p| self.tokenize_prompt(p, &state),
-        )?;
+        let (ids, warning) = self.instruction(obs, &state)?;
+        let (n_tokens, rows) = (ids.len(), text_rows(ids.len(), io.tokenizer_max_length));
+        let mut tokens: Vec<f32> = ids.into_iter().map(|t| t as f32).collect();
+        tokens.resize(rows, io.pad_token_id as f32);
         let noise = noise_or_draw(obs, io.chunk_size, io.max_action_dim, self.cfg.noise_draw())?;
         let frames = obs
             .images
             .iter()
             .map(|img| self.spec.camera.frame(img))
             .collect::<Result<Vec<_>>>()?;
-        let inputs = self.cfg.request_inputs(tokens, n_tokens, &state)?;
+        let cfg = self.cfg.with_text_rows(rows);
+        let inputs = cfg.request_inputs(tokens, n_tokens, &state)?;
         Ok(Request {
             frames,
+            rows,
             inputs,
             noise,
+            warnings: warning.into_iter().collect(),
         })
     }
 
-    /// Compiles the graphs again for camera frames `frames` (once per frame size: a
-    /// deployment's cameras keep theirs), in place of the previous ones.
-    fn compile_for(&mut self, frames: Vec<FrameKey>) -> Result<()> {
+    /// Makes the graphs for camera frames `frames` and `rows` instruction rows the current
+    /// ones: kept from before, or compiled now (once per frame size and instruction bucket
+    /// while kept: a deployment's cameras keep their sizes, a task its instruction).
+    fn select_graphs(&mut self, frames: Vec<FrameKey>, rows: usize) -> Result<()> {
         let t0 = Instant::now();
-        let (cfg, spec, stepwise) = (&self.cfg, &self.spec, self.stepwise);
-        self.frames.clear(); // nothing compiled if this fails
-        self.graphs.rebuild(|f| match stepwise {
-            true => stage_graphs(cfg, spec, Some(f), &frames),
-            false => Ok(vec![predict_graph(cfg, spec, Some(f), &frames)?]),
-        })?;
+        let (spec, stepwise) = (&self.spec, self.stepwise);
+        let cfg = self.cfg.with_text_rows(rows);
+        let compiled = self
+            .graphs
+            .select((frames.clone(), rows), |f| match stepwise {
+                true => stage_graphs(&cfg, spec, Some(f), &frames),
+                false => Ok(vec![predict_graph(&cfg, spec, Some(f), &frames)?]),
+            })?;
+        if !compiled {
+            return Ok(());
+        }
         let sizes: Vec<String> = frames
             .iter()
             .map(|k| {
@@ -329,11 +390,11 @@ impl<A: FlowArch> FlowPolicy<A> {
             })
             .collect();
         tracing::info!(
-            "compiled the predict for camera frames {} in {:.0} ms",
+            "compiled the predict for camera frames {} and {rows} instruction rows in {:.0} ms ({} kept at most)",
             sizes.join(", "),
-            ms_since(t0)
+            ms_since(t0),
+            self.graphs.keep()
         );
-        self.frames = frames;
         Ok(())
     }
 
@@ -408,11 +469,10 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
         let t0 = Instant::now();
         let counters = self.graphs.counters();
-        let req = self.request(obs)?;
+        let mut req = self.request(obs)?;
         let frames: Vec<FrameKey> = req.frames.iter().map(|(k, _)| *k).collect();
-        if frames != self.frames {
-            self.compile_for(frames)?;
-        }
+        self.select_graphs(frames, req.rows)?;
+        let warnings = std::mem::take(&mut req.warnings);
         let (x, stages) = match self.stepwise {
             true => self.run_stepwise(req)?,
             false => self.run_once(req)?,
@@ -434,6 +494,7 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
                 total_ms: ms_since(t0),
             },
             counters: self.graphs.counters().since(&counters),
+            warnings,
         })
     }
 

@@ -166,6 +166,10 @@ impl FlowArch for Pi0Config {
         self.variant.arch()
     }
 
+    fn io_mut(&mut self) -> &mut ActionIo {
+        &mut self.io
+    }
+
     /// Gemma scales its embeddings by sqrt(hidden) and its RMSNorm gains by (1 + w); the
     /// Gemma family is documented to overflow f16 (transformers #36822, Gemma 3). Not
     /// measurable here (no trained checkpoint): random weights stay far inside the range.
@@ -205,6 +209,7 @@ impl FlowArch for Pi0Config {
             output_rows: self.io.chunk_size,
             clip: Clipping::default(),
             gripper: None,
+            truncates_prompt: true,
         }
     }
 

@@ -117,6 +117,10 @@ impl FlowArch for SmolVlaConfig {
         ARCH
     }
 
+    fn io_mut(&mut self) -> &mut ActionIo {
+        &mut self.io
+    }
+
     /// Reads and checks the `smolvla.*` metadata (see docs/GGUF.md).
     fn read(file: &GgufFile) -> Result<Self> {
         let fixed = SmolVlaConfig {
@@ -144,6 +148,7 @@ impl FlowArch for SmolVlaConfig {
             output_rows: self.io.chunk_size,
             clip: Clipping::default(),
             gripper: None,
+            truncates_prompt: true,
         }
     }
 

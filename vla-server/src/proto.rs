@@ -80,6 +80,8 @@ pub struct PredictResponse {
     pub error_code: i32,
     #[prost(string, tag = "12")]
     pub info_json: String,
+    #[prost(string, repeated, tag = "13")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
@@ -156,6 +158,7 @@ mod tests {
             ("latency_ms_vision", 10),
             ("error_code", 11),
             ("info_json", 12),
+            ("warnings", 13),
             ("OK", ErrorCode::Ok as i32),
             ("BAD_REQUEST", ErrorCode::BadRequest as i32),
             ("UNSUPPORTED", ErrorCode::Unsupported as i32),

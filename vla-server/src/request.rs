@@ -115,16 +115,9 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
         ),
     };
     let tokens = (!req.lang_tokens.is_empty()).then(|| req.lang_tokens.clone());
-    match (&prompt, &tokens) {
-        (None, None) => {
-            return Err(Error::bad_request(
-                "no instruction: set prompt (text) or lang_tokens",
-            ))
-        }
-        (Some(_), Some(_)) => {
-            return Err(Error::bad_request("set prompt or lang_tokens, not both"))
-        }
-        _ => {}
+    // neither: the model's instruction for none (FlowArch::missing_task)
+    if prompt.is_some() && tokens.is_some() {
+        return Err(Error::bad_request("set prompt or lang_tokens, not both"));
     }
     if ![info.state_dim, info.max_state_dim].contains(&req.state.len()) {
         return Err(Error::bad_request(format!(

@@ -401,6 +401,7 @@ fn work(mut policy: Box<dyn Policy>, jobs: mpsc::Receiver<Job>, done: zmq::Socke
                 latency_ms_prefill: chunk.times.prefill_ms.unwrap_or(0.0),
                 latency_ms_denoise: chunk.times.denoise_ms.unwrap_or(0.0),
                 latency_ms_total: ms(job.received.elapsed()),
+                warnings: chunk.warnings,
                 ..Default::default()
             },
             Ok(Err(e)) => error_response(job.request_id, &Error::Vla(e)),

@@ -30,8 +30,6 @@ pub use names::{head_name_map, name_map};
 
 const P: &str = "_groot_model.";
 const EAGLE_CACHE: &str = "lerobot/eagle2hg-processor-groot-n1p5";
-/// The longest instruction (in tokens) a request may send; the reference has no bound.
-pub const INSTRUCTION_TOKENS: usize = 64;
 /// The pre-processor step that holds the statistics and the embodiment map.
 const PACK_STEP: &str = "groot_pack_inputs_v3";
 
@@ -274,9 +272,9 @@ fn read_config(
         path: policy.path,
         value: pack_cfg,
     };
-    let io = crate::models::common::ActionIo {
+    let mut io = crate::models::common::ActionIo {
         n_images: super::count_visual_features(&features),
-        tokenizer_max_length: INSTRUCTION_TOKENS,
+        tokenizer_max_length: 0, // below, from the prompt
         pad_token_id: 0,
         chunk_size: head_cfg.usize("action_horizon")?,
         num_steps: head_cfg.usize("num_inference_timesteps")?,
@@ -287,6 +285,7 @@ fn read_config(
     };
     let image_token = eagle.usize("image_token_index")?;
     let prompt = eagle_prompt(tokenizer, io.n_images, vision.n_patches(), image_token)?;
+    io.tokenizer_max_length = super::unbounded_text(&prompt);
     Ok(Gr00tConfig {
         lm: LmConfig {
             hidden: text.usize("hidden_size")?,

@@ -45,7 +45,8 @@ pub struct Evo1Config {
     /// Qwen2: q/k/v biases, no QK-norm, SwiGLU.
     pub attn: DecoderConfig,
     pub head: Evo1HeadConfig,
-    /// `n_images` cameras per request; `tokenizer_max_length` bounds the instruction.
+    /// `n_images` cameras per request; `tokenizer_max_length` bounds the instruction (lerobot's
+    /// `max_text_length` less the prompt's image blocks: the reference cuts it there).
     pub io: ActionIo,
     /// Views in the prompt (key `max_views`, at least `n_images`).
     pub max_views: usize,
@@ -151,6 +152,10 @@ impl FlowArch for Evo1Config {
         ARCH
     }
 
+    fn io_mut(&mut self) -> &mut ActionIo {
+        &mut self.io
+    }
+
     /// Reads and checks the `evo1.*` metadata (see docs/GGUF.md).
     fn read(file: &GgufFile) -> Result<Self> {
         let fixed = Evo1Config {
@@ -184,6 +189,7 @@ impl FlowArch for Evo1Config {
             output_rows: self.io.chunk_size,
             clip: Default::default(),
             gripper: None,
+            truncates_prompt: true,
         }
     }
 

@@ -169,6 +169,10 @@ impl FlowArch for Gr00tConfig {
         ARCH
     }
 
+    fn io_mut(&mut self) -> &mut ActionIo {
+        &mut self.io
+    }
+
     /// Reads and checks the `gr00t_n1_5.*` metadata (see docs/GGUF.md).
     fn read(file: &GgufFile) -> Result<Self> {
         let fixed = Gr00tConfig {
@@ -214,6 +218,7 @@ impl FlowArch for Gr00tConfig {
             output_rows: self.io.chunk_size,
             clip: Clipping::default(),
             gripper: None,
+            truncates_prompt: false,
         }
     }
 

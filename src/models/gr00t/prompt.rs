@@ -32,6 +32,11 @@ impl PromptIds {
         write_u32s(w, arch, KEY_AFTER, &self.after)
     }
 
+    /// The most text tokens a sequence of `total` rows leaves between `before` and `after`.
+    pub fn text_bound(&self, total: usize) -> usize {
+        total.saturating_sub(self.before.len() + self.after.len())
+    }
+
     /// The sequence `before ++ text ++ after` as f32 ids right-padded with `pad` to `len`,
     /// and how many are real.
     pub fn sequence(&self, text: &[f32], len: usize, pad: u32) -> (Vec<f32>, usize) {

@@ -235,6 +235,10 @@ impl FlowArch for Gr00tN17Config {
         ARCH
     }
 
+    fn io_mut(&mut self) -> &mut ActionIo {
+        &mut self.io
+    }
+
     /// Reads and checks the `gr00t_n1_7.*` metadata (see docs/GGUF.md).
     fn read(file: &GgufFile) -> Result<Self> {
         let text = |key: &str| file.get_str(&format!("{ARCH}.{key}")).map(str::to_owned);
@@ -291,6 +295,7 @@ impl FlowArch for Gr00tN17Config {
                 actions: true,
             },
             gripper: None,
+            truncates_prompt: false,
         }
     }
 

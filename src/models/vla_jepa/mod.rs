@@ -242,6 +242,10 @@ impl FlowArch for VlaJepaConfig {
         ARCH
     }
 
+    fn io_mut(&mut self) -> &mut ActionIo {
+        &mut self.io
+    }
+
     /// Reads and checks the `vla_jepa.*` metadata (see docs/GGUF.md).
     fn read(file: &GgufFile) -> Result<Self> {
         let text = |key: &str| file.get_str(&format!("{ARCH}.{key}")).map(str::to_owned);
@@ -298,6 +302,7 @@ impl FlowArch for VlaJepaConfig {
                 actions: s.clip_actions,
             },
             gripper,
+            truncates_prompt: false,
         }
     }
 
@@ -311,8 +316,11 @@ impl FlowArch for VlaJepaConfig {
 
     /// The prompt's text segment up to the first action token: the template's text around
     /// the instruction as given (no normalisation).
+    fn missing_task(&self) -> &'static str {
+        DEFAULT_TASK
+    }
+
     fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
-        let task = if task.is_empty() { DEFAULT_TASK } else { task };
         format!("{}{task}{}", self.text_before, self.text_after)
     }
 
