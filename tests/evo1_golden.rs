@@ -339,3 +339,24 @@ fn full_size_matches_lerobot() {
     stages_match_lerobot(&backend, Path::new(&dir), TOL);
     chunk_matches_lerobot(&backend, Path::new(&dir), TOL);
 }
+
+/// Instructions longer than any other fixture's (tools/golden/long_prompt.py), and one past
+/// max_text_length that lerobot's tokenizer cuts (the same cut, and a warning in the reply), give
+/// lerobot's ids and chunk, on cpu and vulkan: the prefill follows the prompt's length.
+#[test]
+fn long_instructions_give_lerobots_chunk() {
+    let g = Golden::load(&dir());
+    let file = converted(GgmlType::F32);
+    let cfg = Evo1Config::read(&file).unwrap();
+    let obs = observation(&g, &cfg, false);
+    for backend in ["cpu", "vulkan"] {
+        support::long_prompt::long_prompts_match(
+            &dir(),
+            backend,
+            |opts| Evo1::new(converted(GgmlType::F32), opts).unwrap(),
+            &obs,
+            |cfg, ids| [&cfg.prompt.before[..], ids, &cfg.prompt.after[..]].concat(),
+            TOL,
+        );
+    }
+}

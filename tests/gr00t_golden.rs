@@ -402,3 +402,45 @@ fn embodiment_selects_its_weights() {
     );
     assert!(run(Some("32")).is_err());
 }
+
+/// Instructions longer than any other fixture's (tools/golden/long_prompt.py) give
+/// lerobot's ids and chunk, on cpu and vulkan: the prefill follows the prompt's length.
+#[test]
+fn long_instructions_give_lerobots_chunk() {
+    let g = Golden::load(&dir());
+    let file = converted(GgmlType::F32);
+    let cfg = Gr00tConfig::read(&file).unwrap();
+    let obs = observation(&g, &cfg, false);
+    for backend in ["cpu", "vulkan"] {
+        support::long_prompt::long_prompts_match(
+            &dir(),
+            backend,
+            |opts| Gr00t::new(converted(GgmlType::F32), opts).unwrap(),
+            &obs,
+            |cfg, ids| [&cfg.prompt.before[..], ids, &cfg.prompt.after[..]].concat(),
+            TOL,
+        );
+    }
+}
+
+/// An instruction past the bound (`tokenizer_max_length`: what the graphs' longest sequence
+/// leaves; the reference has none) is refused with the bound named, not cut.
+#[test]
+fn instruction_past_the_bound_is_refused() {
+    let g = Golden::load(&dir());
+    let file = converted(GgmlType::F32);
+    let cfg = Gr00tConfig::read(&file).unwrap();
+    let max = cfg.io.tokenizer_max_length;
+    assert_eq!(
+        max,
+        cfg.prompt.text_bound(vla::config::limits::MAX_SEQUENCE)
+    );
+    let mut m = Gr00t::new(file, &RuntimeOptions::default()).unwrap();
+    let mut obs = observation(&g, &cfg, false);
+    obs.tokens = Some(vec![1; max + 1]);
+    let err = m.predict(&obs).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("{} tokens", max + 1)) && err.contains(&max.to_string()),
+        "{err}"
+    );
+}

@@ -277,3 +277,45 @@ fn text_prompt_gives_lerobots_chunk() {
     let chunk = m.predict(&obs).unwrap();
     check("text prompt: chunk", &chunk.actions, &g.f32("actions"), TOL);
 }
+
+/// Instructions longer than any other fixture's (tools/golden/long_prompt.py) give
+/// lerobot's ids and chunk, on cpu and vulkan: the prefill follows the prompt's length.
+#[test]
+fn long_instructions_give_lerobots_chunk() {
+    let g = Golden::load(&dir());
+    let file = converted(GgmlType::F32);
+    let cfg = VlaJepaConfig::read(&file).unwrap();
+    let obs = observation(&g, &cfg);
+    for backend in ["cpu", "vulkan"] {
+        support::long_prompt::long_prompts_match(
+            &dir(),
+            backend,
+            |opts| VlaJepa::new(converted(GgmlType::F32), opts).unwrap(),
+            &obs,
+            |cfg, ids| [&cfg.prompt.before[..], ids, &cfg.prompt.after[..]].concat(),
+            TOL,
+        );
+    }
+}
+
+/// An instruction past the bound (`tokenizer_max_length`: what the graphs' longest sequence
+/// leaves; the reference has none) is refused with the bound named, not cut.
+#[test]
+fn instruction_past_the_bound_is_refused() {
+    let g = Golden::load(&dir());
+    let file = converted(GgmlType::F32);
+    let cfg = VlaJepaConfig::read(&file).unwrap();
+    let max = cfg.io.tokenizer_max_length;
+    assert_eq!(
+        max,
+        cfg.prompt.text_bound(vla::config::limits::MAX_SEQUENCE)
+    );
+    let mut m = VlaJepa::new(file, &RuntimeOptions::default()).unwrap();
+    let mut obs = observation(&g, &cfg);
+    obs.tokens = Some(vec![1; max + 1]);
+    let err = m.predict(&obs).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("{} tokens", max + 1)) && err.contains(&max.to_string()),
+        "{err}"
+    );
+}

@@ -7,6 +7,7 @@
 #[macro_use]
 pub mod cases;
 pub mod conformance;
+pub mod long_prompt;
 
 use std::path::{Path, PathBuf};
 use vla::backend::{self, Backend};

@@ -577,16 +577,14 @@ def run_policy(policy, pre, post, images, state, noise):
     return batch, chunk, torch.stack([s[0] for s in steps])
 
 
-def check(fixture):
-    """Reload the fixture in this (fresh) process and reproduce the golden actions."""
-    fixture = os.path.abspath(fixture)
+def load_fixture(fixture):
+    """The policy and its saved pre/post-processors from a folder written by this tool."""
     install_eagle_cache(fixture)
     patch_lerobot()
     from lerobot.policies.groot.modeling_groot import GrootPolicy
     from lerobot.processor import PolicyProcessorPipeline
     from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
 
-    g = load_file(os.path.join(fixture, "golden.safetensors"))
     cwd = os.getcwd()
     os.chdir(fixture)  # config.json says base_model_path "./base"
     try:
@@ -598,6 +596,14 @@ def check(fixture):
     post = PolicyProcessorPipeline.from_pretrained(
         fixture, config_filename="policy_postprocessor.json", to_transition=policy_action_to_transition,
         to_output=transition_to_policy_action)
+    return policy, pre, post
+
+
+def check(fixture):
+    """Reload the fixture in this (fresh) process and reproduce the golden actions."""
+    fixture = os.path.abspath(fixture)
+    g = load_file(os.path.join(fixture, "golden.safetensors"))
+    policy, pre, post = load_fixture(fixture)
     images = [g[f"image.{i}"] for i in range(sum(k.startswith("image.") for k in g))]
     model, final = policy._groot_model, []
     real_get_action = model.get_action
