@@ -36,6 +36,11 @@ macro_rules! conformance_tests {
             }
 
             #[test]
+            fn instructions_of_any_length() {
+                check::instructions_of_any_length(&case(stringify!($name)));
+            }
+
+            #[test]
             fn prompt_without_a_tokenizer_is_an_error() {
                 check::prompt_without_a_tokenizer_is_an_error(&case(stringify!($name)));
             }

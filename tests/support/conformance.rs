@@ -222,7 +222,6 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
         ),
         ("token id i32::MAX".into(), "token", tokens(vec![i32::MAX])),
         ("negative token id".into(), "token", tokens(vec![4, -1])),
-        ("empty tokens".into(), "token", tokens(vec![])),
         (
             format!("{} tokens", max_tokens + 1),
             "token",
@@ -232,11 +231,6 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
             "both prompt and tokens".into(),
             "prompt",
             Box::new(|o| o.prompt = Some("pick up the cube".into())),
-        ),
-        (
-            "neither prompt nor tokens".into(),
-            "prompt",
-            Box::new(|o| o.tokens = None),
         ),
         ("7 noise values".into(), "noise", noise(7)),
         ("no noise values".into(), "noise", noise(0)),
@@ -273,6 +267,61 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
     predict(case, p.as_mut(), &edge, "max_tokens ids of vocab_size - 1");
     let again = predict(case, p.as_mut(), &good, "the good request after bad ones").actions;
     assert_eq!(again, want, "{n}: the chunk after bad requests");
+}
+
+/// Instructions of any length the model holds give a chunk: none (the arch's missing task),
+/// an empty prompt or token list, lengths on both sides of a bucket of compiled rows, and a
+/// prompt longer than any fixture's; one past the bound is either cut with a warning in the
+/// chunk (where the reference cuts) or refused naming the bound, never cut silently. Going
+/// back to an earlier length gives the same chunk as before.
+pub fn instructions_of_any_length(case: &ArchCase) {
+    use vla::models::common::TEXT_BUCKET;
+    let n = case.name;
+    let mut p = case.cpu();
+    let good = observation(p.info(), 1);
+    let max = case.meta("tokenizer_max_length");
+    let first = predict(case, p.as_mut(), &good, "good request").actions;
+    let with = |prompt: Option<&str>, tokens: Option<Vec<i32>>| Observation {
+        prompt: prompt.map(str::to_owned),
+        tokens,
+        ..good.clone()
+    };
+    let mut lengths = vec![0, 1, TEXT_BUCKET - 1, TEXT_BUCKET, TEXT_BUCKET + 1, max];
+    lengths.retain(|&l| l <= max);
+    for l in lengths {
+        let chunk = predict(
+            case,
+            p.as_mut(),
+            &with(None, Some(vec![5; l])),
+            &format!("{l} ids"),
+        );
+        assert!(
+            chunk.warnings.is_empty(),
+            "{n}: {l} ids: {:?}",
+            chunk.warnings
+        );
+    }
+    predict(case, p.as_mut(), &with(None, None), "no instruction");
+    predict(case, p.as_mut(), &with(Some(""), None), "an empty prompt");
+    let long = "then pick up the next block and stack it on the tower ".repeat(max);
+    match p.predict(&with(Some(&long), None)) {
+        Ok(chunk) => assert!(
+            chunk
+                .warnings
+                .iter()
+                .any(|w| w.contains("tokenizer_max_length")),
+            "{n}: a prompt past the bound was cut without a warning"
+        ),
+        Err(e) => assert!(
+            e.to_string().contains(&format!("bound of {max}")),
+            "{n}: {e}"
+        ),
+    }
+    let again = predict(case, p.as_mut(), &good, "the first request again").actions;
+    assert_eq!(
+        again, first,
+        "{n}: the chunk after other instruction lengths"
+    );
 }
 
 /// Without a tokenizer in the GGUF a text prompt is an error saying so, and token ids still

@@ -148,6 +148,37 @@ fn ping_info_and_a_correct_chunk() {
     );
 }
 
+/// Instruction lengths as lerobot reads them: none (the demo's SmolVLA: the empty task), and
+/// a prompt past `tokenizer_max_length` cut where lerobot's tokenizer cuts it, with a warning
+/// in the reply; both the chunk of a direct predict.
+#[test]
+fn instructions_are_read_as_the_reference_reads_them() {
+    let server = Running::start(ServeOptions::default());
+    let mut c = server.client();
+    let none = Observation {
+        tokens: None,
+        ..observation(4)
+    };
+    let resp = c.predict(&none).unwrap();
+    assert!(
+        resp.error.is_empty() && resp.warnings.is_empty(),
+        "{resp:?}"
+    );
+    assert_eq!(resp.action_chunk, expected(&none));
+    let long = Observation {
+        prompt: Some("pick up the red cube and then the blue one ".repeat(20)),
+        ..none
+    };
+    let resp = c.predict(&long).unwrap();
+    assert_eq!(resp.action_chunk, expected(&long));
+    assert_eq!(resp.warnings.len(), 1, "{:?}", resp.warnings);
+    assert!(
+        resp.warnings[0].contains("cut to the first 16 (tokenizer_max_length)"),
+        "{}",
+        resp.warnings[0]
+    );
+}
+
 #[test]
 fn a_req_socket_client_works() {
     let server = Running::start(ServeOptions::default());
@@ -292,10 +323,10 @@ fn bad_requests_get_clear_errors() {
             "outside [0, 1]",
         ),
         (
-            "no instruction",
-            with(&|r| r.lang_tokens.clear()),
+            "17 token ids",
+            with(&|r| r.lang_tokens = vec![1; 17]),
             bad,
-            "no instruction",
+            "17 tokens, more than this model's bound of 16",
         ),
         (
             "prompt and tokens",

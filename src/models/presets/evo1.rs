@@ -36,6 +36,7 @@ pub fn evo1_full_config() -> Evo1Config {
     cfg.io.pad_token_id = 151643;
     cfg.image_token = 151667;
     cfg.prompt = evo1_prompt(3, cfg.n_img_tokens(), [151665, 151667, 151666]);
+    cfg.io.tokenizer_max_length = cfg.prompt.text_bound(1024); // lerobot's max_text_length
     cfg
 }
 

@@ -1,6 +1,7 @@
 //! GR00T N1.5, GR00T N1.7 and VLA-JEPA presets.
 
 use super::{lm_sizes, siglip};
+use crate::config::limits::MAX_SEQUENCE;
 use crate::layers::GatedActivation;
 use crate::models::common::ActionIo;
 use crate::models::gr00t::{Gr00tConfig, HeadConfig, PromptIds};
@@ -37,13 +38,13 @@ pub fn gr00t_full_config() -> Gr00tConfig {
         [1024, 32, 32],
     );
     cfg.io.n_images = 1;
-    cfg.io.tokenizer_max_length = 48;
     cfg.io.chunk_size = 16;
     cfg.io.max_state_dim = 64;
     cfg.io.max_action_dim = 32;
     cfg.head.max_seq_len = 1024;
     cfg.head.image_token = 151669;
     cfg.prompt = stand_in_prompt(1, cfg.vision.n_patches(), 151669);
+    cfg.io.tokenizer_max_length = cfg.prompt.text_bound(MAX_SEQUENCE); // no bound in lerobot
     cfg
 }
 
@@ -140,10 +141,10 @@ pub fn gr00t_n1_7_full_config() -> Gr00tN17Config {
         [1024, 32],
     );
     cfg.io.n_images = 1;
-    cfg.io.tokenizer_max_length = 48;
     cfg.head.max_seq_len = 1024;
     cfg.head.image_token = 151655;
     cfg.prompt = stand_in_prompt(1, cfg.vision.n_tokens(), 151655);
+    cfg.io.tokenizer_max_length = cfg.prompt.text_bound(MAX_SEQUENCE); // no bound in lerobot
     cfg
 }
 
@@ -248,7 +249,10 @@ pub fn vla_jepa_small_config() -> VlaJepaConfig {
         [4, 2, 16],
         [24, 1],
     );
-    vla_jepa_from(base, 8, (64, 64))
+    let mut cfg = vla_jepa_from(base, 8, (64, 64));
+    // the text segment holds lerobot's template text (~70 ids of the demo tokenizer) too
+    cfg.io.tokenizer_max_length = 96;
+    cfg
 }
 
 /// VLA-JEPA's released sizes (Qwen3-VL-2B: tower 1024 x 24, all 28 LM layers; DiT-B 16 x
@@ -267,10 +271,10 @@ pub fn vla_jepa_full_config() -> VlaJepaConfig {
     );
     base.head.max_seq_len = 1024;
     base.head.image_token = 151655;
-    base.io.tokenizer_max_length = 64;
     let mut cfg = vla_jepa_from(base, 32, (224, 224));
     cfg.embodied_token = 151697;
     cfg.prompt = jepa_prompt(2, cfg.n_img_tokens(), 151655, 151697, 32);
+    cfg.io.tokenizer_max_length = cfg.prompt.text_bound(MAX_SEQUENCE); // no bound in lerobot
     cfg
 }
 
