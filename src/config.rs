@@ -36,6 +36,8 @@ pub trait Keys {
     fn decimal(&mut self, key: &str, v: &mut f64) -> Result<()>;
     /// A key that may be absent: `absent` is its value then.
     fn usize_or(&mut self, key: &str, v: &mut usize, absent: usize) -> Result<()>;
+    /// A real-valued key that may be absent (files written before it existed).
+    fn f32_or(&mut self, key: &str, v: &mut f32, absent: f32) -> Result<()>;
     /// A value derived from others, written for readers such as vla.cpp, never read (so
     /// `v` runs only on a checked config: [`write`] checks first).
     fn derived(&mut self, key: &str, v: &dyn Fn() -> usize) -> Result<()>;
@@ -206,6 +208,14 @@ impl Keys for Meta<'_> {
         Ok(())
     }
 
+    fn f32_or(&mut self, key: &str, v: &mut f32, absent: f32) -> Result<()> {
+        *v = match self.file.get_f64(&self.key(key)) {
+            Err(Error::MetadataNotFound(_)) => absent,
+            _ => self.f64(key)? as f32,
+        };
+        Ok(())
+    }
+
     fn derived(&mut self, _key: &str, _v: &dyn Fn() -> usize) -> Result<()> {
         Ok(())
     }
@@ -232,6 +242,10 @@ impl Keys for Schema<'_, '_> {
 
     fn usize_or(&mut self, key: &str, v: &mut usize, _absent: usize) -> Result<()> {
         self.usize(key, v)
+    }
+
+    fn f32_or(&mut self, key: &str, v: &mut f32, _absent: f32) -> Result<()> {
+        self.f32(key, v)
     }
 
     fn derived(&mut self, key: &str, v: &dyn Fn() -> usize) -> Result<()> {

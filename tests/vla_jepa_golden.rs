@@ -319,3 +319,91 @@ fn instruction_past_the_bound_is_refused() {
         "{err}"
     );
 }
+
+/// Checkpoints whose settings differ from the fixture's (tools/golden/vla_jepa_variants.py: a
+/// copy of the fixture with one setting changed, the edits recorded in variants.json) convert
+/// and give lerobot's chunk: CLIP's image mean/std in the Qwen3-VL processor config, and an
+/// embedding table with more rows than the backbone config's vocab_size (as lerobot saves a
+/// checkpoint after growing the tokenizer).
+#[test]
+fn checkpoint_settings_are_honoured() {
+    let g = Golden::load(&dir());
+    let text = std::fs::read_to_string(dir().join("variants.json")).unwrap();
+    let variants: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for (case, c) in variants["cases"].as_object().unwrap() {
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("fixture");
+        copy_dir(&dir(), &copy);
+        for e in variants["edits"][case].as_array().unwrap() {
+            let path = copy.join(e[0].as_str().unwrap());
+            let mut json: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let keys = e[1].as_array().unwrap();
+            let mut node = &mut json;
+            for k in keys {
+                node = &mut node[k.as_str().unwrap()];
+            }
+            *node = e[2].clone();
+            std::fs::write(&path, serde_json::to_string(&json).unwrap()).unwrap();
+        }
+        if let Some(rows) = variants["rows"].get(case) {
+            let names: Vec<&str> = rows[0]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap())
+                .collect();
+            cut_rows(
+                &copy.join("model.safetensors"),
+                &names,
+                rows[1].as_u64().unwrap() as usize,
+            );
+        }
+        let file = converted_from(&copy, GgmlType::F32);
+        let cfg = VlaJepaConfig::read(&file).unwrap();
+        let mut m = VlaJepa::new(file, &RuntimeOptions::default()).unwrap();
+        let chunk = m.predict(&observation(&g, &cfg)).unwrap();
+        let want: Vec<f32> = c["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.as_array().unwrap().iter())
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        check(&format!("{case}: chunk"), &chunk.actions, &want, TOL);
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        match entry.file_type().unwrap().is_dir() {
+            true => copy_dir(&entry.path(), &target),
+            false => drop(std::fs::copy(entry.path(), target).unwrap()),
+        }
+    }
+}
+
+/// Keeps the first `rows` rows of the tensors `names` of a safetensors file.
+fn cut_rows(path: &Path, names: &[&str], rows: usize) {
+    use safetensors::tensor::TensorView;
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tensors: Vec<(String, TensorView)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            if !names.contains(&name.as_str()) {
+                return (name, t);
+            }
+            let mut shape = t.shape().to_vec();
+            let row_bytes = t.data().len() / shape[0];
+            shape[0] = rows;
+            let data = &t.data()[..rows * row_bytes];
+            (name, TensorView::new(t.dtype(), shape, data).unwrap())
+        })
+        .collect();
+    safetensors::serialize_to_file(tensors, None, path).unwrap();
+}

@@ -272,6 +272,13 @@ fn read_config(
         mrope,
         image_token,
     } = qwen_vl::backbone(qwen_cfg, image_proc, (fh, fw), n_layers)?;
+    let pixels = qwen_vl::pixel_map(image_proc)?;
+    if pixels != crate::preprocess::PixelMap::MinusOneToOne {
+        return Err(ckpt_err(
+            image_proc.path,
+            format!("image normalisation {pixels:?}: GR00T N1.7 is served with image_mean = image_std = 0.5 only"),
+        ));
+    }
     let mut io = ActionIo {
         n_images: super::count_visual_features(&features),
         tokenizer_max_length: 0, // below, from the prompt

@@ -9,6 +9,7 @@ use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::qwen_text::MropeConfig;
 use crate::modules::qwen_vision::QwenVisionConfig;
+use crate::preprocess::PixelMap;
 use crate::Result;
 
 /// The backbone's config, `lm.n_layers` = the layers the checkpoint stores.
@@ -136,6 +137,65 @@ pub fn backbone(
         },
         image_token: qwen_cfg.usize("image_token_id")?,
     })
+}
+
+/// The processor's pixel normalisation (`image_mean`, `image_std`; `do_normalize` false: none,
+/// the rescaled [0, 1] values as they are). A processor that does not rescale bytes by 1 / 255
+/// is refused, naming the setting.
+pub fn pixel_map(image_proc: &Json) -> Result<PixelMap> {
+    let flag = |key: &str| {
+        image_proc
+            .get(key)
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true)
+    };
+    let rescale = image_proc.f64("rescale_factor").unwrap_or(1.0 / 255.0);
+    if !flag("do_rescale") || (rescale * 255.0 - 1.0).abs() > 1e-9 {
+        return Err(ckpt_err(
+            image_proc.path,
+            format!(
+                "do_rescale {} / rescale_factor {rescale}: only bytes scaled by 1/255 are supported",
+                flag("do_rescale")
+            ),
+        ));
+    }
+    if !flag("do_normalize") {
+        return Ok(PixelMap::from_mean_std([0.0; 3], [1.0; 3]));
+    }
+    let three = |key: &str| -> Result<[f32; 3]> {
+        let v: Vec<f32> = image_proc
+            .get(key)
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_f64())
+                    .map(|x| x as f32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        <[f32; 3]>::try_from(v).map_err(|v| {
+            ckpt_err(
+                image_proc.path,
+                format!("{key}: {v:?}, expected 3 numbers (one per channel)"),
+            )
+        })
+    };
+    Ok(PixelMap::from_mean_std(
+        three("image_mean")?,
+        three("image_std")?,
+    ))
+}
+
+/// Rows of the token embedding table stored under `pre` (`model.language_model.embed_tokens`,
+/// or the tied `lm_head`): the vocabulary the model reads, which exceeds the config's
+/// `vocab_size` when lerobot grew the tokenizer (`resize_token_embeddings`).
+pub fn table_rows(st: &Safetensors, pre: &str) -> Result<usize> {
+    let embed = format!("{pre}model.language_model.embed_tokens.weight");
+    let name = match st.contains(&embed) {
+        true => embed,
+        false => format!("{pre}lm_head.weight"),
+    };
+    Ok(st.config_shape(&name, 2)?[0])
 }
 
 /// The backbone's tensors under `pre` (`…backbone.model.` for N1.7: `model.visual.`,

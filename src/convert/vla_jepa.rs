@@ -239,21 +239,25 @@ fn read_config(
     let n_layers = super::count_layers(st, &prefix, ".self_attn.q_proj.weight");
     let qwen_vl::Backbone {
         vision,
-        lm,
+        mut lm,
         attn,
         mrope,
         image_token,
     } = qwen_vl::backbone(qwen_cfg, image_proc, frame, n_layers)?;
-    let (heads, head_dim) = match p.str("action_model_type")? {
-        "DiT-B" => (12, 64),
-        "DiT-L" => (32, 48),
-        other => {
-            return Err(ckpt_err(
+    lm.vocab_size = qwen_vl::table_rows(st, QWEN)?;
+    // lerobot's DIT_PRESETS (action_head.py); explicit sizes override the preset's
+    let (heads, head_dim) =
+        match p.str("action_model_type")? {
+            "DiT-B" => (12, 64),
+            "DiT-L" => (32, 48),
+            "DiT-test" => (2, 8),
+            other => return Err(ckpt_err(
                 p.path,
-                format!("action_model_type {other:?}: expected DiT-B or DiT-L"),
-            ))
-        }
-    };
+                format!(
+                    "action_model_type {other:?}: lerobot's presets are DiT-B, DiT-L and DiT-test"
+                ),
+            )),
+        };
     let dit = BlockStack {
         name: "dit",
         layers: p.usize("action_num_layers")?,
@@ -305,6 +309,7 @@ fn read_config(
             binarize: steps_in("vla_jepa_binarize_gripper")?,
             gripper_dim: p.usize("gripper_dim").unwrap_or(6),
             gripper_threshold: p.f64("gripper_threshold").unwrap_or(0.5) as f32,
+            pixels: qwen_vl::pixel_map(image_proc)?,
         },
         embodied_token,
         prompt,

@@ -18,9 +18,10 @@ use crate::Result;
 use image::{resize_with_pad, to_chw_unit};
 
 /// How a tower wants its pixels, from [0, 1].
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum PixelMap {
     /// `2x - 1` (SigLIP, PaliGemma, SmolVLM).
+    #[default]
     MinusOneToOne,
     /// `(x - mean[c]) / std[c]` per channel (ImageNet statistics for DINOv2, TurboVLA).
     MeanStd { mean: [f32; 3], std: [f32; 3] },
@@ -32,6 +33,23 @@ impl PixelMap {
         mean: [0.485, 0.456, 0.406],
         std: [0.229, 0.224, 0.225],
     };
+
+    /// The map `(x - mean[c]) / std[c]`: [`PixelMap::MinusOneToOne`] where that is what it
+    /// computes (mean and std 0.5: the same values, bit for bit).
+    pub fn from_mean_std(mean: [f32; 3], std: [f32; 3]) -> PixelMap {
+        match mean == [0.5; 3] && std == [0.5; 3] {
+            true => PixelMap::MinusOneToOne,
+            false => PixelMap::MeanStd { mean, std },
+        }
+    }
+
+    /// Its per-channel mean and std.
+    pub fn mean_std(self) -> ([f32; 3], [f32; 3]) {
+        match self {
+            PixelMap::MinusOneToOne => ([0.5; 3], [0.5; 3]),
+            PixelMap::MeanStd { mean, std } => (mean, std),
+        }
+    }
 
     fn apply(self, channel: usize, x: f32) -> f32 {
         match self {

@@ -308,6 +308,7 @@ fn vla_jepa_from(base: Gr00tN17Config, embodied: usize, area: (usize, usize)) ->
             binarize: true,
             gripper_dim: 6,
             gripper_threshold: 0.5,
+            pixels: Default::default(),
         },
         embodied_token,
         text_before: "Your task is ".into(),

@@ -43,10 +43,14 @@ const DEFAULT_TASK: &str = "Execute the robot action.";
 
 /// What happens to the frames and the chunk outside the graphs. Keys: `area_height`,
 /// `area_width` (the `resize_images_to` area step; 0: none), `clip_actions`,
-/// `gripper_pre_snap`, `gripper_binarize` (0 or 1), `gripper_dim`, `gripper_threshold`.
+/// `gripper_pre_snap`, `gripper_binarize` (0 or 1), `gripper_dim`, `gripper_threshold`,
+/// `image_mean_{r,g,b}` and `image_std_{r,g,b}` (the Qwen3-VL processor's normalisation;
+/// 0.5 when absent, files written before them).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct IoSteps {
     pub area: (usize, usize),
+    /// The processor's `image_mean` / `image_std` (0.5 / 0.5: [-1, 1]).
+    pub pixels: PixelMap,
     pub clip_actions: bool,
     pub pre_snap: bool,
     pub binarize: bool,
@@ -72,7 +76,14 @@ impl Section for IoSteps {
         }
         [self.clip_actions, self.pre_snap, self.binarize] = flags.map(|v| v == 1);
         k.usize("gripper_dim", &mut self.gripper_dim)?;
-        k.f32("gripper_threshold", &mut self.gripper_threshold)
+        k.f32("gripper_threshold", &mut self.gripper_threshold)?;
+        let (mut mean, mut std) = self.pixels.mean_std();
+        for (c, name) in ["r", "g", "b"].into_iter().enumerate() {
+            k.f32_or(&format!("image_mean_{name}"), &mut mean[c], 0.5)?;
+            k.f32_or(&format!("image_std_{name}"), &mut std[c], 0.5)?;
+        }
+        self.pixels = PixelMap::from_mean_std(mean, std);
+        Ok(())
     }
 
     fn check(&self) -> std::result::Result<(), String> {
@@ -86,6 +97,14 @@ impl Section for IoSteps {
             (
                 self.gripper_threshold.is_finite(),
                 "gripper_threshold must be finite",
+            ),
+            (
+                {
+                    let (mean, std) = self.pixels.mean_std();
+                    mean.iter().all(|m| m.is_finite())
+                        && std.iter().all(|s| s.is_finite() && *s > 0.0)
+                },
+                "image_mean must be finite and image_std positive",
             ),
         ])
     }
@@ -291,7 +310,7 @@ impl FlowArch for VlaJepaConfig {
                 resize: Resize::AreaThenBicubicF32 { area },
                 pad: 0.0,
                 align: PadAlign::Center,
-                pixels: PixelMap::MinusOneToOne,
+                pixels: s.pixels,
             },
             schedule: Schedule::ZeroToOneBucketed {
                 buckets: self.head.buckets,
