@@ -246,18 +246,19 @@ fn read_config(
     } = qwen_vl::backbone(qwen_cfg, image_proc, frame, n_layers)?;
     lm.vocab_size = qwen_vl::table_rows(st, QWEN)?;
     // lerobot's DIT_PRESETS (action_head.py); explicit sizes override the preset's
-    let (heads, head_dim) =
-        match p.str("action_model_type")? {
-            "DiT-B" => (12, 64),
-            "DiT-L" => (32, 48),
-            "DiT-test" => (2, 8),
-            other => return Err(ckpt_err(
+    let (heads, head_dim) = match p.str("action_model_type")? {
+        "DiT-B" => (12, 64),
+        "DiT-L" => (32, 48),
+        "DiT-test" => (2, 8),
+        other => {
+            return Err(ckpt_err(
                 p.path,
                 format!(
                     "action_model_type {other:?}: lerobot's presets are DiT-B, DiT-L and DiT-test"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     let dit = BlockStack {
         name: "dit",
         layers: p.usize("action_num_layers")?,

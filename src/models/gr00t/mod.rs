@@ -231,8 +231,13 @@ impl FlowArch for Gr00tConfig {
     }
 
     /// lerobot's instruction text: the task as a one-element Python list (`str([task])`),
-    /// which the prompt ids surround.
+    /// which the prompt ids surround; an empty task is lerobot's default ("Perform the task.",
+    /// `GrootPackInputsStep`).
     fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
+        let task = match task.is_empty() {
+            true => "Perform the task.",
+            false => task,
+        };
         format!("[{}]", python_repr(task))
     }
 
@@ -307,3 +312,16 @@ pub mod graphs;
 mod prompt;
 
 pub use prompt::{python_repr, PromptIds};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_text_is_lerobots_list_repr_with_its_default_task() {
+        let cfg = Gr00tConfig::default();
+        assert_eq!(cfg.prompt_text("pick it", &[]), "['pick it']");
+        assert_eq!(cfg.prompt_text("it's", &[]), "[\"it's\"]");
+        assert_eq!(cfg.prompt_text("", &[]), "['Perform the task.']");
+    }
+}
