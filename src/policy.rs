@@ -60,6 +60,16 @@ pub struct ActionChunk {
     /// What the client should know of how its request was read (e.g. a prompt cut where the
     /// reference cuts it); also logged.
     pub warnings: Vec<String>,
+    /// The instruction's token ids and the rows the compiled graphs gave it.
+    pub instruction: InstructionRows,
+}
+
+/// Graphs are compiled for instruction lengths in buckets: `rows` is the bucket `tokens` ids
+/// fell in (the rest masked padding), so a prefill's cost follows the prompt's length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InstructionRows {
+    pub tokens: usize,
+    pub rows: usize,
 }
 
 /// What a client may ask about a loaded policy.

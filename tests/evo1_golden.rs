@@ -360,3 +360,17 @@ fn long_instructions_give_lerobots_chunk() {
         );
     }
 }
+
+/// The bound is lerobot's `max_text_length` (1024) less the image blocks; token ids past it
+/// are refused (a text prompt is cut there instead: `long_instructions_give_lerobots_chunk`).
+#[test]
+fn token_ids_past_the_bound_are_refused() {
+    let g = Golden::load(&dir());
+    let file = converted(GgmlType::F32);
+    let cfg = Evo1Config::read(&file).unwrap();
+    let max = cfg.io.tokenizer_max_length;
+    assert_eq!(max, 1024 - cfg.prompt.before.len() - cfg.prompt.after.len());
+    let mut m = Evo1::new(file, &RuntimeOptions::default()).unwrap();
+    let obs = observation(&g, &cfg, false);
+    support::long_prompt::past_the_bound_is_refused(&mut m, &obs, max);
+}

@@ -311,13 +311,7 @@ fn instruction_past_the_bound_is_refused() {
         cfg.prompt.text_bound(vla::config::limits::MAX_SEQUENCE)
     );
     let mut m = VlaJepa::new(file, &RuntimeOptions::default()).unwrap();
-    let mut obs = observation(&g, &cfg);
-    obs.tokens = Some(vec![1; max + 1]);
-    let err = m.predict(&obs).unwrap_err().to_string();
-    assert!(
-        err.contains(&format!("{} tokens", max + 1)) && err.contains(&max.to_string()),
-        "{err}"
-    );
+    support::long_prompt::past_the_bound_is_refused(&mut m, &observation(&g, &cfg), max);
 }
 
 /// Checkpoints whose settings differ from the fixture's (tools/golden/vla_jepa_variants.py: a

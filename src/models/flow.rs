@@ -19,7 +19,9 @@ use crate::config::Section;
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::graph::{declared_weights, Graph, WeightStore};
 use crate::modules::flow::{euler_integrate, Schedule};
-use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
+use crate::policy::{
+    ActionChunk, InstructionRows, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
+};
 use crate::preprocess::actions::unnormalize_actions;
 pub use crate::preprocess::actions::{Clipping, GripperSnap};
 use crate::preprocess::{CameraInput, FrameKey, Normalizer};
@@ -176,8 +178,8 @@ pub fn newline_terminated(task: &str) -> String {
 struct Request {
     /// Per camera, the frame as the backend takes it ([`CameraInput::frame`]).
     frames: Vec<(FrameKey, Tensor<'static>)>,
-    /// The instruction's rows in the graphs ([`text_rows`]).
-    rows: usize,
+    /// The instruction's ids and rows in the graphs ([`text_rows`]).
+    instruction: InstructionRows,
     inputs: RequestInputs,
     noise: Vec<f32>,
     /// What the reply tells the client (a prompt cut as the reference cuts it).
@@ -201,6 +203,8 @@ pub struct FlowPolicy<A: FlowArch> {
     /// [`predict_graph`], or the vision, prefill and denoise graphs when stepwise
     /// ([`stage_graphs`]), per camera frames and instruction rows.
     graphs: LoadedGraphs<GraphKey>,
+    /// Each kept set's compute by stage ([`PolicyInfo::stage_flops`] is the current one's).
+    set_flops: Vec<(GraphKey, Vec<(String, u64)>)>,
     stepwise: bool,
 }
 
@@ -258,6 +262,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             embodiment,
             ..graphs.info(cfg.arch())
         };
+        let set_flops = vec![(key, info.stage_flops.clone())];
         Ok(FlowPolicy {
             cfg,
             spec,
@@ -265,6 +270,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             state_norm,
             action_norm,
             tokenizer,
+            set_flops,
             graphs,
             stepwise: opts.stepwise,
         })
@@ -355,7 +361,10 @@ impl<A: FlowArch> FlowPolicy<A> {
         let inputs = cfg.request_inputs(tokens, n_tokens, &state)?;
         Ok(Request {
             frames,
-            rows,
+            instruction: InstructionRows {
+                tokens: n_tokens,
+                rows,
+            },
             inputs,
             noise,
             warnings: warning.into_iter().collect(),
@@ -369,12 +378,26 @@ impl<A: FlowArch> FlowPolicy<A> {
         let t0 = Instant::now();
         let (spec, stepwise) = (&self.spec, self.stepwise);
         let cfg = self.cfg.with_text_rows(rows);
-        let compiled = self
-            .graphs
-            .select((frames.clone(), rows), |f| match stepwise {
+        let stage_flops = std::cell::Cell::new(Vec::new());
+        let compiled = self.graphs.select((frames.clone(), rows), |f| {
+            let whole = predict_graph(&cfg, spec, Some(f), &frames)?;
+            stage_flops.set(whole.flops_by_stage());
+            match stepwise {
                 true => stage_graphs(&cfg, spec, Some(f), &frames),
-                false => Ok(vec![predict_graph(&cfg, spec, Some(f), &frames)?]),
-            })?;
+                false => Ok(vec![whole]),
+            }
+        })?;
+        // what the info reports follows the graphs a predict runs
+        let key = (frames.clone(), rows);
+        if compiled {
+            let kept: Vec<GraphKey> = self.graphs.keys().cloned().collect();
+            self.set_flops.retain(|(k, _)| kept.contains(k));
+            self.set_flops.push((key.clone(), stage_flops.take()));
+        }
+        if let Some((_, flops)) = self.set_flops.iter().find(|(k, _)| *k == key) {
+            self.info.stage_flops = flops.clone();
+        }
+        self.info.memory_bytes = self.graphs.memory_bytes();
         if !compiled {
             return Ok(());
         }
@@ -471,8 +494,8 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
         let counters = self.graphs.counters();
         let mut req = self.request(obs)?;
         let frames: Vec<FrameKey> = req.frames.iter().map(|(k, _)| *k).collect();
-        self.select_graphs(frames, req.rows)?;
-        let warnings = std::mem::take(&mut req.warnings);
+        self.select_graphs(frames, req.instruction.rows)?;
+        let (warnings, instruction) = (std::mem::take(&mut req.warnings), req.instruction);
         let (x, stages) = match self.stepwise {
             true => self.run_stepwise(req)?,
             false => self.run_once(req)?,
@@ -495,6 +518,7 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
             },
             counters: self.graphs.counters().since(&counters),
             warnings,
+            instruction,
         })
     }
 

@@ -108,3 +108,16 @@ pub fn long_prompts_match<A: FlowArch>(
         check(&what, &chunk.actions, &case.actions, tol);
     }
 }
+
+/// Token ids one past the bound `max` are refused with their count and the bound named,
+/// not cut.
+pub fn past_the_bound_is_refused(p: &mut dyn Policy, obs: &Observation, max: usize) {
+    let obs = Observation {
+        tokens: Some(vec![1; max + 1]),
+        prompt: None,
+        ..obs.clone()
+    };
+    let err = p.predict(&obs).unwrap_err().to_string();
+    let named = err.contains(&format!("{} tokens", max + 1)) && err.contains(&max.to_string());
+    assert!(named, "{err}");
+}

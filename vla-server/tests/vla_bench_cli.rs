@@ -61,16 +61,26 @@ fn bad_arguments_are_one_clear_line() {
     // An instruction longer than the model takes is the model's clear error.
     let (ok, _, err) = bench(&["--demo", "--iters", "1", "--warmup", "0", "--tokens", "17"]);
     assert!(
-        !ok && err.contains("17 instruction tokens: expected 1..=16"),
+        !ok && err.contains("17 tokens, more than this model's bound of 16"),
         "{err}"
     );
 }
 
+/// `--tokens N`: the prefill runs N rounded up to a bucket of 16 rows (`--json` says both).
 #[test]
 fn the_instruction_length_is_a_flag() {
-    let args = [
-        "--demo", "--iters", "1", "--warmup", "0", "--json", "--tokens", "16",
-    ];
-    let (ok, out, err) = bench(&args);
-    assert!(ok && out.contains("\"total_ms\""), "{err}");
+    for (n, rows) in [("3", 16), ("16", 16)] {
+        let args = [
+            "--demo", "--iters", "1", "--warmup", "0", "--json", "--tokens", n,
+        ];
+        let (ok, out, err) = bench(&args);
+        assert!(ok && out.contains("\"total_ms\""), "{err}");
+        let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(
+            json["instruction_tokens"],
+            n.parse::<u64>().unwrap(),
+            "{out}"
+        );
+        assert_eq!(json["instruction_rows"], rows, "{out}");
+    }
 }

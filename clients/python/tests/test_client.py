@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 import vla_client
-from vla_client import VlaClient, VlaError
+from vla_client import VlaClient, VlaError, VlaWarning
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -57,6 +57,20 @@ def test_text_prompts_are_tokenized_by_the_server(server):
         assert "not both" in e.value.message
     np.testing.assert_array_equal(a, b)  # the server appends the newline lerobot appends
     assert np.abs(a - other).max() > 1e-4, "the chunk must depend on the instruction"
+
+
+def test_a_prompt_cut_as_the_reference_cuts_it_warns(server):
+    addr, _, _ = server
+    images, state, noise = observation(4)
+    long = "pick up the red cube and then the blue one " * 20  # past the demo's 16 tokens
+    with VlaClient(addr, timeout_ms=60_000) as c:
+        with pytest.warns(VlaWarning, match=r"cut to the first 16 \(tokenizer_max_length\)"):
+            c.predict(images, state, prompt=long, noise=noise)
+        chunk, resp = c.predict(images, state, tokens=[5, 17], noise=noise, return_response=True)
+        assert list(resp.warnings) == []
+        with pytest.raises(VlaError) as e:
+            c.predict(images, state, tokens=[1] * 17, noise=noise)
+        assert e.value.code == "BAD_REQUEST" and "bound of 16" in e.value.message
 
 
 def test_float_images_match_uint8_images(server):

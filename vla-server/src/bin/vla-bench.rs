@@ -64,8 +64,8 @@ struct Args {
     #[arg(long, conflicts_with = "server")]
     stepwise: bool,
     /// Instruction length of the synthetic request, in token ids (ids 1 to N; at most the
-    /// model's `tokenizer_max_length`; prefills are fixed-length, so this changes what is
-    /// masked, not the work).
+    /// model's `tokenizer_max_length`). The prefill runs N rounded up to a bucket of 16 rows,
+    /// so this changes the work as a prompt of that length does.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     tokens: u32,
     /// Time every kernel (wgpu backends with timestamp queries: one timed pass per
@@ -217,10 +217,12 @@ fn run(args: Args) -> Result<()> {
         policy.predict(&obs)?;
     }
     let mut counters = Vec::new();
+    let mut instruction = vla::policy::InstructionRows::default();
     let rows = (0..args.iters)
         .map(|_| {
             let chunk = policy.predict(&obs)?;
             counters.push(chunk.counters);
+            instruction = chunk.instruction;
             let t = chunk.times;
             // NaN: a stage the backend cannot time apart (the whole predict in one submission)
             let ms = |t: Option<f32>| t.unwrap_or(f32::NAN);
@@ -238,6 +240,8 @@ fn run(args: Args) -> Result<()> {
         bail!("run counters differ between predicts: {counters:?}");
     }
     let stages = ["vision", "prefill", "denoise", "total"];
+    // the graphs the predicts ran (compiled for the instruction's rows on first sight)
+    let info = policy.info().clone();
     let profile = match args.profile {
         true => Some(policy.profile().context(
             "--profile: this backend cannot time its kernels (it needs a wgpu backend whose adapter has timestamp queries)",
@@ -261,6 +265,7 @@ fn run(args: Args) -> Result<()> {
             "submits": c.submits, "host_waits": c.host_waits, "h2d_bytes": c.h2d_bytes,
             "d2h_bytes": c.d2h_bytes, "dispatches": c.dispatches, "embodiment": info.embodiment,
             "frame_width": frame.1, "frame_height": frame.0,
+            "instruction_tokens": instruction.tokens, "instruction_rows": instruction.rows,
         });
         for (k, name) in stages.iter().enumerate() {
             out[format!("{name}_ms")] = stat(k);
@@ -299,6 +304,10 @@ fn run(args: Args) -> Result<()> {
         frame.0,
         info.chunk_text(),
         info.num_steps
+    );
+    println!(
+        "prompt    {} instruction token(s) in {} compiled row(s)",
+        instruction.tokens, instruction.rows
     );
     println!("iters     {} (after {} warm-up)", args.iters, args.warmup);
     report(&stages, &rows);
