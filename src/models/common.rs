@@ -78,7 +78,8 @@ impl ActionIo {
 pub struct LoadedGraphs<K: PartialEq = ()> {
     sets: Vec<(K, Vec<Box<dyn Executable>>)>,
     /// How many sets are kept: several where the backend borrows the weights, one where each
-    /// executable holds its own copy of them (wgpu, ggml).
+    /// executable holds its own copy of them (wgpu, ggml) or of their integer tiles (cpu
+    /// with quantized weights).
     keep: usize,
     /// What compiled them, kept for [`Self::select`].
     compiler: Box<dyn Backend>,
@@ -88,7 +89,8 @@ pub struct LoadedGraphs<K: PartialEq = ()> {
     file: *mut GgufFile,
 }
 
-/// Compiled sets kept where the backend borrows the weights from the file (cpu).
+/// Compiled sets kept where the backend borrows every weight from the file (cpu, float
+/// weights).
 const KEEP_BORROWING: usize = 4;
 
 // SAFETY: `file` is owned by this struct alone (a leaked Box) and only read; the
@@ -123,9 +125,10 @@ impl<K: PartialEq> LoadedGraphs<K> {
             None => file,
         };
         let compiler = super::open_backend(opts)?;
+        let quantized = file.tensors().iter().any(|t| t.ty.is_quantized());
         let mut graphs = LoadedGraphs {
             sets: Vec::new(),
-            keep: match compiler.borrows_weights() {
+            keep: match compiler.borrows_weights() && !quantized {
                 true => KEEP_BORROWING,
                 false => 1,
             },
@@ -211,12 +214,22 @@ impl<K: PartialEq> LoadedGraphs<K> {
         (!parts.is_empty()).then(|| parts.concat())
     }
 
-    /// Bytes the backend holds: weights plus peak activations, summed over the kept sets.
+    /// Bytes the backend holds: weights plus peak activations of the kept sets (weights
+    /// counted once where several sets are kept: they borrow the same file's).
     pub fn memory_bytes(&self) -> u64 {
-        self.execs()
-            .map(|e| e.stats())
-            .map(|s| s.weight_bytes + s.peak_activation_bytes)
-            .sum()
+        let set_weights = self
+            .sets
+            .iter()
+            .map(|(_, execs)| execs.iter().map(|e| e.stats().weight_bytes).sum::<u64>());
+        let weights = match self.keep > 1 {
+            true => set_weights.max().unwrap_or(0),
+            false => set_weights.sum(),
+        };
+        weights
+            + self
+                .execs()
+                .map(|e| e.stats().peak_activation_bytes)
+                .sum::<u64>()
     }
 
     /// The [`PolicyInfo`] fields that come from the file and the backend; the caller fills
@@ -272,7 +285,11 @@ pub fn instruction_ids(
     let ids: Vec<i64> = match (&obs.tokens, &obs.prompt) {
         (Some(t), None) => t.iter().map(|&t| i64::from(t)).collect(),
         (None, Some(p)) => tokenize(p)?.into_iter().map(i64::from).collect(),
-        (None, None) => tokenize(missing)?.into_iter().map(i64::from).collect(),
+        (None, None) => tokenize(missing)
+            .map_err(|e| Error::InvalidArgument(format!("no instruction: send token ids ({e})")))?
+            .into_iter()
+            .map(i64::from)
+            .collect(),
         (Some(_), Some(_)) => {
             return Err(Error::InvalidArgument(
                 "give a prompt or tokens, not both".into(),
@@ -445,5 +462,49 @@ impl SplitMix64 {
     /// Uniform in [0, 1).
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::GraphBuilder;
+    use crate::Tensor;
+
+    /// One graph passing an input of `n` values through (a set's key is `n`).
+    fn pass_through(n: usize) -> impl Fn(&GgufFile) -> Result<Vec<Graph>> {
+        move |f| {
+            let mut g = GraphBuilder::new(f);
+            let x = g.input("x", &[n]);
+            let y = g.scale(x, 2.0);
+            Ok(vec![g.build(&[y])?])
+        }
+    }
+
+    #[test]
+    fn kept_sets_are_reused_and_the_least_recent_dropped() {
+        let file = GgufFile::from_bytes(super::super::demo_gguf().unwrap()).unwrap();
+        let opts = RuntimeOptions::default();
+        let mut lg = LoadedGraphs::compile(file, &opts, 1, pass_through(1)).unwrap();
+        assert_eq!(lg.keep(), KEEP_BORROWING, "cpu, f32 weights");
+        for k in 2..=KEEP_BORROWING {
+            assert!(lg.select(k, pass_through(k)).unwrap(), "{k}: compiled");
+        }
+        assert!(!lg.select(1, pass_through(1)).unwrap(), "1 is kept");
+        assert!(lg.select(9, pass_through(9)).unwrap());
+        let keys: Vec<usize> = lg.keys().copied().collect();
+        assert_eq!(keys, [3, 4, 1, 9], "2 was the least recently used");
+        // a failed compile leaves no set of its key; the next select compiles it
+        let fail = |_: &GgufFile| Err(Error::InvalidArgument("no".into()));
+        assert!(lg.select(6, fail).is_err());
+        assert!(!lg.keys().any(|&k| k == 6));
+        assert!(lg.select(6, pass_through(6)).unwrap());
+        let x = Tensor::from_f32(vec![6], vec![1.0; 6]).unwrap();
+        let y = lg.exec(0).run(&[("x", &x)]).unwrap();
+        assert_eq!(
+            y[0].to_vec_f32().unwrap(),
+            vec![2.0; 6],
+            "the current set is 6's"
+        );
     }
 }

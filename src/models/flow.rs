@@ -96,10 +96,18 @@ pub trait FlowArch: Section + Clone + Send + Sized {
         cfg
     }
 
+    /// The graphs declaring the weights (no store): at the shortest instruction bucket, as
+    /// the weights do not depend on the instruction's length and the bound's graphs can
+    /// hold mask constants of 8192 x 8192.
+    fn declaring_graphs(&self) -> Result<[Graph; 3]> {
+        let max = self.spec().io.tokenizer_max_length;
+        self.with_text_rows(text_rows(0, max)).graphs(None)
+    }
+
     /// Every weight the graphs read, with its shape: derived from the graphs, so a weight
     /// is named and shaped in one place only.
     fn tensor_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
-        declared_weights(&self.graphs(None)?)
+        declared_weights(&self.declaring_graphs()?)
     }
 
     /// Narrows the file's per-embodiment weights to the embodiment `requested` (a tag or id;
@@ -151,8 +159,8 @@ pub struct FlowSpec {
     pub clip: Clipping,
     /// A gripper dimension snapped to two values (VLA-JEPA's LIBERO post-processing).
     pub gripper: Option<GripperSnap>,
-    /// The reference cuts a tokenized prompt at `tokenizer_max_length` (lerobot's tokenizer
-    /// step with `truncation=True`: SmolVLA, pi0, pi0.5); so does the server, with a warning
+    /// The reference cuts a tokenized prompt at `tokenizer_max_length` (lerobot's tokenizers
+    /// with `truncation=True`: SmolVLA, pi0, pi0.5, Evo-1); so does the server, with a warning
     /// in the reply. Otherwise a longer prompt is refused.
     pub truncates_prompt: bool,
 }
@@ -235,9 +243,18 @@ impl<A: FlowArch> FlowPolicy<A> {
             action_norm = action_norm.lerobot_min_max();
         }
         let stage_flops = std::cell::Cell::new(Vec::new());
-        // Compiled for bytes at the model's size and the shortest instruction bucket; other
-        // frames and longer instructions compile on first sight.
-        let key = (spec.model_frames(), text_rows(0, io.tokenizer_max_length));
+        // Compiled for bytes at the model's size and the bucket of the instruction a request
+        // without one gets (pi0.5's prompt holds the state, VLA-JEPA's a template: the
+        // bucket most first requests need); other frames and lengths compile on first sight.
+        let zeros = vec![0.0; io.max_state_dim];
+        let first = tokenizer.as_ref().map_or(0, |t| {
+            let text = cfg.prompt_text(cfg.missing_task(), &zeros);
+            t.encode(&text).map_or(0, |ids| ids.len())
+        });
+        let key = (
+            spec.model_frames(),
+            text_rows(first, io.tokenizer_max_length),
+        );
         let at = cfg.with_text_rows(key.1);
         let graphs = LoadedGraphs::compile(file, opts, key.clone(), |f| {
             let whole = predict_graph(&at, &spec, Some(f), &key.0)?;
@@ -336,6 +353,7 @@ impl<A: FlowArch> FlowPolicy<A> {
         ids.truncate(max);
         Ok((ids, Some(warning)))
     }
+
     /// Checks `obs` and turns it into model inputs: pixels, instruction, state, noise.
     fn request(&self, obs: &Observation) -> Result<Request> {
         let io = &self.spec.io;

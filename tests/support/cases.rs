@@ -16,13 +16,13 @@ use vla::policy::{Image, ImageData, Observation, Policy, PolicyInfo, RuntimeOpti
 macro_rules! arch_cases {
     ($then:ident) => {
         $then! {
-            smolvla { gguf: |seed| smolvla::random_gguf(&smolvla::demo_config(), seed, F32), state: StateInput::Direct, tolerance: F32_WEIGHTS },
-            pi0 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi0), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
-            pi05 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi05), seed), state: StateInput::PromptOnly, tolerance: F32_WEIGHTS },
-            gr00t_n1_5 { gguf: |seed| with_tokenizer(&presets::gr00t_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
-            gr00t_n1_7 { gguf: |seed| with_tokenizer(&presets::gr00t_n1_7_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
-            vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
-            evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS },
+            smolvla { gguf: |seed| smolvla::random_gguf(&smolvla::demo_config(), seed, F32), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true },
+            pi0 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi0), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true },
+            pi05 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi05), seed), state: StateInput::PromptOnly, tolerance: F32_WEIGHTS, cuts_prompt: true },
+            gr00t_n1_5 { gguf: |seed| with_tokenizer(&presets::gr00t_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false },
+            gr00t_n1_7 { gguf: |seed| with_tokenizer(&presets::gr00t_n1_7_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false },
+            vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false },
+            evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true },
         }
     };
 }
@@ -82,6 +82,9 @@ pub struct ArchCase {
     pub gguf: fn(u64) -> vla::Result<Vec<u8>>,
     pub state: StateInput,
     pub tolerance: Tolerance,
+    /// The reference cuts a prompt past `tokenizer_max_length` (else it has no bound: a
+    /// longer one is refused).
+    pub cuts_prompt: bool,
 }
 
 macro_rules! case_list {

@@ -275,7 +275,7 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
 /// chunk (where the reference cuts) or refused naming the bound, never cut silently. Going
 /// back to an earlier length gives the same chunk as before.
 pub fn instructions_of_any_length(case: &ArchCase) {
-    use vla::models::common::TEXT_BUCKET;
+    use vla::models::common::{text_rows, TEXT_BUCKET};
     let n = case.name;
     let mut p = case.cpu();
     let good = observation(p.info(), 1);
@@ -300,22 +300,26 @@ pub fn instructions_of_any_length(case: &ArchCase) {
             "{n}: {l} ids: {:?}",
             chunk.warnings
         );
+        let rows = (chunk.instruction.tokens, chunk.instruction.rows);
+        assert_eq!(rows, (l, text_rows(l, max)), "{n}: {l} ids: (ids, rows)");
     }
     predict(case, p.as_mut(), &with(None, None), "no instruction");
     predict(case, p.as_mut(), &with(Some(""), None), "an empty prompt");
     let long = "then pick up the next block and stack it on the tower ".repeat(max);
-    match p.predict(&with(Some(&long), None)) {
-        Ok(chunk) => assert!(
-            chunk
-                .warnings
-                .iter()
-                .any(|w| w.contains("tokenizer_max_length")),
-            "{n}: a prompt past the bound was cut without a warning"
-        ),
-        Err(e) => assert!(
+    match (p.predict(&with(Some(&long), None)), case.cuts_prompt) {
+        (Ok(chunk), true) => {
+            let cut = format!("cut to the first {max} (tokenizer_max_length)");
+            assert!(
+                chunk.warnings.iter().any(|w| w.contains(&cut)),
+                "{n}: {chunk:?}"
+            );
+            assert_eq!(chunk.instruction.tokens, max, "{n}: cut prompt");
+        }
+        (Err(e), false) => assert!(
             e.to_string().contains(&format!("bound of {max}")),
             "{n}: {e}"
         ),
+        (got, _) => panic!("{n}: a prompt past the bound: {got:?}"),
     }
     let again = predict(case, p.as_mut(), &good, "the first request again").actions;
     assert_eq!(

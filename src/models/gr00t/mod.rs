@@ -274,7 +274,7 @@ impl FlowArch for Gr00tConfig {
 
     /// The graphs' weights, the embodiment-indexed ones with their leading embodiment axis.
     fn tensor_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
-        let shapes = crate::graph::declared_weights(&self.graphs(None)?)?;
+        let shapes = crate::graph::declared_weights(&self.declaring_graphs()?)?;
         Ok(embodiment::with_embodiment_axis(
             shapes,
             self.head.embodiments,

@@ -343,7 +343,7 @@ impl FlowArch for Gr00tN17Config {
     }
 
     fn tensor_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
-        let shapes = crate::graph::declared_weights(&self.graphs(None)?)?;
+        let shapes = crate::graph::declared_weights(&self.declaring_graphs()?)?;
         Ok(embodiment::with_embodiment_axis(
             shapes,
             self.head.embodiments,

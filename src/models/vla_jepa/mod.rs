@@ -333,12 +333,13 @@ impl FlowArch for VlaJepaConfig {
         ])
     }
 
-    /// The prompt's text segment up to the first action token: the template's text around
-    /// the instruction as given (no normalisation).
+    /// lerobot's task for a batch without one ("" stays "": lerobot keeps it).
     fn missing_task(&self) -> &'static str {
         DEFAULT_TASK
     }
 
+    /// The prompt's text segment up to the first action token: the template's text around
+    /// the instruction as given (no normalisation).
     fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
         format!("{}{task}{}", self.text_before, self.text_after)
     }
