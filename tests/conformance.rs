@@ -37,7 +37,12 @@ macro_rules! conformance_tests {
 
             #[test]
             fn instructions_of_any_length() {
-                check::instructions_of_any_length(&case(stringify!($name)));
+                check::instructions_of_any_length(&case(stringify!($name)), "cpu");
+            }
+
+            #[test]
+            fn instructions_of_any_length_on_vulkan() {
+                check::instructions_of_any_length(&case(stringify!($name)), "vulkan");
             }
 
             #[test]
