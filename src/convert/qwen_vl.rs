@@ -139,27 +139,12 @@ pub fn backbone(
     })
 }
 
-/// The processor's pixel normalisation (`image_mean`, `image_std`; `do_normalize` false: none,
-/// the rescaled [0, 1] values as they are). A processor that does not rescale bytes by 1 / 255
-/// is refused, naming the setting.
+/// The processor's pixel normalisation of [0, 1] values (`image_mean`, `image_std`;
+/// `do_normalize` false: none). Its rescale step is not read: lerobot hands it frames already
+/// in [0, 1] with `do_rescale` off (VLA-JEPA's `qwen_interface.py`).
 pub fn pixel_map(image_proc: &Json) -> Result<PixelMap> {
-    let flag = |key: &str| {
-        image_proc
-            .get(key)
-            .and_then(|v| v.as_bool())
-            .unwrap_or(true)
-    };
-    let rescale = image_proc.f64("rescale_factor").unwrap_or(1.0 / 255.0);
-    if !flag("do_rescale") || (rescale * 255.0 - 1.0).abs() > 1e-9 {
-        return Err(ckpt_err(
-            image_proc.path,
-            format!(
-                "do_rescale {} / rescale_factor {rescale}: only bytes scaled by 1/255 are supported",
-                flag("do_rescale")
-            ),
-        ));
-    }
-    if !flag("do_normalize") {
+    let normalize = image_proc.get("do_normalize").and_then(|v| v.as_bool());
+    if normalize == Some(false) {
         return Ok(PixelMap::from_mean_std([0.0; 3], [1.0; 3]));
     }
     let three = |key: &str| -> Result<[f32; 3]> {
