@@ -95,6 +95,13 @@ impl GgufFile {
     /// Memory-maps and parses `path`. The file must not be truncated while it is open.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        if path.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is a folder, not a GGUF file; a lerobot checkpoint folder is converted first: `vla-convert ARCH --ckpt {} --out model.gguf` (`vla-convert --help` lists the archs)",
+                path.display(),
+                path.display()
+            )));
+        }
         let io_err = |err| Error::Io {
             path: path.to_owned(),
             err,

@@ -96,9 +96,13 @@ impl Server {
         let router = ctx.socket(zmq::ROUTER)?;
         router.set_linger(1000)?;
         router.set_maxmsgsize(MAX_MESSAGE_BYTES)?;
-        router
-            .bind(endpoint)
-            .map_err(|e| Error::Config(format!("cannot bind {endpoint}: {e}")))?;
+        router.bind(endpoint).map_err(|e| {
+            let hint = match endpoint.contains("://") {
+                true => "",
+                false => " (a ZeroMQ endpoint: tcp://HOST:PORT, e.g. tcp://127.0.0.1:5555)",
+            };
+            Error::Config(format!("cannot bind {endpoint}: {e}{hint}"))
+        })?;
         let endpoint = match router.get_last_endpoint()? {
             Ok(s) => s,
             Err(_) => endpoint.to_owned(),
