@@ -32,3 +32,41 @@ fn a_bind_address_without_a_scheme_says_tcp() {
     assert!(!ok, "{err}");
     assert!(err.contains("tcp://HOST:PORT"), "{err}");
 }
+
+/// Serving on a software Vulkan adapter (lavapipe, all CI has) warns that it is a CPU; log
+/// lines into a pipe carry no terminal colours.
+#[test]
+fn a_cpu_vulkan_adapter_is_named_and_logs_have_no_colours() {
+    use std::io::{BufRead, Read};
+    let mut server = Command::new(env!("CARGO_BIN_EXE_vla-server"))
+        .args([
+            "--demo",
+            "--backend",
+            "vulkan",
+            "--bind",
+            "tcp://127.0.0.1:*",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let started = lines
+        .map(|l| l.unwrap())
+        .any(|l| l.starts_with("listening on "));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let mut err = String::new();
+    server
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(started, "{err}");
+    if std::env::var("VLA_ALLOW_NO_GPU").as_deref() == Ok("1") && !err.contains("llvmpipe") {
+        return; // no adapter here (said loudly by the golden tests)
+    }
+    assert!(err.contains("adapter is a CPU"), "{err}");
+    assert!(!err.contains('\u{1b}'), "{err}");
+}

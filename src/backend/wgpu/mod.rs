@@ -301,6 +301,14 @@ impl WgpuBackend {
                 },
             }
         })?;
+        let info = adapter.get_info();
+        if info.device_type == wgpu::DeviceType::Cpu {
+            tracing::warn!(
+                "the {} adapter is a CPU ({}: software Vulkan such as lavapipe): it runs the kernels for checking them, typically 10-25x slower than --backend cpu",
+                api.name(),
+                info.name
+            );
+        }
         let available = adapter.features();
         let mut features = wgpu::Features::empty();
         let int_dot = instance
@@ -335,7 +343,6 @@ impl WgpuBackend {
             ..Default::default()
         }))
         .map_err(|e| Error::Gpu(format!("request_device: {e}")))?;
-        let info = adapter.get_info();
         tracing::info!(adapter = %info.name, driver = %info.driver_info, ?caps, ?options, "wgpu device");
         Ok(WgpuBackend {
             ctx: Arc::new(GpuContext {

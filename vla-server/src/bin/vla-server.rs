@@ -33,6 +33,7 @@ fn run(args: ServerArgs) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log_level))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if let Some(n) = settings.runtime.threads {
         rayon::ThreadPoolBuilder::new()
