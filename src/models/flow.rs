@@ -256,14 +256,8 @@ impl<A: FlowArch> FlowPolicy<A> {
             text_rows(first, io.tokenizer_max_length),
         );
         let at = cfg.with_text_rows(key.1);
-        let graphs = LoadedGraphs::compile(file, opts, key.clone(), |f| {
-            let whole = predict_graph(&at, &spec, Some(f), &key.0)?;
-            stage_flops.set(whole.flops_by_stage());
-            match opts.stepwise {
-                true => stage_graphs(&at, &spec, Some(f), &key.0),
-                false => Ok(vec![whole]),
-            }
-        })?;
+        let build = set_builder(&at, &spec, &key.0, opts.stepwise, &stage_flops);
+        let graphs = LoadedGraphs::compile(file, opts, key.clone(), build)?;
         let info = PolicyInfo {
             n_images: io.n_images,
             image_height: spec.camera.height,
@@ -397,14 +391,8 @@ impl<A: FlowArch> FlowPolicy<A> {
         let (spec, stepwise) = (&self.spec, self.stepwise);
         let cfg = self.cfg.with_text_rows(rows);
         let stage_flops = std::cell::Cell::new(Vec::new());
-        let compiled = self.graphs.select((frames.clone(), rows), |f| {
-            let whole = predict_graph(&cfg, spec, Some(f), &frames)?;
-            stage_flops.set(whole.flops_by_stage());
-            match stepwise {
-                true => stage_graphs(&cfg, spec, Some(f), &frames),
-                false => Ok(vec![whole]),
-            }
-        })?;
+        let build = set_builder(&cfg, spec, &frames, stepwise, &stage_flops);
+        let compiled = self.graphs.select((frames.clone(), rows), build)?;
         // what the info reports follows the graphs a predict runs
         let key = (frames.clone(), rows);
         if compiled {
@@ -499,6 +487,26 @@ impl<A: FlowArch> FlowPolicy<A> {
             out[0].to_vec_f32()
         })?;
         Ok((x, Some(vec![vision_ms, prefill_ms, ms_since(t2)])))
+    }
+}
+
+/// What compiles one set of graphs for `cfg` (its instruction rows) and camera frames
+/// `frames`: the [`predict_graph`], or the [`stage_graphs`] when `stepwise`; the predict
+/// graph's compute by stage goes to `flops`.
+fn set_builder<'a, A: FlowArch>(
+    cfg: &'a A,
+    spec: &'a FlowSpec,
+    frames: &'a [FrameKey],
+    stepwise: bool,
+    flops: &'a std::cell::Cell<Vec<(String, u64)>>,
+) -> impl Fn(&GgufFile) -> Result<Vec<Graph>> + 'a {
+    move |f| {
+        let whole = predict_graph(cfg, spec, Some(f), frames)?;
+        flops.set(whole.flops_by_stage());
+        match stepwise {
+            true => stage_graphs(cfg, spec, Some(f), frames),
+            false => Ok(vec![whole]),
+        }
     }
 }
 

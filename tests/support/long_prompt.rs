@@ -6,6 +6,7 @@ use super::{check, open};
 use std::path::Path;
 use vla::models::common::{text_rows, TEXT_BUCKET};
 use vla::models::flow::{FlowArch, FlowPolicy};
+use vla::models::gr00t::PromptIds;
 use vla::policy::{Observation, Policy, RuntimeOptions};
 
 /// One case: its task, lerobot's chunk and, where recorded, the ids its language model read.
@@ -40,16 +41,28 @@ pub fn long_prompts(dir: &Path) -> Vec<LongPrompt> {
         .collect()
 }
 
-/// Every case of `dir` on `backend` through the policy `make` builds: the prompt's ids
-/// (`around` puts the instruction's between the template's) are lerobot's, the chunk is
-/// within `tol` of lerobot's, the instruction takes less than one bucket of padding, and a
-/// warning comes back exactly where the instruction was cut (`cut`: cases the reference cuts).
+/// Every case of `dir` on cpu and vulkan through the policy `make` builds: the prompt's ids
+/// (the instruction's between the template's, `prompt`) are lerobot's, the chunk is within
+/// `tol` of lerobot's, the instruction takes less than one bucket of padding, and a warning
+/// comes back exactly where the instruction was cut (`cut`: cases the reference cuts).
 pub fn long_prompts_match<A: FlowArch>(
     dir: &Path,
-    backend: &str,
     make: impl Fn(&RuntimeOptions) -> FlowPolicy<A>,
     obs: &Observation,
-    around: impl Fn(&A, &[u32]) -> Vec<u32>,
+    prompt: impl Fn(&A) -> &PromptIds,
+    tol: f32,
+) {
+    for backend in ["cpu", "vulkan"] {
+        cases_match(dir, backend, &make, obs, &prompt, tol);
+    }
+}
+
+fn cases_match<A: FlowArch>(
+    dir: &Path,
+    backend: &str,
+    make: &impl Fn(&RuntimeOptions) -> FlowPolicy<A>,
+    obs: &Observation,
+    prompt: &impl Fn(&A) -> &PromptIds,
     tol: f32,
 ) {
     if backend != "cpu" && open(backend).is_none() {
@@ -79,7 +92,8 @@ pub fn long_prompts_match<A: FlowArch>(
         );
         assert!(text_rows(ids.len(), max) - ids.len() < TEXT_BUCKET);
         if let Some(want) = &case.token_ids {
-            let got = around(m.config(), &ids);
+            let p = prompt(m.config());
+            let got = [&p.before[..], &ids, &p.after[..]].concat();
             assert_eq!(got.len(), want.len(), "{}: prompt length", case.name);
             assert!(
                 &got == want,
