@@ -6,6 +6,7 @@ use safetensors::SafeTensors;
 use std::path::{Path, PathBuf};
 use vla::convert::smolvla::{convert, Options};
 use vla::gguf::GgufFile;
+use vla::modules::vision::PatchPositions;
 
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smolvla-tiny")
@@ -60,8 +61,21 @@ fn edit_json(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     std::fs::write(path, value.to_string()).unwrap();
 }
 
+/// What `vla-convert smolvla --vit-positions shifted --no-tokenizer` asks for.
+fn opts() -> Options {
+    Options {
+        positions: Some(PatchPositions::Shifted),
+        no_tokenizer: true,
+        ..Default::default()
+    }
+}
+
 fn convert_err(dir: &Path) -> String {
-    match convert(dir, &Options::default(), &mut |_, _, _| {}) {
+    convert_err_with(dir, &opts())
+}
+
+fn convert_err_with(dir: &Path, opts: &Options) -> String {
+    match convert(dir, opts, &mut |_, _, _| {}) {
         Ok(_) => panic!("converted a broken checkpoint"),
         Err(e) => e.to_string(),
     }
@@ -128,7 +142,7 @@ fn half_precision_checkpoints_convert_to_their_values() {
             })
             .collect();
         let dir = checkpoint(&t);
-        let c = convert(dir.path(), &Options::default(), &mut |_, _, _| {}).unwrap();
+        let c = convert(dir.path(), &opts(), &mut |_, _, _| {}).unwrap();
         let file = GgufFile::from_bytes(c.writer.to_bytes().unwrap()).unwrap();
         for (ours, theirs) in [("vlm.blk.2.ffn_norm.weight", "model.vlm_with_expert.vlm.model.text_model.layers.2.post_attention_layernorm.weight"), ("action_out_proj.weight", "model.action_out_proj.weight")] {
             let src = &t.iter().find(|x| x.0 == theirs).unwrap().3;
@@ -212,5 +226,55 @@ fn an_absurd_feature_size_is_an_error_not_an_allocation() {
     assert!(
         err.contains("observation.state") && err.contains("dimensions"),
         "{err}"
+    );
+}
+
+#[test]
+fn positions_and_tokenizer_are_never_guessed() {
+    let dir = checkpoint(&fixture_tensors());
+    let err = convert_err_with(
+        dir.path(),
+        &Options {
+            positions: None,
+            ..opts()
+        },
+    );
+    assert!(
+        err.contains("--vit-positions shifted") && err.contains("grid"),
+        "{err}"
+    );
+    // The copy has no tokenizer where lerobot's pre-processor looks (tokenizer_name "vlm").
+    let err = convert_err_with(
+        dir.path(),
+        &Options {
+            no_tokenizer: false,
+            ..opts()
+        },
+    );
+    assert!(
+        err.contains("\"vlm\"") && err.contains("--tokenizer") && err.contains("--no-tokenizer"),
+        "{err}"
+    );
+    // Given as the folder lerobot's pre-processor names, it is found and shipped.
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(
+            fixture().join("vlm").join(f),
+            dir.path().join("vlm").join(f),
+        )
+        .unwrap();
+    }
+    let c = convert(
+        dir.path(),
+        &Options {
+            no_tokenizer: false,
+            ..opts()
+        },
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(
+        c.notes.iter().any(|n| n.starts_with("tokenizer: ")),
+        "{:?}",
+        c.notes
     );
 }

@@ -38,6 +38,7 @@ fn converted(v: Variant, dtype: GgmlType) -> GgufFile {
         dtype: Some(dtype),
         sizes: Some(sizes),
         tokenizer: None,
+        no_tokenizer: false,
     };
     let c = convert::convert(&dir(v), &opts, &mut |_, _, _| {}).unwrap();
     GgufFile::from_bytes(c.writer.to_bytes().unwrap()).unwrap()
@@ -461,6 +462,7 @@ fn full_size_matches_lerobot() {
             dtype: Some(GgmlType::F32),
             sizes: Some(sizes),
             tokenizer: None,
+            no_tokenizer: false,
         };
         let c = convert::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
         c.writer.write_to_file(&gguf).unwrap();

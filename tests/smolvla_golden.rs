@@ -45,6 +45,7 @@ fn converted(dtype: GgmlType) -> GgufFile {
 fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
     let opts = convert::Options {
         dtype,
+        positions: Some(vla::modules::vision::PatchPositions::Shifted),
         ..Default::default()
     };
     let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
@@ -367,7 +368,7 @@ fn vlacpp_layout_gives_our_grid_conversions_chunk() {
         "not vla.cpp's layout"
     );
     let opts = convert::Options {
-        positions: vla::modules::vision::PatchPositions::Grid,
+        positions: Some(vla::modules::vision::PatchPositions::Grid),
         ..Default::default()
     };
     let ours = convert::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();

@@ -48,6 +48,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
+    super::detect::expect(ckpt, super::Kind::Evo1)?;
     let dtype = super::float_dtype(opts.dtype)?;
     let policy = JsonFile::read(ckpt.join("config.json"))?;
     let p = policy.json();
@@ -58,8 +59,7 @@ pub fn convert(
         ("vlm_model_name", "--backbone"),
     )?;
     let internvl = JsonFile::read(backbone.join("config.json"))?;
-    let tokenizer_path = backbone.join("tokenizer.json");
-    let tokenizer = Tokenizer::from_hf_file(&tokenizer_path)?;
+    let tokenizer = Tokenizer::from_hf_path(&backbone)?;
     let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
     let config = read_config(&p, &internvl.json(), &st, &tokenizer)?;
     config::check(&config, config.arch())?;
@@ -83,10 +83,10 @@ pub fn convert(
     let mut w = super::arch_writer(&config, ckpt, "lerobot evo1 checkpoint (vla-convert)")?;
     super::ship_tokenizer(
         &mut w,
-        Some(tokenizer_path),
+        &tokenizer,
+        &backbone,
         config.lm.vocab_size,
         &mut notes,
-        "",
     )?;
     let split = split_in_proj(&st, &config)?;
     let mut shapes = config.tensor_shapes()?;

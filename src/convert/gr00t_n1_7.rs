@@ -76,6 +76,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
+    super::detect::expect(ckpt, super::Kind::Gr00tN17)?;
     let dtype = super::float_dtype(opts.dtype)?;
     let policy = JsonFile::read(ckpt.join("config.json"))?;
     let base = JsonFile::read(base_config_path(
@@ -86,8 +87,7 @@ pub fn convert(
     let backbone = backbone_dir(ckpt, &base, opts)?;
     let qwen_cfg = JsonFile::read(backbone.join("config.json"))?;
     let image_proc = JsonFile::read(backbone.join("preprocessor_config.json"))?;
-    let tokenizer_path = backbone.join("tokenizer.json");
-    let tokenizer = Tokenizer::from_hf_file(&tokenizer_path)?;
+    let tokenizer = Tokenizer::from_hf_path(&backbone)?;
     let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
     let (pack, _) = pack_step(ckpt, PACK_STEP)?;
     let pack = Json {
@@ -132,10 +132,10 @@ pub fn convert(
     )?;
     super::ship_tokenizer(
         &mut w,
-        Some(tokenizer_path),
+        &tokenizer,
+        &backbone,
         config.lm.vocab_size,
         &mut notes,
-        "",
     )?;
     let shapes = config.tensor_shapes()?;
     let backbone = (&config.vision, bb.as_str());
@@ -155,15 +155,12 @@ fn backbone_dir(ckpt: &Path, base: &JsonFile, opts: &Options) -> Result<PathBuf>
     }
     let named = base.json().str("model_name")?;
     let base_dir = base.path.parent().unwrap_or(Path::new("."));
-    [ckpt.join(named), base_dir.join(named), PathBuf::from(named)]
-        .into_iter()
-        .find(|d| d.join("config.json").is_file())
-        .ok_or_else(|| {
-            ckpt_err(
-                &base.path,
-                format!("model_name {named:?}: no Qwen3-VL folder with a config.json there; pass --backbone DIR"),
-            )
-        })
+    super::named_folder(vec![ckpt.join(named), base_dir.join(named)], named).ok_or_else(|| {
+        ckpt_err(
+            &base.path,
+            super::missing_folder("model_name (the Qwen3-VL folder)", named, "--backbone"),
+        )
+    })
 }
 
 /// The cameras' common `[C, H, W]` shape from the policy's input features.

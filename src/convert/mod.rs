@@ -2,6 +2,7 @@
 //! normaliser files) into vla-rs GGUF files. One module per architecture; this one holds
 //! what they share: reading safetensors and JSON with errors that name the file and tensor.
 
+pub mod detect;
 pub mod evo1;
 pub mod gr00t;
 pub mod gr00t_n1_7;
@@ -10,6 +11,8 @@ pub mod qwen;
 pub mod qwen_vl;
 pub mod smolvla;
 pub mod vla_jepa;
+
+pub use detect::{detect, Kind};
 
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::common::ActionIo;
@@ -268,8 +271,8 @@ pub(crate) fn arch_writer<A: FlowArch>(
 }
 
 /// The folder a config value `named` names (it must hold a `config.json`): `given`, else
-/// `named` relative to `ckpt`, else as written; the error names the key `what` and the
-/// option `flag` that gives the folder.
+/// `named` relative to `ckpt`, as written, or as a hub repository in the Hugging Face cache;
+/// the error names the key `what` and the option `flag` that gives the folder.
 pub(crate) fn config_folder(
     ckpt: &Path,
     given: Option<&Path>,
@@ -279,15 +282,32 @@ pub(crate) fn config_folder(
     if let Some(g) = given {
         return Ok(g.to_owned());
     }
-    [ckpt.join(named), PathBuf::from(named)]
+    named_folder(vec![ckpt.join(named)], named)
+        .ok_or_else(|| ckpt_err(ckpt, missing_folder(what, named, flag)))
+}
+
+/// The first of `local`, then `named` as written, then `named`'s Hugging Face cache
+/// snapshots, that holds a `config.json`.
+pub(crate) fn named_folder(mut local: Vec<PathBuf>, named: &str) -> Option<PathBuf> {
+    local.push(PathBuf::from(named));
+    local
         .into_iter()
+        .chain(hf_cache_snapshots(named))
         .find(|d| d.join("config.json").is_file())
-        .ok_or_else(|| {
-            ckpt_err(
-                ckpt,
-                format!("{what} {named:?}: no folder with a config.json there; pass {flag} DIR"),
-            )
-        })
+}
+
+/// The error for a config value `named` (key `what`) whose folder is nowhere: how to fetch a
+/// hub repository, and the option `flag` that gives the folder.
+pub(crate) fn missing_folder(what: &str, named: &str, flag: &str) -> String {
+    let fetch = if named.contains('/') && !Path::new(named).is_absolute() {
+        format!(
+            " nor in the Hugging Face cache: `huggingface-cli download {named} --local-dir DIR` \
+             fetches it"
+        )
+    } else {
+        String::new()
+    };
+    format!("{what} {named:?}: no folder with a config.json there{fetch}; pass {flag} DIR")
 }
 
 /// Whether `--dtype` applies to our tensor `name` of `shape`: 2-D matmul weights only
@@ -547,23 +567,17 @@ pub(crate) fn find_stats(
     ))
 }
 
-/// Ships the Hugging Face tokenizer at `path` in `w`, checked to fit `vocab_size`; without
-/// one, adds `missing_note` (the GGUF then takes token ids only).
+/// Ships `tok` (read from `source`) in the GGUF, so the server takes text.
 pub(crate) fn ship_tokenizer(
     w: &mut crate::gguf::GgufWriter,
-    path: Option<PathBuf>,
+    tok: &crate::tokenizer::Tokenizer,
+    source: &Path,
     vocab_size: usize,
     notes: &mut Vec<String>,
-    missing_note: &str,
 ) -> Result<()> {
-    let Some(p) = path else {
-        notes.push(missing_note.into());
-        return Ok(());
-    };
-    let tok = crate::tokenizer::Tokenizer::from_hf_file(&p)?;
     if tok.len() > vocab_size {
         return Err(ckpt_err(
-            &p,
+            source,
             format!(
                 "{} tokens, more than the model's vocab_size {vocab_size}",
                 tok.len()
@@ -571,8 +585,106 @@ pub(crate) fn ship_tokenizer(
         ));
     }
     tok.write_gguf(w)?;
-    notes.push(format!("tokenizer: {} ({} tokens)", p.display(), tok.len()));
+    notes.push(format!(
+        "tokenizer: {} ({} tokens)",
+        source.display(),
+        tok.len()
+    ));
     Ok(())
+}
+
+/// The tokenizer of an arch whose prompt is the instruction's ids alone (SmolVLA, pi0,
+/// pi0.5), so a GGUF without one still serves requests that carry token ids: `given`
+/// (`--tokenizer`: a file or folder), else the folder the reference's pre-processor loads
+/// it from ([`reference_tokenizer`]), else the first of `beside` that holds one. None found
+/// is an error saying how to get it, unless `skip` (`--no-tokenizer`), which is noted.
+pub(crate) fn optional_tokenizer(
+    ckpt: &Path,
+    given: Option<&Path>,
+    beside: &[PathBuf],
+    skip: bool,
+    notes: &mut Vec<String>,
+) -> Result<Option<(PathBuf, crate::tokenizer::Tokenizer)>> {
+    use crate::tokenizer::{hf_tokenizer_in, Tokenizer};
+    if skip {
+        notes.push("no tokenizer (--no-tokenizer): the GGUF takes token ids only, not text".into());
+        return Ok(None);
+    }
+    if let Some(p) = given {
+        return Ok(Some((p.to_owned(), Tokenizer::from_hf_path(p)?)));
+    }
+    let reference = reference_tokenizer(ckpt)?;
+    let found = reference
+        .as_ref()
+        .and_then(|(_, dir)| dir.clone())
+        .or_else(|| beside.iter().find(|d| hf_tokenizer_in(d)).cloned());
+    if let Some(dir) = found {
+        let tok = Tokenizer::from_hf_path(&dir)?;
+        return Ok(Some((dir, tok)));
+    }
+    let how = match reference {
+        Some((name, _)) if name.contains('/') => format!(
+            "lerobot's pre-processor loads the tokenizer of {name:?}, which lerobot does not \
+             save in the checkpoint and is not in the Hugging Face cache: run \
+             `huggingface-cli download {name} tokenizer.json tokenizer_config.json` (a gated \
+             repo asks you to accept its license on the hub first) and convert again, or \
+             pass --tokenizer FILE_OR_DIR"
+        ),
+        Some((name, _)) => format!(
+            "lerobot's pre-processor loads the tokenizer from {name:?}, which is not a folder \
+             next to the checkpoint: pass --tokenizer FILE_OR_DIR"
+        ),
+        None => "no tokenizer found: pass --tokenizer FILE_OR_DIR".to_owned(),
+    };
+    Err(ckpt_err(
+        ckpt,
+        format!("{how} (or --no-tokenizer for a GGUF that takes token ids only, not text)"),
+    ))
+}
+
+/// The tokenizer the reference's pre-processor loads: its `tokenizer_processor` step's
+/// `tokenizer_name`, with the folder that holds it if there is one (relative to the
+/// checkpoint, as written, or a hub repository in the Hugging Face cache).
+pub(crate) fn reference_tokenizer(ckpt: &Path) -> Result<Option<(String, Option<PathBuf>)>> {
+    let pre = ckpt.join("policy_preprocessor.json");
+    if !pre.is_file() {
+        return Ok(None);
+    }
+    let steps = processor_steps(&pre, "tokenizer_processor")?;
+    let Some(name) = steps
+        .iter()
+        .find_map(|s| s["config"]["tokenizer_name"].as_str())
+    else {
+        return Ok(None);
+    };
+    let found = [ckpt.join(name), PathBuf::from(name)]
+        .into_iter()
+        .chain(hf_cache_snapshots(name))
+        .find(|d| crate::tokenizer::hf_tokenizer_in(d));
+    Ok(Some((name.to_owned(), found)))
+}
+
+/// The snapshot folders of hub repository `repo` in the Hugging Face cache
+/// (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`).
+pub(crate) fn hf_cache_snapshots(repo: &str) -> Vec<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).map(PathBuf::from);
+    let Some(hub) = var("HF_HUB_CACHE")
+        .or_else(|| var("HF_HOME").map(|h| h.join("hub")))
+        .or_else(|| var("HOME").map(|h| h.join(".cache/huggingface/hub")))
+    else {
+        return Vec::new();
+    };
+    let snapshots = hub
+        .join(format!("models--{}", repo.replace('/', "--")))
+        .join("snapshots");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(snapshots)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    dirs
 }
 
 /// Writes every tensor of `map` (our name, checkpoint key), checked against the shape

@@ -84,8 +84,12 @@ pub struct Options {
     pub dtype: Option<GgmlType>,
     /// Head counts and epsilons for non-standard sizes; default: openpi's.
     pub sizes: Option<Sizes>,
-    /// PaliGemma's `tokenizer.json`; default: `<ckpt>/tokenizer/tokenizer.json` if present.
+    /// PaliGemma's tokenizer (a `tokenizer.json` or a folder); default: the one lerobot's
+    /// pre-processor loads (google/paligemma-3b-pt-224 in the Hugging Face cache), else
+    /// `<ckpt>/tokenizer`.
     pub tokenizer: Option<PathBuf>,
+    /// Write a GGUF that takes token ids only, without looking for a tokenizer.
+    pub no_tokenizer: bool,
 }
 
 pub struct Converted {
@@ -207,6 +211,9 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
+    if !matches!(super::detect(ckpt)?, super::Kind::Pi0 | super::Kind::Pi05) {
+        super::detect::expect(ckpt, super::Kind::Pi0)?;
+    }
     let dtype = super::float_dtype(opts.dtype)?;
     let cfg_path = ckpt.join("config.json");
     let policy_json = read_json(&cfg_path)?;
@@ -244,17 +251,16 @@ pub fn convert(
 
     let source = format!("lerobot {} checkpoint (vla-convert)", config.arch());
     let mut w = super::arch_writer(&config, ckpt, &source)?;
-    let tokenizer = opts
-        .tokenizer
-        .clone()
-        .or_else(|| Some(ckpt.join("tokenizer/tokenizer.json")).filter(|p| p.is_file()));
-    super::ship_tokenizer(
-        &mut w,
-        tokenizer,
-        config.lm.vocab_size,
+    let tokenizer = super::optional_tokenizer(
+        ckpt,
+        opts.tokenizer.as_deref(),
+        &[ckpt.join("tokenizer")],
+        opts.no_tokenizer,
         &mut notes,
-        "no tokenizer given: the GGUF takes token ids only, not text (pass --tokenizer)",
     )?;
+    if let Some((source, tok)) = &tokenizer {
+        super::ship_tokenizer(&mut w, tok, source, config.lm.vocab_size, &mut notes)?;
+    }
     let add_gemma_one = |ours: &str, vals: &mut [f32]| {
         if is_gemma_gain(ours) {
             vals.iter_mut().for_each(|v| *v += 1.0);

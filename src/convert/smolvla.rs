@@ -41,11 +41,15 @@ pub struct Options {
     pub dtype: GgmlType,
     /// SmolVLM `config.json` to take head counts and epsilons from.
     pub vlm_config: Option<PathBuf>,
-    /// The vision tower's position rows. Default `Shifted`: what lerobot 0.4.4 runs (it needs
-    /// transformers >= 4.57); `Grid` is what checkpoints trained under transformers < 4.55 saw.
-    pub positions: PatchPositions,
-    /// The language model's `tokenizer.json`; default: the one beside the SmolVLM config.
+    /// The vision tower's position rows, which depend on the transformers version the
+    /// checkpoint was trained with and which it does not record: `Shifted` from
+    /// transformers 4.55 on (lerobot >= 0.4), `Grid` before. `None` is an error saying so.
+    pub positions: Option<PatchPositions>,
+    /// The language model's tokenizer (a `tokenizer.json` or a folder); default: the one
+    /// lerobot's pre-processor loads, else the one beside the SmolVLM config.
     pub tokenizer: Option<PathBuf>,
+    /// Write a GGUF that takes token ids only, without looking for a tokenizer.
+    pub no_tokenizer: bool,
 }
 
 impl Default for Options {
@@ -53,8 +57,9 @@ impl Default for Options {
         Options {
             dtype: GgmlType::F32,
             vlm_config: None,
-            positions: PatchPositions::Shifted,
+            positions: None,
             tokenizer: None,
+            no_tokenizer: false,
         }
     }
 }
@@ -130,6 +135,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
+    super::detect::expect(ckpt, super::Kind::Smolvla)?;
     super::float_dtype(Some(opts.dtype))?;
     let cfg_path = ckpt.join("config.json");
     let policy_json = read_json(&cfg_path)?;
@@ -155,7 +161,15 @@ pub fn convert(
         .zip(vlm_json.as_ref())
         .map(|(path, value)| Json { path, value });
     let mut config = read_config(&policy, &st, vlm.as_ref())?;
-    config.vision.positions = opts.positions;
+    config.vision.positions = opts.positions.ok_or_else(|| {
+        ckpt_err(
+            ckpt,
+            "SmolVLA's vision positions depend on the transformers version the checkpoint was \
+             trained with, which it does not record: pass --vit-positions shifted (trained \
+             with transformers >= 4.55, e.g. lerobot >= 0.4) or --vit-positions grid (trained \
+             before, e.g. checkpoints published before August 2025)",
+        )
+    })?;
     config::check(&config, ARCH)?;
 
     let map = name_map(&config);
@@ -169,17 +183,20 @@ pub fn convert(
     w.add_metadata("general.name", name)?;
     w.add_metadata("general.source", "lerobot SmolVLA checkpoint (vla-convert)")?;
     config.write(&mut w)?;
-    let tokenizer_path = opts.tokenizer.clone().or_else(|| {
-        let beside = vlm_path.as_ref()?.with_file_name("tokenizer.json");
-        beside.is_file().then_some(beside)
-    });
-    super::ship_tokenizer(
-        &mut w,
-        tokenizer_path,
-        config.lm.vocab_size,
+    let beside: Vec<PathBuf> = vlm_path
+        .iter()
+        .filter_map(|p| p.parent().map(Path::to_owned))
+        .collect();
+    let tokenizer = super::optional_tokenizer(
+        ckpt,
+        opts.tokenizer.as_deref(),
+        &beside,
+        opts.no_tokenizer,
         &mut notes,
-        "no tokenizer.json found: the GGUF takes token ids only, not text (pass --tokenizer)",
     )?;
+    if let Some((source, tok)) = &tokenizer {
+        super::ship_tokenizer(&mut w, tok, source, config.lm.vocab_size, &mut notes)?;
+    }
     super::write_tensors(
         &mut w,
         &st,
@@ -215,23 +232,9 @@ fn find_vlm_config(opts: &Options, policy: &Json, ckpt: &Path) -> Option<PathBuf
     {
         return Some(p);
     }
-    let hub = std::env::var_os("HF_HUB_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HF_HOME")
-                .map(|h| PathBuf::from(h).join("hub"))
-                .or_else(|| {
-                    std::env::var_os("HOME")
-                        .map(|h| PathBuf::from(h).join(".cache/huggingface/hub"))
-                })
-        })?;
-    let snapshots = hub
-        .join(format!("models--{}", name.replace('/', "--")))
-        .join("snapshots");
-    std::fs::read_dir(snapshots)
-        .ok()?
-        .flatten()
-        .map(|e| e.path().join("config.json"))
+    super::hf_cache_snapshots(name)
+        .into_iter()
+        .map(|d| d.join("config.json"))
         .find(|p| p.is_file())
 }
 

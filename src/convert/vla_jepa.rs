@@ -48,6 +48,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
+    super::detect::expect(ckpt, super::Kind::VlaJepa)?;
     let dtype = super::float_dtype(opts.dtype)?;
     let policy = JsonFile::read(ckpt.join("config.json"))?;
     let p = policy.json();
@@ -72,8 +73,7 @@ pub fn convert(
     };
     let qwen_cfg = JsonFile::read(backbone.join("config.json"))?;
     let image_proc = JsonFile::read(backbone.join("preprocessor_config.json"))?;
-    let tokenizer_path = backbone.join("tokenizer.json");
-    let tokenizer = Tokenizer::from_hf_file(&tokenizer_path)?;
+    let tokenizer = Tokenizer::from_hf_path(&backbone)?;
     let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
     let mut notes = Vec::new();
     let config = read_config(
@@ -113,10 +113,10 @@ pub fn convert(
     let mut w = super::arch_writer(&config, ckpt, "lerobot vla_jepa checkpoint (vla-convert)")?;
     super::ship_tokenizer(
         &mut w,
-        Some(tokenizer_path),
+        &tokenizer,
+        &backbone,
         config.lm.vocab_size,
         &mut notes,
-        "",
     )?;
     let shapes = config.tensor_shapes()?;
     let backbone = (&config.vision, QWEN);

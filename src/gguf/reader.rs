@@ -97,7 +97,7 @@ impl GgufFile {
         let path = path.as_ref();
         if path.is_dir() {
             return Err(Error::InvalidArgument(format!(
-                "{} is a folder, not a GGUF file; a lerobot checkpoint folder is converted first: `vla-convert ARCH --ckpt {} --out model.gguf` (`vla-convert --help` lists the archs)",
+                "{} is a folder, not a GGUF file; a lerobot checkpoint folder is converted first: `vla-convert auto --ckpt {} --out model.gguf`",
                 path.display(),
                 path.display()
             )));

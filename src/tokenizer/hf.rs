@@ -36,6 +36,11 @@ impl Tokenizer {
     pub fn from_hf_json(text: &str) -> Result<Self> {
         let root: Json =
             serde_json::from_str(text).map_err(|e| err(format!("tokenizer.json: {e}")))?;
+        Self::from_hf_value(&root)
+    }
+
+    /// [`Tokenizer::from_hf_json`] of a parsed `tokenizer.json`.
+    pub(super) fn from_hf_value(root: &Json) -> Result<Self> {
         let kind = match normalizer(&root["normalizer"])? {
             Normalizer::SentencePiece(add_space_prefix) => {
                 check_split(&root["pre_tokenizer"])?;

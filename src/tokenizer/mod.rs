@@ -41,9 +41,11 @@ mod bpe;
 pub mod demo;
 mod gguf;
 mod hf;
+mod hf_folder;
 mod pretok;
 mod spm;
 
+pub use hf_folder::hf_tokenizer_in;
 pub use pretok::{byte_to_char, char_to_byte, PreTokenizer};
 
 use crate::{Error, Result};

@@ -37,13 +37,14 @@ const PACK_STEP: &str = "groot_pack_inputs_v3";
 pub struct Options {
     /// Type of the 2-D matmul weights; everything else stays f32. Default F32.
     pub dtype: Option<GgmlType>,
-    /// The Eagle-2.5 processor folder (`config.json`, `tokenizer.json`); default
+    /// The Eagle-2.5 processor folder (`config.json`, the tokenizer's files); default
     /// `<ckpt>/eagle`, else lerobot's cache.
     pub eagle: Option<PathBuf>,
     /// The GR00T model folder (its `config.json`); default: `base_model_path` of the policy
     /// config, relative to the checkpoint or as given.
     pub base: Option<PathBuf>,
-    /// The tokenizer; default `<eagle>/tokenizer.json`, else `<ckpt>/tokenizer/tokenizer.json`.
+    /// The tokenizer (a `tokenizer.json` or a folder, see [`Tokenizer::from_hf_path`]);
+    /// default: the Eagle folder's, else `<ckpt>/tokenizer`'s.
     pub tokenizer: Option<PathBuf>,
 }
 
@@ -60,6 +61,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
+    super::detect::expect(ckpt, super::Kind::Gr00tN15)?;
     let dtype = super::float_dtype(opts.dtype)?;
     let mut notes = Vec::new();
     let policy_path = ckpt.join("config.json");
@@ -86,15 +88,20 @@ pub fn convert(
     let tokenizer_path = opts
         .tokenizer
         .clone()
-        .or_else(|| Some(eagle.join("tokenizer.json")).filter(|p| p.is_file()))
-        .or_else(|| Some(ckpt.join("tokenizer/tokenizer.json")).filter(|p| p.is_file()))
+        .or_else(|| {
+            [eagle.clone(), ckpt.join("tokenizer")]
+                .into_iter()
+                .find(|d| crate::tokenizer::hf_tokenizer_in(d))
+        })
         .ok_or_else(|| {
             ckpt_err(
                 &eagle,
-                "no tokenizer.json here or in <ckpt>/tokenizer: pass --tokenizer",
+                "the Eagle-2.5 folder holds no tokenizer (tokenizer.json, or vocab.json + \
+                 merges.txt + tokenizer_config.json), nor does <ckpt>/tokenizer: pass \
+                 --tokenizer FILE_OR_DIR",
             )
         })?;
-    let tokenizer = Tokenizer::from_hf_file(&tokenizer_path)?;
+    let tokenizer = Tokenizer::from_hf_path(&tokenizer_path)?;
     let config = read_config(&policy, &base, &eagle_cfg, &st, &pack, &tokenizer)?;
     config::check(&config, config.arch())?;
     notes.push(format!(
@@ -121,10 +128,10 @@ pub fn convert(
     let mut w = super::arch_writer(&config, ckpt, "lerobot groot checkpoint (vla-convert)")?;
     super::ship_tokenizer(
         &mut w,
-        Some(tokenizer_path),
+        &tokenizer,
+        &tokenizer_path,
         config.lm.vocab_size,
         &mut notes,
-        "",
     )?;
     super::write_tensors(
         &mut w,
@@ -150,14 +157,12 @@ pub(crate) fn base_config_path(ckpt: &Path, policy: &Json, base: Option<&Path>) 
         return Ok(b.join("config.json"));
     }
     let named = policy.str("base_model_path")?;
-    [ckpt.join(named), PathBuf::from(named)]
-        .into_iter()
+    super::named_folder(vec![ckpt.join(named)], named)
         .map(|d| d.join("config.json"))
-        .find(|p| p.is_file())
         .ok_or_else(|| {
             ckpt_err(
                 policy.path,
-                format!("base_model_path {named:?}: no config.json there; pass --base DIR (the GR00T model folder)"),
+                super::missing_folder("base_model_path", named, "--base"),
             )
         })
 }

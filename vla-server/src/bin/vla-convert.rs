@@ -1,7 +1,8 @@
 //! `vla-convert`: published checkpoints to vla-rs GGUF files.
 //!
 //! ```sh
-//! vla-convert smolvla --ckpt path/to/lerobot_ckpt --out smolvla.gguf [--dtype f32|f16|bf16] [--force]
+//! vla-convert auto --ckpt path/to/lerobot_ckpt --out model.gguf   # the arch from the checkpoint's config
+//! vla-convert smolvla --ckpt path/to/lerobot_ckpt --out smolvla.gguf --vit-positions shifted|grid [--dtype f32|f16|bf16] [--force]
 //! vla-convert pi0 --ckpt path/to/lerobot_pi0_ckpt --out pi0.gguf [--tokenizer tokenizer.json]
 //! vla-convert pi05 --ckpt path/to/lerobot_pi05_ckpt --out pi05.gguf
 //! vla-convert gr00t_n1_5 --ckpt path/to/lerobot_groot_ckpt --out gr00t.gguf [--eagle DIR] [--base DIR]
@@ -14,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use vla::convert::{evo1, gr00t, gr00t_n1_7, pi0, smolvla, vla_jepa};
+use vla::convert::{evo1, gr00t, gr00t_n1_7, pi0, smolvla, vla_jepa, Kind};
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
 use vla::modules::vision::PatchPositions;
@@ -32,6 +33,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Any lerobot checkpoint folder: the arch is read from its config.json ("type"; GR00T
+    /// N1.5 or N1.7 from its pre-processor) and the matching conversion runs. Takes every
+    /// subcommand's options; one that does not apply to the checkpoint is refused.
+    Auto(AutoArgs),
     /// A lerobot SmolVLA checkpoint folder: config.json, model.safetensors and the
     /// policy_preprocessor / policy_postprocessor files holding the normaliser statistics.
     Smolvla(SmolvlaArgs),
@@ -62,11 +67,12 @@ enum Command {
 /// What every converter takes.
 #[derive(clap::Args)]
 struct Common {
-    /// Checkpoint folder.
-    #[arg(long)]
+    /// The lerobot checkpoint folder (config.json, model.safetensors, policy_*processor*
+    /// files: a training run's checkpoints/<step>/pretrained_model).
+    #[arg(long, value_name = "DIR")]
     ckpt: PathBuf,
-    /// GGUF file to write.
-    #[arg(long)]
+    /// The GGUF file to write.
+    #[arg(long, value_name = "MODEL.gguf")]
     out: PathBuf,
     /// Type of the 2-D matmul weights (norms, biases, embeddings and statistics stay f32).
     #[arg(long, value_enum, default_value_t = Dtype::F32)]
@@ -84,16 +90,29 @@ struct SmolvlaArgs {
     /// checkpoint's vlm_model_name if it is a local folder, else the Hugging Face cache.
     #[arg(long)]
     vlm_config: Option<PathBuf>,
-    /// Position rows of the vision tower: `shifted` reproduces lerobot 0.4.4 (from
-    /// transformers 4.55 on, SmolVLM's patch positions are bucketized one row down,
-    /// transformers issue #41190); `grid` is plain SigLIP, what checkpoints trained before
-    /// that saw.
-    #[arg(long, value_enum, default_value_t = Positions::Shifted)]
-    vit_positions: Positions,
-    /// The language model's tokenizer.json, shipped in the GGUF so the server takes text;
-    /// default: the one beside the SmolVLM config.
-    #[arg(long)]
+    /// Position rows of the vision tower, required: they depend on the transformers version
+    /// the checkpoint was trained with, which it does not record. `shifted`: trained with
+    /// transformers >= 4.55 (lerobot >= 0.4; SmolVLM's patch positions are bucketized one
+    /// row down, transformers issue #41190); `grid`: trained before (plain SigLIP, e.g.
+    /// checkpoints published before August 2025).
+    #[arg(long, value_enum)]
+    vit_positions: Option<Positions>,
+    #[command(flatten)]
+    tokenizer: TokenizerArgs,
+}
+
+/// The tokenizer options of archs whose GGUF can also serve token ids alone.
+#[derive(clap::Args)]
+struct TokenizerArgs {
+    /// The tokenizer shipped in the GGUF so the server takes text: a tokenizer.json, or a
+    /// folder holding one (or Qwen2's vocab.json + merges.txt); default: the one lerobot's
+    /// pre-processor loads (its tokenizer_name: a folder, or a hub repository in the Hugging
+    /// Face cache). None found is an error saying how to get it.
+    #[arg(long, value_name = "FILE_OR_DIR", conflicts_with = "no_tokenizer")]
     tokenizer: Option<PathBuf>,
+    /// Write a GGUF that takes token ids only, not text.
+    #[arg(long)]
+    no_tokenizer: bool,
 }
 
 #[derive(clap::Args)]
@@ -105,17 +124,15 @@ struct PiArgs {
     /// default: openpi's (16 vision heads, head_dim 256, eps 1e-6, theta 10000).
     #[arg(long)]
     sizes: Option<PathBuf>,
-    /// PaliGemma's tokenizer.json, shipped in the GGUF so the server takes text; default:
-    /// <ckpt>/tokenizer/tokenizer.json if present.
-    #[arg(long)]
-    tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    tokenizer: TokenizerArgs,
 }
 
 #[derive(clap::Args)]
 struct Gr00tArgs {
     #[command(flatten)]
     common: Common,
-    /// The Eagle-2.5 processor folder (config.json, tokenizer.json); default: <ckpt>/eagle,
+    /// The Eagle-2.5 processor folder (config.json, the tokenizer's files); default: <ckpt>/eagle,
     /// else lerobot's cache $HF_LEROBOT_HOME/lerobot/eagle2hg-processor-groot-n1p5.
     #[arg(long)]
     eagle: Option<PathBuf>,
@@ -123,9 +140,10 @@ struct Gr00tArgs {
     /// default: the checkpoint's base_model_path, relative to the checkpoint or as given.
     #[arg(long)]
     base: Option<PathBuf>,
-    /// The Eagle tokenizer.json, shipped in the GGUF; default: the one in the Eagle folder,
-    /// else <ckpt>/tokenizer/tokenizer.json.
-    #[arg(long)]
+    /// The Eagle tokenizer shipped in the GGUF: a tokenizer.json, or a folder holding one or
+    /// Qwen2's vocab.json + merges.txt + tokenizer_config.json; default: the Eagle folder's,
+    /// else <ckpt>/tokenizer.
+    #[arg(long, value_name = "FILE_OR_DIR")]
     tokenizer: Option<PathBuf>,
 }
 
@@ -168,6 +186,39 @@ struct Evo1Args {
     backbone: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct AutoArgs {
+    #[command(flatten)]
+    common: Common,
+    /// As `smolvla --vlm-config`.
+    #[arg(long)]
+    vlm_config: Option<PathBuf>,
+    /// As `smolvla --vit-positions` (required for SmolVLA).
+    #[arg(long, value_enum)]
+    vit_positions: Option<Positions>,
+    /// As `pi0 --sizes`.
+    #[arg(long)]
+    sizes: Option<PathBuf>,
+    /// As `gr00t_n1_5 --eagle`.
+    #[arg(long)]
+    eagle: Option<PathBuf>,
+    /// As `gr00t_n1_5 --base` and `gr00t_n1_7 --base`.
+    #[arg(long)]
+    base: Option<PathBuf>,
+    /// As `gr00t_n1_7`, `vla_jepa` and `evo1 --backbone`.
+    #[arg(long)]
+    backbone: Option<PathBuf>,
+    /// As `vla_jepa --jepa`.
+    #[arg(long)]
+    jepa: Option<PathBuf>,
+    /// As `smolvla`, `pi0`, `pi05` and `gr00t_n1_5 --tokenizer`.
+    #[arg(long, value_name = "FILE_OR_DIR", conflicts_with = "no_tokenizer")]
+    tokenizer: Option<PathBuf>,
+    /// As `smolvla`, `pi0` and `pi05 --no-tokenizer`.
+    #[arg(long)]
+    no_tokenizer: bool,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Positions {
     Shifted,
@@ -194,9 +245,10 @@ impl From<Dtype> for GgmlType {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Auto(args) => convert_auto(args),
         Command::Smolvla(args) => convert_smolvla(args),
-        Command::Pi0(args) => convert_pi(args, pi0::Variant::Pi0),
-        Command::Pi05(args) => convert_pi(args, pi0::Variant::Pi05),
+        Command::Pi0(args) => convert_pi(args, Kind::Pi0),
+        Command::Pi05(args) => convert_pi(args, Kind::Pi05),
         Command::Gr00tN15(args) => convert_gr00t(args),
         Command::Gr00tN17(args) => convert_gr00t_n1_7(args),
         Command::VlaJepa(args) => convert_vla_jepa(args),
@@ -248,8 +300,9 @@ fn finish(notes: &[String], writer: &vla::gguf::GgufWriter, out: &Path) -> Resul
     Ok(std::fs::metadata(out).map(|m| m.len()).unwrap_or(0) as f64 / 1e6)
 }
 
-fn convert_pi(args: PiArgs, variant: pi0::Variant) -> Result<()> {
+fn convert_pi(args: PiArgs, kind: Kind) -> Result<()> {
     let (ckpt, out, dtype) = args.common.checked()?;
+    vla::convert::detect::expect(&ckpt, kind)?;
     let sizes = args
         .sizes
         .as_deref()
@@ -258,19 +311,12 @@ fn convert_pi(args: PiArgs, variant: pi0::Variant) -> Result<()> {
     let opts = pi0::Options {
         dtype: Some(dtype.into()),
         sizes,
-        tokenizer: args.tokenizer,
+        tokenizer: args.tokenizer.tokenizer,
+        no_tokenizer: args.tokenizer.no_tokenizer,
     };
     let converted = with_progress(|p| pi0::convert(&ckpt, &opts, p))?
         .with_context(|| format!("cannot convert {}", ckpt.display()))?;
     let c = &converted.config;
-    if c.variant != variant {
-        bail!(
-            "{} is a {} checkpoint: run `vla-convert {}`",
-            ckpt.display(),
-            c.arch(),
-            c.arch()
-        );
-    }
     let mb = finish(&converted.notes, &converted.writer, &out)?;
     println!(
         "wrote {} ({mb:.1} MB): {}, vision {}x{} ({}px), decoder {}x{}, expert {}, {} cameras, chunk {}x{}, weights {}",
@@ -419,15 +465,16 @@ fn convert_evo1(args: Evo1Args) -> Result<()> {
 
 fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
     let (ckpt, out, dtype) = args.common.checked()?;
-    let positions = match args.vit_positions {
+    let positions = args.vit_positions.map(|p| match p {
         Positions::Shifted => PatchPositions::Shifted,
         Positions::Grid => PatchPositions::Grid,
-    };
+    });
     let opts = smolvla::Options {
         dtype: dtype.into(),
         vlm_config: args.vlm_config,
         positions,
-        tokenizer: args.tokenizer,
+        tokenizer: args.tokenizer.tokenizer,
+        no_tokenizer: args.tokenizer.no_tokenizer,
     };
     let converted = with_progress(|p| smolvla::convert(&ckpt, &opts, p))?
         .with_context(|| format!("cannot convert {}", ckpt.display()))?;
@@ -448,4 +495,85 @@ fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
         opts.dtype,
     );
     Ok(())
+}
+
+/// `auto`: the checkpoint's kind picks the conversion; options it does not take are refused.
+fn convert_auto(a: AutoArgs) -> Result<()> {
+    use Kind::*;
+    let kind = vla::convert::detect(&a.common.ckpt)?;
+    let given: [(&str, bool, &[Kind]); 9] = [
+        ("--vlm-config", a.vlm_config.is_some(), &[Smolvla]),
+        ("--vit-positions", a.vit_positions.is_some(), &[Smolvla]),
+        ("--sizes", a.sizes.is_some(), &[Pi0, Pi05]),
+        ("--eagle", a.eagle.is_some(), &[Gr00tN15]),
+        ("--base", a.base.is_some(), &[Gr00tN15, Gr00tN17]),
+        (
+            "--backbone",
+            a.backbone.is_some(),
+            &[Gr00tN17, VlaJepa, Evo1],
+        ),
+        ("--jepa", a.jepa.is_some(), &[VlaJepa]),
+        (
+            "--tokenizer",
+            a.tokenizer.is_some(),
+            &[Smolvla, Pi0, Pi05, Gr00tN15],
+        ),
+        ("--no-tokenizer", a.no_tokenizer, &[Smolvla, Pi0, Pi05]),
+    ];
+    for (flag, set, takes) in given {
+        if set && !takes.contains(&kind) {
+            bail!(
+                "{flag} does not apply to a {} checkpoint (`vla-convert {} --help` lists what does)",
+                kind.display_name(),
+                kind.subcommand()
+            );
+        }
+    }
+    eprintln!(
+        "{}: a {} checkpoint (vla-convert {})",
+        a.common.ckpt.display(),
+        kind.display_name(),
+        kind.subcommand()
+    );
+    let tokenizer = TokenizerArgs {
+        tokenizer: a.tokenizer.clone(),
+        no_tokenizer: a.no_tokenizer,
+    };
+    let common = a.common;
+    match kind {
+        Smolvla => convert_smolvla(SmolvlaArgs {
+            common,
+            vlm_config: a.vlm_config,
+            vit_positions: a.vit_positions,
+            tokenizer,
+        }),
+        Pi0 | Pi05 => convert_pi(
+            PiArgs {
+                common,
+                sizes: a.sizes,
+                tokenizer,
+            },
+            kind,
+        ),
+        Gr00tN15 => convert_gr00t(Gr00tArgs {
+            common,
+            eagle: a.eagle,
+            base: a.base,
+            tokenizer: a.tokenizer,
+        }),
+        Gr00tN17 => convert_gr00t_n1_7(Gr00tN17Args {
+            common,
+            base: a.base,
+            backbone: a.backbone,
+        }),
+        VlaJepa => convert_vla_jepa(VlaJepaArgs {
+            common,
+            backbone: a.backbone,
+            jepa: a.jepa,
+        }),
+        Evo1 => convert_evo1(Evo1Args {
+            common,
+            backbone: a.backbone,
+        }),
+    }
 }

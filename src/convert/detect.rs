@@ -1,0 +1,190 @@
+//! Which converter a checkpoint folder needs, from the checkpoint's own files: lerobot
+//! writes the policy `type` into `config.json`; GR00T N1.5 and N1.7 share the type `groot`
+//! and differ in their pre-processor's packing step. Every converter checks this first, so
+//! a checkpoint given to the wrong one is named, with the right subcommand, before any
+//! arch-specific key is missing.
+
+use super::{ckpt_err, read_json};
+use crate::{Error, Result};
+use std::path::Path;
+
+/// The checkpoint kinds `vla-convert` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Smolvla,
+    Pi0,
+    Pi05,
+    Gr00tN15,
+    Gr00tN17,
+    VlaJepa,
+    Evo1,
+}
+
+/// GR00T N1.7's packing step (GR00T N1.5's is `groot_pack_inputs_v3`).
+const N17_PACK: &str = "groot_n1_7_pack_inputs_v1";
+
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::Smolvla,
+        Kind::Pi0,
+        Kind::Pi05,
+        Kind::Gr00tN15,
+        Kind::Gr00tN17,
+        Kind::VlaJepa,
+        Kind::Evo1,
+    ];
+
+    /// The `vla-convert` subcommand (and GGUF arch name).
+    pub fn subcommand(self) -> &'static str {
+        match self {
+            Kind::Smolvla => "smolvla",
+            Kind::Pi0 => "pi0",
+            Kind::Pi05 => "pi05",
+            Kind::Gr00tN15 => "gr00t_n1_5",
+            Kind::Gr00tN17 => "gr00t_n1_7",
+            Kind::VlaJepa => "vla_jepa",
+            Kind::Evo1 => "evo1",
+        }
+    }
+
+    /// How people name it.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Kind::Smolvla => "SmolVLA",
+            Kind::Pi0 => "pi0",
+            Kind::Pi05 => "pi0.5",
+            Kind::Gr00tN15 => "GR00T N1.5",
+            Kind::Gr00tN17 => "GR00T N1.7",
+            Kind::VlaJepa => "VLA-JEPA",
+            Kind::Evo1 => "Evo-1",
+        }
+    }
+}
+
+/// The kind of the lerobot checkpoint folder `ckpt`, or an error saying what the folder is
+/// not (no folder, no `config.json`, a policy type vla-rs does not serve).
+pub fn detect(ckpt: &Path) -> Result<Kind> {
+    if !ckpt.is_dir() {
+        let what = if ckpt.exists() {
+            "is not a folder"
+        } else {
+            "does not exist"
+        };
+        return Err(ckpt_err(
+            ckpt,
+            format!(
+                "{what}: vla-convert reads a lerobot checkpoint folder (config.json, \
+                 model.safetensors and the policy_*processor* files, as lerobot's \
+                 save_pretrained writes them)"
+            ),
+        ));
+    }
+    let config = ckpt.join("config.json");
+    if !config.is_file() {
+        return Err(ckpt_err(
+            ckpt,
+            "no config.json: not a lerobot checkpoint folder (a training run's checkpoint is \
+             in its checkpoints/<step>/pretrained_model folder)",
+        ));
+    }
+    let json = read_json(&config)?;
+    let Some(ty) = json.get("type").and_then(|t| t.as_str()) else {
+        return Err(ckpt_err(
+            &config,
+            "no policy \"type\": not a lerobot policy config",
+        ));
+    };
+    Ok(match ty {
+        "smolvla" => Kind::Smolvla,
+        "pi0" => Kind::Pi0,
+        "pi05" => Kind::Pi05,
+        "groot" => groot_version(ckpt)?,
+        "vla_jepa" => Kind::VlaJepa,
+        "evo1" => Kind::Evo1,
+        other => {
+            let served: Vec<&str> = ["smolvla", "pi0", "pi05", "groot", "vla_jepa", "evo1"].into();
+            return Err(ckpt_err(
+                &config,
+                format!(
+                    "policy type {other:?} is not one vla-rs converts (it converts {})",
+                    served.join(", ")
+                ),
+            ));
+        }
+    })
+}
+
+/// GR00T N1.5 or N1.7: the pre-processor's packing step says which.
+fn groot_version(ckpt: &Path) -> Result<Kind> {
+    let pre = ckpt.join("policy_preprocessor.json");
+    if !pre.is_file() {
+        return Err(ckpt_err(
+            ckpt,
+            "a groot checkpoint without policy_preprocessor.json: its statistics and \
+             embodiments are missing (lerobot >= 0.4 writes it)",
+        ));
+    }
+    let n17 = !super::processor_steps(&pre, N17_PACK)?.is_empty();
+    Ok(if n17 { Kind::Gr00tN17 } else { Kind::Gr00tN15 })
+}
+
+/// Fails unless `ckpt` is a checkpoint of `want`, naming the subcommand that reads it.
+pub fn expect(ckpt: &Path, want: Kind) -> Result<()> {
+    let got = detect(ckpt)?;
+    if got == want {
+        return Ok(());
+    }
+    Err(Error::Checkpoint {
+        path: ckpt.to_owned(),
+        reason: format!(
+            "this is a {} checkpoint, not {}: run `vla-convert {}` (or `vla-convert auto`)",
+            got.display_name(),
+            want.display_name(),
+            got.subcommand()
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    }
+
+    #[test]
+    fn each_fixture_is_its_kind() {
+        let cases = [
+            ("smolvla-tiny", Kind::Smolvla),
+            ("pi0-tiny", Kind::Pi0),
+            ("pi05-tiny", Kind::Pi05),
+            ("groot-tiny", Kind::Gr00tN15),
+            ("groot17-tiny", Kind::Gr00tN17),
+            ("vla-jepa-tiny", Kind::VlaJepa),
+            ("evo1-tiny", Kind::Evo1),
+        ];
+        for (dir, kind) in cases {
+            assert_eq!(detect(&fixture(dir)).unwrap(), kind, "{dir}");
+        }
+    }
+
+    #[test]
+    fn the_wrong_converter_names_the_right_one() {
+        let e = expect(&fixture("evo1-tiny"), Kind::Gr00tN15)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("Evo-1 checkpoint, not GR00T N1.5") && e.contains("`vla-convert evo1`"),
+            "{e}"
+        );
+        let e = detect(&fixture("tokenizer")).unwrap_err().to_string();
+        assert!(e.contains("no config.json"), "{e}");
+        let e = detect(&fixture("smolvla-tiny/config.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not a folder"), "{e}");
+    }
+}
