@@ -163,19 +163,7 @@ pub struct RowNorm {
 }
 
 /// The settings of one [`Op::FqLinear`] site.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FqParams {
-    pub weight_bits: u32,
-    pub act_bits: u32,
-    /// Rotation block (1: none).
-    pub block: usize,
-    pub clip: f32,
-    /// Where `ascale` divides, when the site has one.
-    pub fold: Option<crate::ops::foldquant::FoldOrder>,
-    /// `(eps, offset)` of a fused RMSNorm (gain `w + offset`).
-    pub norm: Option<(f32, f32)>,
-    pub addend: bool,
-}
+pub use crate::ops::foldquant::FqParams;
 
 impl Op {
     /// Inputs and weights: nodes with no inputs whose data comes from outside the graph.

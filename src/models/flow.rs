@@ -530,7 +530,13 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
         let mut x = x;
         x.truncate(self.spec.output_rows * io.max_action_dim);
         let (clip, snap) = (self.spec.clip.actions, self.spec.gripper);
-        let actions = unnormalize_actions(&self.action_norm, x, clip, snap, io);
+        let actions = unnormalize_actions(
+            &self.action_norm,
+            x,
+            clip,
+            snap,
+            (io.max_action_dim, io.action_dim),
+        );
         let stage = |k: usize| stages.as_ref().map(|s| s[k]);
         Ok(ActionChunk {
             actions,

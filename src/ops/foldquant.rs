@@ -13,9 +13,23 @@
 
 use super::qgemm::{int_dots, IntTiles};
 use crate::gguf::GgmlType;
-use crate::graph::FqParams;
 use crate::{Error, Result, Tensor};
 use rayon::prelude::*;
+
+/// The settings of one FoldQuant linear site (the graph's `Op::FqLinear`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FqParams {
+    pub weight_bits: u32,
+    pub act_bits: u32,
+    /// Rotation block (1: none).
+    pub block: usize,
+    pub clip: f32,
+    /// Where `ascale` divides, when the site has one.
+    pub fold: Option<FoldOrder>,
+    /// `(eps, offset)` of a fused RMSNorm (gain `w + offset`).
+    pub norm: Option<(f32, f32)>,
+    pub addend: bool,
+}
 
 /// Where a site's `ascale` divides the activation: before or after the rotation
 /// (`<arch>.quant.action_fold_order`; anything but `"before"` means after).

@@ -2,7 +2,6 @@
 //! a gripper dimension snapped (the references' post-processors).
 
 use super::Normalizer;
-use crate::models::common::ActionIo;
 
 /// Which normalised values are clipped to [-1, 1]: states (GR00T N1.7's `clip_outliers`)
 /// and the model's actions before they are unnormalised (GR00T N1.7, VLA-JEPA).
@@ -25,14 +24,15 @@ pub struct GripperSnap {
 
 /// The normalised chunk `x` (rows of `max_action_dim`) as actions of `action_dim`: clipped
 /// to [-1, 1] when `clip`, the gripper pre-snapped, unnormalised, the gripper binarised.
+/// `dims`: (`max_action_dim`, `action_dim`).
 pub fn unnormalize_actions(
     norm: &Normalizer,
     mut x: Vec<f32>,
     clip: bool,
     gripper: Option<GripperSnap>,
-    io: &ActionIo,
+    dims: (usize, usize),
 ) -> Vec<f32> {
-    let (ad, d) = (io.max_action_dim, io.action_dim);
+    let (ad, d) = dims;
     if clip {
         x.iter_mut().for_each(|v| *v = v.clamp(-1.0, 1.0));
     }
@@ -57,11 +57,7 @@ mod tests {
 
     #[test]
     fn the_gripper_is_snapped_before_and_binarised_after_unnormalising() {
-        let io = ActionIo {
-            max_action_dim: 3,
-            action_dim: 2,
-            ..Default::default()
-        };
+        let dims = (3, 2);
         let norm = Normalizer::MinMax {
             min: vec![0.0, 0.0],
             max: vec![2.0, 4.0],
@@ -74,9 +70,9 @@ mod tests {
             binarize: true,
         };
         // Clipped: [0.5, 0.6], [-1, 0.4]; snapped: 1, 0; unnormalised: 4, 2; binarised: -1, -1.
-        let got = unnormalize_actions(&norm, x.clone(), true, Some(snap), &io);
+        let got = unnormalize_actions(&norm, x.clone(), true, Some(snap), dims);
         assert_eq!(got, vec![1.5, -1.0, 0.0, -1.0]);
-        let plain = unnormalize_actions(&norm, x, false, None, &io);
+        let plain = unnormalize_actions(&norm, x, false, None, dims);
         assert_eq!(plain, vec![1.5, 3.2, -2.0, 2.8]);
     }
 }
