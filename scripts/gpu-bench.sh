@@ -116,7 +116,7 @@ if [[ -x "$bin/vla-quantize" ]]; then
     f="$work/smolvla${full:+-full}-q8_0.gguf"
     if [[ ! -s "$f" ]]; then
         echo "quantizing $f ..."
-        "$bin/vla-quantize" --in "$work/smolvla${full:+-full}-f32.gguf" --out "$f" \
+        "$bin/vla-quantize" "$work/smolvla${full:+-full}-f32.gguf" --out "$f" \
             --type Q8_0 --vision >/dev/null || die "could not write $f"
     fi
     models+=("smolvla:q8_0")
@@ -126,7 +126,7 @@ if [[ -x "$bin/vla-quantize" ]]; then
         if [[ ! -s "$f" ]]; then
             echo "quantizing $f ..."
             # a small config may have no projection with sides multiple of 64: skip it
-            if ! "$bin/vla-quantize" --in "$(model_file "$src")" --out "$f" --type fq-w8a8 \
+            if ! "$bin/vla-quantize" "$(model_file "$src")" --out "$f" --type fq-w8a8 \
                 >/dev/null 2>"$f.err"; then
                 echo "no FoldQuant ${src%%:*}: $(tail -1 "$f.err")"
                 continue
@@ -175,7 +175,7 @@ run_one() { # MODEL-FILE LABEL BACKEND KERNELS [ENV...]
     # a probe predict first (after one warm-up: pipelines compile on first use): slow
     # settings get fewer runs
     local n=$iters w=$warmup
-    if env "$@" timeout 120 "$bench" --ckpt "$f" --backend "$backend" --iters 1 \
+    if env "$@" timeout 120 "$bench" "$f" --backend "$backend" --iters 1 \
         --warmup 1 "${frame[@]}" --json >"$j" 2>"$j.err"; then
         local probe_ms
         probe_ms=$(json_field "$j" total_ms)
@@ -183,7 +183,7 @@ run_one() { # MODEL-FILE LABEL BACKEND KERNELS [ENV...]
             n=2 w=0 kernels="$kernels (median of 2)"
         fi
     fi
-    if ! env "$@" timeout 240 "$bench" --ckpt "$f" --backend "$backend" --iters $n \
+    if ! env "$@" timeout 240 "$bench" "$f" --backend "$backend" --iters $n \
         --warmup $w "${frame[@]}" --json >"$j" 2>"$j.err"; then
         say "| $label | $backend | $kernels | failed: $(tail -1 "$j.err") | | | | | |"
         return
@@ -230,7 +230,7 @@ for m in "${models[@]}"; do
     say ""
     say "### $(model_label "$m")"
     say ""
-    if ! timeout 240 "$bench" --ckpt "$f" --backend vulkan --iters 1 --warmup 1 --profile \
+    if ! timeout 240 "$bench" "$f" --backend vulkan --iters 1 --warmup 1 --profile \
         --json >"$j" 2>"$j.err"; then
         say "failed: $(tail -1 "$j.err")"
         continue
@@ -273,7 +273,7 @@ if [[ -n "$tiles" ]]; then
         for t in default $tiles; do
             j="$out/$(basename "$f" .gguf)-tile-$t.json"
             # the default's profile was made above
-            if [[ $t != default ]] && ! VLA_WGPU_GEMM_TILE=$t timeout 240 "$bench" --ckpt "$f" \
+            if [[ $t != default ]] && ! VLA_WGPU_GEMM_TILE=$t timeout 240 "$bench" "$f" \
                 --backend vulkan --iters 1 --warmup 1 --profile --json >"$j" 2>"$j.err"; then
                 say "| $label | $t | failed: $(tail -1 "$j.err") | | | | |"
                 continue

@@ -24,20 +24,27 @@ use vla::policy::RuntimeOptions;
     after_help = "Examples:\n  vla-server --demo\n  vla-server --backend vulkan --bind tcp://*:5555 smolvla.gguf\n  vla-server --config serve.json model.gguf"
 )]
 pub struct ServerArgs {
-    /// The model file (GGUF). Omit with --demo.
-    #[arg(required_unless_present = "demo", conflicts_with = "demo")]
+    /// The model file (a GGUF: `vla-convert` writes one from a lerobot checkpoint). Omit
+    /// with --demo.
+    #[arg(
+        value_name = "MODEL.gguf",
+        required_unless_present = "demo",
+        conflicts_with = "demo"
+    )]
     pub model: Option<PathBuf>,
     /// Serve a small built-in SmolVLA-shaped model with random weights (no file needed).
     #[arg(long)]
     pub demo: bool,
-    /// Where to listen (ZeroMQ endpoint). `tcp://127.0.0.1:*` picks a free port.
-    #[arg(long)]
+    /// Where to listen: a ZeroMQ endpoint, tcp://HOST:PORT or ipc://PATH
+    /// (`tcp://127.0.0.1:*` picks a free port) [default: tcp://*:5555]
+    #[arg(long, value_name = "ENDPOINT")]
     pub bind: Option<String>,
-    /// cpu | vulkan | metal | dx12 | gl | wgpu | ggml | ggml-cpu | ggml-cuda | ggml-vulkan | ggml-sycl | ggml:<DEVICE>
-    #[arg(long)]
+    /// Where the model runs: cpu | vulkan | metal | dx12 | gl | wgpu (any GPU adapter) |
+    /// ggml | ggml-cpu | ggml-cuda | ggml-vulkan | ggml-sycl | ggml:<DEVICE> [default: cpu]
+    #[arg(long, value_name = "BACKEND")]
     pub backend: Option<String>,
     /// JSON file with a "runtime" object holding any of these options (snake_case keys).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE.json")]
     pub config: Option<PathBuf>,
     /// How activations (the KV cache included) are stored: f32 (default), f16 or bf16;
     /// kernels accumulate in f32. 16-bit on the wgpu backends only; f16 needs the adapter's
@@ -60,20 +67,20 @@ pub struct ServerArgs {
     #[arg(long, value_name = "NAME|ID")]
     pub embodiment: Option<String>,
     /// Denoising steps (1-1000); default: the model's own. Config key: num_steps.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub steps: Option<usize>,
-    /// CPU threads (cpu and ggml-cpu backends).
-    #[arg(long)]
+    /// CPU threads (cpu and ggml-cpu backends) [default: all cores]
+    #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// latest: one pending request per client, an older one is answered "superseded";
-    /// fifo: every request in arrival order.
+    /// fifo: every request in arrival order [default: latest]
     #[arg(long, value_name = "latest|fifo")]
     pub queue: Option<String>,
-    /// Pending requests beyond which new ones are answered "queue full".
-    #[arg(long)]
+    /// Pending requests beyond which new ones are answered "queue full" [default: 16]
+    #[arg(long, value_name = "N")]
     pub max_queue: Option<usize>,
-    /// error | warn | info | debug | trace
-    #[arg(long)]
+    /// Log verbosity on stderr: error | warn | info | debug | trace [default: info]
+    #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
 }
 

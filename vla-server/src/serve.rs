@@ -305,12 +305,17 @@ impl Server {
     fn reply(&mut self, envelope: &[Vec<u8>], resp: &PredictResponse) -> Result<()> {
         if !resp.error.is_empty() {
             self.stats.errors += 1;
-            tracing::debug!(
-                code = resp.error_code,
-                "refused request {}: {}",
-                resp.request_id,
-                resp.error
-            );
+            // One line per refusal; a superseded request is the latest-queue's normal course.
+            if resp.error_code == ErrorCode::Superseded as i32 {
+                tracing::debug!("request {} superseded", resp.request_id);
+            } else {
+                tracing::warn!(
+                    code = resp.error_code,
+                    "refused request {}: {}",
+                    resp.request_id,
+                    resp.error
+                );
+            }
         }
         let mut frames = envelope.to_vec();
         frames.push(resp.encode_to_vec());

@@ -53,11 +53,14 @@ fn measures_a_running_server() {
 fn bad_arguments_are_one_clear_line() {
     let (ok, _, err) = bench(&["--iters", "1"]);
     assert!(
-        !ok && err.contains("--ckpt") && err.contains("--demo"),
+        !ok && err.contains("MODEL.gguf") && err.contains("--demo"),
         "{err}"
     );
-    let (ok, _, err) = bench(&["--ckpt", "/nonexistent.gguf"]);
-    assert!(!ok && err.contains("/nonexistent.gguf"), "{err}");
+    // The model file, and its older spelling --ckpt.
+    for args in [&["/nonexistent.gguf"][..], &["--ckpt", "/nonexistent.gguf"]] {
+        let (ok, _, err) = bench(args);
+        assert!(!ok && err.contains("/nonexistent.gguf"), "{err}");
+    }
     // An instruction longer than the model takes is the model's clear error.
     let (ok, _, err) = bench(&["--demo", "--iters", "1", "--warmup", "0", "--tokens", "17"]);
     assert!(

@@ -61,7 +61,7 @@ fn quantized_models_load_everywhere_and_q8_0_is_near_lossless() {
     let reference = chunk(Path::new(&p("f32.gguf")), "cpu");
     for (ty, min_cos) in [("Q8_0", 0.999), ("Q4_0", 0.98)] {
         let out = p(&format!("{ty}.gguf"));
-        let (ok, stdout, err) = quantize(&["--in", &p("f32.gguf"), "--out", &out, "--type", ty]);
+        let (ok, stdout, err) = quantize(&[&p("f32.gguf"), "--out", &out, "--type", ty]);
         assert!(ok, "{err}");
         assert!(
             stdout.contains(&format!("25 of 121 tensors as {ty}")),
@@ -111,14 +111,7 @@ fn refuses_overwrite_bad_type_and_non_models() {
     let p = |name: &str| dir.path().join(name).display().to_string();
     run(env!("CARGO_BIN_EXE_vla-gguf"), &["demo", &p("in.gguf")]);
     std::fs::write(p("out.gguf"), b"keep me").unwrap();
-    let (ok, _, err) = quantize(&[
-        "--in",
-        &p("in.gguf"),
-        "--out",
-        &p("out.gguf"),
-        "--type",
-        "Q8_0",
-    ]);
+    let (ok, _, err) = quantize(&[&p("in.gguf"), "--out", &p("out.gguf"), "--type", "Q8_0"]);
     assert!(!ok && err.contains("--force"), "{err}");
     assert_eq!(std::fs::read(p("out.gguf")).unwrap(), b"keep me");
     let (ok, _, err) = quantize(&[

@@ -16,11 +16,14 @@ use vla_server::client::Client;
     name = "vla-bench",
     version,
     about = "Measure a VLA policy's latency per stage and its memory",
-    after_help = "Examples:\n  vla-bench --demo --backend vulkan --iters 20\n  vla-bench --ckpt smolvla.gguf --backend cpu --threads 2\n  vla-bench --server tcp://127.0.0.1:5555 --iters 100"
+    after_help = "Examples:\n  vla-bench --demo --backend vulkan --iters 20\n  vla-bench smolvla.gguf --backend cpu --threads 2\n  vla-bench --server tcp://127.0.0.1:5555 --iters 100"
 )]
 struct Args {
-    /// Model file (GGUF).
-    #[arg(long, conflicts_with_all = ["demo", "server"])]
+    /// The model file (a GGUF).
+    #[arg(value_name = "MODEL.gguf", conflicts_with_all = ["demo", "server", "ckpt"])]
+    model: Option<PathBuf>,
+    /// The model file, as earlier versions spelled it (MODEL.gguf is the same).
+    #[arg(long, hide = true, conflicts_with_all = ["demo", "server"])]
     ckpt: Option<PathBuf>,
     /// The built-in demo model.
     #[arg(long, conflicts_with = "server")]
@@ -30,13 +33,16 @@ struct Args {
     server: Option<String>,
     /// Compare models on the same inputs and noise: action-chunk error of each against the
     /// first (max abs, relative L2, cosine), file size and latency ratios.
-    #[arg(long, num_args = 2.., value_name = "MODEL.gguf", conflicts_with_all = ["ckpt", "demo", "server"])]
+    #[arg(long, num_args = 2.., value_name = "MODEL.gguf", conflicts_with_all = ["model", "ckpt", "demo", "server"])]
     compare: Vec<PathBuf>,
+    /// Where the model runs: cpu | vulkan | metal | dx12 | gl | wgpu | ggml | ggml-cpu |
+    /// ggml-cuda | ggml-vulkan | ggml-sycl | ggml:<DEVICE> (as vla-server's --backend).
     #[arg(long, default_value = "cpu")]
     backend: String,
     /// Timed iterations (after the warm-up).
     #[arg(long, default_value_t = 10)]
     iters: usize,
+    /// Untimed iterations first (graph compilation, caches).
     #[arg(long, default_value_t = 2)]
     warmup: usize,
     /// Denoising steps; default: the model's.
@@ -189,11 +195,12 @@ fn run(args: Args) -> Result<()> {
     if !args.compare.is_empty() {
         return compare(&args);
     }
-    let file = match (&args.ckpt, args.demo) {
+    let model = args.model.as_ref().or(args.ckpt.as_ref());
+    let file = match (model, args.demo) {
         (Some(p), _) => GgufFile::open(p).with_context(|| format!("opening {}", p.display()))?,
         (None, true) => GgufFile::from_bytes(vla::models::demo_gguf()?)?,
         (None, false) => {
-            bail!("give --ckpt MODEL.gguf, --demo, --server ADDR or --compare A.gguf B.gguf")
+            bail!("give MODEL.gguf, --demo, --server ADDR or --compare A.gguf B.gguf")
         }
     };
     let opts = runtime_options(&args)?;

@@ -18,6 +18,8 @@ enum Command {
     /// Print the header, every metadata entry and a table of tensors
     /// (name, type, dims in ggml order with ne[0] first, bytes).
     Info {
+        /// The model file.
+        #[arg(value_name = "MODEL.gguf")]
         file: PathBuf,
         /// Print arrays in full instead of their first items.
         #[arg(long)]
@@ -26,7 +28,10 @@ enum Command {
     /// Write one tensor, dequantized, as raw little-endian f32 (row-major, ggml's ne[0]
     /// fastest) to stdout or to --out.
     Dequant {
+        /// The model file.
+        #[arg(value_name = "MODEL.gguf")]
         file: PathBuf,
+        /// The tensor's name (`vla-gguf info` lists them).
         tensor: String,
         /// Write here instead of stdout.
         #[arg(short, long)]
@@ -35,6 +40,8 @@ enum Command {
     /// Write the built-in demo model (what `vla-server --demo` serves), or a small
     /// random-weight model of another arch, to a file.
     Demo {
+        /// The GGUF file to write.
+        #[arg(value_name = "OUT.gguf")]
         out: PathBuf,
         /// smolvla (the demo), pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa or evo1 (small
         /// random-weight configs, no tokenizer).

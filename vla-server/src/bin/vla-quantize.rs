@@ -26,12 +26,21 @@ use vla::policy::RuntimeOptions;
                   sides multiples of 64, a layer's q/k/v and gate/up together) rotated by a 64-block \
                   Hadamard and stored as INT8 or INT4 codes with per-row scales, plus \
                   <arch>.quant.* metadata (docs/FOLDQUANT.md). The vision tower stays float.",
-    after_help = "Examples:\n  vla-quantize --in smolvla.gguf --out smolvla-q8_0.gguf --type Q8_0\n  \
-                  vla-quantize --in pi05.gguf --out pi05-fq.gguf --type fq-w8a8"
+    after_help = "Examples:\n  vla-quantize smolvla.gguf --out smolvla-q8_0.gguf --type Q8_0\n  \
+                  vla-quantize pi05.gguf --out pi05-fq.gguf --type fq-w8a8"
 )]
 struct Args {
-    #[arg(long = "in", value_name = "MODEL.gguf")]
-    input: PathBuf,
+    /// The model file to quantize.
+    #[arg(
+        value_name = "MODEL.gguf",
+        required_unless_present = "old_input",
+        conflicts_with = "old_input"
+    )]
+    input: Option<PathBuf>,
+    /// The model file, as earlier versions spelled it (MODEL.gguf is the same).
+    #[arg(long = "in", hide = true)]
+    old_input: Option<PathBuf>,
+    /// The GGUF file to write.
     #[arg(long = "out", value_name = "OUT.gguf")]
     output: PathBuf,
     /// Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | fq-w8a8 | fq-w4a8 | fq-w4a4
@@ -60,6 +69,12 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    let input = match (&args.input, &args.old_input) {
+        (Some(p), _) | (None, Some(p)) => p.clone(),
+        (None, None) => {
+            bail!("give the model file: vla-quantize MODEL.gguf --out OUT.gguf --type TYPE")
+        }
+    };
     let scheme = vla::foldquant::Scheme::parse(&args.ty);
     if scheme.is_some() && (args.vision || args.expert) {
         bail!(
@@ -92,16 +107,15 @@ fn run(args: Args) -> Result<()> {
         .output
         .canonicalize()
         .ok()
-        .is_some_and(|o| args.input.canonicalize().ok() == Some(o))
+        .is_some_and(|o| input.canonicalize().ok() == Some(o))
     {
         bail!("--out must differ from --in");
     }
 
     // Validate first: the file must load as a model before anything is written.
-    let open =
-        || GgufFile::open(&args.input).with_context(|| format!("reading {}", args.input.display()));
+    let open = || GgufFile::open(&input).with_context(|| format!("reading {}", input.display()));
     vla::models::from_gguf(open()?, &RuntimeOptions::default())
-        .with_context(|| format!("{} does not load as a model", args.input.display()))?;
+        .with_context(|| format!("{} does not load as a model", input.display()))?;
     let file = open()?;
 
     let bar = ProgressBar::new(file.tensors().len() as u64).with_style(
@@ -123,7 +137,7 @@ fn run(args: Args) -> Result<()> {
     if changed.is_empty() {
         bail!(
             "no tensor of {} qualifies for {what}: nothing to do",
-            args.input.display()
+            input.display()
         );
     }
 
@@ -138,7 +152,7 @@ fn run(args: Args) -> Result<()> {
 
     let size =
         |p: &PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64;
-    let (before, after) = (size(&args.input), size(&args.output));
+    let (before, after) = (size(&input), size(&args.output));
     println!(
         "{}: {} of {} tensors as {what}; {before:.1} MiB -> {after:.1} MiB ({:.2}x)",
         args.output.display(),
