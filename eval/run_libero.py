@@ -4,14 +4,15 @@
     eval/run_libero.sh model.gguf --suite libero_spatial --episodes 50
     eval/run_libero.sh --server tcp://HOST:5555 --suite libero_goal --tasks 0,3
 
-eval/run_libero.sh makes the LIBERO venv (pinned, idempotent) and runs this file in it; run it
-directly with a Python that has LIBERO, pyzmq, protobuf and numpy. Given a GGUF (or --demo) it
-starts `vla-server` on a free loopback port (--server: use one already running), reads its INFO
-reply, and runs --episodes episodes of each task from LIBERO's fixed evaluation init states
-(episode k of a task starts from init state k; env seeded with --seed). The observation ->
-request -> env action mapping per arch is in eval/libero_client.py. Results: PREFIX.json (every
-episode, every latency) and PREFIX.md (tables), PREFIX from --out. With random weights (the
-demo, `vla-gguf demo`) the success rate is 0: those runs check the loop and measure speed.
+eval/run_libero.sh runs this file in the LIBERO venv (pinned; `eval/run_libero.sh --install`
+makes it); run it directly with a Python that has LIBERO, pyzmq, protobuf and numpy. Given a
+GGUF (or --demo) it starts `vla-server` on a free loopback port (--server: use one already
+running), reads its INFO reply, and runs --episodes episodes of each task from LIBERO's fixed
+evaluation init states (episode k of a task starts from init state k; env seeded with --seed).
+The observation -> request -> env action mapping per arch is in eval/libero_client.py. Results:
+PREFIX.json (every episode, every latency) and PREFIX.md (tables), PREFIX from --out. With
+random weights (the demo, `vla-gguf demo`) the success rate is 0: those runs check the loop and
+measure speed.
 """
 
 from __future__ import annotations
@@ -218,6 +219,13 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if sum(bool(x) for x in (a.model, a.demo, a.server)) != 1:
         p.error("give exactly one of MODEL, --demo, --server")
+    if a.server:
+        from vla_client import check_address
+
+        try:
+            check_address(a.server)
+        except ValueError as e:
+            p.error(f"--server: {e}")
     if not 1 <= a.episodes <= N_INIT_STATES:
         p.error(f"--episodes {a.episodes}: LIBERO has {N_INIT_STATES} fixed init states per task")
     return a
@@ -232,7 +240,8 @@ def main(argv=None) -> int:
         from libero.libero import benchmark, get_libero_path  # optional dependency: the LIBERO venv
         from libero.libero.envs import OffScreenRenderEnv
     except ImportError as e:
-        sys.exit(f"error: LIBERO is not importable ({e}): run eval/run_libero.sh, which installs it in a venv")
+        sys.exit(f"error: LIBERO is not importable ({e}): run through eval/run_libero.sh"
+                 " (`eval/run_libero.sh --install` makes its venv)")
     from vla_client import VlaClient, VlaError
 
     suite = benchmark.get_benchmark_dict()[args.suite]()

@@ -1,5 +1,6 @@
 """Python client for vla-server (and vla.cpp servers): ZeroMQ + the protobuf messages of
-proto/vla.proto. Dependencies: pyzmq, protobuf (>= 4.21), numpy. One file: copy it anywhere.
+proto/vla.proto. Dependencies: pyzmq, protobuf (>= 4.21), numpy. `pip install ./clients/python`
+(from the repository root) installs it as the module `vla_client`; or copy this one file anywhere.
 
     from vla_client import VlaClient
     c = VlaClient("tcp://127.0.0.1:5555", timeout_ms=10_000)
@@ -9,15 +10,24 @@ proto/vla.proto. Dependencies: pyzmq, protobuf (>= 4.21), numpy. One file: copy 
                       prompt="pick up the red cube")
     chunk.shape                            # (chunk_size, action_dim)
 
-Errors from the server raise VlaError(code, message); no reply within timeout_ms raises
-VlaError("TIMEOUT", ...). The socket is a DEALER framed like REQ, so a timed-out request
-never wedges the client: a late reply to it is recognised by its request id and skipped.
+    from vla_client import wait_for_server
+    wait_for_server("tcp://127.0.0.1:5555", timeout=60)  # e.g. right after starting vla-server
+
+Addresses are tcp://HOST:PORT, ipc://PATH or inproc://NAME (anything else: ValueError). Errors
+from the server raise VlaError(code, message); no reply within timeout_ms raises
+VlaError("TIMEOUT", ...). Before its first request a client checks that something listens at
+the address (a TCP connect, or the ipc socket file), so a missing server raises NoServerError
+(a VlaError with code "NO_SERVER", and a ConnectionError) at once instead of a TIMEOUT. The
+socket is a DEALER framed like REQ, so a timed-out request never wedges the client: a late
+reply to it is recognised by its request id and skipped.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
+import socket
 import time
 import warnings
 
@@ -25,7 +35,11 @@ import numpy as np
 import zmq
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-__all__ = ["VlaClient", "VlaError", "PredictRequest", "PredictResponse", "Image"]
+__all__ = ["VlaClient", "VlaError", "VlaWarning", "NoServerError", "wait_for_server", "check_address",
+           "PredictRequest", "PredictResponse", "Image"]
+__version__ = "0.1.0"
+
+PROBE_TIMEOUT_S = 1.0  # the TCP connect that tells "no server" apart from a slow one
 
 _F = descriptor_pb2.FieldDescriptorProto
 
@@ -128,6 +142,93 @@ class VlaError(Exception):
         self.message = message
 
 
+class NoServerError(VlaError, ConnectionError):
+    """Nothing answers at the address (code "NO_SERVER"); `address` and `reason` as attributes."""
+
+    def __init__(self, address: str, reason: str, waited: float | None = None):
+        what = f"no server at {address}" if waited is None else f"no server answered at {address} within {waited:g} s"
+        super().__init__(
+            "NO_SERVER",
+            f"{what} (is vla-server running? start it with `vla-server MODEL.gguf --bind {address}`): {reason}",
+        )
+        self.address = address
+        self.reason = reason
+
+
+_ADDRESS_FORMS = "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555), ipc://PATH or inproc://NAME"
+_HOST_PORT = re.compile(r"[\w.\-\[\]:]+:\d+")
+
+
+def check_address(address: str) -> str:
+    """`address` if a client can connect to it, else ValueError saying what to write instead."""
+    scheme, sep, rest = address.partition("://")
+    if scheme == "tcp":
+        _host_port(address)
+        return address
+    if sep and scheme in ("ipc", "inproc") and rest:
+        return address
+    what = "has no scheme" if not sep else "names nothing" if scheme in ("ipc", "inproc") else f"has an unknown scheme {scheme!r}"
+    hostport = rest if sep else address
+    guess = f" (here: tcp://{hostport}?)" if _HOST_PORT.fullmatch(hostport) else ""
+    raise ValueError(f"address {address!r} {what}: a vla-server address is {_ADDRESS_FORMS}{guess}")
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, sep, port = address[len("tcp://"):].rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"address {address!r}: expected tcp://HOST:PORT, e.g. tcp://127.0.0.1:5555")
+    if host == "*":
+        raise ValueError(f"address {address!r} is a bind address: connect to the server's host, e.g. tcp://127.0.0.1:{port}")
+    return host.strip("[]"), int(port)  # [::1] -> ::1
+
+
+def _probe(address: str, timeout: float = PROBE_TIMEOUT_S):
+    """NoServerError unless something accepts a connection at a tcp:// or ipc:// address (ZeroMQ
+    connects lazily, so without this a missing server shows only as a TIMEOUT)."""
+    scheme, _, rest = address.partition("://")
+    try:
+        if scheme == "tcp":
+            socket.create_connection(_host_port(address), timeout=timeout).close()
+        elif scheme == "ipc" and not rest.startswith("@"):  # @NAME: Linux abstract namespace, no file
+            if not hasattr(socket, "AF_UNIX"):
+                return
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(timeout)
+                s.connect(rest)
+    except socket.gaierror as e:
+        raise NoServerError(address, f"cannot resolve the host: {e.strerror}") from None
+    except FileNotFoundError:
+        raise NoServerError(address, f"no socket file {rest}") from None
+    except socket.timeout:
+        raise NoServerError(address, f"no answer to a connect within {timeout:g} s") from None
+    except OSError as e:
+        raise NoServerError(address, e.strerror or str(e)) from None
+
+
+def wait_for_server(address: str, timeout: float = 30.0, context: zmq.Context | None = None) -> None:
+    """Returns once a server answers a PING at `address` (any reply counts: a vla.cpp server
+    answers it with an error); NoServerError naming the address after `timeout` seconds."""
+    check_address(address)
+    deadline = time.monotonic() + timeout
+    reason = "nothing tried"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise NoServerError(address, reason, waited=timeout)
+        try:
+            _probe(address, min(left, PROBE_TIMEOUT_S))
+        except NoServerError as e:
+            reason = e.reason
+            time.sleep(max(0.0, min(0.1, deadline - time.monotonic())))
+            continue
+        with VlaClient(address, timeout_ms=max(1, int(left * 1000)), context=context, probe=False) as c:
+            try:
+                c.call(PredictRequest(control=PredictRequest.PING))
+                return
+            except VlaError:
+                reason = "something listens there but sent no reply"
+
+
 def encode_image(img) -> Image:
     """HxWx3 uint8 -> RGB_U8; HxWx3 float32 in [0, 1] -> F32_RGB_01; bytes -> JPEG."""
     if isinstance(img, (bytes, bytearray)):
@@ -159,9 +260,14 @@ def build_request(images, state, prompt=None, tokens=None, noise=None) -> Predic
 
 
 class VlaClient:
-    def __init__(self, addr: str, timeout_ms: int = 30_000, context: zmq.Context | None = None):
-        self.addr = addr
+    """A connection to one server. `addr`: tcp://HOST:PORT, ipc://PATH or inproc://NAME.
+    probe=True: before the first request, check that something listens at `addr` (NoServerError
+    at once if not); probe=False keeps ZeroMQ's lazy connect (a missing server is a TIMEOUT)."""
+
+    def __init__(self, addr: str, timeout_ms: int = 30_000, context: zmq.Context | None = None, probe: bool = True):
+        self.addr = check_address(addr)
         self.timeout_ms = timeout_ms
+        self._unprobed = probe
         self._ids = itertools.count(1)
         self._socket = (context or zmq.Context.instance()).socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -178,6 +284,9 @@ class VlaClient:
 
     def call(self, req: PredictRequest) -> PredictResponse:
         """Sends one request and returns its reply, error replies included."""
+        if self._unprobed:
+            _probe(self.addr, min(PROBE_TIMEOUT_S, self.timeout_ms / 1000))
+            self._unprobed = False
         if not req.request_id:
             req.request_id = next(self._ids)
         self._socket.send_multipart([b"", req.SerializeToString()])

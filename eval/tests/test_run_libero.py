@@ -1,8 +1,10 @@
 """LIBERO in the loop, end to end: `eval/run_libero.py --demo --smoke` in the LIBERO venv
 against a real vla-server (one task, one episode, 30 steps; ~1 min on 2 cores).
 
-Skipped, with a warning, when the LIBERO venv is absent (as in CI: its 2 GB install is not
-part of scripts/test.sh). To run it: `eval/run_libero.sh --help` once (makes the venv), then
+Skipped, with a warning and the reason, unless the LIBERO venv is complete as
+`eval/run_libero.sh --check` sees it (the marker its --install writes last, the pinned versions,
+the EGL libraries): absent as in CI (its 2 GB install is not part of scripts/test.sh), or cut
+short by an interrupted install. To run it: `eval/run_libero.sh --install` once, then
 `python3 -m pytest -rs eval/tests`. The venv: $VLA_LIBERO_VENV, else
 ~/.cache/vla-rs/libero-venv (eval/run_libero.sh's default). VLA_LIBERO_SMOKE=0 skips it anyway.
 """
@@ -25,6 +27,13 @@ def libero_python() -> pathlib.Path:
     return pathlib.Path(venv) / "bin" / "python"
 
 
+def libero_not_ready() -> str | None:
+    """Why the LIBERO venv cannot run the smoke test, as eval/run_libero.sh --check says; None if it can."""
+    check = subprocess.run(["bash", str(ROOT / "eval" / "run_libero.sh"), "--check"], capture_output=True, text=True,
+                           timeout=120)
+    return None if check.returncode == 0 else (check.stderr.strip() or f"run_libero.sh --check: exit {check.returncode}")
+
+
 def server_binary() -> pathlib.Path | None:
     if os.environ.get("VLA_SERVER_BIN"):
         return pathlib.Path(os.environ["VLA_SERVER_BIN"])
@@ -41,9 +50,10 @@ def skip_loudly(reason: str):
 def test_libero_smoke_demo(tmp_path):
     if os.environ.get("VLA_LIBERO_SMOKE") == "0":
         skip_loudly("VLA_LIBERO_SMOKE=0")
+    why = libero_not_ready()
+    if why:
+        skip_loudly(f"{why} (make it with `eval/run_libero.sh --install`, or set VLA_LIBERO_VENV)")
     python = libero_python()
-    if not python.exists():
-        skip_loudly(f"no LIBERO venv at {python.parents[1]} (make it with eval/run_libero.sh, or set VLA_LIBERO_VENV)")
     server = server_binary()
     if server is None or not server.exists():
         pytest.fail("no vla-server binary: `cargo build --release -p vla-server` or set VLA_SERVER_BIN")
