@@ -28,7 +28,8 @@
 # Extra args go to cargo test: ./scripts/test.sh -p vla -- --nocapture
 # With none, `-- --show-output` is passed so the log shows the op harness table
 # (which adapter it ran on, NMSE per op), the Python client tests run too
-# (clients/python/tests, pytest), and formatting is checked first (cargo fmt --check).
+# (clients/python/tests, pytest), then the docs' commands (scripts/doc-test.sh), and
+# formatting is checked first (cargo fmt --check).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -324,7 +325,11 @@ if (($# == 0)); then
     # cargo test built target/debug/vla-server for the crate's integration tests.
     export VLA_SERVER_BIN="${CARGO_TARGET_DIR:-target}/debug/vla-server"
     # eval/tests: the LIBERO smoke run, skipped at once (with a warning) without the LIBERO
-    # venv, which this script never installs (eval/run_libero.sh does, ~2 GB).
+    # venv, which this script never installs (eval/run_libero.sh --install does, ~2 GB).
     log "python3 -m pytest clients/python/tests eval/tests (VLA_SERVER_BIN=$VLA_SERVER_BIN)"
-    python3 -m pytest -q -rs -p no:cacheprovider clients/python/tests eval/tests
+    python3 -m pytest -q -rs -p no:cacheprovider --rootdir=. clients/python/tests eval/tests
+    # The docs' runnable commands (marked `<!-- doctest -->`) against the binaries cargo built,
+    # and docs/ARCHITECTURE.md's paths and the docs' links against the tree.
+    log "scripts/doc-test.sh"
+    VLA_BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" ./scripts/doc-test.sh
 fi
