@@ -12,7 +12,8 @@
 #                    faster than bookworm's 22.3) when reachable, otherwise from
 #                    bookworm with a note.
 #   python           gguf (gguf-py, pinned) + numpy, used by interop tests;
-#                    pyzmq, protobuf, pytest for the Python client's tests, which run
+#                    pyzmq, protobuf, pytest, openpi-client (+ msgpack, websockets)
+#                    for the Python client's and the openpi front end's tests, which run
 #                    after cargo against the vla-server binary cargo built (and
 #                    eval/tests, the LIBERO smoke run: skipped without its venv).
 #
@@ -37,6 +38,9 @@ cd "$(dirname "$0")/.."
 # gguf-py version the interop tests were written against (latest on PyPI
 # as of 2026-12). Bump deliberately.
 GGUF_PIP_SPEC="gguf==0.19.0"
+# openpi's websocket client (openpi_client.WebsocketClientPolicy) the openpi front end is
+# tested with: the PyPI package's latest as of 2026-12.
+OPENPI_CLIENT_VERSION="0.1.2"
 
 log() { printf '==> %s\n' "$*"; }
 note() { printf '==> NOTE: %s\n' "$*" >&2; }
@@ -239,20 +243,27 @@ install_python_packages() {
         return 0
     fi
     local want="${GGUF_PIP_SPEC#gguf==}"
-    if python3 - "$want" <<'PY' 2>/dev/null; then
+    if python3 - "$want" "$OPENPI_CLIENT_VERSION" <<'PY' 2>/dev/null; then
 import sys, importlib.metadata as m
-import gguf, numpy, zmq, google.protobuf, pytest  # noqa: F401
-sys.exit(m.version("gguf") != sys.argv[1])
+import gguf, numpy, zmq, google.protobuf, pytest, msgpack, websockets  # noqa: F401
+import openpi_client.websocket_client_policy  # noqa: F401
+sys.exit(m.version("gguf") != sys.argv[1] or m.version("openpi-client") != sys.argv[2])
 PY
-        log "python packages: ok (gguf $want)"
+        log "python packages: ok (gguf $want, openpi-client $OPENPI_CLIENT_VERSION)"
         return 0
     fi
     local t0=$SECONDS
-    log "installing python packages: $GGUF_PIP_SPEC numpy pyzmq protobuf pytest"
+    log "installing python packages: $GGUF_PIP_SPEC numpy pyzmq protobuf pytest openpi-client"
     # Debian's python3 is "externally managed" (PEP 668); this is a throwaway
     # CI/dev environment, so install into it anyway. Old pips ignore these.
     PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
-        python3 -m pip install --quiet "$GGUF_PIP_SPEC" numpy pyzmq "protobuf>=4.21" pytest
+        python3 -m pip install --quiet "$GGUF_PIP_SPEC" numpy pyzmq "protobuf>=4.21" pytest \
+        msgpack "websockets>=11"
+    # openpi's websocket client, for the openpi front end's tests: without its dependencies,
+    # which pin numpy < 2 for modules the client does not import (its websocket policy
+    # needs msgpack and websockets only, installed above).
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
+        python3 -m pip install --quiet --no-deps "openpi-client==$OPENPI_CLIENT_VERSION"
     log "python packages: installed in $((SECONDS - t0))s"
 }
 
@@ -327,7 +338,9 @@ if (($# == 0)); then
     # eval/tests: the LIBERO smoke run, skipped at once (with a warning) without the LIBERO
     # venv, which this script never installs (eval/run_libero.sh --install does, ~2 GB).
     log "python3 -m pytest clients/python/tests eval/tests (VLA_SERVER_BIN=$VLA_SERVER_BIN)"
-    python3 -m pytest -q -rs -p no:cacheprovider --rootdir=. clients/python/tests eval/tests
+    # clients/lerobot/tests skip (saying so) where lerobot is not installed.
+    python3 -m pytest -q -rs -p no:cacheprovider --rootdir=. clients/python/tests \
+        clients/lerobot/tests eval/tests
     # The docs' runnable commands (marked `<!-- doctest -->`) against the binaries cargo built,
     # and docs/ARCHITECTURE.md's paths and the docs' links against the tree.
     log "scripts/doc-test.sh"

@@ -81,6 +81,8 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
             ("request_id", 5, _F.TYPE_UINT64, False, None),
             ("precomputed_img_emb", 6, _F.TYPE_FLOAT, True, None),
             ("precomputed_img_emb_n_views", 7, _F.TYPE_UINT32, False, None),
+            ("attention_mask", 8, _F.TYPE_UINT32, True, None),
+            ("reset_memory", 9, _F.TYPE_BOOL, False, None),
             ("prompt", 16, _F.TYPE_STRING, False, None),
             ("control", 17, _F.TYPE_ENUM, False, ".vla.PredictRequest.Control"),
         ],

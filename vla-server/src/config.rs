@@ -82,6 +82,20 @@ pub struct ServerArgs {
     /// Log verbosity on stderr: error | warn | info | debug | trace [default: info]
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
+    /// Also serve openpi's websocket protocol (openpi_client.WebsocketClientPolicy) on
+    /// HOST:PORT (port 0 picks a free one), on the same queue; needs --openpi-keys.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub openpi_bind: Option<String>,
+    /// Where openpi observations keep the cameras (in the model's order), the state and the
+    /// prompt: libero | droid | aloha (openpi's example clients) or a JSON file
+    /// {"images": [...], "state": [...], "prompt": "prompt", "noise": "noise"}.
+    #[arg(long, value_name = "PRESET|FILE.json")]
+    pub openpi_keys: Option<String>,
+    /// Require `Authorization: Api-Key KEY` from openpi clients (WebsocketClientPolicy's
+    /// api_key). Prefer the config file's openpi_api_key: a command line is visible to
+    /// other users of the machine.
+    #[arg(long, value_name = "KEY")]
+    pub openpi_api_key: Option<String>,
 }
 
 /// The "runtime" object of a config file: the same settings, vla.cpp's key names.
@@ -100,6 +114,9 @@ struct RuntimeKeys {
     queue: Option<String>,
     max_queue: Option<usize>,
     log_level: Option<String>,
+    openpi_bind: Option<String>,
+    openpi_keys: Option<String>,
+    openpi_api_key: Option<String>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -131,12 +148,22 @@ pub const REFUSED_ENV: &[(&str, &str)] = &[
     ("VLA_LOG_LEVEL", "--log-level"),
 ];
 
+/// openpi's websocket front end: where it listens, the observation's keys, the API key.
+#[derive(Debug, Clone)]
+pub struct OpenpiSettings {
+    pub bind: String,
+    pub keys: crate::openpi::keys::KeyMap,
+    pub api_key: Option<String>,
+}
+
 /// Everything the server needs, resolved.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub model: Option<PathBuf>,
     pub demo: bool,
     pub bind: String,
+    /// openpi's websocket front end, when asked for.
+    pub openpi: Option<OpenpiSettings>,
     pub runtime: RuntimeOptions,
     pub serve: ServeOptions,
     pub log_level: String,
@@ -221,8 +248,37 @@ impl Settings {
                 "log_level {log_level:?}: expected error, warn, info, debug or trace"
             )));
         }
+        let openpi = match (
+            args.openpi_bind.or(file.openpi_bind),
+            args.openpi_keys.or(file.openpi_keys),
+        ) {
+            (Some(bind), Some(keys)) => Some(OpenpiSettings {
+                bind,
+                keys: crate::openpi::keys::KeyMap::load(&keys)?,
+                api_key: args.openpi_api_key.or(file.openpi_api_key),
+            }),
+            (Some(_), None) => {
+                return Err(Error::Config(format!(
+                    "--openpi-bind needs --openpi-keys ({} or FILE.json): where the \
+                     observations keep the cameras, the state and the prompt",
+                    crate::openpi::keys::PRESETS.join(" | ")
+                )))
+            }
+            (None, Some(_)) => {
+                return Err(Error::Config(
+                    "--openpi-keys without --openpi-bind: give the HOST:PORT to listen on".into(),
+                ))
+            }
+            (None, None) if args.openpi_api_key.or(file.openpi_api_key).is_some() => {
+                return Err(Error::Config(
+                    "openpi_api_key without --openpi-bind: there is no openpi endpoint".into(),
+                ))
+            }
+            (None, None) => None,
+        };
         Ok(Settings {
             model: args.model,
+            openpi,
             demo: args.demo,
             bind: args
                 .bind
@@ -291,6 +347,39 @@ mod tests {
         assert_eq!(s.runtime.backend, "ggml");
         assert_eq!(s.runtime.threads, Some(3));
         assert_eq!(s.bind, DEFAULT_BIND);
+    }
+
+    #[test]
+    fn openpi_settings_come_together() {
+        let (_f, path) = config(r#"{"runtime": {"openpi_keys": "droid", "openpi_api_key": "k"}}"#);
+        let s = Settings::resolve(
+            args(&["--config", &path, "--openpi-bind", "0.0.0.0:8000"]),
+            no_env,
+        )
+        .unwrap();
+        let o = s.openpi.unwrap();
+        assert_eq!(
+            (o.bind.as_str(), o.api_key.as_deref()),
+            ("0.0.0.0:8000", Some("k"))
+        );
+        assert_eq!(o.keys.images.len(), 2);
+        for (flags, needle) in [
+            (
+                &["--openpi-bind", "0.0.0.0:8000"][..],
+                "needs --openpi-keys",
+            ),
+            (&["--openpi-keys", "libero"], "without --openpi-bind"),
+            (&["--openpi-api-key", "k"], "there is no openpi endpoint"),
+            (
+                &["--openpi-bind", ":0", "--openpi-keys", "bridge"],
+                "not a preset (libero, droid, aloha) nor a JSON file",
+            ),
+        ] {
+            let e = Settings::resolve(args(flags), no_env)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{flags:?}: {e}");
+        }
     }
 
     #[test]

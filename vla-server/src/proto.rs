@@ -38,6 +38,12 @@ pub struct PredictRequest {
     pub precomputed_img_emb: Vec<f32>,
     #[prost(uint32, tag = "7")]
     pub precomputed_img_emb_n_views: u32,
+    /// vla.cpp's: 1 for each real `lang_tokens` id, 0 for the padding after them.
+    #[prost(uint32, repeated, tag = "8")]
+    pub attention_mask: Vec<u32>,
+    /// vla.cpp's episode start; every arch here is stateless, so it changes nothing.
+    #[prost(bool, tag = "9")]
+    pub reset_memory: bool,
     /// A proto `string`, read as bytes so that invalid UTF-8 gets its own clear error
     /// instead of failing the whole decode (the two are the same on the wire).
     #[prost(bytes = "vec", tag = "16")]
@@ -141,6 +147,8 @@ mod tests {
             ("request_id", 5),
             ("precomputed_img_emb", 6),
             ("precomputed_img_emb_n_views", 7),
+            ("attention_mask", 8),
+            ("reset_memory", 9),
             ("prompt", 16),
             ("control", 17),
             ("PREDICT", Control::Predict as i32),

@@ -114,7 +114,10 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
                 .map_err(|e| Error::bad_request(format!("prompt: not valid UTF-8 ({e})")))?,
         ),
     };
-    let tokens = (!req.lang_tokens.is_empty()).then(|| req.lang_tokens.clone());
+    let tokens = match req.attention_mask.is_empty() {
+        true => (!req.lang_tokens.is_empty()).then(|| req.lang_tokens.clone()),
+        false => Some(unpadded(&req.lang_tokens, &req.attention_mask)?),
+    };
     // neither: the model's instruction for none (FlowArch::missing_task)
     if prompt.is_some() && tokens.is_some() {
         return Err(Error::bad_request("set prompt or lang_tokens, not both"));
@@ -151,6 +154,38 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
         tokens,
         noise,
     })
+}
+
+/// The ids `attention_mask` marks as real: vla.cpp's padded `lang_tokens` (ones, then
+/// zeros for the padding the reference's tokenizer adds on the right).
+fn unpadded(tokens: &[i32], mask: &[u32]) -> Result<Vec<i32>> {
+    if mask.len() != tokens.len() {
+        return Err(Error::bad_request(format!(
+            "attention_mask: {} values for {} lang_tokens",
+            mask.len(),
+            tokens.len()
+        )));
+    }
+    if let Some(i) = mask.iter().position(|&m| m > 1) {
+        return Err(Error::bad_request(format!(
+            "attention_mask[{i}] is {}: expected 0 or 1",
+            mask[i]
+        )));
+    }
+    let real = mask.iter().take_while(|&&m| m == 1).count();
+    if let Some(i) = mask[real..].iter().position(|&m| m == 1) {
+        return Err(Error::bad_request(format!(
+            "attention_mask[{}] is 1 after a 0 at {real}: only padding after the ids (ones, \
+             then zeros) is supported",
+            real + i
+        )));
+    }
+    if real == 0 {
+        return Err(Error::bad_request(
+            "attention_mask marks no id as real: send the instruction's ids, or none",
+        ));
+    }
+    Ok(tokens[..real].to_vec())
 }
 
 fn prefix(what: &str, e: Error) -> Error {

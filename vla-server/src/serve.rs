@@ -81,11 +81,13 @@ pub struct Server {
     info_json: String,
     opts: ServeOptions,
     endpoint: String,
+    /// Where in-process front ends connect a DEALER.
+    inproc_endpoint: String,
     queue: VecDeque<Job>,
     busy: bool,
     stats: ServeStats,
     // Dropped last: sockets above must close before the context terminates.
-    _ctx: zmq::Context,
+    ctx: zmq::Context,
 }
 
 impl Server {
@@ -107,6 +109,10 @@ impl Server {
             Ok(s) => s,
             Err(_) => endpoint.to_owned(),
         };
+        // Other front ends (openpi's websocket) send the same requests from inside the
+        // process, to the same queue.
+        let inproc_endpoint = format!("inproc://vla-requests-{:p}", &router);
+        router.bind(&inproc_endpoint)?;
         // One inproc name per server, so several servers can live in one process (tests).
         let inproc = format!("inproc://vla-done-{:p}", &router);
         let done = ctx.socket(zmq::PAIR)?;
@@ -129,10 +135,11 @@ impl Server {
             info_json,
             opts,
             endpoint,
+            inproc_endpoint,
             queue: VecDeque::new(),
             busy: false,
             stats: ServeStats::default(),
-            _ctx: ctx,
+            ctx,
         })
     }
 
@@ -143,6 +150,17 @@ impl Server {
 
     pub fn info(&self) -> &PolicyInfo {
         &self.info
+    }
+
+    /// INFO's reply, as JSON.
+    pub fn info_json(&self) -> &str {
+        &self.info_json
+    }
+
+    /// The context and inproc endpoint an in-process front end connects a DEALER to: its
+    /// requests join the same queue as the ZeroMQ clients'.
+    pub fn inproc(&self) -> (zmq::Context, &str) {
+        (self.ctx.clone(), &self.inproc_endpoint)
     }
 
     /// Serves until `stop` is set; then answers queued requests "shutting down", lets the

@@ -196,6 +196,27 @@ fn a_req_socket_client_works() {
     assert_eq!(resp.action_chunk, expected(&obs));
 }
 
+/// vla.cpp's newest fields: padded `lang_tokens` with `attention_mask` give the chunk of the
+/// ids alone; `reset_memory` changes nothing (every arch here is stateless).
+#[test]
+fn vlacpp_attention_mask_and_reset_memory() {
+    let server = Running::start(ServeOptions::default());
+    let ctx = zmq::Context::new();
+    let req = ctx.socket(zmq::REQ).unwrap();
+    req.set_rcvtimeo(TIMEOUT_MS as i32).unwrap();
+    req.connect(&server.addr).unwrap();
+    let obs = observation(3);
+    let mut msg = request_from(&obs);
+    let n = msg.lang_tokens.len();
+    msg.lang_tokens.extend([0; 5]);
+    msg.attention_mask = [vec![1; n], vec![0; 5]].concat();
+    msg.reset_memory = true;
+    req.send(msg.encode_to_vec(), 0).unwrap();
+    let resp = PredictResponse::decode(req.recv_bytes(0).unwrap().as_slice()).unwrap();
+    assert_eq!(resp.error, "");
+    assert_eq!(resp.action_chunk, expected(&obs));
+}
+
 /// Each bad request gets an error reply with its code and a message naming the problem,
 /// and the server keeps serving.
 #[test]
@@ -360,6 +381,30 @@ fn bad_requests_get_clear_errors() {
             with(&|r| r.lang_tokens = vec![4; 17]),
             bad,
             "tokens",
+        ),
+        (
+            "attention_mask length",
+            with(&|r| r.attention_mask = vec![1; r.lang_tokens.len() + 1]),
+            bad,
+            "attention_mask: 5 values for 4 lang_tokens",
+        ),
+        (
+            "attention_mask value",
+            with(&|r| r.attention_mask = vec![1, 2, 0, 0]),
+            bad,
+            "attention_mask[1] is 2",
+        ),
+        (
+            "attention_mask hole",
+            with(&|r| r.attention_mask = vec![1, 0, 1, 0]),
+            bad,
+            "attention_mask[2] is 1 after a 0",
+        ),
+        (
+            "attention_mask all padding",
+            with(&|r| r.attention_mask = vec![0; 4]),
+            bad,
+            "marks no id as real",
         ),
         (
             "state length",

@@ -66,6 +66,32 @@ fn run(args: ServerArgs) -> Result<()> {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     let server = Server::bind(policy, &settings.bind, settings.serve)?;
+    let openpi = match &settings.openpi {
+        None => None,
+        Some(o) => {
+            if o.keys.images.len() != info.n_images {
+                anyhow::bail!(
+                    "--openpi-keys names {} camera(s) ({}), this model takes {}",
+                    o.keys.images.len(),
+                    o.keys.images.join(", "),
+                    info.n_images
+                );
+            }
+            let (ctx, endpoint) = server.inproc();
+            let front = vla_server::openpi::Frontend {
+                keys: o.keys.clone(),
+                api_key: o.api_key.clone(),
+                info_json: server.info_json().to_owned(),
+                ctx,
+                endpoint: endpoint.to_owned(),
+            };
+            Some(vla_server::openpi::spawn(
+                &o.bind,
+                front,
+                Arc::clone(&stop),
+            )?)
+        }
+    };
 
     let mut out = std::io::stdout().lock();
     writeln!(out, "vla-server {}", env!("CARGO_PKG_VERSION"))?;
@@ -99,6 +125,15 @@ fn run(args: ServerArgs) -> Result<()> {
         "  queue     {}, at most {} pending",
         settings.serve.queue, settings.serve.max_queue
     )?;
+    if let (Some(addr), Some(o)) = (openpi, &settings.openpi) {
+        writeln!(
+            out,
+            "  openpi    ws://{addr} (cameras {}; state {}; prompt {})",
+            o.keys.images.join(", "),
+            o.keys.state.join(" + "),
+            o.keys.prompt
+        )?;
+    }
     writeln!(out, "listening on {} (Ctrl-C to stop)", server.endpoint())?;
     out.flush()?;
     drop(out);

@@ -1,0 +1,258 @@
+//! openpi's websocket protocol (`openpi_client.WebsocketClientPolicy`), beside the ZeroMQ
+//! endpoint: on connect the server sends a msgpack metadata map (INFO's fields); each binary
+//! message is an observation map ([`keys::KeyMap`] says where the cameras, state and prompt
+//! are), answered by a msgpack map with `actions` (a float32 `[chunk, action_dim]` array) and
+//! `server_timing` / `policy_timing` in ms; a refused observation is answered by a text
+//! message, as openpi's server does, and the connection stays open.
+//!
+//! Each connection is a thread with a ZeroMQ DEALER on the server's inproc endpoint: its
+//! observations become the `PredictRequest`s a ZeroMQ client sends, so they share the queue,
+//! the worker and the one validation path.
+
+pub mod keys;
+pub mod msg;
+
+use crate::proto::PredictResponse;
+use crate::{Error, Result};
+use keys::KeyMap;
+use prost::Message as _;
+use rmpv::Value;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tungstenite::protocol::WebSocketConfig;
+use tungstenite::Message;
+
+/// Messages larger than this are refused by the websocket layer (a DROID observation of
+/// three 1280x720 uint8 views is 8 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+/// Open connections beyond this are closed at once (each holds a thread).
+pub const MAX_CONNECTIONS: usize = 64;
+/// A client must finish its handshake within this.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A predict answered later than this is reported as an error (the worker is stuck).
+const REPLY_TIMEOUT_MS: i32 = 600_000;
+
+/// What every connection needs.
+#[derive(Clone)]
+pub struct Frontend {
+    pub keys: KeyMap,
+    /// `Authorization: Api-Key <key>` required when set.
+    pub api_key: Option<String>,
+    /// INFO's JSON, sent as the metadata map.
+    pub info_json: String,
+    pub ctx: zmq::Context,
+    /// The server's inproc endpoint.
+    pub endpoint: String,
+}
+
+/// Listens on `addr` (HOST:PORT; port 0 picks one) until `stop`; returns the bound address.
+pub fn spawn(addr: &str, front: Frontend, stop: Arc<AtomicBool>) -> Result<std::net::SocketAddr> {
+    let listener = TcpListener::bind(addr).map_err(|e| {
+        let hint = match addr.contains("://") {
+            true => " (HOST:PORT, without a scheme, e.g. 0.0.0.0:8000)",
+            false => "",
+        };
+        Error::Config(format!(
+            "cannot listen on {addr} for openpi clients: {e}{hint}"
+        ))
+    })?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::Config(format!("openpi listener: {e}")))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::Config(format!("openpi listener: {e}")))?;
+    let open = Arc::new(AtomicUsize::new(0));
+    std::thread::Builder::new()
+        .name("vla-openpi".into())
+        .spawn(move || accept_loop(listener, front, stop, open))
+        .map_err(|e| Error::Config(format!("cannot start the openpi listener: {e}")))?;
+    Ok(local)
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    front: Frontend,
+    stop: Arc<AtomicBool>,
+    open: Arc<AtomicUsize>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!("openpi: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let peer = stream.peer_addr().map_or("?".into(), |a| a.to_string());
+        if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            tracing::warn!("openpi: {peer} refused: {MAX_CONNECTIONS} connections are open");
+            continue; // dropped: closed
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let (front, open) = (front.clone(), Arc::clone(&open));
+        let spawned = std::thread::Builder::new()
+            .name("vla-openpi-conn".into())
+            .spawn(move || {
+                if let Err(e) = serve_connection(stream, &front) {
+                    tracing::debug!("openpi: {peer}: {e}");
+                }
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("openpi: cannot start a connection thread: {e}");
+        }
+    }
+}
+
+fn serve_connection(stream: TcpStream, front: &Frontend) -> Result<()> {
+    let io = |e: std::io::Error| Error::Config(format!("socket: {e}"));
+    stream.set_nonblocking(false).map_err(io)?;
+    stream
+        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(io)?;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_MESSAGE_BYTES));
+    let check_key = |req: &Request,
+                     resp: Response|
+     -> std::result::Result<Response, ErrorResponse> {
+        let Some(key) = &front.api_key else {
+            return Ok(resp);
+        };
+        let given = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if given == Some(format!("Api-Key {key}").as_str()) {
+            return Ok(resp);
+        }
+        let mut refusal = ErrorResponse::new(Some("Authorization: Api-Key <key> required".into()));
+        *refusal.status_mut() = tungstenite::http::StatusCode::UNAUTHORIZED;
+        Err(refusal)
+    };
+    let mut ws = tungstenite::accept_hdr_with_config(stream, check_key, Some(config))
+        .map_err(|e| Error::Config(format!("websocket handshake: {e}")))?;
+    ws.get_ref().set_read_timeout(None).map_err(io)?;
+    let ws_err = |e: tungstenite::Error| Error::Config(format!("websocket: {e}"));
+
+    let info: serde_json::Value = serde_json::from_str(&front.info_json).unwrap_or_default();
+    ws.send(Message::binary(msg::encode(&msg::from_json(&info))))
+        .map_err(ws_err)?;
+    let dealer = front.ctx.socket(zmq::DEALER)?;
+    dealer.set_linger(0)?;
+    dealer.set_rcvtimeo(REPLY_TIMEOUT_MS)?;
+    dealer.connect(&front.endpoint)?;
+    let mut request_id = 0u64;
+    let mut prev_total_ms: Option<f64> = None;
+    loop {
+        let bytes = match ws.read().map_err(ws_err)? {
+            Message::Binary(b) => b,
+            Message::Text(_) => {
+                send_error(&mut ws, "expected a binary msgpack observation, got text")?;
+                continue;
+            }
+            Message::Close(_) => return Ok(()),
+            _ => continue, // ping / pong: tungstenite answers pings
+        };
+        let t0 = Instant::now();
+        request_id += 1;
+        let reply = predict(&dealer, front, &bytes, request_id);
+        match reply {
+            Ok(resp) => {
+                let total = t0.elapsed().as_secs_f64() * 1e3;
+                let out = response(&resp, total, prev_total_ms);
+                ws.send(Message::binary(msg::encode(&out)))
+                    .map_err(ws_err)?;
+                prev_total_ms = Some(total);
+            }
+            Err(e) => {
+                tracing::warn!("openpi: refused observation: {e}");
+                send_error(&mut ws, &e.to_string())?;
+            }
+        }
+    }
+}
+
+fn send_error(ws: &mut tungstenite::WebSocket<TcpStream>, message: &str) -> Result<()> {
+    ws.send(Message::text(message))
+        .map_err(|e| Error::Config(format!("websocket: {e}")))
+}
+
+/// One observation through the server's queue: its reply, or why it was refused.
+fn predict(
+    dealer: &zmq::Socket,
+    front: &Frontend,
+    bytes: &[u8],
+    id: u64,
+) -> Result<PredictResponse> {
+    let obs = msg::decode(bytes)?;
+    let mut req = front.keys.request(&obs)?;
+    req.request_id = id;
+    dealer.send_multipart([&b""[..], &req.encode_to_vec()], 0)?;
+    loop {
+        let frames = dealer.recv_multipart(0).map_err(|e| match e {
+            zmq::Error::EAGAIN => Error::Request {
+                code: crate::proto::ErrorCode::Internal,
+                message: format!("no answer within {} s", REPLY_TIMEOUT_MS / 1000),
+            },
+            e => e.into(),
+        })?;
+        let Some(payload) = frames.last() else {
+            continue;
+        };
+        let resp = PredictResponse::decode(payload.as_slice())
+            .map_err(|e| Error::Reply(format!("{e}")))?;
+        if resp.request_id != id {
+            continue; // a reply to an earlier, timed-out request
+        }
+        if !resp.error.is_empty() {
+            let code = crate::proto::ErrorCode::try_from(resp.error_code)
+                .unwrap_or(crate::proto::ErrorCode::Internal);
+            return Err(Error::Request {
+                code,
+                message: resp.error,
+            });
+        }
+        return Ok(resp);
+    }
+}
+
+/// openpi's reply: `actions`, and its timing maps in ms.
+fn response(resp: &PredictResponse, total_ms: f64, prev_total_ms: Option<f64>) -> Value {
+    let shape = [resp.chunk_size as usize, resp.action_dim as usize];
+    let ms = |v: f32| Value::from(f64::from(v));
+    let mut server = vec![(Value::from("infer_ms"), Value::from(total_ms))];
+    if let Some(prev) = prev_total_ms {
+        server.push((Value::from("prev_total_ms"), Value::from(prev)));
+    }
+    let mut out = vec![
+        (
+            Value::from("actions"),
+            msg::f32_array(&resp.action_chunk, &shape),
+        ),
+        (Value::from("server_timing"), Value::Map(server)),
+        (
+            Value::from("policy_timing"),
+            Value::Map(vec![
+                (Value::from("infer_ms"), ms(resp.latency_ms_inference)),
+                (Value::from("vision_ms"), ms(resp.latency_ms_vision)),
+                (Value::from("prefill_ms"), ms(resp.latency_ms_prefill)),
+                (Value::from("denoise_ms"), ms(resp.latency_ms_denoise)),
+            ]),
+        ),
+    ];
+    if !resp.warnings.is_empty() {
+        let w = resp.warnings.iter().map(|s| Value::from(s.as_str()));
+        out.push((Value::from("warnings"), Value::Array(w.collect())));
+    }
+    Value::Map(out)
+}
