@@ -102,6 +102,9 @@ pub struct PolicyInfo {
     pub stage_flops: Vec<(String, u64)>,
     /// The active embodiment, `tag (id)`, for policies with embodiment-specific weights.
     pub embodiment: Option<String>,
+    /// The reference's camera feature names (`observation.images.<name>`), in the order a
+    /// request's images go, where the file keeps them (`vla.camera_names`); else empty.
+    pub camera_names: Vec<String>,
 }
 
 impl PolicyInfo {

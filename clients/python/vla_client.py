@@ -85,6 +85,7 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
             ("reset_memory", 9, _F.TYPE_BOOL, False, None),
             ("prompt", 16, _F.TYPE_STRING, False, None),
             ("control", 17, _F.TYPE_ENUM, False, ".vla.PredictRequest.Control"),
+            ("image_names", 18, _F.TYPE_STRING, True, None),
         ],
         [("Control", [("PREDICT", 0), ("PING", 1), ("INFO", 2)])],
     )
@@ -248,8 +249,13 @@ def encode_image(img) -> Image:
 
 
 def build_request(images, state, prompt=None, tokens=None, noise=None) -> PredictRequest:
-    """The PredictRequest for one observation (no request id)."""
+    """The PredictRequest for one observation (no request id). `images`: a list in the model's
+    camera order, or a dict of camera name (INFO's camera_names, or the part after
+    "observation.images.") to image, which the server puts in the model's order."""
     req = PredictRequest()
+    if isinstance(images, dict):
+        req.image_names.extend(str(k) for k in images)
+        images = list(images.values())
     req.images.extend(encode_image(i) for i in images)
     req.state.extend(np.asarray(state, dtype=np.float32).ravel().tolist())
     if prompt is not None:

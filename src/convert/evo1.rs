@@ -81,6 +81,13 @@ pub fn convert(
     let stats = read_stats(ckpt, &config, &mut notes)?;
 
     let mut w = super::arch_writer(&config, ckpt, "lerobot evo1 checkpoint (vla-convert)")?;
+    super::cameras::write(
+        &mut w,
+        ckpt,
+        super::Kind::Evo1,
+        config.io.n_images,
+        &mut notes,
+    )?;
     super::ship_tokenizer(
         &mut w,
         &tokenizer,

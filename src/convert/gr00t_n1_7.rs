@@ -130,6 +130,13 @@ pub fn convert(
         ckpt,
         "lerobot groot (N1.7) checkpoint (vla-convert)",
     )?;
+    super::cameras::write(
+        &mut w,
+        ckpt,
+        super::Kind::Gr00tN17,
+        config.io.n_images,
+        &mut notes,
+    )?;
     super::ship_tokenizer(
         &mut w,
         &tokenizer,

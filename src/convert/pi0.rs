@@ -251,6 +251,13 @@ pub fn convert(
 
     let source = format!("lerobot {} checkpoint (vla-convert)", config.arch());
     let mut w = super::arch_writer(&config, ckpt, &source)?;
+    super::cameras::write(
+        &mut w,
+        ckpt,
+        super::Kind::Pi0,
+        config.io.n_images,
+        &mut notes,
+    )?;
     let tokenizer = super::optional_tokenizer(
         ckpt,
         opts.tokenizer.as_deref(),

@@ -183,6 +183,13 @@ pub fn convert(
     w.add_metadata("general.name", name)?;
     w.add_metadata("general.source", "lerobot SmolVLA checkpoint (vla-convert)")?;
     config.write(&mut w)?;
+    super::cameras::write(
+        &mut w,
+        ckpt,
+        super::Kind::Smolvla,
+        config.io.n_images,
+        &mut notes,
+    )?;
     let beside: Vec<PathBuf> = vlm_path
         .iter()
         .filter_map(|p| p.parent().map(Path::to_owned))

@@ -111,6 +111,13 @@ pub fn convert(
     let stats = read_stats(ckpt, &config, &mut notes)?;
 
     let mut w = super::arch_writer(&config, ckpt, "lerobot vla_jepa checkpoint (vla-convert)")?;
+    super::cameras::write(
+        &mut w,
+        ckpt,
+        super::Kind::VlaJepa,
+        config.io.n_images,
+        &mut notes,
+    )?;
     super::ship_tokenizer(
         &mut w,
         &tokenizer,

@@ -254,9 +254,24 @@ impl<K: PartialEq> LoadedGraphs<K> {
             memory_bytes: self.memory_bytes(),
             stage_flops: Vec::new(),
             embodiment: None,
+            camera_names: camera_names(file),
         }
     }
 }
+
+/// The file's camera names (`vla.camera_names`, written by the converters), or none.
+fn camera_names(file: &GgufFile) -> Vec<String> {
+    let items = file.get(CAMERA_NAMES_KEY).and_then(|v| v.as_array());
+    items
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// GGUF key of the reference's camera feature names, in the model's camera order (written
+/// by `vla-convert`; vla.cpp's files and random-weight models have none).
+pub const CAMERA_NAMES_KEY: &str = "vla.camera_names";
 
 /// `--steps` over the model's own count.
 pub fn steps_override(own: usize, opts: &RuntimeOptions) -> Result<usize> {

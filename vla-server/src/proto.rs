@@ -50,6 +50,10 @@ pub struct PredictRequest {
     pub prompt: Vec<u8>,
     #[prost(enumeration = "Control", tag = "17")]
     pub control: i32,
+    /// The images' camera names, in the order sent (INFO's `camera_names`, or their part
+    /// after `observation.images.`); the server puts the images in the model's order.
+    #[prost(string, repeated, tag = "18")]
+    pub image_names: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
@@ -151,6 +155,7 @@ mod tests {
             ("reset_memory", 9),
             ("prompt", 16),
             ("control", 17),
+            ("image_names", 18),
             ("PREDICT", Control::Predict as i32),
             ("PING", Control::Ping as i32),
             ("INFO", Control::Info as i32),

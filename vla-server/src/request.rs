@@ -94,11 +94,10 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
             info.n_images
         )));
     }
-    let images = req
-        .images
+    let order = camera_order(&req.image_names, info)?;
+    let images = order
         .iter()
-        .enumerate()
-        .map(|(i, img)| image(img).map_err(|e| prefix(&format!("images[{i}]"), e)))
+        .map(|&i| image(&req.images[i]).map_err(|e| prefix(&format!("images[{i}]"), e)))
         .collect::<Result<Vec<_>>>()?;
 
     if req.prompt.len() > MAX_PROMPT_BYTES {
@@ -154,6 +153,48 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
         tokens,
         noise,
     })
+}
+
+/// Which sent image goes to each of the model's cameras: as sent without `names`, else by
+/// name (the model's `camera_names`, or their part after `observation.images.`).
+fn camera_order(names: &[String], info: &PolicyInfo) -> Result<Vec<usize>> {
+    let n = info.n_images;
+    if names.is_empty() {
+        return Ok((0..n).collect());
+    }
+    let model = &info.camera_names;
+    if model.is_empty() {
+        return Err(Error::bad_request(
+            "image_names: this model's file keeps no camera names (convert it again with \
+             vla-convert to keep them): send the images in the model's camera order, unnamed",
+        ));
+    }
+    let short = |m: &str| {
+        m.strip_prefix("observation.images.")
+            .unwrap_or(m)
+            .to_owned()
+    };
+    let mismatch = || {
+        Error::bad_request(format!(
+            "image_names {names:?} are not this model's cameras {model:?} (each once, in any \
+             order; the part after observation.images. will do)"
+        ))
+    };
+    if names.len() != n {
+        return Err(mismatch());
+    }
+    let mut order = Vec::with_capacity(n);
+    for m in model {
+        let at = names
+            .iter()
+            .position(|g| g == m || *g == short(m))
+            .ok_or_else(mismatch)?;
+        if order.contains(&at) {
+            return Err(mismatch());
+        }
+        order.push(at);
+    }
+    Ok(order)
 }
 
 /// The ids `attention_mask` marks as real: vla.cpp's padded `lang_tokens` (ones, then

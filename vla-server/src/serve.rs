@@ -469,6 +469,7 @@ pub fn info_json(info: &PolicyInfo) -> String {
     serde_json::json!({
         "arch": info.arch,
         "n_images": info.n_images,
+        "camera_names": info.camera_names,
         "image_height": info.image_height,
         "image_width": info.image_width,
         "state_dim": info.state_dim,

@@ -22,6 +22,7 @@ fn info() -> PolicyInfo {
         memory_bytes: 0,
         stage_flops: Vec::new(),
         embodiment: None,
+        camera_names: Vec::new(),
     }
 }
 

@@ -656,3 +656,68 @@ fn control_requests_never_touch_the_model() {
     assert_eq!(info["state_dim"], 6);
     assert_eq!(server.stop(), ServeStats::default());
 }
+
+/// A converted model keeps lerobot's camera names: INFO lists them, a request may name its
+/// images in any order (full names or the part after `observation.images.`) and gets the
+/// chunk of the model's order; names that are not the model's are refused naming both lists,
+/// and names are refused by a model whose file keeps none (the demo).
+#[test]
+fn named_images_are_put_in_the_model_order() {
+    let ckpt =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/smolvla-tiny");
+    let opts = vla::convert::smolvla::Options {
+        positions: Some(vla::modules::vision::PatchPositions::Shifted),
+        ..Default::default()
+    };
+    let converted = vla::convert::smolvla::convert(&ckpt, &opts, &mut |_, _, _| {}).unwrap();
+    let file = GgufFile::from_bytes(converted.writer.to_bytes().unwrap()).unwrap();
+    let policy = vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap();
+    let names = ["observation.images.cam0", "observation.images.cam1"];
+    let info = policy.info().clone();
+    assert_eq!(info.camera_names, names);
+    let server = Running::serve(policy, ServeOptions::default());
+    let mut c = server.client();
+    assert_eq!(c.info().unwrap()["camera_names"], serde_json::json!(names));
+
+    let mut obs = observation(9);
+    obs.tokens = Some(vec![5, 17]);
+    obs.state = vec![0.1; info.state_dim];
+    obs.noise = Some(obs.noise.unwrap()[..info.chunk_size * info.max_action_dim].to_vec());
+    let req = request_from(&obs);
+    let ask = |c: &mut Client, r: &PredictRequest| c.call(r.clone()).unwrap();
+    let ordered = ask(&mut c, &req);
+    assert_eq!(ordered.error, "");
+    let mut swapped = req.clone();
+    swapped.images.swap(0, 1);
+    swapped.image_names = vec!["cam1".into(), names[0].into()];
+    let got = ask(&mut c, &swapped);
+    assert_eq!(
+        (got.error.as_str(), &got.action_chunk),
+        ("", &ordered.action_chunk)
+    );
+    // The same swap unnamed is another observation, another chunk.
+    swapped.image_names.clear();
+    assert_ne!(ask(&mut c, &swapped).action_chunk, ordered.action_chunk);
+    for bad in [vec!["cam0", "cam0"], vec!["cam0", "top"], vec!["cam0"]] {
+        let mut r = req.clone();
+        r.image_names = bad.iter().map(|s| s.to_string()).collect();
+        let resp = ask(&mut c, &r);
+        assert!(
+            resp.error.contains("are not this model's cameras")
+                && resp.error.contains("observation.images.cam1"),
+            "{bad:?}: {}",
+            resp.error
+        );
+    }
+    drop(server);
+
+    let demo = Running::start(ServeOptions::default());
+    let mut r = request_from(&observation(1));
+    r.image_names = vec!["a".into(), "b".into()];
+    let resp = demo.client().call(r).unwrap();
+    assert!(
+        resp.error.contains("keeps no camera names"),
+        "{}",
+        resp.error
+    );
+}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import pathlib
 import os
 import subprocess
 import sys
@@ -262,3 +263,31 @@ def test_record_path_with_dataset_features(demo_server, tmp_path):
                                 task="pick up the cube", robot_type="so100_follower")
         assert action.shape == (1, info["action_dim"])
     assert policy.server_calls == 2  # steps 0 and 3
+
+
+def test_cameras_go_by_name_where_the_model_keeps_names(tmp_path):
+    """A converted model keeps lerobot's camera names: the env's cameras go by name (any
+    order), and cameras that are not the model's are refused naming both lists."""
+    from vla_rs_helpers import start_server, stop_server, server_binary
+
+    ckpt = pathlib.Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "smolvla-tiny"
+    gguf = tmp_path / "smolvla.gguf"
+    subprocess.run([str(server_binary().parent / "vla-convert"), "auto", "--ckpt", str(ckpt), "--out", str(gguf),
+                    "--vit-positions", "shifted"], check=True, capture_output=True)
+    addr, proc, _ = start_server(str(gguf))
+    try:
+        from vla_client import VlaClient
+
+        with VlaClient(addr, timeout_ms=60_000) as c:
+            info = c.info()
+        assert info["camera_names"] == ["observation.images.cam0", "observation.images.cam1"]
+        dims = dict(state=info["state_dim"], action=info["action_dim"])
+        env = FakeEnv(cams=("cam1", "cam0"), **dims)
+        policy, pre, post = build(addr, env)
+        assert step(policy, pre, post, env.observation()).shape == (1, info["action_dim"])
+        env = FakeEnv(cams=("cam0", "top"), **dims)
+        policy, pre, post = build(addr, env)
+        with pytest.raises(Exception, match="are not this model's cameras"):
+            step(policy, pre, post, env.observation())
+    finally:
+        stop_server(proc)

@@ -126,6 +126,19 @@ def test_a_pi05_model_converted_from_its_lerobot_checkpoint(tmp_path):
     try:
         meta = check_same_chunks(served, LIBERO)
         assert meta["arch"] == "pi05"
+        # The converted file keeps lerobot's camera names; ZeroMQ requests may name their
+        # images in any order (vla_client: a dict), names not the model's are refused.
+        names = ["observation.images.cam0", "observation.images.cam1"]
+        assert meta["camera_names"] == names
+        rng = np.random.default_rng(2)
+        _, args = observation(rng, LIBERO, meta["chunk_size"], meta["max_action_dim"], meta["state_dim"])
+        zmq = VlaClient(served.zmq)
+        want = np.asarray(zmq.predict(**args))
+        a, b = args["images"]
+        assert np.array_equal(np.asarray(zmq.predict(**{**args, "images": {"cam1": b, names[0]: a}})), want)
+        from vla_client import VlaError
+        with pytest.raises(VlaError, match="are not this model's cameras"):
+            zmq.predict(**{**args, "images": {"top": a, "wrist": b}})
     finally:
         served.close()
 

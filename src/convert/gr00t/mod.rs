@@ -126,6 +126,13 @@ pub fn convert(
     let stats = read_stats(ckpt, &pack, &config, &mut notes)?;
 
     let mut w = super::arch_writer(&config, ckpt, "lerobot groot checkpoint (vla-convert)")?;
+    super::cameras::write(
+        &mut w,
+        ckpt,
+        super::Kind::Gr00tN15,
+        config.io.n_images,
+        &mut notes,
+    )?;
     super::ship_tokenizer(
         &mut w,
         &tokenizer,

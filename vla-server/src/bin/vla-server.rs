@@ -120,6 +120,9 @@ fn run(args: ServerArgs) -> Result<()> {
         info.chunk_text(),
         info.num_steps
     )?;
+    if !info.camera_names.is_empty() {
+        writeln!(out, "  cameras   {}", info.camera_names.join(", "))?;
+    }
     writeln!(
         out,
         "  queue     {}, at most {} pending",

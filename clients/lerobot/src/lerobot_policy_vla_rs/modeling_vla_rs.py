@@ -139,10 +139,14 @@ class VlaRsPolicy(PreTrainedPolicy):
         prompts = self._prompts(batch, b)
         noises = _per_element(noise, b)
 
+        # Without --policy.cameras, and where the served file keeps lerobot's camera names,
+        # the images go by name: the server puts them in the model's order, or refuses names
+        # that are not the model's (naming both lists) instead of a silent mix-up.
+        by_name = cfg.cameras is None and bool(info.get("camera_names"))
         chunks = []
         for i in range(b):
             chunk = self.client.predict(
-                images=[images[k][i] for k in cams],
+                images={k: images[k][i] for k in cams} if by_name else [images[k][i] for k in cams],
                 state=states[i],
                 prompt=prompts[i],
                 noise=noises[i],
