@@ -249,6 +249,22 @@ impl GgufFile {
     }
 
     /// The tensor's values as f32 (dequantized), in ggml order.
+    /// Tells the system that `info`'s bytes will not be read again soon: a mapped file's
+    /// pages under them leave this process's memory (they are read from the file again if
+    /// they are). Re-encoding a file calls it after each tensor, so the source does not stay
+    /// resident beside the result. Nothing for a file held in memory.
+    pub fn release(&self, info: &TensorInfo) {
+        if let Bytes::Mapped(map) = &self.bytes {
+            let start = (self.data_offset + info.offset) as usize;
+            let len = info.n_bytes() as usize;
+            // SAFETY: the map is a read-only file mapping, never written through: DONTNEED
+            // only drops its pages, which a later read faults back in from the file.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len)
+            };
+        }
+    }
+
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>> {
         let info = self.tensor_info(name)?;
         // Before allocating: a type we cannot read would otherwise cost its full f32 size first.

@@ -40,6 +40,72 @@ pub fn retype<'a>(
     Ok((w, changed))
 }
 
+/// `file` as [`retype`] re-encodes it, built in memory one tensor at a time: each tensor is
+/// encoded as it is written into the result (allocated once at its size) and its source
+/// pages released, so the peak is about the result plus one tensor, not the source, the
+/// re-encoded tensors and the result together.
+pub fn retyped(
+    file: &GgufFile,
+    target: impl Fn(&TensorInfo) -> Option<GgmlType>,
+) -> Result<GgufFile> {
+    let mut w = metadata_writer(file)?;
+    for t in file.tensors() {
+        let ty = target(t).filter(|&ty| ty != t.ty);
+        let encode = move |out: &mut dyn std::io::Write| {
+            let src = file.tensor_bytes(t);
+            let wrote = match ty {
+                Some(ty) => reencode_rows(t, src, ty, out)?,
+                None => {
+                    out.write_all(src)?;
+                    src.len()
+                }
+            };
+            file.release(t);
+            Ok(wrote)
+        };
+        w.add_encoded(
+            t.name.clone(),
+            ty.unwrap_or(t.ty),
+            &t.dims,
+            Box::new(encode),
+        )?;
+    }
+    GgufFile::from_bytes(w.to_bytes()?)
+}
+
+/// Values re-encoded at a time: a few MiB of f32, whatever the tensor's size.
+const CHUNK_VALUES: usize = 1 << 20;
+
+/// `t`'s bytes `src` re-encoded as `ty` into `out`, a few rows at a time; returns the bytes
+/// written.
+fn reencode_rows(
+    t: &TensorInfo,
+    src: &[u8],
+    ty: GgmlType,
+    out: &mut dyn std::io::Write,
+) -> Result<usize> {
+    let row = t.dims.first().copied().unwrap_or(1).max(1) as usize;
+    let n = t.n_elements() as usize;
+    let row_bytes = |ty: GgmlType| ty.bytes_for(row as u64).map(|b| b as usize);
+    let (Some(src_row), Some(_)) = (row_bytes(t.ty), row_bytes(ty)) else {
+        return Err(crate::Error::InvalidArgument(format!(
+            "tensor {:?}: rows of {row} values do not fit {} and {ty}",
+            t.name, t.ty
+        )));
+    };
+    let rows_at_once = (CHUNK_VALUES / row).max(1);
+    let mut values = vec![0.0f32; rows_at_once.min(n / row) * row];
+    let mut wrote = 0;
+    for chunk in src.chunks(rows_at_once * src_row) {
+        let vals = &mut values[..chunk.len() / src_row * row];
+        super::quant::dequantize(t.ty, chunk, vals)?;
+        let bytes = super::quant::quantize(ty, vals)?;
+        out.write_all(&bytes)?;
+        wrote += bytes.len();
+    }
+    Ok(wrote)
+}
+
 /// Whether a tensor looks, by its name, like a float weight matrix that a matmul reads: a
 /// float 2-D `*.weight` that is no embedding or position table or norm. vla.cpp's name rule,
 /// kept for `vla-quantize` ([`is_quantizable`]); `--weight-dtype` takes its targets from the
@@ -108,6 +174,52 @@ mod tests {
         w.add_f32("state_mean", GgmlType::F32, &[64], &vals)
             .unwrap();
         GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+    }
+
+    /// The streamed re-encoding (a mapped file, row chunks smaller than a tensor, pages
+    /// released) gives the same file, byte for byte, as encoding every tensor whole.
+    #[test]
+    fn streamed_retype_equals_the_whole_tensor_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("src.gguf");
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.architecture", "test").unwrap();
+        let big: Vec<f32> = (0..3 * CHUNK_VALUES / 2)
+            .map(|i| (i as f32 * 0.001).sin())
+            .collect();
+        let rows = big.len() / 1024;
+        w.add_f32(
+            "blk.0.ffn_up.weight",
+            GgmlType::F32,
+            &[1024, rows as u64],
+            &big,
+        )
+        .unwrap();
+        w.add_f32(
+            "blk.0.attn_norm.weight",
+            GgmlType::F32,
+            &[1024],
+            &big[..1024],
+        )
+        .unwrap();
+        w.write_to_file(&path).unwrap();
+        let src = GgufFile::open(&path).unwrap();
+        for ty in [GgmlType::BF16, GgmlType::F16, GgmlType::Q8_0] {
+            let target = |t: &TensorInfo| is_matmul_weight(t).then_some(ty);
+            let (whole, _) = retype(&src, target, |_, _| {}).unwrap();
+            let whole = GgufFile::from_bytes(whole.to_bytes().unwrap()).unwrap();
+            let streamed = retyped(&src, target).unwrap();
+            assert_eq!(streamed.tensors(), whole.tensors(), "{ty}");
+            assert_eq!(streamed.metadata(), whole.metadata(), "{ty}");
+            for t in whole.tensors() {
+                assert_eq!(
+                    streamed.tensor_bytes(t),
+                    whole.tensor_bytes(t),
+                    "{ty} {}",
+                    t.name
+                );
+            }
+        }
     }
 
     #[test]

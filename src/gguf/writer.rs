@@ -10,14 +10,33 @@ use std::io::Write;
 use std::path::Path;
 
 /// Collects metadata and tensors, then writes a GGUF v3 file. Tensor data may be borrowed
-/// (e.g. from another mapped file) to avoid copies.
+/// (e.g. from another mapped file) to avoid copies, or encoded only when the file is written
+/// ([`GgufWriter::add_encoded`]), so that no more than one tensor's encoding is held at once.
 #[derive(Default)]
 pub struct GgufWriter<'a> {
     alignment: Option<u32>,
     metadata: Vec<(String, Value)>,
     keys: HashSet<String>,
-    tensors: Vec<(TensorInfo, Cow<'a, [u8]>)>,
+    tensors: Vec<(TensorInfo, Data<'a>)>,
     names: HashSet<String>,
+}
+
+/// Writes a tensor's encoded bytes when the file is written, returning how many it wrote.
+pub type Encoder<'a> = Box<dyn Fn(&mut dyn Write) -> Result<usize> + 'a>;
+
+/// A tensor's bytes: given, or encoded when written.
+enum Data<'a> {
+    Bytes(Cow<'a, [u8]>),
+    Encoded { len: usize, encode: Encoder<'a> },
+}
+
+impl Data<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Data::Bytes(b) => b.len(),
+            Data::Encoded { len, .. } => *len,
+        }
+    }
 }
 
 impl<'a> GgufWriter<'a> {
@@ -76,25 +95,32 @@ impl<'a> GgufWriter<'a> {
         data: impl Into<Cow<'a, [u8]>>,
     ) -> Result<()> {
         let (name, data) = (name.into(), data.into());
-        if dims.len() > MAX_DIMS {
+        if tensor_bytes(&name, ty, dims)? != data.len() as u64 {
             return Err(Error::InvalidArgument(format!(
-                "tensor {name:?}: {} dimensions (at most {MAX_DIMS})",
-                dims.len()
+                "tensor {name:?}: {} bytes do not hold a {ty} tensor of dims {dims:?}",
+                data.len()
             )));
         }
-        let n: Option<u64> = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-        let row_ok = dims
-            .first()
-            .is_none_or(|d0| d0 % ty.block_size() as u64 == 0);
-        match n.and_then(|n| ty.bytes_for(n)) {
-            Some(need) if row_ok && need == data.len() as u64 => {}
-            _ => {
-                return Err(Error::InvalidArgument(format!(
-                    "tensor {name:?}: {} bytes do not hold a {ty} tensor of dims {dims:?}",
-                    data.len()
-                )))
-            }
-        }
+        self.push(name, ty, dims, Data::Bytes(data))
+    }
+
+    /// Adds a tensor whose bytes `encode` produces when the file is written (and then
+    /// drops): re-encoding a large file holds one tensor's encoding at a time.
+    pub fn add_encoded(
+        &mut self,
+        name: impl Into<String>,
+        ty: GgmlType,
+        dims: &[u64],
+        encode: Encoder<'a>,
+    ) -> Result<()> {
+        let name = name.into();
+        let len = tensor_bytes(&name, ty, dims)?;
+        let len = usize::try_from(len)
+            .map_err(|_| Error::InvalidArgument(format!("tensor {name:?}: {len} bytes")))?;
+        self.push(name, ty, dims, Data::Encoded { len, encode })
+    }
+
+    fn push(&mut self, name: String, ty: GgmlType, dims: &[u64], data: Data<'a>) -> Result<()> {
         if !self.names.insert(name.clone()) {
             return Err(Error::Duplicate {
                 kind: "tensor",
@@ -135,8 +161,8 @@ impl<'a> GgufWriter<'a> {
         self.alignment.map_or(DEFAULT_ALIGNMENT, u64::from)
     }
 
-    /// Writes the whole file.
-    pub fn write(&self, mut w: impl Write) -> Result<()> {
+    /// The file's header: magic, counts, metadata and tensor infos, padded to the alignment.
+    fn header(&self) -> Vec<u8> {
         let align = self.alignment();
         let mut header = Vec::new();
         header.extend(GGUF_MAGIC);
@@ -160,19 +186,44 @@ impl<'a> GgufWriter<'a> {
             offset = (offset + data.len() as u64).next_multiple_of(align);
         }
         pad(&mut header, align);
-        w.write_all(&header)?;
+        header
+    }
+
+    /// Writes the whole file.
+    pub fn write(&self, mut w: impl Write) -> Result<()> {
+        let align = self.alignment();
+        w.write_all(&self.header())?;
         let zeros = vec![0u8; align as usize];
-        for (_, data) in &self.tensors {
-            w.write_all(data)?;
-            let padding = (data.len() as u64).next_multiple_of(align) - data.len() as u64;
-            w.write_all(&zeros[..padding as usize])?;
+        for (info, data) in &self.tensors {
+            match data {
+                Data::Bytes(b) => w.write_all(b)?,
+                Data::Encoded { len, encode } => {
+                    let wrote = encode(&mut w)?;
+                    if wrote != *len {
+                        return Err(Error::InvalidArgument(format!(
+                            "tensor {:?}: encoded to {wrote} bytes, expected {len}",
+                            info.name
+                        )));
+                    }
+                }
+            }
+            let n = data.len() as u64;
+            w.write_all(&zeros[..(n.next_multiple_of(align) - n) as usize])?;
         }
         w.flush()?;
         Ok(())
     }
 
+    /// The whole file in memory, allocated once at its final size (a growing buffer would
+    /// briefly hold twice a large file).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
+        let align = self.alignment();
+        let data: u64 = self
+            .tensors
+            .iter()
+            .map(|(_, d)| (d.len() as u64).next_multiple_of(align))
+            .sum();
+        let mut out = Vec::with_capacity(self.header().len() + data as usize);
         self.write(&mut out)?;
         Ok(out)
     }
@@ -202,6 +253,26 @@ impl<'a> GgufWriter<'a> {
             let _ = std::fs::remove_file(&tmp);
         }
         result.map_err(io_err)
+    }
+}
+
+/// The bytes a `ty` tensor of `dims` takes, checking the dims.
+fn tensor_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<u64> {
+    if dims.len() > MAX_DIMS {
+        return Err(Error::InvalidArgument(format!(
+            "tensor {name:?}: {} dimensions (at most {MAX_DIMS})",
+            dims.len()
+        )));
+    }
+    let n: Option<u64> = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+    let row_ok = dims
+        .first()
+        .is_none_or(|d0| d0 % ty.block_size() as u64 == 0);
+    match n.and_then(|n| ty.bytes_for(n)) {
+        Some(need) if row_ok => Ok(need),
+        _ => Err(Error::InvalidArgument(format!(
+            "tensor {name:?}: no {ty} tensor has dims {dims:?}"
+        ))),
     }
 }
 

@@ -91,12 +91,7 @@ pub(crate) fn with_weight_dtype(
 ) -> Result<GgufFile> {
     check_weight_dtype(ty)?;
     let float = |t: GgmlType| matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-    let (writer, _) = crate::gguf::retype(
-        file,
-        |t| (float(t.ty) && is_target(&t.name)).then_some(ty),
-        |_, _| {},
-    )?;
-    GgufFile::from_bytes(writer.to_bytes()?)
+    crate::gguf::retyped(file, |t| (float(t.ty) && is_target(&t.name)).then_some(ty))
 }
 
 /// The backend `opts` names, with its options.
