@@ -300,7 +300,7 @@ pub(crate) fn named_folder(mut local: Vec<PathBuf>, named: &str) -> Option<PathB
 /// The error for a config value `named` (key `what`) whose folder is nowhere: how to fetch a
 /// hub repository, and the option `flag` that gives the folder.
 pub(crate) fn missing_folder(what: &str, named: &str, flag: &str) -> String {
-    let fetch = if named.contains('/') && !Path::new(named).is_absolute() {
+    let fetch = if is_hub_name(named) {
         format!(
             " nor in the Hugging Face cache: `huggingface-cli download {named} --local-dir DIR` \
              fetches it"
@@ -624,7 +624,7 @@ pub(crate) fn optional_tokenizer(
         return Ok(Some((dir, tok)));
     }
     let how = match reference {
-        Some((name, _)) if name.contains('/') => format!(
+        Some((name, _)) if is_hub_name(&name) => format!(
             "lerobot's pre-processor loads the tokenizer of {name:?}, which lerobot does not \
              save in the checkpoint and is not in the Hugging Face cache: run \
              `huggingface-cli download {name} tokenizer.json tokenizer_config.json` (a gated \
@@ -663,6 +663,13 @@ pub(crate) fn reference_tokenizer(ckpt: &Path) -> Result<Option<(String, Option<
         .chain(hf_cache_snapshots(name))
         .find(|d| crate::tokenizer::hf_tokenizer_in(d));
     Ok(Some((name.to_owned(), found)))
+}
+
+/// Whether `name` reads as a hub repository (`org/name`) rather than a path.
+fn is_hub_name(name: &str) -> bool {
+    let mut parts = name.split('/');
+    let (org, repo) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    parts.next().is_none() && !org.is_empty() && !repo.is_empty() && !org.starts_with('.')
 }
 
 /// The snapshot folders of hub repository `repo` in the Hugging Face cache

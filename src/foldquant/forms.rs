@@ -2,7 +2,7 @@
 //! the integer form the cpu backend's [`crate::graph::Op::FqLinear`] reads.
 
 use super::{FoldQuant, Module, Site};
-use crate::gguf::{metadata_writer, GgmlType, GgufFile};
+use crate::gguf::{add_moved, metadata_writer, GgmlType, GgufFile};
 use crate::ops::foldquant::{rotate, unpack_int4, FoldOrder};
 use crate::Result;
 
@@ -80,17 +80,13 @@ pub fn integer_form(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<G
             .strip_suffix(".weight")
             .and_then(|n| sites.iter().find(|s| s.name == n));
         let Some(s) = site else {
-            w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))?;
+            add_moved(&mut w, file, t, t.name.clone(), t.ty, &t.dims)?;
             continue;
         };
         // as stored: `[n, k]` codes, or INT4 two a byte `[n, k / 2]` (the backends unpack)
         let row = if s.weight_bits == 4 { s.k / 2 } else { s.k };
-        w.add_tensor(
-            t.name.clone(),
-            GgmlType::I8,
-            &[row as u64, s.n as u64],
-            file.tensor_bytes(t),
-        )?;
+        let dims = [row as u64, s.n as u64];
+        add_moved(&mut w, file, t, t.name.clone(), GgmlType::I8, &dims)?;
         let fold = match (s.ascale, fq.fold_order) {
             (false, _) => 0.0,
             (true, FoldOrder::Before) => 1.0,

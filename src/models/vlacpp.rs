@@ -21,7 +21,7 @@
 //! plain patch positions (ours `vit_positions` absent = grid: vla.cpp's computation, not
 //! lerobot 0.4.4's shifted rows).
 
-use crate::gguf::{metadata_writer, GgmlType, GgufFile, GgufWriter, Value};
+use crate::gguf::{add_moved, metadata_writer, GgmlType, GgufFile, GgufWriter, Value};
 use crate::{Error, Result};
 
 use super::pi0::ARCH_PI05;
@@ -89,7 +89,7 @@ fn smolvla(file: &GgufFile) -> Result<GgufFile> {
             "vit.pos_embd" => "vit.pos_embd.weight",
             other => other,
         };
-        w.add_tensor(name, t.ty, &t.dims, file.tensor_bytes(t))?;
+        add_moved(&mut w, file, t, name, t.ty, &t.dims)?;
     }
     GgufFile::from_bytes(w.to_bytes()?)
 }
@@ -156,7 +156,7 @@ fn pi05(file: &GgufFile) -> Result<GgufFile> {
             let plus_one: Vec<f32> = file.dequantize(&t.name)?.iter().map(|g| g + 1.0).collect();
             w.add_f32(name, GgmlType::F32, &t.dims, &plus_one)?;
         } else {
-            w.add_tensor(name, t.ty, &t.dims, file.tensor_bytes(t))?;
+            add_moved(&mut w, file, t, name, t.ty, &t.dims)?;
         }
     }
     GgufFile::from_bytes(w.to_bytes()?)

@@ -174,10 +174,9 @@ fn serve_connection(stream: TcpStream, front: &Frontend) -> Result<()> {
                     .map_err(ws_err)?;
                 prev_total_ms = Some(total);
             }
-            Err(e) => {
-                tracing::warn!("openpi: refused observation: {e}");
-                send_error(&mut ws, &e.to_string())?;
-            }
+            // logged where it was refused: below for the observation's form, by the serve
+            // loop for its contents
+            Err(e) => send_error(&mut ws, &e.to_string())?,
         }
     }
 }
@@ -194,8 +193,9 @@ fn predict(
     bytes: &[u8],
     id: u64,
 ) -> Result<PredictResponse> {
-    let obs = msg::decode(bytes)?;
-    let mut req = front.keys.request(&obs)?;
+    let mut req = msg::decode(bytes)
+        .and_then(|obs| front.keys.request(&obs))
+        .inspect_err(|e| tracing::warn!("openpi: refused observation: {e}"))?;
     req.request_id = id;
     dealer.send_multipart([&b""[..], &req.encode_to_vec()], 0)?;
     loop {
