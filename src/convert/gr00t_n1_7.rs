@@ -162,7 +162,8 @@ fn backbone_dir(ckpt: &Path, base: &JsonFile, opts: &Options) -> Result<PathBuf>
     }
     let named = base.json().str("model_name")?;
     let base_dir = base.path.parent().unwrap_or(Path::new("."));
-    super::named_folder(vec![ckpt.join(named), base_dir.join(named)], named).ok_or_else(|| {
+    let local = vec![ckpt.join(named), base_dir.join(named)];
+    super::named_folder(local, named, super::has_config).ok_or_else(|| {
         ckpt_err(
             &base.path,
             super::missing_folder("model_name (the Qwen3-VL folder)", named, "--backbone"),

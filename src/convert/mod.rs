@@ -283,18 +283,27 @@ pub(crate) fn config_folder(
     if let Some(g) = given {
         return Ok(g.to_owned());
     }
-    named_folder(vec![ckpt.join(named)], named)
+    named_folder(vec![ckpt.join(named)], named, has_config)
         .ok_or_else(|| ckpt_err(ckpt, missing_folder(what, named, flag)))
 }
 
+/// Whether folder `d` holds a `config.json`.
+pub(crate) fn has_config(d: &Path) -> bool {
+    d.join("config.json").is_file()
+}
+
 /// The first of `local`, then `named` as written, then `named`'s Hugging Face cache
-/// snapshots, that holds a `config.json`.
-pub(crate) fn named_folder(mut local: Vec<PathBuf>, named: &str) -> Option<PathBuf> {
+/// snapshots, that `holds` what is looked for.
+pub(crate) fn named_folder(
+    mut local: Vec<PathBuf>,
+    named: &str,
+    holds: impl Fn(&Path) -> bool,
+) -> Option<PathBuf> {
     local.push(PathBuf::from(named));
     local
         .into_iter()
         .chain(hf_cache_snapshots(named))
-        .find(|d| d.join("config.json").is_file())
+        .find(|d| holds(d))
 }
 
 /// The error for a config value `named` (key `what`) whose folder is nowhere: how to fetch a
@@ -658,10 +667,11 @@ pub(crate) fn reference_tokenizer(ckpt: &Path) -> Result<Option<(String, Option<
     else {
         return Ok(None);
     };
-    let found = [ckpt.join(name), PathBuf::from(name)]
-        .into_iter()
-        .chain(hf_cache_snapshots(name))
-        .find(|d| crate::tokenizer::hf_tokenizer_in(d));
+    let found = named_folder(
+        vec![ckpt.join(name)],
+        name,
+        crate::tokenizer::hf_tokenizer_in,
+    );
     Ok(Some((name.to_owned(), found)))
 }
 

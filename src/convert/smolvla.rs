@@ -231,18 +231,8 @@ fn find_vlm_config(opts: &Options, policy: &Json, ckpt: &Path) -> Option<PathBuf
     }
     let name = policy.str("vlm_model_name").ok()?;
     // Relative names resolve against the checkpoint first (an absolute one joins to itself).
-    let local = [ckpt.join(name), PathBuf::from(name)];
-    if let Some(p) = local
-        .iter()
+    super::named_folder(vec![ckpt.join(name)], name, super::has_config)
         .map(|d| d.join("config.json"))
-        .find(|p| p.is_file())
-    {
-        return Some(p);
-    }
-    super::hf_cache_snapshots(name)
-        .into_iter()
-        .map(|d| d.join("config.json"))
-        .find(|p| p.is_file())
 }
 
 fn read_config(policy: &Json, st: &Safetensors, vlm: Option<&Json>) -> Result<SmolVlaConfig> {

@@ -18,7 +18,12 @@ pub struct Client {
 
 impl Client {
     pub fn connect(addr: &str, timeout_ms: u64) -> Result<Client> {
-        let ctx = zmq::Context::new();
+        Self::connect_in(&zmq::Context::new(), addr, timeout_ms)
+    }
+
+    /// [`Client::connect`] in the context `ctx`: the one an `inproc://` endpoint lives in
+    /// (a front end inside the server's process).
+    pub fn connect_in(ctx: &zmq::Context, addr: &str, timeout_ms: u64) -> Result<Client> {
         let socket = ctx.socket(zmq::DEALER)?;
         socket.set_linger(0)?;
         socket.connect(addr)?;
@@ -27,7 +32,7 @@ impl Client {
             addr: addr.into(),
             timeout: Duration::from_millis(timeout_ms),
             next_id: 1,
-            _ctx: ctx,
+            _ctx: ctx.clone(),
         })
     }
 

@@ -3,17 +3,15 @@ and skipping without lerobot. (No conftest.py here: clients/python/tests imports
 `conftest` by that name, which a second conftest.py in the same pytest session would shadow;
 the test modules import the fixture from this module instead.)
 
-The binary: $VLA_SERVER_BIN, else the newer of target/{debug,release}/vla-server of this
-checkout (`cargo build -p vla-server` builds it). Without lerobot every test skips, saying so.
+The binary: as clients/python/tests/vla_server_proc.py finds it. Without lerobot every test
+skips, saying so.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -21,6 +19,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 # Run from the checkout without installing: the client and the plugin's sources.
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 sys.path.insert(0, str(ROOT / "clients" / "lerobot" / "src"))
+# The server-starting helper the client's tests use.
+sys.path.insert(0, str(ROOT / "clients" / "python" / "tests"))
+
+from vla_server_proc import Served, server_binary  # noqa: E402,F401 (server_binary: for the tests)
 
 
 def lerobot_or_skip():
@@ -35,40 +37,10 @@ def lerobot_or_skip():
         )
 
 
-def server_binary() -> pathlib.Path:
-    env = os.environ.get("VLA_SERVER_BIN")
-    if env:
-        return pathlib.Path(env)
-    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    found = [p for p in (target / "debug" / "vla-server", target / "release" / "vla-server") if p.exists()]
-    if not found:
-        pytest.fail(f"no vla-server binary under {target}: run `cargo build -p vla-server` or set VLA_SERVER_BIN")
-    return max(found, key=lambda p: p.stat().st_mtime)
-
-
 def start_server(*args: str):
     """(address, process, log lines) of a vla-server started with `args` on a free port."""
-    proc = subprocess.Popen(
-        [str(server_binary()), *args, "--bind", "tcp://127.0.0.1:*", "--log-level", "warn"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    addr = None
-    timer = threading.Timer(120, proc.kill)  # a server that never says it listens
-    timer.start()
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("listening on "):
-            addr = line.split()[2]
-            break
-    timer.cancel()
-    if addr is None:
-        proc.kill()
-        pytest.fail("vla-server did not start:\n" + "".join(lines))
-    threading.Thread(target=lambda: [lines.append(l) for l in proc.stdout], daemon=True).start()
-    return addr.replace("0.0.0.0", "127.0.0.1"), proc, lines
+    served = Served(*args, "--log-level", "warn")
+    return served.zmq, served.proc, served.lines
 
 
 def stop_server(proc) -> None:

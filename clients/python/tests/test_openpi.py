@@ -9,10 +9,10 @@ import pathlib
 import random
 import subprocess
 import threading
-import time
 
 import numpy as np
 import pytest
+import vla_server_proc
 from conftest import ROOT, server_binary
 
 openpi = pytest.importorskip("openpi_client.websocket_client_policy",
@@ -22,27 +22,12 @@ from openpi_client import msgpack_numpy  # noqa: E402
 from vla_client import VlaClient  # noqa: E402
 
 
-class Served:
+class Served(vla_server_proc.Served):
     """vla-server with the openpi front end on free ports."""
 
     def __init__(self, *args):
-        self.proc = subprocess.Popen(
-            [str(server_binary()), *args, "--bind", "tcp://127.0.0.1:*", "--openpi-bind", "127.0.0.1:0",
-             "--log-level", "warn"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines, self.zmq, self.ws = [], None, None
-        timer = threading.Timer(120, self.proc.kill)
-        timer.start()
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if line.strip().startswith("openpi "):
-                self.ws = line.split()[1]
-            if line.startswith("listening on "):
-                self.zmq = line.split()[2]
-                break
-        timer.cancel()
-        threading.Thread(target=lambda: [self.lines.append(x) for x in self.proc.stdout], daemon=True).start()
-        assert self.zmq and self.ws, "".join(self.lines)
+        super().__init__(*args, "--openpi-bind", "127.0.0.1:0", "--log-level", "warn")
+        assert self.ws, "".join(self.lines)
         self.host, self.port = self.ws.removeprefix("ws://").rsplit(":", 1)
 
     def client(self):
@@ -53,10 +38,6 @@ class Served:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         return 0
-
-    def close(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 def observation(rng, keys, chunk, max_action_dim, state_dim=6, chw=False):

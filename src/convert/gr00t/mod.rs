@@ -164,7 +164,7 @@ pub(crate) fn base_config_path(ckpt: &Path, policy: &Json, base: Option<&Path>) 
         return Ok(b.join("config.json"));
     }
     let named = policy.str("base_model_path")?;
-    super::named_folder(vec![ckpt.join(named)], named)
+    super::named_folder(vec![ckpt.join(named)], named, super::has_config)
         .map(|d| d.join("config.json"))
         .ok_or_else(|| {
             ckpt_err(

@@ -81,7 +81,7 @@ fn run(args: ServerArgs) -> Result<()> {
             let front = vla_server::openpi::Frontend {
                 keys: o.keys.clone(),
                 api_key: o.api_key.clone(),
-                info_json: server.info_json().to_owned(),
+                metadata: vla_server::openpi::metadata(server.info_json()),
                 ctx,
                 endpoint: endpoint.to_owned(),
             };

@@ -12,10 +12,10 @@
 pub mod keys;
 pub mod msg;
 
+use crate::client::Client;
 use crate::proto::PredictResponse;
 use crate::{Error, Result};
 use keys::KeyMap;
-use prost::Message as _;
 use rmpv::Value;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -33,7 +33,7 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// A client must finish its handshake within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A predict answered later than this is reported as an error (the worker is stuck).
-const REPLY_TIMEOUT_MS: i32 = 600_000;
+const REPLY_TIMEOUT_MS: u64 = 600_000;
 
 /// What every connection needs.
 #[derive(Clone)]
@@ -41,11 +41,17 @@ pub struct Frontend {
     pub keys: KeyMap,
     /// `Authorization: Api-Key <key>` required when set.
     pub api_key: Option<String>,
-    /// INFO's JSON, sent as the metadata map.
-    pub info_json: String,
+    /// The metadata map sent on connect: INFO's fields ([`metadata`]).
+    pub metadata: Vec<u8>,
     pub ctx: zmq::Context,
     /// The server's inproc endpoint.
     pub endpoint: String,
+}
+
+/// The metadata map of INFO's JSON `info_json`, as msgpack.
+pub fn metadata(info_json: &str) -> Vec<u8> {
+    let info: serde_json::Value = serde_json::from_str(info_json).unwrap_or_default();
+    msg::encode(&msg::from_json(&info))
 }
 
 /// Listens on `addr` (HOST:PORT; port 0 picks one) until `stop`; returns the bound address.
@@ -144,14 +150,9 @@ fn serve_connection(stream: TcpStream, front: &Frontend) -> Result<()> {
     ws.get_ref().set_read_timeout(None).map_err(io)?;
     let ws_err = |e: tungstenite::Error| Error::Config(format!("websocket: {e}"));
 
-    let info: serde_json::Value = serde_json::from_str(&front.info_json).unwrap_or_default();
-    ws.send(Message::binary(msg::encode(&msg::from_json(&info))))
+    ws.send(Message::binary(front.metadata.clone()))
         .map_err(ws_err)?;
-    let dealer = front.ctx.socket(zmq::DEALER)?;
-    dealer.set_linger(0)?;
-    dealer.set_rcvtimeo(REPLY_TIMEOUT_MS)?;
-    dealer.connect(&front.endpoint)?;
-    let mut request_id = 0u64;
+    let mut client = Client::connect_in(&front.ctx, &front.endpoint, REPLY_TIMEOUT_MS)?;
     let mut prev_total_ms: Option<f64> = None;
     loop {
         let bytes = match ws.read().map_err(ws_err)? {
@@ -164,8 +165,7 @@ fn serve_connection(stream: TcpStream, front: &Frontend) -> Result<()> {
             _ => continue, // ping / pong: tungstenite answers pings
         };
         let t0 = Instant::now();
-        request_id += 1;
-        let reply = predict(&dealer, front, &bytes, request_id);
+        let reply = predict(&mut client, front, &bytes);
         match reply {
             Ok(resp) => {
                 let total = t0.elapsed().as_secs_f64() * 1e3;
@@ -187,43 +187,20 @@ fn send_error(ws: &mut tungstenite::WebSocket<TcpStream>, message: &str) -> Resu
 }
 
 /// One observation through the server's queue: its reply, or why it was refused.
-fn predict(
-    dealer: &zmq::Socket,
-    front: &Frontend,
-    bytes: &[u8],
-    id: u64,
-) -> Result<PredictResponse> {
-    let mut req = msg::decode(bytes)
+fn predict(client: &mut Client, front: &Frontend, bytes: &[u8]) -> Result<PredictResponse> {
+    let req = msg::decode(bytes)
         .and_then(|obs| front.keys.request(&obs))
         .inspect_err(|e| tracing::warn!("openpi: refused observation: {e}"))?;
-    req.request_id = id;
-    dealer.send_multipart([&b""[..], &req.encode_to_vec()], 0)?;
-    loop {
-        let frames = dealer.recv_multipart(0).map_err(|e| match e {
-            zmq::Error::EAGAIN => Error::Request {
-                code: crate::proto::ErrorCode::Internal,
-                message: format!("no answer within {} s", REPLY_TIMEOUT_MS / 1000),
-            },
-            e => e.into(),
-        })?;
-        let Some(payload) = frames.last() else {
-            continue;
-        };
-        let resp = PredictResponse::decode(payload.as_slice())
-            .map_err(|e| Error::Reply(format!("{e}")))?;
-        if resp.request_id != id {
-            continue; // a reply to an earlier, timed-out request
-        }
-        if !resp.error.is_empty() {
-            let code = crate::proto::ErrorCode::try_from(resp.error_code)
-                .unwrap_or(crate::proto::ErrorCode::Internal);
-            return Err(Error::Request {
-                code,
-                message: resp.error,
-            });
-        }
-        return Ok(resp);
+    let resp = client.call(req)?;
+    if !resp.error.is_empty() {
+        let code = crate::proto::ErrorCode::try_from(resp.error_code)
+            .unwrap_or(crate::proto::ErrorCode::Internal);
+        return Err(Error::Request {
+            code,
+            message: resp.error,
+        });
     }
+    Ok(resp)
 }
 
 /// openpi's reply: `actions`, and its timing maps in ms.
