@@ -1,6 +1,6 @@
 //! The reference backend: each node is one call into [`crate::ops`].
 
-use super::{match_inputs, Backend, ExecStats, Executable, RunCounters, WeightStore};
+use super::{match_inputs, Backend, ExecStats, Executable, RunCounters, SharedStore, WeightStore};
 use crate::graph::{AttentionMask, GateAct, Graph, Op};
 use crate::ops::{self, Mask};
 use crate::{Error, Result, Tensor};
@@ -25,50 +25,71 @@ impl Backend for CpuBackend {
         graph: &Graph,
         weights: &'w dyn WeightStore,
     ) -> Result<Box<dyn Executable + 'w>> {
-        let mut resolved = Vec::with_capacity(graph.nodes().len());
-        let mut weight_bytes = 0;
-        for node in graph.nodes() {
-            resolved.push(match &node.op {
-                Op::Weight(name) => {
-                    let t = graph.weight_data(weights, name)?;
-                    weight_bytes += t.raw_bytes().len() as u64;
-                    Some(t)
-                }
-                _ => None,
-            });
-        }
-        // the integer kernel's tiles of every quantized matmul weight and FoldQuant site's
-        // codes, made once here (otherwise each run repacks them: most of a 50-row matmul's
-        // time)
-        let mut prepared: Vec<Option<Prepared>> = (0..resolved.len()).map(|_| None).collect();
-        for node in graph.nodes() {
-            let ws = match node.op {
-                Op::MatMul { .. } | Op::FqLinear(_) => &node.inputs[1..2],
-                Op::GatedMatMul { .. } => &node.inputs[1..3],
-                _ => continue,
-            };
-            for w in ws.iter().map(|w| w.0) {
-                let (Some(t), None) = (&resolved[w], &prepared[w]) else {
-                    continue;
-                };
-                prepared[w] = match &node.op {
-                    Op::FqLinear(p) => ops::foldquant::int_tiles(t, p).map(Prepared::FqCodes),
-                    _ => ops::PackedWeight::new(t)?.map(Prepared::Matmul),
-                };
-                weight_bytes += prepared[w].as_ref().map_or(0, Prepared::bytes);
-            }
-        }
-        Ok(Box::new(CpuExecutable {
-            graph: graph.clone(),
-            weights: resolved,
+        let resolved = resolve(graph, |name| graph.weight_data(weights, name))?;
+        let (prepared, bytes) = prepare(graph, &resolved)?;
+        Ok(Box::new(CpuExecutable::new(
+            graph,
+            Weights::Resolved(resolved),
             prepared,
-            last_use: graph.last_uses(),
-            weight_bytes,
-            peak: 0,
-            runs: RunCounters::default(),
-            stage_ms: None,
-        }))
+            bytes,
+        )))
     }
+
+    /// Weights are viewed in the shared store at each run (a lookup per weight, no copy).
+    fn compile_shared(&self, graph: &Graph, weights: SharedStore) -> Result<Box<dyn Executable>> {
+        let resolved = resolve(graph, |name| graph.weight_view(&*weights, name))?;
+        let (prepared, bytes) = prepare(graph, &resolved)?;
+        drop(resolved);
+        Ok(Box::new(CpuExecutable::new(
+            graph,
+            Weights::Shared(weights),
+            prepared,
+            bytes,
+        )))
+    }
+}
+
+/// Each node's weight, where it is a weight node.
+fn resolve<'s>(
+    graph: &Graph,
+    data: impl Fn(&str) -> Result<Tensor<'s>>,
+) -> Result<Vec<Option<Tensor<'s>>>> {
+    graph
+        .nodes()
+        .iter()
+        .map(|node| match &node.op {
+            Op::Weight(name) => data(name).map(Some),
+            _ => Ok(None),
+        })
+        .collect()
+}
+
+/// The integer kernel's tiles of every quantized matmul weight and FoldQuant site's codes,
+/// made once at compile (otherwise each run repacks them: most of a 50-row matmul's time),
+/// and the bytes the weights and tiles take.
+fn prepare(graph: &Graph, resolved: &[Option<Tensor>]) -> Result<(Vec<Option<Prepared>>, u64)> {
+    let mut bytes: u64 = resolved
+        .iter()
+        .flatten()
+        .map(|t| t.raw_bytes().len() as u64)
+        .sum();
+    let mut prepared: Vec<Option<Prepared>> = (0..resolved.len()).map(|_| None).collect();
+    for node in graph.nodes() {
+        if !(node.op.is_float_product() || matches!(node.op, Op::FqLinear(_))) {
+            continue;
+        }
+        for w in node.op.weight_inputs().iter().map(|&k| node.inputs[k].0) {
+            let (Some(t), None) = (&resolved[w], &prepared[w]) else {
+                continue;
+            };
+            prepared[w] = match &node.op {
+                Op::FqLinear(p) => ops::foldquant::int_tiles(t, p).map(Prepared::FqCodes),
+                _ => ops::PackedWeight::new(t)?.map(Prepared::Matmul),
+            };
+            bytes += prepared[w].as_ref().map_or(0, Prepared::bytes);
+        }
+    }
+    Ok((prepared, bytes))
 }
 
 /// A weight in the integer kernel's tiles, made at compile.
@@ -88,9 +109,17 @@ impl Prepared {
     }
 }
 
+/// Where an executable's weights are.
+enum Weights<'w> {
+    /// Each weight node's tensor, resolved at compile (borrowed for `'w`).
+    Resolved(Vec<Option<Tensor<'w>>>),
+    /// A store the executable keeps alive, its tensors viewed at each run.
+    Shared(SharedStore),
+}
+
 struct CpuExecutable<'w> {
     graph: Graph,
-    weights: Vec<Option<Tensor<'w>>>,
+    weights: Weights<'w>,
     /// Per weight node: its integer kernel's tiles, where a matmul or FoldQuant site reads it.
     prepared: Vec<Option<Prepared>>,
     last_use: Vec<usize>,
@@ -100,9 +129,37 @@ struct CpuExecutable<'w> {
     stage_ms: Option<Vec<f32>>,
 }
 
+impl<'w> CpuExecutable<'w> {
+    fn new(
+        graph: &Graph,
+        weights: Weights<'w>,
+        prepared: Vec<Option<Prepared>>,
+        bytes: u64,
+    ) -> Self {
+        CpuExecutable {
+            graph: graph.clone(),
+            weights,
+            prepared,
+            last_use: graph.last_uses(),
+            weight_bytes: bytes,
+            peak: 0,
+            runs: RunCounters::default(),
+            stage_ms: None,
+        }
+    }
+}
+
 impl Executable for CpuExecutable<'_> {
     fn run(&mut self, inputs: &[(&str, &Tensor)]) -> Result<Vec<Tensor<'static>>> {
         let by_name = match_inputs(&self.graph, inputs)?;
+        let viewed;
+        let weights: &[Option<Tensor>] = match &self.weights {
+            Weights::Resolved(w) => w,
+            Weights::Shared(store) => {
+                viewed = resolve(&self.graph, |name| self.graph.weight_view(&**store, name))?;
+                &viewed
+            }
+        };
         let n = self.graph.nodes().len();
         let mut values: Vec<Option<Tensor<'static>>> = (0..n).map(|_| None).collect();
         let (mut live, mut peak) = (0u64, 0u64);
@@ -121,7 +178,7 @@ impl Executable for CpuExecutable<'_> {
             // A reshape of a value nothing reads later takes its buffer (no copy).
             let reused = match node.op {
                 Op::Reshape(_)
-                    if self.weights[node.inputs[0].0].is_none()
+                    if weights[node.inputs[0].0].is_none()
                         && self.last_use[node.inputs[0].0] == i =>
                 {
                     values[node.inputs[0].0].take()
@@ -132,7 +189,7 @@ impl Executable for CpuExecutable<'_> {
                 live -= 4 * t.numel() as u64;
             }
             let get = |id: crate::graph::NodeId| -> &Tensor {
-                match &self.weights[id.0] {
+                match &weights[id.0] {
                     Some(w) => w,
                     None => values[id.0]
                         .as_ref()
@@ -313,7 +370,7 @@ impl Executable for CpuExecutable<'_> {
         self.graph
             .outputs()
             .iter()
-            .map(|o| match (&values[o.0], &self.weights[o.0]) {
+            .map(|o| match (&values[o.0], &weights[o.0]) {
                 (Some(v), _) => Ok(v.clone()),
                 _ => Err(Error::InvalidArgument(format!(
                     "output {} was not computed",

@@ -105,7 +105,10 @@ pub struct KernelTime {
     pub bytes: f64,
 }
 
-pub trait Backend {
+/// A weight store an executable keeps alive (a loaded model's file).
+pub type SharedStore = std::sync::Arc<dyn WeightStore + Send>;
+
+pub trait Backend: Send {
     /// What runs the kernels, e.g. `cpu` or `vulkan: llvmpipe (LLVM 15.0.6, 256 bits)`.
     fn description(&self) -> String;
     /// Whether executables borrow the weights from the store rather than hold a copy each
@@ -113,11 +116,15 @@ pub trait Backend {
     fn borrows_weights(&self) -> bool {
         false
     }
+    /// Compiles `graph` over weights borrowed for `'w`.
     fn compile<'w>(
         &self,
         graph: &Graph,
         weights: &'w dyn WeightStore,
     ) -> Result<Box<dyn Executable + 'w>>;
+    /// Compiles `graph` over a store the executable shares (and keeps alive): what a loaded
+    /// policy uses, its executables living as long as it does.
+    fn compile_shared(&self, graph: &Graph, weights: SharedStore) -> Result<Box<dyn Executable>>;
 }
 
 /// Checks run-time inputs against the graph: every input present once, with its shape.

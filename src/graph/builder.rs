@@ -61,6 +61,13 @@ impl<'w> GraphBuilder<'w> {
     }
 
     fn push(&mut self, op: Op, inputs: Vec<NodeId>, shape: Vec<usize>, dtype: GgmlType) -> NodeId {
+        let (least, most) = op.arity();
+        debug_assert!(
+            inputs.len() >= least && most.is_none_or(|m| inputs.len() <= m),
+            "{} takes {least}..{most:?} inputs, given {}",
+            op.kind(),
+            inputs.len()
+        );
         self.nodes.push(Node {
             op,
             inputs,

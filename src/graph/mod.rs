@@ -171,6 +171,89 @@ impl Op {
         matches!(self, Op::Input(_) | Op::InputU8(_) | Op::Weight(_))
     }
 
+    /// The inputs this op reads as weights: a product's right operand (both of a gated
+    /// product's), a patch kernel, an embedding table, a FoldQuant site's codes. A backend
+    /// may read these in the file's dtype (quantized, bf16) where others get an f32 copy;
+    /// [`Op::is_float_product`] says which of them `--weight-dtype` re-encodes.
+    pub fn weight_inputs(&self) -> &'static [usize] {
+        match self {
+            Op::MatMul { .. } | Op::PatchEmbed | Op::FqLinear(_) => &[1],
+            Op::GatedMatMul { .. } => &[1, 2],
+            Op::Embedding => &[0],
+            Op::Input(_)
+            | Op::InputU8(_)
+            | Op::Weight(_)
+            | Op::Bmm { .. }
+            | Op::Add
+            | Op::Mul
+            | Op::Scale(_)
+            | Op::GeluTanh
+            | Op::GeluErf
+            | Op::Silu
+            | Op::Relu
+            | Op::Gated(_)
+            | Op::Softmax
+            | Op::RmsNorm { .. }
+            | Op::AdaRmsNorm { .. }
+            | Op::AddGated { .. }
+            | Op::LayerNorm { .. }
+            | Op::Rope(_)
+            | Op::Attention { .. }
+            | Op::Concat { .. }
+            | Op::Slice { .. }
+            | Op::Permute(_)
+            | Op::Reshape(_) => &[],
+        }
+    }
+
+    /// A product by float weights ([`Op::weight_inputs`]): the ops whose weights
+    /// `--weight-dtype` re-encodes and the cpu backend packs for its integer kernel.
+    pub fn is_float_product(&self) -> bool {
+        matches!(self, Op::MatMul { .. } | Op::GatedMatMul { .. })
+    }
+
+    /// How many inputs the op takes, fewest and most (`None`: any number more).
+    pub fn arity(&self) -> (usize, Option<usize>) {
+        match self {
+            Op::Input(_) | Op::InputU8(_) | Op::Weight(_) => (0, Some(0)),
+            Op::Scale(_)
+            | Op::GeluTanh
+            | Op::GeluErf
+            | Op::Silu
+            | Op::Relu
+            | Op::Softmax
+            | Op::Permute(_)
+            | Op::Reshape(_)
+            | Op::Slice { .. } => (1, Some(1)),
+            Op::Add
+            | Op::Mul
+            | Op::Gated(_)
+            | Op::Bmm { .. }
+            | Op::RmsNorm { .. }
+            | Op::AdaRmsNorm { .. }
+            | Op::Rope(_)
+            | Op::Embedding => (2, Some(2)),
+            Op::AddGated { .. } | Op::LayerNorm { .. } | Op::PatchEmbed => (3, Some(3)),
+            // [x, w] + the gain (norm) + the addend
+            Op::MatMul { norm } => (2, Some(3 + usize::from(norm.is_some()))),
+            Op::GatedMatMul { norm, .. } => {
+                let n = 3 + usize::from(norm.is_some());
+                (n, Some(n))
+            }
+            // [q, k, v], more (k, v) parts, then the mask
+            Op::Attention { .. } => (3, None),
+            Op::Concat { .. } => (1, None),
+            // [x, codes, wscale] + ascale + gain + addend
+            Op::FqLinear(p) => {
+                let n = 3 + [p.fold.is_some(), p.norm.is_some(), p.addend]
+                    .into_iter()
+                    .filter(|&b| b)
+                    .count();
+                (n, Some(n))
+            }
+        }
+    }
+
     /// A short name for logs, pipeline caches and test reports.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -397,11 +480,8 @@ impl Graph {
     pub fn matmul_weights(&self) -> impl Iterator<Item = &str> {
         self.nodes
             .iter()
-            .flat_map(|n| match n.op {
-                Op::MatMul { .. } => &n.inputs[1..2],
-                Op::GatedMatMul { .. } => &n.inputs[1..3],
-                _ => &[],
-            })
+            .filter(|n| n.op.is_float_product())
+            .flat_map(|n| n.op.weight_inputs().iter().map(|&k| n.inputs[k]))
             .filter_map(|w| match &self.nodes[w.0].op {
                 Op::Weight(name) if !self.constants.contains_key(name) => Some(name.as_str()),
                 _ => None,
@@ -413,6 +493,15 @@ impl Graph {
     pub fn weight_data<'w>(&self, store: &'w dyn WeightStore, name: &str) -> Result<Tensor<'w>> {
         match self.constants.get(name) {
             Some(c) => Ok(c.clone()),
+            None => store.weight(name),
+        }
+    }
+
+    /// The data of weight node `name` where it lives, borrowed: the graph's constant or the
+    /// store's tensor.
+    pub fn weight_view<'s>(&'s self, store: &'s dyn WeightStore, name: &str) -> Result<Tensor<'s>> {
+        match self.constants.get(name) {
+            Some(c) => Ok(c.view()),
             None => store.weight(name),
         }
     }

@@ -10,6 +10,7 @@ use crate::graph::{matmul_weights, Graph};
 use crate::policy::{Observation, PolicyInfo, RuntimeOptions};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What a policy takes and returns. Keys: `n_images`, `tokenizer_max_length`,
@@ -73,8 +74,8 @@ impl ActionIo {
 
 /// A GGUF and the graphs compiled against it, as sets keyed by what they were compiled for
 /// (FlowPolicy: the camera frames and the instruction's row bucket). The sets are kept, the
-/// most recently used last, up to [`Self::keep`]; the executables borrow the file, so the
-/// file is leaked into a raw pointer and reclaimed in `Drop` after them.
+/// most recently used last, up to [`Self::keep`]; the executables share the file (cpu reads
+/// its weights there at each run).
 pub struct LoadedGraphs<K: PartialEq = ()> {
     sets: Vec<(K, Vec<Box<dyn Executable>>)>,
     /// How many sets are kept: several where the backend borrows the weights, one where each
@@ -86,25 +87,12 @@ pub struct LoadedGraphs<K: PartialEq = ()> {
     /// The run counters of executables dropped.
     retired: RunCounters,
     backend: String,
-    file: *mut GgufFile,
+    file: Arc<GgufFile>,
 }
 
 /// Compiled sets kept where the backend borrows every weight from the file (cpu, float
 /// weights).
 const KEEP_BORROWING: usize = 4;
-
-// SAFETY: `file` is owned by this struct alone (a leaked Box) and only read; the
-// executables are Send; the backends are plain settings (cpu, ggml) or an `Arc` of wgpu's
-// device and queue, which are Send and Sync.
-unsafe impl<K: PartialEq + Send> Send for LoadedGraphs<K> {}
-
-impl<K: PartialEq> Drop for LoadedGraphs<K> {
-    fn drop(&mut self) {
-        self.sets.clear();
-        // SAFETY: created by Box::into_raw in `compile`; nothing borrows it once `sets` is gone.
-        unsafe { drop(Box::from_raw(self.file)) };
-    }
-}
 
 impl<K: PartialEq> LoadedGraphs<K> {
     /// Opens the backend `opts` names and compiles the graphs `build` makes from `file`
@@ -135,16 +123,14 @@ impl<K: PartialEq> LoadedGraphs<K> {
             backend: compiler.description(),
             compiler,
             retired: RunCounters::default(),
-            file: Box::into_raw(Box::new(file)),
+            file: Arc::new(file),
         };
-        // on failure `graphs` drops here, freeing the file (Drop)
         graphs.select(key, build)?;
         Ok(graphs)
     }
 
     pub fn file(&self) -> &GgufFile {
-        // SAFETY: valid until Drop.
-        unsafe { &*self.file }
+        &self.file
     }
 
     /// How many compiled sets are kept at most.
@@ -171,12 +157,10 @@ impl<K: PartialEq> LoadedGraphs<K> {
                 self.retired.add(&e.stats().runs);
             }
         }
-        // SAFETY: valid until Drop, which drops the executables first.
-        let file: &'static GgufFile = unsafe { &*self.file };
-        let graphs = build(file)?;
+        let graphs = build(&self.file)?;
         let mut execs = Vec::with_capacity(graphs.len());
         for g in &graphs {
-            execs.push(self.compiler.compile(g, file)?);
+            execs.push(self.compiler.compile_shared(g, self.file.clone())?);
         }
         self.sets.push((key, execs));
         Ok(true)

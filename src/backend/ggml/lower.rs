@@ -77,15 +77,10 @@ pub(crate) struct Weights<'w> {
     pub uploads: Vec<Upload<'w>>,
 }
 
-/// Whether node `i` reads input `k` in the weight's stored type.
+/// Whether a node reads input `k` in the weight's stored type: every weight input
+/// ([`Op::weight_inputs`]; ggml refuses [`Op::FqLinear`], which runs dequantized here).
 fn reads_raw(op: &Op, k: usize) -> bool {
-    matches!(
-        (op, k),
-        (Op::MatMul { .. }, 1)
-            | (Op::GatedMatMul { .. }, 1 | 2)
-            | (Op::Embedding, 0)
-            | (Op::PatchEmbed, 1)
-    )
+    op.weight_inputs().contains(&k)
 }
 
 /// Pass 1: weight tensors in `ctx`, plus the constant masks of causal attention.

@@ -13,7 +13,7 @@ mod exec;
 mod ffi;
 mod lower;
 
-use super::{Backend, Executable, WeightStore};
+use super::{Backend, Executable, SharedStore, WeightStore};
 use crate::graph::Graph;
 use crate::Result;
 
@@ -124,6 +124,16 @@ impl Backend for GgmlBackend {
             self.threads,
             graph,
             weights,
+        )?))
+    }
+
+    /// Weights are copied into ggml's buffers: the store is not kept.
+    fn compile_shared(&self, graph: &Graph, weights: SharedStore) -> Result<Box<dyn Executable>> {
+        Ok(Box::new(GgmlExecutable::new(
+            &self.device,
+            self.threads,
+            graph,
+            &*weights,
         )?))
     }
 }

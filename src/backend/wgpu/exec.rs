@@ -66,15 +66,11 @@ pub(crate) struct WgpuExecutable {
     stats: ExecStats,
 }
 
-/// Does this consumer read input `k` in its stored dtype (matmul weights, embedding tables)?
+/// Does this consumer read input `k` in its stored dtype? Every weight input
+/// ([`Op::weight_inputs`]) but the patch kernel's, which `shaders/patch_embed.wgsl` reads
+/// as f32.
 fn reads_raw(op: &Op, k: usize) -> bool {
-    matches!(
-        (op, k),
-        (Op::MatMul { .. }, 1)
-            | (Op::GatedMatMul { .. }, 1 | 2)
-            | (Op::Embedding, 0)
-            | (Op::FqLinear(_), 1)
-    )
+    !matches!(op, Op::PatchEmbed) && op.weight_inputs().contains(&k)
 }
 
 impl WgpuExecutable {

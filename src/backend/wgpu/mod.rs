@@ -11,7 +11,7 @@ mod slots;
 mod timer;
 mod upload;
 
-use super::{ActDtype, Backend, Executable, WeightStore};
+use super::{ActDtype, Backend, Executable, SharedStore, WeightStore};
 use crate::graph::Graph;
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -415,6 +415,15 @@ impl Backend for WgpuBackend {
             self.ctx.clone(),
             graph,
             weights,
+        )?))
+    }
+
+    /// Weights are uploaded to the device: the store is not kept.
+    fn compile_shared(&self, graph: &Graph, weights: SharedStore) -> Result<Box<dyn Executable>> {
+        Ok(Box::new(exec::WgpuExecutable::new(
+            self.ctx.clone(),
+            graph,
+            &*weights,
         )?))
     }
 }

@@ -366,9 +366,11 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::FqLinear(_) => foldquant::fq_linear(ctx, node, bufs),
         Op::PatchEmbed => patch_embed::patch_embed(ctx, node, bufs),
         Op::Concat { .. } | Op::Slice { .. } | Op::Permute(_) => copy::copy(ctx, node, bufs),
-        op => Err(Error::NotImplemented {
-            op: op.kind().to_owned(),
-            backend: "wgpu",
-        }),
+        // the executable writes inputs and weights into their slots, and a reshape is a
+        // view of its input's slot: none records a dispatch
+        Op::Input(_) | Op::InputU8(_) | Op::Weight(_) | Op::Reshape(_) => Err(Error::Gpu(format!(
+            "{} is not a dispatch: the executable handles it",
+            node.op.kind()
+        ))),
     }
 }
