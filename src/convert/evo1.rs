@@ -7,7 +7,7 @@
 //! included), the InternVL folder (`config.json`, `tokenizer.json`) and the processor files
 //! (state and action min/max, stored padded to `max_*_dim`; the real dims are kept).
 
-use super::gr00t_n1_7::JsonFile;
+use super::JsonFile;
 use super::{ckpt_err, count_layers, count_visual_features, feature_dim, Json, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
@@ -15,7 +15,7 @@ use crate::layers::GatedActivation;
 use crate::models::common::ActionIo;
 use crate::models::evo1::{prompt_prefix, Evo1Config};
 use crate::models::flow::FlowArch;
-use crate::models::gr00t::PromptIds;
+use crate::models::prompt::PromptIds;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::evo1_head::Evo1HeadConfig;
 use crate::modules::vision::{TowerStyle, VisionConfig};

@@ -15,13 +15,14 @@
 //! eval transform ([`crate::preprocess::area::gr00t_frame`]), then Qwen's `smart_resize`.
 
 use super::gr00t::{base_config_path, head_name_map, pack_step};
-use super::{ckpt_err, qwen_vl, read_json, Json, Safetensors};
+use super::{ckpt_err, qwen_vl, Json, JsonFile, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::common::ActionIo;
+use crate::models::embodiment::Embodiments;
 use crate::models::flow::FlowArch;
-use crate::models::gr00t::PromptIds;
 use crate::models::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
+use crate::models::prompt::PromptIds;
 use crate::modules::dit::BlockStack;
 use crate::modules::gr00t_head::{HeadConfig, HeadLinears};
 use crate::preprocess::area::shortest_edge_size;
@@ -47,26 +48,6 @@ pub struct Converted {
     pub config: Gr00tN17Config,
     pub writer: GgufWriter<'static>,
     pub notes: Vec<String>,
-}
-
-/// A JSON file read whole.
-pub(crate) struct JsonFile {
-    pub(crate) path: PathBuf,
-    pub(crate) value: serde_json::Value,
-}
-
-impl JsonFile {
-    pub(crate) fn read(path: PathBuf) -> Result<Self> {
-        let value = read_json(&path)?;
-        Ok(JsonFile { path, value })
-    }
-
-    pub(crate) fn json(&self) -> Json<'_> {
-        Json {
-            path: &self.path,
-            value: &self.value,
-        }
-    }
 }
 
 /// Converts the lerobot GR00T N1.7 checkpoint folder `ckpt`. `progress(done, total, name)`
@@ -318,11 +299,13 @@ fn read_config(
         io,
         valid_horizon: pack.usize("valid_action_horizon")?,
         prompt,
-        embodiment_tags: pack
-            .get("embodiment_mapping")
-            .map(|m| m.to_string())
-            .ok_or_else(|| ckpt_err(pack.path, "no embodiment_mapping in the pack step"))?,
-        default_embodiment: pack.str("embodiment_tag")?.to_owned(),
+        embodiments: Embodiments {
+            tags: pack
+                .get("embodiment_mapping")
+                .map(|m| m.to_string())
+                .ok_or_else(|| ckpt_err(pack.path, "no embodiment_mapping in the pack step"))?,
+            default: pack.str("embodiment_tag")?.to_owned(),
+        },
     })
 }
 

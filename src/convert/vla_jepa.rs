@@ -10,13 +10,14 @@
 //! processor files (state mean/std, action min/max, which post-processing steps run).
 
 use super::gr00t::head_name_map;
-use super::gr00t_n1_7::{camera_shape, JsonFile};
+use super::gr00t_n1_7::camera_shape;
+use super::JsonFile;
 use super::{ckpt_err, qwen_vl, Json, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::common::ActionIo;
 use crate::models::flow::FlowArch;
-use crate::models::gr00t::PromptIds;
+use crate::models::prompt::PromptIds;
 use crate::models::vla_jepa::{IoSteps, VlaJepaConfig};
 use crate::modules::dit::BlockStack;
 use crate::modules::gr00t_head::{HeadConfig, HeadLinears};

@@ -311,6 +311,16 @@ pub fn prompt_bound(n: usize, max: usize) -> Error {
     ))
 }
 
+/// The statistics tensors `{what}_{stat}` (each `[dim]`) of the state, then of the actions,
+/// named by the arch's normalisation modes (`["mean", "std"]`, `["min", "max"]`,
+/// `["q01", "q99"]`).
+pub fn statistics(io: &ActionIo, state: [&str; 2], action: [&str; 2]) -> Vec<(String, Vec<usize>)> {
+    let stat = |what: &str, s: &str, d: usize| (format!("{what}_{s}"), vec![d]);
+    let state = state.map(|s| stat("state", s, io.state_dim));
+    let action = action.map(|s| stat("action", s, io.action_dim));
+    state.into_iter().chain(action).collect()
+}
+
 /// Rows the prefill gives the instruction: `n` tokens rounded up to a whole bucket of
 /// [`TEXT_BUCKET`], at most `max` (the bound, itself a valid size), at least one row. Graphs
 /// are compiled per bucket, so a prompt's cost follows its length; the padding is masked.

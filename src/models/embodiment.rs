@@ -3,7 +3,7 @@
 //! (`<arch>.embodiment_tag_mapping`, a JSON object) and names the default
 //! (`<arch>.embodiment`); a run picks one by tag or id (`--embodiment`).
 
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, GgufWriter};
 use crate::modules::gr00t_head::embodiment_weights;
 use crate::{Error, Result};
 use std::collections::BTreeMap;
@@ -11,6 +11,34 @@ use std::collections::BTreeMap;
 /// Metadata keys under `<arch>.`: the tag -> id map as JSON, and the default tag.
 pub const KEY_TAGS: &str = "embodiment_tag_mapping";
 pub const KEY_DEFAULT: &str = "embodiment";
+
+/// A checkpoint's embodiments as its GGUF keeps them: the tag -> id map (JSON,
+/// `<arch>.embodiment_tag_mapping`) and the default tag (`<arch>.embodiment`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Embodiments {
+    pub tags: String,
+    pub default: String,
+}
+
+impl Embodiments {
+    pub fn read(file: &GgufFile, arch: &str) -> Result<Self> {
+        let text = |key: &str| file.get_str(&format!("{arch}.{key}")).map(str::to_owned);
+        Ok(Embodiments {
+            tags: text(KEY_TAGS)?,
+            default: text(KEY_DEFAULT)?,
+        })
+    }
+
+    pub fn write(&self, w: &mut GgufWriter, arch: &str) -> Result<()> {
+        w.add_metadata(format!("{arch}.{KEY_TAGS}"), self.tags.as_str())?;
+        w.add_metadata(format!("{arch}.{KEY_DEFAULT}"), self.default.as_str())
+    }
+
+    /// Whether the tag map is a JSON object of ids (a config check).
+    pub fn valid(&self) -> bool {
+        tag_map(&self.tags).is_ok()
+    }
+}
 
 /// The tag -> id map of `json`.
 pub fn tag_map(json: &str) -> Result<BTreeMap<String, usize>> {

@@ -15,9 +15,11 @@ use super::common::{
     gguf_tokenizer, instruction_ids, ms_since, noise_or_draw, prompt_bound, require_tokenizer,
     steps_override, text_rows, ActionIo, LoadedGraphs, NoiseDraw,
 };
+use super::embodiment::{self, Embodiments};
 use crate::config::Section;
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::graph::{declared_weights, Graph, WeightStore};
+use crate::modules::flow::names;
 use crate::modules::flow::{euler_integrate, Schedule};
 use crate::policy::{
     ActionChunk, InstructionRows, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
@@ -30,6 +32,10 @@ use crate::{Error, Result, Tensor};
 use std::time::Instant;
 
 pub use super::predict::{predict_graph, stage_graphs};
+use crate::graph::GraphBuilder;
+
+/// How an arch builds one of its graphs from its config.
+pub type GraphFn<A> = for<'w, 'a> fn(GraphBuilder<'w>, &'a A) -> Result<Graph>;
 use super::predict::{DENOISE, PREFILL, STAGES, VISION};
 pub use super::prefix::{mask_constant, valid_rows, Inputs, PrefixLayout, Segment, VALID};
 
@@ -63,8 +69,8 @@ pub trait FlowArch: Section + Clone + Send + Sized {
     /// The action I/O part of the config; its `tokenizer_max_length` sizes the graphs'
     /// instruction rows ([`FlowArch::with_text_rows`]).
     fn io_mut(&mut self) -> &mut ActionIo;
-    /// The vision, prefill and denoise graphs, in that order.
-    fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]>;
+    /// The builders of the vision, prefill and denoise graphs, in that order.
+    const GRAPHS: [GraphFn<Self>; 3];
     /// The task a request without an instruction stands for (the wire cannot tell an empty
     /// prompt from none): lerobot's default where it has one (VLA-JEPA), else the empty
     /// instruction.
@@ -87,6 +93,17 @@ pub trait FlowArch: Section + Clone + Send + Sized {
     /// (for random-weight models; [`Normalizer::from_gguf`] reads them).
     fn statistics(&self) -> Vec<(String, Vec<usize>)>;
 
+    /// The vision, prefill and denoise graphs ([`FlowArch::GRAPHS`]), over `store` (which
+    /// checks every weight's shape) or declaring their weights.
+    fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]> {
+        let [vision, prefill, denoise] = Self::GRAPHS;
+        Ok([
+            vision(GraphBuilder::over(store), self)?,
+            prefill(GraphBuilder::over(store), self)?,
+            denoise(GraphBuilder::over(store), self)?,
+        ])
+    }
+
     /// This config with graphs of `rows` instruction rows (a bucket of [`text_rows`]): the
     /// prefill and denoise graphs and [`FlowArch::request_inputs`] of a config size the
     /// instruction by its `tokenizer_max_length`, which the GGUF keeps as the bound.
@@ -104,10 +121,22 @@ pub trait FlowArch: Section + Clone + Send + Sized {
         self.with_text_rows(text_rows(0, max)).graphs(None)
     }
 
+    /// The embodiments the per-embodiment weights are indexed by, and how many slices those
+    /// hold (GR00T: [`crate::modules::gr00t_head::embodiment_weights`]). `None`: every
+    /// weight serves every embodiment, and `--embodiment` selects statistics only.
+    fn embodiments(&self) -> Option<(&Embodiments, usize)> {
+        None
+    }
+
     /// Every weight the graphs read, with its shape: derived from the graphs, so a weight
-    /// is named and shaped in one place only.
+    /// is named and shaped in one place only; per-embodiment weights with their leading
+    /// embodiment axis.
     fn tensor_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
-        declared_weights(&self.declaring_graphs()?)
+        let shapes = declared_weights(&self.declaring_graphs()?)?;
+        Ok(match self.embodiments() {
+            Some((_, n)) => embodiment::with_embodiment_axis(shapes, n),
+            None => shapes,
+        })
     }
 
     /// Narrows the file's per-embodiment weights to the embodiment `requested` (a tag or id;
@@ -116,27 +145,13 @@ pub trait FlowArch: Section + Clone + Send + Sized {
     /// and `requested` selects normalisation statistics only.
     fn select_weights(
         &self,
-        _file: &mut GgufFile,
-        _requested: Option<&str>,
+        file: &mut GgufFile,
+        requested: Option<&str>,
     ) -> Result<Option<String>> {
-        Ok(None)
-    }
-
-    /// Whether min/max statistics follow lerobot's generic MIN_MAX processor
-    /// ([`Normalizer::lerobot_min_max`]) rather than GR00T's own normaliser.
-    fn lerobot_min_max(&self) -> bool {
-        false
-    }
-
-    /// How the initial noise is drawn when a request brings none.
-    fn noise_draw(&self) -> NoiseDraw {
-        NoiseDraw::Gaussian
-    }
-
-    /// Why f16 activations may overflow in this arch's trained checkpoints, if known (a
-    /// warning at load names it and suggests bf16).
-    fn f16_risk(&self) -> Option<&'static str> {
-        None
+        match self.embodiments() {
+            Some((e, n)) => embodiment::select(file, &e.tags, &e.default, requested, n),
+            None => Ok(None),
+        }
     }
 
     /// Writes `general.architecture` and the config's metadata.
@@ -163,9 +178,36 @@ pub struct FlowSpec {
     /// with `truncation=True`: SmolVLA, pi0, pi0.5, Evo-1); so does the server, with a warning
     /// in the reply. Otherwise a longer prompt is refused.
     pub truncates_prompt: bool,
+    /// How the initial noise is drawn when a request brings none.
+    pub noise: NoiseDraw,
+    /// Min/max statistics follow lerobot's generic MIN_MAX processor
+    /// ([`Normalizer::lerobot_min_max`]) rather than GR00T's own normaliser.
+    pub lerobot_min_max: bool,
+    /// Why f16 activations may overflow in this arch's trained checkpoints, if known (a
+    /// warning at load names it and suggests bf16).
+    pub f16_risk: Option<&'static str>,
 }
 
 impl FlowSpec {
+    /// The settings most archs share: every integrated row returned, nothing clipped or
+    /// snapped, a prompt past the bound refused, Gaussian noise, GR00T's min/max, no known
+    /// f16 risk.
+    pub fn new(io: ActionIo, vocab_size: usize, camera: CameraInput, schedule: Schedule) -> Self {
+        FlowSpec {
+            output_rows: io.chunk_size,
+            io,
+            vocab_size,
+            camera,
+            schedule,
+            clip: Clipping::default(),
+            gripper: None,
+            truncates_prompt: false,
+            noise: NoiseDraw::Gaussian,
+            lerobot_min_max: false,
+            f16_risk: None,
+        }
+    }
+
     /// Every camera's frame as bytes at the model's size (what the graphs are compiled for
     /// at load).
     pub fn model_frames(&self) -> Vec<FrameKey> {
@@ -219,13 +261,13 @@ pub struct FlowPolicy<A: FlowArch> {
 impl<A: FlowArch> FlowPolicy<A> {
     pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
         let cfg = A::read(&file)?;
-        if let (crate::backend::ActDtype::F16, Some(why)) = (opts.act_dtype, cfg.f16_risk()) {
+        let mut spec = cfg.spec();
+        if let (crate::backend::ActDtype::F16, Some(why)) = (opts.act_dtype, spec.f16_risk) {
             tracing::warn!(
                 "{}: f16 activations saturate at +-65504 and {why}; bf16 keeps f32's range",
                 cfg.arch()
             );
         }
-        let mut spec = cfg.spec();
         spec.io.num_steps = steps_override(spec.io.num_steps, opts)?;
         let io = spec.io.clone();
         let tokenizer = gguf_tokenizer(&file, spec.vocab_size)?;
@@ -238,7 +280,7 @@ impl<A: FlowArch> FlowPolicy<A> {
         }
         let mut state_norm = Normalizer::from_gguf(&file, "state", io.state_dim, e)?;
         let mut action_norm = Normalizer::from_gguf(&file, "action", io.action_dim, e)?;
-        if cfg.lerobot_min_max() {
+        if spec.lerobot_min_max {
             state_norm = state_norm.lerobot_min_max();
             action_norm = action_norm.lerobot_min_max();
         }
@@ -363,7 +405,7 @@ impl<A: FlowArch> FlowPolicy<A> {
         let (n_tokens, rows) = (ids.len(), text_rows(ids.len(), io.tokenizer_max_length));
         let mut tokens: Vec<f32> = ids.into_iter().map(|t| t as f32).collect();
         tokens.resize(rows, io.pad_token_id as f32);
-        let noise = noise_or_draw(obs, io.chunk_size, io.max_action_dim, self.cfg.noise_draw())?;
+        let noise = noise_or_draw(obs, io.chunk_size, io.max_action_dim, self.spec.noise)?;
         let frames = obs
             .images
             .iter()
@@ -462,14 +504,14 @@ impl<A: FlowArch> FlowPolicy<A> {
 
         let t1 = Instant::now();
         let (cfg, graphs, prefix) = (&self.cfg, &mut self.graphs, &req.inputs.prefix);
-        let mut prefill: Vec<(&str, &Tensor)> = vec![("img_tokens", &img)];
+        let mut prefill: Vec<(&str, &Tensor)> = vec![(names::IMG_TOKENS, &img)];
         prefill.extend(prefix.iter().map(|(n, t)| (n.as_str(), t)));
         let kv = graphs.exec(PREFILL).run(&prefill)?;
         let prefill_ms = ms_since(t1);
 
         let t2 = Instant::now();
         let names: Vec<String> = (0..kv.len() / 2)
-            .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
+            .flat_map(|i| [names::key(i), names::value(i)])
             .collect();
         let fixed = prefix.iter().filter(|(n, _)| n == VALID);
         let fixed: Vec<(&str, &Tensor)> = fixed
@@ -481,7 +523,8 @@ impl<A: FlowArch> FlowPolicy<A> {
         let x = euler_integrate(req.noise, schedule, io.num_steps, |x, t| {
             let time = cfg.time_input(t)?;
             let x_t = Tensor::from_f32(vec![c, ad], x)?;
-            let mut inputs: Vec<(&str, &Tensor)> = vec![("x_t", &x_t), ("time_emb", &time)];
+            let mut inputs: Vec<(&str, &Tensor)> =
+                vec![(names::X_T, &x_t), (names::TIME_EMB, &time)];
             inputs.extend(fixed.iter().copied());
             let out = graphs.exec(DENOISE).run(&inputs)?;
             out[0].to_vec_f32()

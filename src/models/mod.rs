@@ -12,6 +12,7 @@ pub mod pi0;
 pub mod predict;
 pub mod prefix;
 pub mod presets;
+pub mod prompt;
 pub mod smolvla;
 pub mod vla_jepa;
 pub mod vlacpp;

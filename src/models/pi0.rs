@@ -11,20 +11,22 @@
 //! decoder over the prefix: every layer's rotated keys and values) and `denoise` (one
 //! velocity). Masks, positions, the time embedding and the prompt are the hooks here.
 
+use super::common::statistics;
 use super::common::ActionIo;
 use super::flow::{
-    mask_constant, newline_terminated, valid_rows, Clipping, FlowArch, FlowPolicy, FlowSpec,
-    Inputs, PrefixLayout, RequestInputs, Segment, VALID,
+    mask_constant, newline_terminated, valid_rows, FlowArch, FlowPolicy, FlowSpec, GraphFn, Inputs,
+    PrefixLayout, RequestInputs, Segment, VALID,
 };
 use super::presets;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
-use crate::graph::{Graph, GraphBuilder, WeightStore};
+use crate::graph::{Graph, GraphBuilder};
 use crate::layers::{ada_rms_norm, linear, rms_norm, GatedActivation};
 use crate::modules::decoder::{
     finish_layer, norm_and_query, rotate, rotated_kv, DecoderConfig, ExpertConfig, Layer, LmConfig,
 };
+use crate::modules::flow::names;
 use crate::modules::flow::{Schedule, TimeEmbedding};
 use crate::modules::vision::{embed_images, Connector, VisionConfig};
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
@@ -170,13 +172,6 @@ impl FlowArch for Pi0Config {
         &mut self.io
     }
 
-    /// Gemma scales its embeddings by sqrt(hidden) and its RMSNorm gains by (1 + w); the
-    /// Gemma family is documented to overflow f16 (transformers #36822, Gemma 3). Not
-    /// measurable here (no trained checkpoint): random weights stay far inside the range.
-    fn f16_risk(&self) -> Option<&'static str> {
-        Some("the Gemma family is known to exceed that range (transformers #36822)")
-    }
-
     /// Reads and checks the `pi0.*` / `pi05.*` metadata (see docs/GGUF.md).
     fn read(file: &GgufFile) -> Result<Self> {
         let arch = file.architecture()?;
@@ -195,31 +190,30 @@ impl FlowArch for Pi0Config {
     }
 
     fn spec(&self) -> FlowSpec {
+        let camera = CameraInput::square(
+            self.vision.image_size,
+            Resize::KeepAspectPad,
+            PAD_UNIT,
+            PadAlign::Center,
+            PixelMap::MinusOneToOne,
+        );
         FlowSpec {
-            io: self.io.clone(),
-            vocab_size: self.lm.vocab_size,
-            camera: CameraInput::square(
-                self.vision.image_size,
-                Resize::KeepAspectPad,
-                PAD_UNIT,
-                PadAlign::Center,
-                PixelMap::MinusOneToOne,
-            ),
-            schedule: Schedule::OneToZero,
-            output_rows: self.io.chunk_size,
-            clip: Clipping::default(),
-            gripper: None,
             truncates_prompt: true,
+            // Gemma scales its embeddings by sqrt(hidden) and its RMSNorm gains by (1 + w);
+            // the Gemma family is documented to overflow f16 (transformers #36822, Gemma 3).
+            // Not measurable here (no trained checkpoint): random weights stay far inside
+            // the range.
+            f16_risk: Some("the Gemma family is known to exceed that range (transformers #36822)"),
+            ..FlowSpec::new(
+                self.io.clone(),
+                self.lm.vocab_size,
+                camera,
+                Schedule::OneToZero,
+            )
         }
     }
 
-    fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]> {
-        Ok([
-            graphs::vision(GraphBuilder::over(store), self)?,
-            graphs::prefill(GraphBuilder::over(store), self)?,
-            graphs::denoise(GraphBuilder::over(store), self)?,
-        ])
-    }
+    const GRAPHS: [GraphFn<Self>; 3] = [graphs::vision, graphs::prefill, graphs::denoise];
 
     /// pi0 appends a newline (`Pi0NewLineProcessor`), pi0.5 builds its state prompt
     /// ([`pi05_prompt`]).
@@ -241,7 +235,7 @@ impl FlowArch for Pi0Config {
         let prefix = layout.into_inputs(tokens)?;
         if self.variant == Variant::Pi0 {
             let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
-            suffix.push(("state".into(), state));
+            suffix.push((names::STATE.into(), state));
         }
         Ok(RequestInputs { prefix, suffix })
     }
@@ -256,10 +250,7 @@ impl FlowArch for Pi0Config {
             Variant::Pi0 => ["mean", "std"],
             Variant::Pi05 => ["q01", "q99"],
         };
-        [("state", self.io.state_dim), ("action", self.io.action_dim)]
-            .into_iter()
-            .flat_map(|(what, d)| stats.map(|s| (format!("{what}_{s}"), vec![d])))
-            .collect()
+        statistics(&self.io, stats, stats)
     }
 }
 
@@ -281,8 +272,11 @@ pub mod graphs {
     /// `[P, kv_heads, head_dim]`, in layer order (k, v).
     pub fn prefill(mut g: GraphBuilder, cfg: &Pi0Config) -> Result<Graph> {
         let (p, h, a) = (cfg.prefix_len(), cfg.lm.hidden, &cfg.attn);
-        let img = g.input("img_tokens", &[cfg.io.n_images * cfg.n_img_tokens(), h]);
-        let tokens = g.input("tokens", &[cfg.io.tokenizer_max_length]);
+        let img = g.input(
+            names::IMG_TOKENS,
+            &[cfg.io.n_images * cfg.n_img_tokens(), h],
+        );
+        let tokens = g.input(names::TOKENS, &[cfg.io.tokenizer_max_length]);
         let positions = g.input("positions", &[p]);
         let valid = g.input(VALID, &[p]);
         let mask = cfg
@@ -323,7 +317,7 @@ pub mod graphs {
             &cfg.attn,
         );
         let (eh, ad) = (cfg.expert.hidden, cfg.io.max_action_dim);
-        let x_t = g.input("x_t", &[c, ad]);
+        let x_t = g.input(names::X_T, &[c, ad]);
         let positions = g.input("positions", &[s]);
         let valid = g.input(VALID, &[p]);
         let extra = cfg.variant.suffix_extra();
@@ -333,8 +327,8 @@ pub mod graphs {
         let act = linear(&mut g, x_t, "action_in_proj", eh, true)?;
         let (mut x, cond) = match cfg.variant {
             Variant::Pi0 => {
-                let time = g.input("time_emb", &[c, eh]);
-                let state = g.input("state", &[1, cfg.io.max_state_dim]);
+                let time = g.input(names::TIME_EMB, &[c, eh]);
+                let state = g.input(names::STATE, &[1, cfg.io.max_state_dim]);
                 let state = linear(&mut g, state, "state_proj", eh, true)?;
                 let fused = g.concat(&[act, time], 1)?;
                 let fused = linear(&mut g, fused, "action_time_mlp_in", eh, true)?;
@@ -343,7 +337,7 @@ pub mod graphs {
                 (g.concat(&[state, fused], 0)?, None)
             }
             Variant::Pi05 => {
-                let time = g.input("time_emb", &[1, eh]);
+                let time = g.input(names::TIME_EMB, &[1, eh]);
                 let t = linear(&mut g, time, "time_mlp_in", eh, true)?;
                 let t = g.silu(t);
                 let t = linear(&mut g, t, "time_mlp_out", eh, true)?;
@@ -352,8 +346,8 @@ pub mod graphs {
         };
         for i in 0..cfg.lm.n_layers {
             let layer = Layer::conditioned("aex", i, cfg.expert.inter, cond);
-            let cache_k = g.input(format!("kv.{i}.k"), &[p, a.kv_heads, a.head_dim]);
-            let cache_v = g.input(format!("kv.{i}.v"), &[p, a.kv_heads, a.head_dim]);
+            let cache_k = g.input(names::key(i), &[p, a.kv_heads, a.head_dim]);
+            let cache_v = g.input(names::value(i), &[p, a.kv_heads, a.head_dim]);
             let (hn, q, gate) = norm_and_query(&mut g, x, &layer, a)?;
             let q = rotate(&mut g, q, positions, a)?;
             let new = rotated_kv(&mut g, hn, positions, &layer.prefix, a)?;

@@ -7,6 +7,7 @@
 use super::flow::{FlowArch, FlowSpec, VALID};
 use crate::graph::{Graph, GraphBuilder, NodeId, WeightStore};
 use crate::layers::frame_pixels;
+use crate::modules::flow::names;
 use crate::preprocess::FrameKey;
 use crate::{Error, Result};
 
@@ -32,18 +33,16 @@ fn vision_on_frames(
         .enumerate()
         .map(|(i, &k)| frame_pixels(g, &format!("{prefix}frame.{i}"), &spec.camera.frame_plan(k)))
         .collect::<Result<Vec<_>>>()?;
-    if let Some(other) = vision.input_names().find(|n| image_index(n).is_none()) {
+    if let Some(other) = vision
+        .input_names()
+        .find(|n| names::image_index(n).is_none())
+    {
         return Err(Error::InvalidArgument(format!(
             "the vision graph takes {other:?}; it may take only image.{{i}}"
         )));
     }
-    let bind = |name: &str| image_index(name).and_then(|i| pixels.get(i).copied());
+    let bind = |name: &str| names::image_index(name).and_then(|i| pixels.get(i).copied());
     Ok(g.inline(vision, STAGES[VISION], bind)?[0])
-}
-
-/// `image.{i}` -> `i`.
-fn image_index(name: &str) -> Option<usize> {
-    name.strip_prefix("image.")?.parse().ok()
 }
 
 /// The vision (on `frames`: inputs `frame.{i}`), prefill and denoise graphs, in that order.
@@ -80,7 +79,7 @@ pub fn predict_graph<A: FlowArch>(
     let img = vision_on_frames(&mut g, &vision, spec, frames, &frame_prefix)?;
     g.stage(STAGES[PREFILL]);
     let kv = g.inline(&prefill, STAGES[PREFILL], |n| {
-        (n == "img_tokens").then_some(img)
+        (n == names::IMG_TOKENS).then_some(img)
     })?;
     let valid = g.input_node(&format!("{}.{VALID}", STAGES[PREFILL]));
     g.stage(STAGES[DENOISE]);
@@ -93,26 +92,14 @@ pub fn predict_graph<A: FlowArch>(
     {
         let time = g.constant(&format!("flow.time_emb.{step}"), cfg.time_input(t)?)?;
         let bind = |name: &str| match name {
-            "x_t" => Some(x),
-            "time_emb" => Some(time),
+            names::X_T => Some(x),
+            names::TIME_EMB => Some(time),
             VALID => valid,
-            _ => kv_index(name).and_then(|k| kv.get(k).copied()),
+            _ => names::kv_index(name).and_then(|k| kv.get(k).copied()),
         };
         let v = g.inline(&denoise, STAGES[DENOISE], bind)?[0];
         let step = g.scale(v, dt);
         x = g.add(x, step)?;
     }
     g.build(&[x])
-}
-
-/// `kv.{i}.k` -> `2 i`, `kv.{i}.v` -> `2 i + 1`: the prefill output a denoise input names.
-fn kv_index(name: &str) -> Option<usize> {
-    let rest = name.strip_prefix("kv.")?;
-    let (layer, which) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    match which {
-        "k" => Some(2 * layer),
-        "v" => Some(2 * layer + 1),
-        _ => None,
-    }
 }

@@ -3,6 +3,7 @@
 //! crosses the bus; their fixed parts are graph constants).
 
 use crate::graph::{GraphBuilder, NodeId};
+use crate::modules::flow::names;
 use crate::{Result, Tensor};
 
 /// Named graph inputs.
@@ -77,7 +78,7 @@ impl PrefixLayout {
             ),
             (VALID.into(), valid),
             (
-                "tokens".into(),
+                names::TOKENS.into(),
                 Tensor::from_f32(vec![tokens.len()], tokens)?,
             ),
         ])

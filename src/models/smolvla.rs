@@ -8,21 +8,23 @@
 //! decoder over the prefix, giving every expert layer its keys and values) and `denoise`
 //! (one velocity evaluation). Masks, positions and the time embedding are the hooks here.
 
+use super::common::statistics;
 use super::common::ActionIo;
 use super::flow::{
-    mask_constant, newline_terminated, valid_rows, Clipping, FlowArch, FlowPolicy, FlowSpec,
-    Inputs, PrefixLayout, RequestInputs, Segment, VALID,
+    mask_constant, newline_terminated, valid_rows, FlowArch, FlowPolicy, FlowSpec, GraphFn, Inputs,
+    PrefixLayout, RequestInputs, Segment, VALID,
 };
 use super::presets;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile};
-use crate::graph::{Graph, GraphBuilder, NodeId, WeightStore};
+use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::layers::{linear, rms_norm, GatedActivation};
 use crate::modules::decoder::{
     finish_layer, layer_prefix, norm_and_query, project_heads, rotate, rotated_kv, DecoderConfig,
     ExpertConfig, Layer, LmConfig,
 };
+use crate::modules::flow::names;
 use crate::modules::flow::{Schedule, TimeEmbedding};
 use crate::modules::vision::{embed_images, Connector, VisionConfig};
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
@@ -134,31 +136,25 @@ impl FlowArch for SmolVlaConfig {
     }
 
     fn spec(&self) -> FlowSpec {
+        let camera = CameraInput::square(
+            self.vision.image_size,
+            Resize::KeepAspectPad,
+            0.0,
+            PadAlign::BottomRight,
+            PixelMap::MinusOneToOne,
+        );
         FlowSpec {
-            io: self.io.clone(),
-            vocab_size: self.lm.vocab_size,
-            camera: CameraInput::square(
-                self.vision.image_size,
-                Resize::KeepAspectPad,
-                0.0,
-                PadAlign::BottomRight,
-                PixelMap::MinusOneToOne,
-            ),
-            schedule: Schedule::OneToZero,
-            output_rows: self.io.chunk_size,
-            clip: Clipping::default(),
-            gripper: None,
             truncates_prompt: true,
+            ..FlowSpec::new(
+                self.io.clone(),
+                self.lm.vocab_size,
+                camera,
+                Schedule::OneToZero,
+            )
         }
     }
 
-    fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]> {
-        Ok([
-            graphs::vision(GraphBuilder::over(store), self)?,
-            graphs::prefill(GraphBuilder::over(store), self)?,
-            graphs::denoise(GraphBuilder::over(store), self)?,
-        ])
-    }
+    const GRAPHS: [GraphFn<Self>; 3] = [graphs::vision, graphs::prefill, graphs::denoise];
 
     /// lerobot's `SmolVLANewLineProcessor`: a newline appended unless the task ends with one.
     fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
@@ -186,16 +182,7 @@ impl FlowArch for SmolVlaConfig {
     }
 
     fn statistics(&self) -> Vec<(String, Vec<usize>)> {
-        let (s, a) = (self.io.state_dim, self.io.action_dim);
-        [
-            ("state_mean", s),
-            ("state_std", s),
-            ("action_mean", a),
-            ("action_std", a),
-        ]
-        .into_iter()
-        .map(|(n, d)| (n.to_owned(), vec![d]))
-        .collect()
+        statistics(&self.io, ["mean", "std"], ["mean", "std"])
     }
 }
 
@@ -219,9 +206,12 @@ pub mod graphs {
     /// and the expert's projections of them for cross-attention layers.
     pub fn prefill(mut g: GraphBuilder, cfg: &SmolVlaConfig) -> Result<Graph> {
         let (p, h, a) = (cfg.prefix_len(), cfg.lm.hidden, &cfg.attn);
-        let img = g.input("img_tokens", &[cfg.io.n_images * cfg.n_img_tokens(), h]);
-        let tokens = g.input("tokens", &[cfg.io.tokenizer_max_length]);
-        let state = g.input("state", &[1, cfg.io.max_state_dim]);
+        let img = g.input(
+            names::IMG_TOKENS,
+            &[cfg.io.n_images * cfg.n_img_tokens(), h],
+        );
+        let tokens = g.input(names::TOKENS, &[cfg.io.tokenizer_max_length]);
+        let state = g.input(names::STATE, &[1, cfg.io.max_state_dim]);
         let positions = g.input("positions", &[p]);
         let valid = g.input(VALID, &[p]);
         let mask = cfg
@@ -267,8 +257,8 @@ pub mod graphs {
     pub fn denoise(mut g: GraphBuilder, cfg: &SmolVlaConfig) -> Result<Graph> {
         let (p, c, a) = (cfg.prefix_len(), cfg.io.chunk_size, &cfg.attn);
         let (eh, ad) = (cfg.expert.hidden, cfg.io.max_action_dim);
-        let x_t = g.input("x_t", &[c, ad]);
-        let time = g.input("time_emb", &[c, eh]);
+        let x_t = g.input(names::X_T, &[c, ad]);
+        let time = g.input(names::TIME_EMB, &[c, eh]);
         let pos_self = g.input("pos_self", &[c]);
         let valid = g.input(VALID, &[p]);
         let arange = Tensor::from_f32(vec![c], (0..c).map(|i| i as f32).collect::<Vec<_>>())?;
@@ -283,8 +273,8 @@ pub mod graphs {
         let mut x = linear(&mut g, fused, "action_time_mlp_out", eh, true)?;
         for i in 0..cfg.lm.n_layers {
             let layer = Layer::new("aex", i, cfg.expert.inter);
-            let cache_k = g.input(format!("kv.{i}.k"), &[p, a.kv_heads, a.head_dim]);
-            let cache_v = g.input(format!("kv.{i}.v"), &[p, a.kv_heads, a.head_dim]);
+            let cache_k = g.input(names::key(i), &[p, a.kv_heads, a.head_dim]);
+            let cache_v = g.input(names::value(i), &[p, a.kv_heads, a.head_dim]);
             let (hn, q, _) = norm_and_query(&mut g, x, &layer, a)?;
             let cache = (cache_k, cache_v);
             x = if cfg.is_self_attn(i) {

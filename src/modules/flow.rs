@@ -3,6 +3,50 @@
 
 use crate::config::{first_failing, Keys, Section};
 
+/// The input and output names that connect a flow policy's three graphs (vision, prefill,
+/// denoise: `models::flow::FlowArch`), and that the driver binds.
+pub mod names {
+    /// Camera `i`'s `[3, H, W]` pixels, the vision graph's input.
+    pub fn image(i: usize) -> String {
+        format!("image.{i}")
+    }
+    /// `image.{i}` -> `i`.
+    pub fn image_index(name: &str) -> Option<usize> {
+        name.strip_prefix("image.")?.parse().ok()
+    }
+    /// The vision graph's output, the prefill's input: every camera's image tokens.
+    pub const IMG_TOKENS: &str = "img_tokens";
+    /// The instruction's token ids (a prefill input).
+    pub const TOKENS: &str = "tokens";
+    /// The normalised, padded state.
+    pub const STATE: &str = "state";
+    /// The denoise graph's current actions, `[chunk, max_action_dim]`.
+    pub const X_T: &str = "x_t";
+    /// The denoise graph's time input ([`crate::models::flow::FlowArch::time_input`]).
+    pub const TIME_EMB: &str = "time_emb";
+    /// The prefill's output `2 i`, which the denoise graph reads as layer (or block) `i`'s
+    /// keys.
+    pub fn key(i: usize) -> String {
+        format!("kv.{i}.k")
+    }
+    /// The prefill's output `2 i + 1`: layer (or block) `i`'s values.
+    pub fn value(i: usize) -> String {
+        format!("kv.{i}.v")
+    }
+    /// [`key`]`(i)` -> `2 i`, [`value`]`(i)` -> `2 i + 1`: the prefill output a denoise input
+    /// names.
+    pub fn kv_index(name: &str) -> Option<usize> {
+        let rest = name.strip_prefix("kv.")?;
+        let (layer, which) = rest.split_once('.')?;
+        let layer: usize = layer.parse().ok()?;
+        match which {
+            "k" => Some(2 * layer),
+            "v" => Some(2 * layer + 1),
+            _ => None,
+        }
+    }
+}
+
 /// The sinusoidal time embedding's period range. Keys: `min_period`, `max_period`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimeEmbedding {

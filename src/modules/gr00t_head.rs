@@ -11,6 +11,7 @@ use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{layer_norm, linear, linear_in_out};
+use crate::modules::flow::names;
 use crate::{Result, Tensor};
 
 /// The embodiment-indexed MLPs: (prefix, layer names).
@@ -185,15 +186,15 @@ pub fn head_inputs(
     let cross = (0..cross_blocks(dit))
         .map(|j| {
             let shape = [l, dit.heads, dit.head_dim];
-            let k = g.input(format!("kv.{j}.k"), &shape);
-            let v = g.input(format!("kv.{j}.v"), &shape);
+            let k = g.input(names::key(j), &shape);
+            let v = g.input(names::value(j), &shape);
             (k, v)
         })
         .collect();
     Ok(HeadInputs {
-        x_t: g.input("x_t", &[c, io.max_action_dim]),
-        time: g.input("time_emb", &[c, e + TIMESTEP_CHANNELS]),
-        state: g.input("state", &[1, io.max_state_dim]),
+        x_t: g.input(names::X_T, &[c, io.max_action_dim]),
+        time: g.input(names::TIME_EMB, &[c, e + TIMESTEP_CHANNELS]),
+        state: g.input(names::STATE, &[1, io.max_state_dim]),
         cross,
     })
 }

@@ -17,6 +17,7 @@ use crate::config::limits::{MAX_LAYERS, MAX_PATCHES_PER_SIDE};
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{attend, layer_norm, linear, rope_tables, split_heads};
+use crate::modules::flow::names;
 use crate::{Result, Tensor};
 
 /// LayerNorm epsilon everywhere in the tower.
@@ -191,7 +192,7 @@ pub fn towers_side_by_side(
     };
     let views = (0..n_images)
         .map(|i| {
-            let img = g.input(format!("image.{i}"), &[3, cfg.image_h, cfg.image_w]);
+            let img = g.input(names::image(i), &[3, cfg.image_h, cfg.image_w]);
             let (merged, taps) = qwen_vision_tower(g, img, cfg, pre)?;
             let mut parts = vec![merged];
             parts.extend(taps);

@@ -7,6 +7,7 @@ use crate::config::limits::{MAX_LAYERS, MAX_PATCHES_PER_SIDE};
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{attend, gelu_mlp, layer_norm, linear, split_heads};
+use crate::modules::flow::names;
 use crate::{Error, Result};
 
 /// A SigLIP-style tower. Keys: `vit_hidden`, `vit_layers`, `vit_heads`, `vit_inter`,
@@ -300,7 +301,7 @@ pub fn embed_images(
     let s = cfg.image_size;
     let views = (0..n_images)
         .map(|i| {
-            let img = g.input(format!("image.{i}"), &[3, s, s]);
+            let img = g.input(names::image(i), &[3, s, s]);
             embed_image(g, img, cfg, connector, out)
         })
         .collect::<Result<Vec<_>>>()?;

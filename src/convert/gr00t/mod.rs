@@ -16,8 +16,10 @@ use super::{ckpt_err, read_json, Json, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::layers::GatedActivation;
+use crate::models::embodiment::Embodiments;
 use crate::models::flow::FlowArch;
-pub use crate::models::gr00t::{Gr00tConfig, HeadConfig, PromptIds};
+pub use crate::models::gr00t::{Gr00tConfig, HeadConfig};
+pub use crate::models::prompt::PromptIds;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
 use crate::modules::vision::PatchPositions;
@@ -329,11 +331,13 @@ fn read_config(
         vision,
         io,
         prompt,
-        embodiment_tags: pack_json
-            .get("embodiment_mapping")
-            .map(|m| m.to_string())
-            .ok_or_else(|| ckpt_err(policy.path, "no embodiment_mapping in the pack step"))?,
-        default_embodiment: policy.str("embodiment_tag")?.to_owned(),
+        embodiments: Embodiments {
+            tags: pack_json
+                .get("embodiment_mapping")
+                .map(|m| m.to_string())
+                .ok_or_else(|| ckpt_err(policy.path, "no embodiment_mapping in the pack step"))?,
+            default: policy.str("embodiment_tag")?.to_owned(),
+        },
     })
 }
 

@@ -6,6 +6,7 @@ use crate::layers::{rms_norm, splice_rows};
 use crate::models::flow::{valid_rows, PrefixLayout, VALID};
 use crate::modules::decoder::decoder_stack;
 use crate::modules::evo1_head::{context, cross_kv, velocity, TIME_ROWS};
+use crate::modules::flow::names;
 use crate::modules::vision::embed_images;
 use crate::{Result, Tensor};
 
@@ -27,8 +28,8 @@ pub fn vision(mut g: GraphBuilder, cfg: &Evo1Config) -> Result<Graph> {
 /// `tokens` `[L]`, `valid` `[L]`.
 pub fn features(g: &mut GraphBuilder, cfg: &Evo1Config) -> Result<NodeId> {
     let (l, h, n) = (cfg.seq_len(), cfg.lm.hidden, cfg.n_img_tokens());
-    let img = g.input("img_tokens", &[cfg.io.n_images * n, h]);
-    let tokens = g.input("tokens", &[l]);
+    let img = g.input(names::IMG_TOKENS, &[cfg.io.n_images * n, h]);
+    let tokens = g.input(names::TOKENS, &[l]);
     let valid = g.input(VALID, &[l]);
     let mask = PrefixLayout::causal(l, l).allowed(g, valid)?;
     let table = g.weight("token_embd.weight", &[cfg.lm.vocab_size, h])?;
@@ -66,7 +67,7 @@ pub fn features(g: &mut GraphBuilder, cfg: &Evo1Config) -> Result<NodeId> {
 /// max_state_dim]` (normalised, padded).
 pub fn prefill(mut g: GraphBuilder, cfg: &Evo1Config) -> Result<Graph> {
     let lm = features(&mut g, cfg)?;
-    let state = g.input("state", &[1, cfg.io.max_state_dim]);
+    let state = g.input(names::STATE, &[1, cfg.io.max_state_dim]);
     let ctx = context(&mut g, &cfg.head, lm, state)?;
     let outputs = cross_kv(&mut g, &cfg.head, ctx)?;
     g.build(&outputs)
@@ -76,12 +77,12 @@ pub fn prefill(mut g: GraphBuilder, cfg: &Evo1Config) -> Result<Graph> {
 /// time table's row, one-hot), the prefill's `valid` `[L]` and `kv.{j}.k` / `kv.{j}.v` `[L + 1, heads, head_dim]`.
 pub fn denoise(mut g: GraphBuilder, cfg: &Evo1Config) -> Result<Graph> {
     let (io, l) = (&cfg.io, cfg.seq_len());
-    let x_t = g.input("x_t", &[io.chunk_size, io.max_action_dim]);
-    let time = g.input("time_emb", &[1, 1, TIME_ROWS]);
+    let x_t = g.input(names::X_T, &[io.chunk_size, io.max_action_dim]);
+    let time = g.input(names::TIME_EMB, &[1, 1, TIME_ROWS]);
     let valid = g.input(VALID, &[l]);
     let (heads, hd) = (cfg.head.heads, cfg.head.embed / cfg.head.heads);
     let kv = (0..cfg.head.layers)
-        .flat_map(|j| ["k", "v"].map(|w| format!("kv.{j}.{w}")))
+        .flat_map(|j| [names::key(j), names::value(j)])
         .map(|name| g.input(name, &[l + 1, heads, hd]))
         .collect::<Vec<_>>();
     // The state's row is always visible.

@@ -12,16 +12,16 @@
 //! Under the [`FlowPolicy`] driver: `vision` (the tower per camera), `prefill` (the language
 //! model and the head's keys and values over the context) and `denoise`.
 
-use super::common::{ActionIo, NoiseDraw};
-use super::flow::{FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs, VALID};
-use super::gr00t::PromptIds;
-use crate::config::limits::{MAX_IMAGES, MAX_SEQUENCE};
+use super::common::{statistics, ActionIo, NoiseDraw};
+use super::flow::{FlowArch, FlowPolicy, FlowSpec, GraphFn, PrefixLayout, RequestInputs, VALID};
+use super::prompt::PromptIds;
+use crate::config::limits::MAX_IMAGES;
 use crate::config::{self, bounded, first_failing, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
-use crate::graph::{Graph, GraphBuilder, WeightStore};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::evo1_head::{time_one_hot, Evo1HeadConfig, SCHEDULE};
+use crate::modules::flow::names;
 use crate::modules::vision::{Connector, TowerStyle, VisionConfig};
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::{Result, Tensor};
@@ -77,36 +77,21 @@ impl Section for Evo1Config {
         self.io.check_vocab(self.lm.vocab_size)?;
         bounded("max_views", self.max_views, 1, MAX_IMAGES)?;
         let (io, v) = (&self.io, &self.vision);
-        let starts =
-            self.prompt
-                .image_starts(self.image_token as u32, self.n_img_tokens(), self.max_views);
+        let image = (self.image_token as u32, self.n_img_tokens(), self.max_views);
         let vocab = self.lm.vocab_size;
-        let in_vocab = |ids: &[u32]| ids.iter().all(|&t| (t as usize) < vocab);
-        let prompt = self.prompt.before.len() + self.prompt.after.len();
+        self.prompt.check(image, vocab, io.tokenizer_max_length)?;
         first_failing(&[
             (
                 v.patches_per_side().is_multiple_of(2),
                 "patches per side must be even (the pixel shuffle folds 2 x 2 patches)",
             ),
             (
-                starts.is_ok(),
-                &starts.err().map_or(String::new(), |e| e.to_string()),
-            ),
-            (
                 io.n_images <= self.max_views,
                 "n_images must be at most max_views",
             ),
             (
-                in_vocab(&self.prompt.before) && in_vocab(&self.prompt.after),
-                "the prompt's token ids must be below vocab_size",
-            ),
-            (
                 self.image_token < vocab,
                 "image_token_id must be below vocab_size",
-            ),
-            (
-                prompt <= MAX_SEQUENCE && prompt + io.tokenizer_max_length <= MAX_SEQUENCE,
-                "the prompt is too long",
             ),
             (
                 self.head.embed == self.lm.hidden,
@@ -128,7 +113,7 @@ impl Evo1Config {
 
     /// The language model's sequence: the prompt around the longest instruction.
     pub fn seq_len(&self) -> usize {
-        self.prompt.before.len() + self.io.tokenizer_max_length + self.prompt.after.len()
+        self.prompt.seq_len(self.io.tokenizer_max_length)
     }
 
     /// Where each view's image tokens start (all `max_views`).
@@ -175,31 +160,24 @@ impl FlowArch for Evo1Config {
     }
 
     fn spec(&self) -> FlowSpec {
+        let camera = CameraInput::square(
+            self.vision.image_size,
+            Resize::StretchBicubicRounded,
+            0.0,
+            PadAlign::Center,
+            PixelMap::IMAGENET,
+        );
         FlowSpec {
-            io: self.io.clone(),
-            vocab_size: self.lm.vocab_size,
-            camera: CameraInput::square(
-                self.vision.image_size,
-                Resize::StretchBicubicRounded,
-                0.0,
-                PadAlign::Center,
-                PixelMap::IMAGENET,
-            ),
-            schedule: SCHEDULE,
-            output_rows: self.io.chunk_size,
-            clip: Default::default(),
-            gripper: None,
             truncates_prompt: true,
+            // lerobot's generic MIN_MAX processor (a zero range counts as 1e-8), uniform
+            // noise as Evo-1's flow head draws it
+            lerobot_min_max: true,
+            noise: NoiseDraw::Uniform,
+            ..FlowSpec::new(self.io.clone(), self.lm.vocab_size, camera, SCHEDULE)
         }
     }
 
-    fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]> {
-        Ok([
-            graphs::vision(GraphBuilder::over(store), self)?,
-            graphs::prefill(GraphBuilder::over(store), self)?,
-            graphs::denoise(GraphBuilder::over(store), self)?,
-        ])
-    }
+    const GRAPHS: [GraphFn<Self>; 3] = [graphs::vision, graphs::prefill, graphs::denoise];
 
     /// The instruction without surrounding whitespace (Python's `str.strip`).
     fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
@@ -222,9 +200,9 @@ impl FlowArch for Evo1Config {
             layout.valid[start..start + n].fill(false);
         }
         let mut prefix = layout.into_inputs(seq)?;
-        prefix.retain(|(name, _)| name == VALID || name == "tokens");
+        prefix.retain(|(name, _)| name == VALID || name == names::TOKENS);
         let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
-        prefix.push(("state".into(), state));
+        prefix.push((names::STATE.into(), state));
         Ok(RequestInputs {
             prefix,
             suffix: Vec::new(),
@@ -238,21 +216,7 @@ impl FlowArch for Evo1Config {
 
     /// Min/max for the state and the actions (lerobot's MIN_MAX).
     fn statistics(&self) -> Vec<(String, Vec<usize>)> {
-        let (s, a) = (self.io.state_dim, self.io.action_dim);
-        vec![
-            ("state_min".into(), vec![s]),
-            ("state_max".into(), vec![s]),
-            ("action_min".into(), vec![a]),
-            ("action_max".into(), vec![a]),
-        ]
-    }
-
-    fn lerobot_min_max(&self) -> bool {
-        true
-    }
-
-    fn noise_draw(&self) -> NoiseDraw {
-        NoiseDraw::Uniform
+        statistics(&self.io, ["min", "max"], ["min", "max"])
     }
 
     fn write(&self, w: &mut GgufWriter) -> Result<()> {

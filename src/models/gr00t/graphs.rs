@@ -7,6 +7,7 @@ use crate::layers::{linear, rms_norm, splice_rows};
 use crate::models::flow::{valid_rows, VALID};
 use crate::modules::decoder::decoder_stack;
 use crate::modules::dit::cross_blocks;
+use crate::modules::flow::names;
 use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context, HeadLinears};
 use crate::modules::vision::vision_tower;
 use crate::Result;
@@ -16,7 +17,7 @@ pub fn vision(mut g: GraphBuilder, cfg: &Gr00tConfig) -> Result<Graph> {
     let s = cfg.vision.image_size;
     let views = (0..cfg.io.n_images)
         .map(|i| {
-            let img = g.input(format!("image.{i}"), &[3, s, s]);
+            let img = g.input(names::image(i), &[3, s, s]);
             let x = vision_tower(&mut g, img, &cfg.vision)?;
             linear(&mut g, x, "mm.fc", cfg.lm.hidden, true)
         })
@@ -54,8 +55,11 @@ fn spliced_embeddings(
 /// `[L]`, `positions` `[L]`, `valid` `[L]`.
 pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tConfig) -> Result<(NodeId, NodeId)> {
     let (l, h, a) = (cfg.seq_len(), cfg.lm.hidden, &cfg.attn);
-    let img = g.input("img_tokens", &[cfg.io.n_images * cfg.n_img_tokens(), h]);
-    let tokens = g.input("tokens", &[l]);
+    let img = g.input(
+        names::IMG_TOKENS,
+        &[cfg.io.n_images * cfg.n_img_tokens(), h],
+    );
+    let tokens = g.input(names::TOKENS, &[l]);
     let positions = g.input("positions", &[l]);
     let valid = g.input(VALID, &[l]);
     let mask = cfg.layout(l).allowed(g, valid)?;

@@ -15,16 +15,17 @@
 //! reference and vla.cpp keep them); at load the policy narrows each to the active
 //! embodiment's slice ([`GgufFile::select_index`]), so a backend holds one copy.
 
+use super::common::statistics;
 use super::common::ActionIo;
-use super::embodiment::{self, KEY_DEFAULT, KEY_TAGS};
-use super::flow::{Clipping, FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs};
+use super::embodiment::Embodiments;
+use super::flow::{FlowArch, FlowPolicy, FlowSpec, GraphFn, PrefixLayout, RequestInputs};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
-use crate::graph::{Graph, GraphBuilder, WeightStore};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
+use crate::modules::flow::names;
 use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::time_rows;
 pub use crate::modules::gr00t_head::{ChunkShape, HeadConfig};
@@ -54,8 +55,7 @@ pub struct Gr00tConfig {
     pub prompt: PromptIds,
     /// `<arch>.embodiment_tag_mapping` (JSON tag -> id) and `<arch>.embodiment` (the default
     /// tag): see [`super::embodiment`].
-    pub embodiment_tags: String,
-    pub default_embodiment: String,
+    pub embodiments: Embodiments,
 }
 
 impl Section for Gr00tConfig {
@@ -79,28 +79,13 @@ impl Section for Gr00tConfig {
         self.io.check()?;
         self.io.check_vocab(self.lm.vocab_size)?;
         let (h, io) = (&self.head, &self.io);
-        let starts =
-            self.prompt
-                .image_starts(h.image_token as u32, self.vision.n_patches(), io.n_images);
-        let prompt = self.prompt.before.len() + self.prompt.after.len();
-        let vocab = self.lm.vocab_size;
-        let in_vocab = |ids: &[u32]| ids.iter().all(|&t| (t as usize) < vocab);
+        let image = (h.image_token as u32, self.vision.n_patches(), io.n_images);
+        let text = io.tokenizer_max_length;
+        self.prompt.check(image, self.lm.vocab_size, text)?;
         first_failing(&[
             (
-                starts.is_ok(),
-                &starts.err().map_or(String::new(), |e| e.to_string()),
-            ),
-            (
-                embodiment::tag_map(&self.embodiment_tags).is_ok(),
+                self.embodiments.valid(),
                 "embodiment_tag_mapping must be a JSON object of ids",
-            ),
-            (
-                in_vocab(&self.prompt.before) && in_vocab(&self.prompt.after),
-                "the prompt's token ids must be below vocab_size",
-            ),
-            (
-                prompt <= MAX_SEQUENCE && prompt + io.tokenizer_max_length <= MAX_SEQUENCE,
-                "the prompt is too long",
             ),
             (
                 self.vlsa.width() == self.lm.hidden,
@@ -147,7 +132,7 @@ impl Gr00tConfig {
 
     /// The LM's sequence: the prompt around the longest instruction.
     pub fn seq_len(&self) -> usize {
-        self.prompt.before.len() + self.io.tokenizer_max_length + self.prompt.after.len()
+        self.prompt.seq_len(self.io.tokenizer_max_length)
     }
 
     /// Where each camera's image tokens start in the sequence (checked by `check`).
@@ -191,44 +176,33 @@ impl FlowArch for Gr00tConfig {
             },
             ..Default::default()
         };
-        let text = |key: &str| file.get_str(&format!("{ARCH}.{key}")).map(str::to_owned);
         let fixed = Gr00tConfig {
             prompt: PromptIds::read(file, ARCH)?,
-            embodiment_tags: text(KEY_TAGS)?,
-            default_embodiment: text(KEY_DEFAULT)?,
+            embodiments: Embodiments::read(file, ARCH)?,
             ..fixed
         };
         config::read(file, ARCH, fixed)
     }
 
     fn spec(&self) -> FlowSpec {
-        FlowSpec {
-            io: self.io.clone(),
-            vocab_size: self.lm.vocab_size,
-            camera: CameraInput::square(
-                self.vision.image_size,
-                Resize::StretchBicubicU8,
-                0.0,
-                PadAlign::Center,
-                PixelMap::MinusOneToOne,
-            ),
-            schedule: Schedule::ZeroToOneBucketed {
-                buckets: self.head.buckets,
-            },
-            output_rows: self.io.chunk_size,
-            clip: Clipping::default(),
-            gripper: None,
-            truncates_prompt: false,
-        }
+        let camera = CameraInput::square(
+            self.vision.image_size,
+            Resize::StretchBicubicU8,
+            0.0,
+            PadAlign::Center,
+            PixelMap::MinusOneToOne,
+        );
+        let schedule = Schedule::ZeroToOneBucketed {
+            buckets: self.head.buckets,
+        };
+        FlowSpec::new(self.io.clone(), self.lm.vocab_size, camera, schedule)
     }
 
-    fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]> {
-        Ok([
-            graphs::vision(GraphBuilder::over(store), self)?,
-            graphs::prefill(GraphBuilder::over(store), self)?,
-            graphs::denoise(GraphBuilder::over(store), self)?,
-        ])
+    fn embodiments(&self) -> Option<(&Embodiments, usize)> {
+        Some((&self.embodiments, self.head.embodiments))
     }
+
+    const GRAPHS: [GraphFn<Self>; 3] = [graphs::vision, graphs::prefill, graphs::denoise];
 
     /// lerobot's instruction text: the task as a one-element Python list (`str([task])`),
     /// which the prompt ids surround; an empty task is lerobot's default ("Perform the task.",
@@ -254,7 +228,7 @@ impl FlowArch for Gr00tConfig {
         let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
         Ok(RequestInputs {
             prefix,
-            suffix: vec![("state".into(), state)],
+            suffix: vec![(names::STATE.into(), state)],
         })
     }
 
@@ -266,44 +240,14 @@ impl FlowArch for Gr00tConfig {
 
     /// Min/max per feature (lerobot's GR00T normalisation).
     fn statistics(&self) -> Vec<(String, Vec<usize>)> {
-        [("state", self.io.state_dim), ("action", self.io.action_dim)]
-            .into_iter()
-            .flat_map(|(what, d)| ["min", "max"].map(|s| (format!("{what}_{s}"), vec![d])))
-            .collect()
-    }
-
-    /// The graphs' weights, the embodiment-indexed ones with their leading embodiment axis.
-    fn tensor_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
-        let shapes = crate::graph::declared_weights(&self.declaring_graphs()?)?;
-        Ok(embodiment::with_embodiment_axis(
-            shapes,
-            self.head.embodiments,
-        ))
+        statistics(&self.io, ["min", "max"], ["min", "max"])
     }
 
     fn write(&self, w: &mut GgufWriter) -> Result<()> {
         w.add_metadata("general.architecture", ARCH)?;
         self.prompt.write(w, ARCH)?;
-        w.add_metadata(format!("{ARCH}.{KEY_TAGS}"), self.embodiment_tags.as_str())?;
-        w.add_metadata(
-            format!("{ARCH}.{KEY_DEFAULT}"),
-            self.default_embodiment.as_str(),
-        )?;
+        self.embodiments.write(w, ARCH)?;
         config::write(self, w, ARCH)
-    }
-
-    fn select_weights(
-        &self,
-        file: &mut GgufFile,
-        requested: Option<&str>,
-    ) -> Result<Option<String>> {
-        embodiment::select(
-            file,
-            &self.embodiment_tags,
-            &self.default_embodiment,
-            requested,
-            self.head.embodiments,
-        )
     }
 }
 
@@ -311,7 +255,8 @@ impl FlowArch for Gr00tConfig {
 pub mod graphs;
 mod prompt;
 
-pub use prompt::{python_repr, PromptIds};
+pub use super::prompt::PromptIds;
+pub use prompt::python_repr;
 
 #[cfg(test)]
 mod tests {

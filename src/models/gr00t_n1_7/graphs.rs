@@ -5,6 +5,7 @@ use super::Gr00tN17Config;
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::models::flow::{mask_constant, valid_rows, VALID};
 use crate::modules::dit::cross_blocks;
+use crate::modules::flow::names;
 use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context, HeadLinears};
 use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
 use crate::modules::qwen_vision::towers_side_by_side;
@@ -26,10 +27,10 @@ pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, N
     let (l, h) = (cfg.seq_len(), cfg.lm.hidden);
     let taps = cfg.vision.deepstack.len();
     let img = g.input(
-        "img_tokens",
+        names::IMG_TOKENS,
         &[cfg.io.n_images * cfg.n_img_tokens(), (1 + taps) * h],
     );
-    let tokens = g.input("tokens", &[l]);
+    let tokens = g.input(names::TOKENS, &[l]);
     let valid = g.input(VALID, &[l]);
     let mask = cfg.layout(l).allowed(g, valid)?;
     let images = ImageRows::of_cameras(g, img, &cfg.vision, cfg.image_spans())?;

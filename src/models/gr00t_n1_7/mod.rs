@@ -11,17 +11,19 @@
 //! deepstack features side by side), `prefill` (the language model over the chat prompt,
 //! vlln, the VL self-attention blocks, the DiT's cross keys and values) and `denoise`.
 
+use super::common::statistics;
 use super::common::ActionIo;
-use super::embodiment::{self, KEY_DEFAULT, KEY_TAGS};
-use super::flow::{Clipping, FlowArch, FlowPolicy, FlowSpec, PrefixLayout, RequestInputs, VALID};
-use super::gr00t::PromptIds;
-use crate::config::limits::MAX_SEQUENCE;
+use super::embodiment::Embodiments;
+use super::flow::{
+    Clipping, FlowArch, FlowPolicy, FlowSpec, GraphFn, PrefixLayout, RequestInputs, VALID,
+};
+use super::prompt::PromptIds;
 use crate::config::{self, bounded, first_failing, read_u32s, write_u32s, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
-use crate::graph::{Graph, GraphBuilder, WeightStore};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
+use crate::modules::flow::names;
 use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::{time_rows, ChunkShape, HeadConfig};
 use crate::modules::qwen_text::{ImageSpan, MropeConfig};
@@ -77,8 +79,7 @@ pub struct Gr00tN17Config {
     /// The rows a predict returns (`valid_horizon`).
     pub valid_horizon: usize,
     pub prompt: PromptIds,
-    pub embodiment_tags: String,
-    pub default_embodiment: String,
+    pub embodiments: Embodiments,
 }
 
 impl Section for Gr00tN17Config {
@@ -110,29 +111,13 @@ impl Section for Gr00tN17Config {
         bounded("dit_text_every", self.text_every, 1, 1 << 10)?;
         bounded("valid_horizon", self.valid_horizon, 1, self.io.chunk_size)?;
         let (h, io) = (&self.head, &self.io);
-        let image = h.image_token as u32;
-        let starts = self
-            .prompt
-            .image_starts(image, self.vision.n_tokens(), io.n_images);
-        let prompt = self.prompt.before.len() + self.prompt.after.len();
-        let vocab = self.lm.vocab_size;
-        let in_vocab = |ids: &[u32]| ids.iter().all(|&t| (t as usize) < vocab);
+        let image = (h.image_token as u32, self.vision.n_tokens(), io.n_images);
+        let text = io.tokenizer_max_length;
+        self.prompt.check(image, self.lm.vocab_size, text)?;
         first_failing(&[
             (
-                starts.is_ok(),
-                &starts.err().map_or(String::new(), |e| e.to_string()),
-            ),
-            (
-                embodiment::tag_map(&self.embodiment_tags).is_ok(),
+                self.embodiments.valid(),
                 "embodiment_tag_mapping must be a JSON object of ids",
-            ),
-            (
-                in_vocab(&self.prompt.before) && in_vocab(&self.prompt.after),
-                "the prompt's token ids must be below vocab_size",
-            ),
-            (
-                prompt <= MAX_SEQUENCE && prompt + io.tokenizer_max_length <= MAX_SEQUENCE,
-                "the prompt is too long",
             ),
             (
                 self.vision.out == self.lm.hidden,
@@ -188,7 +173,7 @@ impl Gr00tN17Config {
 
     /// The language model's sequence: the prompt around the longest instruction.
     pub fn seq_len(&self) -> usize {
-        self.prompt.before.len() + self.io.tokenizer_max_length + self.prompt.after.len()
+        self.prompt.seq_len(self.io.tokenizer_max_length)
     }
 
     /// Each camera's image tokens in the sequence (checked by `check`).
@@ -241,7 +226,6 @@ impl FlowArch for Gr00tN17Config {
 
     /// Reads and checks the `gr00t_n1_7.*` metadata (see docs/GGUF.md).
     fn read(file: &GgufFile) -> Result<Self> {
-        let text = |key: &str| file.get_str(&format!("{ARCH}.{key}")).map(str::to_owned);
         let deepstack = read_u32s(file, ARCH, DEEPSTACK_KEY)?;
         let fixed = Gr00tN17Config {
             vision: QwenVisionConfig {
@@ -263,8 +247,7 @@ impl FlowArch for Gr00tN17Config {
                 ..Default::default()
             },
             prompt: PromptIds::read(file, ARCH)?,
-            embodiment_tags: text(KEY_TAGS)?,
-            default_embodiment: text(KEY_DEFAULT)?,
+            embodiments: Embodiments::read(file, ARCH)?,
             ..Default::default()
         };
         config::read(file, ARCH, fixed)
@@ -275,37 +258,32 @@ impl FlowArch for Gr00tN17Config {
             edge: self.frame.edge,
             crop_fraction: self.frame.crop,
         };
+        let camera = CameraInput {
+            height: self.vision.image_h,
+            width: self.vision.image_w,
+            resize,
+            pad: 0.0,
+            align: PadAlign::Center,
+            pixels: PixelMap::MinusOneToOne,
+        };
+        let schedule = Schedule::ZeroToOneBucketed {
+            buckets: self.head.buckets,
+        };
         FlowSpec {
-            io: self.io.clone(),
-            vocab_size: self.lm.vocab_size,
-            camera: CameraInput {
-                height: self.vision.image_h,
-                width: self.vision.image_w,
-                resize,
-                pad: 0.0,
-                align: PadAlign::Center,
-                pixels: PixelMap::MinusOneToOne,
-            },
-            schedule: Schedule::ZeroToOneBucketed {
-                buckets: self.head.buckets,
-            },
             output_rows: self.valid_horizon,
             clip: Clipping {
                 state: true,
                 actions: true,
             },
-            gripper: None,
-            truncates_prompt: false,
+            ..FlowSpec::new(self.io.clone(), self.lm.vocab_size, camera, schedule)
         }
     }
 
-    fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]> {
-        Ok([
-            graphs::vision(GraphBuilder::over(store), self)?,
-            graphs::prefill(GraphBuilder::over(store), self)?,
-            graphs::denoise(GraphBuilder::over(store), self)?,
-        ])
+    fn embodiments(&self) -> Option<(&Embodiments, usize)> {
+        Some((&self.embodiments, self.head.embodiments))
     }
+
+    const GRAPHS: [GraphFn<Self>; 3] = [graphs::vision, graphs::prefill, graphs::denoise];
 
     fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
         formalize(task)
@@ -321,11 +299,11 @@ impl FlowArch for Gr00tN17Config {
         let (len, pad) = (self.seq_len(), self.io.pad_token_id);
         let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
         let mut prefix = self.layout(n_real).into_inputs(seq)?;
-        prefix.retain(|(name, _)| name == VALID || name == "tokens");
+        prefix.retain(|(name, _)| name == VALID || name == names::TOKENS);
         let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
         Ok(RequestInputs {
             prefix,
-            suffix: vec![("state".into(), state)],
+            suffix: vec![(names::STATE.into(), state)],
         })
     }
 
@@ -336,18 +314,7 @@ impl FlowArch for Gr00tN17Config {
     /// The normaliser's bounds per feature (the checkpoint's q01/q99 when it uses
     /// percentiles), stored as min/max.
     fn statistics(&self) -> Vec<(String, Vec<usize>)> {
-        [("state", self.io.state_dim), ("action", self.io.action_dim)]
-            .into_iter()
-            .flat_map(|(what, d)| ["min", "max"].map(|s| (format!("{what}_{s}"), vec![d])))
-            .collect()
-    }
-
-    fn tensor_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
-        let shapes = crate::graph::declared_weights(&self.declaring_graphs()?)?;
-        Ok(embodiment::with_embodiment_axis(
-            shapes,
-            self.head.embodiments,
-        ))
+        statistics(&self.io, ["min", "max"], ["min", "max"])
     }
 
     fn write(&self, w: &mut GgufWriter) -> Result<()> {
@@ -355,26 +322,8 @@ impl FlowArch for Gr00tN17Config {
         self.prompt.write(w, ARCH)?;
         let deepstack: Vec<u32> = self.vision.deepstack.iter().map(|&l| l as u32).collect();
         write_u32s(w, ARCH, DEEPSTACK_KEY, &deepstack)?;
-        w.add_metadata(format!("{ARCH}.{KEY_TAGS}"), self.embodiment_tags.as_str())?;
-        w.add_metadata(
-            format!("{ARCH}.{KEY_DEFAULT}"),
-            self.default_embodiment.as_str(),
-        )?;
+        self.embodiments.write(w, ARCH)?;
         config::write(self, w, ARCH)
-    }
-
-    fn select_weights(
-        &self,
-        file: &mut GgufFile,
-        requested: Option<&str>,
-    ) -> Result<Option<String>> {
-        embodiment::select(
-            file,
-            &self.embodiment_tags,
-            &self.default_embodiment,
-            requested,
-            self.head.embodiments,
-        )
     }
 }
 

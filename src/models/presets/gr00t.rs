@@ -4,6 +4,7 @@ use super::{lm_sizes, siglip};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::layers::GatedActivation;
 use crate::models::common::ActionIo;
+use crate::models::embodiment::Embodiments;
 use crate::models::gr00t::{Gr00tConfig, HeadConfig, PromptIds};
 use crate::models::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
 use crate::models::vla_jepa::{IoSteps, VlaJepaConfig};
@@ -105,8 +106,10 @@ fn gr00t_sized(
             state_dim: 6,
             action_dim: 6,
         },
-        embodiment_tags: format!(r#"{{"so100": 2, "new_embodiment": {}}}"#, head[2] - 1),
-        default_embodiment: "new_embodiment".into(),
+        embodiments: Embodiments {
+            tags: format!(r#"{{"so100": 2, "new_embodiment": {}}}"#, head[2] - 1),
+            default: "new_embodiment".into(),
+        },
     }
 }
 
@@ -227,11 +230,13 @@ fn gr00t_n1_7_sized(
             action_dim: 7,
         },
         valid_horizon: 16,
-        embodiment_tags: format!(
-            r#"{{"libero_sim": 2, "new_embodiment": {}}}"#,
-            embodiments - 1
-        ),
-        default_embodiment: "libero_sim".into(),
+        embodiments: Embodiments {
+            tags: format!(
+                r#"{{"libero_sim": 2, "new_embodiment": {}}}"#,
+                embodiments - 1
+            ),
+            default: "libero_sim".into(),
+        },
     }
 }
 

@@ -3,6 +3,7 @@
 use super::VlaJepaConfig;
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::models::flow::VALID;
+use crate::modules::flow::names;
 use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, HeadLinears};
 use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
 use crate::modules::qwen_vision::towers_side_by_side;
@@ -26,10 +27,10 @@ pub fn conditioning(g: &mut GraphBuilder, cfg: &VlaJepaConfig) -> Result<NodeId>
     let (l, h, v) = (cfg.seq_len(), cfg.lm.hidden, &cfg.vision);
     let taps = v.deepstack.len();
     let img = g.input(
-        "img_tokens",
+        names::IMG_TOKENS,
         &[cfg.io.n_images * cfg.n_img_tokens(), (1 + taps) * h],
     );
-    let tokens = g.input("tokens", &[l]);
+    let tokens = g.input(names::TOKENS, &[l]);
     let valid = g.input(VALID, &[l]);
     let n = cfg.n_embodied();
     let rows = g.input(EMBODIED_ROWS, &[1, n, l]);

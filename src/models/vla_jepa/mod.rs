@@ -11,17 +11,17 @@
 //! (the tower per camera), `prefill` (the language model, the embodied rows gathered, the
 //! DiT's cross keys and values) and `denoise`.
 
+use super::common::statistics;
 use super::common::ActionIo;
-use super::flow::{Clipping, FlowArch, FlowPolicy, FlowSpec, GripperSnap, PrefixLayout};
+use super::flow::{Clipping, FlowArch, FlowPolicy, FlowSpec, GraphFn, GripperSnap, PrefixLayout};
 use super::flow::{RequestInputs, VALID};
-use super::gr00t::PromptIds;
-use crate::config::limits::MAX_SEQUENCE;
+use super::prompt::PromptIds;
 use crate::config::{self, bounded, first_failing, read_u32s, write_u32s, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
-use crate::graph::{Graph, GraphBuilder, WeightStore};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
+use crate::modules::flow::names;
 use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::{time_rows, ChunkShape, HeadConfig};
 use crate::modules::qwen_text::{ImageSpan, MropeConfig};
@@ -157,25 +157,11 @@ impl Section for VlaJepaConfig {
         self.io.check_vocab(self.lm.vocab_size)?;
         self.steps.check()?;
         let (h, io) = (&self.head, &self.io);
-        let starts =
-            self.prompt
-                .image_starts(h.image_token as u32, self.vision.n_tokens(), io.n_images);
-        let prompt = self.prompt.before.len() + self.prompt.after.len();
+        let image = (h.image_token as u32, self.vision.n_tokens(), io.n_images);
+        let text = io.tokenizer_max_length;
         let vocab = self.lm.vocab_size;
-        let in_vocab = |ids: &[u32]| ids.iter().all(|&t| (t as usize) < vocab);
+        self.prompt.check(image, vocab, text)?;
         first_failing(&[
-            (
-                starts.is_ok(),
-                &starts.err().map_or(String::new(), |e| e.to_string()),
-            ),
-            (
-                in_vocab(&self.prompt.before) && in_vocab(&self.prompt.after),
-                "the prompt's token ids must be below vocab_size",
-            ),
-            (
-                prompt <= MAX_SEQUENCE && prompt + io.tokenizer_max_length <= MAX_SEQUENCE,
-                "the prompt is too long",
-            ),
             (
                 self.embodied_offset().is_some(),
                 "prompt_after_ids must hold num_target_vision_tokens embodied tokens in one run",
@@ -232,7 +218,7 @@ impl VlaJepaConfig {
 
     /// The language model's sequence: the prompt around the longest text segment.
     pub fn seq_len(&self) -> usize {
-        self.prompt.before.len() + self.io.tokenizer_max_length + self.prompt.after.len()
+        self.prompt.seq_len(self.io.tokenizer_max_length)
     }
 
     /// Where the run of embodied tokens starts in `prompt.after`, if it is one run of
@@ -301,37 +287,28 @@ impl FlowArch for VlaJepaConfig {
             pre_snap: s.pre_snap,
             binarize: s.binarize,
         });
+        let camera = CameraInput {
+            height: self.vision.image_h,
+            width: self.vision.image_w,
+            resize: Resize::AreaThenBicubicF32 { area },
+            pad: 0.0,
+            align: PadAlign::Center,
+            pixels: s.pixels,
+        };
+        let schedule = Schedule::ZeroToOneBucketed {
+            buckets: self.head.buckets,
+        };
         FlowSpec {
-            io: self.io.clone(),
-            vocab_size: self.lm.vocab_size,
-            camera: CameraInput {
-                height: self.vision.image_h,
-                width: self.vision.image_w,
-                resize: Resize::AreaThenBicubicF32 { area },
-                pad: 0.0,
-                align: PadAlign::Center,
-                pixels: s.pixels,
-            },
-            schedule: Schedule::ZeroToOneBucketed {
-                buckets: self.head.buckets,
-            },
-            output_rows: self.io.chunk_size,
             clip: Clipping {
                 state: false,
                 actions: s.clip_actions,
             },
             gripper,
-            truncates_prompt: false,
+            ..FlowSpec::new(self.io.clone(), self.lm.vocab_size, camera, schedule)
         }
     }
 
-    fn graphs(&self, store: Option<&dyn WeightStore>) -> Result<[Graph; 3]> {
-        Ok([
-            graphs::vision(GraphBuilder::over(store), self)?,
-            graphs::prefill(GraphBuilder::over(store), self)?,
-            graphs::denoise(GraphBuilder::over(store), self)?,
-        ])
-    }
+    const GRAPHS: [GraphFn<Self>; 3] = [graphs::vision, graphs::prefill, graphs::denoise];
 
     /// lerobot's task for a batch without one ("" stays "": lerobot keeps it).
     fn missing_task(&self) -> &'static str {
@@ -355,7 +332,7 @@ impl FlowArch for VlaJepaConfig {
         let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
         let first = self.prompt.before.len() + n_tokens + self.embodied_offset().unwrap_or(0);
         let mut prefix = self.layout(n_real).into_inputs(seq)?;
-        prefix.retain(|(name, _)| name == VALID || name == "tokens");
+        prefix.retain(|(name, _)| name == VALID || name == names::TOKENS);
         let (n, l) = (self.n_embodied(), self.seq_len());
         let mut select = vec![0f32; n * l];
         for k in 0..n {
@@ -366,7 +343,7 @@ impl FlowArch for VlaJepaConfig {
         let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
         Ok(RequestInputs {
             prefix,
-            suffix: vec![("state".into(), state)],
+            suffix: vec![(names::STATE.into(), state)],
         })
     }
 
@@ -376,13 +353,7 @@ impl FlowArch for VlaJepaConfig {
 
     /// Mean/std for the state, min/max for the actions (lerobot's normalisation modes).
     fn statistics(&self) -> Vec<(String, Vec<usize>)> {
-        let (s, a) = (self.io.state_dim, self.io.action_dim);
-        vec![
-            ("state_mean".into(), vec![s]),
-            ("state_std".into(), vec![s]),
-            ("action_min".into(), vec![a]),
-            ("action_max".into(), vec![a]),
-        ]
+        statistics(&self.io, ["mean", "std"], ["min", "max"])
     }
 
     fn write(&self, w: &mut GgufWriter) -> Result<()> {

@@ -362,7 +362,7 @@ fn convert_gr00t(args: Gr00tArgs) -> Result<()> {
         c.io.n_images,
         c.io.chunk_size,
         c.io.action_dim,
-        c.default_embodiment,
+        c.embodiments.default,
         GgmlType::from(dtype),
     );
     Ok(())
@@ -396,7 +396,7 @@ fn convert_gr00t_n1_7(args: Gr00tN17Args) -> Result<()> {
         c.io.chunk_size,
         c.io.action_dim,
         c.valid_horizon,
-        c.default_embodiment,
+        c.embodiments.default,
         GgmlType::from(dtype),
     );
     Ok(())
