@@ -2,6 +2,10 @@
 //! weights by a prefix (`<prefix>.weight`, `<prefix>.bias`) with the shapes the layer
 //! implies. Nothing here knows a model.
 
+mod scope;
+
+pub use scope::Scope;
+
 use crate::graph::{AttentionMask, GateAct, GraphBuilder, NodeId};
 use crate::ops::{RopeConfig, RopeMode};
 use crate::preprocess::FramePlan;

@@ -23,9 +23,7 @@ use crate::config::{self, first_failing, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::{Graph, GraphBuilder};
 use crate::layers::{ada_rms_norm, linear, rms_norm, GatedActivation};
-use crate::modules::decoder::{
-    finish_layer, norm_and_query, rotate, rotated_kv, DecoderConfig, ExpertConfig, Layer, LmConfig,
-};
+use crate::modules::decoder::{DecoderConfig, ExpertConfig, Layer, LmConfig, Query};
 use crate::modules::flow::names;
 use crate::modules::flow::{Schedule, TimeEmbedding};
 use crate::modules::vision::{embed_images, Connector, VisionConfig};
@@ -290,14 +288,14 @@ pub mod graphs {
         let mut x = g.concat(&[img, lang], 0)?;
         let mut outputs = Vec::new();
         for i in 0..cfg.lm.n_layers {
-            let layer = Layer::new("vlm", i, cfg.lm.inter);
-            let (hn, q, _) = norm_and_query(&mut g, x, &layer, a)?;
-            let q = rotate(&mut g, q, positions, a)?;
-            let (k, v) = rotated_kv(&mut g, hn, positions, &layer.prefix, a)?;
+            let layer = Layer::new("vlm", i, cfg.lm.inter, a);
+            let query = layer.query(&mut g, x)?;
+            let q = layer.rotate(&mut g, query.q, positions)?;
+            let (k, v) = layer.rotated_kv(&mut g, query.normed, positions)?;
             outputs.extend([k, v]);
             // The last layer's output feeds nothing the expert reads.
             if i + 1 < cfg.lm.n_layers {
-                x = finish_layer(&mut g, x, q, &[(k, v)], Some(mask), None, &layer, a)?;
+                x = layer.finish(&mut g, x, Query { q, ..query }, &[(k, v)], Some(mask))?;
             }
         }
         g.build(&outputs)
@@ -345,14 +343,14 @@ pub mod graphs {
             }
         };
         for i in 0..cfg.lm.n_layers {
-            let layer = Layer::conditioned("aex", i, cfg.expert.inter, cond);
+            let layer = Layer::new("aex", i, cfg.expert.inter, a).conditioned(cond);
             let cache_k = g.input(names::key(i), &[p, a.kv_heads, a.head_dim]);
             let cache_v = g.input(names::value(i), &[p, a.kv_heads, a.head_dim]);
-            let (hn, q, gate) = norm_and_query(&mut g, x, &layer, a)?;
-            let q = rotate(&mut g, q, positions, a)?;
-            let new = rotated_kv(&mut g, hn, positions, &layer.prefix, a)?;
+            let query = layer.query(&mut g, x)?;
+            let q = layer.rotate(&mut g, query.q, positions)?;
+            let new = layer.rotated_kv(&mut g, query.normed, positions)?;
             let kv = [(cache_k, cache_v), new];
-            x = finish_layer(&mut g, x, q, &kv, Some(mask), gate, &layer, a)?;
+            x = layer.finish(&mut g, x, Query { q, ..query }, &kv, Some(mask))?;
         }
         // the action rows first (the norm is per row): the output projection then reads
         // the norm itself

@@ -20,10 +20,7 @@ use crate::config::{self, first_failing, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile};
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::layers::{linear, rms_norm, GatedActivation};
-use crate::modules::decoder::{
-    finish_layer, layer_prefix, norm_and_query, project_heads, rotate, rotated_kv, DecoderConfig,
-    ExpertConfig, Layer, LmConfig,
-};
+use crate::modules::decoder::{DecoderConfig, ExpertConfig, Layer, LmConfig, Query};
 use crate::modules::flow::names;
 use crate::modules::flow::{Schedule, TimeEmbedding};
 use crate::modules::vision::{embed_images, Connector, VisionConfig};
@@ -226,23 +223,23 @@ pub mod graphs {
         let mut x = g.concat(&[img, lang, state], 0)?;
         let mut outputs = Vec::new();
         for i in 0..cfg.lm.n_layers {
-            let layer = Layer::new("vlm", i, cfg.lm.inter);
-            let (hn, q, _) = norm_and_query(&mut g, x, &layer, a)?;
-            let q = rotate(&mut g, q, positions, a)?;
-            let (k, v) = rotated_kv(&mut g, hn, positions, &layer.prefix, a)?;
+            let layer = Layer::new("vlm", i, cfg.lm.inter, a);
+            let query = layer.query(&mut g, x)?;
+            let q = layer.rotate(&mut g, query.q, positions)?;
+            let (k, v) = layer.rotated_kv(&mut g, query.normed, positions)?;
             if cfg.is_self_attn(i) {
                 outputs.extend([k, v]);
             } else {
-                let aex = layer_prefix("aex", i);
+                let aex = Layer::new("aex", i, cfg.expert.inter, a);
                 let flat =
                     |g: &mut GraphBuilder, t: NodeId| g.reshape(t, &[p, a.kv_heads * a.head_dim]);
                 let (kf, vf) = (flat(&mut g, k)?, flat(&mut g, v)?);
-                outputs.push(project_heads(&mut g, kf, &aex, "attn_k", a.kv_heads, a)?);
-                outputs.push(project_heads(&mut g, vf, &aex, "attn_v", a.kv_heads, a)?);
+                outputs.push(aex.project_heads(&mut g, kf, "attn_k", a.kv_heads)?);
+                outputs.push(aex.project_heads(&mut g, vf, "attn_v", a.kv_heads)?);
             }
             // The last layer's output feeds nothing the expert reads.
             if i + 1 < cfg.lm.n_layers {
-                x = finish_layer(&mut g, x, q, &[(k, v)], Some(mask), None, &layer, a)?;
+                x = layer.finish(&mut g, x, Query { q, ..query }, &[(k, v)], Some(mask))?;
             }
         }
         g.build(&outputs)
@@ -272,19 +269,20 @@ pub mod graphs {
         let fused = g.silu(fused);
         let mut x = linear(&mut g, fused, "action_time_mlp_out", eh, true)?;
         for i in 0..cfg.lm.n_layers {
-            let layer = Layer::new("aex", i, cfg.expert.inter);
+            let layer = Layer::new("aex", i, cfg.expert.inter, a);
             let cache_k = g.input(names::key(i), &[p, a.kv_heads, a.head_dim]);
             let cache_v = g.input(names::value(i), &[p, a.kv_heads, a.head_dim]);
-            let (hn, q, _) = norm_and_query(&mut g, x, &layer, a)?;
+            let query = layer.query(&mut g, x)?;
             let cache = (cache_k, cache_v);
             x = if cfg.is_self_attn(i) {
-                let q = rotate(&mut g, q, pos_self, a)?;
-                let new = rotated_kv(&mut g, hn, pos_self, &layer.prefix, a)?;
-                let kv = [cache, new];
-                finish_layer(&mut g, x, q, &kv, Some(mask_self), None, &layer, a)?
+                let q = layer.rotate(&mut g, query.q, pos_self)?;
+                let new = layer.rotated_kv(&mut g, query.normed, pos_self)?;
+                let q = Query { q, ..query };
+                layer.finish(&mut g, x, q, &[cache, new], Some(mask_self))?
             } else {
-                let q = rotate(&mut g, q, pos_cross, a)?;
-                finish_layer(&mut g, x, q, &[cache], Some(mask_cross), None, &layer, a)?
+                let q = layer.rotate(&mut g, query.q, pos_cross)?;
+                let q = Query { q, ..query };
+                layer.finish(&mut g, x, q, &[cache], Some(mask_cross))?
             };
         }
         let x = rms_norm(&mut g, x, "aex.output_norm", a.norm_eps)?;

@@ -14,7 +14,7 @@ use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{
     ada_rms_norm, attend, gated_ffn, linear, linear_add, rms_norm, rope_neox, rope_tables,
-    splice_rows, split_heads, width, GatedActivation, ADA_GATE_PART,
+    splice_rows, split_heads, width, GatedActivation, Scope, ADA_GATE_PART,
 };
 use crate::Result;
 
@@ -129,92 +129,6 @@ impl Section for ExpertConfig {
     }
 }
 
-pub fn layer_prefix(stack: &str, i: usize) -> String {
-    format!("{stack}.blk.{i}")
-}
-
-/// One layer: where its weights live, its FFN width and, for an adaRMS layer, its
-/// condition `[1, C]`.
-#[derive(Clone, Debug)]
-pub struct Layer {
-    pub prefix: String,
-    pub inter: usize,
-    pub cond: Option<NodeId>,
-}
-
-impl Layer {
-    pub fn new(stack: &str, i: usize, inter: usize) -> Self {
-        Layer::conditioned(stack, i, inter, None)
-    }
-
-    pub fn conditioned(stack: &str, i: usize, inter: usize, cond: Option<NodeId>) -> Self {
-        Layer {
-            prefix: layer_prefix(stack, i),
-            inter,
-            cond,
-        }
-    }
-
-    /// The `which` (`attn` or `ffn`) norm of `x`, and for an adaRMS layer its modulation
-    /// vector, whose gate scales the residual ([`residual`]).
-    fn norm(
-        &self,
-        g: &mut GraphBuilder,
-        x: NodeId,
-        which: &str,
-        eps: f32,
-    ) -> Result<(NodeId, Option<NodeId>)> {
-        match self.cond {
-            None => Ok((
-                rms_norm(g, x, &format!("{}.{which}_norm", self.prefix), eps)?,
-                None,
-            )),
-            Some(c) => {
-                let (y, gate) =
-                    ada_rms_norm(g, x, c, &format!("{}.ada_{which}_norm", self.prefix), eps)?;
-                Ok((y, Some(gate)))
-            }
-        }
-    }
-}
-
-/// The projection `<prefix>.<name>` of `x` `[S, in]` to `heads` heads, with a bias when
-/// `bias`, split to `[S, heads, head_dim]`.
-pub fn project_heads(
-    g: &mut GraphBuilder,
-    x: NodeId,
-    prefix: &str,
-    name: &str,
-    heads: usize,
-    cfg: &DecoderConfig,
-) -> Result<NodeId> {
-    let y = linear(
-        g,
-        x,
-        &format!("{prefix}.{name}"),
-        heads * cfg.head_dim,
-        cfg.qkv_bias,
-    )?;
-    split_heads(g, y, heads, cfg.head_dim)
-}
-
-/// [`project_heads`], then with [`DecoderConfig::qk_norm`] the per-head RMSNorm
-/// `<prefix>.<name>_norm` (`[head_dim]`): for queries and keys.
-fn project_qk(
-    g: &mut GraphBuilder,
-    x: NodeId,
-    prefix: &str,
-    name: &str,
-    heads: usize,
-    cfg: &DecoderConfig,
-) -> Result<NodeId> {
-    let y = project_heads(g, x, prefix, name, heads, cfg)?;
-    match cfg.qk_norm {
-        true => rms_norm(g, y, &format!("{prefix}.{name}_norm"), cfg.norm_eps),
-        false => Ok(y),
-    }
-}
-
 /// How a decoder's queries and keys are rotated.
 #[derive(Clone, Copy, Debug)]
 pub enum Rotary {
@@ -230,43 +144,181 @@ impl From<NodeId> for Rotary {
     }
 }
 
-pub fn rotate(
-    g: &mut GraphBuilder,
-    x: NodeId,
-    rotary: impl Into<Rotary>,
-    cfg: &DecoderConfig,
-) -> Result<NodeId> {
-    match rotary.into() {
-        Rotary::Positions(p) => rope_neox(g, x, p, cfg.rope_theta),
-        Rotary::Tables { cos, sin } => rope_tables(g, x, cos, sin),
+/// A layer's attention input: the attention norm of `x` (keys and values are projected
+/// from it), the query `[S, q_heads, head_dim]` and, for an adaRMS layer, the modulation
+/// vector holding the attention residual's gate.
+#[derive(Clone, Copy, Debug)]
+pub struct Query {
+    pub normed: NodeId,
+    pub q: NodeId,
+    pub gate: Option<NodeId>,
+}
+
+/// One decoder layer `<stack>.blk.{i}`: its weights' scope, the stack's options, its FFN
+/// width and, for an adaRMS layer, its condition `[1, C]`.
+#[derive(Clone, Debug)]
+pub struct Layer<'c> {
+    pub scope: Scope,
+    pub cfg: &'c DecoderConfig,
+    pub inter: usize,
+    pub cond: Option<NodeId>,
+}
+
+impl<'c> Layer<'c> {
+    pub fn new(stack: &str, i: usize, inter: usize, cfg: &'c DecoderConfig) -> Self {
+        Layer {
+            scope: Scope::new(stack).pp("blk").pp(i),
+            cfg,
+            inter,
+            cond: None,
+        }
     }
-}
 
-/// The attention norm of `x` `[S, width]`, its query `[S, q_heads, head_dim]` (not yet
-/// rotated) and, for an adaRMS layer, the modulation vector holding the attention
-/// residual's gate. Keys and values are projected from the returned norm.
-pub fn norm_and_query(
-    g: &mut GraphBuilder,
-    x: NodeId,
-    layer: &Layer,
-    cfg: &DecoderConfig,
-) -> Result<(NodeId, NodeId, Option<NodeId>)> {
-    let (normed, gate) = layer.norm(g, x, "attn", cfg.norm_eps)?;
-    let q = project_qk(g, normed, &layer.prefix, "attn_q", cfg.q_heads, cfg)?;
-    Ok((normed, q, gate))
-}
+    /// This layer with adaRMS norms conditioned by `cond` (pi0.5's expert), or plain ones.
+    pub fn conditioned(self, cond: Option<NodeId>) -> Self {
+        Layer { cond, ..self }
+    }
 
-/// Keys and values `[S, kv_heads, head_dim]` projected from `normed`, keys rotated.
-pub fn rotated_kv(
-    g: &mut GraphBuilder,
-    normed: NodeId,
-    positions: impl Into<Rotary>,
-    prefix: &str,
-    cfg: &DecoderConfig,
-) -> Result<(NodeId, NodeId)> {
-    let k = project_qk(g, normed, prefix, "attn_k", cfg.kv_heads, cfg)?;
-    let v = project_heads(g, normed, prefix, "attn_v", cfg.kv_heads, cfg)?;
-    Ok((rotate(g, k, positions, cfg)?, v))
+    /// The `which` (`attn` or `ffn`) norm of `x`, and for an adaRMS layer its modulation
+    /// vector, whose gate scales the residual ([`residual`]).
+    fn norm(
+        &self,
+        g: &mut GraphBuilder,
+        x: NodeId,
+        which: &str,
+    ) -> Result<(NodeId, Option<NodeId>)> {
+        let eps = self.cfg.norm_eps;
+        match self.cond {
+            None => Ok((
+                rms_norm(g, x, &self.scope.pp(format!("{which}_norm")), eps)?,
+                None,
+            )),
+            Some(c) => {
+                let scope = self.scope.pp(format!("ada_{which}_norm"));
+                let (y, gate) = ada_rms_norm(g, x, c, &scope, eps)?;
+                Ok((y, Some(gate)))
+            }
+        }
+    }
+
+    /// The projection `name` of `x` `[S, in]` to `heads` heads, with a bias when the stack
+    /// has qkv biases, split to `[S, heads, head_dim]`.
+    pub fn project_heads(
+        &self,
+        g: &mut GraphBuilder,
+        x: NodeId,
+        name: &str,
+        heads: usize,
+    ) -> Result<NodeId> {
+        let cfg = self.cfg;
+        let y = linear(
+            g,
+            x,
+            &self.scope.pp(name),
+            heads * cfg.head_dim,
+            cfg.qkv_bias,
+        )?;
+        split_heads(g, y, heads, cfg.head_dim)
+    }
+
+    /// [`Self::project_heads`], then with [`DecoderConfig::qk_norm`] the per-head RMSNorm
+    /// `<name>_norm` (`[head_dim]`): for queries and keys.
+    fn project_qk(
+        &self,
+        g: &mut GraphBuilder,
+        x: NodeId,
+        name: &str,
+        heads: usize,
+    ) -> Result<NodeId> {
+        let y = self.project_heads(g, x, name, heads)?;
+        match self.cfg.qk_norm {
+            true => rms_norm(
+                g,
+                y,
+                &self.scope.pp(format!("{name}_norm")),
+                self.cfg.norm_eps,
+            ),
+            false => Ok(y),
+        }
+    }
+
+    /// `x` `[S, H, D]` rotated at `rotary`.
+    pub fn rotate(
+        &self,
+        g: &mut GraphBuilder,
+        x: NodeId,
+        rotary: impl Into<Rotary>,
+    ) -> Result<NodeId> {
+        match rotary.into() {
+            Rotary::Positions(p) => rope_neox(g, x, p, self.cfg.rope_theta),
+            Rotary::Tables { cos, sin } => rope_tables(g, x, cos, sin),
+        }
+    }
+
+    /// The attention norm of `x` `[S, width]` and its query, not yet rotated.
+    pub fn query(&self, g: &mut GraphBuilder, x: NodeId) -> Result<Query> {
+        let (normed, gate) = self.norm(g, x, "attn")?;
+        let q = self.project_qk(g, normed, "attn_q", self.cfg.q_heads)?;
+        Ok(Query { normed, q, gate })
+    }
+
+    /// Keys and values `[S, kv_heads, head_dim]` projected from `normed`, keys rotated.
+    pub fn rotated_kv(
+        &self,
+        g: &mut GraphBuilder,
+        normed: NodeId,
+        rotary: impl Into<Rotary>,
+    ) -> Result<(NodeId, NodeId)> {
+        let k = self.project_qk(g, normed, "attn_k", self.cfg.kv_heads)?;
+        let v = self.project_heads(g, normed, "attn_v", self.cfg.kv_heads)?;
+        Ok((self.rotate(g, k, rotary)?, v))
+    }
+
+    /// Attention of the query `q` (rotated) over the `(k, v)` parts `kv` (`[S, H, D]`; see
+    /// [`attend`]) under `mask`, output projection and residual (gated by `q.gate`), then
+    /// the FFN block with its residual.
+    pub fn finish(
+        &self,
+        g: &mut GraphBuilder,
+        x: NodeId,
+        q: Query,
+        kv: &[(NodeId, NodeId)],
+        mask: Option<NodeId>,
+    ) -> Result<NodeId> {
+        let o = attend(g, q.q, kv, mask)?;
+        let attn_o = self.scope.pp("attn_o");
+        // An ungated residual is added inside the projection's op (one dispatch, no pass).
+        let x = match q.gate {
+            None => linear_add(g, o, &attn_o, width(g, x), x)?,
+            Some(_) => {
+                let o = linear(g, o, &attn_o, width(g, x), false)?;
+                residual(g, x, o, q.gate)?
+            }
+        };
+        let (h, ffn_gate) = self.norm(g, x, "ffn")?;
+        let ffn = self.cfg.ffn;
+        match ffn_gate {
+            None => gated_ffn(g, h, &self.scope, self.inter, ffn, Some(x)),
+            Some(_) => {
+                let h = gated_ffn(g, h, &self.scope, self.inter, ffn, None)?;
+                residual(g, x, h, ffn_gate)
+            }
+        }
+    }
+
+    /// The whole layer over `x` attending to itself: query and keys rotated by `rotary`.
+    pub fn forward(
+        &self,
+        g: &mut GraphBuilder,
+        x: NodeId,
+        rotary: Rotary,
+        mask: Option<NodeId>,
+    ) -> Result<NodeId> {
+        let query = self.query(g, x)?;
+        let q = self.rotate(g, query.q, rotary)?;
+        let kv = self.rotated_kv(g, query.normed, rotary)?;
+        self.finish(g, x, Query { q, ..query }, &[kv], mask)
+    }
 }
 
 /// `x + y`, or for an adaRMS layer `x + y * gate`, the gate read in place from the
@@ -278,64 +330,37 @@ fn residual(g: &mut GraphBuilder, x: NodeId, y: NodeId, m: Option<NodeId>) -> Re
     }
 }
 
-/// Attention of `q` over the `(k, v)` parts `kv` (`[S, H, D]`; see [`attend`]), output
-/// projection and residual (gated by `attn_gate` from [`norm_and_query`]), then the FFN
-/// block with its residual.
-#[allow(clippy::too_many_arguments)]
-pub fn finish_layer(
-    g: &mut GraphBuilder,
-    x: NodeId,
-    q: NodeId,
-    kv: &[(NodeId, NodeId)],
-    mask: Option<NodeId>,
-    attn_gate: Option<NodeId>,
-    layer: &Layer,
-    cfg: &DecoderConfig,
-) -> Result<NodeId> {
-    let o = attend(g, q, kv, mask)?;
-    let attn_o = format!("{}.attn_o", layer.prefix);
-    // An ungated residual is added inside the projection's op (one dispatch, no pass).
-    let x = match attn_gate {
-        None => linear_add(g, o, &attn_o, width(g, x), x)?,
-        Some(_) => {
-            let o = linear(g, o, &attn_o, width(g, x), false)?;
-            residual(g, x, o, attn_gate)?
-        }
-    };
-    let (h, ffn_gate) = layer.norm(g, x, "ffn", cfg.norm_eps)?;
-    match ffn_gate {
-        None => gated_ffn(g, h, &layer.prefix, layer.inter, cfg.ffn, Some(x)),
-        Some(_) => {
-            let h = gated_ffn(g, h, &layer.prefix, layer.inter, cfg.ffn, None)?;
-            residual(g, x, h, ffn_gate)
-        }
-    }
+/// A stack of decoder layers `<stack>.blk.{i}`, `layers` deep with FFNs `inter` wide.
+#[derive(Clone, Debug)]
+pub struct DecoderStack<'c> {
+    pub stack: &'c str,
+    pub layers: usize,
+    pub inter: usize,
+    pub cfg: &'c DecoderConfig,
 }
 
-/// `n_layers` decoder layers `<stack>.blk.{i}` over `x` `[L, hidden]` under `mask`, rotated
-/// by `rotary`; after layer `l`, `adds[l]`'s `(start, rows)` are added at their rows (Qwen3-VL's
-/// deepstack features; `adds` may be shorter than the stack, or empty).
-#[allow(clippy::too_many_arguments)]
-pub fn decoder_stack(
-    g: &mut GraphBuilder,
-    mut x: NodeId,
-    stack: &str,
-    n_layers: usize,
-    inter: usize,
-    cfg: &DecoderConfig,
-    rotary: Rotary,
-    mask: Option<NodeId>,
-    adds: &[Vec<(usize, NodeId)>],
-) -> Result<NodeId> {
-    for i in 0..n_layers {
-        let layer = Layer::new(stack, i, inter);
-        let (hn, q, _) = norm_and_query(g, x, &layer, cfg)?;
-        let q = rotate(g, q, rotary, cfg)?;
-        let (k, v) = rotated_kv(g, hn, rotary, &layer.prefix, cfg)?;
-        x = finish_layer(g, x, q, &[(k, v)], mask, None, &layer, cfg)?;
-        if let Some(rows) = adds.get(i) {
-            x = splice_rows(g, x, rows, true)?;
-        }
+impl<'c> DecoderStack<'c> {
+    pub fn layer(&self, i: usize) -> Layer<'c> {
+        Layer::new(self.stack, i, self.inter, self.cfg)
     }
-    Ok(x)
+
+    /// The layers over `x` `[L, hidden]` under `mask`, rotated by `rotary`; after layer
+    /// `l`, `adds[l]`'s `(start, rows)` are added at their rows (Qwen3-VL's deepstack
+    /// features; `adds` may be shorter than the stack, or empty).
+    pub fn forward(
+        &self,
+        g: &mut GraphBuilder,
+        mut x: NodeId,
+        rotary: Rotary,
+        mask: Option<NodeId>,
+        adds: &[Vec<(usize, NodeId)>],
+    ) -> Result<NodeId> {
+        for i in 0..self.layers {
+            x = self.layer(i).forward(g, x, rotary, mask)?;
+            if let Some(rows) = adds.get(i) {
+                x = splice_rows(g, x, rows, true)?;
+            }
+        }
+        Ok(x)
+    }
 }

@@ -1,11 +1,11 @@
 //! Qwen3-VL's language-model side: interleaved multimodal RoPE (positions `(t, h, w)` per
 //! token; text tokens have three equal positions, an image's tokens their grid's) and
 //! "deepstack" (vision features added to the hidden states at the image tokens after the
-//! first decoder layers). The decoder layers are [`super::decoder::decoder_stack`] (Qwen3:
+//! first decoder layers). The decoder layers are [`super::decoder::DecoderStack`] (Qwen3:
 //! QK-norm) with [`super::decoder::Rotary::Tables`] and the deepstack features as its row
 //! additions.
 
-use super::decoder::{decoder_stack, DecoderConfig, LmConfig, Rotary};
+use super::decoder::{DecoderConfig, DecoderStack, LmConfig, Rotary};
 use super::qwen_vision::{camera_block, QwenVisionConfig};
 use crate::config::{first_failing, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
@@ -132,17 +132,13 @@ pub fn qwen_vl_features(
     let cos = g.constant("vlm.mrope_cos", Tensor::from_f32(shape.clone(), cos)?)?;
     let sin = g.constant("vlm.mrope_sin", Tensor::from_f32(shape, sin)?)?;
     let rotary = Rotary::Tables { cos, sin };
-    decoder_stack(
-        g,
-        x,
-        "vlm",
-        lm.n_layers,
-        lm.inter,
-        attn,
-        rotary,
-        Some(mask),
-        &adds,
-    )
+    let stack = DecoderStack {
+        stack: "vlm",
+        layers: lm.n_layers,
+        inter: lm.inter,
+        cfg: attn,
+    };
+    stack.forward(g, x, rotary, Some(mask), &adds)
 }
 
 /// `(t, h, w)` positions of a sequence of `len` tokens with `images` (sorted) for one still

@@ -4,7 +4,7 @@ use super::{Evo1Config, CONNECTOR};
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::layers::{rms_norm, splice_rows};
 use crate::models::flow::{valid_rows, PrefixLayout, VALID};
-use crate::modules::decoder::decoder_stack;
+use crate::modules::decoder::DecoderStack;
 use crate::modules::evo1_head::{context, cross_kv, velocity, TIME_ROWS};
 use crate::modules::flow::names;
 use crate::modules::vision::embed_images;
@@ -48,17 +48,13 @@ pub fn features(g: &mut GraphBuilder, cfg: &Evo1Config) -> Result<NodeId> {
         Tensor::from_f32(vec![l], positions)?,
     )?;
     let (layers, inter, a) = (cfg.lm.n_layers, cfg.lm.inter, &cfg.attn);
-    let x = decoder_stack(
-        g,
-        x,
-        "vlm",
+    let lm = DecoderStack {
+        stack: "vlm",
         layers,
         inter,
-        a,
-        positions.into(),
-        Some(mask),
-        &[],
-    )?;
+        cfg: a,
+    };
+    let x = lm.forward(g, x, positions.into(), Some(mask), &[])?;
     rms_norm(g, x, "vlm.output_norm", a.norm_eps)
 }
 

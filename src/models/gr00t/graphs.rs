@@ -5,7 +5,7 @@ use super::Gr00tConfig;
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::layers::{linear, rms_norm, splice_rows};
 use crate::models::flow::{valid_rows, VALID};
-use crate::modules::decoder::decoder_stack;
+use crate::modules::decoder::DecoderStack;
 use crate::modules::dit::cross_blocks;
 use crate::modules::flow::names;
 use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context, HeadLinears};
@@ -65,7 +65,13 @@ pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tConfig) -> Result<(NodeId, Node
     let mask = cfg.layout(l).allowed(g, valid)?;
     let x = spliced_embeddings(g, cfg, img, tokens)?;
     let (n, inter) = (cfg.lm.n_layers, cfg.lm.inter);
-    let x = decoder_stack(g, x, "vlm", n, inter, a, positions.into(), Some(mask), &[])?;
+    let lm = DecoderStack {
+        stack: "vlm",
+        layers: n,
+        inter,
+        cfg: a,
+    };
+    let x = lm.forward(g, x, positions.into(), Some(mask), &[])?;
     let lm = rms_norm(g, x, "vlm.output_norm", a.norm_eps)?;
     let keys = valid_rows(g, valid, l)?;
     Ok((lm, vl_context(g, lm, keys, &cfg.vlsa)?))
