@@ -13,7 +13,7 @@ use crate::config::limits::MAX_LAYERS;
 use crate::config::{bounded, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{
-    attend, layer_norm, linear, modulated_layer_norm, plain_layer_norm, split_heads, width,
+    attend, layer_norm, linear, modulated_layer_norm, plain_layer_norm, split_heads, width, Scope,
 };
 use crate::Result;
 
@@ -55,84 +55,82 @@ impl BlockStack {
     }
 }
 
-/// Keys and values `[S, heads, head_dim]` of block `prefix`'s attention over `context`.
-pub fn block_kv(
-    g: &mut GraphBuilder,
-    context: NodeId,
-    prefix: &str,
-    cfg: &BlockStack,
-) -> Result<(NodeId, NodeId)> {
-    let d = cfg.width();
-    let k = linear(g, context, &format!("{prefix}.attn_k"), d, true)?;
-    let v = linear(g, context, &format!("{prefix}.attn_v"), d, true)?;
-    Ok((
-        split_heads(g, k, cfg.heads, cfg.head_dim)?,
-        split_heads(g, v, cfg.heads, cfg.head_dim)?,
-    ))
+/// One block `<scope>` of a stack: attention (self- or cross-) and the feed-forward, with
+/// affine LayerNorms (`norm1`, `norm3`: the VL self-attention blocks) or, in the DiT, an
+/// adaLN-modulated first norm and a plain second one.
+#[derive(Clone, Debug)]
+pub struct Block<'c> {
+    pub scope: Scope,
+    pub cfg: &'c BlockStack,
+    /// The second norm has the `norm3` weights (else no affine).
+    pub affine: bool,
 }
 
-#[allow(clippy::too_many_arguments)]
-/// The rest of a block after its first norm `normed`: attention of its queries over `kv`
-/// (projected from `normed` itself when `None`) under `mask`, the residual, the second norm
-/// (`affine`: the `norm3` weights, else none), the feed-forward and its residual.
-fn finish_block(
-    g: &mut GraphBuilder,
-    x: NodeId,
-    normed: NodeId,
-    kv: Option<(NodeId, NodeId)>,
-    mask: Option<NodeId>,
-    prefix: &str,
-    cfg: &BlockStack,
-    affine: bool,
-) -> Result<NodeId> {
-    let d = width(g, x);
-    let q = linear(g, normed, &format!("{prefix}.attn_q"), cfg.width(), true)?;
-    let q = split_heads(g, q, cfg.heads, cfg.head_dim)?;
-    let (k, v) = match kv {
-        Some(kv) => kv,
-        None => block_kv(g, normed, prefix, cfg)?,
-    };
-    let o = attend(g, q, &[(k, v)], mask)?;
-    let o = linear(g, o, &format!("{prefix}.attn_o"), d, true)?;
-    let x = g.add(x, o)?;
-    let h = match affine {
-        true => layer_norm(g, x, &format!("{prefix}.norm3"), BLOCK_EPS)?,
-        false => plain_layer_norm(g, x, BLOCK_EPS)?,
-    };
-    let h = linear(g, h, &format!("{prefix}.ff0"), 4 * d, true)?;
-    let h = g.gelu_tanh(h);
-    let h = linear(g, h, &format!("{prefix}.ff2"), d, true)?;
-    g.add(x, h)
+impl Block<'_> {
+    /// Keys and values `[S, heads, head_dim]` of this block's attention over `context`.
+    pub fn kv(&self, g: &mut GraphBuilder, context: NodeId) -> Result<(NodeId, NodeId)> {
+        let cfg = self.cfg;
+        let d = cfg.width();
+        let k = linear(g, context, &self.scope.pp("attn_k"), d, true)?;
+        let v = linear(g, context, &self.scope.pp("attn_v"), d, true)?;
+        Ok((
+            split_heads(g, k, cfg.heads, cfg.head_dim)?,
+            split_heads(g, v, cfg.heads, cfg.head_dim)?,
+        ))
+    }
+
+    /// The rest of the block after its first norm `normed`: attention of its queries over
+    /// `kv` (projected from `normed` itself when `None`) under `mask`, the residual, the
+    /// second norm, the feed-forward and its residual.
+    fn finish(
+        &self,
+        g: &mut GraphBuilder,
+        x: NodeId,
+        normed: NodeId,
+        kv: Option<(NodeId, NodeId)>,
+        mask: Option<NodeId>,
+    ) -> Result<NodeId> {
+        let (s, cfg) = (&self.scope, self.cfg);
+        let d = width(g, x);
+        let q = linear(g, normed, &s.pp("attn_q"), cfg.width(), true)?;
+        let q = split_heads(g, q, cfg.heads, cfg.head_dim)?;
+        let (k, v) = match kv {
+            Some(kv) => kv,
+            None => self.kv(g, normed)?,
+        };
+        let o = attend(g, q, &[(k, v)], mask)?;
+        let o = linear(g, o, &s.pp("attn_o"), d, true)?;
+        let x = g.add(x, o)?;
+        let h = match self.affine {
+            true => layer_norm(g, x, &s.pp("norm3"), BLOCK_EPS)?,
+            false => plain_layer_norm(g, x, BLOCK_EPS)?,
+        };
+        let h = linear(g, h, &s.pp("ff0"), 4 * d, true)?;
+        let h = g.gelu_tanh(h);
+        let h = linear(g, h, &s.pp("ff2"), d, true)?;
+        g.add(x, h)
+    }
 }
 
 /// The VL self-attention blocks over `x` `[S, width]` (affine LayerNorms, keys limited by
-/// `mask` `[S, S]`), weights `<prefix>.{i}`.
+/// `mask` `[S, S]`), weights `<scope>.{i}`.
 pub fn self_attention_stack(
     g: &mut GraphBuilder,
     mut x: NodeId,
     mask: Option<NodeId>,
-    prefix: &str,
+    scope: &Scope,
     cfg: &BlockStack,
 ) -> Result<NodeId> {
     for i in 0..cfg.layers {
-        let p = format!("{prefix}.{i}");
-        let h = layer_norm(g, x, &format!("{p}.norm1"), BLOCK_EPS)?;
-        x = finish_block(g, x, h, None, mask, &p, cfg, true)?;
+        let block = Block {
+            scope: scope.pp(i),
+            cfg,
+            affine: true,
+        };
+        let h = layer_norm(g, x, &block.scope.pp("norm1"), BLOCK_EPS)?;
+        x = block.finish(g, x, h, None, mask)?;
     }
     Ok(x)
-}
-
-/// The time condition `[1, width]`: `l2(silu(l1(proj)))` of the timestep projection `proj`
-/// `[1, 256]` ([`timestep_projection`]), weights `<prefix>.time_emb.l{1,2}`.
-pub fn time_condition(
-    g: &mut GraphBuilder,
-    proj: NodeId,
-    prefix: &str,
-    d: usize,
-) -> Result<NodeId> {
-    let t = linear(g, proj, &format!("{prefix}.time_emb.l1"), d, true)?;
-    let t = g.silu(t);
-    linear(g, t, &format!("{prefix}.time_emb.l2"), d, true)
 }
 
 /// `linear(silu(temb))` split in two `[width]` halves, in stored order.
@@ -148,35 +146,71 @@ fn modulation(
     Ok((g.slice(m, 0, 0, d)?, g.slice(m, 0, d, d)?))
 }
 
-#[allow(clippy::too_many_arguments)]
-/// The DiT over `x` `[S, width]` with time condition `temb` `[1, width]`: block `i` attends
-/// to `cross[i / 2]` (keys and values of the context, allowed keys `cross_masks[i / 2]`
-/// `[S, context]`, all when there is no such mask) when `i` is even and to itself when odd (`interleave_self_attention`); then the modulated output norm and
-/// `proj_out2` to `out` wide. Weights under `<prefix>.`.
-pub fn dit(
-    g: &mut GraphBuilder,
-    mut x: NodeId,
-    temb: NodeId,
-    cross: &[(NodeId, NodeId)],
-    cross_masks: &[NodeId],
-    prefix: &str,
-    cfg: &BlockStack,
-    out: usize,
-) -> Result<NodeId> {
-    let d = cfg.width();
-    for i in 0..cfg.layers {
-        let p = format!("{prefix}.{i}");
-        let (scale, shift) = modulation(g, temb, &format!("{p}.adaln"), d)?;
-        let h = modulated_layer_norm(g, x, scale, shift, BLOCK_EPS)?;
-        let (kv, mask) = match i % 2 {
-            0 => (Some(cross[i / 2]), cross_masks.get(i / 2).copied()),
-            _ => (None, None),
-        };
-        x = finish_block(g, x, h, kv, mask, &p, cfg, false)?;
+/// The DiT `<scope>`: blocks `<scope>.{i}` conditioned on the time (adaLN), then the
+/// modulated output norm and `proj_out2` to `out` wide.
+#[derive(Clone, Debug)]
+pub struct Dit<'c> {
+    pub scope: Scope,
+    pub cfg: &'c BlockStack,
+    pub out: usize,
+}
+
+impl<'c> Dit<'c> {
+    pub fn block(&self, i: usize) -> Block<'c> {
+        Block {
+            scope: self.scope.pp(i),
+            cfg: self.cfg,
+            affine: false,
+        }
     }
-    let (shift, scale) = modulation(g, temb, &format!("{prefix}.proj_out1"), d)?;
-    let x = modulated_layer_norm(g, x, scale, shift, OUT_EPS)?;
-    linear(g, x, &format!("{prefix}.proj_out2"), out, true)
+
+    /// The time condition `[1, width]`: `l2(silu(l1(proj)))` of the timestep projection
+    /// `proj` `[1, 256]` ([`timestep_projection`]), weights `time_emb.l{1,2}`.
+    pub fn time_condition(&self, g: &mut GraphBuilder, proj: NodeId) -> Result<NodeId> {
+        let d = self.cfg.width();
+        let t = linear(g, proj, &self.scope.pp("time_emb.l1"), d, true)?;
+        let t = g.silu(t);
+        linear(g, t, &self.scope.pp("time_emb.l2"), d, true)
+    }
+
+    /// The keys and values `[L, heads, head_dim]` every cross-attending block reads from
+    /// `context`, in block order (k, v).
+    pub fn cross_kv(&self, g: &mut GraphBuilder, context: NodeId) -> Result<Vec<NodeId>> {
+        let mut outputs = Vec::new();
+        for j in 0..cross_blocks(self.cfg) {
+            let (k, v) = self.block(2 * j).kv(g, context)?;
+            outputs.extend([k, v]);
+        }
+        Ok(outputs)
+    }
+
+    /// The DiT over `x` `[S, width]` with time condition `temb` `[1, width]`: block `i`
+    /// attends to `cross[i / 2]` (keys and values of the context, allowed keys
+    /// `cross_masks[i / 2]` `[S, context]`, all when there is no such mask) when `i` is even
+    /// and to itself when odd (`interleave_self_attention`).
+    pub fn forward(
+        &self,
+        g: &mut GraphBuilder,
+        mut x: NodeId,
+        temb: NodeId,
+        cross: &[(NodeId, NodeId)],
+        cross_masks: &[NodeId],
+    ) -> Result<NodeId> {
+        let d = self.cfg.width();
+        for i in 0..self.cfg.layers {
+            let block = self.block(i);
+            let (scale, shift) = modulation(g, temb, &block.scope.pp("adaln"), d)?;
+            let h = modulated_layer_norm(g, x, scale, shift, BLOCK_EPS)?;
+            let (kv, mask) = match i % 2 {
+                0 => (Some(cross[i / 2]), cross_masks.get(i / 2).copied()),
+                _ => (None, None),
+            };
+            x = block.finish(g, x, h, kv, mask)?;
+        }
+        let (shift, scale) = modulation(g, temb, &self.scope.pp("proj_out1"), d)?;
+        let x = modulated_layer_norm(g, x, scale, shift, OUT_EPS)?;
+        linear(g, x, &self.scope.pp("proj_out2"), self.out, true)
+    }
 }
 
 /// The number of DiT blocks that cross-attend (the even ones).

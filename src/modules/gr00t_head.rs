@@ -6,11 +6,11 @@
 
 use super::dit::TIMESTEP_CHANNELS;
 use super::dit::{action_time_encoding, timestep_projection};
-use super::dit::{block_kv, cross_blocks, dit, self_attention_stack, time_condition, BlockStack};
+use super::dit::{cross_blocks, self_attention_stack, BlockStack, Dit};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
-use crate::layers::{layer_norm, linear, linear_in_out};
+use crate::layers::{layer_norm, linear, linear_in_out, Scope};
 use crate::modules::flow::names;
 use crate::{Result, Tensor};
 
@@ -109,18 +109,7 @@ pub fn vl_context(
     vlsa: &BlockStack,
 ) -> Result<NodeId> {
     let x = layer_norm(g, features, "aex.vlln", 1e-5)?;
-    self_attention_stack(g, x, Some(keys), "aex.vlsa", vlsa)
-}
-
-/// The keys and values `[L, dit_heads, dit_head_dim]` every cross-attending DiT block reads
-/// from `context`, in block order (k, v): what a prefill hands the denoising steps.
-pub fn cross_kv(g: &mut GraphBuilder, context: NodeId, cfg: &BlockStack) -> Result<Vec<NodeId>> {
-    let mut outputs = Vec::new();
-    for j in 0..cross_blocks(cfg) {
-        let (k, v) = block_kv(g, context, &format!("aex.dit.{}", 2 * j), cfg)?;
-        outputs.extend([k, v]);
-    }
-    Ok(outputs)
+    self_attention_stack(g, x, Some(keys), &Scope::new("aex.vlsa"), vlsa)
 }
 
 /// How the head's state and action encoders and action decoder store their layers.
@@ -174,79 +163,87 @@ pub struct HeadInputs {
     pub cross: Vec<(NodeId, NodeId)>,
 }
 
-/// Declares [`HeadInputs`] for a context of `l` tokens.
-pub fn head_inputs(
-    g: &mut GraphBuilder,
-    head: &HeadConfig,
-    dit: &BlockStack,
-    io: ChunkShape,
-    l: usize,
-) -> Result<HeadInputs> {
-    let (c, e) = (io.chunk, head.embed);
-    let cross = (0..cross_blocks(dit))
-        .map(|j| {
-            let shape = [l, dit.heads, dit.head_dim];
-            let k = g.input(names::key(j), &shape);
-            let v = g.input(names::value(j), &shape);
-            (k, v)
-        })
-        .collect();
-    Ok(HeadInputs {
-        x_t: g.input(names::X_T, &[c, io.max_action_dim]),
-        time: g.input(names::TIME_EMB, &[c, e + TIMESTEP_CHANNELS]),
-        state: g.input(names::STATE, &[1, io.max_state_dim]),
-        cross,
-    })
+/// The action head of a GR00T-style policy: its sizes, its DiT's, how its encoders and
+/// decoder store their layers, and the chunk's shape. Weights under `aex.`.
+#[derive(Clone, Copy, Debug)]
+pub struct Gr00tHead<'c> {
+    pub head: &'c HeadConfig,
+    pub dit: &'c BlockStack,
+    pub linears: HeadLinears,
+    pub io: ChunkShape,
 }
 
-/// The velocity `[chunk, max_action_dim]`: state and action tokens (the actions with their
-/// position rows), the future tokens between them, the DiT (cross-attending block `j`
-/// limited to `cross_masks[j]` `[1 + future + chunk, L]`, or unmasked when `cross_masks` is
-/// empty), the action decoder on the action rows; encoders and decoder stored as `kind`.
-pub fn velocity_of(
-    g: &mut GraphBuilder,
-    (head, dit_cfg, kind): (&HeadConfig, &BlockStack, HeadLinears),
-    io: ChunkShape,
-    inputs: HeadInputs,
-    cross_masks: &[NodeId],
-) -> Result<NodeId> {
-    let (c, e) = (io.chunk, head.embed);
-    let state = mlp(g, inputs.state, "aex.state_enc", [head.hidden, e], kind)?;
-    let tau = g.slice(inputs.time, 1, 0, e)?;
-    let a = kind.apply(g, inputs.x_t, "aex.act_enc.W1", e)?;
-    let a = g.concat(&[a, tau], 1)?;
-    let a = kind.apply(g, a, "aex.act_enc.W2", e)?;
-    let a = g.silu(a);
-    let a = kind.apply(g, a, "aex.act_enc.W3", e)?;
-    let pos = g.weight("aex.pos_embd.weight", &[head.max_seq_len, e])?;
-    let pos = g.slice(pos, 0, 0, c)?;
-    let a = g.add(a, pos)?;
-    let mut parts = vec![state];
-    if head.future_tokens > 0 {
-        parts.push(g.weight("aex.future_tokens.weight", &[head.future_tokens, e])?);
+impl<'c> Gr00tHead<'c> {
+    /// The DiT `aex.dit`, its output `hidden` wide.
+    pub fn dit(&self) -> Dit<'c> {
+        Dit {
+            scope: Scope::new("aex.dit"),
+            cfg: self.dit,
+            out: self.head.hidden,
+        }
     }
-    parts.push(a);
-    let x = g.concat(&parts, 0)?;
-    let proj = g.slice(inputs.time, 0, 0, 1)?;
-    let proj = g.slice(proj, 1, e, TIMESTEP_CHANNELS)?;
-    let temb = time_condition(g, proj, "aex.dit", dit_cfg.width())?;
-    let out = dit(
-        g,
-        x,
-        temb,
-        &inputs.cross,
-        cross_masks,
-        "aex.dit",
-        dit_cfg,
-        head.hidden,
-    )?;
-    let s = head.suffix_len(c);
-    let out = g.slice(out, 0, s - c, c)?;
-    mlp(
-        g,
-        out,
-        "aex.act_dec",
-        [head.hidden, io.max_action_dim],
-        kind,
-    )
+
+    /// The keys and values `[L, dit_heads, dit_head_dim]` every cross-attending DiT block
+    /// reads from `context`, in block order (k, v): what a prefill hands the denoising steps.
+    pub fn cross_kv(&self, g: &mut GraphBuilder, context: NodeId) -> Result<Vec<NodeId>> {
+        self.dit().cross_kv(g, context)
+    }
+
+    /// Declares [`HeadInputs`] for a context of `l` tokens.
+    pub fn inputs(&self, g: &mut GraphBuilder, l: usize) -> HeadInputs {
+        let (c, e, dit) = (self.io.chunk, self.head.embed, self.dit);
+        let cross = (0..cross_blocks(dit))
+            .map(|j| {
+                let shape = [l, dit.heads, dit.head_dim];
+                let k = g.input(names::key(j), &shape);
+                let v = g.input(names::value(j), &shape);
+                (k, v)
+            })
+            .collect();
+        HeadInputs {
+            x_t: g.input(names::X_T, &[c, self.io.max_action_dim]),
+            time: g.input(names::TIME_EMB, &[c, e + TIMESTEP_CHANNELS]),
+            state: g.input(names::STATE, &[1, self.io.max_state_dim]),
+            cross,
+        }
+    }
+
+    /// The velocity `[chunk, max_action_dim]`: state and action tokens (the actions with
+    /// their position rows), the future tokens between them, the DiT (cross-attending block
+    /// `j` limited to `cross_masks[j]` `[1 + future + chunk, L]`, or unmasked when
+    /// `cross_masks` is empty), the action decoder on the action rows.
+    pub fn velocity(
+        &self,
+        g: &mut GraphBuilder,
+        inputs: HeadInputs,
+        cross_masks: &[NodeId],
+    ) -> Result<NodeId> {
+        let (head, kind) = (self.head, self.linears);
+        let (c, e) = (self.io.chunk, head.embed);
+        let state = mlp(g, inputs.state, "aex.state_enc", [head.hidden, e], kind)?;
+        let tau = g.slice(inputs.time, 1, 0, e)?;
+        let a = kind.apply(g, inputs.x_t, "aex.act_enc.W1", e)?;
+        let a = g.concat(&[a, tau], 1)?;
+        let a = kind.apply(g, a, "aex.act_enc.W2", e)?;
+        let a = g.silu(a);
+        let a = kind.apply(g, a, "aex.act_enc.W3", e)?;
+        let pos = g.weight("aex.pos_embd.weight", &[head.max_seq_len, e])?;
+        let pos = g.slice(pos, 0, 0, c)?;
+        let a = g.add(a, pos)?;
+        let mut parts = vec![state];
+        if head.future_tokens > 0 {
+            parts.push(g.weight("aex.future_tokens.weight", &[head.future_tokens, e])?);
+        }
+        parts.push(a);
+        let x = g.concat(&parts, 0)?;
+        let proj = g.slice(inputs.time, 0, 0, 1)?;
+        let proj = g.slice(proj, 1, e, TIMESTEP_CHANNELS)?;
+        let dit = self.dit();
+        let temb = dit.time_condition(g, proj)?;
+        let out = dit.forward(g, x, temb, &inputs.cross, cross_masks)?;
+        let s = head.suffix_len(c);
+        let out = g.slice(out, 0, s - c, c)?;
+        let widths = [head.hidden, self.io.max_action_dim];
+        mlp(g, out, "aex.act_dec", widths, kind)
+    }
 }

@@ -8,7 +8,7 @@ use crate::models::flow::{valid_rows, VALID};
 use crate::modules::decoder::DecoderStack;
 use crate::modules::dit::cross_blocks;
 use crate::modules::flow::names;
-use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context, HeadLinears};
+use crate::modules::gr00t_head::{vl_context, Gr00tHead, HeadLinears};
 use crate::modules::vision::vision_tower;
 use crate::Result;
 
@@ -81,7 +81,7 @@ pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tConfig) -> Result<(NodeId, Node
 /// cross-attending DiT block, in block order (k, v).
 pub fn prefill(mut g: GraphBuilder, cfg: &Gr00tConfig) -> Result<Graph> {
     let (_, vl) = backbone(&mut g, cfg)?;
-    let outputs = cross_kv(&mut g, vl, &cfg.dit)?;
+    let outputs = action_head(cfg).cross_kv(&mut g, vl)?;
     g.build(&outputs)
 }
 
@@ -95,11 +95,21 @@ pub fn denoise(mut g: GraphBuilder, cfg: &Gr00tConfig) -> Result<Graph> {
 }
 
 fn velocity(g: &mut GraphBuilder, cfg: &Gr00tConfig) -> Result<NodeId> {
-    let (io, l) = (cfg.chunk_shape(), cfg.seq_len());
+    let l = cfg.seq_len();
     let valid = g.input(VALID, &[l]);
-    let inputs = head_inputs(g, &cfg.head, &cfg.dit, io, l)?;
+    let head = action_head(cfg);
+    let inputs = head.inputs(g, l);
     let mask = valid_rows(g, valid, cfg.suffix_len())?;
     let masks = vec![mask; cross_blocks(&cfg.dit)];
-    let head = (&cfg.head, &cfg.dit, HeadLinears::PerEmbodiment);
-    velocity_of(g, head, io, inputs, &masks)
+    head.velocity(g, inputs, &masks)
+}
+
+/// The action head: its DiT, encoders and decoder stored as PerEmbodiment.
+fn action_head(cfg: &Gr00tConfig) -> Gr00tHead<'_> {
+    Gr00tHead {
+        head: &cfg.head,
+        dit: &cfg.dit,
+        linears: HeadLinears::PerEmbodiment,
+        io: cfg.chunk_shape(),
+    }
 }

@@ -6,7 +6,7 @@ use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::models::flow::{mask_constant, valid_rows, VALID};
 use crate::modules::dit::cross_blocks;
 use crate::modules::flow::names;
-use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, vl_context, HeadLinears};
+use crate::modules::gr00t_head::{vl_context, Gr00tHead, HeadLinears};
 use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
 use crate::modules::qwen_vision::towers_side_by_side;
 use crate::Result;
@@ -44,7 +44,7 @@ pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, N
 /// cross-attending DiT block, in block order (k, v).
 pub fn prefill(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
     let (_, vl) = backbone(&mut g, cfg)?;
-    let outputs = cross_kv(&mut g, vl, &cfg.dit)?;
+    let outputs = action_head(cfg).cross_kv(&mut g, vl)?;
     g.build(&outputs)
 }
 
@@ -53,9 +53,10 @@ pub fn prefill(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
 /// Cross-attending block `2 j` sees the real text tokens or the image tokens
 /// ([`Gr00tN17Config::attends_text`]). Output `[chunk, max_action_dim]`.
 pub fn denoise(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
-    let (io, l, s) = (cfg.chunk_shape(), cfg.seq_len(), cfg.suffix_len());
+    let (l, s) = (cfg.seq_len(), cfg.suffix_len());
     let valid = g.input(VALID, &[l]);
-    let inputs = head_inputs(&mut g, &cfg.head, &cfg.dit, io, l)?;
+    let head = action_head(cfg);
+    let inputs = head.inputs(&mut g, l);
     let is_image = cfg.image_rows();
     let text = mask_constant(&mut g, "mask.text_tokens", 1, l, |_, j| !is_image[j])?;
     let text = g.reshape(text, &[l])?;
@@ -68,7 +69,16 @@ pub fn denoise(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
             false => image,
         })
         .collect();
-    let head = (&cfg.head, &cfg.dit, HeadLinears::PerEmbodiment);
-    let v = velocity_of(&mut g, head, io, inputs, &masks)?;
+    let v = head.velocity(&mut g, inputs, &masks)?;
     g.build(&[v])
+}
+
+/// The action head: its DiT, encoders and decoder stored as PerEmbodiment.
+fn action_head(cfg: &Gr00tN17Config) -> Gr00tHead<'_> {
+    Gr00tHead {
+        head: &cfg.head,
+        dit: &cfg.dit,
+        linears: HeadLinears::PerEmbodiment,
+        io: cfg.chunk_shape(),
+    }
 }

@@ -117,32 +117,32 @@ fn gr00t_sized(
 /// tokens each), a 3-block Qwen3-VL tower with two deepstack taps, a 3-layer language model,
 /// two VL self-attention blocks, a 6-block AlternateVLDiT, 4 embodiments.
 pub fn gr00t_n1_7_small_config() -> Gr00tN17Config {
-    gr00t_n1_7_sized(
-        [32, 3, 2, 64, 64, 96],
-        vec![0, 1],
-        [64, 3, 96, 512],
-        [4, 2, 16],
-        [4, 2, 2],
-        [2, 4, 16],
-        [6, 2, 16],
-        [24, 4],
-    )
+    gr00t_n1_7_sized(N17Sizes {
+        vision: [32, 3, 2, 64, 64, 96],
+        deepstack: vec![0, 1],
+        lm: [64, 3, 96, 512],
+        heads: [4, 2, 16],
+        mrope: [4, 2, 2],
+        vlsa: [2, 4, 16],
+        dit: [6, 2, 16],
+        head: [24, 4],
+    })
 }
 
 /// GR00T N1.7's released sizes (Cosmos-Reason2-2B: Qwen3-VL tower 1024 x 24 with deepstack taps 5,
 /// 11, 17, the language model 2048 wide cut to 16 of 28 layers; 4 VL self-attention blocks of
 /// 32 x 64, DiT 32 x 1536 = 32 x 48, head hidden 1024, 32 embodiments), one 256 x 256 camera.
 pub fn gr00t_n1_7_full_config() -> Gr00tN17Config {
-    let mut cfg = gr00t_n1_7_sized(
-        [1024, 24, 16, 4096, 256, 256],
-        vec![5, 11, 17],
-        [2048, 16, 6144, 151936],
-        [16, 8, 128],
-        [24, 20, 20],
-        [4, 32, 64],
-        [32, 32, 48],
-        [1024, 32],
-    );
+    let mut cfg = gr00t_n1_7_sized(N17Sizes {
+        vision: [1024, 24, 16, 4096, 256, 256],
+        deepstack: vec![5, 11, 17],
+        lm: [2048, 16, 6144, 151936],
+        heads: [16, 8, 128],
+        mrope: [24, 20, 20],
+        vlsa: [4, 32, 64],
+        dit: [32, 32, 48],
+        head: [1024, 32],
+    });
     cfg.io.n_images = 1;
     cfg.head.max_seq_len = 1024;
     cfg.head.image_token = 151655;
@@ -151,22 +151,38 @@ pub fn gr00t_n1_7_full_config() -> Gr00tN17Config {
     cfg
 }
 
-/// `vision` `[hidden, layers, heads, inter, image h, image w]` (patch 16, merge 2), its
-/// deepstack taps, `lm` `[hidden, layers, inter, vocab]`, `heads` `[q, kv, head_dim]`, the
-/// mrope sections, `vlsa` and `dit` `[layers, heads, head_dim]`, `head` `[hidden,
-/// embodiments]`; two cameras, 4 steps, 40 actions of which 16 are returned, 132-wide state
-/// and action of 8 and 7 real dimensions (LIBERO's), a stand-in prompt.
-#[allow(clippy::too_many_arguments)]
-fn gr00t_n1_7_sized(
-    [vh, vl, vheads, vinter, image_h, image_w]: [usize; 6],
+/// The sizes a GR00T N1.7 preset chooses.
+struct N17Sizes {
+    /// `[hidden, layers, heads, inter, image h, image w]` (patch 16, merge 2).
+    vision: [usize; 6],
     deepstack: Vec<usize>,
+    /// `[hidden, layers, inter, vocab]`.
     lm: [usize; 4],
+    /// `[q, kv, head_dim]`.
     heads: [usize; 3],
     mrope: [usize; 3],
+    /// `[layers, heads, head_dim]`.
     vlsa: [usize; 3],
+    /// `[layers, heads, head_dim]`.
     dit: [usize; 3],
-    [hidden, embodiments]: [usize; 2],
-) -> Gr00tN17Config {
+    /// `[hidden, embodiments]`.
+    head: [usize; 2],
+}
+
+/// A GR00T N1.7 config of `sizes`: two cameras, 4 steps, 40 actions of which 16 are
+/// returned, 132-wide state and action of 8 and 7 real dimensions (LIBERO's), a stand-in
+/// prompt.
+fn gr00t_n1_7_sized(sizes: N17Sizes) -> Gr00tN17Config {
+    let N17Sizes {
+        vision: [vh, vl, vheads, vinter, image_h, image_w],
+        deepstack,
+        lm,
+        heads,
+        mrope,
+        vlsa,
+        dit,
+        head: [hidden, embodiments],
+    } = sizes;
     let stack = |name, [layers, heads, head_dim]: [usize; 3]| BlockStack {
         name,
         layers,
@@ -244,16 +260,16 @@ fn gr00t_n1_7_sized(
 /// each, area-averaged to 64 first), a 3-block tower with two deepstack taps, a 3-layer
 /// language model, 8 embodied tokens, a 4-block DiT.
 pub fn vla_jepa_small_config() -> VlaJepaConfig {
-    let base = gr00t_n1_7_sized(
-        [32, 3, 2, 64, 96, 96],
-        vec![0, 1],
-        [64, 3, 96, 512],
-        [4, 2, 16],
-        [4, 2, 2],
-        [1, 4, 16],
-        [4, 2, 16],
-        [24, 1],
-    );
+    let base = gr00t_n1_7_sized(N17Sizes {
+        vision: [32, 3, 2, 64, 96, 96],
+        deepstack: vec![0, 1],
+        lm: [64, 3, 96, 512],
+        heads: [4, 2, 16],
+        mrope: [4, 2, 2],
+        vlsa: [1, 4, 16],
+        dit: [4, 2, 16],
+        head: [24, 1],
+    });
     let mut cfg = vla_jepa_from(base, 8, (64, 64));
     // the text segment holds lerobot's template text (~70 ids of the demo tokenizer) too
     cfg.io.tokenizer_max_length = 96;
@@ -264,16 +280,16 @@ pub fn vla_jepa_small_config() -> VlaJepaConfig {
 /// 768 = 12 x 64, action hidden 1024, 32 embodied tokens), two cameras area-averaged to 224
 /// and enlarged to 256 (64 tokens each), 7 x 7 chunk.
 pub fn vla_jepa_full_config() -> VlaJepaConfig {
-    let mut base = gr00t_n1_7_sized(
-        [1024, 24, 16, 4096, 256, 256],
-        vec![5, 11, 17],
-        [2048, 28, 6144, 151936],
-        [16, 8, 128],
-        [24, 20, 20],
-        [1, 32, 64],
-        [16, 12, 64],
-        [1024, 1],
-    );
+    let mut base = gr00t_n1_7_sized(N17Sizes {
+        vision: [1024, 24, 16, 4096, 256, 256],
+        deepstack: vec![5, 11, 17],
+        lm: [2048, 28, 6144, 151936],
+        heads: [16, 8, 128],
+        mrope: [24, 20, 20],
+        vlsa: [1, 32, 64],
+        dit: [16, 12, 64],
+        head: [1024, 1],
+    });
     base.head.max_seq_len = 1024;
     base.head.image_token = 151655;
     let mut cfg = vla_jepa_from(base, 32, (224, 224));

@@ -4,7 +4,7 @@ use super::VlaJepaConfig;
 use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::models::flow::VALID;
 use crate::modules::flow::names;
-use crate::modules::gr00t_head::{cross_kv, head_inputs, velocity_of, HeadLinears};
+use crate::modules::gr00t_head::{Gr00tHead, HeadLinears};
 use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
 use crate::modules::qwen_vision::towers_side_by_side;
 use crate::Result;
@@ -46,7 +46,7 @@ pub fn conditioning(g: &mut GraphBuilder, cfg: &VlaJepaConfig) -> Result<NodeId>
 /// [`conditioning`], then the keys and values of every cross-attending DiT block.
 pub fn prefill(mut g: GraphBuilder, cfg: &VlaJepaConfig) -> Result<Graph> {
     let cond = conditioning(&mut g, cfg)?;
-    let outputs = cross_kv(&mut g, cond, &cfg.dit)?;
+    let outputs = action_head(cfg).cross_kv(&mut g, cond)?;
     g.build(&outputs)
 }
 
@@ -55,14 +55,18 @@ pub fn prefill(mut g: GraphBuilder, cfg: &VlaJepaConfig) -> Result<Graph> {
 /// prefill's `valid` (unused: every embodied token is real).
 pub fn denoise(mut g: GraphBuilder, cfg: &VlaJepaConfig) -> Result<Graph> {
     let _ = g.input(VALID, &[cfg.seq_len()]);
-    let inputs = head_inputs(
-        &mut g,
-        &cfg.head,
-        &cfg.dit,
-        cfg.chunk_shape(),
-        cfg.n_embodied(),
-    )?;
-    let head = (&cfg.head, &cfg.dit, HeadLinears::Plain);
-    let v = velocity_of(&mut g, head, cfg.chunk_shape(), inputs, &[])?;
+    let head = action_head(cfg);
+    let inputs = head.inputs(&mut g, cfg.n_embodied());
+    let v = head.velocity(&mut g, inputs, &[])?;
     g.build(&[v])
+}
+
+/// The action head: its DiT, encoders and decoder stored as Plain.
+fn action_head(cfg: &VlaJepaConfig) -> Gr00tHead<'_> {
+    Gr00tHead {
+        head: &cfg.head,
+        dit: &cfg.dit,
+        linears: HeadLinears::Plain,
+        io: cfg.chunk_shape(),
+    }
 }
