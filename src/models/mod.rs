@@ -17,20 +17,101 @@ pub mod smolvla;
 pub mod vla_jepa;
 pub mod vlacpp;
 
-use crate::gguf::{GgmlType, GgufFile};
+use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::policy::{Policy, RuntimeOptions};
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 
-pub const ARCHS: &[&str] = &[
-    smolvla::ARCH,
-    pi0::ARCH_PI0,
-    pi0::ARCH_PI05,
-    gr00t::ARCH,
-    gr00t_n1_7::ARCH,
-    vla_jepa::ARCH,
-    evo1::ARCH,
+/// A served arch: its `general.architecture`, how a file of it opens, and its
+/// random-weight models (`vla-gguf demo`, benchmarks).
+pub struct Arch {
+    pub name: &'static str,
+    pub open: fn(GgufFile, &RuntimeOptions) -> Result<Box<dyn Policy>>,
+    /// A random-weight GGUF ([`presets::random_writer`], matmul weights of the type given,
+    /// no tokenizer): the small config, or with `full` the released sizes.
+    pub random: fn(full: bool, seed: u64, ty: GgmlType) -> Result<GgufWriter<'static>>,
+}
+
+/// Every arch served, one entry each.
+pub const ARCHS: &[Arch] = &[
+    Arch {
+        name: smolvla::ARCH,
+        open: open::<smolvla::SmolVlaConfig>,
+        random: |full, seed, ty| match full {
+            true => random(&presets::smolvla_base_config(), seed, ty),
+            false => random(&presets::demo_config(), seed, ty),
+        },
+    },
+    Arch {
+        name: pi0::ARCH_PI0,
+        open: open::<pi0::Pi0Config>,
+        random: |full, seed, ty| match full {
+            true => random(&presets::full_config(pi0::Variant::Pi0), seed, ty),
+            false => random(&presets::small_config(pi0::Variant::Pi0), seed, ty),
+        },
+    },
+    Arch {
+        name: pi0::ARCH_PI05,
+        open: open::<pi0::Pi0Config>,
+        random: |full, seed, ty| match full {
+            true => random(&presets::full_config(pi0::Variant::Pi05), seed, ty),
+            false => random(&presets::small_config(pi0::Variant::Pi05), seed, ty),
+        },
+    },
+    Arch {
+        name: gr00t::ARCH,
+        open: open::<gr00t::Gr00tConfig>,
+        random: |full, seed, ty| match full {
+            true => random(&presets::gr00t_full_config(), seed, ty),
+            false => random(&presets::gr00t_small_config(), seed, ty),
+        },
+    },
+    Arch {
+        name: gr00t_n1_7::ARCH,
+        open: open::<gr00t_n1_7::Gr00tN17Config>,
+        random: |full, seed, ty| match full {
+            true => random(&presets::gr00t_n1_7_full_config(), seed, ty),
+            false => random(&presets::gr00t_n1_7_small_config(), seed, ty),
+        },
+    },
+    Arch {
+        name: vla_jepa::ARCH,
+        open: open::<vla_jepa::VlaJepaConfig>,
+        random: |full, seed, ty| match full {
+            true => random(&presets::vla_jepa_full_config(), seed, ty),
+            false => random(&presets::vla_jepa_small_config(), seed, ty),
+        },
+    },
+    Arch {
+        name: evo1::ARCH,
+        open: open::<evo1::Evo1Config>,
+        random: |full, seed, ty| match full {
+            true => random(&presets::evo1_full_config(), seed, ty),
+            false => random(&presets::evo1_small_config(), seed, ty),
+        },
+    },
 ];
+
+/// The served arch `name` (a `general.architecture`).
+pub fn arch(name: &str) -> Option<&'static Arch> {
+    ARCHS.iter().find(|a| a.name == name)
+}
+
+/// The names of the served archs, for messages.
+pub fn arch_names() -> Vec<&'static str> {
+    ARCHS.iter().map(|a| a.name).collect()
+}
+
+fn open<A: flow::FlowArch + 'static>(
+    file: GgufFile,
+    opts: &RuntimeOptions,
+) -> Result<Box<dyn Policy>> {
+    Ok(Box::new(flow::FlowPolicy::<A>::new(file, opts)?))
+}
+
+fn random<A: flow::FlowArch>(cfg: &A, seed: u64, ty: GgmlType) -> Result<GgufWriter<'static>> {
+    presets::random_writer(cfg, seed, ty, None)
+}
 
 /// Opens the GGUF at `path` and builds the policy its `general.architecture` names.
 pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
@@ -59,16 +140,11 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
         }
         None => file,
     };
-    match arch.as_str() {
-        smolvla::ARCH => Ok(Box::new(smolvla::SmolVla::new(file, opts)?)),
-        pi0::ARCH_PI0 | pi0::ARCH_PI05 => Ok(Box::new(pi0::Pi0::new(file, opts)?)),
-        gr00t::ARCH => Ok(Box::new(gr00t::Gr00t::new(file, opts)?)),
-        gr00t_n1_7::ARCH => Ok(Box::new(gr00t_n1_7::Gr00tN17::new(file, opts)?)),
-        vla_jepa::ARCH => Ok(Box::new(vla_jepa::VlaJepa::new(file, opts)?)),
-        evo1::ARCH => Ok(Box::new(evo1::Evo1::new(file, opts)?)),
-        _ => Err(Error::InvalidArgument(format!(
+    match self::arch(&arch) {
+        Some(a) => (a.open)(file, opts),
+        None => Err(Error::InvalidArgument(format!(
             "unsupported architecture {arch:?} (supported: {})",
-            ARCHS.join(", ")
+            arch_names().join(", ")
         ))),
     }
 }

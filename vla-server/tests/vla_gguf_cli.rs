@@ -135,5 +135,5 @@ fn demo_writes_small_models_of_each_arch() {
     ]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr)
-        .contains("expected smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa or evo1"));
+        .contains("expected one of smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa, evo1"));
 }

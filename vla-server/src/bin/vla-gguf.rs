@@ -237,7 +237,6 @@ fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) 
 
 fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool) -> Result<()> {
     use vla::gguf::GgmlType;
-    use vla::models::{evo1, gr00t, gr00t_n1_7, pi0, presets, vla_jepa};
     if out.exists() && !force {
         bail!("{} exists: pass --force to overwrite it", out.display());
     }
@@ -247,78 +246,26 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
         "bf16" => GgmlType::BF16,
         _ => bail!("--dtype {dtype:?}: expected f32, f16 or bf16"),
     };
-    match (arch, pi0::Variant::from_arch(arch)) {
-        ("smolvla", _) if !full && ty == GgmlType::F32 => {
-            std::fs::write(out, vla::models::demo_gguf()?)
-                .with_context(|| format!("cannot write {}", out.display()))?;
-            println!(
-                "{}: the demo model (smolvla-shaped, random weights)",
-                out.display()
-            );
-        }
-        ("smolvla", _) => {
-            let cfg = match full {
-                true => vla::models::smolvla::smolvla_base_config(),
-                false => vla::models::smolvla::demo_config(),
-            };
-            write_random(out, &cfg, arch, full, dtype, ty)?;
-        }
-        (_, Some(v)) => {
-            let cfg = match full {
-                true => pi0::full_config(v),
-                false => pi0::small_config(v),
-            };
-            write_random(out, &cfg, arch, full, dtype, ty)?;
-        }
-        (gr00t::ARCH, _) => {
-            let cfg = match full {
-                true => presets::gr00t_full_config(),
-                false => presets::gr00t_small_config(),
-            };
-            write_random(out, &cfg, arch, full, dtype, ty)?;
-        }
-        (gr00t_n1_7::ARCH, _) => {
-            let cfg = match full {
-                true => presets::gr00t_n1_7_full_config(),
-                false => presets::gr00t_n1_7_small_config(),
-            };
-            write_random(out, &cfg, arch, full, dtype, ty)?;
-        }
-        (vla_jepa::ARCH, _) => {
-            let cfg = match full {
-                true => presets::vla_jepa_full_config(),
-                false => presets::vla_jepa_small_config(),
-            };
-            write_random(out, &cfg, arch, full, dtype, ty)?;
-        }
-        (evo1::ARCH, _) => {
-            let cfg = match full {
-                true => presets::evo1_full_config(),
-                false => presets::evo1_small_config(),
-            };
-            write_random(out, &cfg, arch, full, dtype, ty)?;
-        }
-        _ => bail!(
-            "--arch {arch:?}: expected smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa or evo1"
-        ),
+    let Some(entry) = vla::models::arch(arch) else {
+        bail!(
+            "--arch {arch:?}: expected one of {}",
+            vla::models::arch_names().join(", ")
+        )
+    };
+    if arch == vla::models::smolvla::ARCH && !full && ty == GgmlType::F32 {
+        std::fs::write(out, vla::models::demo_gguf()?)
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        println!(
+            "{}: the demo model (smolvla-shaped, random weights)",
+            out.display()
+        );
+        return Ok(());
     }
-    Ok(())
-}
-
-/// A random-weight GGUF of `cfg` (no tokenizer) written to `out`.
-fn write_random<A: vla::models::flow::FlowArch>(
-    out: &std::path::Path,
-    cfg: &A,
-    arch: &str,
-    full: bool,
-    dtype: &str,
-    ty: vla::gguf::GgmlType,
-) -> Result<()> {
     eprintln!(
         "generating {} random {arch} weights...",
         if full { "full-size" } else { "small" }
     );
-    vla::models::presets::random_writer(cfg, 0x5eed, ty, None)?
+    (entry.random)(full, 0x5eed, ty)?
         .write_to_file(out)
         .with_context(|| format!("cannot write {}", out.display()))?;
     println!(
