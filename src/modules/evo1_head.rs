@@ -14,7 +14,7 @@
 use crate::config::limits::MAX_LAYERS;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
-use crate::layers::{attend, layer_norm, linear, split_heads};
+use crate::layers::{attend, layer_norm, linear, split_heads, Scope};
 use crate::modules::flow::Schedule;
 use crate::{Result, Tensor};
 
@@ -59,41 +59,100 @@ impl Section for Evo1HeadConfig {
     }
 }
 
+/// A denoise graph's head inputs: `x_t` `[chunk, A]`, the time input ([`time_one_hot`]
+/// of the row [`SCHEDULE`] gives) and `action_mask` `[A]` (1 at real action dimensions).
+#[derive(Clone, Copy, Debug)]
+pub struct HeadInputs {
+    pub x_t: NodeId,
+    pub time: NodeId,
+    pub action_mask: NodeId,
+}
+
 impl Evo1HeadConfig {
     fn head_dim(&self) -> usize {
         self.embed / self.heads
     }
-}
 
-/// The context `[T + 1, E]`: the features `[T, E]` and the state's row (`state` `[1,
-/// max_state_dim]`, normalised, through `state_enc`).
-pub fn context(
-    g: &mut GraphBuilder,
-    cfg: &Evo1HeadConfig,
-    features: NodeId,
-    state: NodeId,
-) -> Result<NodeId> {
-    let s = linear(g, state, "aex.state_enc.fc1", cfg.state_hidden, true)?;
-    let s = g.relu(s);
-    let s = linear(g, s, "aex.state_enc.fc2", cfg.embed, true)?;
-    g.concat(&[features, s], 0)
-}
-
-/// Keys and values `[T + 1, heads, head_dim]` of every block over `context`, in block order
-/// (k, v): the same at every denoising step.
-pub fn cross_kv(
-    g: &mut GraphBuilder,
-    cfg: &Evo1HeadConfig,
-    context: NodeId,
-) -> Result<Vec<NodeId>> {
-    let mut out = Vec::with_capacity(2 * cfg.layers);
-    for i in 0..cfg.layers {
-        for which in ["attn_k", "attn_v"] {
-            let y = linear(g, context, &format!("aex.blk.{i}.{which}"), cfg.embed, true)?;
-            out.push(split_heads(g, y, cfg.heads, cfg.head_dim())?);
-        }
+    /// Block `i`'s weights, `aex.blk.{i}`.
+    fn block(&self, i: usize) -> Scope {
+        Scope::new("aex.blk").pp(i)
     }
-    Ok(out)
+
+    /// The context `[T + 1, E]`: the features `[T, E]` and the state's row (`state` `[1,
+    /// max_state_dim]`, normalised, through `state_enc`).
+    pub fn context(&self, g: &mut GraphBuilder, features: NodeId, state: NodeId) -> Result<NodeId> {
+        let s = linear(g, state, "aex.state_enc.fc1", self.state_hidden, true)?;
+        let s = g.relu(s);
+        let s = linear(g, s, "aex.state_enc.fc2", self.embed, true)?;
+        g.concat(&[features, s], 0)
+    }
+
+    /// Keys and values `[T + 1, heads, head_dim]` of every block over `context`, in block
+    /// order (k, v): the same at every denoising step.
+    pub fn cross_kv(&self, g: &mut GraphBuilder, context: NodeId) -> Result<Vec<NodeId>> {
+        let mut out = Vec::with_capacity(2 * self.layers);
+        for i in 0..self.layers {
+            for which in ["attn_k", "attn_v"] {
+                let y = linear(g, context, &self.block(i).pp(which), self.embed, true)?;
+                out.push(split_heads(g, y, self.heads, self.head_dim())?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The velocity `[chunk, A]` at `inputs.x_t` (multiplied by the action mask before and
+    /// after) and time `inputs.time`, over [`Self::cross_kv`]'s `kv` with `allowed`
+    /// `[chunk, T + 1]` (the context rows each action row may attend to).
+    pub fn velocity(
+        &self,
+        g: &mut GraphBuilder,
+        inputs: HeadInputs,
+        kv: &[NodeId],
+        allowed: NodeId,
+    ) -> Result<NodeId> {
+        let HeadInputs {
+            x_t,
+            time,
+            action_mask,
+        } = inputs;
+        let (chunk, dim) = (g.shape(x_t)[0], g.shape(x_t)[1]);
+        let e = self.embed;
+        let table = g.weight("aex.time_pos.weight", &[TIME_ROWS, e])?;
+        let table = g.reshape(table, &[1, TIME_ROWS, e])?;
+        let temb = g.bmm(time, table, false)?;
+        let temb = g.reshape(temb, &[1, e])?;
+        let x = g.mul(x_t, action_mask)?;
+        let a = linear(g, x, "aex.action_enc.W1", e, true)?;
+        let a = g.relu(a);
+        let pos = g.weight("aex.action_enc.pos.weight", &[chunk, e])?;
+        let a = g.add(a, pos)?;
+        let a = linear(g, a, "aex.action_enc.W2", e, true)?;
+        let a = g.relu(a);
+        let mut x = linear(g, a, "aex.action_enc.W3", e, true)?;
+        for (i, pair) in kv.chunks(2).enumerate().take(self.layers) {
+            let p = self.block(i);
+            let h = layer_norm(g, x, &p.pp("norm1"), EPS)?;
+            let q = linear(g, h, &p.pp("attn_q"), e, true)?;
+            let q = split_heads(g, q, self.heads, self.head_dim())?;
+            let o = attend(g, q, &[(pair[0], pair[1])], Some(allowed))?;
+            let o = linear(g, o, &p.pp("attn_o"), e, true)?;
+            x = g.add(x, o)?;
+            let h = layer_norm(g, x, &p.pp("norm2"), EPS)?;
+            let h = g.add(h, temb)?;
+            let h = linear(g, h, &p.pp("ff1"), 4 * e, true)?;
+            let h = g.gelu_erf(h);
+            let h = linear(g, h, &p.pp("ff2"), e, true)?;
+            x = g.add(x, h)?;
+        }
+        let x = layer_norm(g, x, "aex.norm_out", EPS)?;
+        let flat = g.reshape(x, &[1, chunk * e])?;
+        let pooled = linear(g, flat, "aex.seq_pool", e, true)?;
+        let h = linear(g, pooled, "aex.head.fc1", self.hidden, true)?;
+        let h = g.relu(h);
+        let v = linear(g, h, "aex.head.fc2", chunk * dim, true)?;
+        let v = g.reshape(v, &[chunk, dim])?;
+        g.mul(v, action_mask)
+    }
 }
 
 /// The time input selecting row `row` of the time table: one-hot `[1, 1, TIME_ROWS]` (a
@@ -103,56 +162,6 @@ pub fn time_one_hot(row: usize) -> Result<Tensor<'static>> {
     let mut v = vec![0f32; TIME_ROWS];
     v[row.min(TIME_ROWS - 1)] = 1.0;
     Tensor::from_f32(vec![1, 1, TIME_ROWS], v)
-}
-
-/// The velocity `[chunk, A]` at `x_t` `[chunk, A]` (multiplied by `action_mask` `[A]`,
-/// 1 at real action dimensions, before and after) and time `time` ([`time_one_hot`] of the
-/// row [`SCHEDULE`] gives), over [`cross_kv`]'s `kv` with `allowed` `[chunk, T + 1]` (the context rows
-/// each action row may attend to).
-pub fn velocity(
-    g: &mut GraphBuilder,
-    cfg: &Evo1HeadConfig,
-    (x_t, time, action_mask): (NodeId, NodeId, NodeId),
-    kv: &[NodeId],
-    allowed: NodeId,
-) -> Result<NodeId> {
-    let (chunk, dim) = (g.shape(x_t)[0], g.shape(x_t)[1]);
-    let e = cfg.embed;
-    let table = g.weight("aex.time_pos.weight", &[TIME_ROWS, e])?;
-    let table = g.reshape(table, &[1, TIME_ROWS, e])?;
-    let temb = g.bmm(time, table, false)?;
-    let temb = g.reshape(temb, &[1, e])?;
-    let x = g.mul(x_t, action_mask)?;
-    let a = linear(g, x, "aex.action_enc.W1", e, true)?;
-    let a = g.relu(a);
-    let pos = g.weight("aex.action_enc.pos.weight", &[chunk, e])?;
-    let a = g.add(a, pos)?;
-    let a = linear(g, a, "aex.action_enc.W2", e, true)?;
-    let a = g.relu(a);
-    let mut x = linear(g, a, "aex.action_enc.W3", e, true)?;
-    for (i, pair) in kv.chunks(2).enumerate().take(cfg.layers) {
-        let p = format!("aex.blk.{i}");
-        let h = layer_norm(g, x, &format!("{p}.norm1"), EPS)?;
-        let q = linear(g, h, &format!("{p}.attn_q"), e, true)?;
-        let q = split_heads(g, q, cfg.heads, cfg.head_dim())?;
-        let o = attend(g, q, &[(pair[0], pair[1])], Some(allowed))?;
-        let o = linear(g, o, &format!("{p}.attn_o"), e, true)?;
-        x = g.add(x, o)?;
-        let h = layer_norm(g, x, &format!("{p}.norm2"), EPS)?;
-        let h = g.add(h, temb)?;
-        let h = linear(g, h, &format!("{p}.ff1"), 4 * e, true)?;
-        let h = g.gelu_erf(h);
-        let h = linear(g, h, &format!("{p}.ff2"), e, true)?;
-        x = g.add(x, h)?;
-    }
-    let x = layer_norm(g, x, "aex.norm_out", EPS)?;
-    let flat = g.reshape(x, &[1, chunk * e])?;
-    let pooled = linear(g, flat, "aex.seq_pool", e, true)?;
-    let h = linear(g, pooled, "aex.head.fc1", cfg.hidden, true)?;
-    let h = g.relu(h);
-    let v = linear(g, h, "aex.head.fc2", chunk * dim, true)?;
-    let v = g.reshape(v, &[chunk, dim])?;
-    g.mul(v, action_mask)
 }
 
 #[cfg(test)]

@@ -100,45 +100,57 @@ impl ImageRows {
 /// `vlm.blk.*` under `mask` `[L, L]`, rotated by the M-RoPE tables of [`mrope_positions`]
 /// (graph constants), the deepstack features `j` added at the image rows after layer `j`:
 /// the last layer's output, before any final norm, `[L, hidden]`.
-pub fn qwen_vl_features(
-    g: &mut GraphBuilder,
-    tokens: NodeId,
-    images: &[ImageRows],
-    (lm, attn, mrope): (&LmConfig, &DecoderConfig, &MropeConfig),
-    mask: NodeId,
-) -> Result<NodeId> {
-    let l = g.shape(tokens)[0];
-    let table = g.weight("token_embd.weight", &[lm.vocab_size, lm.hidden])?;
-    let text = g.embedding(table, tokens)?;
-    let pieces: Vec<(usize, NodeId)> = images.iter().map(|im| (im.span.start, im.merged)).collect();
-    let x = splice_rows(g, text, &pieces, false)?;
-    let taps = images
-        .iter()
-        .map(|im| im.deepstack.len())
-        .max()
-        .unwrap_or(0);
-    let adds: Vec<Vec<(usize, NodeId)>> = (0..taps)
-        .map(|j| {
-            images
-                .iter()
-                .filter_map(|im| im.deepstack.get(j).map(|&f| (im.span.start, f)))
-                .collect()
-        })
-        .collect();
-    let spans: Vec<ImageSpan> = images.iter().map(|im| im.span).collect();
-    let positions = mrope_positions(l, &spans);
-    let (cos, sin) = mrope_tables(&positions, attn.head_dim, attn.rope_theta, mrope.sections);
-    let shape = vec![l, 1, attn.head_dim];
-    let cos = g.constant("vlm.mrope_cos", Tensor::from_f32(shape.clone(), cos)?)?;
-    let sin = g.constant("vlm.mrope_sin", Tensor::from_f32(shape, sin)?)?;
-    let rotary = Rotary::Tables { cos, sin };
-    let stack = DecoderStack {
-        stack: "vlm",
-        layers: lm.n_layers,
-        inter: lm.inter,
-        cfg: attn,
-    };
-    stack.forward(g, x, rotary, Some(mask), &adds)
+#[derive(Clone, Copy, Debug)]
+pub struct QwenText<'c> {
+    pub lm: &'c LmConfig,
+    pub attn: &'c DecoderConfig,
+    pub mrope: &'c MropeConfig,
+}
+
+impl QwenText<'_> {
+    /// The stack's output over `tokens` with `images` spliced in, under `mask` (above).
+    pub fn features(
+        &self,
+        g: &mut GraphBuilder,
+        tokens: NodeId,
+        images: &[ImageRows],
+        mask: NodeId,
+    ) -> Result<NodeId> {
+        let QwenText { lm, attn, mrope } = *self;
+        let l = g.shape(tokens)[0];
+        let table = g.weight("token_embd.weight", &[lm.vocab_size, lm.hidden])?;
+        let text = g.embedding(table, tokens)?;
+        let pieces: Vec<(usize, NodeId)> =
+            images.iter().map(|im| (im.span.start, im.merged)).collect();
+        let x = splice_rows(g, text, &pieces, false)?;
+        let taps = images
+            .iter()
+            .map(|im| im.deepstack.len())
+            .max()
+            .unwrap_or(0);
+        let adds: Vec<Vec<(usize, NodeId)>> = (0..taps)
+            .map(|j| {
+                images
+                    .iter()
+                    .filter_map(|im| im.deepstack.get(j).map(|&f| (im.span.start, f)))
+                    .collect()
+            })
+            .collect();
+        let spans: Vec<ImageSpan> = images.iter().map(|im| im.span).collect();
+        let positions = mrope_positions(l, &spans);
+        let (cos, sin) = mrope_tables(&positions, attn.head_dim, attn.rope_theta, mrope.sections);
+        let shape = vec![l, 1, attn.head_dim];
+        let cos = g.constant("vlm.mrope_cos", Tensor::from_f32(shape.clone(), cos)?)?;
+        let sin = g.constant("vlm.mrope_sin", Tensor::from_f32(shape, sin)?)?;
+        let rotary = Rotary::Tables { cos, sin };
+        let stack = DecoderStack {
+            stack: "vlm",
+            layers: lm.n_layers,
+            inter: lm.inter,
+            cfg: attn,
+        };
+        stack.forward(g, x, rotary, Some(mask), &adds)
+    }
 }
 
 /// `(t, h, w)` positions of a sequence of `len` tokens with `images` (sorted) for one still

@@ -226,3 +226,65 @@ pub(crate) unsafe fn tensor_get_f32(t: T) -> Vec<f32> {
     unsafe { sys::ggml_backend_tensor_get(t, v.as_mut_ptr().cast(), 0, 4 * n) };
     v
 }
+
+// TEMP-DUMP-BEGIN
+pub(crate) fn temp_dump_graph(g: *mut sys::ggml_cgraph) {
+    use std::collections::HashMap;
+    use std::fmt::Write as _;
+    let Ok(path) = std::env::var("VLA_GGML_DUMP") else {
+        return;
+    };
+    fn visit(t: *mut sys::ggml_tensor, ids: &mut HashMap<usize, usize>, out: &mut String) -> usize {
+        if let Some(&i) = ids.get(&(t as usize)) {
+            return i;
+        }
+        let tt = unsafe { &*t };
+        let srcs: Vec<usize> = tt
+            .src
+            .iter()
+            .filter(|s| !s.is_null())
+            .map(|&s| visit(s, ids, out))
+            .collect();
+        let vs = if tt.view_src.is_null() {
+            usize::MAX
+        } else {
+            visit(tt.view_src, ids, out)
+        };
+        let id = ids.len();
+        ids.insert(t as usize, id);
+        let mut hash = String::new();
+        if !tt.buffer.is_null() && tt.op == sys::GGML_OP_NONE && tt.view_src.is_null() {
+            let n = unsafe { sys::ggml_nbytes(t) };
+            let mut v = vec![0u8; n];
+            unsafe { sys::ggml_backend_tensor_get(t, v.as_mut_ptr().cast(), 0, n) };
+            let mut h: u64 = 0xcbf29ce484222325;
+            for b in v {
+                h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+            }
+            hash = format!(" data={h:016x}");
+        }
+        let _ = writeln!(
+            out,
+            "t{id} type={} op={} ne={:?} nb={:?} params={:?} flags={} voffs={} vsrc={} src={:?} alloc={}{hash}",
+            tt.type_, tt.op, tt.ne, tt.nb, tt.op_params, tt.flags, tt.view_offs,
+            if vs == usize::MAX { -1 } else { vs as i64 }, srcs, !tt.buffer.is_null()
+        );
+        id
+    }
+    let mut out = String::from("GRAPH\n");
+    let mut ids = HashMap::new();
+    let n = unsafe { sys::ggml_graph_n_nodes(g) };
+    for i in 0..n {
+        let t = unsafe { sys::ggml_graph_node(g, i) };
+        let id = visit(t, &mut ids, &mut out);
+        let _ = writeln!(out, "node {i} = t{id}");
+    }
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(out.as_bytes()).unwrap();
+}
+// TEMP-DUMP-END

@@ -253,6 +253,7 @@ pub(crate) fn lower<'a>(
             sys::ggml_build_forward_expand(gf, t);
             outputs.push(t);
         }
+        super::ffi::temp_dump_graph(gf); // TEMP-DUMP
         let lowered = Lowered {
             graph: gf,
             inputs: l.inputs,

@@ -5,7 +5,7 @@ use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::layers::{rms_norm, splice_rows};
 use crate::models::flow::{valid_rows, PrefixLayout, VALID};
 use crate::modules::decoder::DecoderStack;
-use crate::modules::evo1_head::{context, cross_kv, velocity, TIME_ROWS};
+use crate::modules::evo1_head::{HeadInputs, TIME_ROWS};
 use crate::modules::flow::names;
 use crate::modules::vision::embed_images;
 use crate::{Result, Tensor};
@@ -64,8 +64,8 @@ pub fn features(g: &mut GraphBuilder, cfg: &Evo1Config) -> Result<NodeId> {
 pub fn prefill(mut g: GraphBuilder, cfg: &Evo1Config) -> Result<Graph> {
     let lm = features(&mut g, cfg)?;
     let state = g.input(names::STATE, &[1, cfg.io.max_state_dim]);
-    let ctx = context(&mut g, &cfg.head, lm, state)?;
-    let outputs = cross_kv(&mut g, &cfg.head, ctx)?;
+    let ctx = cfg.head.context(&mut g, lm, state)?;
+    let outputs = cfg.head.cross_kv(&mut g, ctx)?;
     g.build(&outputs)
 }
 
@@ -87,6 +87,11 @@ pub fn denoise(mut g: GraphBuilder, cfg: &Evo1Config) -> Result<Graph> {
     let allowed = valid_rows(&mut g, keys, io.chunk_size)?;
     let mask = Tensor::from_f32(vec![io.max_action_dim], cfg.action_mask())?;
     let mask = g.constant("evo1.action_mask", mask)?;
-    let v = velocity(&mut g, &cfg.head, (x_t, time, mask), &kv, allowed)?;
+    let inputs = HeadInputs {
+        x_t,
+        time,
+        action_mask: mask,
+    };
+    let v = cfg.head.velocity(&mut g, inputs, &kv, allowed)?;
     g.build(&[v])
 }

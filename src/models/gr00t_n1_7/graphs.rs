@@ -7,7 +7,7 @@ use crate::models::flow::{mask_constant, valid_rows, VALID};
 use crate::modules::dit::cross_blocks;
 use crate::modules::flow::names;
 use crate::modules::gr00t_head::{vl_context, Gr00tHead, HeadLinears};
-use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
+use crate::modules::qwen_text::{ImageRows, QwenText};
 use crate::modules::qwen_vision::towers_side_by_side;
 use crate::Result;
 
@@ -34,8 +34,12 @@ pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, N
     let valid = g.input(VALID, &[l]);
     let mask = cfg.layout(l).allowed(g, valid)?;
     let images = ImageRows::of_cameras(g, img, &cfg.vision, cfg.image_spans())?;
-    let lm = (&cfg.lm, &cfg.attn, &cfg.mrope);
-    let features = qwen_vl_features(g, tokens, &images, lm, mask)?;
+    let lm = QwenText {
+        lm: &cfg.lm,
+        attn: &cfg.attn,
+        mrope: &cfg.mrope,
+    };
+    let features = lm.features(g, tokens, &images, mask)?;
     let keys = valid_rows(g, valid, l)?;
     Ok((features, vl_context(g, features, keys, &cfg.vlsa)?))
 }

@@ -5,7 +5,7 @@ use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::models::flow::VALID;
 use crate::modules::flow::names;
 use crate::modules::gr00t_head::{Gr00tHead, HeadLinears};
-use crate::modules::qwen_text::{qwen_vl_features, ImageRows};
+use crate::modules::qwen_text::{ImageRows, QwenText};
 use crate::modules::qwen_vision::towers_side_by_side;
 use crate::Result;
 
@@ -36,8 +36,12 @@ pub fn conditioning(g: &mut GraphBuilder, cfg: &VlaJepaConfig) -> Result<NodeId>
     let rows = g.input(EMBODIED_ROWS, &[1, n, l]);
     let mask = cfg.layout(l).allowed(g, valid)?;
     let images = ImageRows::of_cameras(g, img, v, cfg.image_spans())?;
-    let lm = (&cfg.lm, &cfg.attn, &cfg.mrope);
-    let features = qwen_vl_features(g, tokens, &images, lm, mask)?;
+    let lm = QwenText {
+        lm: &cfg.lm,
+        attn: &cfg.attn,
+        mrope: &cfg.mrope,
+    };
+    let features = lm.features(g, tokens, &images, mask)?;
     let features = g.reshape(features, &[1, l, h])?;
     let cond = g.bmm(rows, features, false)?;
     g.reshape(cond, &[n, h])
