@@ -16,7 +16,7 @@
 use crate::config::limits::{MAX_LAYERS, MAX_PATCHES_PER_SIDE};
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
-use crate::layers::{attend, layer_norm, linear, rope_tables, split_heads};
+use crate::layers::{attend, layer_norm, linear, rope_tables, split_heads, Scope};
 use crate::modules::flow::names;
 use crate::{Result, Tensor};
 
@@ -156,7 +156,7 @@ fn group_blocks(
 fn merger(
     g: &mut GraphBuilder,
     x: NodeId,
-    p: &str,
+    p: &Scope,
     cfg: &QwenVisionConfig,
     post_norm: bool,
 ) -> Result<NodeId> {
@@ -164,17 +164,17 @@ fn merger(
     let x = match post_norm {
         true => {
             let x = group_blocks(g, x, grid, m)?;
-            layer_norm(g, x, &format!("{p}.norm"), EPS)?
+            layer_norm(g, x, &p.pp("norm"), EPS)?
         }
         false => {
-            let x = layer_norm(g, x, &format!("{p}.norm"), EPS)?;
+            let x = layer_norm(g, x, &p.pp("norm"), EPS)?;
             group_blocks(g, x, grid, m)?
         }
     };
     let wide = cfg.hidden * m * m;
-    let x = linear(g, x, &format!("{p}.fc1"), wide, true)?;
+    let x = linear(g, x, &p.pp("fc1"), wide, true)?;
     let x = g.gelu_erf(x);
-    linear(g, x, &format!("{p}.fc2"), cfg.out, true)
+    linear(g, x, &p.pp("fc2"), cfg.out, true)
 }
 
 /// Inputs `image.{i}` `[3, H, W]` for `n_images` cameras through the tower -> `[n_images * T,
@@ -225,24 +225,22 @@ pub fn qwen_vision_tower(
     pre: &str,
 ) -> Result<(NodeId, Vec<NodeId>)> {
     let (d, p, (rows, cols)) = (cfg.hidden, cfg.patch_size, cfg.grid());
-    let w = g.weight(&format!("{pre}.patch_embd.weight"), &[d, 3, p, p])?;
-    let b = g.weight(&format!("{pre}.patch_embd.bias"), &[d])?;
+    let pre = Scope::new(pre);
+    let w = g.weight(&pre.pp("patch_embd.weight"), &[d, 3, p, p])?;
+    let b = g.weight(&pre.pp("patch_embd.bias"), &[d])?;
     let x = g.patch_embed(image, w, b)?;
-    let pos = g.weight(&format!("{pre}.pos_embd.weight"), &[rows * cols, d])?;
+    let pos = g.weight(&pre.pp("pos_embd.weight"), &[rows * cols, d])?;
     let mut x = g.add(x, pos)?;
     let hd = d / cfg.heads;
     let (cos, sin) = rotary_tables(rows, cols, hd);
     let shape = vec![rows * cols, 1, hd];
-    let cos = g.constant(
-        &format!("{pre}.rope_cos"),
-        Tensor::from_f32(shape.clone(), cos)?,
-    )?;
-    let sin = g.constant(&format!("{pre}.rope_sin"), Tensor::from_f32(shape, sin)?)?;
+    let cos = g.constant(&pre.pp("rope_cos"), Tensor::from_f32(shape.clone(), cos)?)?;
+    let sin = g.constant(&pre.pp("rope_sin"), Tensor::from_f32(shape, sin)?)?;
     let mut deepstack = Vec::new();
     for i in 0..cfg.layers {
-        let bp = format!("{pre}.blk.{i}");
-        let h = layer_norm(g, x, &format!("{bp}.ln1"), EPS)?;
-        let qkv = linear(g, h, &format!("{bp}.attn_qkv"), 3 * d, true)?;
+        let bp = pre.pp("blk").pp(i);
+        let h = layer_norm(g, x, &bp.pp("ln1"), EPS)?;
+        let qkv = linear(g, h, &bp.pp("attn_qkv"), 3 * d, true)?;
         let part = |g: &mut GraphBuilder, k: usize| -> Result<NodeId> {
             let y = g.slice(qkv, 1, k * d, d)?;
             split_heads(g, y, cfg.heads, hd)
@@ -251,19 +249,16 @@ pub fn qwen_vision_tower(
         let q = rope_tables(g, q, cos, sin)?;
         let k = rope_tables(g, k, cos, sin)?;
         let o = attend(g, q, &[(k, v)], None)?;
-        let o = linear(g, o, &format!("{bp}.attn_o"), d, true)?;
+        let o = linear(g, o, &bp.pp("attn_o"), d, true)?;
         x = g.add(x, o)?;
-        let h = layer_norm(g, x, &format!("{bp}.ln2"), EPS)?;
-        let h = linear(g, h, &format!("{bp}.fc1"), cfg.inter, true)?;
+        let h = layer_norm(g, x, &bp.pp("ln2"), EPS)?;
+        let h = linear(g, h, &bp.pp("fc1"), cfg.inter, true)?;
         let h = g.gelu_tanh(h);
-        let h = linear(g, h, &format!("{bp}.fc2"), d, true)?;
+        let h = linear(g, h, &bp.pp("fc2"), d, true)?;
         x = g.add(x, h)?;
         if let Some(j) = cfg.deepstack.iter().position(|&t| t == i) {
-            deepstack.push(merger(g, x, &format!("{pre}.deepstack.{j}"), cfg, true)?);
+            deepstack.push(merger(g, x, &pre.pp("deepstack").pp(j), cfg, true)?);
         }
     }
-    Ok((
-        merger(g, x, &format!("{pre}.merger"), cfg, false)?,
-        deepstack,
-    ))
+    Ok((merger(g, x, &pre.pp("merger"), cfg, false)?, deepstack))
 }

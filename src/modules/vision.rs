@@ -6,7 +6,7 @@
 use crate::config::limits::{MAX_LAYERS, MAX_PATCHES_PER_SIDE};
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
-use crate::layers::{attend, gelu_mlp, layer_norm, linear, split_heads};
+use crate::layers::{attend, gelu_mlp, layer_norm, linear, split_heads, Scope};
 use crate::modules::flow::names;
 use crate::{Error, Result};
 
@@ -147,18 +147,18 @@ impl VisionConfig {
 /// `blk.{i}.{ln1,attn_q,attn_k,attn_v,attn_o,ln2,fc1,fc2}`, and `post_ln` (SigLIP) or
 /// `class_embd`, `blk.{i}.{ls1,ls2}` (InternViT, [`TowerStyle`]).
 pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> Result<NodeId> {
-    let (d, p, pre) = (cfg.hidden, cfg.patch_size, cfg.prefix);
+    let (d, p, pre) = (cfg.hidden, cfg.patch_size, Scope::new(cfg.prefix));
     let intern = cfg.style == TowerStyle::InternVit;
-    let w = g.weight(&format!("{pre}.patch_embd.weight"), &[d, 3, p, p])?;
-    let b = g.weight(&format!("{pre}.patch_embd.bias"), &[d])?;
+    let w = g.weight(&pre.pp("patch_embd.weight"), &[d, 3, p, p])?;
+    let b = g.weight(&pre.pp("patch_embd.bias"), &[d])?;
     let mut x = g.patch_embed(image, w, b)?;
     if intern {
-        let cls = g.weight(&format!("{pre}.class_embd.weight"), &[d])?;
+        let cls = g.weight(&pre.pp("class_embd.weight"), &[d])?;
         let cls = g.reshape(cls, &[1, d])?;
         x = g.concat(&[cls, x], 0)?;
     }
     let rows = cfg.n_patches() + usize::from(intern);
-    let mut pos = g.weight(&format!("{pre}.pos_embd.weight"), &[rows, d])?;
+    let mut pos = g.weight(&pre.pp("pos_embd.weight"), &[rows, d])?;
     if cfg.positions == PatchPositions::Shifted {
         pos = shift_positions(g, pos, cfg.patches_per_side())?;
     }
@@ -173,10 +173,10 @@ pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> 
         false => Ok(y),
     };
     for i in 0..cfg.layers {
-        let p = format!("{pre}.blk.{i}");
-        let h = layer_norm(g, x, &format!("{p}.ln1"), cfg.ln_eps)?;
+        let p = pre.pp("blk").pp(i);
+        let h = layer_norm(g, x, &p.pp("ln1"), cfg.ln_eps)?;
         let heads = |g: &mut GraphBuilder, n: &str| {
-            let y = linear(g, h, &format!("{p}.{n}"), d, true)?;
+            let y = linear(g, h, &p.pp(n), d, true)?;
             split_heads(g, y, cfg.heads, head_dim)
         };
         let (q, k, v) = (
@@ -185,23 +185,23 @@ pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> 
             heads(g, "attn_v")?,
         );
         let o = attend(g, q, &[(k, v)], None)?;
-        let o = linear(g, o, &format!("{p}.attn_o"), d, true)?;
-        let o = scaled(g, o, &format!("{p}.ls1.weight"))?;
+        let o = linear(g, o, &p.pp("attn_o"), d, true)?;
+        let o = scaled(g, o, &p.pp("ls1.weight"))?;
         x = g.add(x, o)?;
-        let h = layer_norm(g, x, &format!("{p}.ln2"), cfg.ln_eps)?;
+        let h = layer_norm(g, x, &p.pp("ln2"), cfg.ln_eps)?;
         let h = match intern {
             true => {
-                let h = linear(g, h, &format!("{p}.fc1"), cfg.inter, true)?;
+                let h = linear(g, h, &p.pp("fc1"), cfg.inter, true)?;
                 let h = g.gelu_erf(h);
-                linear(g, h, &format!("{p}.fc2"), d, true)?
+                linear(g, h, &p.pp("fc2"), d, true)?
             }
             false => gelu_mlp(g, h, &p, cfg.inter)?,
         };
-        let h = scaled(g, h, &format!("{p}.ls2.weight"))?;
+        let h = scaled(g, h, &p.pp("ls2.weight"))?;
         x = g.add(x, h)?;
     }
     match cfg.style {
-        TowerStyle::Siglip => layer_norm(g, x, &format!("{pre}.post_ln"), cfg.ln_eps),
+        TowerStyle::Siglip => layer_norm(g, x, &pre.pp("post_ln"), cfg.ln_eps),
         TowerStyle::InternVit => g.slice(x, 0, 1, cfg.n_patches()),
     }
 }
