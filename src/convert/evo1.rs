@@ -98,7 +98,13 @@ pub fn convert(
     let split = split_in_proj(&st, &config)?;
     let mut shapes = config.tensor_shapes()?;
     shapes.retain(|(n, _)| !split.iter().any(|(s, _, _)| s == n));
-    super::write_tensors(&mut w, &st, &map, shapes, dtype, |_, _| {}, stats, progress)?;
+    let tensors = super::Tensors {
+        map: &map,
+        shapes,
+        dtype,
+        stats,
+    };
+    super::write_tensors(&mut w, &st, tensors, |_, _| {}, progress)?;
     for (name, shape, vals) in split {
         let ty = match super::takes_float_dtype(&name, &shape) {
             true => dtype,

@@ -127,7 +127,13 @@ pub fn convert(
     )?;
     let shapes = config.tensor_shapes()?;
     let backbone = (&config.vision, bb.as_str());
-    qwen_vl::write(&mut w, &st, &map, shapes, backbone, dtype, stats, progress)?;
+    let tensors = super::Tensors {
+        map: &map,
+        shapes,
+        dtype,
+        stats,
+    };
+    qwen_vl::write(&mut w, &st, tensors, backbone, progress)?;
     Ok(Converted {
         config,
         writer: w,

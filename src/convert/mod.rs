@@ -637,22 +637,31 @@ pub(crate) fn hf_cache_snapshots(repo: &str) -> Vec<PathBuf> {
     dirs
 }
 
-/// Writes every tensor of `map` (our name, checkpoint key), checked against the shape
-/// `shapes` gives our name and passed through `adjust`, as `dtype` where
-/// [`takes_float_dtype`] allows (else F32); then the statistics as F32. `progress(done,
-/// total, name)` is called once per tensor.
-#[allow(clippy::too_many_arguments)]
+/// What a converter writes: every tensor of `map` (our name, checkpoint key), checked
+/// against the shape `shapes` gives our name, as `dtype` where [`takes_float_dtype`] allows
+/// (else F32); then the statistics as F32.
+pub(crate) struct Tensors<'a, S> {
+    pub map: &'a [(String, String)],
+    pub shapes: Vec<(String, Vec<usize>)>,
+    pub dtype: GgmlType,
+    pub stats: Vec<(S, Vec<f32>)>,
+}
+
+/// Writes `tensors` ([`Tensors`]), each mapped one passed through `adjust`.
+/// `progress(done, total, name)` is called once per tensor.
 pub(crate) fn write_tensors<S: AsRef<str>>(
-    w: &mut crate::gguf::GgufWriter,
+    w: &mut GgufWriter,
     st: &Safetensors,
-    map: &[(String, String)],
-    shapes: Vec<(String, Vec<usize>)>,
-    dtype: crate::gguf::GgmlType,
+    tensors: Tensors<S>,
     adjust: impl Fn(&str, &mut [f32]),
-    stats: Vec<(S, Vec<f32>)>,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<()> {
-    use crate::gguf::GgmlType;
+    let Tensors {
+        map,
+        shapes,
+        dtype,
+        stats,
+    } = tensors;
     let shapes: BTreeMap<String, Vec<usize>> = shapes.into_iter().collect();
     let mapped: BTreeSet<&str> = map.iter().map(|(ours, _)| ours.as_str()).collect();
     if let Some(missing) = shapes.keys().find(|n| !mapped.contains(n.as_str())) {

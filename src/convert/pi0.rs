@@ -273,16 +273,13 @@ pub fn convert(
             vals.iter_mut().for_each(|v| *v += 1.0);
         }
     };
-    super::write_tensors(
-        &mut w,
-        &st,
-        &map,
-        config.tensor_shapes()?,
+    let tensors = super::Tensors {
+        map: &map,
+        shapes: config.tensor_shapes()?,
         dtype,
-        add_gemma_one,
         stats,
-        progress,
-    )?;
+    };
+    super::write_tensors(&mut w, &st, tensors, add_gemma_one, progress)?;
     Ok(Converted {
         config,
         writer: w,

@@ -3,7 +3,7 @@
 //! processor makes of a camera, the name map with the tied embeddings and the unused final
 //! norm, and the tensors written derived (patch embedding, position table).
 
-use super::{ckpt_err, qwen, Json, Safetensors};
+use super::{ckpt_err, qwen, Json, Safetensors, Tensors};
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
@@ -212,22 +212,19 @@ pub fn name_map(
     (map, unused, derived)
 }
 
-/// Writes every tensor of `map` and the statistics ([`super::write_tensors`], checked
-/// against `shapes`), then the tower's derived tensors ([`qwen::vision_derived`]).
-#[allow(clippy::too_many_arguments)]
-pub fn write(
+/// Writes `tensors` ([`super::write_tensors`]), then the derived tensors
+/// ([`qwen::vision_derived`]) of the tower `vision` under the checkpoint prefix `pre`.
+pub(crate) fn write(
     w: &mut GgufWriter,
     st: &Safetensors,
-    map: &[(String, String)],
-    mut shapes: Vec<(String, Vec<usize>)>,
+    mut tensors: Tensors<String>,
     (vision, pre): (&QwenVisionConfig, &str),
-    dtype: GgmlType,
-    stats: Vec<(String, Vec<f32>)>,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<()> {
     let extra = qwen::vision_derived(st, vision, &format!("{pre}model.visual."), "vit")?;
-    shapes.retain(|(n, _)| !extra.iter().any(|(e, _, _)| e == n));
-    super::write_tensors(w, st, map, shapes, dtype, |_, _| {}, stats, progress)?;
+    (tensors.shapes).retain(|(n, _)| !extra.iter().any(|(e, _, _)| e == n));
+    let dtype = tensors.dtype;
+    super::write_tensors(w, st, tensors, |_, _| {}, progress)?;
     for (name, shape, vals) in extra {
         let ty = match super::takes_float_dtype(&name, &shape) {
             true => dtype,

@@ -204,16 +204,13 @@ pub fn convert(
     if let Some((source, tok)) = &tokenizer {
         super::ship_tokenizer(&mut w, tok, source, config.lm.vocab_size, &mut notes)?;
     }
-    super::write_tensors(
-        &mut w,
-        &st,
-        &map,
-        config.tensor_shapes()?,
-        opts.dtype,
-        |_, _| {},
+    let tensors = super::Tensors {
+        map: &map,
+        shapes: config.tensor_shapes()?,
+        dtype: opts.dtype,
         stats,
-        progress,
-    )?;
+    };
+    super::write_tensors(&mut w, &st, tensors, |_, _| {}, progress)?;
     Ok(Converted {
         config,
         writer: w,

@@ -142,16 +142,13 @@ pub fn convert(
         config.lm.vocab_size,
         &mut notes,
     )?;
-    super::write_tensors(
-        &mut w,
-        &st,
-        &map,
-        config.tensor_shapes()?,
+    let tensors = super::Tensors {
+        map: &map,
+        shapes: config.tensor_shapes()?,
         dtype,
-        |_, _| {},
         stats,
-        progress,
-    )?;
+    };
+    super::write_tensors(&mut w, &st, tensors, |_, _| {}, progress)?;
     Ok(Converted {
         config,
         writer: w,
