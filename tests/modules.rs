@@ -9,7 +9,7 @@ use vla::graph::{declared_weights, matmul_weights, GraphBuilder};
 use vla::layers::GatedActivation;
 use vla::models::flow::FlowArch;
 use vla::models::pi0::{small_config, Variant};
-use vla::modules::decoder::{norm_and_query, rotated_kv, DecoderConfig, Layer};
+use vla::modules::decoder::{DecoderConfig, Layer};
 use vla::modules::vision::{embed_image, Connector, VisionConfig};
 use vla::Tensor;
 
@@ -112,9 +112,10 @@ fn qk_norm_and_qkv_bias_compute_what_qwen_does() {
     let build = |mut g: GraphBuilder| {
         let x = g.input("x", &[s, w]);
         let pos = g.input("pos", &[s]);
-        let layer = Layer::new("lm", 0, 40);
-        let (hn, q, _) = norm_and_query(&mut g, x, &layer, &cfg).unwrap();
-        let (k, v) = rotated_kv(&mut g, hn, pos, &layer.prefix, &cfg).unwrap();
+        let layer = Layer::new("lm", 0, 40, &cfg);
+        let query = layer.query(&mut g, x).unwrap();
+        let (hn, q) = (query.normed, query.q);
+        let (k, v) = layer.rotated_kv(&mut g, hn, pos).unwrap();
         g.build(&[q, k, v]).unwrap()
     };
     let declared = build(GraphBuilder::declaring());
