@@ -7,13 +7,12 @@
 //! image tokens, the language model's output, the first velocity and the chunk on cpu,
 //! vulkan and ggml.
 
+#[macro_use]
 mod support;
 
-use std::path::{Path, PathBuf};
-use support::{check, cosine, fixture, open, Golden};
-use vla::convert::evo1 as convert;
-use vla::gguf::{GgmlType, GgufFile};
-use vla::graph::GraphBuilder;
+use support::golden::{cache, env_dir, rows_where, tensor, test_backend, Fixture, Stages};
+use support::{check, cosine, Golden};
+use vla::gguf::GgmlType;
 use vla::models::common::text_rows;
 use vla::models::evo1::{graphs, Evo1, Evo1Config};
 use vla::models::flow::FlowArch;
@@ -22,30 +21,16 @@ use vla::Tensor;
 
 const TOL: f32 = 1e-4;
 
-fn dir() -> PathBuf {
-    fixture("evo1-tiny")
-}
-
-fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
-    let opts = convert::Options {
-        dtype: Some(dtype),
-        ..Default::default()
-    };
-    let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
-    support::reopened(&c.writer)
-}
-
-fn converted(dtype: GgmlType) -> GgufFile {
-    converted_from(&dir(), dtype)
-}
-
-fn ints(g: &Golden, name: &str) -> Vec<i64> {
-    g.st.i64(name).unwrap()
+fn fixture() -> Fixture<Evo1Config> {
+    let dir = support::fixture("evo1-tiny");
+    Fixture::new(dir, converter!(vla::convert::evo1), |g, cfg| {
+        observation(g, cfg, false)
+    })
 }
 
 /// The instruction's ids: lerobot's prompt after the converted image blocks.
 fn text_ids(g: &Golden, cfg: &Evo1Config) -> Vec<i32> {
-    let ids = ints(g, "token_ids");
+    let ids = g.i64("token_ids");
     ids[cfg.prompt.before.len()..]
         .iter()
         .map(|&t| t as i32)
@@ -77,14 +62,15 @@ fn as_f32_image(img: &Image) -> Vec<f32> {
 
 #[test]
 fn converted_prompt_and_preprocessing_are_the_fixtures() {
-    let file = converted(GgmlType::F32);
+    let fx = fixture();
+    let file = fx.gguf(GgmlType::F32);
     let cfg = Evo1Config::read(&file).unwrap();
-    let g = Golden::load(&dir());
-    let ids: Vec<u32> = ints(&g, "token_ids").iter().map(|&t| t as u32).collect();
+    let g = &fx.g;
+    let ids: Vec<u32> = g.i64("token_ids").iter().map(|&t| t as u32).collect();
     assert_eq!(cfg.prompt.before[..], ids[..cfg.prompt.before.len()]);
     let m = Evo1::new(file, &RuntimeOptions::default()).unwrap();
-    let task = g.meta["task"].as_str().unwrap();
-    let want: Vec<u32> = text_ids(&g, &cfg).iter().map(|&t| t as u32).collect();
+    let task = fx.task();
+    let want: Vec<u32> = text_ids(g, &cfg).iter().map(|&t| t as u32).collect();
     assert_eq!(m.tokenize_prompt(task, &[]).unwrap(), want);
     // The frames: our float kernel rounds a few pixels one level from torch's.
     let camera = cfg.spec().camera;
@@ -125,38 +111,26 @@ fn converted_prompt_and_preprocessing_are_the_fixtures() {
     }
 }
 
-fn stages_match_lerobot(backend: &str, dir: &Path, tol: f32) {
-    let Some(be) = open(backend) else { return };
-    let g = Golden::load(dir);
-    let file = converted_from(dir, GgmlType::F32);
+fn stages_match_lerobot(fx: &Fixture<Evo1Config>, backend: &str, tol: f32) {
+    let Some(st) = Stages::open(backend, tol) else {
+        return;
+    };
+    let g = &fx.g;
+    let file = fx.gguf(GgmlType::F32);
     let cfg = Evo1Config::read(&file).unwrap();
-    let t = |shape: Vec<usize>, v: Vec<f32>| Tensor::from_f32(shape, v).unwrap();
     let (s, h, n) = (cfg.vision.image_size, cfg.lm.hidden, cfg.n_img_tokens());
     let cams = cfg.io.n_images;
-    let graph = graphs::vision(GraphBuilder::new(&file), &cfg).unwrap();
-    let mut vision = be.compile(&graph, &file).unwrap();
     let all = g.f32("pixels");
     let px: Vec<Tensor> = (0..cams)
-        .map(|i| {
-            t(
-                vec![3, s, s],
-                all[i * 3 * s * s..(i + 1) * 3 * s * s].to_vec(),
-            )
-        })
+        .map(|i| tensor(vec![3, s, s], all[i * 3 * s * s..][..3 * s * s].to_vec()))
         .collect();
-    let names: Vec<String> = (0..cams).map(|i| format!("image.{i}")).collect();
-    let inputs: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&px).collect();
-    let out = vision.run(&inputs).unwrap();
+    let mut vision = st.graph("vision", &file, &cfg, graphs::vision);
     let want = g.f32("vision");
-    check(
-        &format!("{backend}: image tokens"),
-        out[0].as_f32().unwrap(),
-        &want[..cams * n * h],
-        tol,
-    );
+    let img_tokens = want[..cams * n * h].to_vec();
+    st.check("image tokens", &vision.run_images(&px), &img_tokens);
 
     // The prefill's inputs as a request makes them, with lerobot's image tokens.
-    let obs = observation(&g, &cfg, false);
+    let obs = observation(g, &cfg, false);
     let text = obs.tokens.clone().unwrap();
     // graphs for the instruction's bucket of rows, as a request compiles them
     let cfg = cfg.with_text_rows(text_rows(text.len(), cfg.io.tokenizer_max_length));
@@ -167,165 +141,64 @@ fn stages_match_lerobot(backend: &str, dir: &Path, tol: f32) {
         .unwrap();
     let mut prefix = vec![(
         "img_tokens".to_owned(),
-        t(vec![cams * n, h], want[..cams * n * h].to_vec()),
+        tensor(vec![cams * n, h], img_tokens),
     )];
     prefix.extend(req.prefix);
     let valid = prefix.iter().find(|(n, _)| n == "valid").unwrap().1.clone();
-    let mask: Vec<f32> = ints(&g, "attention_mask")
-        .iter()
-        .map(|&m| m as f32)
-        .collect();
+    let mask: Vec<f32> = g.i64("attention_mask").iter().map(|&m| m as f32).collect();
     assert_eq!(
         valid.as_f32().unwrap()[..mask.len()],
         mask[..],
         "valid rows"
     );
     let refs: Vec<(&str, &Tensor)> = prefix.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let mut gb = GraphBuilder::new(&file);
-    let lm = graphs::features(&mut gb, &cfg).unwrap();
-    let mut exe = be.compile(&gb.build(&[lm]).unwrap(), &file).unwrap();
-    let out = exe.run(&refs[..refs.len() - 1]).unwrap();
-    // Rows lerobot masks (the absent view's) hold features nothing reads.
-    let got = out[0].as_f32().unwrap();
-    let keep = |v: &[f32]| -> Vec<f32> {
-        (0..mask.len())
-            .filter(|&r| mask[r] > 0.0)
-            .flat_map(|r| v[r * h..(r + 1) * h].to_vec())
-            .collect()
-    };
-    check(
-        &format!("{backend}: language model output"),
-        &keep(got),
-        &keep(&g.f32("lm_out")),
-        tol,
-    );
-
-    let graph = graphs::prefill(GraphBuilder::new(&file), &cfg).unwrap();
-    let kv = be.compile(&graph, &file).unwrap().run(&refs).unwrap();
-    let graph = graphs::denoise(GraphBuilder::new(&file), &cfg).unwrap();
-    let mut denoise = be.compile(&graph, &file).unwrap();
-    let io = &cfg.io;
-    let x_t = t(vec![io.chunk_size, io.max_action_dim], g.f32("noise"));
-    let time = cfg.time_input(0.0).unwrap();
-    let names: Vec<String> = (0..kv.len() / 2)
-        .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
-        .collect();
-    let mut inputs: Vec<(&str, &Tensor)> =
-        vec![("x_t", &x_t), ("time_emb", &time), ("valid", &valid)];
-    inputs.extend(names.iter().map(String::as_str).zip(kv.iter()));
-    let out = denoise.run(&inputs).unwrap();
-    let what = format!("{backend}: first velocity");
-    check(&what, out[0].as_f32().unwrap(), &g.f32("velocity.0"), tol);
-}
-
-fn chunk_matches_lerobot(backend: &str, dir: &Path, tol: f32) {
-    if backend != "cpu" && open(backend).is_none() {
-        return;
-    }
-    let g = Golden::load(dir);
-    let opts = RuntimeOptions {
-        backend: backend.into(),
-        ..Default::default()
-    };
-    let file = converted_from(dir, GgmlType::F32);
-    let cfg = Evo1Config::read(&file).unwrap();
-    let mut m = Evo1::new(file, &opts).unwrap();
-    let obs = observation(&g, &cfg, false);
-    let state = m.normalised_state(&obs).unwrap();
-    check("normalised state", &state, &g.f32("state_norm"), 1e-6);
-    let chunk = m.predict(&obs).unwrap();
-    assert_eq!(
-        (chunk.chunk_size, chunk.action_dim),
-        (cfg.io.chunk_size, cfg.io.action_dim)
-    );
-    check(
-        &format!("{backend}: action chunk (world units)"),
-        &chunk.actions,
-        &g.f32("actions"),
-        tol,
-    );
-}
-
-#[test]
-fn cpu_matches_lerobot() {
-    stages_match_lerobot("cpu", &dir(), TOL);
-    chunk_matches_lerobot("cpu", &dir(), TOL);
-}
-
-#[test]
-fn vulkan_matches_lerobot() {
-    stages_match_lerobot("vulkan", &dir(), TOL);
-    chunk_matches_lerobot("vulkan", &dir(), TOL);
-}
-
-/// 16-bit activations keep the chunk (cosine to the f32 chunk, README table).
-#[test]
-fn vulkan_16bit_activations_keep_the_chunk() {
-    let g = Golden::load(&dir());
-    support::act_dtypes_hold("Evo-1", "vulkan", &g.f32("actions"), |act| {
-        let opts = RuntimeOptions {
-            backend: "vulkan".into(),
-            act_dtype: act,
-            ..Default::default()
-        };
-        let file = converted(GgmlType::F32);
-        let cfg = Evo1Config::read(&file)?;
-        let mut m = Evo1::new(file, &opts)?;
-        Ok(m.predict(&observation(&g, &cfg, false))?.actions)
+    let mut exe = st.build("features", &file, |gb| {
+        Ok(vec![graphs::features(gb, &cfg)?])
     });
+    let got = exe.run1(&refs[..refs.len() - 1]);
+    // Rows lerobot masks (the absent view's) hold features nothing reads.
+    let keep: Vec<bool> = mask.iter().map(|&m| m > 0.0).collect();
+    let want = g.f32("lm_out");
+    let (got, want) = (rows_where(&got, h, &keep), rows_where(&want, h, &keep));
+    st.check("language model output", &got, &want);
+
+    let kv = cache(st.graph("prefill", &file, &cfg, graphs::prefill).run(&refs));
+    let denoise = st.graph("denoise", &file, &cfg, graphs::denoise);
+    let io = &cfg.io;
+    let x_t = tensor(vec![io.chunk_size, io.max_action_dim], g.f32("noise"));
+    let time = cfg.time_input(0.0).unwrap();
+    let inputs = [("x_t", &x_t), ("time_emb", &time), ("valid", &valid)];
+    st.first_velocity(g, denoise, &inputs, &kv);
 }
 
-#[cfg(feature = "ggml")]
-#[test]
-fn ggml_matches_lerobot() {
-    stages_match_lerobot("ggml", &dir(), TOL);
-    chunk_matches_lerobot("ggml", &dir(), TOL);
+/// The stages, then the chunk from the normalised state lerobot fed the model.
+fn matches_lerobot(fx: &Fixture<Evo1Config>, backend: &str) {
+    stages_match_lerobot(fx, backend, TOL);
+    let shape = |cfg: &Evo1Config| (cfg.io.chunk_size, cfg.io.action_dim);
+    let what = "action chunk (world units)";
+    fx.state_and_chunk_match(backend, ("state_norm", shape), what, TOL);
 }
+
+flow_golden_tests! { fixture, "Evo-1", matches_lerobot, bf16_weights_stay_close }
 
 /// The cameras' own frames (resized by our kernel, a few values one level from torch's)
 /// still give lerobot's chunk closely.
 #[test]
 fn raw_frames_give_a_close_chunk() {
-    let g = Golden::load(&dir());
-    let file = converted(GgmlType::F32);
-    let cfg = Evo1Config::read(&file).unwrap();
-    let mut m = Evo1::new(file, &RuntimeOptions::default()).unwrap();
-    let chunk = m.predict(&observation(&g, &cfg, true)).unwrap();
-    let c = cosine(&chunk.actions, &g.f32("actions"));
+    let fx = fixture();
+    let mut m = fx.cpu();
+    let obs = observation(&fx.g, m.config(), true);
+    let chunk = m.predict(&obs).unwrap();
+    let c = cosine(&chunk.actions, &fx.actions());
     println!("raw-frame chunk cosine {c:.7}");
     assert!(c >= 0.9999, "raw-frame chunk cosine {c}");
-}
-
-/// bf16 matmul weights: the chunk stays close to lerobot's f32 one.
-#[test]
-fn bf16_weights_stay_close() {
-    let g = Golden::load(&dir());
-    let file = converted(GgmlType::BF16);
-    let cfg = Evo1Config::read(&file).unwrap();
-    let mut m = Evo1::new(file, &RuntimeOptions::default()).unwrap();
-    let chunk = m.predict(&observation(&g, &cfg, false)).unwrap();
-    let c = cosine(&chunk.actions, &g.f32("actions"));
-    println!("bf16 chunk cosine {c:.6}");
-    assert!(c >= 0.999, "bf16 chunk cosine {c}");
 }
 
 /// A text prompt is stripped, tokenized with the GGUF's tokenizer and gives lerobot's chunk.
 #[test]
 fn text_prompt_gives_lerobots_chunk() {
-    let g = Golden::load(&dir());
-    let file = converted(GgmlType::F32);
-    let cfg = Evo1Config::read(&file).unwrap();
-    let mut m = Evo1::new(file, &RuntimeOptions::default()).unwrap();
-    let mut obs = observation(&g, &cfg, false);
-    obs.tokens = None;
-    obs.prompt = Some(g.meta["task"].as_str().unwrap().to_owned());
-    let chunk = m.predict(&obs).unwrap();
-    check(
-        "chunk from the text prompt",
-        &chunk.actions,
-        &g.f32("actions"),
-        TOL,
-    );
+    let fx = fixture();
+    fx.text_prompt_gives_the_chunk(fx.task(), "chunk from the text prompt", TOL);
 }
 
 /// Evo-1's released sizes with random weights (~3 GB, not committed):
@@ -334,10 +207,8 @@ fn text_prompt_gives_lerobots_chunk() {
 #[test]
 #[ignore = "needs VLA_EVO1_GOLDEN=<dir> made by tools/golden/evo1.py --size full"]
 fn full_size_matches_lerobot() {
-    let dir = std::env::var("VLA_EVO1_GOLDEN").expect("VLA_EVO1_GOLDEN=<dir>");
-    let backend = std::env::var("VLA_TEST_BACKEND").unwrap_or_else(|_| "cpu".into());
-    stages_match_lerobot(&backend, Path::new(&dir), TOL);
-    chunk_matches_lerobot(&backend, Path::new(&dir), TOL);
+    let fx = fixture().at(env_dir("VLA_EVO1_GOLDEN"));
+    matches_lerobot(&fx, &test_backend());
 }
 
 /// Instructions longer than any other fixture's (tools/golden/long_prompt.py), and one past
@@ -345,29 +216,13 @@ fn full_size_matches_lerobot() {
 /// lerobot's ids and chunk, on cpu and vulkan: the prefill follows the prompt's length.
 #[test]
 fn long_instructions_give_lerobots_chunk() {
-    let g = Golden::load(&dir());
-    let file = converted(GgmlType::F32);
-    let cfg = Evo1Config::read(&file).unwrap();
-    let obs = observation(&g, &cfg, false);
-    support::long_prompt::long_prompts_match(
-        &dir(),
-        |opts| Evo1::new(converted(GgmlType::F32), opts).unwrap(),
-        &obs,
-        |cfg| &cfg.prompt,
-        TOL,
-    );
+    fixture().long_prompts_match(|cfg| &cfg.prompt, TOL);
 }
 
 /// The bound is lerobot's `max_text_length` (1024) less the image blocks; token ids past it
 /// are refused (a text prompt is cut there instead: `long_instructions_give_lerobots_chunk`).
 #[test]
 fn token_ids_past_the_bound_are_refused() {
-    let g = Golden::load(&dir());
-    let file = converted(GgmlType::F32);
-    let cfg = Evo1Config::read(&file).unwrap();
-    let max = cfg.io.tokenizer_max_length;
-    assert_eq!(max, 1024 - cfg.prompt.before.len() - cfg.prompt.after.len());
-    let mut m = Evo1::new(file, &RuntimeOptions::default()).unwrap();
-    let obs = observation(&g, &cfg, false);
-    support::long_prompt::past_the_bound_is_refused(&mut m, &obs, max);
+    fixture()
+        .past_the_bound_is_refused(|cfg| 1024 - cfg.prompt.before.len() - cfg.prompt.after.len());
 }

@@ -7,16 +7,16 @@
 //! cpu, vulkan and ggml. Intermediates are fed lerobot's own inputs, so a mismatch points at
 //! the stage that has it.
 
+#[macro_use]
 mod support;
 
-use std::path::PathBuf;
-use support::{check, cosine, fixture, open, Golden};
+use std::path::{Path, PathBuf};
+use support::golden::{rows_where, tensor, test_backend, Fixture, Stages};
+use support::{check, cosine, Golden};
 use vla::convert::pi0 as convert;
-use vla::gguf::{GgmlType, GgufFile};
-use vla::graph::GraphBuilder;
+use vla::gguf::{GgmlType, GgufFile, GgufWriter};
 use vla::models::flow::FlowArch;
 use vla::models::pi0::{graphs, time_input, Pi0, Pi0Config, Variant};
-use vla::modules::vision::vision_tower;
 use vla::policy::{Observation, Policy, RuntimeOptions};
 use vla::Tensor;
 
@@ -25,23 +25,28 @@ const TOL: f32 = 1e-4;
 /// embedding's period moved pi0's by 7e-5 / 1.8e-5, which passed `TOL`.
 const OUT_TOL: f32 = 2e-5;
 
+const VARIANTS: [Variant; 2] = [Variant::Pi0, Variant::Pi05];
+
 fn dir(v: Variant) -> PathBuf {
-    fixture(match v {
+    support::fixture(match v {
         Variant::Pi0 => "pi0-tiny",
         Variant::Pi05 => "pi05-tiny",
     })
 }
 
-fn converted(v: Variant, dtype: GgmlType) -> GgufFile {
-    let sizes = convert::Sizes::from_json(&dir(v).join("arch.json")).unwrap();
+fn fixture(v: Variant) -> Fixture<Pi0Config> {
+    Fixture::new(dir(v), converted, |g, _| observation(g))
+}
+
+/// The checkpoint in `dir` at its sizes (`arch.json`).
+fn converted(dir: &Path, dtype: GgmlType) -> vla::Result<GgufWriter<'static>> {
     let opts = convert::Options {
         dtype: Some(dtype),
-        sizes: Some(sizes),
+        sizes: Some(convert::Sizes::from_json(&dir.join("arch.json"))?),
         tokenizer: None,
         no_tokenizer: false,
     };
-    let c = convert::convert(&dir(v), &opts, &mut |_, _, _| {}).unwrap();
-    GgufFile::from_bytes(c.writer.to_bytes().unwrap()).unwrap()
+    convert::convert(dir, &opts, &mut |_, _, _| {}).map(|c| c.writer)
 }
 
 /// The instruction ids lerobot fed (without its padding).
@@ -62,11 +67,12 @@ fn observation(g: &Golden) -> Observation {
 
 #[test]
 fn converted_config_is_the_fixtures() {
-    for v in [Variant::Pi0, Variant::Pi05] {
+    for v in VARIANTS {
+        let fx = fixture(v);
         let arch: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir(v).join("arch.json")).unwrap())
+            serde_json::from_str(&std::fs::read_to_string(fx.dir.join("arch.json")).unwrap())
                 .unwrap();
-        let cfg = Pi0Config::read(&converted(v, GgmlType::F32)).unwrap();
+        let cfg = fx.config();
         let u = |x: &serde_json::Value| x.as_u64().unwrap() as usize;
         let (vi, vl, ex) = (&arch["vision"], &arch["vlm"], &arch["expert"]);
         assert_eq!(cfg.variant, v);
@@ -112,7 +118,7 @@ fn converted_config_is_the_fixtures() {
             (cfg.expert.hidden, cfg.expert.inter),
             (u(&ex["width"]), u(&ex["mlp_dim"]))
         );
-        let g = Golden::load(&dir(v));
+        let g = &fx.g;
         assert_eq!(
             (cfg.io.n_images, cfg.io.chunk_size, cfg.io.num_steps),
             (
@@ -127,146 +133,62 @@ fn converted_config_is_the_fixtures() {
 
 #[test]
 fn preprocessing_matches_lerobot() {
-    for v in [Variant::Pi0, Variant::Pi05] {
-        let g = Golden::load(&dir(v));
-        let camera = Pi0Config::read(&converted(v, GgmlType::F32))
-            .unwrap()
-            .spec()
-            .camera;
-        for i in 0..g.usize("n_images") {
-            let img = g.image(i);
-            let px = camera.pixels(&img).unwrap();
-            check(
-                &format!("{v:?} pixels, camera {i} ({}x{})", img.height, img.width),
-                &px,
-                &g.f32(&format!("pixels.{i}")),
-                1e-5,
-            );
-        }
+    for v in VARIANTS {
+        fixture(v).pixels_match(&format!("{v:?} "), 1e-5);
     }
 }
 
 /// Vision, prefill and the first denoising step on `backend`, each fed lerobot's inputs.
 fn stages_match_lerobot(v: Variant, backend: &str) {
-    let Some(be) = open(backend) else { return };
-    let g = Golden::load(&dir(v));
-    let file = converted(v, GgmlType::F32);
-    let cfg = Pi0Config::read(&file).unwrap();
-    let s = cfg.vision.image_size;
-    let mut vision = be
-        .compile(
-            &graphs::vision(GraphBuilder::new(&file), &cfg).unwrap(),
-            &file,
-        )
-        .unwrap();
-    let mut tower = {
-        let mut gb = GraphBuilder::new(&file);
-        let img = gb.input("image", &[3, s, s]);
-        let out = vision_tower(&mut gb, img, &cfg.vision).unwrap();
-        be.compile(&gb.build(&[out]).unwrap(), &file).unwrap()
+    let Some(st) = Stages::labelled(backend, format!("{v:?} {backend}"), TOL) else {
+        return;
     };
-    // The vision graph takes every camera in one run: `image.{i}`.
-    let pixels: Vec<Tensor> = (0..cfg.io.n_images)
-        .map(|i| Tensor::from_f32(vec![3, s, s], g.f32(&format!("pixels.{i}"))).unwrap())
-        .collect();
-    let names: Vec<String> = (0..cfg.io.n_images).map(|i| format!("image.{i}")).collect();
-    let inputs: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&pixels).collect();
-    let all = vision.run(&inputs).unwrap().remove(0).to_vec_f32().unwrap();
-    let mut img_tokens = Vec::new();
-    for (i, px) in pixels.iter().enumerate() {
-        let out = tower.run(&[("image", px)]).unwrap();
-        check(
-            &format!("{v:?} {backend}: vision tower, camera {i}"),
-            out[0].as_f32().unwrap(),
-            &g.f32(&format!("vit.{i}")),
-            TOL,
-        );
-        let want = g.f32(&format!("vision.{i}"));
-        check(
-            &format!("{v:?} {backend}: vision + projector, camera {i}"),
-            &all[i * want.len()..(i + 1) * want.len()],
-            &want,
-            TOL,
-        );
-        img_tokens.extend(want);
-    }
+    let fx = fixture(v);
+    let g = &fx.g;
+    let file = fx.gguf(GgmlType::F32);
+    let cfg = Pi0Config::read(&file).unwrap();
+    let vision = st.graph("vision", &file, &cfg, graphs::vision);
+    let cams = (cfg.io.n_images, &cfg.vision);
+    let img_tokens = st.siglip_vision(g, vision, cams, &file, "projector");
 
-    let ids = ids(&g);
+    let ids = ids(g);
     let layout = cfg.layout(ids.len());
     let p = cfg.prefix_len();
     let tokens: Vec<f32> = g.ids("token_ids").iter().map(|&t| t as f32).collect();
-    let t = |shape: Vec<usize>, v: Vec<f32>| Tensor::from_f32(shape, v).unwrap();
+    let rows = cfg.io.n_images * cfg.n_img_tokens();
     let inputs = [
-        (
-            "img_tokens",
-            t(
-                vec![cfg.io.n_images * cfg.n_img_tokens(), cfg.lm.hidden],
-                img_tokens,
-            ),
-        ),
-        ("tokens", t(vec![cfg.io.tokenizer_max_length], tokens)),
-        ("positions", t(vec![p], layout.positions.clone())),
+        ("img_tokens", tensor(vec![rows, cfg.lm.hidden], img_tokens)),
+        ("tokens", tensor(vec![cfg.io.tokenizer_max_length], tokens)),
+        ("positions", tensor(vec![p], layout.positions.clone())),
         ("valid", layout.valid_input().unwrap()),
     ];
     let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
-    let mut prefill = be
-        .compile(
-            &graphs::prefill(GraphBuilder::new(&file), &cfg).unwrap(),
-            &file,
-        )
-        .unwrap();
-    let kv = prefill.run(&refs).unwrap();
+    let kv = st.graph("prefill", &file, &cfg, graphs::prefill).run(&refs);
     // Rows of padding tokens differ by design after layer 0 (lerobot's padding queries
     // attend to everything, ours to themselves); nothing reads them, so compare valid rows.
     let row = cfg.attn.kv_heads * cfg.attn.head_dim;
-    let valid_rows = |x: &[f32]| -> Vec<f32> {
-        x.chunks(row)
-            .zip(&layout.valid)
-            .filter(|(_, &ok)| ok)
-            .flat_map(|(r, _)| r.to_vec())
-            .collect()
-    };
     for l in 0..cfg.lm.n_layers {
         for (k, name) in [(0, "k"), (1, "v")] {
-            let got = valid_rows(kv[2 * l + k].as_f32().unwrap());
-            let want = valid_rows(&g.f32(&format!("kv.{l}.{name}")));
-            check(
-                &format!("{v:?} {backend}: prefill layer {l} {name}"),
-                &got,
-                &want,
-                TOL,
-            );
+            let got = rows_where(kv[2 * l + k].as_f32().unwrap(), row, &layout.valid);
+            let want = rows_where(&g.f32(&format!("kv.{l}.{name}")), row, &layout.valid);
+            st.check(format_args!("prefill layer {l} {name}"), &got, &want);
         }
     }
 
     // The first velocity, over lerobot's cache (padding rows are masked out).
-    let mut denoise = be
-        .compile(
-            &graphs::denoise(GraphBuilder::new(&file), &cfg).unwrap(),
-            &file,
-        )
-        .unwrap();
-    let lerobot_kv: Vec<Tensor> = (0..cfg.lm.n_layers)
-        .flat_map(|l| {
-            ["k", "v"].map(|n| {
-                t(
-                    vec![p, cfg.attn.kv_heads, cfg.attn.head_dim],
-                    g.f32(&format!("kv.{l}.{n}")),
-                )
-            })
-        })
+    let kv_shape = vec![p, cfg.attn.kv_heads, cfg.attn.head_dim];
+    let lerobot_kv: Vec<(String, Tensor)> = (0..cfg.lm.n_layers)
+        .flat_map(|l| ["k", "v"].map(|n| format!("kv.{l}.{n}")))
+        .map(|name| (name.clone(), tensor(kv_shape.clone(), g.f32(&name))))
         .collect();
-    let names: Vec<String> = (0..cfg.lm.n_layers)
-        .flat_map(|i| [format!("kv.{i}.k"), format!("kv.{i}.v")])
-        .collect();
-    let x_t = t(
+    let x_t = tensor(
         vec![cfg.io.chunk_size, cfg.io.max_action_dim],
         g.f32("noise"),
     );
     let time = time_input(&cfg, 1.0).unwrap();
     let mut state = g.f32("state_norm");
     state.resize(cfg.io.max_state_dim, 0.0);
-    let state = t(vec![1, cfg.io.max_state_dim], state);
+    let state = tensor(vec![1, cfg.io.max_state_dim], state);
     let suffix = cfg.suffix_inputs(&layout).unwrap();
     let valid = layout.valid_input().unwrap();
     let mut inputs: Vec<(&str, &Tensor)> =
@@ -275,74 +197,32 @@ fn stages_match_lerobot(v: Variant, backend: &str) {
         inputs.push(("state", &state));
     }
     inputs.extend(suffix.iter().map(|(n, t)| (n.as_str(), t)));
-    inputs.extend(names.iter().map(String::as_str).zip(lerobot_kv.iter()));
-    let out = denoise.run(&inputs).unwrap();
-    check(
-        &format!("{v:?} {backend}: first velocity"),
-        out[0].as_f32().unwrap(),
-        &g.f32("velocity.0"),
-        OUT_TOL,
-    );
+    let mut denoise = st.graph("denoise", &file, &cfg, graphs::denoise);
+    let velocity = denoise.run_cached(&inputs, &lerobot_kv);
+    st.check_within("first velocity", &velocity, &g.f32("velocity.0"), OUT_TOL);
 }
 
 fn chunk_matches_lerobot(v: Variant, backend: &str) {
-    if backend != "cpu" && open(backend).is_none() {
-        return;
-    }
-    let g = Golden::load(&dir(v));
-    let opts = RuntimeOptions {
-        backend: backend.into(),
-        ..Default::default()
-    };
-    let mut m = Pi0::new(converted(v, GgmlType::F32), &opts).unwrap();
-    let chunk = m.predict(&observation(&g)).unwrap();
-    check(
-        &format!("{v:?} {backend}: action chunk"),
-        &chunk.actions,
-        &g.f32("actions"),
-        OUT_TOL,
-    );
+    let fx = fixture(v);
+    let Some(mut m) = fx.on(backend) else { return };
+    let what = format!("{v:?} {backend}: action chunk");
+    check(&what, &fx.chunk(&mut m), &fx.actions(), OUT_TOL);
 }
 
-#[test]
-fn cpu_matches_lerobot() {
-    for v in [Variant::Pi0, Variant::Pi05] {
-        stages_match_lerobot(v, "cpu");
-        chunk_matches_lerobot(v, "cpu");
-    }
-}
-
-#[test]
-fn vulkan_matches_lerobot() {
-    for v in [Variant::Pi0, Variant::Pi05] {
-        stages_match_lerobot(v, "vulkan");
-        chunk_matches_lerobot(v, "vulkan");
+backend_tests! {
+    cpu_matches_lerobot, vulkan_matches_lerobot, ggml_matches_lerobot => |backend| {
+        for v in VARIANTS {
+            stages_match_lerobot(v, backend);
+            chunk_matches_lerobot(v, backend);
+        }
     }
 }
 
 /// 16-bit activations keep the chunk (cosine to the f32 chunk, README table).
 #[test]
 fn vulkan_16bit_activations_keep_the_chunk() {
-    for v in [Variant::Pi0, Variant::Pi05] {
-        let g = Golden::load(&dir(v));
-        support::act_dtypes_hold(&format!("{v:?}"), "vulkan", &g.f32("actions"), |act| {
-            let opts = RuntimeOptions {
-                backend: "vulkan".into(),
-                act_dtype: act,
-                ..Default::default()
-            };
-            let mut m = Pi0::new(converted(v, GgmlType::F32), &opts)?;
-            Ok(m.predict(&observation(&g))?.actions)
-        });
-    }
-}
-
-#[cfg(feature = "ggml")]
-#[test]
-fn ggml_matches_lerobot() {
-    for v in [Variant::Pi0, Variant::Pi05] {
-        stages_match_lerobot(v, "ggml");
-        chunk_matches_lerobot(v, "ggml");
+    for v in VARIANTS {
+        fixture(v).act_16bit_keeps_the_chunk(&format!("{v:?}"));
     }
 }
 
@@ -365,7 +245,7 @@ fn vlacpp_layout_gives_lerobots_chunk() {
         "foldquant_writer.py",
         &[float.as_os_str(), fq.as_os_str(), "w8a8".as_ref()],
     );
-    let g = Golden::load(&ckpt);
+    let fx = fixture(Variant::Pi05);
     for path in [&float, &fq] {
         let file = GgufFile::open(path).unwrap();
         std::fs::remove_file(path).unwrap();
@@ -375,9 +255,9 @@ fn vlacpp_layout_gives_lerobots_chunk() {
         );
         let quantized = file.get("pi05.quant.method").is_some();
         let mut m = vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap();
-        let chunk = m.predict(&observation(&g)).unwrap();
+        let chunk = m.predict(&observation(&fx.g)).unwrap();
         if quantized {
-            let cos = cosine(&chunk.actions, &g.f32("actions"));
+            let cos = cosine(&chunk.actions, &fx.actions());
             assert!(
                 cos > 0.999,
                 "vla.cpp-layout pi0.5, FoldQuant W8A8: cosine {cos}"
@@ -386,7 +266,7 @@ fn vlacpp_layout_gives_lerobots_chunk() {
             check(
                 "vla.cpp-layout pi0.5: action chunk",
                 &chunk.actions,
-                &g.f32("actions"),
+                &fx.actions(),
                 OUT_TOL,
             );
         }
@@ -395,13 +275,8 @@ fn vlacpp_layout_gives_lerobots_chunk() {
 
 #[test]
 fn bf16_weights_stay_close() {
-    for v in [Variant::Pi0, Variant::Pi05] {
-        let g = Golden::load(&dir(v));
-        let mut m = Pi0::new(converted(v, GgmlType::BF16), &RuntimeOptions::default()).unwrap();
-        let chunk = m.predict(&observation(&g)).unwrap();
-        let cos = cosine(&chunk.actions, &g.f32("actions"));
-        println!("{v:?} bf16 weights: cosine {cos:.6} vs lerobot f32");
-        assert!(cos >= 0.999, "{v:?}: bf16 cosine {cos}");
+    for v in VARIANTS {
+        fixture(v).bf16_stays_close(&format!("{v:?}"));
     }
 }
 
@@ -409,14 +284,15 @@ fn bf16_weights_stay_close() {
 fn text_prompt_tokenizes_as_lerobot() {
     // The converter ships the checkpoint's tokenizer (a PaliGemma-style SentencePiece BPE);
     // the task plus the state must give lerobot's ids, and so lerobot's chunk.
-    for v in [Variant::Pi0, Variant::Pi05] {
-        let g = Golden::load(&dir(v));
-        let mut m = Pi0::new(converted(v, GgmlType::F32), &RuntimeOptions::default()).unwrap();
+    for v in VARIANTS {
+        let fx = fixture(v);
+        let g = &fx.g;
+        let mut m = fx.cpu();
         assert!(
             m.tokenizer().is_some(),
             "{v:?}: the converted GGUF should carry the tokenizer"
         );
-        let obs = observation(&g);
+        let obs = observation(g);
         let state = m.normalised_state(&obs).unwrap();
         let task = g.meta["task"].as_str().unwrap();
         assert_eq!(
@@ -430,7 +306,7 @@ fn text_prompt_tokenizes_as_lerobot() {
             .iter()
             .map(|&t| t as i32)
             .collect();
-        assert_eq!(got, ids(&g), "{v:?} token ids");
+        assert_eq!(got, ids(g), "{v:?} token ids");
         let by_text = Observation {
             tokens: None,
             prompt: Some(task.into()),
@@ -439,7 +315,7 @@ fn text_prompt_tokenizes_as_lerobot() {
         check(
             &format!("{v:?}: chunk from the text prompt"),
             &m.predict(&by_text).unwrap().actions,
-            &g.f32("actions"),
+            &fx.actions(),
             OUT_TOL,
         );
     }
@@ -457,18 +333,11 @@ fn full_size_matches_lerobot() {
     };
     let gguf = dir.join("vla-f32.gguf");
     if !gguf.is_file() {
-        let sizes = convert::Sizes::from_json(&dir.join("arch.json")).unwrap();
-        let opts = convert::Options {
-            dtype: Some(GgmlType::F32),
-            sizes: Some(sizes),
-            tokenizer: None,
-            no_tokenizer: false,
-        };
-        let c = convert::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
-        c.writer.write_to_file(&gguf).unwrap();
+        let writer = converted(&dir, GgmlType::F32).unwrap();
+        writer.write_to_file(&gguf).unwrap();
     }
     let g = Golden::load(&dir);
-    let backend = std::env::var("VLA_TEST_BACKEND").unwrap_or_else(|_| "cpu".into());
+    let backend = test_backend();
     let opts = RuntimeOptions {
         backend: backend.clone(),
         ..Default::default()

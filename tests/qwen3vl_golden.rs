@@ -5,14 +5,16 @@
 //! `vla::convert::qwen` and run on cpu, vulkan and ggml: the vision tower's patch embedding,
 //! merged tokens and deepstack features, then the language model over the spliced prompt.
 
+#[macro_use]
 mod support;
 
-use support::{check, fixture, open, qwen_patch_rows_to_chw, Golden};
+use support::golden::{backends, Stages};
+use support::{check, fixture, qwen_patch_rows_to_chw, Golden};
 use vla::convert::{qwen, Safetensors};
 use vla::gguf::{GgmlType, GgufFile, GgufWriter};
 use vla::graph::{GraphBuilder, NodeId};
 use vla::layers::{rms_norm, splice_rows, GatedActivation};
-use vla::modules::decoder::{decoder_stack, DecoderConfig, Rotary};
+use vla::modules::decoder::{DecoderConfig, DecoderStack, Rotary};
 use vla::modules::qwen_text::{mrope_positions, mrope_tables, ImageSpan};
 use vla::modules::qwen_vision::{qwen_vision_tower, QwenVisionConfig};
 use vla::Tensor;
@@ -63,20 +65,30 @@ fn text_config(g: &Golden) -> (DecoderConfig, [usize; 3]) {
 /// The fixture's model as a GGUF.
 fn converted(cfg: &QwenVisionConfig, lm_layers: usize) -> GgufFile {
     let st = Safetensors::open(&fixture("qwen3vl-tiny").join("model.safetensors")).unwrap();
-    let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", "qwen3vl_test")
-        .unwrap();
     let mut map = qwen::vision_name_map(cfg, "visual.", "vit");
     map.extend(qwen::lm_name_map("language_model.", lm_layers));
+    gguf_of(&st, "qwen3vl_test", map, (cfg, "visual."))
+}
+
+/// A GGUF of architecture `arch` holding the checkpoint's tensors `map` (ours, theirs) in f32
+/// and the vision tower's derived ones (`cfg`'s, under `visual`).
+fn gguf_of(
+    st: &Safetensors,
+    arch: &str,
+    map: Vec<(String, String)>,
+    (cfg, visual): (&QwenVisionConfig, &str),
+) -> GgufFile {
+    let dims = |shape: &[usize]| -> Vec<u64> { shape.iter().rev().map(|&d| d as u64).collect() };
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", arch).unwrap();
     for (ours, theirs) in map {
-        let shape = st.require_shape(&theirs).unwrap().to_vec();
-        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
-        w.add_f32(ours, GgmlType::F32, &dims, &st.f32(&theirs).unwrap())
+        let shape = dims(st.require_shape(&theirs).unwrap());
+        w.add_f32(ours, GgmlType::F32, &shape, &st.f32(&theirs).unwrap())
             .unwrap();
     }
-    for (name, shape, vals) in qwen::vision_derived(&st, cfg, "visual.", "vit").unwrap() {
-        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
-        w.add_f32(name, GgmlType::F32, &dims, &vals).unwrap();
+    for (name, shape, vals) in qwen::vision_derived(st, cfg, visual, "vit").unwrap() {
+        w.add_f32(name, GgmlType::F32, &dims(&shape), &vals)
+            .unwrap();
     }
     GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
 }
@@ -154,18 +166,15 @@ fn backbone(
         .unwrap();
     let adds: Vec<Vec<(usize, NodeId)>> = deepstack.iter().map(|&f| vec![(start, f)]).collect();
     let rotary = Rotary::Tables { cos, sin };
-    let lm = decoder_stack(
-        gb,
-        spliced,
-        "vlm",
-        lm_layers,
+    let stack = DecoderStack {
+        stack: "vlm",
+        layers: lm_layers,
         inter,
-        text,
-        rotary,
-        Some(mask),
-        &adds,
-    )
-    .unwrap();
+        cfg: text,
+    };
+    let lm = stack
+        .forward(gb, spliced, rotary, Some(mask), &adds)
+        .unwrap();
     Backbone {
         patches,
         merged,
@@ -177,7 +186,9 @@ fn backbone(
 }
 
 fn tower_matches(backend: &str) {
-    let Some(be) = open(backend) else { return };
+    let Some(st) = Stages::open(backend, TOL) else {
+        return;
+    };
     let g = Golden::load(&fixture("qwen3vl-tiny"));
     let cfg = config(&g);
     let (text, sections) = text_config(&g);
@@ -203,35 +214,20 @@ fn tower_matches(backend: &str) {
     let lm = rms_norm(&mut gb, bb.lm, "vlm.output_norm", text.norm_eps).unwrap();
     let mut outputs = vec![bb.patches, bb.merged, bb.spliced, lm];
     outputs.extend(&bb.deepstack);
-    let mut exe = be.compile(&gb.build(&outputs).unwrap(), &file).unwrap();
+    let mut exe = st.compile("backbone", &gb.build(&outputs).unwrap(), &file);
     let pixels = Tensor::from_f32(vec![3, s, s], g.f32("pixels")).unwrap();
     let ids = Tensor::from_f32(vec![l], ids).unwrap();
-    let got = exe.run(&[("image", &pixels), ("tokens", &ids)]).unwrap();
+    let got = exe.run(&[("image", &pixels), ("tokens", &ids)]);
+    let out = |k: usize| got[k].as_f32().unwrap();
     let want = row_major(&g.f32("patch_embeds"), cfg.grid(), cfg.merge, d);
-    let what = format!("{backend}: patch embedding (temporal kernel summed)");
-    check(&what, got[0].as_f32().unwrap(), &want, TOL);
-    check(
-        &format!("{backend}: merged tokens"),
-        got[1].as_f32().unwrap(),
-        &g.f32("out"),
-        TOL,
-    );
+    st.check("patch embedding (temporal kernel summed)", out(0), &want);
+    st.check("merged tokens", out(1), &g.f32("out"));
     for j in 0..cfg.deepstack.len() {
-        let what = format!("{backend}: deepstack feature {j}");
-        check(
-            &what,
-            got[4 + j].as_f32().unwrap(),
-            &g.f32(&format!("deepstack.{j}")),
-            TOL,
-        );
+        let want = g.f32(&format!("deepstack.{j}"));
+        st.check(format_args!("deepstack feature {j}"), out(4 + j), &want);
     }
-    let what = format!("{backend}: prompt embeddings, image spliced");
-    check(
-        &what,
-        got[2].as_f32().unwrap(),
-        &g.f32("inputs_embeds"),
-        TOL,
-    );
+    let want = g.f32("inputs_embeds");
+    st.check("prompt embeddings, image spliced", out(2), &want);
     let positions = bb.positions;
     let span_len = (cfg.grid().0 / cfg.merge) * (cfg.grid().1 / cfg.merge);
     let ours: Vec<f32> = (0..3)
@@ -239,28 +235,13 @@ fn tower_matches(backend: &str) {
         .collect();
     assert_eq!(ours, g.f32("position_ids"), "multimodal RoPE positions");
     assert_eq!(span_len, n_img);
-    check(
-        &format!("{backend}: language model output"),
-        got[3].as_f32().unwrap(),
-        &g.f32("last_hidden"),
-        TOL,
-    );
+    st.check("language model output", out(3), &g.f32("last_hidden"));
 }
 
-#[test]
-fn cpu_matches_transformers() {
-    tower_matches("cpu");
-}
-
-#[test]
-fn vulkan_matches_transformers() {
-    tower_matches("vulkan");
-}
-
-#[cfg(feature = "ggml")]
-#[test]
-fn ggml_matches_transformers() {
-    tower_matches("ggml");
+backend_tests! {
+    cpu_matches_transformers,
+    vulkan_matches_transformers,
+    ggml_matches_transformers => tower_matches
 }
 
 /// An I64 tensor of the fixture as f32 (ids and positions are exact).
@@ -273,7 +254,9 @@ fn ints(g: &Golden, name: &str) -> Vec<f32> {
 /// 8 x 8 position table, three deepstack taps, and the last kept LM layer's output before the
 /// final norm (what the N1.7 head reads).
 fn groot17_backbone_matches(backend: &str) {
-    let Some(be) = open(backend) else { return };
+    let Some(st) = Stages::open(backend, TOL) else {
+        return;
+    };
     let dir = fixture("groot17-tiny");
     let g = Golden::load(&dir);
     let arch: serde_json::Value =
@@ -324,7 +307,7 @@ fn groot17_backbone_matches(backend: &str) {
     let (h, vocab) = (u(&lm["hidden"]), u(&lm["vocab"]));
     // The checkpoint's backbone tensors as a GGUF (the tied embedding is stored as lm_head).
     let pre = "_groot_model.backbone.model.";
-    let st = Safetensors::open(&dir.join("model.safetensors")).unwrap();
+    let ckpt = Safetensors::open(&dir.join("model.safetensors")).unwrap();
     let mut map = qwen::vision_name_map(&cfg, &format!("{pre}model.visual."), "vit");
     map.extend(qwen::lm_name_map(
         &format!("{pre}model.language_model."),
@@ -332,27 +315,8 @@ fn groot17_backbone_matches(backend: &str) {
     ));
     map.retain(|(ours, _)| ours != "token_embd.weight");
     map.push(("token_embd.weight".into(), format!("{pre}lm_head.weight")));
-    let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", "groot17_backbone_test")
-        .unwrap();
-    for (ours, theirs) in map {
-        let dims: Vec<u64> = st
-            .require_shape(&theirs)
-            .unwrap()
-            .iter()
-            .rev()
-            .map(|&d| d as u64)
-            .collect();
-        w.add_f32(ours, GgmlType::F32, &dims, &st.f32(&theirs).unwrap())
-            .unwrap();
-    }
-    for (name, shape, vals) in
-        qwen::vision_derived(&st, &cfg, &format!("{pre}model.visual."), "vit").unwrap()
-    {
-        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
-        w.add_f32(name, GgmlType::F32, &dims, &vals).unwrap();
-    }
-    let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    let visual = format!("{pre}model.visual.");
+    let file = gguf_of(&ckpt, "groot17_backbone_test", map, (&cfg, &visual));
 
     let (ih, iw) = (cfg.image_h, cfg.image_w);
     let image = qwen_patch_rows_to_chw(&g.f32("pixels"), (thw[1], thw[2]), p, cfg.merge);
@@ -371,38 +335,27 @@ fn groot17_backbone_matches(backend: &str) {
     );
     let mut outputs = vec![bb.merged, bb.lm];
     outputs.extend(&bb.deepstack);
-    let mut exe = be.compile(&gb.build(&outputs).unwrap(), &file).unwrap();
+    let mut exe = st.compile("backbone", &gb.build(&outputs).unwrap(), &file);
     let image = Tensor::from_f32(vec![3, ih, iw], image).unwrap();
     let tokens = Tensor::from_f32(vec![ids.len()], ids).unwrap();
-    let got = exe.run(&[("image", &image), ("tokens", &tokens)]).unwrap();
-    check(
-        &format!("{backend}: N1.7 merged image tokens"),
-        got[0].as_f32().unwrap(),
-        &g.f32("vision"),
-        TOL,
-    );
+    let got = exe.run(&[("image", &image), ("tokens", &tokens)]);
+    let out = |k: usize| got[k].as_f32().unwrap();
+    st.check("N1.7 merged image tokens", out(0), &g.f32("vision"));
     for j in 0..cfg.deepstack.len() {
-        let what = format!("{backend}: N1.7 deepstack {j}");
-        check(
-            &what,
-            got[2 + j].as_f32().unwrap(),
-            &g.f32(&format!("deepstack.{j}")),
-            TOL,
-        );
+        let want = g.f32(&format!("deepstack.{j}"));
+        st.check(format_args!("N1.7 deepstack {j}"), out(2 + j), &want);
     }
     let ours: Vec<f32> = (0..3)
         .flat_map(|k| bb.positions.iter().map(move |p| p[k]))
         .collect();
     assert_eq!(ours, ints(&g, "position_ids"), "N1.7 M-RoPE positions");
-    let what = format!("{backend}: N1.7 LM features (last kept layer, before the norm)");
-    check(&what, got[1].as_f32().unwrap(), &g.f32("lm_out"), TOL);
+    let what = "N1.7 LM features (last kept layer, before the norm)";
+    st.check(what, out(1), &g.f32("lm_out"));
 }
 
 #[test]
 fn groot17_backbone_matches_lerobot() {
-    for backend in ["cpu", "vulkan"] {
+    for backend in backends() {
         groot17_backbone_matches(backend);
     }
-    #[cfg(feature = "ggml")]
-    groot17_backbone_matches("ggml");
 }

@@ -8,23 +8,35 @@
 //!
 //! GPU backends fail loudly without an adapter; `VLA_ALLOW_NO_GPU=1` turns that into a warning.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use vla::convert::smolvla as convert;
 use vla::gguf::{GgmlType, GgufFile};
-use vla::graph::GraphBuilder;
 use vla::models::flow::FlowArch;
 use vla::models::smolvla::{graphs, time_input, SmolVla, SmolVlaConfig};
-use vla::modules::vision::vision_tower;
+use vla::modules::vision::PatchPositions;
 use vla::policy::{Observation, Policy, RuntimeOptions};
 use vla::preprocess::image::{resize_with_pad, to_chw_unit, PadAlign};
 use vla::Tensor;
 
+#[macro_use]
 mod support;
 
-use support::{check, open, Golden};
+use support::golden::{env_dir, rows_where, tensor, test_backend, Fixture, Stages};
+use support::{check, Golden};
 
-fn fixture() -> PathBuf {
-    support::fixture("smolvla-tiny")
+fn fixture() -> Fixture<SmolVlaConfig> {
+    Fixture::new(
+        support::fixture("smolvla-tiny"),
+        |dir, dtype| {
+            let opts = convert::Options {
+                dtype,
+                positions: Some(PatchPositions::Shifted),
+                ..Default::default()
+            };
+            convert::convert(dir, &opts, &mut |_, _, _| {}).map(|c| c.writer)
+        },
+        |g, _| observation(g),
+    )
 }
 
 /// lerobot's inputs: camera frames, raw state, token ids and noise.
@@ -38,20 +50,6 @@ fn observation(g: &Golden) -> Observation {
     }
 }
 
-fn converted(dtype: GgmlType) -> GgufFile {
-    converted_from(&fixture(), dtype)
-}
-
-fn converted_from(dir: &Path, dtype: GgmlType) -> GgufFile {
-    let opts = convert::Options {
-        dtype,
-        positions: Some(vla::modules::vision::PatchPositions::Shifted),
-        ..Default::default()
-    };
-    let c = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
-    GgufFile::from_bytes(c.writer.to_bytes().unwrap()).unwrap()
-}
-
 const TOL: f32 = 1e-4;
 /// The velocity and the chunk are held tighter: 0.004's f32 rounding in the time
 /// embedding's period moved them by 2.4e-5 / 8.8e-6, which passed `TOL`.
@@ -62,9 +60,10 @@ fn converted_config_is_the_checkpoints() {
     let read = |p: PathBuf| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     };
-    let policy = read(fixture().join("config.json"));
-    let vlm = read(fixture().join("vlm/config.json"));
-    let cfg = SmolVlaConfig::read(&converted(GgmlType::F32)).unwrap();
+    let fx = fixture();
+    let policy = read(fx.dir.join("config.json"));
+    let vlm = read(fx.dir.join("vlm/config.json"));
+    let cfg = fx.config();
     let (vc, tc) = (&vlm["vision_config"], &vlm["text_config"]);
     let u = |v: &serde_json::Value| v.as_u64().unwrap() as usize;
     let f = |v: &serde_json::Value| v.as_f64().unwrap() as f32;
@@ -150,17 +149,15 @@ fn converted_config_is_the_checkpoints() {
         (cfg.time.min_period as f32, cfg.time.max_period as f32),
         (f(&policy["min_period"]), f(&policy["max_period"]))
     );
-    assert_eq!(cfg.io.n_images, Golden::load(&fixture()).usize("n_images"));
+    assert_eq!(cfg.io.n_images, fx.g.usize("n_images"));
 }
 
 #[test]
 fn preprocessing_matches_lerobot() {
     // u8 HWC frame -> [0,1] CHW -> resize-with-pad -> [-1, 1], as lerobot's prepare_images.
-    let g = Golden::load(&fixture());
-    let s = SmolVlaConfig::read(&converted(GgmlType::F32))
-        .unwrap()
-        .vision
-        .image_size;
+    let fx = fixture();
+    let g = &fx.g;
+    let s = fx.config().vision.image_size;
     for i in 0..g.usize("n_images") {
         let img = g.image(i);
         let unit = to_chw_unit(&img).unwrap();
@@ -186,52 +183,17 @@ fn preprocessing_matches_lerobot() {
 }
 
 /// Vision, prefill and the first denoising step on `name`, each fed lerobot's own inputs.
-fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
-    let Some(be) = open(name) else { return };
-    println!("backend {}", be.description());
-    let g = Golden::load(dir);
-    let file = converted_from(dir, GgmlType::F32);
-    let cfg = SmolVlaConfig::read(&file).unwrap();
-
-    let mut vision = be
-        .compile(
-            &graphs::vision(GraphBuilder::new(&file), &cfg).unwrap(),
-            &file,
-        )
-        .unwrap();
-    let s = cfg.vision.image_size;
-    let mut tower = {
-        let mut gb = GraphBuilder::new(&file);
-        let img = gb.input("image", &[3, s, s]);
-        let out = vision_tower(&mut gb, img, &cfg.vision).unwrap();
-        be.compile(&gb.build(&[out]).unwrap(), &file).unwrap()
+fn stages_match_lerobot(fx: &Fixture<SmolVlaConfig>, name: &str, tol: f32) {
+    let Some(st) = Stages::open(name, tol) else {
+        return;
     };
+    let g = &fx.g;
+    let file = fx.gguf(GgmlType::F32);
+    let cfg = SmolVlaConfig::read(&file).unwrap();
     // The vision graph takes every camera in one run: `image.{i}`.
-    let n_images = g.usize("n_images");
-    let pixels: Vec<Tensor> = (0..n_images)
-        .map(|i| Tensor::from_f32(vec![3, s, s], g.f32(&format!("pixels.{i}"))).unwrap())
-        .collect();
-    let names: Vec<String> = (0..n_images).map(|i| format!("image.{i}")).collect();
-    let inputs: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&pixels).collect();
-    let all = vision.run(&inputs).unwrap().remove(0).to_vec_f32().unwrap();
-    let mut img_tokens = Vec::new();
-    for (i, px) in pixels.iter().enumerate() {
-        let out = tower.run(&[("image", px)]).unwrap();
-        check(
-            &format!("{name}: vision tower, camera {i}"),
-            out[0].as_f32().unwrap(),
-            &g.f32(&format!("vit.{i}")),
-            tol,
-        );
-        let want = g.f32(&format!("vision.{i}"));
-        check(
-            &format!("{name}: vision + connector, camera {i}"),
-            &all[i * want.len()..(i + 1) * want.len()],
-            &want,
-            tol,
-        );
-        img_tokens.extend(want);
-    }
+    let vision = st.graph("vision", &file, &cfg, graphs::vision);
+    let cams = (g.usize("n_images"), &cfg.vision);
+    let img_tokens = st.siglip_vision(g, vision, cams, &file, "connector");
 
     // Prefill over lerobot's image tokens, its token ids padded to tokenizer_max_length, its
     // normalised state.
@@ -242,29 +204,16 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     tokens.resize(cfg.io.tokenizer_max_length, cfg.io.pad_token_id as f32);
     let mut state = g.f32("state_norm");
     state.resize(cfg.io.max_state_dim, 0.0);
-    let t = |shape: Vec<usize>, v: Vec<f32>| Tensor::from_f32(shape, v).unwrap();
+    let rows = cfg.io.n_images * cfg.n_img_tokens();
     let inputs = [
-        (
-            "img_tokens",
-            t(
-                vec![cfg.io.n_images * cfg.n_img_tokens(), cfg.lm.hidden],
-                img_tokens,
-            ),
-        ),
-        ("tokens", t(vec![cfg.io.tokenizer_max_length], tokens)),
-        ("state", t(vec![1, cfg.io.max_state_dim], state)),
-        ("positions", t(vec![p], layout.positions.clone())),
+        ("img_tokens", tensor(vec![rows, cfg.lm.hidden], img_tokens)),
+        ("tokens", tensor(vec![cfg.io.tokenizer_max_length], tokens)),
+        ("state", tensor(vec![1, cfg.io.max_state_dim], state)),
+        ("positions", tensor(vec![p], layout.positions.clone())),
         ("valid", layout.valid_input().unwrap()),
     ];
-    let mut prefill = be
-        .compile(
-            &graphs::prefill(GraphBuilder::new(&file), &cfg).unwrap(),
-            &file,
-        )
-        .unwrap();
-    let kv = prefill
-        .run(&inputs.iter().map(|(n, t)| (*n, t)).collect::<Vec<_>>())
-        .unwrap();
+    let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+    let kv = st.graph("prefill", &file, &cfg, graphs::prefill).run(&refs);
     // lerobot pads to the longest instruction (none here): its rows are our valid rows.
     let valid_rows: Vec<usize> = (0..p).filter(|&r| layout.valid[r]).collect();
     let row = cfg.attn.kv_heads * cfg.attn.head_dim;
@@ -282,12 +231,8 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
                 format!("kv.{l}.{kind}")
             };
             let want = g.f32(&ref_name);
-            let ours = kv[2 * l + j].as_f32().unwrap();
-            let got: Vec<f32> = valid_rows
-                .iter()
-                .flat_map(|&r| ours[r * row..(r + 1) * row].iter().copied())
-                .collect();
-            check(&format!("{name}: prefill {ref_name}"), &got, &want, tol);
+            let got = rows_where(kv[2 * l + j].as_f32().unwrap(), row, &layout.valid);
+            st.check(format_args!("prefill {ref_name}"), &got, &want);
             // lerobot's values scattered into our padded layout (padding rows are masked).
             let mut padded = vec![0f32; p * row];
             for (k, &r) in valid_rows.iter().enumerate() {
@@ -295,13 +240,13 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
             }
             lerobot_kv.push((
                 format!("kv.{l}.{kind}"),
-                t(vec![p, cfg.attn.kv_heads, cfg.attn.head_dim], padded),
+                tensor(vec![p, cfg.attn.kv_heads, cfg.attn.head_dim], padded),
             ));
         }
     }
 
     // First velocity at t = 1 from lerobot's noise and cache.
-    let x_t = t(
+    let x_t = tensor(
         vec![cfg.io.chunk_size, cfg.io.max_action_dim],
         g.f32("noise"),
     );
@@ -311,42 +256,25 @@ fn stages_match_lerobot(name: &str, dir: &Path, tol: f32) {
     let mut inputs: Vec<(&str, &Tensor)> =
         vec![("x_t", &x_t), ("time_emb", &time), ("valid", &valid)];
     inputs.extend(suffix.iter().map(|(n, t)| (n.as_str(), t)));
-    inputs.extend(lerobot_kv.iter().map(|(n, t)| (n.as_str(), t)));
-    let mut denoise = be
-        .compile(
-            &graphs::denoise(GraphBuilder::new(&file), &cfg).unwrap(),
-            &file,
-        )
-        .unwrap();
-    let v = denoise.run(&inputs).unwrap();
-    check(
-        &format!("{name}: velocity at step 0"),
-        v[0].as_f32().unwrap(),
-        &g.f32("velocity.0"),
-        tol.min(OUT_TOL),
-    );
+    let mut denoise = st.graph("denoise", &file, &cfg, graphs::denoise);
+    let v = denoise.run_cached(&inputs, &lerobot_kv);
+    let want = g.f32("velocity.0");
+    st.check_within("velocity at step 0", &v, &want, tol.min(OUT_TOL));
 }
 
 /// The whole chunk from a converted f32 GGUF.
-fn chunk_matches_lerobot(name: &str, dir: &Path, tol: f32) {
-    if open(name).is_none() {
-        return;
-    }
-    let g = Golden::load(dir);
-    let opts = RuntimeOptions {
-        backend: name.into(),
-        ..Default::default()
-    };
-    let mut m = SmolVla::new(converted_from(dir, GgmlType::F32), &opts).unwrap();
-    println!("backend {}", m.info().backend);
-    let got = m.predict(&observation(&g)).unwrap();
-    check(
-        &format!("{name}: action chunk (f32 GGUF)"),
-        &got.actions,
-        &g.f32("actions"),
-        tol.min(OUT_TOL),
-    );
+fn chunk_matches_lerobot(fx: &Fixture<SmolVlaConfig>, name: &str, tol: f32) {
+    let Some(mut m) = fx.on(name) else { return };
+    let what = format!("{name}: action chunk (f32 GGUF)");
+    check(&what, &fx.chunk(&mut m), &fx.actions(), tol.min(OUT_TOL));
 }
+
+fn matches_lerobot(fx: &Fixture<SmolVlaConfig>, backend: &str) {
+    stages_match_lerobot(fx, backend, TOL);
+    chunk_matches_lerobot(fx, backend, TOL);
+}
+
+flow_golden_tests! { fixture, "SmolVLA", matches_lerobot, bf16_conversion_stays_close }
 
 /// A SmolVLA file in vla.cpp's layout (its names and keys), written from the fixture's
 /// lerobot checkpoint by an independent writer (tests/interop/vlacpp_smolvla_writer.py:
@@ -356,7 +284,8 @@ fn chunk_matches_lerobot(name: &str, dir: &Path, tol: f32) {
 #[test]
 fn vlacpp_layout_gives_our_grid_conversions_chunk() {
     let out = std::env::temp_dir().join(format!("vla-vlacpp-smolvla-{}.gguf", std::process::id()));
-    let dir = fixture();
+    let fx = fixture();
+    let dir = &fx.dir;
     support::interop(
         "vlacpp_smolvla_writer.py",
         &[dir.as_os_str(), out.as_os_str()],
@@ -368,68 +297,30 @@ fn vlacpp_layout_gives_our_grid_conversions_chunk() {
         "not vla.cpp's layout"
     );
     let opts = convert::Options {
-        positions: Some(vla::modules::vision::PatchPositions::Grid),
+        positions: Some(PatchPositions::Grid),
         ..Default::default()
     };
-    let ours = convert::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
+    let ours = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
     let ours = GgufFile::from_bytes(ours.writer.to_bytes().unwrap()).unwrap();
-    let g = Golden::load(&dir);
     let chunk = |file| {
         let mut m = vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap();
-        m.predict(&observation(&g)).unwrap().actions
+        m.predict(&observation(&fx.g)).unwrap().actions
     };
     let (a, b) = (chunk(theirs), chunk(ours));
     assert_eq!(a, b, "vla.cpp-layout SmolVLA vs our grid conversion");
     // and it is SmolVLA's chunk up to the position rows
-    let cos = support::cosine(&a, &g.f32("actions"));
+    let cos = support::cosine(&a, &fx.actions());
     assert!(cos > 0.99, "cosine {cos} against lerobot's (shifted rows)");
 }
 
-#[test]
-fn cpu_matches_lerobot() {
-    stages_match_lerobot("cpu", &fixture(), TOL);
-    chunk_matches_lerobot("cpu", &fixture(), TOL);
-}
-
-#[test]
-fn vulkan_matches_lerobot() {
-    stages_match_lerobot("vulkan", &fixture(), TOL);
-    chunk_matches_lerobot("vulkan", &fixture(), TOL);
-}
-
-/// 16-bit activations keep the chunk (cosine to the f32 chunk, README table).
-#[test]
-fn vulkan_16bit_activations_keep_the_chunk() {
-    act_dtypes_hold("SmolVLA", "vulkan", &fixture());
-}
-
-fn act_dtypes_hold(arch: &str, backend: &str, dir: &Path) {
-    let g = Golden::load(dir);
-    support::act_dtypes_hold(arch, backend, &g.f32("actions"), |act| {
-        let opts = RuntimeOptions {
-            backend: backend.into(),
-            act_dtype: act,
-            ..Default::default()
-        };
-        let mut m = SmolVla::new(converted_from(dir, GgmlType::F32), &opts)?;
-        Ok(m.predict(&observation(&g))?.actions)
-    });
-}
-
-/// The same at smolvla_base's real sizes (the fixture of [`base_size_matches_lerobot`]):
+/// 16-bit activations keep the chunk at smolvla_base's real sizes (the fixture of
+/// [`base_size_matches_lerobot`]):
 /// `VLA_SMOLVLA_GOLDEN=DIR cargo test --release --test smolvla_golden -- --ignored 16bit`.
 #[test]
 #[ignore = "needs VLA_SMOLVLA_GOLDEN=<dir> made by tools/golden/smolvla.py --size base"]
 fn base_size_16bit_activations_keep_the_chunk() {
-    let dir = PathBuf::from(std::env::var("VLA_SMOLVLA_GOLDEN").expect("VLA_SMOLVLA_GOLDEN=<dir>"));
-    act_dtypes_hold("SmolVLA (base sizes)", "vulkan", &dir);
-}
-
-#[cfg(feature = "ggml")]
-#[test]
-fn ggml_matches_lerobot() {
-    stages_match_lerobot("ggml", &fixture(), TOL);
-    chunk_matches_lerobot("ggml", &fixture(), TOL);
+    let fx = fixture().at(env_dir("VLA_SMOLVLA_GOLDEN"));
+    fx.act_16bit_keeps_the_chunk("SmolVLA (base sizes)");
 }
 
 /// smolvla_base's real sizes with random weights (~1.8 GB, not committed):
@@ -438,49 +329,17 @@ fn ggml_matches_lerobot() {
 #[test]
 #[ignore = "needs VLA_SMOLVLA_GOLDEN=<dir> made by tools/golden/smolvla.py --size base"]
 fn base_size_matches_lerobot() {
-    let dir = PathBuf::from(std::env::var("VLA_SMOLVLA_GOLDEN").expect("VLA_SMOLVLA_GOLDEN=<dir>"));
-    let backend = std::env::var("VLA_TEST_BACKEND").unwrap_or_else(|_| "cpu".into());
-    stages_match_lerobot(&backend, &dir, TOL);
-    chunk_matches_lerobot(&backend, &dir, TOL);
-}
-
-#[test]
-fn bf16_conversion_stays_close() {
-    let g = Golden::load(&fixture());
-    let file = converted(GgmlType::BF16);
-    let n_bf16 = file
-        .tensors()
-        .iter()
-        .filter(|t| t.ty == GgmlType::BF16)
-        .count();
-    assert!(n_bf16 > 0, "no bf16 tensors in a --dtype bf16 conversion");
-    let mut m = SmolVla::new(file, &RuntimeOptions::default()).unwrap();
-    let got = m.predict(&observation(&g)).unwrap().actions;
-    let want = g.f32("actions");
-    let dot: f64 = got
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| f64::from(*a) * f64::from(*b))
-        .sum();
-    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let cos = dot / (norm(&got) * norm(&want));
-    let err = got
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    println!(
-        "bf16 GGUF ({n_bf16} bf16 tensors) vs lerobot f32: cosine {cos:.6}, max abs err {err:.3e}"
-    );
-    assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
+    let fx = fixture().at(env_dir("VLA_SMOLVLA_GOLDEN"));
+    matches_lerobot(&fx, &test_backend());
 }
 
 /// The converter ships the checkpoint's tokenizer: the task text gives the ids lerobot's
 /// tokenizer gave, and a text prompt the same chunk as those ids.
 #[test]
 fn text_prompt_tokenizes_as_lerobot() {
-    let g = Golden::load(&fixture());
-    let file = converted(GgmlType::F32);
+    let fx = fixture();
+    let g = &fx.g;
+    let file = fx.gguf(GgmlType::F32);
     let tok = vla::tokenizer::Tokenizer::from_gguf(&file).unwrap();
     let task = g.meta["task_as_tokenized"].as_str().unwrap();
     let ids: Vec<i32> = tok
@@ -495,11 +354,11 @@ fn text_prompt_tokenizes_as_lerobot() {
         "our ids for {task:?} differ from lerobot's"
     );
     let mut m = SmolVla::new(file, &RuntimeOptions::default()).unwrap();
-    let by_ids = m.predict(&observation(&g)).unwrap().actions;
+    let by_ids = m.predict(&observation(g)).unwrap().actions;
     let text = Observation {
         tokens: None,
         prompt: Some(g.meta["task"].as_str().unwrap().into()),
-        ..observation(&g)
+        ..observation(g)
     };
     assert_eq!(m.predict(&text).unwrap().actions, by_ids);
 }

@@ -6,7 +6,7 @@ use super::{check, open};
 use std::path::Path;
 use vla::models::common::{text_rows, TEXT_BUCKET};
 use vla::models::flow::{FlowArch, FlowPolicy};
-use vla::models::gr00t::PromptIds;
+pub use vla::models::prompt::PromptIds;
 use vla::policy::{Observation, Policy, RuntimeOptions};
 
 /// One case: its task, lerobot's chunk and, where recorded, the ids its language model read.
@@ -27,13 +27,7 @@ pub fn long_prompts(dir: &Path) -> Vec<LongPrompt> {
         .map(|(name, c)| LongPrompt {
             name: name.clone(),
             task: c["task"].as_str().unwrap().to_owned(),
-            actions: c["actions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .flat_map(|row| row.as_array().unwrap().iter())
-                .map(|x| x.as_f64().unwrap() as f32)
-                .collect(),
+            actions: super::golden::json_rows(&c["actions"]),
             token_ids: c["token_ids"]
                 .as_array()
                 .map(|ids| ids.iter().map(|t| t.as_u64().unwrap() as u32).collect()),

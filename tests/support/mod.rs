@@ -1,12 +1,15 @@
 //! Shared by the golden tests: reading a fixture made by `tools/golden/*.py`, opening
 //! backends (GPU backends fail loudly without an adapter; `VLA_ALLOW_NO_GPU=1` turns that
 //! into a warning), and comparing against the reference. The arch cases and the checks every
-//! arch passes (tests/conformance.rs runs them): [`cases`], [`conformance`].
+//! arch passes (tests/conformance.rs runs them): [`cases`], [`conformance`]. The golden tests'
+//! skeleton (fixture, backends, stage checks): [`golden`].
 #![allow(dead_code)]
 
 #[macro_use]
 pub mod cases;
 pub mod conformance;
+#[macro_use]
+pub mod golden;
 pub mod long_prompt;
 
 use std::path::{Path, PathBuf};
@@ -48,6 +51,11 @@ impl Golden {
 
     pub fn f32(&self, name: &str) -> Vec<f32> {
         self.st.f32(name).unwrap()
+    }
+
+    /// An I64 tensor.
+    pub fn i64(&self, name: &str) -> Vec<i64> {
+        self.st.i64(name).unwrap()
     }
 
     pub fn has(&self, name: &str) -> bool {
@@ -206,7 +214,7 @@ pub fn interop(script: &str, args: &[&std::ffi::OsStr]) {
 }
 
 /// The cosine an action chunk keeps, against the f32 run on the same backend, with 16-bit
-/// activations (issue 18's bar).
+/// activations.
 pub const ACT_16BIT_MIN_COSINE: f64 = 0.999;
 
 /// 16-bit activations on `backend` (a wgpu one): `predict` gives the chunk for an activation
