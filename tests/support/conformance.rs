@@ -354,7 +354,7 @@ pub fn prompt_without_a_tokenizer_is_an_error(case: &ArchCase) {
 }
 
 /// On `backend` the chunk is within the case's tolerance of the cpu chunk, and the predict
-/// keeps to issue 17's traffic bounds ([`check_counters`]). A GPU backend without an
+/// keeps to the device-resident predict's traffic bounds ([`check_counters`]). A GPU backend without an
 /// adapter fails ([`super::open`]; `VLA_ALLOW_NO_GPU=1` skips with a warning).
 pub fn agrees_with_cpu(case: &ArchCase, backend: &str) {
     let n = case.name;
@@ -448,7 +448,7 @@ fn request_bytes(obs: &Observation) -> u64 {
 }
 
 /// The run counters of one predict. The cpu backend moves nothing and waits for nothing.
-/// Elsewhere the whole predict is one backend run (issue 17's bounds): at most 2 submits
+/// Elsewhere the whole predict is one backend run (the device-resident predict's bounds): at most 2 submits
 /// and 1 host wait; host-to-device at most 1.1x the request's bytes ([`request_bytes`])
 /// plus 64 KiB; device-to-host at most the chunk's bytes (`chunk x max_action_dim` f32)
 /// plus 64 KiB. Nothing the model computes crosses the bus.
