@@ -1,13 +1,15 @@
 //! Owned handles around the raw ggml API (`llama-cpp-sys-2` bindings): each frees its
-//! object on drop. Everything here is single-threaded; an executable owns its handles.
+//! object on drop. [`Compiled::build`] gathers the ones a compiled graph needs and hands
+//! the code that fills them [`super::ctx`]'s branded handles. Everything here is
+//! single-threaded; an executable owns its handles.
 
+use super::ctx::{Brand, CGraph, Ctx, T};
 use crate::{Error, Result};
 use llama_cpp_sys_2 as sys;
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 use std::sync::Once;
-
-pub(crate) type T = *mut sys::ggml_tensor;
 
 /// Routes ggml's log (stderr by default) to `tracing` at debug level.
 pub(crate) fn init_logging() {
@@ -46,6 +48,21 @@ pub(crate) fn device_names() -> Vec<String> {
     }
 }
 
+/// Whether ggml-cpu was built with SIMD kernels (AVX/AVX2/F16C/FMA/SSE3/SSSE3/AVX-512/NEON).
+pub(crate) fn cpu_has_simd() -> bool {
+    // SAFETY: pure queries of compile-time flags.
+    unsafe {
+        sys::ggml_cpu_has_avx() != 0
+            || sys::ggml_cpu_has_avx2() != 0
+            || sys::ggml_cpu_has_f16c() != 0
+            || sys::ggml_cpu_has_fma() != 0
+            || sys::ggml_cpu_has_sse3() != 0
+            || sys::ggml_cpu_has_ssse3() != 0
+            || sys::ggml_cpu_has_avx512() != 0
+            || sys::ggml_cpu_has_neon() != 0
+    }
+}
+
 pub(crate) struct BackendHandle(NonNull<sys::ggml_backend>);
 
 impl BackendHandle {
@@ -64,7 +81,7 @@ impl BackendHandle {
             })
     }
 
-    pub fn raw(&self) -> sys::ggml_backend_t {
+    fn raw(&self) -> sys::ggml_backend_t {
         self.0.as_ptr()
     }
 
@@ -103,11 +120,11 @@ impl Drop for BackendHandle {
 }
 
 /// A ggml context holding tensor metadata only (`no_alloc`): data lives in backend buffers.
-pub(crate) struct Context(NonNull<sys::ggml_context>);
+struct Context(NonNull<sys::ggml_context>);
 
 impl Context {
     /// Room for `n_tensors` tensor headers and one graph of `graph_size` nodes.
-    pub fn new(n_tensors: usize, graph_size: usize) -> Result<Self> {
+    fn new(n_tensors: usize, graph_size: usize) -> Result<Self> {
         // SAFETY: size queries.
         let mem = unsafe {
             sys::ggml_tensor_overhead() * (n_tensors + 8)
@@ -124,31 +141,28 @@ impl Context {
             .map(Context)
             .ok_or_else(|| Error::InvalidArgument("ggml_init failed (out of memory?)".into()))
     }
-
-    pub fn raw(&self) -> *mut sys::ggml_context {
-        self.0.as_ptr()
-    }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // SAFETY: owned, freed once; no tensor of it is used afterwards.
-        unsafe { sys::ggml_free(self.raw()) }
+        // SAFETY: owned, freed once; no tensor of it is used afterwards (its owner, a
+        // `Build` or `Compiled`, drops the scheduler first and outlives every handle).
+        unsafe { sys::ggml_free(self.0.as_ptr()) }
     }
 }
 
-/// A backend buffer (weights).
-pub(crate) struct Buffer(NonNull<sys::ggml_backend_buffer>);
+/// A backend buffer (weights, constants).
+struct Buffer(NonNull<sys::ggml_backend_buffer>);
 
 impl Buffer {
     /// Allocates every tensor of `ctx` in one buffer of `backend`; `None` when it has none.
-    pub fn alloc_ctx_tensors(ctx: &Context, backend: &BackendHandle) -> Result<Option<Self>> {
-        // SAFETY: live context and backend.
+    fn alloc_ctx_tensors(ctx: Ctx<'_>, backend: &BackendHandle) -> Result<Option<Self>> {
+        // SAFETY: a live context (a build's) and backend.
         unsafe {
-            if sys::ggml_get_first_tensor(ctx.raw()).is_null() {
+            if sys::ggml_get_first_tensor(ctx.as_ptr()).is_null() {
                 return Ok(None);
             }
-            let buf = sys::ggml_backend_alloc_ctx_tensors(ctx.raw(), backend.raw());
+            let buf = sys::ggml_backend_alloc_ctx_tensors(ctx.as_ptr(), backend.raw());
             let buf = NonNull::new(buf)
                 .ok_or_else(|| Error::Gpu("ggml: could not allocate the weight buffer".into()))?;
             sys::ggml_backend_buffer_set_usage(
@@ -159,7 +173,7 @@ impl Buffer {
         }
     }
 
-    pub fn size(&self) -> usize {
+    fn size(&self) -> usize {
         // SAFETY: a live buffer.
         unsafe { sys::ggml_backend_buffer_get_size(self.0.as_ptr()) }
     }
@@ -173,13 +187,14 @@ impl Drop for Buffer {
 }
 
 /// ggml's scheduler over `[primary, cpu]` (or `[cpu]`): it places each op on the first
-/// backend that supports it and copies tensors between them.
-pub(crate) struct Sched(NonNull<sys::ggml_backend_sched>);
+/// backend that supports it and copies tensors between them. It keeps pointers to the
+/// backends: its owner, a [`Compiled`], drops it before them.
+struct Sched(NonNull<sys::ggml_backend_sched>);
 
 impl Sched {
-    pub fn new(backends: &[&BackendHandle], graph_size: usize) -> Result<Self> {
+    fn new(backends: &[&BackendHandle], graph_size: usize) -> Result<Self> {
         let mut raw: Vec<sys::ggml_backend_t> = backends.iter().map(|b| b.raw()).collect();
-        // SAFETY: the backends outlive the scheduler (the executable drops it first).
+        // SAFETY: live backends, which outlive the scheduler (`Compiled` drops it first).
         let s = unsafe {
             sys::ggml_backend_sched_new(
                 raw.as_mut_ptr(),
@@ -195,7 +210,7 @@ impl Sched {
             .ok_or_else(|| Error::InvalidArgument("ggml_backend_sched_new failed".into()))
     }
 
-    pub fn raw(&self) -> sys::ggml_backend_sched_t {
+    fn raw(&self) -> sys::ggml_backend_sched_t {
         self.0.as_ptr()
     }
 }
@@ -207,84 +222,165 @@ impl Drop for Sched {
     }
 }
 
-/// Copies host bytes into an allocated tensor.
-///
-/// # Safety
-/// `t` must be a live tensor with a buffer and exactly `bytes.len()` bytes of data.
-pub(crate) unsafe fn tensor_set(t: T, bytes: &[u8]) {
-    debug_assert_eq!(unsafe { sys::ggml_nbytes(t) }, bytes.len());
-    unsafe { sys::ggml_backend_tensor_set(t, bytes.as_ptr().cast(), 0, bytes.len()) }
+/// A tensor kept by [`Build::keep`], read and written through its [`Compiled`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot(usize);
+
+/// What [`Compiled::build`] hands its closure: it makes the build's contexts, allocates
+/// their tensors and keeps the ones used after the build. `'c` brands the handles of its
+/// contexts (see [`super::ctx`]); it frees nothing before the `Compiled` it becomes.
+pub(crate) struct Build<'c> {
+    // Field order is drop order (on an error): the buffers before the contexts.
+    buffers: Vec<Buffer>,
+    contexts: Vec<Context>,
+    kept: Vec<*mut sys::ggml_tensor>,
+    /// The primary device first.
+    backends: Vec<BackendHandle>,
+    _brand: Brand<'c>,
 }
 
-/// Reads an allocated f32 tensor.
-///
-/// # Safety
-/// `t` must be a live, allocated, contiguous F32 tensor.
-pub(crate) unsafe fn tensor_get_f32(t: T) -> Vec<f32> {
-    let n = unsafe { sys::ggml_nelements(t) } as usize;
-    let mut v = vec![0.0f32; n];
-    unsafe { sys::ggml_backend_tensor_get(t, v.as_mut_ptr().cast(), 0, 4 * n) };
-    v
+impl<'c> Build<'c> {
+    /// A metadata-only context with room for `n_tensors` tensor headers and one graph of
+    /// `graph_size` nodes.
+    pub fn context(&mut self, n_tensors: usize, graph_size: usize) -> Result<Ctx<'c>> {
+        let c = Context::new(n_tensors, graph_size)?;
+        let ptr = c.0;
+        self.contexts.push(c);
+        // SAFETY: a live context that is freed only with this build or the `Compiled` it
+        // becomes, after `'c`: the brand of this build alone, which `Compiled::build`'s
+        // closure cannot let out.
+        Ok(unsafe { Ctx::from_raw(ptr) })
+    }
+
+    /// Allocates every tensor of `ctx` in one buffer of the primary backend.
+    pub fn alloc_tensors(&mut self, ctx: Ctx<'c>) -> Result<()> {
+        let buf = Buffer::alloc_ctx_tensors(ctx, &self.backends[0])?;
+        self.buffers.extend(buf);
+        Ok(())
+    }
+
+    /// Keeps `t` for use after the build (the graph's inputs and outputs).
+    pub fn keep(&mut self, t: T<'c>) -> Slot {
+        self.kept.push(t.as_ptr());
+        Slot(self.kept.len() - 1)
+    }
 }
 
-// TEMP-DUMP-BEGIN
-pub(crate) fn temp_dump_graph(g: *mut sys::ggml_cgraph) {
-    use std::collections::HashMap;
-    use std::fmt::Write as _;
-    let Ok(path) = std::env::var("VLA_GGML_DUMP") else {
-        return;
-    };
-    fn visit(t: *mut sys::ggml_tensor, ids: &mut HashMap<usize, usize>, out: &mut String) -> usize {
-        if let Some(&i) = ids.get(&(t as usize)) {
-            return i;
-        }
-        let tt = unsafe { &*t };
-        let srcs: Vec<usize> = tt
-            .src
-            .iter()
-            .filter(|s| !s.is_null())
-            .map(|&s| visit(s, ids, out))
-            .collect();
-        let vs = if tt.view_src.is_null() {
-            usize::MAX
-        } else {
-            visit(tt.view_src, ids, out)
+/// What ggml holds for one compiled graph, freed together: the backends (primary first),
+/// the contexts of its [`Build`] and the buffers holding their tensors, the scheduler
+/// that runs the compute graph, and the tensors the build kept ([`Slot`]s).
+pub(crate) struct Compiled {
+    // Field order is drop order: the scheduler and buffers before the contexts whose
+    // tensors they hold, the backends last.
+    sched: Sched,
+    graph: NonNull<sys::ggml_cgraph>,
+    kept: Vec<*mut sys::ggml_tensor>,
+    buffers: Vec<Buffer>,
+    _contexts: Vec<Context>,
+    backends: Vec<BackendHandle>,
+}
+
+// SAFETY: a `Compiled` exclusively owns every ggml object it points to (its own backend
+// instances, contexts, buffers and scheduler); nothing is shared with another thread, and
+// ggml objects are not tied to the thread that created them.
+unsafe impl Send for Compiled {}
+
+impl Compiled {
+    /// Runs `f` on a new [`Build`] over `backends` (primary first), then gives the graph
+    /// it returns a scheduler over them (room for `graph_size` nodes). `f` must work for
+    /// any brand `'c`, so no handle of the build gets out of it but by [`Build::keep`].
+    pub fn build<X>(
+        backends: Vec<BackendHandle>,
+        graph_size: usize,
+        f: impl for<'c> FnOnce(&mut Build<'c>) -> Result<(CGraph<'c>, X)>,
+    ) -> Result<(Self, X)> {
+        let mut b = Build {
+            buffers: Vec::new(),
+            contexts: Vec::new(),
+            kept: Vec::new(),
+            backends,
+            _brand: PhantomData,
         };
-        let id = ids.len();
-        ids.insert(t as usize, id);
-        let mut hash = String::new();
-        if !tt.buffer.is_null() && tt.op == sys::GGML_OP_NONE && tt.view_src.is_null() {
-            let n = unsafe { sys::ggml_nbytes(t) };
-            let mut v = vec![0u8; n];
-            unsafe { sys::ggml_backend_tensor_get(t, v.as_mut_ptr().cast(), 0, n) };
-            let mut h: u64 = 0xcbf29ce484222325;
-            for b in v {
-                h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-            }
-            hash = format!(" data={h:016x}");
+        let (graph, x) = f(&mut b)?;
+        let sched = Sched::new(&b.backends.iter().collect::<Vec<_>>(), graph_size)?;
+        let Build {
+            buffers,
+            contexts,
+            kept,
+            backends,
+            _brand,
+        } = b;
+        let compiled = Compiled {
+            sched,
+            graph: graph.as_non_null(),
+            kept,
+            buffers,
+            _contexts: contexts,
+            backends,
+        };
+        Ok((compiled, x))
+    }
+
+    /// A kept tensor, branded with this borrow: it lives as long as `self`.
+    fn tensor(&self, s: Slot) -> T<'_> {
+        // SAFETY: a tensor of our contexts, which live as long as `self`; no `Ctx` has the
+        // brand (a borrow of `self`).
+        unsafe { T::from_raw(self.kept[s.0]) }
+    }
+
+    /// Whether a kept tensor got memory (an input nothing reads is left out of the graph).
+    pub fn is_allocated(&self, s: Slot) -> bool {
+        self.tensor(s).is_allocated()
+    }
+
+    /// [`T::set`] of a kept tensor.
+    pub fn set(&mut self, s: Slot, bytes: &[u8]) {
+        self.tensor(s).set(bytes)
+    }
+
+    /// [`T::get_f32`] of a kept tensor.
+    pub fn get_f32(&self, s: Slot) -> Vec<f32> {
+        self.tensor(s).get_f32()
+    }
+
+    /// Plans the graph's activations afresh; false when ggml cannot allocate them.
+    pub fn alloc_graph(&mut self) -> bool {
+        // SAFETY: a live scheduler and a graph of our contexts.
+        unsafe {
+            sys::ggml_backend_sched_reset(self.sched.raw());
+            sys::ggml_backend_sched_alloc_graph(self.sched.raw(), self.graph.as_ptr())
         }
-        let _ = writeln!(
-            out,
-            "t{id} type={} op={} ne={:?} nb={:?} params={:?} flags={} voffs={} vsrc={} src={:?} alloc={}{hash}",
-            tt.type_, tt.op, tt.ne, tt.nb, tt.op_params, tt.flags, tt.view_offs,
-            if vs == usize::MAX { -1 } else { vs as i64 }, srcs, !tt.buffer.is_null()
-        );
-        id
     }
-    let mut out = String::from("GRAPH\n");
-    let mut ids = HashMap::new();
-    let n = unsafe { sys::ggml_graph_n_nodes(g) };
-    for i in 0..n {
-        let t = unsafe { sys::ggml_graph_node(g, i) };
-        let id = visit(t, &mut ids, &mut out);
-        let _ = writeln!(out, "node {i} = t{id}");
+
+    /// Runs the graph (allocating it first when it is not).
+    pub fn compute(&mut self) -> sys::ggml_status {
+        // SAFETY: a live scheduler and a graph of our contexts, whose ops ggml checked as
+        // they were built; what kernels read at run time (`get_rows` ids) holds what the
+        // `Ctx` methods ask of their callers (see `super::ctx`).
+        unsafe { sys::ggml_backend_sched_graph_compute(self.sched.raw(), self.graph.as_ptr()) }
     }
-    use std::io::Write as _;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    f.write_all(out.as_bytes()).unwrap();
+
+    /// The scheduler's activation buffers, summed over the backends.
+    pub fn activation_bytes(&self) -> u64 {
+        self.backends
+            .iter()
+            .map(|be| {
+                // SAFETY: a live scheduler and one of its backends.
+                let n =
+                    unsafe { sys::ggml_backend_sched_get_buffer_size(self.sched.raw(), be.raw()) };
+                n as u64
+            })
+            .sum()
+    }
+
+    /// The build's buffers (weights, constants).
+    pub fn buffer_bytes(&self) -> u64 {
+        self.buffers.iter().map(|b| b.size() as u64).sum()
+    }
+
+    /// The graph's nodes (ops).
+    pub fn n_nodes(&self) -> usize {
+        // SAFETY: a live graph.
+        unsafe { sys::ggml_graph_n_nodes(self.graph.as_ptr()) as usize }
+    }
 }
-// TEMP-DUMP-END

@@ -5,13 +5,13 @@
 //! and the patch-embed kernel keep their stored type (the GGUF block bytes are ggml's
 //! layout); a weight read by any other op is dequantized to F32 on the host once.
 
-use super::ffi::{Context, T};
+use super::ctx::{CGraph, Ctx, T};
+use super::ffi::{Build, Slot};
 use crate::gguf::GgmlType;
 use crate::graph::{AttentionMask, GateAct, Graph, NodeId, Op};
 use crate::ops::{RopeLayout, RopeMode};
 use crate::{Error, Result, Tensor};
 use llama_cpp_sys_2 as sys;
-use std::ptr;
 
 /// A masked attention score: finite, so a fully masked row stays finite (it is zeroed
 /// afterwards); `x + MASKED == MASKED` in f32 for any score, and `exp(MASKED - max) == 0`.
@@ -57,24 +57,24 @@ fn ne_of(shape: &[usize]) -> Option<[i64; 4]> {
 /// An Input whose f32 values are converted on the host to an I32 tensor each run.
 pub(crate) struct Shadow {
     pub input: String,
-    pub tensor: T,
+    pub tensor: Slot,
     /// `Some(vocab)` for embedding ids (checked `< vocab`), `None` for rope positions.
     pub vocab: Option<usize>,
 }
 
 /// Data to copy into a tensor once its buffer is allocated (`raw_bytes` of `data`).
-pub(crate) struct Upload<'w> {
-    pub tensor: T,
+pub(crate) struct Upload<'w, 'c> {
+    pub tensor: T<'c>,
     pub data: Tensor<'w>,
 }
 
 /// The weight tensors (created in the weight context) and what to upload into them.
-pub(crate) struct Weights<'w> {
+pub(crate) struct Weights<'w, 'c> {
     /// Stored-type tensor per weight node read raw.
-    pub raw: Vec<Option<T>>,
+    pub raw: Vec<Option<T<'c>>>,
     /// F32 tensor per weight node read as an activation (same as `raw` for F32 weights).
-    pub f32: Vec<Option<T>>,
-    pub uploads: Vec<Upload<'w>>,
+    pub f32: Vec<Option<T<'c>>>,
+    pub uploads: Vec<Upload<'w, 'c>>,
 }
 
 /// Whether a node reads input `k` in the weight's stored type: every weight input
@@ -84,11 +84,11 @@ fn reads_raw(op: &Op, k: usize) -> bool {
 }
 
 /// Pass 1: weight tensors in `ctx`, plus the constant masks of causal attention.
-pub(crate) fn create_weights<'w>(
+pub(crate) fn create_weights<'w, 'c>(
     graph: &Graph,
     store: &'w dyn crate::backend::WeightStore,
-    ctx: &Context,
-) -> Result<Weights<'w>> {
+    ctx: Ctx<'c>,
+) -> Result<Weights<'w, 'c>> {
     let n = graph.nodes().len();
     let (mut want_raw, mut want_f32) = (vec![false; n], vec![false; n]);
     for node in graph.nodes() {
@@ -123,8 +123,7 @@ pub(crate) fn create_weights<'w>(
         }
         let ty = ggml_type(t.dtype())
             .ok_or_else(|| not_impl(format!("weight {name:?} of type {}", t.dtype())))?;
-        let new =
-            |ty| unsafe { sys::ggml_new_tensor_4d(ctx.raw(), ty, ne[0], ne[1], ne[2], ne[3]) };
+        let new = |ty| ctx.new_tensor_4d(ty, ne);
         if t.dtype() == GgmlType::F32 {
             let tt = new(sys::GGML_TYPE_F32);
             w.raw[i] = Some(tt);
@@ -155,15 +154,14 @@ pub(crate) fn create_weights<'w>(
     Ok(w)
 }
 
-/// Pass 2 result: the ggml graph and where inputs and outputs live.
+/// Pass 2 result besides the graph: where inputs and outputs live.
 pub(crate) struct Lowered {
-    pub graph: *mut sys::ggml_cgraph,
     /// One F32 tensor per Input node name that the graph reads.
-    pub inputs: Vec<(String, T)>,
+    pub inputs: Vec<(String, Slot)>,
     /// One Q8_0 tensor per InputU8 node name ([`q8_bytes`] fills it).
-    pub byte_inputs: Vec<(String, T)>,
+    pub byte_inputs: Vec<(String, Slot)>,
     pub shadows: Vec<Shadow>,
-    pub outputs: Vec<T>,
+    pub outputs: Vec<Slot>,
 }
 
 /// ggml has no unsigned byte type, and ggml-cpu cannot cast its I8: bytes travel as Q8_0
@@ -184,29 +182,33 @@ pub(crate) fn graph_size(graph: &Graph) -> usize {
     (graph.nodes().len() * 16 + 64).max(GGML_DEFAULT_GRAPH_SIZE)
 }
 
-struct Lowerer<'a> {
-    ctx: *mut sys::ggml_context,
+struct Lowerer<'a, 'c> {
+    ctx: Ctx<'c>,
     /// Context for host-filled constants (causal masks): allocated with the weights.
-    consts: &'a Context,
-    const_uploads: Vec<Upload<'static>>,
+    consts: Ctx<'c>,
+    /// Keeps the inputs and outputs.
+    build: &'a mut Build<'c>,
+    const_uploads: Vec<Upload<'static, 'c>>,
     graph: &'a Graph,
-    weights: &'a Weights<'a>,
-    vals: Vec<Option<T>>,
-    inputs: Vec<(String, T)>,
-    byte_inputs: Vec<(String, T)>,
-    shadows: Vec<Shadow>,
+    weights: &'a Weights<'a, 'c>,
+    vals: Vec<Option<T<'c>>>,
+    inputs: Vec<(String, Slot)>,
+    byte_inputs: Vec<(String, Slot)>,
+    /// With the I32 tensor each one fills.
+    shadows: Vec<(Shadow, T<'c>)>,
     /// RMSNorms that matmuls read, by (input, gain) node: one ggml node for q, k and v.
-    norms: std::collections::HashMap<(usize, usize), T>,
+    norms: std::collections::HashMap<(usize, usize), T<'c>>,
 }
 
-/// Pass 2: builds the compute graph in `ctx`. Constants go into `consts` (returned as
-/// uploads: allocate `consts` before the graph runs).
-pub(crate) fn lower<'a>(
+/// Pass 2: builds the compute graph in `ctx`, keeping its inputs and outputs in `build`.
+/// Constants go into `consts` (returned as uploads: allocate `consts` before the graph runs).
+pub(crate) fn lower<'a, 'c>(
     graph: &'a Graph,
-    weights: &'a Weights<'a>,
-    ctx: &Context,
-    consts: &'a Context,
-) -> Result<(Lowered, Vec<Upload<'static>>)> {
+    weights: &'a Weights<'a, 'c>,
+    build: &'a mut Build<'c>,
+    ctx: Ctx<'c>,
+    consts: Ctx<'c>,
+) -> Result<(Lowered, CGraph<'c>, Vec<Upload<'static, 'c>>)> {
     for (i, node) in graph.nodes().iter().enumerate() {
         if node.shape.len() > 4 {
             return Err(not_impl(format!(
@@ -224,8 +226,9 @@ pub(crate) fn lower<'a>(
         }
     }
     let mut l = Lowerer {
-        ctx: ctx.raw(),
+        ctx,
         consts,
+        build,
         const_uploads: Vec::new(),
         graph,
         weights,
@@ -239,35 +242,29 @@ pub(crate) fn lower<'a>(
         let v = l.node(i)?;
         l.vals[i] = v;
     }
-    // SAFETY: tensors of `ctx`; the graph holds up to `graph_size` nodes.
-    unsafe {
-        let gf = sys::ggml_new_graph_custom(l.ctx, graph_size(graph), false);
-        let mut outputs = Vec::new();
-        for o in graph.outputs() {
-            let mut t = l.val(*o);
-            let is_view = !(*t).view_src.is_null();
-            if is_view || (*t).op == sys::GGML_OP_NONE {
-                t = sys::ggml_cont(l.ctx, t);
-            }
-            sys::ggml_set_output(t);
-            sys::ggml_build_forward_expand(gf, t);
-            outputs.push(t);
+    let gf = l.ctx.new_graph_custom(graph_size(graph));
+    let mut outputs = Vec::new();
+    for o in graph.outputs() {
+        let mut t = l.val(*o);
+        if t.is_view() || t.op() == sys::GGML_OP_NONE {
+            t = l.ctx.cont(t);
         }
-        super::ffi::temp_dump_graph(gf); // TEMP-DUMP
-        let lowered = Lowered {
-            graph: gf,
-            inputs: l.inputs,
-            byte_inputs: l.byte_inputs,
-            shadows: l.shadows,
-            outputs,
-        };
-        Ok((lowered, l.const_uploads))
+        t.set_output();
+        gf.build_forward_expand(t);
+        outputs.push(l.build.keep(t));
     }
+    let lowered = Lowered {
+        inputs: l.inputs,
+        byte_inputs: l.byte_inputs,
+        shadows: l.shadows.into_iter().map(|(s, _)| s).collect(),
+        outputs,
+    };
+    Ok((lowered, gf, l.const_uploads))
 }
 
-impl Lowerer<'_> {
+impl<'c> Lowerer<'_, 'c> {
     /// The F32 value of a node.
-    fn val(&self, id: NodeId) -> T {
+    fn val(&self, id: NodeId) -> T<'c> {
         match self.vals[id.0] {
             Some(t) => t,
             None => self.weights.f32[id.0].expect("every weight read as f32 has an f32 tensor"),
@@ -275,7 +272,7 @@ impl Lowerer<'_> {
     }
 
     /// The stored-type tensor of a weight node, or the F32 value of a computed one.
-    fn raw(&self, id: NodeId) -> T {
+    fn raw(&self, id: NodeId) -> T<'c> {
         self.weights.raw[id.0].unwrap_or_else(|| self.val(id))
     }
 
@@ -287,16 +284,14 @@ impl Lowerer<'_> {
         ne_of(self.shape(id)).expect("ranks checked")
     }
 
-    fn reshape(&self, t: T, shape: &[usize]) -> T {
-        let ne = ne_of(shape).expect("ranks checked");
-        // SAFETY: `t` is contiguous with the same element count.
-        unsafe { sys::ggml_reshape_4d(self.ctx, t, ne[0], ne[1], ne[2], ne[3]) }
+    fn reshape(&self, t: T<'c>, shape: &[usize]) -> T<'c> {
+        self.ctx.reshape_4d(t, ne_of(shape).expect("ranks checked"))
     }
 
     /// Matmul node `i`'s input as the `[K, rows]` matrix its weight (`[N, K]`) multiplies,
     /// with its row count; normalised first when the matmul reads an RMSNorm (one ggml node
     /// per input and gain, shared by the matmuls reading it).
-    fn matmul_rows(&mut self, i: usize) -> (T, i64) {
+    fn matmul_rows(&mut self, i: usize) -> (T<'c>, i64) {
         let node = &self.graph.nodes()[i];
         let (x, k) = (node.inputs[0], self.shape(node.inputs[1])[1]);
         let rows = (self.graph.node(x).numel() / k) as i64;
@@ -305,35 +300,22 @@ impl Lowerer<'_> {
             (node.norm_gain(), &node.op)
         {
             let (ctx, gain) = (self.ctx, self.val(g));
-            // SAFETY: tensors of `ctx`.
             t = *self
                 .norms
                 .entry((x.0, g.0))
-                .or_insert_with(|| unsafe { rms_norm(ctx, t, gain, n.eps, n.offset) });
+                .or_insert_with(|| rms_norm(ctx, t, gain, n.eps, n.offset));
         }
-        // SAFETY: `t` is contiguous with k * rows elements.
-        let t = unsafe { sys::ggml_reshape_2d(self.ctx, t, k as i64, rows) };
+        let t = self.ctx.reshape_2d(t, k as i64, rows);
         (t, rows)
     }
 
-    fn new_f32(&self, ne: [i64; 4]) -> T {
-        // SAFETY: a metadata-only tensor in our context.
-        unsafe { sys::ggml_new_tensor_4d(self.ctx, sys::GGML_TYPE_F32, ne[0], ne[1], ne[2], ne[3]) }
+    fn new_f32(&self, ne: [i64; 4]) -> T<'c> {
+        self.ctx.new_tensor_4d(sys::GGML_TYPE_F32, ne)
     }
 
     /// A host-filled F32 constant with `ne`.
-    fn constant(&mut self, ne: [i64; 4], data: Vec<f32>) -> T {
-        // SAFETY: a metadata-only tensor in the constants context.
-        let t = unsafe {
-            sys::ggml_new_tensor_4d(
-                self.consts.raw(),
-                sys::GGML_TYPE_F32,
-                ne[0],
-                ne[1],
-                ne[2],
-                ne[3],
-            )
-        };
+    fn constant(&mut self, ne: [i64; 4], data: Vec<f32>) -> T<'c> {
+        let t = self.consts.new_tensor_4d(sys::GGML_TYPE_F32, ne);
         let shape: Vec<usize> = ne.iter().rev().map(|&d| d as usize).collect();
         let data = Tensor::from_f32(shape, data).expect("constant sized by its ne");
         self.const_uploads.push(Upload { tensor: t, data });
@@ -341,24 +323,24 @@ impl Lowerer<'_> {
     }
 
     /// An I32 copy of an f32 input node (host-converted each run), or an in-graph cast.
-    fn i32_of(&mut self, id: NodeId, vocab: Option<usize>, what: &str) -> Result<T> {
+    fn i32_of(&mut self, id: NodeId, vocab: Option<usize>, what: &str) -> Result<T<'c>> {
         if let Op::Input(name) = &self.graph.node(id).op {
-            if let Some(s) = self
+            if let Some((_, t)) = self
                 .shadows
                 .iter()
-                .find(|s| &s.input == name && s.vocab == vocab)
+                .find(|(s, _)| &s.input == name && s.vocab == vocab)
             {
-                return Ok(s.tensor);
+                return Ok(*t);
             }
             let n = self.graph.node(id).numel() as i64;
-            // SAFETY: a metadata-only tensor in our context.
-            let t = unsafe { sys::ggml_new_tensor_1d(self.ctx, sys::GGML_TYPE_I32, n) };
-            unsafe { sys::ggml_set_input(t) };
-            self.shadows.push(Shadow {
+            let t = self.ctx.new_tensor_1d(sys::GGML_TYPE_I32, n);
+            t.set_input();
+            let shadow = Shadow {
                 input: name.clone(),
-                tensor: t,
+                tensor: self.build.keep(t),
                 vocab,
-            });
+            };
+            self.shadows.push((shadow, t));
             return Ok(t);
         }
         if vocab.is_some() {
@@ -367,333 +349,305 @@ impl Lowerer<'_> {
                 "{what} from a computed node (ids must be a graph input)"
             )));
         }
-        // SAFETY: F32 -> I32 copy (truncating), supported by ggml-cpu.
-        Ok(unsafe { sys::ggml_cast(self.ctx, self.val(id), sys::GGML_TYPE_I32) })
+        // F32 -> I32 copy (truncating), supported by ggml-cpu.
+        Ok(self.ctx.cast(self.val(id), sys::GGML_TYPE_I32))
     }
 
     /// `a op b` with numpy broadcasting (ggml broadcasts only b into a).
-    fn binary(&self, i: usize, add: bool) -> T {
+    fn binary(&self, i: usize, add: bool) -> T<'c> {
         let node = &self.graph.nodes()[i];
         let out = ne_of(&node.shape).expect("ranks checked");
         let (mut a, mut b) = (self.val(node.inputs[0]), self.val(node.inputs[1]));
         let (na, nb) = (self.ne(node.inputs[0]), self.ne(node.inputs[1]));
-        // SAFETY: F32 tensors of our context; shapes checked by the builder.
-        unsafe {
-            if na != out {
-                if nb == out {
-                    // add and mul are commutative in IEEE arithmetic: swapping is exact.
-                    std::mem::swap(&mut a, &mut b);
-                } else {
-                    a = sys::ggml_repeat_4d(self.ctx, a, out[0], out[1], out[2], out[3]);
-                }
-            }
-            if add {
-                sys::ggml_add(self.ctx, a, b)
+        if na != out {
+            if nb == out {
+                // add and mul are commutative in IEEE arithmetic: swapping is exact.
+                std::mem::swap(&mut a, &mut b);
             } else {
-                sys::ggml_mul(self.ctx, a, b)
+                a = self.ctx.repeat_4d(a, out);
             }
+        }
+        if add {
+            self.ctx.add(a, b)
+        } else {
+            self.ctx.mul(a, b)
         }
     }
 
-    fn node(&mut self, i: usize) -> Result<Option<T>> {
+    fn node(&mut self, i: usize) -> Result<Option<T<'c>>> {
         let node = &self.graph.nodes()[i];
         let ctx = self.ctx;
         let inp = node.inputs.clone();
         let shape = node.shape.clone();
-        // SAFETY (whole match): ggml graph construction on metadata-only tensors of our
-        // contexts; every shape constraint ggml asserts is checked above or by the builder.
-        let t = unsafe {
-            match &node.op {
-                Op::Weight(_) => return Ok(None),
-                Op::Input(name) => {
-                    let t = self.new_f32(ne_of(&shape).expect("ranks checked"));
-                    sys::ggml_set_input(t);
-                    self.inputs.push((name.clone(), t));
-                    t
-                }
-                Op::InputU8(name) => {
-                    let n = node.numel() as i64;
-                    let q = sys::ggml_new_tensor_1d(ctx, sys::GGML_TYPE_Q8_0, (n + 31) / 32 * 32);
-                    sys::ggml_set_input(q);
-                    self.byte_inputs.push((name.clone(), q));
-                    let x = sys::ggml_cast(ctx, q, sys::GGML_TYPE_F32);
-                    let x = sys::ggml_scale_bias(ctx, x, 1.0, 128.0);
-                    let x = sys::ggml_view_1d(ctx, x, n, 0);
-                    self.reshape(x, &shape)
-                }
-                Op::MatMul { .. } => {
-                    let (x, rows) = self.matmul_rows(i);
-                    let mut y = sys::ggml_mul_mat(ctx, self.raw(inp[1]), x);
-                    if let Some(c) = self.graph.node(NodeId(i)).addend() {
-                        // [N] broadcasts over the rows; a full addend as [N, rows]
-                        let n = shape[shape.len() - 1] as i64;
-                        let c = match self.shape(c).len() {
-                            1 => self.val(c),
-                            _ => sys::ggml_reshape_2d(ctx, self.val(c), n, rows),
-                        };
-                        y = sys::ggml_add(ctx, y, c);
-                    }
-                    self.reshape(y, &shape)
-                }
-                Op::Bmm { trans_b } => {
-                    let b = self.val(inp[1]);
-                    let b = if *trans_b {
-                        b
-                    } else {
-                        sys::ggml_cont(ctx, sys::ggml_transpose(ctx, b))
+        // Every shape constraint ggml asserts is checked above or by the builder.
+        let t = match &node.op {
+            Op::Weight(_) => return Ok(None),
+            Op::Input(name) => {
+                let t = self.new_f32(ne_of(&shape).expect("ranks checked"));
+                t.set_input();
+                self.inputs.push((name.clone(), self.build.keep(t)));
+                t
+            }
+            Op::InputU8(name) => {
+                let n = node.numel() as i64;
+                let q = ctx.new_tensor_1d(sys::GGML_TYPE_Q8_0, (n + 31) / 32 * 32);
+                q.set_input();
+                self.byte_inputs.push((name.clone(), self.build.keep(q)));
+                let x = ctx.cast(q, sys::GGML_TYPE_F32);
+                let x = ctx.scale_bias(x, 1.0, 128.0);
+                let x = ctx.view_1d(x, n, 0);
+                self.reshape(x, &shape)
+            }
+            Op::MatMul { .. } => {
+                let (x, rows) = self.matmul_rows(i);
+                let mut y = ctx.mul_mat(self.raw(inp[1]), x);
+                if let Some(c) = self.graph.node(NodeId(i)).addend() {
+                    // [N] broadcasts over the rows; a full addend as [N, rows]
+                    let n = shape[shape.len() - 1] as i64;
+                    let c = match self.shape(c).len() {
+                        1 => self.val(c),
+                        _ => ctx.reshape_2d(self.val(c), n, rows),
                     };
-                    sys::ggml_mul_mat(ctx, b, self.val(inp[0]))
+                    y = ctx.add(y, c);
                 }
-                Op::Add => self.binary(i, true),
-                Op::Mul => self.binary(i, false),
-                Op::Scale(s) => sys::ggml_scale(ctx, self.val(inp[0]), *s),
-                Op::GeluTanh => gelu_tanh(ctx, self.val(inp[0])),
-                Op::GeluErf => sys::ggml_gelu_erf(ctx, self.val(inp[0])),
-                Op::Silu => sys::ggml_silu(ctx, self.val(inp[0])),
-                Op::Gated(act) => gated(ctx, *act, self.val(inp[0]), self.val(inp[1])),
-                Op::GatedMatMul { act, .. } => {
-                    let (x, _) = self.matmul_rows(i);
-                    let gate = sys::ggml_mul_mat(ctx, self.raw(inp[1]), x);
-                    let up = sys::ggml_mul_mat(ctx, self.raw(inp[2]), x);
-                    self.reshape(gated(ctx, *act, gate, up), &shape)
+                self.reshape(y, &shape)
+            }
+            Op::Bmm { trans_b } => {
+                let b = self.val(inp[1]);
+                let b = if *trans_b {
+                    b
+                } else {
+                    ctx.cont(ctx.transpose(b))
+                };
+                ctx.mul_mat(b, self.val(inp[0]))
+            }
+            Op::Add => self.binary(i, true),
+            Op::Mul => self.binary(i, false),
+            Op::Scale(s) => ctx.scale(self.val(inp[0]), *s),
+            Op::GeluTanh => gelu_tanh(ctx, self.val(inp[0])),
+            Op::GeluErf => ctx.gelu_erf(self.val(inp[0])),
+            Op::Silu => ctx.silu(self.val(inp[0])),
+            Op::Gated(act) => gated(ctx, *act, self.val(inp[0]), self.val(inp[1])),
+            Op::GatedMatMul { act, .. } => {
+                let (x, _) = self.matmul_rows(i);
+                let gate = ctx.mul_mat(self.raw(inp[1]), x);
+                let up = ctx.mul_mat(self.raw(inp[2]), x);
+                self.reshape(gated(ctx, *act, gate, up), &shape)
+            }
+            Op::Relu => ctx.relu(self.val(inp[0])),
+            Op::Softmax => ctx.soft_max(self.val(inp[0])),
+            Op::RmsNorm { eps, offset } => {
+                rms_norm(ctx, self.val(inp[0]), self.val(inp[1]), *eps, *offset)
+            }
+            Op::AdaRmsNorm { eps } => {
+                // scale and shift as views of the modulation vector
+                let (m, w) = (self.val(inp[1]), shape[shape.len() - 1]);
+                let part = |k: usize| ctx.view_1d(m, w as i64, k * w * 4);
+                let y = rms_norm(ctx, self.val(inp[0]), part(0), *eps, 1.0);
+                ctx.add(y, part(1))
+            }
+            Op::AddGated { part } => {
+                // the gate as a view of the modulation vector
+                let w = shape[shape.len() - 1];
+                let gate = ctx.view_1d(self.val(inp[2]), w as i64, part * w * 4);
+                let y = ctx.mul(self.val(inp[1]), gate);
+                ctx.add(self.val(inp[0]), y)
+            }
+            Op::LayerNorm { eps } => {
+                let n = ctx.norm(self.val(inp[0]), *eps);
+                let n = ctx.mul(n, self.val(inp[1]));
+                ctx.add(n, self.val(inp[2]))
+            }
+            Op::Rope(cfg) => {
+                let pos = self.i32_of(inp[1], None, "rope positions")?;
+                let d = shape[2];
+                let n_rot = cfg.n_rot.unwrap_or(d) as i32;
+                let mode = match cfg.mode {
+                    RopeMode::Normal => 0,
+                    RopeMode::Neox => GGML_ROPE_TYPE_NEOX,
+                };
+                // ggml wants [D, heads, seq] (ne[2] = positions).
+                let mut x = self.val(inp[0]);
+                if cfg.layout == RopeLayout::HeadSeqDim {
+                    x = ctx.cont(ctx.permute(x, [0, 2, 1, 3]));
                 }
-                Op::Relu => sys::ggml_relu(ctx, self.val(inp[0])),
-                Op::Softmax => sys::ggml_soft_max(ctx, self.val(inp[0])),
-                Op::RmsNorm { eps, offset } => {
-                    rms_norm(ctx, self.val(inp[0]), self.val(inp[1]), *eps, *offset)
+                let y = ctx.rope_ext(
+                    x,
+                    pos,
+                    None,
+                    n_rot,
+                    mode,
+                    0,
+                    cfg.theta,
+                    cfg.freq_scale,
+                    0.0,
+                    1.0,
+                    32.0,
+                    1.0,
+                );
+                if cfg.layout == RopeLayout::HeadSeqDim {
+                    ctx.cont(ctx.permute(y, [0, 2, 1, 3]))
+                } else {
+                    y
                 }
-                Op::AdaRmsNorm { eps } => {
-                    // scale and shift as views of the modulation vector
-                    let (m, w) = (self.val(inp[1]), shape[shape.len() - 1]);
-                    let part = |k: usize| sys::ggml_view_1d(ctx, m, w as i64, k * w * 4);
-                    let y = rms_norm(ctx, self.val(inp[0]), part(0), *eps, 1.0);
-                    sys::ggml_add(ctx, y, part(1))
+            }
+            Op::Attention { mask, scale } => self.attention(i, *mask, *scale),
+            Op::PatchEmbed => {
+                let (img, w, b) = (self.val(inp[0]), self.raw(inp[1]), self.val(inp[2]));
+                let ws = self.shape(inp[1]).to_vec(); // [O, C, P, Q]
+                let cols = (ws[1] * ws[2] * ws[3]) as i64;
+                let im = ctx.im2col(
+                    w,
+                    img,
+                    ws[3] as i32,
+                    ws[2] as i32,
+                    0,
+                    0,
+                    1,
+                    1,
+                    true,
+                    sys::GGML_TYPE_F32,
+                );
+                let patches = shape[0] as i64;
+                let im = ctx.reshape_2d(im, cols, patches);
+                let w2 = ctx.reshape_2d(w, cols, ws[0] as i64);
+                ctx.add(ctx.mul_mat(w2, im), b)
+            }
+            Op::Concat { axis } => {
+                let dim = (shape.len() - 1 - axis) as i32;
+                let mut acc = self.val(inp[0]);
+                for id in &inp[1..] {
+                    acc = ctx.concat(acc, self.val(*id), dim);
                 }
-                Op::AddGated { part } => {
-                    // the gate as a view of the modulation vector
-                    let w = shape[shape.len() - 1];
-                    let gate = sys::ggml_view_1d(ctx, self.val(inp[2]), w as i64, part * w * 4);
-                    let y = sys::ggml_mul(ctx, self.val(inp[1]), gate);
-                    sys::ggml_add(ctx, self.val(inp[0]), y)
+                if inp.len() == 1 {
+                    acc = ctx.cont(acc);
                 }
-                Op::LayerNorm { eps } => {
-                    let n = sys::ggml_norm(ctx, self.val(inp[0]), *eps);
-                    let n = sys::ggml_mul(ctx, n, self.val(inp[1]));
-                    sys::ggml_add(ctx, n, self.val(inp[2]))
+                acc
+            }
+            Op::Slice {
+                axis,
+                start,
+                len: _,
+            } => {
+                let x = self.val(inp[0]);
+                let g = shape.len() - 1 - axis;
+                let ne = ne_of(&shape).expect("ranks checked");
+                let nb = x.nb();
+                let v = ctx.view_4d(x, ne, [nb[1], nb[2], nb[3]], start * nb[g]);
+                ctx.cont(v)
+            }
+            Op::Permute(perm) => {
+                let r = perm.len();
+                // result dim i <- source dim perm[i]; ggml: ax[s] = where source dim s goes.
+                let mut ax = [0i32, 1, 2, 3];
+                for (i, &p) in perm.iter().enumerate() {
+                    ax[r - 1 - p] = (r - 1 - i) as i32;
                 }
-                Op::Rope(cfg) => {
-                    let pos = self.i32_of(inp[1], None, "rope positions")?;
-                    let d = shape[2];
-                    let n_rot = cfg.n_rot.unwrap_or(d) as i32;
-                    let mode = match cfg.mode {
-                        RopeMode::Normal => 0,
-                        RopeMode::Neox => GGML_ROPE_TYPE_NEOX,
-                    };
-                    // ggml wants [D, heads, seq] (ne[2] = positions).
-                    let mut x = self.val(inp[0]);
-                    if cfg.layout == RopeLayout::HeadSeqDim {
-                        x = sys::ggml_cont(ctx, sys::ggml_permute(ctx, x, 0, 2, 1, 3));
-                    }
-                    let y = sys::ggml_rope_ext(
-                        ctx,
-                        x,
-                        pos,
-                        ptr::null_mut(),
-                        n_rot,
-                        mode,
-                        0,
-                        cfg.theta,
-                        cfg.freq_scale,
-                        0.0,
-                        1.0,
-                        32.0,
-                        1.0,
-                    );
-                    if cfg.layout == RopeLayout::HeadSeqDim {
-                        sys::ggml_cont(ctx, sys::ggml_permute(ctx, y, 0, 2, 1, 3))
-                    } else {
-                        y
-                    }
-                }
-                Op::Attention { mask, scale } => self.attention(i, *mask, *scale),
-                Op::PatchEmbed => {
-                    let (img, w, b) = (self.val(inp[0]), self.raw(inp[1]), self.val(inp[2]));
-                    let ws = self.shape(inp[1]).to_vec(); // [O, C, P, Q]
-                    let cols = (ws[1] * ws[2] * ws[3]) as i64;
-                    let im = sys::ggml_im2col(
-                        ctx,
-                        w,
-                        img,
-                        ws[3] as i32,
-                        ws[2] as i32,
-                        0,
-                        0,
-                        1,
-                        1,
-                        true,
-                        sys::GGML_TYPE_F32,
-                    );
-                    let patches = shape[0] as i64;
-                    let im = sys::ggml_reshape_2d(ctx, im, cols, patches);
-                    let w2 = sys::ggml_reshape_2d(ctx, w, cols, ws[0] as i64);
-                    sys::ggml_add(ctx, sys::ggml_mul_mat(ctx, w2, im), b)
-                }
-                Op::Concat { axis } => {
-                    let dim = (shape.len() - 1 - axis) as i32;
-                    let mut acc = self.val(inp[0]);
-                    for id in &inp[1..] {
-                        acc = sys::ggml_concat(ctx, acc, self.val(*id), dim);
-                    }
-                    if inp.len() == 1 {
-                        acc = sys::ggml_cont(ctx, acc);
-                    }
-                    acc
-                }
-                Op::Slice {
-                    axis,
-                    start,
-                    len: _,
-                } => {
-                    let x = self.val(inp[0]);
-                    let g = shape.len() - 1 - axis;
-                    let ne = ne_of(&shape).expect("ranks checked");
-                    let nb = (*x).nb;
-                    let v = sys::ggml_view_4d(
-                        ctx,
-                        x,
-                        ne[0],
-                        ne[1],
-                        ne[2],
-                        ne[3],
-                        nb[1],
-                        nb[2],
-                        nb[3],
-                        start * nb[g],
-                    );
-                    sys::ggml_cont(ctx, v)
-                }
-                Op::Permute(perm) => {
-                    let r = perm.len();
-                    // result dim i <- source dim perm[i]; ggml: ax[s] = where source dim s goes.
-                    let mut ax = [0i32, 1, 2, 3];
-                    for (i, &p) in perm.iter().enumerate() {
-                        ax[r - 1 - p] = (r - 1 - i) as i32;
-                    }
-                    let p = sys::ggml_permute(ctx, self.val(inp[0]), ax[0], ax[1], ax[2], ax[3]);
-                    sys::ggml_cont(ctx, p)
-                }
-                Op::Reshape(s) => self.reshape(self.val(inp[0]), s),
-                Op::FqLinear(_) => {
-                    return Err(not_impl(String::from(
-                        "fq_linear (FoldQuant files run dequantized on ggml)",
-                    )))
-                }
-                Op::Embedding => {
-                    let vocab = self.shape(inp[0])[0];
-                    let ids = self.i32_of(inp[1], Some(vocab), "embedding ids")?;
-                    sys::ggml_get_rows(ctx, self.raw(inp[0]), ids)
-                }
+                ctx.cont(ctx.permute(self.val(inp[0]), ax))
+            }
+            Op::Reshape(s) => self.reshape(self.val(inp[0]), s),
+            Op::FqLinear(_) => {
+                return Err(not_impl(String::from(
+                    "fq_linear (FoldQuant files run dequantized on ggml)",
+                )))
+            }
+            Op::Embedding => {
+                let vocab = self.shape(inp[0])[0];
+                // ids from a graph input only, range-checked on the host each run.
+                let ids = self.i32_of(inp[1], Some(vocab), "embedding ids")?;
+                ctx.get_rows(self.raw(inp[0]), ids)
             }
         };
         Ok(Some(t))
     }
 
-    fn attention(&mut self, i: usize, mask: AttentionMask, scale: f32) -> T {
+    fn attention(&mut self, i: usize, mask: AttentionMask, scale: f32) -> T<'c> {
         let node = &self.graph.nodes()[i];
         let inp = node.inputs.clone();
         let parts = node.kv_parts();
         let sq = self.shape(inp[0])[0];
         let sk: usize = (0..parts).map(|p| self.shape(inp[1 + 2 * p])[0]).sum();
         let ctx = self.ctx;
-        // SAFETY: as in `node`.
-        unsafe {
-            // keys and values in two parts joined along S (ggml's dim 2)
-            let joined = |first: usize| {
-                let mut t = self.val(inp[first]);
-                for p in 1..parts {
-                    t = sys::ggml_concat(ctx, t, self.val(inp[first + 2 * p]), 2);
-                }
-                t
-            };
-            // The op's [S, H, D] (ggml ne [D, H, S]) viewed as ne [D, S, H]: no copy.
-            let heads = |t: T| sys::ggml_permute(ctx, t, 0, 2, 1, 3);
-            let (q, k, v) = (heads(self.val(inp[0])), heads(joined(1)), heads(joined(2)));
-            // [Sk, Sq, Hq]; query head h reads kv head h / (Hq / Hkv) (ggml's ne2 broadcast).
-            let kq = sys::ggml_mul_mat(ctx, k, q);
-            let (add_mask, row_ok): (T, Option<T>) = match mask {
-                AttentionMask::None => (ptr::null_mut(), None),
-                AttentionMask::Causal => {
-                    let off = sk as i64 - sq as i64;
-                    let mut m = vec![0.0f32; sq * sk];
-                    let mut rows = vec![1.0f32; sq];
-                    for r in 0..sq {
-                        let end = (r as i64 + off + 1).clamp(0, sk as i64) as usize;
-                        m[r * sk + end..(r + 1) * sk].fill(MASKED);
-                        if end == 0 {
-                            rows[r] = 0.0;
-                        }
+        // keys and values in two parts joined along S (ggml's dim 2)
+        let joined = |first: usize| {
+            let mut t = self.val(inp[first]);
+            for p in 1..parts {
+                t = ctx.concat(t, self.val(inp[first + 2 * p]), 2);
+            }
+            t
+        };
+        // The op's [S, H, D] (ggml ne [D, H, S]) viewed as ne [D, S, H]: no copy.
+        let heads = |t: T<'c>| ctx.permute(t, [0, 2, 1, 3]);
+        let (q, k, v) = (heads(self.val(inp[0])), heads(joined(1)), heads(joined(2)));
+        // [Sk, Sq, Hq]; query head h reads kv head h / (Hq / Hkv) (ggml's ne2 broadcast).
+        let kq = ctx.mul_mat(k, q);
+        let (add_mask, row_ok): (Option<T<'c>>, Option<T<'c>>) = match mask {
+            AttentionMask::None => (None, None),
+            AttentionMask::Causal => {
+                let off = sk as i64 - sq as i64;
+                let mut m = vec![0.0f32; sq * sk];
+                let mut rows = vec![1.0f32; sq];
+                for r in 0..sq {
+                    let end = (r as i64 + off + 1).clamp(0, sk as i64) as usize;
+                    m[r * sk + end..(r + 1) * sk].fill(MASKED);
+                    if end == 0 {
+                        rows[r] = 0.0;
                     }
-                    let mt = self.constant([sk as i64, sq as i64, 1, 1], m);
-                    let ok = if rows.contains(&0.0) {
-                        Some(self.constant([1, sq as i64, 1, 1], rows))
-                    } else {
-                        None
-                    };
-                    (mt, ok)
                 }
-                AttentionMask::Allowed => {
-                    // allowed != 0 -> 0, else MASKED; rows with no allowed key -> output 0.
-                    let m = self.val(inp[inp.len() - 1]);
-                    let allowed = sys::ggml_step(ctx, sys::ggml_abs(ctx, m));
-                    let m = sys::ggml_scale_bias(ctx, allowed, -MASKED, MASKED);
-                    let ok = sys::ggml_step(ctx, sys::ggml_sum_rows(ctx, allowed));
-                    (m, Some(ok))
-                }
-            };
-            let p = sys::ggml_soft_max_ext(ctx, kq, add_mask, scale, 0.0);
-            let vt = sys::ggml_cont(ctx, sys::ggml_transpose(ctx, v)); // [Sk, Dv, Hkv]
-            let o = sys::ggml_mul_mat(ctx, vt, p); // [Dv, Sq, Hq]
-            let o = match row_ok {
-                Some(ok) => sys::ggml_mul(ctx, o, ok),
-                None => o,
-            };
-            sys::ggml_cont(ctx, heads(o)) // [Dv, Hq, Sq]: the op's [Sq, Hq, Dv]
-        }
+                let mt = self.constant([sk as i64, sq as i64, 1, 1], m);
+                let ok = if rows.contains(&0.0) {
+                    Some(self.constant([1, sq as i64, 1, 1], rows))
+                } else {
+                    None
+                };
+                (Some(mt), ok)
+            }
+            AttentionMask::Allowed => {
+                // allowed != 0 -> 0, else MASKED; rows with no allowed key -> output 0.
+                let m = self.val(inp[inp.len() - 1]);
+                let allowed = ctx.step(ctx.abs(m));
+                let m = ctx.scale_bias(allowed, -MASKED, MASKED);
+                let ok = ctx.step(ctx.sum_rows(allowed));
+                (Some(m), Some(ok))
+            }
+        };
+        let p = ctx.soft_max_ext(kq, add_mask, scale, 0.0);
+        let vt = ctx.cont(ctx.transpose(v)); // [Sk, Dv, Hkv]
+        let o = ctx.mul_mat(vt, p); // [Dv, Sq, Hq]
+        let o = match row_ok {
+            Some(ok) => ctx.mul(o, ok),
+            None => o,
+        };
+        ctx.cont(heads(o)) // [Dv, Hq, Sq]: the op's [Sq, Hq, Dv]
     }
 }
 
 /// `x / rms(x) * (w + offset)` over the last dim.
-unsafe fn rms_norm(ctx: *mut sys::ggml_context, x: T, w: T, eps: f32, offset: f32) -> T {
-    unsafe {
-        let n = sys::ggml_rms_norm(ctx, x, eps);
-        let w = match offset {
-            0.0 => w,
-            _ => sys::ggml_scale_bias(ctx, w, 1.0, offset),
-        };
-        sys::ggml_mul(ctx, n, w)
-    }
+fn rms_norm<'c>(ctx: Ctx<'c>, x: T<'c>, w: T<'c>, eps: f32, offset: f32) -> T<'c> {
+    let n = ctx.rms_norm(x, eps);
+    let w = match offset {
+        0.0 => w,
+        _ => ctx.scale_bias(w, 1.0, offset),
+    };
+    ctx.mul(n, w)
 }
 
 /// `act(gate) * up`.
-unsafe fn gated(ctx: *mut sys::ggml_context, act: GateAct, gate: T, up: T) -> T {
-    unsafe {
-        let a = match act {
-            GateAct::Silu => sys::ggml_silu(ctx, gate),
-            GateAct::GeluTanh => gelu_tanh(ctx, gate),
-        };
-        sys::ggml_mul(ctx, a, up)
-    }
+fn gated<'c>(ctx: Ctx<'c>, act: GateAct, gate: T<'c>, up: T<'c>) -> T<'c> {
+    let a = match act {
+        GateAct::Silu => ctx.silu(gate),
+        GateAct::GeluTanh => gelu_tanh(ctx, gate),
+    };
+    ctx.mul(a, up)
 }
 
 /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` from f32 ops: ggml_gelu reads a
 /// table indexed by the f16-rounded input, which is ~1e-3 off.
-unsafe fn gelu_tanh(ctx: *mut sys::ggml_context, x: T) -> T {
+fn gelu_tanh<'c>(ctx: Ctx<'c>, x: T<'c>) -> T<'c> {
     const C: f32 = std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2;
-    unsafe {
-        let x3 = sys::ggml_mul(ctx, sys::ggml_sqr(ctx, x), x);
-        let inner = sys::ggml_add(ctx, x, sys::ggml_scale(ctx, x3, 0.044715));
-        let t = sys::ggml_tanh(ctx, sys::ggml_scale(ctx, inner, C));
-        let half = sys::ggml_scale(ctx, x, 0.5);
-        sys::ggml_mul(ctx, half, sys::ggml_scale_bias(ctx, t, 1.0, 1.0))
-    }
+    let x3 = ctx.mul(ctx.sqr(x), x);
+    let inner = ctx.add(x, ctx.scale(x3, 0.044715));
+    let t = ctx.tanh(ctx.scale(inner, C));
+    let half = ctx.scale(x, 0.5);
+    ctx.mul(half, ctx.scale_bias(t, 1.0, 1.0))
 }

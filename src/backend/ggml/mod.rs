@@ -9,6 +9,7 @@
 //!
 //! Threads: `VLA_GGML_THREADS` (default: all cores) for the CPU backend.
 
+mod ctx;
 mod exec;
 mod ffi;
 mod lower;
@@ -91,18 +92,7 @@ impl GgmlBackend {
     /// Whether ggml-cpu was built with SIMD kernels (AVX/AVX2/F16C/FMA/...), i.e. the ISA
     /// pins of `.cargo/config.toml` were overridden (see docs/GGML.md).
     pub fn cpu_has_simd() -> bool {
-        use llama_cpp_sys_2 as sys;
-        // SAFETY: pure queries of compile-time flags.
-        unsafe {
-            sys::ggml_cpu_has_avx() != 0
-                || sys::ggml_cpu_has_avx2() != 0
-                || sys::ggml_cpu_has_f16c() != 0
-                || sys::ggml_cpu_has_fma() != 0
-                || sys::ggml_cpu_has_sse3() != 0
-                || sys::ggml_cpu_has_ssse3() != 0
-                || sys::ggml_cpu_has_avx512() != 0
-                || sys::ggml_cpu_has_neon() != 0
-        }
+        ffi::cpu_has_simd()
     }
 }
 
