@@ -17,6 +17,7 @@ use super::flow::{
     mask_constant, newline_terminated, valid_rows, FlowArch, FlowPolicy, FlowSpec, GraphFn, Inputs,
     PrefixLayout, RequestInputs, Segment, VALID,
 };
+use super::prefix::state_input;
 use super::presets;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
@@ -232,8 +233,7 @@ impl FlowArch for Pi0Config {
         let mut suffix = self.suffix_inputs(&layout)?;
         let prefix = layout.into_inputs(tokens)?;
         if self.variant == Variant::Pi0 {
-            let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
-            suffix.push((names::STATE.into(), state));
+            suffix.push(state_input(state)?);
         }
         Ok(RequestInputs { prefix, suffix })
     }

@@ -9,6 +9,12 @@ use crate::{Result, Tensor};
 /// Named graph inputs.
 pub type Inputs = Vec<(String, Tensor<'static>)>;
 
+/// The normalised, padded state as the graphs' `state` input, `[1, max_state_dim]`.
+pub fn state_input(state: &[f32]) -> Result<(String, Tensor<'static>)> {
+    let t = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
+    Ok((names::STATE.into(), t))
+}
+
 /// A run of prefix tokens: `len` tokens, the first `real` of them not padding, in attention
 /// block `block`.
 #[derive(Clone, Copy, Debug)]

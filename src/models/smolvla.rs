@@ -14,6 +14,7 @@ use super::flow::{
     mask_constant, newline_terminated, valid_rows, FlowArch, FlowPolicy, FlowSpec, GraphFn, Inputs,
     PrefixLayout, RequestInputs, Segment, VALID,
 };
+use super::prefix::state_input;
 use super::presets;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
@@ -167,10 +168,7 @@ impl FlowArch for SmolVlaConfig {
         let layout = self.layout(n_tokens);
         let suffix = self.suffix_inputs(&layout)?;
         let mut prefix = layout.into_inputs(tokens)?;
-        prefix.push((
-            "state".into(),
-            Tensor::from_f32(vec![1, state.len()], state.to_vec())?,
-        ));
+        prefix.push(state_input(state)?);
         Ok(RequestInputs { prefix, suffix })
     }
 

@@ -14,6 +14,7 @@
 
 use super::common::{statistics, ActionIo, NoiseDraw};
 use super::flow::{FlowArch, FlowPolicy, FlowSpec, GraphFn, PrefixLayout, RequestInputs, VALID};
+use super::prefix::state_input;
 use super::prompt::PromptIds;
 use crate::config::limits::MAX_IMAGES;
 use crate::config::{self, bounded, first_failing, Keys, Section};
@@ -201,8 +202,7 @@ impl FlowArch for Evo1Config {
         }
         let mut prefix = layout.into_inputs(seq)?;
         prefix.retain(|(name, _)| name == VALID || name == names::TOKENS);
-        let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
-        prefix.push((names::STATE.into(), state));
+        prefix.push(state_input(state)?);
         Ok(RequestInputs {
             prefix,
             suffix: Vec::new(),

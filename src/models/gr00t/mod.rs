@@ -19,13 +19,13 @@ use super::common::statistics;
 use super::common::ActionIo;
 use super::embodiment::Embodiments;
 use super::flow::{FlowArch, FlowPolicy, FlowSpec, GraphFn, PrefixLayout, RequestInputs};
+use super::prefix::state_input;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{self, first_failing, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
-use crate::modules::flow::names;
 use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::time_rows;
 pub use crate::modules::gr00t_head::{ChunkShape, HeadConfig};
@@ -225,10 +225,9 @@ impl FlowArch for Gr00tConfig {
         let (len, pad) = (self.seq_len(), self.io.pad_token_id);
         let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
         let prefix = self.layout(n_real).into_inputs(seq)?;
-        let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
         Ok(RequestInputs {
             prefix,
-            suffix: vec![(names::STATE.into(), state)],
+            suffix: vec![state_input(state)?],
         })
     }
 

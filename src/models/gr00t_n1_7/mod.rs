@@ -17,6 +17,7 @@ use super::embodiment::Embodiments;
 use super::flow::{
     Clipping, FlowArch, FlowPolicy, FlowSpec, GraphFn, PrefixLayout, RequestInputs, VALID,
 };
+use super::prefix::state_input;
 use super::prompt::PromptIds;
 use crate::config::{self, bounded, first_failing, read_u32s, write_u32s, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
@@ -300,10 +301,9 @@ impl FlowArch for Gr00tN17Config {
         let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
         let mut prefix = self.layout(n_real).into_inputs(seq)?;
         prefix.retain(|(name, _)| name == VALID || name == names::TOKENS);
-        let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
         Ok(RequestInputs {
             prefix,
-            suffix: vec![(names::STATE.into(), state)],
+            suffix: vec![state_input(state)?],
         })
     }
 

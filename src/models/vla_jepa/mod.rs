@@ -15,6 +15,7 @@ use super::common::statistics;
 use super::common::ActionIo;
 use super::flow::{Clipping, FlowArch, FlowPolicy, FlowSpec, GraphFn, GripperSnap, PrefixLayout};
 use super::flow::{RequestInputs, VALID};
+use super::prefix::state_input;
 use super::prompt::PromptIds;
 use crate::config::{self, bounded, first_failing, read_u32s, write_u32s, Keys, Section};
 use crate::gguf::{GgufFile, GgufWriter};
@@ -340,10 +341,9 @@ impl FlowArch for VlaJepaConfig {
         }
         let select = Tensor::from_f32(vec![1, n, l], select)?;
         prefix.push((graphs::EMBODIED_ROWS.into(), select));
-        let state = Tensor::from_f32(vec![1, state.len()], state.to_vec())?;
         Ok(RequestInputs {
             prefix,
-            suffix: vec![(names::STATE.into(), state)],
+            suffix: vec![state_input(state)?],
         })
     }
 
