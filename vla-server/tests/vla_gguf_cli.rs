@@ -107,15 +107,7 @@ fn errors_are_one_clear_line() {
 #[test]
 fn demo_writes_small_models_of_each_arch() {
     let dir = tempfile::tempdir().unwrap();
-    for arch in [
-        "smolvla",
-        "pi0",
-        "pi05",
-        "gr00t_n1_5",
-        "gr00t_n1_7",
-        "vla_jepa",
-        "evo1",
-    ] {
+    for arch in vla::models::arch_names() {
         let out = dir.path().join(format!("{arch}.gguf"));
         let run = vla_gguf(&["demo", out.to_str().unwrap(), "--arch", arch]);
         assert!(
@@ -133,7 +125,13 @@ fn demo_writes_small_models_of_each_arch() {
         "--arch",
         "octo",
     ]);
-    assert_eq!(bad.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&bad.stderr)
-        .contains("expected one of smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa, evo1"));
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("\"octo\"") || err.contains("'octo'"), "{err}");
+    assert!(
+        err.contains(
+            "[possible values: smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa, evo1]"
+        ),
+        "{err}"
+    );
 }

@@ -43,9 +43,9 @@ enum Command {
         /// The GGUF file to write.
         #[arg(value_name = "OUT.gguf")]
         out: PathBuf,
-        /// smolvla (the demo), pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa or evo1 (small
-        /// random-weight configs, no tokenizer).
-        #[arg(long, default_value = "smolvla")]
+        /// smolvla (the demo) or another served arch (a small random-weight config, no
+        /// tokenizer).
+        #[arg(long, default_value = "smolvla", value_parser = served_archs())]
         arch: String,
         /// The released sizes (smolvla: smolvla_base, ~1.6 GB in f32; pi0: SigLIP So400m,
         /// Gemma 2B + 300M, ~13 GB; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB; gr00t_n1_7: Qwen3-VL-2B cut to 16 layers +
@@ -233,6 +233,11 @@ fn dequant(file: &std::path::Path, tensor: &str, out: Option<&std::path::Path>) 
         }
     }
     Ok(())
+}
+
+/// The archs `models::ARCHS` serves, as `--arch` values.
+fn served_archs() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(vla::models::arch_names())
 }
 
 fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool) -> Result<()> {
