@@ -226,51 +226,76 @@ fn vulkan_16bit_activations_keep_the_chunk() {
     }
 }
 
-/// A pi0.5 file in vla.cpp's layout (its names, keys and Gemma gains), written from the
-/// fixture's lerobot checkpoint by an independent writer (tests/interop/vlacpp_pi05_writer.py:
-/// numpy + gguf-py), loads as it is and gives lerobot's chunk; so does its FoldQuant W8A8
-/// export by the independent FoldQuant writer (the sites with both sides multiples of 64: the
-/// decoder's `attn_o` at these sizes), within the quantization's error.
-#[test]
-fn vlacpp_layout_gives_lerobots_chunk() {
+/// A `variant` file in vla.cpp's layout (its names, keys and Gemma gains), written from the
+/// fixture's lerobot checkpoint by an independent writer (tests/interop/vlacpp_pi0_writer.py,
+/// vlacpp_pi05_writer.py: numpy + gguf-py), loads as it is and gives lerobot's chunk on every
+/// backend; so does pi0.5's FoldQuant W8A8 export by the independent FoldQuant writer (the
+/// sites with both sides multiples of 64: the decoder's `attn_o` at these sizes), within the
+/// quantization's error.
+fn vlacpp_layout_gives_lerobots_chunk(v: Variant) {
+    let (arch, writer) = match v {
+        Variant::Pi0 => ("pi0", "vlacpp_pi0_writer.py"),
+        Variant::Pi05 => ("pi05", "vlacpp_pi05_writer.py"),
+    };
     let tmp = std::env::temp_dir();
-    let float = tmp.join(format!("vla-vlacpp-pi05-{}.gguf", std::process::id()));
-    let fq = tmp.join(format!("vla-vlacpp-pi05-fq-{}.gguf", std::process::id()));
-    let ckpt = dir(Variant::Pi05);
-    support::interop(
-        "vlacpp_pi05_writer.py",
-        &[ckpt.as_os_str(), float.as_os_str()],
-    );
-    support::interop(
-        "foldquant_writer.py",
-        &[float.as_os_str(), fq.as_os_str(), "w8a8".as_ref()],
-    );
-    let fx = fixture(Variant::Pi05);
-    for path in [&float, &fq] {
-        let file = GgufFile::open(path).unwrap();
-        std::fs::remove_file(path).unwrap();
-        assert!(
-            file.get("pi05.intermediate").is_some(),
-            "not vla.cpp's layout"
+    let float = tmp.join(format!("vla-vlacpp-{arch}-{}.gguf", std::process::id()));
+    let fq = tmp.join(format!("vla-vlacpp-{arch}-fq-{}.gguf", std::process::id()));
+    support::interop(writer, &[dir(v).as_os_str(), float.as_os_str()]);
+    let mut files = vec![&float];
+    if v == Variant::Pi05 {
+        support::interop(
+            "foldquant_writer.py",
+            &[float.as_os_str(), fq.as_os_str(), "w8a8".as_ref()],
         );
-        let quantized = file.get("pi05.quant.method").is_some();
-        let mut m = vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap();
-        let chunk = m.predict(&observation(&fx.g)).unwrap();
-        if quantized {
-            let cos = cosine(&chunk.actions, &fx.actions());
+        files.push(&fq);
+    }
+    let fx = fixture(v);
+    for backend in support::golden::backends() {
+        if support::open(backend).is_none() {
+            continue;
+        }
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            ..Default::default()
+        };
+        for path in &files {
+            let file = GgufFile::open(path).unwrap();
             assert!(
-                cos > 0.999,
-                "vla.cpp-layout pi0.5, FoldQuant W8A8: cosine {cos}"
+                file.get(&format!("{arch}.intermediate")).is_some(),
+                "not vla.cpp's layout"
             );
-        } else {
-            check(
-                "vla.cpp-layout pi0.5: action chunk",
-                &chunk.actions,
-                &fx.actions(),
-                OUT_TOL,
-            );
+            let quantized = file.get(&format!("{arch}.quant.method")).is_some();
+            let mut m = vla::models::from_gguf(file, &opts).unwrap();
+            let chunk = m.predict(&observation(&fx.g)).unwrap();
+            if quantized {
+                let cos = cosine(&chunk.actions, &fx.actions());
+                assert!(
+                    cos > 0.999,
+                    "{backend}: vla.cpp-layout {arch}, FoldQuant W8A8: cosine {cos}"
+                );
+            } else {
+                check(
+                    &format!("{backend}: vla.cpp-layout {arch}: action chunk"),
+                    &chunk.actions,
+                    &fx.actions(),
+                    OUT_TOL,
+                );
+            }
         }
     }
+    for path in files {
+        std::fs::remove_file(path).unwrap();
+    }
+}
+
+#[test]
+fn vlacpp_pi0_layout_gives_lerobots_chunk() {
+    vlacpp_layout_gives_lerobots_chunk(Variant::Pi0);
+}
+
+#[test]
+fn vlacpp_pi05_layout_gives_lerobots_chunk() {
+    vlacpp_layout_gives_lerobots_chunk(Variant::Pi05);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are: pi0.5 and SmolVLA, whose files vla.cpp's converters write
-//! with other names and keys than ours (docs/GGUF.md "vla.cpp's files"). Such a file is told
-//! from ours by its `<arch>.intermediate` key (ours: `lm_inter`).
+//! FoldQuant) serve as they are: pi0, pi0.5 and SmolVLA, whose files vla.cpp's converters
+//! write with other names and keys than ours (docs/GGUF.md "vla.cpp's files"). Such a file
+//! is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`).
 //!
 //! Both: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics' epsilon there, the
 //! RMSNorm's is `rms_norm_eps` (pi0.5, default 1e-6) or SmolLM2's fixed 1e-5 (SmolVLA), ours
@@ -9,12 +9,15 @@
 //! [`VLACPP_IMAGES`]), `pad_token_id` (0: padding is masked) or tokenizer (clients send
 //! token ids, as vla.cpp's do); `vit.pos_embd` (ours `vit.pos_embd.weight`).
 //!
-//! pi0.5 (`convert_pi05_to_gguf.py`): no `vit_inter` (the `fc1` rows); Gemma's norm gains
-//! stored as the checkpoint's `w` (the runtime adds 1, in f32; ours store `1 + w`; a FoldQuant
-//! file stores the folded gain minus 1 there, the same way); adaRMS dense
-//! `aex.blk.{i}.attn_norm` / `ffn_norm` (ours `ada_attn_norm` / `ada_ffn_norm`),
-//! `aex.output_norm` (ours `aex.ada_output_norm`); both statistics sets, `norm_mode` saying
-//! which is used (`quantiles`: q01 / q99, else mean / std; we keep that set only).
+//! pi0 and pi0.5 (`convert_pi0_to_gguf.py`, `convert_pi05_to_gguf.py`, sharing
+//! `gguf_blocks.write_pi_kv` and `write_decoder_blocks`): no `vit_inter` (the `fc1` rows);
+//! Gemma's norm gains stored as the checkpoint's `w` (the runtime adds 1, in f32: vla.cpp's
+//! `f32_gemma_norm`; ours store `1 + w`; a FoldQuant file stores the folded gain minus 1
+//! there, the same way): the language model's, and pi0's expert's and its output norm.
+//! pi0.5's expert is adaRMS: dense `aex.blk.{i}.attn_norm` / `ffn_norm` (ours
+//! `ada_attn_norm` / `ada_ffn_norm`), `aex.output_norm` (ours `aex.ada_output_norm`).
+//! Statistics: pi0 files hold mean / std; pi0.5 files both sets, `norm_mode` saying which is
+//! used (`quantiles`: q01 / q99, else mean / std; we keep that set only).
 //!
 //! SmolVLA (`convert_smolvla_to_gguf.py`): `vit_pixel_shuffle` (ours `scale_factor`), the
 //! connector `mm.fc.weight` (ours `mm.proj.weight`), RoPE base 10000 (lerobot's, ours too),
@@ -24,7 +27,7 @@
 use crate::gguf::{add_moved, metadata_writer, GgmlType, GgufFile, GgufWriter, Value};
 use crate::{Error, Result};
 
-use super::pi0::ARCH_PI05;
+use super::pi0::{ARCH_PI0, ARCH_PI05};
 use super::smolvla::ARCH as SMOLVLA;
 
 /// Camera views a vla.cpp file is compiled for (vla.cpp's LIBERO setup: agent view and
@@ -38,9 +41,9 @@ pub fn translate(file: GgufFile) -> Result<GgufFile> {
         return Ok(file);
     }
     match arch.as_str() {
-        ARCH_PI05 => {
-            tracing::info!("vla.cpp pi0.5 file: names and keys translated at load");
-            pi05(&file)
+        ARCH_PI0 | ARCH_PI05 => {
+            tracing::info!("vla.cpp {arch} file: names and keys translated at load");
+            pi(&file, &arch)
         }
         SMOLVLA => {
             tracing::info!("vla.cpp SmolVLA file: names and keys translated at load");
@@ -94,11 +97,19 @@ fn smolvla(file: &GgufFile) -> Result<GgufFile> {
     GgufFile::from_bytes(w.to_bytes()?)
 }
 
-/// Our name of a tensor of vla.cpp's pi0.5 file, and whether it is a Gemma gain stored as
-/// `w` (which we store as `1 + w`).
-fn pi05_tensor(name: &str) -> (String, bool) {
+/// Our name of a tensor of vla.cpp's pi0 or pi0.5 (`adarms`) file, and whether it is a Gemma
+/// gain stored as `w` (which we store as `1 + w`).
+fn pi_tensor(name: &str, adarms: bool) -> (String, bool) {
     if name == "vit.pos_embd" {
         return ("vit.pos_embd.weight".into(), false);
+    }
+    let gain = |stack: &str| {
+        name == format!("{stack}.output_norm.weight")
+            || (name.starts_with(&format!("{stack}.blk."))
+                && (name.ends_with(".attn_norm.weight") || name.ends_with(".ffn_norm.weight")))
+    };
+    if !adarms {
+        return (name.to_owned(), gain("vlm") || gain("aex"));
     }
     if let Some(rest) = name.strip_prefix("aex.output_norm.") {
         return (format!("aex.ada_output_norm.{rest}"), false);
@@ -113,14 +124,11 @@ fn pi05_tensor(name: &str) -> (String, bool) {
             }
         }
     }
-    let gain = name == "vlm.output_norm.weight"
-        || (name.starts_with("vlm.blk.")
-            && (name.ends_with(".attn_norm.weight") || name.ends_with(".ffn_norm.weight")));
-    (name.to_owned(), gain)
+    (name.to_owned(), gain("vlm"))
 }
 
-fn pi05(file: &GgufFile) -> Result<GgufFile> {
-    let key = |k: &str| format!("{ARCH_PI05}.{k}");
+fn pi(file: &GgufFile, arch: &str) -> Result<GgufFile> {
+    let key = |k: &str| format!("{arch}.{k}");
     // vla.cpp normalises with quantiles when `norm_mode` says so, else with mean / std; its
     // files hold both sets, and ours pick mean / std when present
     let quantiles = file
@@ -140,7 +148,7 @@ fn pi05(file: &GgufFile) -> Result<GgufFile> {
         Err(e) => return Err(e),
     };
     // vla.cpp's default RoPE base
-    let mut w = common_keys(file, ARCH_PI05, eps, 10000.0)?;
+    let mut w = common_keys(file, arch, eps, 10000.0)?;
     let fc1 = file.tensor_info("vit.blk.0.fc1.weight")?;
     let vit_inter = *fc1
         .dims
@@ -150,8 +158,9 @@ fn pi05(file: &GgufFile) -> Result<GgufFile> {
         key("vit_inter"),
         Value::U32(u32_of("vit_inter", vit_inter)?),
     )?;
+    let adarms = arch == ARCH_PI05;
     for t in file.tensors().iter().filter(|t| !unused(&t.name)) {
-        let (name, gain) = pi05_tensor(&t.name);
+        let (name, gain) = pi_tensor(&t.name, adarms);
         if gain {
             let plus_one: Vec<f32> = file.dequantize(&t.name)?.iter().map(|g| g + 1.0).collect();
             w.add_f32(name, GgmlType::F32, &t.dims, &plus_one)?;
