@@ -78,6 +78,9 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
     alignment: u64,
     data_offset: u64,
+    /// Tensors whose data is held in memory in place of the file's, by name
+    /// ([`GgufFile::substitute`]).
+    substitutes: HashMap<String, Vec<u8>>,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -128,6 +131,7 @@ impl GgufFile {
             alignment: header.alignment,
             data_offset: header.data_offset,
             bytes,
+            substitutes: HashMap::new(),
         })
     }
 
@@ -222,6 +226,11 @@ impl GgufFile {
             .tensor_index
             .get(name)
             .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        if self.substitutes.contains_key(name) {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?}: a substituted tensor cannot be narrowed"
+            )));
+        }
         let info = &mut self.tensors[i];
         let outer = info.dims.last().copied().unwrap_or(1);
         if info.dims.len() < 2 || index as u64 >= outer {
@@ -242,8 +251,13 @@ impl GgufFile {
         Ok(())
     }
 
-    /// The tensor's raw bytes, borrowed from the file.
+    /// The tensor's raw bytes, borrowed from the file (or its substitute).
     pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
+        if !self.substitutes.is_empty() {
+            if let Some(b) = self.substitutes.get(&info.name) {
+                return b;
+            }
+        }
         let start = (self.data_offset + info.offset) as usize;
         &self.bytes[start..start + info.n_bytes() as usize]
     }
@@ -254,6 +268,9 @@ impl GgufFile {
     /// they are). Re-encoding a file calls it after each tensor, so the source does not stay
     /// resident beside the result. Nothing for a file held in memory.
     pub fn release(&self, info: &TensorInfo) {
+        if self.substitutes.contains_key(&info.name) {
+            return;
+        }
         if let Bytes::Mapped(map) = &self.bytes {
             let start = (self.data_offset + info.offset) as usize;
             let len = info.n_bytes() as usize;
@@ -279,6 +296,8 @@ impl GgufFile {
         Ok(out)
     }
 }
+
+mod edit;
 
 fn index_of<T>(items: &[T], key: impl Fn(&T) -> &String) -> HashMap<String, usize> {
     items

@@ -24,7 +24,7 @@
 //! plain patch positions (ours `vit_positions` absent = grid: vla.cpp's computation, not
 //! lerobot 0.4.4's shifted rows).
 
-use crate::gguf::{add_moved, metadata_writer, GgmlType, GgufFile, GgufWriter, Value};
+use crate::gguf::{GgufFile, Value};
 use crate::{Error, Result};
 
 use super::pi0::{ARCH_PI0, ARCH_PI05};
@@ -35,7 +35,9 @@ use super::smolvla::ARCH as SMOLVLA;
 pub const VLACPP_IMAGES: usize = 2;
 
 /// `file` in our layout when it is one of vla.cpp's that differs from ours; otherwise as is.
-pub fn translate(file: GgufFile) -> Result<GgufFile> {
+/// Edited in place: tensors renamed and dropped where they lie in the mapped file, the few
+/// values that change (Gemma's gains) held in memory, keys set in the parsed header.
+pub fn translate(mut file: GgufFile) -> Result<GgufFile> {
     let arch = file.architecture()?.to_owned();
     if file.get(&format!("{arch}.intermediate")).is_none() {
         return Ok(file);
@@ -43,30 +45,24 @@ pub fn translate(file: GgufFile) -> Result<GgufFile> {
     match arch.as_str() {
         ARCH_PI0 | ARCH_PI05 => {
             tracing::info!("vla.cpp {arch} file: names and keys translated at load");
-            pi(&file, &arch)
+            pi(&mut file, &arch)?;
         }
         SMOLVLA => {
             tracing::info!("vla.cpp SmolVLA file: names and keys translated at load");
-            smolvla(&file)
+            smolvla(&mut file)?;
         }
-        _ => Ok(file),
+        _ => {}
     }
+    Ok(file)
 }
 
-/// What vla.cpp's pi0.5 and SmolVLA files miss or name otherwise among our keys: a writer
-/// with `file`'s metadata plus ours (`rms_eps`: the RMSNorm's epsilon; `rope_theta`: the
-/// RoPE base where the file has none).
-fn common_keys<'f>(
-    file: &'f GgufFile,
-    arch: &str,
-    rms_eps: f32,
-    rope_theta: f32,
-) -> Result<GgufWriter<'f>> {
+/// What vla.cpp's pi0, pi0.5 and SmolVLA files miss or name otherwise among our keys
+/// (`rms_eps`: the RMSNorm's epsilon; `rope_theta`: the RoPE base where the file has none).
+fn common_keys(file: &mut GgufFile, arch: &str, rms_eps: f32, rope_theta: f32) -> Result<()> {
     let key = |k: &str| format!("{arch}.{k}");
-    let mut w = metadata_writer(file)?;
     let inter = file.get_u64(&key("intermediate"))?;
-    w.set_metadata(key("lm_inter"), Value::U32(u32_of("intermediate", inter)?))?;
-    w.set_metadata(key("norm_eps"), Value::F32(rms_eps))?;
+    file.set_metadata(key("lm_inter"), Value::U32(u32_of("intermediate", inter)?));
+    file.set_metadata(key("norm_eps"), Value::F32(rms_eps));
     let absent = [
         ("rope_theta", Value::F32(rope_theta)),
         ("n_images", Value::U32(VLACPP_IMAGES as u32)),
@@ -74,27 +70,27 @@ fn common_keys<'f>(
     ];
     for (k, v) in absent {
         if file.get(&key(k)).is_none() {
-            w.set_metadata(key(k), v)?;
+            file.set_metadata(key(k), v);
         }
     }
-    Ok(w)
+    Ok(())
 }
 
-fn smolvla(file: &GgufFile) -> Result<GgufFile> {
+fn smolvla(file: &mut GgufFile) -> Result<()> {
     // SmolLM2's RMSNorm epsilon and lerobot's RoPE base, both fixed in vla.cpp
-    let mut w = common_keys(file, SMOLVLA, 1e-5, 10000.0)?;
+    common_keys(file, SMOLVLA, 1e-5, 10000.0)?;
     let shuffle = file.get_u64(&format!("{SMOLVLA}.vit_pixel_shuffle"))?;
     let shuffle = Value::U32(u32_of("vit_pixel_shuffle", shuffle)?);
-    w.set_metadata(format!("{SMOLVLA}.scale_factor"), shuffle)?;
-    for t in file.tensors() {
-        let name = match t.name.as_str() {
-            "mm.fc.weight" => "mm.proj.weight",
-            "vit.pos_embd" => "vit.pos_embd.weight",
-            other => other,
-        };
-        add_moved(&mut w, file, t, name, t.ty, &t.dims)?;
+    file.set_metadata(format!("{SMOLVLA}.scale_factor"), shuffle);
+    for (theirs, ours) in [
+        ("mm.fc.weight", "mm.proj.weight"),
+        ("vit.pos_embd", "vit.pos_embd.weight"),
+    ] {
+        if file.tensor_info(theirs).is_ok() {
+            file.rename_tensor(theirs, ours)?;
+        }
     }
-    GgufFile::from_bytes(w.to_bytes()?)
+    Ok(())
 }
 
 /// Our name of a tensor of vla.cpp's pi0 or pi0.5 (`adarms`) file, and whether it is a Gemma
@@ -127,7 +123,7 @@ fn pi_tensor(name: &str, adarms: bool) -> (String, bool) {
     (name.to_owned(), gain("vlm"))
 }
 
-fn pi(file: &GgufFile, arch: &str) -> Result<GgufFile> {
+fn pi(file: &mut GgufFile, arch: &str) -> Result<()> {
     let key = |k: &str| format!("{arch}.{k}");
     // vla.cpp normalises with quantiles when `norm_mode` says so, else with mean / std; its
     // files hold both sets, and ours pick mean / std when present
@@ -148,27 +144,25 @@ fn pi(file: &GgufFile, arch: &str) -> Result<GgufFile> {
         Err(e) => return Err(e),
     };
     // vla.cpp's default RoPE base
-    let mut w = common_keys(file, arch, eps, 10000.0)?;
+    common_keys(file, arch, eps, 10000.0)?;
     let fc1 = file.tensor_info("vit.blk.0.fc1.weight")?;
     let vit_inter = *fc1
         .dims
         .get(1)
         .ok_or_else(|| Error::InvalidArgument("vit.blk.0.fc1.weight: expected a matrix".into()))?;
-    w.set_metadata(
-        key("vit_inter"),
-        Value::U32(u32_of("vit_inter", vit_inter)?),
-    )?;
+    let vit_inter = Value::U32(u32_of("vit_inter", vit_inter)?);
+    file.set_metadata(key("vit_inter"), vit_inter);
+    file.retain_tensors(|name| !unused(name));
     let adarms = arch == ARCH_PI05;
-    for t in file.tensors().iter().filter(|t| !unused(&t.name)) {
-        let (name, gain) = pi_tensor(&t.name, adarms);
+    let names: Vec<String> = file.tensors().iter().map(|t| t.name.clone()).collect();
+    for theirs in names {
+        let (ours, gain) = pi_tensor(&theirs, adarms);
         if gain {
-            let plus_one: Vec<f32> = file.dequantize(&t.name)?.iter().map(|g| g + 1.0).collect();
-            w.add_f32(name, GgmlType::F32, &t.dims, &plus_one)?;
-        } else {
-            add_moved(&mut w, file, t, name, t.ty, &t.dims)?;
+            file.map_f32(&theirs, |g| g + 1.0)?;
         }
+        file.rename_tensor(&theirs, &ours)?;
     }
-    GgufFile::from_bytes(w.to_bytes()?)
+    Ok(())
 }
 
 fn u32_of(key: &str, v: u64) -> Result<u32> {

@@ -1,0 +1,120 @@
+//! Editing a loaded file in place: what a translation at load needs (vla.cpp's layouts into
+//! ours) without copying the file. Renamed and dropped tensors keep their data where it is
+//! (mapped, unread until used); a substituted tensor's bytes are held in memory beside the
+//! file; metadata is set in the parsed header only. Nothing is written back.
+
+use super::GgufFile;
+use crate::gguf::{GgmlType, Value};
+use crate::{Error, Result};
+
+impl GgufFile {
+    /// Sets metadata `key` to `value` (replacing it, or appending it).
+    pub fn set_metadata(&mut self, key: impl Into<String>, value: Value) {
+        let key = key.into();
+        match self.metadata_index.get(&key) {
+            Some(&i) => self.metadata[i].1 = value,
+            None => {
+                self.metadata_index.insert(key.clone(), self.metadata.len());
+                self.metadata.push((key, value));
+            }
+        }
+    }
+
+    /// Renames tensor `from` to `to`; an error if `from` is absent or `to` taken.
+    pub fn rename_tensor(&mut self, from: &str, to: &str) -> Result<()> {
+        if from == to {
+            return self.tensor_info(from).map(|_| ());
+        }
+        if self.tensor_index.contains_key(to) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot rename tensor {from:?} to {to:?}: the file has one of that name"
+            )));
+        }
+        let i = self
+            .tensor_index
+            .remove(from)
+            .ok_or_else(|| Error::TensorNotFound(from.to_owned()))?;
+        self.tensors[i].name = to.to_owned();
+        self.tensor_index.insert(to.to_owned(), i);
+        if let Some(b) = self.substitutes.remove(from) {
+            self.substitutes.insert(to.to_owned(), b);
+        }
+        Ok(())
+    }
+
+    /// Keeps only the tensors `keep` accepts (the others' data stays in the file, unread).
+    pub fn retain_tensors(&mut self, keep: impl Fn(&str) -> bool) {
+        self.tensors.retain(|t| keep(&t.name));
+        self.substitutes.retain(|name, _| keep(name));
+        self.tensor_index = super::index_of(&self.tensors, |t| &t.name);
+    }
+
+    /// Replaces tensor `name`'s data by `bytes` of type `ty` (its dimensions unchanged),
+    /// held in memory; the file's bytes under it are no longer read.
+    pub fn substitute(&mut self, name: &str, ty: GgmlType, bytes: Vec<u8>) -> Result<()> {
+        let i = *self
+            .tensor_index
+            .get(name)
+            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        let info = &mut self.tensors[i];
+        let want = ty.bytes_for(info.n_elements());
+        if want != Some(bytes.len() as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?} {:?}: {} bytes given, {ty} needs {want:?}",
+                info.shape(),
+                bytes.len()
+            )));
+        }
+        info.ty = ty;
+        self.substitutes.insert(name.to_owned(), bytes);
+        Ok(())
+    }
+
+    /// Replaces tensor `name` by the f32 values `f(v)` of its values `v`.
+    pub fn map_f32(&mut self, name: &str, f: impl Fn(f32) -> f32) -> Result<()> {
+        let values: Vec<f32> = self.dequantize(name)?.into_iter().map(f).collect();
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.substitute(name, GgmlType::F32, bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::gguf::{GgmlType, GgufFile, GgufWriter, Value};
+
+    fn file() -> GgufFile {
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.architecture", "t").unwrap();
+        w.add_f32("a".to_owned(), GgmlType::F32, &[2], &[1.0, 2.0])
+            .unwrap();
+        w.add_f32("b".to_owned(), GgmlType::F32, &[3], &[3.0, 4.0, 5.0])
+            .unwrap();
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn renames_drops_substitutes_and_sets_in_place() {
+        let mut f = file();
+        f.rename_tensor("a", "a2").unwrap();
+        assert!(f.tensor_info("a").is_err());
+        assert_eq!(f.dequantize("a2").unwrap(), [1.0, 2.0]);
+        assert!(
+            f.rename_tensor("a2", "b").is_err(),
+            "taken names are refused"
+        );
+        assert!(f.rename_tensor("zz", "y").is_err());
+        f.map_f32("b", |v| v + 1.0).unwrap();
+        assert_eq!(f.dequantize("b").unwrap(), [4.0, 5.0, 6.0]);
+        f.rename_tensor("b", "b2").unwrap();
+        assert_eq!(f.dequantize("b2").unwrap(), [4.0, 5.0, 6.0]);
+        assert!(f.substitute("b2", GgmlType::F32, vec![0; 8]).is_err());
+        f.retain_tensors(|n| n != "a2");
+        assert_eq!(f.tensors().len(), 1);
+        assert!(f.tensor_info("a2").is_err());
+        assert_eq!(f.dequantize("b2").unwrap(), [4.0, 5.0, 6.0]);
+        f.set_metadata("t.k", Value::U32(3));
+        f.set_metadata("general.architecture", Value::String("u".into()));
+        assert_eq!(f.get_u64("t.k").unwrap(), 3);
+        assert_eq!(f.architecture().unwrap(), "u");
+    }
+}
