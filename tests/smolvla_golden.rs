@@ -278,7 +278,7 @@ flow_golden_tests! { fixture, "SmolVLA", matches_lerobot, bf16_conversion_stays_
 
 /// A SmolVLA file in vla.cpp's layout (its names and keys), written from the fixture's
 /// lerobot checkpoint by an independent writer (tests/interop/vlacpp_smolvla_writer.py:
-/// numpy + gguf-py), loads as it is and gives, bit for bit, the chunk of our conversion with
+/// numpy + gguf-py), loads as it is and gives, bit for bit on each backend, the chunk of our conversion with
 /// vla.cpp's plain patch positions (`--vit-positions grid`; lerobot 0.4.4 runs shifted rows,
 /// which the golden chunk holds and vla.cpp does not compute).
 #[test]
@@ -290,27 +290,43 @@ fn vlacpp_layout_gives_our_grid_conversions_chunk() {
         "vlacpp_smolvla_writer.py",
         &[dir.as_os_str(), out.as_os_str()],
     );
-    let theirs = GgufFile::open(&out).unwrap();
-    std::fs::remove_file(&out).unwrap();
-    assert!(
-        theirs.get("smolvla.intermediate").is_some(),
-        "not vla.cpp's layout"
-    );
     let opts = convert::Options {
         positions: Some(PatchPositions::Grid),
         ..Default::default()
     };
     let ours = convert::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
-    let ours = GgufFile::from_bytes(ours.writer.to_bytes().unwrap()).unwrap();
-    let chunk = |file| {
-        let mut m = vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap();
-        m.predict(&observation(&fx.g)).unwrap().actions
-    };
-    let (a, b) = (chunk(theirs), chunk(ours));
-    assert_eq!(a, b, "vla.cpp-layout SmolVLA vs our grid conversion");
-    // and it is SmolVLA's chunk up to the position rows
-    let cos = support::cosine(&a, &fx.actions());
-    assert!(cos > 0.99, "cosine {cos} against lerobot's (shifted rows)");
+    let ours = ours.writer.to_bytes().unwrap();
+    for backend in support::golden::backends() {
+        if support::open(backend).is_none() {
+            continue;
+        }
+        let theirs = GgufFile::open(&out).unwrap();
+        assert!(
+            theirs.get("smolvla.intermediate").is_some(),
+            "not vla.cpp's layout"
+        );
+        let chunk = |file| {
+            let opts = RuntimeOptions {
+                backend: backend.into(),
+                ..Default::default()
+            };
+            let mut m = vla::models::from_gguf(file, &opts).unwrap();
+            m.predict(&observation(&fx.g)).unwrap().actions
+        };
+        let ours = GgufFile::from_bytes(ours.clone()).unwrap();
+        let (a, b) = (chunk(theirs), chunk(ours));
+        assert_eq!(
+            a, b,
+            "{backend}: vla.cpp-layout SmolVLA vs our grid conversion"
+        );
+        // and it is SmolVLA's chunk up to the position rows
+        let cos = support::cosine(&a, &fx.actions());
+        assert!(
+            cos > 0.99,
+            "{backend}: cosine {cos} against lerobot's (shifted rows)"
+        );
+    }
+    std::fs::remove_file(&out).unwrap();
 }
 
 /// 16-bit activations keep the chunk at smolvla_base's real sizes (the fixture of
