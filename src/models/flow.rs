@@ -18,7 +18,7 @@ use super::common::{
 use super::embodiment::{self, Embodiments};
 use crate::config::Section;
 use crate::gguf::{GgufFile, GgufWriter};
-use crate::graph::{declared_weights, Graph, WeightStore};
+use crate::graph::{declared_weights, Graph, GraphBuilder, WeightStore};
 use crate::modules::flow::names;
 use crate::modules::flow::{euler_integrate, Schedule};
 use crate::policy::{
@@ -32,12 +32,11 @@ use crate::{Error, Result, Tensor};
 use std::time::Instant;
 
 pub use super::predict::{predict_graph, stage_graphs};
-use crate::graph::GraphBuilder;
+use super::predict::{DENOISE, PREFILL, STAGES, VISION};
+pub use super::prefix::{mask_constant, valid_rows, Inputs, PrefixLayout, Segment, VALID};
 
 /// How an arch builds one of its graphs from its config.
 pub type GraphFn<A> = for<'w, 'a> fn(GraphBuilder<'w>, &'a A) -> Result<Graph>;
-use super::predict::{DENOISE, PREFILL, STAGES, VISION};
-pub use super::prefix::{mask_constant, valid_rows, Inputs, PrefixLayout, Segment, VALID};
 
 /// What one request gives the prefill and denoise graphs besides the image tokens, `x_t`,
 /// the time input and the cached keys and values.
