@@ -85,5 +85,14 @@ fn the_instruction_length_is_a_flag() {
             "{out}"
         );
         assert_eq!(json["instruction_rows"], rows, "{out}");
+        // the process's peak RSS when loaded and at the end (Linux)
+        let (load, peak) = (
+            json["load_peak_rss_bytes"].as_u64(),
+            json["peak_rss_bytes"].as_u64(),
+        );
+        let (Some(load), Some(peak)) = (load, peak) else {
+            panic!("no peak RSS in {out}");
+        };
+        assert!(0 < load && load <= peak, "{out}");
     }
 }

@@ -168,6 +168,11 @@ fn sorted(rows: &[Vec<f32>], k: usize) -> Vec<f32> {
     v
 }
 
+fn mib_to_bytes(mib: f64) -> u64 {
+    (mib * (1 << 20) as f64) as u64
+}
+
+/// The process's peak resident set so far (Linux `VmHWM`); `None` elsewhere.
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib: f64 = status
@@ -211,6 +216,8 @@ fn run(args: Args) -> Result<()> {
     let t0 = Instant::now();
     let mut policy = vla::models::from_gguf(file, &opts)?;
     let load_s = t0.elapsed().as_secs_f32();
+    // the peak so far: loading (file, translation or re-encoding, compiling, uploads)
+    let load_rss = peak_rss_mib();
     let info = policy.info().clone();
     let frame = args.frame.unwrap_or((info.image_height, info.image_width));
     let obs = observation(
@@ -269,6 +276,8 @@ fn run(args: Args) -> Result<()> {
             "arch": info.arch, "backend": info.backend, "weight_dtypes": info.weight_dtypes,
             "params": info.param_count, "steps": info.num_steps, "iters": args.iters,
             "warmup": args.warmup, "load_s": load_s, "memory_bytes": info.memory_bytes,
+            "load_peak_rss_bytes": load_rss.map(mib_to_bytes),
+            "peak_rss_bytes": peak_rss_mib().map(mib_to_bytes),
             "submits": c.submits, "host_waits": c.host_waits, "h2d_bytes": c.h2d_bytes,
             "d2h_bytes": c.d2h_bytes, "dispatches": c.dispatches, "embodiment": info.embodiment,
             "frame_width": frame.1, "frame_height": frame.0,
@@ -357,7 +366,8 @@ fn run(args: Args) -> Result<()> {
         info.memory_bytes as f64 / (1 << 20) as f64
     );
     if let Some(rss) = peak_rss_mib() {
-        println!("          process peak RSS {rss:.1} MiB");
+        let load = load_rss.map_or(String::new(), |l| format!(" ({l:.1} MiB when loaded)"));
+        println!("          process peak RSS {rss:.1} MiB{load}");
     }
     if let Some(p) = &profile {
         print_profile(p, info.num_steps);
