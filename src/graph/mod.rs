@@ -18,12 +18,21 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub trait WeightStore: Sync {
     /// The named tensor, borrowed where possible (zero-copy from a mapped GGUF).
     fn weight(&self, name: &str) -> Result<Tensor<'_>>;
+    /// Says that a backend holding its own copy has read tensor `name` for now: a mapped
+    /// file lets its pages go (read again if the tensor is); nothing for other stores.
+    fn read_for_now(&self, _name: &str) {}
 }
 
 impl WeightStore for GgufFile {
     fn weight(&self, name: &str) -> Result<Tensor<'_>> {
         let info = self.tensor_info(name)?;
         Tensor::from_bytes(info.shape(), info.ty, self.tensor_bytes(info))
+    }
+
+    fn read_for_now(&self, name: &str) {
+        if let Ok(info) = self.tensor_info(name) {
+            self.release(info);
+        }
     }
 }
 

@@ -46,6 +46,10 @@ impl GgmlExecutable {
             for u in &weights.uploads {
                 // allocated above; the byte count is the tensor's (same shape and type)
                 u.tensor.set(u.data.raw_bytes());
+                // copied into ggml's buffer: the file's pages may go
+                if let Some(name) = &u.name {
+                    store.read_for_now(name);
+                }
             }
 
             let graph_ctx = b.context(size, size)?;

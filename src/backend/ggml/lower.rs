@@ -66,6 +66,8 @@ pub(crate) struct Shadow {
 pub(crate) struct Upload<'w, 'c> {
     pub tensor: T<'c>,
     pub data: Tensor<'w>,
+    /// The store's tensor it comes from (none for graph constants).
+    pub name: Option<String>,
 }
 
 /// The weight tensors (created in the weight context) and what to upload into them.
@@ -131,6 +133,7 @@ pub(crate) fn create_weights<'w, 'c>(
             w.uploads.push(Upload {
                 tensor: tt,
                 data: t,
+                name: Some(name.clone()),
             });
             continue;
         }
@@ -140,6 +143,7 @@ pub(crate) fn create_weights<'w, 'c>(
             w.uploads.push(Upload {
                 tensor: tt,
                 data: t.to_f32()?,
+                name: Some(name.clone()),
             });
         }
         if want_raw[i] {
@@ -148,6 +152,7 @@ pub(crate) fn create_weights<'w, 'c>(
             w.uploads.push(Upload {
                 tensor: tt,
                 data: t,
+                name: Some(name.clone()),
             });
         }
     }
@@ -318,7 +323,11 @@ impl<'c> Lowerer<'_, 'c> {
         let t = self.consts.new_tensor_4d(sys::GGML_TYPE_F32, ne);
         let shape: Vec<usize> = ne.iter().rev().map(|&d| d as usize).collect();
         let data = Tensor::from_f32(shape, data).expect("constant sized by its ne");
-        self.const_uploads.push(Upload { tensor: t, data });
+        self.const_uploads.push(Upload {
+            tensor: t,
+            data,
+            name: None,
+        });
         t
     }
 

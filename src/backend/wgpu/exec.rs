@@ -144,6 +144,9 @@ impl WgpuExecutable {
                 None
             };
             places[i] = Some(Place::Weight { raw, f32 });
+            drop(t);
+            // uploaded (wgpu copies at the call): the file's pages may go
+            weights.read_for_now(name);
         }
 
         // Activations: a slot each, reused after the last reader (slots.rs), in the execution
