@@ -148,12 +148,7 @@ impl<'de> Visitor<'de> for InputFeatures {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fixture(name: &str) -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures")
-            .join(name)
-    }
+    use crate::convert::fixture;
 
     #[test]
     fn each_reference_orders_its_cameras_its_own_way() {

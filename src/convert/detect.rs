@@ -148,12 +148,7 @@ pub fn expect(ckpt: &Path, want: Kind) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fixture(name: &str) -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures")
-            .join(name)
-    }
+    use crate::convert::fixture;
 
     #[test]
     fn each_fixture_is_its_kind() {

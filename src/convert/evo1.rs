@@ -80,12 +80,11 @@ pub fn convert(
     super::check_coverage(&st, &map, &ignored, &[])?;
     let stats = read_stats(ckpt, &config, &mut notes)?;
 
-    let mut w = super::arch_writer(&config, ckpt, "lerobot evo1 checkpoint (vla-convert)")?;
-    super::cameras::write(
-        &mut w,
+    let mut w = super::arch_writer(
+        &config,
         ckpt,
         super::Kind::Evo1,
-        config.io.n_images,
+        "lerobot evo1 checkpoint (vla-convert)",
         &mut notes,
     )?;
     super::ship_tokenizer(

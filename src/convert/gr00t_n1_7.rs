@@ -109,13 +109,8 @@ pub fn convert(
     let mut w = super::arch_writer(
         &config,
         ckpt,
-        "lerobot groot (N1.7) checkpoint (vla-convert)",
-    )?;
-    super::cameras::write(
-        &mut w,
-        ckpt,
         super::Kind::Gr00tN17,
-        config.io.n_images,
+        "lerobot groot (N1.7) checkpoint (vla-convert)",
         &mut notes,
     )?;
     super::ship_tokenizer(

@@ -186,12 +186,23 @@ pub(crate) fn float_dtype(dtype: Option<GgmlType>) -> Result<GgmlType> {
     }
 }
 
+/// The test fixture `name` (`tests/fixtures/<name>`).
+#[cfg(test)]
+pub(crate) fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
 /// A GGUF writer holding `config`'s metadata, `general.name` (the checkpoint folder's name,
-/// else the arch) and `general.source`.
+/// else the arch), `general.source` and the camera names of checkpoint `ckpt`, a `kind`
+/// ([`cameras::write`]: a note where they do not fit the model).
 pub(crate) fn arch_writer<A: FlowArch>(
     config: &A,
     ckpt: &Path,
+    kind: Kind,
     source: &str,
+    notes: &mut Vec<String>,
 ) -> Result<GgufWriter<'static>> {
     let mut w = GgufWriter::new();
     config.write(&mut w)?;
@@ -200,6 +211,7 @@ pub(crate) fn arch_writer<A: FlowArch>(
         .map_or(config.arch().into(), |n| n.to_string_lossy().into_owned());
     w.add_metadata("general.name", name)?;
     w.add_metadata("general.source", source)?;
+    cameras::write(&mut w, ckpt, kind, config.spec().io.n_images, notes)?;
     Ok(w)
 }
 

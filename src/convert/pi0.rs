@@ -250,14 +250,7 @@ pub fn convert(
     let stats = read_stats(ckpt, &policy, &config, &mut notes)?;
 
     let source = format!("lerobot {} checkpoint (vla-convert)", config.arch());
-    let mut w = super::arch_writer(&config, ckpt, &source)?;
-    super::cameras::write(
-        &mut w,
-        ckpt,
-        super::Kind::Pi0,
-        config.io.n_images,
-        &mut notes,
-    )?;
+    let mut w = super::arch_writer(&config, ckpt, super::Kind::Pi0, &source, &mut notes)?;
     let tokenizer = super::optional_tokenizer(
         ckpt,
         opts.tokenizer.as_deref(),

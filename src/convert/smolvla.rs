@@ -176,20 +176,8 @@ pub fn convert(
     super::check_coverage(&st, &map, IGNORED, IGNORED_PREFIXES)?;
     let stats = read_stats(ckpt, &policy, &st, &config, &mut notes)?;
 
-    let mut w = GgufWriter::new();
-    let name = ckpt
-        .file_name()
-        .map_or("smolvla".into(), |n| n.to_string_lossy().into_owned());
-    w.add_metadata("general.name", name)?;
-    w.add_metadata("general.source", "lerobot SmolVLA checkpoint (vla-convert)")?;
-    config.write(&mut w)?;
-    super::cameras::write(
-        &mut w,
-        ckpt,
-        super::Kind::Smolvla,
-        config.io.n_images,
-        &mut notes,
-    )?;
+    let source = "lerobot SmolVLA checkpoint (vla-convert)";
+    let mut w = super::arch_writer(&config, ckpt, super::Kind::Smolvla, source, &mut notes)?;
     let beside: Vec<PathBuf> = vlm_path
         .iter()
         .filter_map(|p| p.parent().map(Path::to_owned))

@@ -111,12 +111,11 @@ pub fn convert(
     super::check_coverage(&st, &map, &unused, &skipped)?;
     let stats = read_stats(ckpt, &config, &mut notes)?;
 
-    let mut w = super::arch_writer(&config, ckpt, "lerobot vla_jepa checkpoint (vla-convert)")?;
-    super::cameras::write(
-        &mut w,
+    let mut w = super::arch_writer(
+        &config,
         ckpt,
         super::Kind::VlaJepa,
-        config.io.n_images,
+        "lerobot vla_jepa checkpoint (vla-convert)",
         &mut notes,
     )?;
     super::ship_tokenizer(

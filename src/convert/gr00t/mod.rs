@@ -127,12 +127,11 @@ pub fn convert(
     super::check_coverage(&st, &map, &[tied.as_str()], &[head.as_str()])?;
     let stats = read_stats(ckpt, &pack, &config, &mut notes)?;
 
-    let mut w = super::arch_writer(&config, ckpt, "lerobot groot checkpoint (vla-convert)")?;
-    super::cameras::write(
-        &mut w,
+    let mut w = super::arch_writer(
+        &config,
         ckpt,
         super::Kind::Gr00tN15,
-        config.io.n_images,
+        "lerobot groot checkpoint (vla-convert)",
         &mut notes,
     )?;
     super::ship_tokenizer(
