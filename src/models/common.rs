@@ -163,14 +163,6 @@ impl<K: PartialEq> LoadedGraphs<K> {
             execs.push(self.compiler.compile_shared(g, self.file.clone())?);
         }
         self.sets.push((key, execs));
-        if !self.compiler.borrows_weights() {
-            // The backend holds its own copy of the weights now (device buffers, ggml's):
-            // the mapped file's pages the upload read leave this process's memory (a later
-            // compile reads them from the file again).
-            for t in self.file.tensors() {
-                self.file.release(t);
-            }
-        }
         Ok(true)
     }
 

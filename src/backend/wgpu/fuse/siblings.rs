@@ -166,10 +166,18 @@ impl Siblings {
         let (dtype, depth) = (first.dtype, first.shape[1]);
         let mut bytes = Vec::new();
         let mut bias = Vec::new();
+        // copied here, then uploaded: the file's pages may go (as exec.rs does per weight)
+        let done = |node: &Node| {
+            if let Op::Weight(name) = &node.op {
+                store.read_for_now(name);
+            }
+        };
         for &m in &self.members {
             bytes.extend_from_slice(data(param(m, 1))?.raw_bytes());
+            done(param(m, 1));
             if let Some(b) = graph.node(NodeId(m)).addend() {
                 bias.extend(data(graph.node(b))?.to_vec_f32()?);
+                done(graph.node(b));
             }
         }
         let columns = self.cols.iter().sum::<usize>();
