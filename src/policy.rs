@@ -137,6 +137,9 @@ pub struct RuntimeOptions {
     pub num_steps: Option<usize>,
     /// Which normalisation statistics to use when the GGUF carries several.
     pub embodiment: Option<String>,
+    /// Normalisation statistics for a model file that carries none (vla.cpp's GR00T files:
+    /// the `dataset_statistics.json` its converter writes beside the GGUF).
+    pub statistics: Option<std::path::PathBuf>,
     /// Re-encode the matmul weights to this float type at load (F32, F16 or BF16);
     /// `None` runs them as stored.
     pub weight_dtype: Option<GgmlType>,
@@ -158,6 +161,7 @@ impl Default for RuntimeOptions {
             backend: "cpu".into(),
             num_steps: None,
             embodiment: None,
+            statistics: None,
             weight_dtype: None,
             flash_attn: None,
             act_dtype: Default::default(),

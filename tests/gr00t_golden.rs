@@ -266,3 +266,65 @@ fn long_instructions_give_lerobots_chunk() {
 fn instruction_past_the_bound_is_refused() {
     fixture().past_the_bound_is_refused(|cfg| cfg.prompt.text_bound(MAX_SEQUENCE));
 }
+
+/// vla.cpp's GR00T N1.5 layout: the fixture's lerobot checkpoint written by an independent
+/// writer as vla.cpp's converter writes it (tests/interop/vlacpp_gr00t_writer.py: numpy +
+/// gguf-py; its `dataset_statistics.json` beside it), loads as it is and, given lerobot's
+/// whole prompt as ids (what vla.cpp's clients send, image slots included) and those
+/// statistics, gives lerobot's chunk on every backend; so do the ids without image slots
+/// (vla.cpp puts every camera's image tokens first then), differently. Without statistics,
+/// or with vla.cpp's default embodiment (gr1, 24) the statistics do not cover, the load is
+/// refused, naming what to give.
+#[test]
+fn vlacpp_layout_gives_lerobots_chunk() {
+    let fx = fixture();
+    let tmp = std::env::temp_dir();
+    let id = std::process::id();
+    let gguf = tmp.join(format!("vla-vlacpp-gr00t-{id}.gguf"));
+    let stats = tmp.join(format!("vla-vlacpp-gr00t-{id}.json"));
+    support::interop(
+        "vlacpp_gr00t_writer.py",
+        &[fx.dir.as_os_str(), gguf.as_os_str(), stats.as_os_str()],
+    );
+    let cfg = Gr00tConfig::read(&fx.gguf(GgmlType::F32)).unwrap();
+    let mut obs = observation(&fx.g, &cfg, false);
+    let ids: Vec<i32> = golden_ids(&fx.g).into_iter().map(|t| t as i32).collect();
+    obs.tokens = Some(ids.clone());
+    let open = |backend: &str, e: Option<&str>, s: bool| {
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            embodiment: e.map(str::to_owned),
+            statistics: s.then(|| stats.clone()),
+            ..Default::default()
+        };
+        vla::models::from_gguf(vla::gguf::GgufFile::open(&gguf).unwrap(), &opts)
+    };
+    let refused = |e: Option<&str>, s: bool| open(CPU, e, s).err().unwrap().to_string();
+    let e = refused(Some("new_embodiment"), false);
+    assert!(e.contains("--statistics"), "{e}");
+    let e = refused(None, true);
+    assert!(e.contains("gr1") && e.contains("new_embodiment"), "{e}");
+    for backend in support::golden::backends() {
+        if support::open(backend).is_none() {
+            continue;
+        }
+        let mut m = open(backend, Some("new_embodiment"), true).unwrap();
+        assert_eq!(m.info().embodiment.as_deref(), Some("new_embodiment (31)"));
+        let chunk = m.predict(&obs).unwrap();
+        let what = format!("{backend}: vla.cpp-layout GR00T N1.5: action chunk");
+        check(&what, &chunk.actions, &fx.actions(), TOL);
+    }
+    // Without image slots the image tokens go first (vla.cpp's rule): a chunk, another one.
+    let image = cfg.head.image_token as i32;
+    let mut m = open(CPU, Some("new_embodiment"), true).unwrap();
+    obs.tokens = Some(ids.iter().copied().filter(|&t| t != image).collect());
+    let first = m.predict(&obs).unwrap().actions;
+    assert!(first.iter().all(|x| x.is_finite()));
+    assert_ne!(first, fx.actions());
+    // A run of slots short of every camera's is refused.
+    obs.tokens = Some(ids[..30].to_vec());
+    let e = m.predict(&obs).unwrap_err().to_string();
+    assert!(e.contains("image tokens"), "{e}");
+    let _ = std::fs::remove_file(gguf);
+    let _ = std::fs::remove_file(stats);
+}

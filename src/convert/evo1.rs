@@ -227,10 +227,10 @@ fn read_config(p: &Json, vlm: &Json, st: &Safetensors, tok: &Tokenizer) -> Resul
     }
     let max_views = p.usize("max_views")?;
     let n = (vit.image_size / vit.patch_size.max(1) / 2).pow(2);
-    let prompt = PromptIds {
-        before: tok.encode(&prompt_prefix(max_views, n, &context))?,
-        after: Vec::new(),
-    };
+    let prompt = PromptIds::new(
+        tok.encode(&prompt_prefix(max_views, n, &context))?,
+        Vec::new(),
+    );
     let max_text = match p.get("max_text_length") {
         Some(_) => p.usize("max_text_length")?,
         None => MAX_TEXT_LENGTH,

@@ -331,10 +331,10 @@ pub fn qwen_prompt(
             pad.repeat(n_img)
         ));
     }
-    Ok(PromptIds {
-        before: tok.encode(&before)?,
-        after: tok.encode("<|im_end|>\n")?,
-    })
+    Ok(PromptIds::new(
+        tok.encode(&before)?,
+        tok.encode("<|im_end|>\n")?,
+    ))
 }
 
 /// The active embodiment's per-group statistics (`raw_stats`, groups in the modality

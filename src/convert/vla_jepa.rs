@@ -214,10 +214,7 @@ fn prompt(
     after.extend(tok.encode(parts[2])?);
     after.extend(std::iter::repeat_n(embodied, n_embodied));
     after.extend(tok.encode(&format!("{}<|im_end|>\n<|im_start|>assistant\n", parts[3]))?);
-    let ids = PromptIds {
-        before: tok.encode(&before)?,
-        after,
-    };
+    let ids = PromptIds::new(tok.encode(&before)?, after);
     Ok((
         ids,
         parts[0].to_owned(),

@@ -249,6 +249,26 @@ pub fn splice_rows(
     g.concat(&parts, 0)
 }
 
+/// `x` `[L, d]` with `rows` `[n, d]` placed where run-time inputs say (a client's sequence,
+/// whose image slots a request places): `places` `[1, L, n]` one-hot (position p takes row
+/// j where it is 1) and `keep` `[L, 1]` (1 where x's row stays, 0 where it is replaced).
+/// Exact: each output row is x's or one of `rows`, every other term a zero.
+pub fn place_rows(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    rows: NodeId,
+    places: NodeId,
+    keep: NodeId,
+) -> Result<NodeId> {
+    let (l, d) = (g.shape(x)[0], g.shape(x)[1]);
+    let n = g.shape(rows)[0];
+    let rows = g.reshape(rows, &[1, n, d])?;
+    let placed = g.bmm(places, rows, false)?;
+    let placed = g.reshape(placed, &[l, d])?;
+    let kept = g.mul(x, keep)?;
+    g.add(kept, placed)
+}
+
 /// The tower's `[3, H, W]` input from the camera frame input `name` (`[h, w, 3]`, bytes or
 /// f32, as [`FramePlan::key`] says) through `plan`: the per-channel scale, then the resize as
 /// two products with the plan's constant matrices, plus its offset. The constants are named

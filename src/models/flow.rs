@@ -78,6 +78,12 @@ pub trait FlowArch: Section + Clone + Send + Sized {
     }
     /// The text the reference tokenizes for `task` (given the normalised, padded state).
     fn prompt_text(&self, task: &str, state: &[f32]) -> String;
+    /// A request's instruction ids as the graphs take them: as they are, except in a file
+    /// without a prompt template, where they are the whole sequence and the arch places the
+    /// image slots (vla.cpp's convention).
+    fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
+        Ok(ids)
+    }
     /// The prefill and fixed denoise inputs for `tokens` (padded, `n_tokens` real) and the
     /// normalised, padded state.
     fn request_inputs(
@@ -371,9 +377,10 @@ impl<A: FlowArch> FlowPolicy<A> {
     ) -> Result<(Vec<u32>, Option<String>)> {
         let max = self.spec.io.tokenizer_max_length;
         let missing = self.cfg.missing_task();
-        let mut ids = instruction_ids(obs, self.spec.vocab_size, missing, |p| {
+        let ids = instruction_ids(obs, self.spec.vocab_size, missing, |p| {
             self.tokenize_prompt(p, normalised_state)
         })?;
+        let mut ids = self.cfg.whole_prompt(ids)?;
         if ids.len() <= max {
             return Ok((ids, None));
         }

@@ -120,7 +120,7 @@ pub fn load(path: &std::path::Path, opts: &RuntimeOptions) -> Result<Box<dyn Pol
 
 pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy>> {
     let arch = file.architecture()?.to_owned();
-    let file = vlacpp::translate(file)?;
+    let file = vlacpp::translate(file, opts)?;
     // FoldQuant files: as integers on the cpu and wgpu backends, in dequant mode on ggml
     // (every site back to an f32 matrix: no integer kernels there).
     let file = match crate::foldquant::FoldQuant::read(&file)? {

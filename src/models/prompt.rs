@@ -1,6 +1,7 @@
 //! The token ids a chat template puts around the instruction, stored in the GGUF (GR00T
 //! N1.5 / N1.7, VLA-JEPA, Evo-1): where the image tokens sit, and the sequence a request
-//! fills in.
+//! fills in; or, in vla.cpp's files, which hold no template, the whole sequence a request
+//! brings, image slots included.
 
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{first_failing, read_u32s, write_u32s};
@@ -16,20 +17,49 @@ use crate::{Error, Result};
 pub struct PromptIds {
     pub before: Vec<u32>,
     pub after: Vec<u32>,
+    /// No template (a file with neither array: vla.cpp's): a request's token ids are the
+    /// whole sequence, the image tokens placed where the client put them
+    /// ([`Self::client_sequence`], [`Self::places`]); `before` and `after` are empty.
+    pub from_client: bool,
 }
 
 const KEY_BEFORE: &str = "prompt_before_ids";
 const KEY_AFTER: &str = "prompt_after_ids";
 
 impl PromptIds {
+    /// A template: `before` and `after` the instruction.
+    pub fn new(before: Vec<u32>, after: Vec<u32>) -> Self {
+        PromptIds {
+            before,
+            after,
+            from_client: false,
+        }
+    }
+
     pub fn read(file: &GgufFile, arch: &str) -> Result<Self> {
+        Ok(PromptIds::new(
+            read_u32s(file, arch, KEY_BEFORE)?,
+            read_u32s(file, arch, KEY_AFTER)?,
+        ))
+    }
+
+    /// [`Self::read`], or the client's sequence ([`Self::from_client`]) where the file has
+    /// neither array.
+    pub fn read_or_client(file: &GgufFile, arch: &str) -> Result<Self> {
+        let has = |k: &str| file.get(&format!("{arch}.{k}")).is_some();
+        if has(KEY_BEFORE) || has(KEY_AFTER) {
+            return Self::read(file, arch);
+        }
         Ok(PromptIds {
-            before: read_u32s(file, arch, KEY_BEFORE)?,
-            after: read_u32s(file, arch, KEY_AFTER)?,
+            from_client: true,
+            ..Default::default()
         })
     }
 
     pub fn write(&self, w: &mut GgufWriter, arch: &str) -> Result<()> {
+        if self.from_client {
+            return Ok(());
+        }
         write_u32s(w, arch, KEY_BEFORE, &self.before)?;
         write_u32s(w, arch, KEY_AFTER, &self.after)
     }
@@ -48,6 +78,18 @@ impl PromptIds {
         vocab: usize,
         text: usize,
     ) -> std::result::Result<(), String> {
+        if self.from_client {
+            return first_failing(&[
+                (
+                    cameras * n <= text && text <= MAX_SEQUENCE,
+                    "the sequence bound must hold every camera's image tokens",
+                ),
+                (
+                    (image as usize) < vocab,
+                    "the image token must be below vocab_size",
+                ),
+            ]);
+        }
         self.image_starts(image, n, cameras)
             .map_err(|e| e.to_string())?;
         let in_vocab = |ids: &[u32]| ids.iter().all(|&t| (t as usize) < vocab);
@@ -101,9 +143,56 @@ impl PromptIds {
             .collect()
     }
 
+    /// A client's sequence `ids` with its `total` image slots (`image` ids), as vla.cpp
+    /// takes it: as it is when it holds exactly `total`, after `total` image ids when it
+    /// holds none, an error otherwise.
+    pub fn client_sequence(ids: Vec<u32>, image: u32, total: usize) -> Result<Vec<u32>> {
+        match ids.iter().filter(|&&t| t == image).count() {
+            n if n == total => Ok(ids),
+            0 => Ok(std::iter::repeat_n(image, total).chain(ids).collect()),
+            n => Err(Error::InvalidArgument(format!(
+                "the token ids hold {n} image tokens (id {image}); this model takes {total} (every camera's) or none (then they go first)"
+            ))),
+        }
+    }
+
+    /// Where a client's sequence `seq` (padded ids as f32) takes the `total` image tokens:
+    /// `places` `[L, total]` (row p, column j: 1 where position p holds image token j, in
+    /// order) and `keep` `[L]` (1 where the token's own embedding stays). An error unless
+    /// `seq` holds exactly `total` image ids.
+    pub fn places(seq: &[f32], image: u32, total: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        let l = seq.len();
+        let (mut places, mut keep) = (vec![0.0; l * total], vec![1.0; l]);
+        let mut j = 0;
+        for (p, &t) in seq.iter().enumerate() {
+            if t != image as f32 {
+                continue;
+            }
+            if j == total {
+                break;
+            }
+            places[p * total + j] = 1.0;
+            keep[p] = 0.0;
+            j += 1;
+        }
+        let found = keep.iter().filter(|&&k| k == 0.0).count();
+        let extra = seq.iter().filter(|&&t| t == image as f32).count();
+        if extra != total || found != total {
+            return Err(Error::InvalidArgument(format!(
+                "the sequence holds {extra} image tokens, expected {total}"
+            )));
+        }
+        Ok((places, keep))
+    }
+
     /// Where each run of `n` `image` ids starts in `before`: an error unless there are
     /// exactly `cameras` runs, each exactly `n` long.
     pub fn image_starts(&self, image: u32, n: usize, cameras: usize) -> Result<Vec<usize>> {
+        if self.from_client {
+            return Err(Error::InvalidArgument(
+                "no prompt template: the request places the image tokens".into(),
+            ));
+        }
         let mut starts = Vec::new();
         let mut i = 0;
         while i < self.before.len() {
@@ -132,5 +221,35 @@ impl PromptIds {
             )));
         }
         Ok(starts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PromptIds;
+
+    #[test]
+    fn a_clients_sequence_places_its_image_slots_as_vla_cpp() {
+        // slots as the client put them, or all first when it put none; others refused
+        let with = vec![1, 9, 9, 2, 9, 3];
+        assert_eq!(
+            PromptIds::client_sequence(with.clone(), 9, 3).unwrap(),
+            with
+        );
+        let without = PromptIds::client_sequence(vec![1, 2], 9, 3).unwrap();
+        assert_eq!(without, [9, 9, 9, 1, 2]);
+        let e = PromptIds::client_sequence(vec![9, 1], 9, 3).unwrap_err();
+        assert!(e.to_string().contains("1 image tokens"), "{e}");
+
+        let seq = [1.0, 9.0, 9.0, 2.0, 9.0, 0.0];
+        let (places, keep) = PromptIds::places(&seq, 9, 3).unwrap();
+        assert_eq!(keep, [1.0, 0.0, 0.0, 1.0, 0.0, 1.0]);
+        let one = |p: usize| places[p * 3..p * 3 + 3].to_vec();
+        assert_eq!(one(1), [1.0, 0.0, 0.0]);
+        assert_eq!(one(2), [0.0, 1.0, 0.0]);
+        assert_eq!(one(4), [0.0, 0.0, 1.0]);
+        assert_eq!(one(0), [0.0; 3]);
+        assert!(PromptIds::places(&seq, 9, 2).is_err());
+        assert!(PromptIds::places(&seq, 9, 4).is_err());
     }
 }

@@ -18,6 +18,11 @@ pub mod names {
     pub const IMG_TOKENS: &str = "img_tokens";
     /// The instruction's token ids (a prefill input).
     pub const TOKENS: &str = "tokens";
+    /// Where a client's sequence takes the image tokens, `[1, L, n]` one-hot, and which
+    /// rows keep their token's embedding, `[L, 1]` (prefill inputs of a file without a
+    /// prompt template: [`crate::layers::place_rows`]).
+    pub const IMAGE_PLACES: &str = "image_places";
+    pub const TEXT_KEEP: &str = "text_keep";
     /// The normalised, padded state.
     pub const STATE: &str = "state";
     /// The denoise graph's current actions, `[chunk, max_action_dim]`.

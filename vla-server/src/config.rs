@@ -66,6 +66,11 @@ pub struct ServerArgs {
     /// normalisation statistics, for files that carry several. Config key: embodiment.
     #[arg(long, value_name = "NAME|ID")]
     pub embodiment: Option<String>,
+    /// Normalisation statistics for a model file that carries none: vla.cpp's GR00T files
+    /// written from lerobot checkpoints, with the dataset_statistics.json its converter
+    /// writes beside them (docs/GGUF.md). Config key: statistics.
+    #[arg(long, value_name = "FILE.json")]
+    pub statistics: Option<PathBuf>,
     /// Denoising steps (1-1000); default: the model's own. Config key: num_steps.
     #[arg(long, value_name = "N")]
     pub steps: Option<usize>,
@@ -109,6 +114,7 @@ struct RuntimeKeys {
     flash_attn: Option<bool>,
     mm_prec: Option<String>,
     embodiment: Option<String>,
+    statistics: Option<PathBuf>,
     num_steps: Option<usize>,
     threads: Option<usize>,
     queue: Option<String>,
@@ -143,6 +149,8 @@ pub const REFUSED_ENV: &[(&str, &str)] = &[
     ("VLA_FLASH_ATTN", "--flash-attn"),
     ("VLA_MM_PREC", "--mm-prec"),
     ("VLA_EMBODIMENT", "--embodiment"),
+    // vla.cpp's GR00T embodiment (a tag or an id, as --embodiment takes)
+    ("VLA_GR00T_EMBODIMENT", "--embodiment"),
     ("VLA_THREADS", "--threads"),
     ("VLA_BIND", "--bind"),
     ("VLA_LOG_LEVEL", "--log-level"),
@@ -291,6 +299,7 @@ impl Settings {
                     .unwrap_or_else(|| "cpu".into()),
                 num_steps,
                 embodiment: args.embodiment.or(file.embodiment),
+                statistics: args.statistics.or(file.statistics),
                 weight_dtype,
                 act_dtype,
                 flash_attn: args.flash_attn.or(file.flash_attn),

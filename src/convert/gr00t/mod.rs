@@ -360,10 +360,10 @@ pub fn eagle_prompt(
     for k in 1..=cameras {
         before.push_str(&format!("<image {k}><img>{}</img>", context.repeat(n_img)));
     }
-    Ok(PromptIds {
-        before: tok.encode(&before)?,
-        after: tok.encode("<|im_end|>\n<|im_start|>assistant\n")?,
-    })
+    Ok(PromptIds::new(
+        tok.encode(&before)?,
+        tok.encode("<|im_end|>\n<|im_start|>assistant\n")?,
+    ))
 }
 
 /// The min/max statistics of the pack step's state file, named as the GGUF stores them.

@@ -70,6 +70,33 @@ impl GgufFile {
         Ok(())
     }
 
+    /// Adds tensor `name` of f32 `values` with ggml-order `dims`, held in memory (what a
+    /// translation brings from beside the file: statistics).
+    pub fn add_tensor_f32(&mut self, name: &str, dims: &[u64], values: &[f32]) -> Result<()> {
+        if self.tensor_index.contains_key(name) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot add tensor {name:?}: the file has one of that name"
+            )));
+        }
+        if dims.iter().product::<u64>() != values.len() as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?}: {} values for dims {dims:?}",
+                values.len()
+            )));
+        }
+        self.tensor_index
+            .insert(name.to_owned(), self.tensors.len());
+        self.tensors.push(super::TensorInfo {
+            name: name.to_owned(),
+            ty: GgmlType::F32,
+            dims: dims.to_vec(),
+            offset: 0,
+        });
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.substitutes.insert(name.to_owned(), bytes);
+        Ok(())
+    }
+
     /// Replaces tensor `name` by the f32 values `f(v)` of its values `v`.
     pub fn map_f32(&mut self, name: &str, f: impl Fn(f32) -> f32) -> Result<()> {
         let values: Vec<f32> = self.dequantize(name)?.into_iter().map(f).collect();
@@ -116,5 +143,10 @@ mod tests {
         f.set_metadata("general.architecture", Value::String("u".into()));
         assert_eq!(f.get_u64("t.k").unwrap(), 3);
         assert_eq!(f.architecture().unwrap(), "u");
+        f.add_tensor_f32("c", &[2, 1], &[7.0, 8.0]).unwrap();
+        assert_eq!(f.tensor_info("c").unwrap().shape(), [1, 2]);
+        assert_eq!(f.dequantize("c").unwrap(), [7.0, 8.0]);
+        assert!(f.add_tensor_f32("c", &[1], &[0.0]).is_err(), "taken");
+        assert!(f.add_tensor_f32("d", &[3], &[0.0]).is_err(), "dims");
     }
 }

@@ -3,7 +3,7 @@
 
 use super::Gr00tConfig;
 use crate::graph::{Graph, GraphBuilder, NodeId};
-use crate::layers::{linear, rms_norm, splice_rows};
+use crate::layers::{linear, place_rows, rms_norm, splice_rows};
 use crate::models::flow::{valid_rows, VALID};
 use crate::modules::decoder::DecoderStack;
 use crate::modules::dit::cross_blocks;
@@ -30,7 +30,8 @@ pub fn vision(mut g: GraphBuilder, cfg: &Gr00tConfig) -> Result<Graph> {
 }
 
 /// The sequence's embeddings `[L, hidden]` with camera `i`'s image tokens in place of
-/// its `<IMG_CONTEXT>` run ([`Gr00tConfig::image_starts`]).
+/// its `<IMG_CONTEXT>` run ([`Gr00tConfig::image_starts`]); where the file has no template,
+/// where the request's inputs place them ([`names::IMAGE_PLACES`], [`names::TEXT_KEEP`]).
 fn spliced_embeddings(
     g: &mut GraphBuilder,
     cfg: &Gr00tConfig,
@@ -40,6 +41,12 @@ fn spliced_embeddings(
     let (h, t) = (cfg.lm.hidden, cfg.n_img_tokens());
     let table = g.weight("token_embd.weight", &[cfg.lm.vocab_size, h])?;
     let text = g.embedding(table, tokens)?;
+    if cfg.prompt.from_client {
+        let (l, n) = (cfg.seq_len(), cfg.io.n_images * t);
+        let places = g.input(names::IMAGE_PLACES, &[1, l, n]);
+        let keep = g.input(names::TEXT_KEEP, &[l, 1]);
+        return place_rows(g, text, img, places, keep);
+    }
     let pieces = cfg
         .image_starts()
         .into_iter()

@@ -26,7 +26,7 @@ use crate::gguf::{GgufFile, GgufWriter};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
-use crate::modules::flow::Schedule;
+use crate::modules::flow::{names, Schedule};
 use crate::modules::gr00t_head::time_rows;
 pub use crate::modules::gr00t_head::{ChunkShape, HeadConfig};
 use crate::modules::vision::VisionConfig;
@@ -51,7 +51,8 @@ pub struct Gr00tConfig {
     /// `tokenizer_max_length` bounds the instruction alone.
     pub io: ActionIo,
     /// The chat prompt around the instruction, as token ids (`prompt_before_ids`, with every
-    /// camera's run of image tokens, and `prompt_after_ids`).
+    /// camera's run of image tokens, and `prompt_after_ids`); in vla.cpp's files, none: a
+    /// request's ids are the whole sequence, image slots included.
     pub prompt: PromptIds,
     /// `<arch>.embodiment_tag_mapping` (JSON tag -> id) and `<arch>.embodiment` (the default
     /// tag): see [`super::embodiment`].
@@ -117,6 +118,15 @@ impl Gr00tConfig {
         self.vision.n_patches()
     }
 
+    /// Every camera's image tokens.
+    pub fn n_image_rows(&self) -> usize {
+        self.io.n_images * self.n_img_tokens()
+    }
+
+    fn image_id(&self) -> u32 {
+        self.head.image_token as u32
+    }
+
     /// The DiT's sequence: state token, future tokens, actions.
     pub fn suffix_len(&self) -> usize {
         self.head.suffix_len(self.io.chunk_size)
@@ -177,7 +187,7 @@ impl FlowArch for Gr00tConfig {
             ..Default::default()
         };
         let fixed = Gr00tConfig {
-            prompt: PromptIds::read(file, ARCH)?,
+            prompt: PromptIds::read_or_client(file, ARCH)?,
             embodiments: Embodiments::read(file, ARCH)?,
             ..fixed
         };
@@ -215,7 +225,16 @@ impl FlowArch for Gr00tConfig {
         format!("[{}]", python_repr(task))
     }
 
-    /// The sequence `before ++ instruction ++ after`, right-padded.
+    /// Without a template, the client's sequence with its image slots (vla.cpp's rule).
+    fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
+        match self.prompt.from_client {
+            true => PromptIds::client_sequence(ids, self.image_id(), self.n_image_rows()),
+            false => Ok(ids),
+        }
+    }
+
+    /// The sequence `before ++ instruction ++ after`, right-padded (without a template, the
+    /// client's, and where it places the image tokens).
     fn request_inputs(
         &self,
         tokens: Vec<f32>,
@@ -224,7 +243,19 @@ impl FlowArch for Gr00tConfig {
     ) -> Result<RequestInputs> {
         let (len, pad) = (self.seq_len(), self.io.pad_token_id);
         let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
-        let prefix = self.layout(n_real).into_inputs(seq)?;
+        let mut prefix = self.layout(n_real).into_inputs(seq.clone())?;
+        if self.prompt.from_client {
+            let n = self.n_image_rows();
+            let (places, keep) = PromptIds::places(&seq, self.image_id(), n)?;
+            prefix.push((
+                names::IMAGE_PLACES.into(),
+                Tensor::from_f32(vec![1, len, n], places)?,
+            ));
+            prefix.push((
+                names::TEXT_KEEP.into(),
+                Tensor::from_f32(vec![len, 1], keep)?,
+            ));
+        }
         Ok(RequestInputs {
             prefix,
             suffix: vec![state_input(state)?],

@@ -105,10 +105,7 @@ fn evo1_prompt(views: usize, n: usize, [open, context, close]: [usize; 3]) -> Pr
         before.extend(std::iter::repeat_n(context as u32, n));
         before.extend([close as u32, 9]);
     }
-    PromptIds {
-        before,
-        after: Vec::new(),
-    }
+    PromptIds::new(before, Vec::new())
 }
 
 #[cfg(test)]

@@ -362,10 +362,7 @@ fn stand_in_prompt(cameras: usize, n_img: usize, image_token: usize) -> PromptId
         before.extend(std::iter::repeat_n(image_token as u32, n_img));
         before.push(5);
     }
-    PromptIds {
-        before,
-        after: vec![6, 7, 8],
-    }
+    PromptIds::new(before, vec![6, 7, 8])
 }
 
 #[cfg(test)]

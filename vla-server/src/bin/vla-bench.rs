@@ -61,6 +61,10 @@ struct Args {
     /// Embodiment tag or id (GR00T), or statistics set; default: the model's.
     #[arg(long, value_name = "NAME|ID")]
     embodiment: Option<String>,
+    /// Normalisation statistics for a model file that carries none (vla.cpp's GR00T files:
+    /// the dataset_statistics.json its converter writes beside them).
+    #[arg(long, value_name = "FILE.json")]
+    statistics: Option<std::path::PathBuf>,
     /// Print one JSON object (stage times, counters, memory) instead of the tables.
     #[arg(long, conflicts_with_all = ["server", "compare"])]
     json: bool,
@@ -445,6 +449,7 @@ fn runtime_options(args: &Args) -> Result<RuntimeOptions> {
         act_dtype: vla::backend::ActDtype::from_name(&args.act_dtype)?,
         stepwise: args.stepwise,
         embodiment: args.embodiment.clone(),
+        statistics: args.statistics.clone(),
         ..Default::default()
     })
 }

@@ -1,9 +1,10 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are: pi0, pi0.5 and SmolVLA, whose files vla.cpp's converters
-//! write with other names and keys than ours (docs/GGUF.md "vla.cpp's files"). Such a file
-//! is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`).
+//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA and GR00T N1.5, whose files vla.cpp's
+//! converters write with other names and keys than ours (docs/GGUF.md "vla.cpp's files").
+//! Such a file is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`), or
+//! GR00T's `lm_hidden` ([`gr00t`]).
 //!
-//! Both: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics' epsilon there, the
+//! pi0, pi0.5 and SmolVLA: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics' epsilon there, the
 //! RMSNorm's is `rms_norm_eps` (pi0.5, default 1e-6) or SmolLM2's fixed 1e-5 (SmolVLA), ours
 //! `norm_eps`; no `n_images` (vla.cpp takes any number a request brings; we compile for
 //! [`VLACPP_IMAGES`]), `pad_token_id` (0: padding is masked) or tokenizer (clients send
@@ -25,10 +26,15 @@
 //! lerobot 0.4.4's shifted rows).
 
 use crate::gguf::{GgufFile, Value};
+use crate::policy::RuntimeOptions;
 use crate::{Error, Result};
 
+use super::gr00t::ARCH as GR00T_N1_5;
 use super::pi0::{ARCH_PI0, ARCH_PI05};
 use super::smolvla::ARCH as SMOLVLA;
+
+mod gr00t;
+mod pi;
 
 /// Camera views a vla.cpp file is compiled for (vla.cpp's LIBERO setup: agent view and
 /// wrist); its files do not say, since vla.cpp takes as many as a request brings.
@@ -36,22 +42,32 @@ pub const VLACPP_IMAGES: usize = 2;
 
 /// `file` in our layout when it is one of vla.cpp's that differs from ours; otherwise as is.
 /// Edited in place: tensors renamed and dropped where they lie in the mapped file, the few
-/// values that change (Gemma's gains) held in memory, keys set in the parsed header.
-pub fn translate(mut file: GgufFile) -> Result<GgufFile> {
+/// values that change (Gemma's gains) and what comes from beside the file
+/// ([`RuntimeOptions::statistics`]) held in memory, keys set in the parsed header.
+pub fn translate(mut file: GgufFile, opts: &RuntimeOptions) -> Result<GgufFile> {
     let arch = file.architecture()?.to_owned();
-    if file.get(&format!("{arch}.intermediate")).is_none() {
-        return Ok(file);
-    }
+    let pi_like = file.get(&format!("{arch}.intermediate")).is_some();
     match arch.as_str() {
-        ARCH_PI0 | ARCH_PI05 => {
+        ARCH_PI0 | ARCH_PI05 if pi_like => {
             tracing::info!("vla.cpp {arch} file: names and keys translated at load");
-            pi(&mut file, &arch)?;
+            pi::pi(&mut file, &arch)?;
         }
-        SMOLVLA => {
+        SMOLVLA if pi_like => {
             tracing::info!("vla.cpp SmolVLA file: names and keys translated at load");
             smolvla(&mut file)?;
         }
+        GR00T_N1_5 if gr00t::is_vlacpp(&file) => {
+            tracing::info!("vla.cpp {arch} file: names and keys translated at load");
+            // the one translation that reads the statistics option
+            return gr00t::gr00t_n1_5(&mut file, opts).map(|()| file);
+        }
         _ => {}
+    }
+    if let Some(path) = &opts.statistics {
+        return Err(Error::InvalidArgument(format!(
+            "--statistics {}: only for files that carry no statistics (vla.cpp's GR00T N1.5 files); this {arch} file carries its own",
+            path.display()
+        )));
     }
     Ok(file)
 }
@@ -89,78 +105,6 @@ fn smolvla(file: &mut GgufFile) -> Result<()> {
         if file.tensor_info(theirs).is_ok() {
             file.rename_tensor(theirs, ours)?;
         }
-    }
-    Ok(())
-}
-
-/// Our name of a tensor of vla.cpp's pi0 or pi0.5 (`adarms`) file, and whether it is a Gemma
-/// gain stored as `w` (which we store as `1 + w`).
-fn pi_tensor(name: &str, adarms: bool) -> (String, bool) {
-    if name == "vit.pos_embd" {
-        return ("vit.pos_embd.weight".into(), false);
-    }
-    let gain = |stack: &str| {
-        name == format!("{stack}.output_norm.weight")
-            || (name.starts_with(&format!("{stack}.blk."))
-                && (name.ends_with(".attn_norm.weight") || name.ends_with(".ffn_norm.weight")))
-    };
-    if !adarms {
-        return (name.to_owned(), gain("vlm") || gain("aex"));
-    }
-    if let Some(rest) = name.strip_prefix("aex.output_norm.") {
-        return (format!("aex.ada_output_norm.{rest}"), false);
-    }
-    if let Some(rest) = name.strip_prefix("aex.blk.") {
-        for (theirs, ours) in [
-            (".attn_norm.", ".ada_attn_norm."),
-            (".ffn_norm.", ".ada_ffn_norm."),
-        ] {
-            if let Some((layer, param)) = rest.split_once(theirs) {
-                return (format!("aex.blk.{layer}{ours}{param}"), false);
-            }
-        }
-    }
-    (name.to_owned(), gain("vlm"))
-}
-
-fn pi(file: &mut GgufFile, arch: &str) -> Result<()> {
-    let key = |k: &str| format!("{arch}.{k}");
-    // vla.cpp normalises with quantiles when `norm_mode` says so, else with mean / std; its
-    // files hold both sets, and ours pick mean / std when present
-    let quantiles = file
-        .get_str(&key("norm_mode"))
-        .is_ok_and(|m| m == "quantiles");
-    let unused = |name: &str| {
-        let stats = ["state_", "action_"].iter().any(|p| name.starts_with(p));
-        let dropped: &[&str] = match quantiles {
-            true => &["_mean", "_std"],
-            false => &["_q01", "_q99"],
-        };
-        stats && dropped.iter().any(|s| name.ends_with(s))
-    };
-    let eps = match file.get_f64(&key("rms_norm_eps")) {
-        Ok(e) => e as f32,
-        Err(Error::MetadataNotFound(_)) => 1e-6, // vla.cpp's default
-        Err(e) => return Err(e),
-    };
-    // vla.cpp's default RoPE base
-    common_keys(file, arch, eps, 10000.0)?;
-    let fc1 = file.tensor_info("vit.blk.0.fc1.weight")?;
-    let vit_inter = *fc1
-        .dims
-        .get(1)
-        .ok_or_else(|| Error::InvalidArgument("vit.blk.0.fc1.weight: expected a matrix".into()))?;
-    let vit_inter = Value::U32(u32_of("vit_inter", vit_inter)?);
-    file.set_metadata(key("vit_inter"), vit_inter);
-    file.retain_tensors(|name| !unused(name));
-    let adarms = arch == ARCH_PI05;
-    let names: Vec<String> = file.tensors().iter().map(|t| t.name.clone()).collect();
-    for theirs in names {
-        let (ours, gain) = pi_tensor(&theirs, adarms);
-        if gain {
-            file.map_f32(&theirs, |g| g + 1.0)?;
-        }
-        file.rename_tensor(&theirs, &ours)?;
     }
     Ok(())
 }
