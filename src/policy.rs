@@ -26,7 +26,9 @@ pub struct Image {
 /// values or zero-padded to `max_state_dim`. The instruction is given as text (`prompt`,
 /// tokenized with the GGUF's tokenizer) or as token ids already tokenized by the client;
 /// exactly one of the two. `noise` (`chunk_size * max_action_dim`, row-major) replaces the
-/// Gaussian draw, for reproducible runs.
+/// Gaussian draw, for reproducible runs. `token_mask` (vla.cpp's `attention_mask` with zeros
+/// among the ids) hides positions of the whole sequence from the model; only models whose
+/// requests bring the whole sequence take it (vla.cpp's files without a prompt template).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observation {
     pub images: Vec<Image>,
@@ -34,6 +36,7 @@ pub struct Observation {
     pub prompt: Option<String>,
     pub tokens: Option<Vec<i32>>,
     pub noise: Option<Vec<f32>>,
+    pub token_mask: Option<Vec<bool>>,
 }
 
 /// Milliseconds spent per stage of one predict call. A stage time is `None` where the

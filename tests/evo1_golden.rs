@@ -50,6 +50,7 @@ fn observation(g: &Golden, cfg: &Evo1Config, raw: bool) -> Observation {
         prompt: None,
         tokens: Some(text_ids(g, cfg)),
         noise: Some(g.f32("noise")),
+        token_mask: None,
     }
 }
 

@@ -53,6 +53,7 @@ fn observation_for(info: &vla::policy::PolicyInfo) -> Observation {
         prompt: None,
         tokens: Some(vec![5, 77, 301, 12, 9]),
         noise: Some(gaussian_noise(info.chunk_size * info.max_action_dim, 42)),
+        token_mask: None,
     }
 }
 

@@ -71,6 +71,7 @@ fn observation(g: &Golden, cfg: &Gr00tConfig, resized: bool) -> Observation {
         prompt: None,
         tokens: Some(instruction(&golden_ids(g), &cfg.prompt)),
         noise: Some(g.f32("noise")),
+        token_mask: None,
     }
 }
 

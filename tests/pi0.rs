@@ -43,6 +43,7 @@ fn observation(variant: Variant) -> Observation {
             cfg.io.chunk_size * cfg.io.max_action_dim,
             42,
         )),
+        token_mask: None,
     }
 }
 

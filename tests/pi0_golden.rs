@@ -62,6 +62,7 @@ fn observation(g: &Golden) -> Observation {
         prompt: None,
         tokens: Some(ids(g)),
         noise: Some(g.f32("noise")),
+        token_mask: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn observation() -> Observation {
                 .collect(),
         ),
         prompt: None,
+        token_mask: None,
     }
 }
 

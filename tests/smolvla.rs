@@ -39,6 +39,7 @@ fn observation() -> Observation {
             cfg.io.chunk_size * cfg.io.max_action_dim,
             42,
         )),
+        token_mask: None,
     }
 }
 

@@ -47,6 +47,7 @@ fn observation(g: &Golden) -> Observation {
         prompt: None,
         tokens: Some(g.ids("token_ids")),
         noise: Some(g.f32("noise")),
+        token_mask: None,
     }
 }
 

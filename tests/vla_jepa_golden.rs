@@ -36,6 +36,7 @@ fn observation(g: &Golden, cfg: &VlaJepaConfig) -> Observation {
         prompt: None,
         tokens: Some(instruction(&g.i64("token_ids"), &cfg.prompt)),
         noise: Some(g.f32("noise")),
+        token_mask: None,
     }
 }
 

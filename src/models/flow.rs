@@ -84,6 +84,11 @@ pub trait FlowArch: Section + Clone + Send + Sized {
     fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
         Ok(ids)
     }
+    /// Whether a request's ids are the whole sequence (a file without a prompt template), so
+    /// that a [`Observation::token_mask`] can name its positions.
+    fn whole_sequence(&self) -> bool {
+        false
+    }
     /// The prefill and fixed denoise inputs for `tokens` (padded, `n_tokens` real) and the
     /// normalised, padded state.
     fn request_inputs(
@@ -418,7 +423,10 @@ impl<A: FlowArch> FlowPolicy<A> {
             .map(|img| self.spec.camera.frame(img))
             .collect::<Result<Vec<_>>>()?;
         let cfg = self.cfg.with_text_rows(rows);
-        let inputs = cfg.request_inputs(tokens, n_tokens, &state)?;
+        let mut inputs = cfg.request_inputs(tokens, n_tokens, &state)?;
+        if let Some(mask) = &obs.token_mask {
+            hide_tokens(&mut inputs.prefix, mask, n_tokens, cfg.whole_sequence())?;
+        }
         Ok(Request {
             frames,
             instruction: InstructionRows {
@@ -542,6 +550,34 @@ impl<A: FlowArch> FlowPolicy<A> {
 /// What compiles one set of graphs for `cfg` (its instruction rows) and camera frames
 /// `frames`: the [`predict_graph`], or the [`stage_graphs`] when `stepwise`; the predict
 /// graph's compute by stage goes to `flops`.
+/// The prefill's [`VALID`] with the positions `mask` hides (false) cleared: the whole
+/// sequence's `n` ids, in a model that takes whole sequences.
+fn hide_tokens(prefix: &mut Inputs, mask: &[bool], n: usize, whole: bool) -> Result<()> {
+    if !whole {
+        return Err(Error::InvalidArgument(
+            "a token mask with hidden ids: only for models whose requests bring the whole sequence (vla.cpp's files without a prompt template)".into(),
+        ));
+    }
+    if mask.len() != n {
+        return Err(Error::InvalidArgument(format!(
+            "token mask: {} values for the {n} ids of the whole sequence (the image slots must be among the ids)",
+            mask.len()
+        )));
+    }
+    let valid = prefix
+        .iter_mut()
+        .find(|(name, _)| name == VALID)
+        .map(|(_, t)| t)
+        .ok_or_else(|| Error::InvalidArgument("token mask: no valid input".into()))?;
+    let valid = valid.as_f32_mut()?;
+    for (v, &keep) in valid.iter_mut().zip(mask) {
+        if !keep {
+            *v = 0.0;
+        }
+    }
+    Ok(())
+}
+
 fn set_builder<'a, A: FlowArch>(
     cfg: &'a A,
     spec: &'a FlowSpec,

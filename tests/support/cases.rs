@@ -183,6 +183,7 @@ pub fn observation(info: &PolicyInfo, seed: u64) -> Observation {
             info.chunk_size * info.max_action_dim,
             seed + 42,
         )),
+        token_mask: None,
     }
 }
 

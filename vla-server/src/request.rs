@@ -113,9 +113,15 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
                 .map_err(|e| Error::bad_request(format!("prompt: not valid UTF-8 ({e})")))?,
         ),
     };
-    let tokens = match req.attention_mask.is_empty() {
-        true => (!req.lang_tokens.is_empty()).then(|| req.lang_tokens.clone()),
-        false => Some(unpadded(&req.lang_tokens, &req.attention_mask)?),
+    let (tokens, token_mask) = match req.attention_mask.is_empty() {
+        true => (
+            (!req.lang_tokens.is_empty()).then(|| req.lang_tokens.clone()),
+            None,
+        ),
+        false => {
+            let (tokens, mask) = unpadded(&req.lang_tokens, &req.attention_mask)?;
+            (Some(tokens), mask)
+        }
     };
     // neither: the model's instruction for none (FlowArch::missing_task)
     if prompt.is_some() && tokens.is_some() {
@@ -152,6 +158,7 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
         prompt,
         tokens,
         noise,
+        token_mask,
     })
 }
 
@@ -197,10 +204,12 @@ fn camera_order(names: &[String], info: &PolicyInfo) -> Result<Vec<usize>> {
     Ok(order)
 }
 
-/// The ids `attention_mask` marks as real: vla.cpp's padded `lang_tokens` (ones, then
-/// zeros for the padding the reference's tokenizer adds on the right).
-fn unpadded(tokens: &[i32], mask: &[u32]) -> Result<Vec<i32>> {
-    if mask.len() != tokens.len() {
+/// The ids `attention_mask` marks as real: vla.cpp's `lang_tokens` up to the last one it
+/// marks (the zeros after it: the padding the reference's tokenizer adds on the right, or
+/// the mask's own, longer than the ids, as vla.cpp's Evo-1 client sends it), and, where it
+/// hides ids among them (that client's absent camera views), which (`false`).
+fn unpadded(tokens: &[i32], mask: &[u32]) -> Result<(Vec<i32>, Option<Vec<bool>>)> {
+    if mask.len() < tokens.len() {
         return Err(Error::bad_request(format!(
             "attention_mask: {} values for {} lang_tokens",
             mask.len(),
@@ -213,20 +222,21 @@ fn unpadded(tokens: &[i32], mask: &[u32]) -> Result<Vec<i32>> {
             mask[i]
         )));
     }
-    let real = mask.iter().take_while(|&&m| m == 1).count();
-    if let Some(i) = mask[real..].iter().position(|&m| m == 1) {
-        return Err(Error::bad_request(format!(
-            "attention_mask[{}] is 1 after a 0 at {real}: only padding after the ids (ones, \
-             then zeros) is supported",
-            real + i
-        )));
-    }
-    if real == 0 {
+    let Some(last) = mask.iter().rposition(|&m| m == 1) else {
         return Err(Error::bad_request(
             "attention_mask marks no id as real: send the instruction's ids, or none",
         ));
+    };
+    if last >= tokens.len() {
+        return Err(Error::bad_request(format!(
+            "attention_mask[{last}] is 1 past the {} lang_tokens",
+            tokens.len()
+        )));
     }
-    Ok(tokens[..real].to_vec())
+    let real = &mask[..=last];
+    let hidden = real.contains(&0);
+    let token_mask = hidden.then(|| real.iter().map(|&m| m == 1).collect());
+    Ok((tokens[..=last].to_vec(), token_mask))
 }
 
 fn prefix(what: &str, e: Error) -> Error {

@@ -98,6 +98,7 @@ fn observation(seed: u32) -> Observation {
         prompt: None,
         tokens: Some(vec![5, 17, 42, (seed % 400) as i32 + 3]),
         noise: Some(noise),
+        token_mask: None,
     }
 }
 
@@ -386,7 +387,7 @@ fn bad_requests_get_clear_errors() {
             "attention_mask length",
             with(&|r| r.attention_mask = vec![1; r.lang_tokens.len() + 1]),
             bad,
-            "attention_mask: 5 values for 4 lang_tokens",
+            "attention_mask[4] is 1 past the 4 lang_tokens",
         ),
         (
             "attention_mask value",
@@ -398,7 +399,13 @@ fn bad_requests_get_clear_errors() {
             "attention_mask hole",
             with(&|r| r.attention_mask = vec![1, 0, 1, 0]),
             bad,
-            "attention_mask[2] is 1 after a 0",
+            "a token mask with hidden ids",
+        ),
+        (
+            "attention_mask short",
+            with(&|r| r.attention_mask = vec![1; r.lang_tokens.len() - 1]),
+            bad,
+            "attention_mask: 3 values for 4 lang_tokens",
         ),
         (
             "attention_mask all padding",

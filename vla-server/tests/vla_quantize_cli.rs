@@ -34,6 +34,7 @@ fn observation() -> Observation {
                 .collect(),
         ),
         prompt: None,
+        token_mask: None,
     }
 }
 

@@ -225,6 +225,10 @@ impl FlowArch for Gr00tConfig {
         format!("[{}]", python_repr(task))
     }
 
+    fn whole_sequence(&self) -> bool {
+        self.prompt.from_client
+    }
+
     /// Without a template, the client's sequence with its image slots (vla.cpp's rule).
     fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
         match self.prompt.from_client {

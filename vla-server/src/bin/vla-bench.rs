@@ -141,6 +141,7 @@ fn observation(
         tokens: Some((1..=tokens as i32).collect()),
         prompt: None,
         noise: Some((0..noise_len).map(|i| (i as f32 * 0.61).cos()).collect()),
+        token_mask: None,
     }
 }
 
