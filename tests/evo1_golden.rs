@@ -10,7 +10,7 @@
 #[macro_use]
 mod support;
 
-use support::golden::{cache, env_dir, rows_where, tensor, test_backend, Fixture, Stages};
+use support::golden::{cache, env_dir, rows_where, tensor, test_backend, Fixture, Stages, CPU};
 use support::{check, cosine, Golden};
 use vla::gguf::GgmlType;
 use vla::models::common::text_rows;
@@ -226,4 +226,61 @@ fn long_instructions_give_lerobots_chunk() {
 fn token_ids_past_the_bound_are_refused() {
     fixture()
         .past_the_bound_is_refused(|cfg| 1024 - cfg.prompt.before.len() - cfg.prompt.after.len());
+}
+
+/// vla.cpp's Evo-1 layout: the fixture's checkpoint written by an independent writer as
+/// vla.cpp's converter writes the official checkpoint (tests/interop/vlacpp_evo1_writer.py:
+/// numpy + gguf-py; fused `attn_qkv` / `attn_in`, padded statistics), loads as it is and,
+/// sent what vla.cpp's Evo-1 client sends (lerobot's whole prompt as ids, every view's frame,
+/// the absent view's a blank one, hidden by `attention_mask`), gives lerobot's chunk on every
+/// backend. A prompt without image slots gets every view's block first (vla.cpp's rule).
+#[test]
+fn vlacpp_layout_gives_lerobots_chunk() {
+    let fx = fixture();
+    let g = &fx.g;
+    let gguf = std::env::temp_dir().join(format!("vla-vlacpp-evo1-{}.gguf", std::process::id()));
+    support::interop(
+        "vlacpp_evo1_writer.py",
+        &[fx.dir.as_os_str(), gguf.as_os_str()],
+    );
+    let cfg = Evo1Config::read(&fx.gguf(GgmlType::F32)).unwrap();
+    let mut obs = observation(g, &cfg, false);
+    let blank = Image {
+        height: 84,
+        width: 84,
+        data: ImageData::RgbU8(vec![0; 84 * 84 * 3]),
+    };
+    obs.images.push(blank);
+    let ids: Vec<i32> = g.i64("token_ids").iter().map(|&t| t as i32).collect();
+    let mask: Vec<bool> = g.i64("attention_mask").iter().map(|&m| m == 1).collect();
+    assert!(
+        mask.iter().any(|&m| !m),
+        "the fixture hides its absent view"
+    );
+    obs.tokens = Some(ids.clone());
+    obs.token_mask = Some(mask);
+    let open = |backend: &str| {
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            ..Default::default()
+        };
+        vla::models::from_gguf(vla::gguf::GgufFile::open(&gguf).unwrap(), &opts).unwrap()
+    };
+    for backend in support::golden::backends() {
+        if support::open(backend).is_none() {
+            continue;
+        }
+        let chunk = open(backend).predict(&obs).unwrap();
+        let what = format!("{backend}: vla.cpp-layout Evo-1: action chunk");
+        check(&what, &chunk.actions, &fx.actions(), TOL);
+    }
+    // No image slots: every view's <img>, image tokens and </img> go first.
+    let mut m = open(CPU);
+    let image = g.usize("image_token_id") as i32;
+    obs.tokens = Some(ids.iter().copied().filter(|&t| t != image).collect());
+    obs.token_mask = None;
+    let chunk = m.predict(&obs).unwrap().actions;
+    assert!(chunk.iter().all(|x| x.is_finite()));
+    assert_ne!(chunk, fx.actions());
+    let _ = std::fs::remove_file(gguf);
 }

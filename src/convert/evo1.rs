@@ -254,6 +254,7 @@ fn read_config(p: &Json, vlm: &Json, st: &Safetensors, tok: &Tokenizer) -> Resul
         max_views,
         image_token,
         prompt,
+        view_marks: [0; 2],
     })
 }
 

@@ -143,13 +143,22 @@ impl PromptIds {
             .collect()
     }
 
-    /// A client's sequence `ids` with its `total` image slots (`image` ids), as vla.cpp
-    /// takes it: as it is when it holds exactly `total`, after `total` image ids when it
-    /// holds none, an error otherwise.
-    pub fn client_sequence(ids: Vec<u32>, image: u32, total: usize) -> Result<Vec<u32>> {
+    /// A client's sequence `ids` with `views` x `per_view` image slots (`image` ids), as
+    /// vla.cpp takes it: as it is when it holds them all, after every view's block (`open`,
+    /// its image ids, `close`) when it holds none, an error otherwise.
+    pub fn client_sequence(
+        ids: Vec<u32>,
+        image: u32,
+        (views, per_view): (usize, usize),
+        (open, close): (&[u32], &[u32]),
+    ) -> Result<Vec<u32>> {
+        let total = views * per_view;
         match ids.iter().filter(|&&t| t == image).count() {
             n if n == total => Ok(ids),
-            0 => Ok(std::iter::repeat_n(image, total).chain(ids).collect()),
+            0 => {
+                let block = [open, &vec![image; per_view], close].concat();
+                Ok(block.repeat(views).into_iter().chain(ids).collect())
+            }
             n => Err(Error::InvalidArgument(format!(
                 "the token ids hold {n} image tokens (id {image}); this model takes {total} (every camera's) or none (then they go first)"
             ))),
@@ -232,13 +241,13 @@ mod tests {
     fn a_clients_sequence_places_its_image_slots_as_vla_cpp() {
         // slots as the client put them, or all first when it put none; others refused
         let with = vec![1, 9, 9, 2, 9, 3];
-        assert_eq!(
-            PromptIds::client_sequence(with.clone(), 9, 3).unwrap(),
-            with
-        );
-        let without = PromptIds::client_sequence(vec![1, 2], 9, 3).unwrap();
-        assert_eq!(without, [9, 9, 9, 1, 2]);
-        let e = PromptIds::client_sequence(vec![9, 1], 9, 3).unwrap_err();
+        let plain = ([].as_slice(), [].as_slice());
+        let seq = |ids, views, wrap| PromptIds::client_sequence(ids, 9, (views, 3 / views), wrap);
+        assert_eq!(seq(with.clone(), 1, plain).unwrap(), with);
+        assert_eq!(seq(vec![1, 2], 1, plain).unwrap(), [9, 9, 9, 1, 2]);
+        let wrapped = seq(vec![1], 3, ([7].as_slice(), [8].as_slice())).unwrap();
+        assert_eq!(wrapped, [7, 9, 8, 7, 9, 8, 7, 9, 8, 1]);
+        let e = seq(vec![9, 1], 1, plain).unwrap_err();
         assert!(e.to_string().contains("1 image tokens"), "{e}");
 
         let seq = [1.0, 9.0, 9.0, 2.0, 9.0, 0.0];

@@ -70,6 +70,97 @@ impl GgufFile {
         Ok(())
     }
 
+    /// Splits tensor `name` along its outermost dimension into `parts.len()` equal tensors
+    /// named `parts` (vla.cpp's fused q / k / v): each a view of its rows where they lie in
+    /// the mapped file, nothing copied.
+    pub fn split_outer(&mut self, name: &str, parts: &[String]) -> Result<()> {
+        let i = self.unsubstituted(name, "split")?;
+        let info = self.tensors[i].clone();
+        let k = parts.len() as u64;
+        let outer = *info.dims.last().unwrap_or(&0);
+        if k == 0 || !outer.is_multiple_of(k) {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?} {:?}: {outer} rows do not split into {k} parts",
+                info.shape()
+            )));
+        }
+        let mut dims = info.dims.clone();
+        *dims.last_mut().expect("checked non-empty") = outer / k;
+        let n: u64 = dims.iter().product();
+        let bytes = info.ty.bytes_for(n).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "tensor {name:?}: a part is not whole {} blocks",
+                info.ty
+            ))
+        })?;
+        if let Some(p) = parts
+            .iter()
+            .find(|p| self.tensor_index.contains_key(p.as_str()))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "cannot split tensor {name:?} into {p:?}: the file has one of that name"
+            )));
+        }
+        let pieces = parts.iter().enumerate().map(|(j, p)| super::TensorInfo {
+            name: p.clone(),
+            ty: info.ty,
+            dims: dims.clone(),
+            offset: info.offset + j as u64 * bytes,
+        });
+        self.tensors.splice(i..=i, pieces);
+        self.tensor_index = super::index_of(&self.tensors, |t| &t.name);
+        Ok(())
+    }
+
+    /// Gives tensor `name` the ggml-order `dims` of as many values (a header edit).
+    pub fn reshape_tensor(&mut self, name: &str, dims: &[u64]) -> Result<()> {
+        let i = *self
+            .tensor_index
+            .get(name)
+            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        let info = &mut self.tensors[i];
+        if dims.iter().product::<u64>() != info.n_elements() {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?} {:?}: not {dims:?} in ggml order",
+                info.shape()
+            )));
+        }
+        info.dims = dims.to_vec();
+        Ok(())
+    }
+
+    /// Keeps the first `n` entries of tensor `name`'s outermost dimension (a header edit: the
+    /// rest stays in the file, unread).
+    pub fn narrow_outer(&mut self, name: &str, n: u64) -> Result<()> {
+        let i = self.unsubstituted(name, "narrowed")?;
+        let info = &mut self.tensors[i];
+        let outer = info.dims.last_mut().filter(|d| n <= **d && n > 0);
+        match outer {
+            Some(d) => *d = n,
+            None => {
+                return Err(Error::InvalidArgument(format!(
+                    "tensor {name:?} {:?}: cannot keep {n} of its outermost entries",
+                    info.shape()
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// The index of tensor `name`, which must not be substituted (`what`: the edit refused).
+    fn unsubstituted(&self, name: &str, what: &str) -> Result<usize> {
+        let i = *self
+            .tensor_index
+            .get(name)
+            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        if self.substitutes.contains_key(name) {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?}: a substituted tensor cannot be {what}"
+            )));
+        }
+        Ok(i)
+    }
+
     /// Adds tensor `name` of f32 `values` with ggml-order `dims`, held in memory (what a
     /// translation brings from beside the file: statistics).
     pub fn add_tensor_f32(&mut self, name: &str, dims: &[u64], values: &[f32]) -> Result<()> {
@@ -148,5 +239,37 @@ mod tests {
         assert_eq!(f.dequantize("c").unwrap(), [7.0, 8.0]);
         assert!(f.add_tensor_f32("c", &[1], &[0.0]).is_err(), "taken");
         assert!(f.add_tensor_f32("d", &[3], &[0.0]).is_err(), "dims");
+    }
+
+    #[test]
+    fn splits_reshapes_and_narrows_in_the_header() {
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.architecture", "t").unwrap();
+        let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        w.add_f32("qkv".to_owned(), GgmlType::F32, &[2, 6], &v)
+            .unwrap();
+        w.add_f32("pe".to_owned(), GgmlType::F32, &[2, 4, 1], &v[..8])
+            .unwrap();
+        let mut f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        let parts = ["q", "k", "v"].map(String::from);
+        f.split_outer("qkv", &parts).unwrap();
+        assert!(f.tensor_info("qkv").is_err());
+        assert_eq!(f.tensor_info("k").unwrap().shape(), [2, 2]);
+        assert_eq!(f.dequantize("q").unwrap(), [0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(f.dequantize("v").unwrap(), [8.0, 9.0, 10.0, 11.0]);
+        assert!(f
+            .split_outer("k", &["a".into(), "b".into(), "c".into()])
+            .is_err());
+        assert!(
+            f.split_outer("k", &["q".into(), "z".into()]).is_err(),
+            "taken"
+        );
+        f.reshape_tensor("pe", &[2, 4]).unwrap();
+        assert!(f.reshape_tensor("pe", &[3, 4]).is_err());
+        f.narrow_outer("pe", 3).unwrap();
+        assert_eq!(f.dequantize("pe").unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert!(f.narrow_outer("pe", 4).is_err());
+        f.map_f32("q", |x| x).unwrap();
+        assert!(f.narrow_outer("q", 1).is_err(), "substituted");
     }
 }

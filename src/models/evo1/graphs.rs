@@ -2,7 +2,7 @@
 
 use super::{Evo1Config, CONNECTOR};
 use crate::graph::{Graph, GraphBuilder, NodeId};
-use crate::layers::{rms_norm, splice_rows};
+use crate::layers::{place_rows, rms_norm, splice_rows};
 use crate::models::flow::{valid_rows, PrefixLayout, VALID};
 use crate::modules::decoder::DecoderStack;
 use crate::modules::evo1_head::{HeadInputs, TIME_ROWS};
@@ -34,14 +34,23 @@ pub fn features(g: &mut GraphBuilder, cfg: &Evo1Config) -> Result<NodeId> {
     let mask = PrefixLayout::causal(l, l).allowed(g, valid)?;
     let table = g.weight("token_embd.weight", &[cfg.lm.vocab_size, h])?;
     let text = g.embedding(table, tokens)?;
-    let pieces = cfg
-        .image_starts()
-        .into_iter()
-        .take(cfg.io.n_images)
-        .enumerate()
-        .map(|(i, start)| Ok((start, g.slice(img, 0, i * n, n)?)))
-        .collect::<Result<Vec<_>>>()?;
-    let x = splice_rows(g, text, &pieces, false)?;
+    let x = match cfg.prompt.from_client {
+        true => {
+            let places = g.input(names::IMAGE_PLACES, &[1, l, cfg.io.n_images * n]);
+            let keep = g.input(names::TEXT_KEEP, &[l, 1]);
+            place_rows(g, text, img, places, keep)?
+        }
+        false => {
+            let pieces = cfg
+                .image_starts()
+                .into_iter()
+                .take(cfg.io.n_images)
+                .enumerate()
+                .map(|(i, start)| Ok((start, g.slice(img, 0, i * n, n)?)))
+                .collect::<Result<Vec<_>>>()?;
+            splice_rows(g, text, &pieces, false)?
+        }
+    };
     let positions = (0..l).map(|p| p as f32).collect::<Vec<_>>();
     let positions = g.constant(
         &format!("evo1.positions.{l}"),

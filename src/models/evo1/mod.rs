@@ -54,8 +54,11 @@ pub struct Evo1Config {
     /// `<IMG_CONTEXT>` (key `image_token_id`).
     pub image_token: usize,
     /// The ids before the instruction (every view's block) and after it (none in the
-    /// reference).
+    /// reference); in vla.cpp's files, none: a request's ids are the whole sequence.
     pub prompt: PromptIds,
+    /// Without a template: the ids around each view's image tokens that vla.cpp puts first
+    /// for a request without image slots (its keys `img_start_token_id`, `img_end_token_id`).
+    pub view_marks: [u32; 2],
 }
 
 impl Section for Evo1Config {
@@ -154,10 +157,20 @@ impl FlowArch for Evo1Config {
                 qkv_bias: true,
                 ..Default::default()
             },
-            prompt: PromptIds::read(file, ARCH)?,
+            prompt: PromptIds::read_or_client(file, ARCH)?,
             ..Default::default()
         };
-        config::read(file, ARCH, fixed)
+        let mut cfg = config::read(file, ARCH, fixed)?;
+        if cfg.prompt.from_client {
+            let id = |k: &str| -> Result<u32> {
+                let v = file.get_u64(&format!("{ARCH}.{k}"))?;
+                u32::try_from(v).map_err(|_| {
+                    crate::Error::InvalidArgument(format!("{ARCH}.{k} = {v} is out of range"))
+                })
+            };
+            cfg.view_marks = [id("img_start_token_id")?, id("img_end_token_id")?];
+        }
+        Ok(cfg)
     }
 
     fn spec(&self) -> FlowSpec {
@@ -180,6 +193,21 @@ impl FlowArch for Evo1Config {
 
     const GRAPHS: [GraphFn<Self>; 3] = [graphs::vision, graphs::prefill, graphs::denoise];
 
+    fn whole_sequence(&self) -> bool {
+        self.prompt.from_client
+    }
+
+    /// Without a template, the client's sequence with its image slots (vla.cpp's rule: none
+    /// given, every view's `<img>`, image tokens and `</img>` go first).
+    fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
+        if !self.prompt.from_client {
+            return Ok(ids);
+        }
+        let [open, close] = self.view_marks;
+        let views = (self.io.n_images, self.n_img_tokens());
+        PromptIds::client_sequence(ids, self.image_token as u32, views, (&[open], &[close]))
+    }
+
     /// The instruction without surrounding whitespace (Python's `str.strip`).
     fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
         task.trim().to_owned()
@@ -200,8 +228,20 @@ impl FlowArch for Evo1Config {
         for &start in self.image_starts().iter().skip(self.io.n_images) {
             layout.valid[start..start + n].fill(false);
         }
-        let mut prefix = layout.into_inputs(seq)?;
+        let mut prefix = layout.into_inputs(seq.clone())?;
         prefix.retain(|(name, _)| name == VALID || name == names::TOKENS);
+        if self.prompt.from_client {
+            let n = self.io.n_images * n;
+            let (places, keep) = PromptIds::places(&seq, self.image_token as u32, n)?;
+            prefix.push((
+                names::IMAGE_PLACES.into(),
+                Tensor::from_f32(vec![1, len, n], places)?,
+            ));
+            prefix.push((
+                names::TEXT_KEEP.into(),
+                Tensor::from_f32(vec![len, 1], keep)?,
+            ));
+        }
         prefix.push(state_input(state)?);
         Ok(RequestInputs {
             prefix,

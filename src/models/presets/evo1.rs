@@ -90,6 +90,7 @@ fn evo1_sized(
         image_token,
         lm,
         prompt: PromptIds::default(),
+        view_marks: [0; 2],
     };
     let ids = [image_token - 1, image_token, image_token + 1];
     cfg.prompt = evo1_prompt(3, cfg.n_img_tokens(), ids);

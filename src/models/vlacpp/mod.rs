@@ -1,8 +1,8 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA and GR00T N1.5, whose files vla.cpp's
+//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 and Evo-1, whose files vla.cpp's
 //! converters write with other names and keys than ours (docs/GGUF.md "vla.cpp's files").
 //! Such a file is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`), or
-//! GR00T's `lm_hidden` ([`gr00t`]).
+//! GR00T's and Evo-1's `lm_hidden` ([`gr00t`], [`evo1`]).
 //!
 //! pi0, pi0.5 and SmolVLA: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics' epsilon there, the
 //! RMSNorm's is `rms_norm_eps` (pi0.5, default 1e-6) or SmolLM2's fixed 1e-5 (SmolVLA), ours
@@ -29,10 +29,12 @@ use crate::gguf::{GgufFile, Value};
 use crate::policy::RuntimeOptions;
 use crate::{Error, Result};
 
+use super::evo1::ARCH as EVO1;
 use super::gr00t::ARCH as GR00T_N1_5;
 use super::pi0::{ARCH_PI0, ARCH_PI05};
 use super::smolvla::ARCH as SMOLVLA;
 
+mod evo1;
 mod gr00t;
 mod pi;
 
@@ -55,6 +57,10 @@ pub fn translate(mut file: GgufFile, opts: &RuntimeOptions) -> Result<GgufFile> 
         SMOLVLA if pi_like => {
             tracing::info!("vla.cpp SmolVLA file: names and keys translated at load");
             smolvla(&mut file)?;
+        }
+        EVO1 if evo1::is_vlacpp(&file) => {
+            tracing::info!("vla.cpp {arch} file: names and keys translated at load");
+            evo1::evo1(&mut file)?;
         }
         GR00T_N1_5 if gr00t::is_vlacpp(&file) => {
             tracing::info!("vla.cpp {arch} file: names and keys translated at load");
