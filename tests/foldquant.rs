@@ -507,7 +507,7 @@ fn language_model_sites_fuse_their_norm() {
     let q = fq_file(&float_file(), Scheme::W8A8);
     let fq = FoldQuant::read(&q).unwrap().unwrap();
     let sites = fq.sites(&q).unwrap();
-    let ints = integer_form(&q, &fq, &sites).unwrap();
+    let ints = integer_form(q, &fq, &sites).unwrap();
     let cfg = config();
     let spec = cfg.spec();
     let g = predict_graph(&cfg, &spec, Some(&ints), &spec.model_frames()).unwrap();

@@ -2,7 +2,7 @@
 //! the integer form the cpu backend's [`crate::graph::Op::FqLinear`] reads.
 
 use super::{FoldQuant, Module, Site};
-use crate::gguf::{add_moved, metadata_writer, GgmlType, GgufFile};
+use crate::gguf::{GgmlType, GgufFile};
 use crate::ops::foldquant::{rotate, unpack_int4, FoldOrder};
 use crate::Result;
 
@@ -43,26 +43,20 @@ pub fn dequantize_site(file: &GgufFile, site: &Site, order: FoldOrder) -> Result
 
 /// `file` with every FoldQuant site (`sites`, from [`FoldQuant::sites`]) replaced by its f32
 /// matrix ([`dequantize_site`]) and the `wscale` / `ascale` vectors dropped: a float file the
-/// ordinary graphs run.
-pub fn dequantized(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<GgufFile> {
-    let mut w = metadata_writer(file)?;
-    let site_of = |tensor: &str| {
-        sites
-            .iter()
-            .find(|s| tensor.starts_with(&format!("{}.", s.name)))
-    };
-    for t in file.tensors() {
-        match site_of(&t.name) {
-            Some(s) if t.name == format!("{}.weight", s.name) => {
-                let v = dequantize_site(file, s, fq.fold_order)?;
-                w.add_f32(t.name.clone(), GgmlType::F32, &[s.k as u64, s.n as u64], &v)?;
-            }
-            Some(s) if t.name == format!("{}.wscale", s.name) => {}
-            Some(s) if t.name == format!("{}.ascale", s.name) => {}
-            _ => w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))?,
-        }
+/// ordinary graphs run. Edited in place: the sites' matrices are held in memory, every other
+/// tensor stays where it lies in the mapped file.
+pub fn dequantized(mut file: GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<GgufFile> {
+    for s in sites {
+        let v = dequantize_site(&file, s, fq.fold_order)?;
+        let name = format!("{}.weight", s.name);
+        file.replace_f32(&name, &[s.k as u64, s.n as u64], &v)?;
     }
-    GgufFile::from_bytes(w.to_bytes()?)
+    let scales: std::collections::HashSet<String> = sites
+        .iter()
+        .flat_map(|s| ["wscale", "ascale"].map(|x| format!("{}.{x}", s.name)))
+        .collect();
+    file.retain_tensors(|name| !scales.contains(name));
+    Ok(file)
 }
 
 /// `file` in the form the integer path runs ([`crate::graph::Op::FqLinear`]): for every site
@@ -71,22 +65,14 @@ pub fn dequantized(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<Gg
 /// `<site>.fq` F32 `[weight_bits, act_bits, block, clip, fold, fuse_norm]` (fold 0: no
 /// `ascale`, 1: before, 2: after; fuse_norm 1 for the language model's q/k/v and gate/up,
 /// whose RMSNorm vla.cpp computes inside the site), which the graph builder reads when a
-/// matmul meets an I8 matrix.
-pub fn integer_form(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<GgufFile> {
-    let mut w = metadata_writer(file)?;
-    for t in file.tensors() {
-        let site = t
-            .name
-            .strip_suffix(".weight")
-            .and_then(|n| sites.iter().find(|s| s.name == n));
-        let Some(s) = site else {
-            add_moved(&mut w, file, t, t.name.clone(), t.ty, &t.dims)?;
-            continue;
-        };
+/// matmul meets an I8 matrix. Edited in place: the codes stay in the mapped file, only the
+/// six parameters per site are added in memory.
+pub fn integer_form(mut file: GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<GgufFile> {
+    for s in sites {
         // as stored: `[n, k]` codes, or INT4 two a byte `[n, k / 2]` (the backends unpack)
         let row = if s.weight_bits == 4 { s.k / 2 } else { s.k };
         let dims = [row as u64, s.n as u64];
-        add_moved(&mut w, file, t, t.name.clone(), GgmlType::I8, &dims)?;
+        file.retype_tensor(&format!("{}.weight", s.name), GgmlType::I8, &dims)?;
         let fold = match (s.ascale, fq.fold_order) {
             (false, _) => 0.0,
             (true, FoldOrder::Before) => 1.0,
@@ -107,7 +93,7 @@ pub fn integer_form(file: &GgufFile, fq: &FoldQuant, sites: &[Site]) -> Result<G
         };
         let bits = (s.weight_bits as f32, s.act_bits as f32);
         let params = [bits.0, bits.1, s.block as f32, clip, fold, fuse];
-        w.add_f32(format!("{}.fq", s.name), GgmlType::F32, &[6], &params)?;
+        file.add_tensor_f32(&format!("{}.fq", s.name), &[6], &params)?;
     }
-    GgufFile::from_bytes(w.to_bytes()?)
+    Ok(file)
 }

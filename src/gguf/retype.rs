@@ -74,34 +74,6 @@ pub fn retyped(
     GgufFile::from_bytes(w.to_bytes()?)
 }
 
-/// Adds `file`'s tensor `t` as `name` of `ty` and `dims` (the same bytes under another
-/// label: a layout translation), copied when the file is written and its source pages then
-/// released, so that translating a mapped file does not hold it and its copy at once.
-pub fn add_moved<'a>(
-    w: &mut GgufWriter<'a>,
-    file: &'a GgufFile,
-    t: &'a TensorInfo,
-    name: impl Into<String>,
-    ty: GgmlType,
-    dims: &[u64],
-) -> Result<()> {
-    let name = name.into();
-    let n: u64 = dims.iter().product();
-    if ty.bytes_for(n) != Some(t.n_bytes()) {
-        return Err(crate::Error::InvalidArgument(format!(
-            "tensor {:?}: its {} bytes are no {ty} tensor of dims {dims:?} ({name:?})",
-            t.name,
-            t.n_bytes()
-        )));
-    }
-    let copy = move |out: &mut dyn std::io::Write| {
-        out.write_all(file.tensor_bytes(t))?;
-        file.release(t);
-        Ok(t.n_bytes() as usize)
-    };
-    w.add_encoded(name, ty, dims, Box::new(copy))
-}
-
 /// Values re-encoded at a time: a few MiB of f32, whatever the tensor's size.
 const CHUNK_VALUES: usize = 1 << 20;
 

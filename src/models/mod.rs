@@ -134,8 +134,8 @@ pub fn from_gguf(file: GgufFile, opts: &RuntimeOptions) -> Result<Box<dyn Policy
             };
             tracing::info!("FoldQuant file: {} sites, run {how}", sites.len());
             match integer {
-                true => crate::foldquant::integer_form(&file, &fq, &sites)?,
-                false => crate::foldquant::dequantized(&file, &fq, &sites)?,
+                true => crate::foldquant::integer_form(file, &fq, &sites)?,
+                false => crate::foldquant::dequantized(file, &fq, &sites)?,
             }
         }
         None => file,

@@ -188,6 +188,46 @@ impl GgufFile {
         Ok(())
     }
 
+    /// Reads tensor `name`'s bytes as type `ty` of ggml-order `dims` (as many bytes; a
+    /// header edit: vla.cpp's FoldQuant codes as the integer form's I8 matrix).
+    pub fn retype_tensor(&mut self, name: &str, ty: GgmlType, dims: &[u64]) -> Result<()> {
+        let i = *self
+            .tensor_index
+            .get(name)
+            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        let info = &mut self.tensors[i];
+        let n = dims.iter().product::<u64>();
+        if ty.bytes_for(n) != Some(info.n_bytes()) {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?}: its {} bytes are no {ty} tensor of dims {dims:?}",
+                info.n_bytes()
+            )));
+        }
+        info.ty = ty;
+        info.dims = dims.to_vec();
+        Ok(())
+    }
+
+    /// Replaces tensor `name` by f32 `values` of ggml-order `dims`, held in memory.
+    pub fn replace_f32(&mut self, name: &str, dims: &[u64], values: &[f32]) -> Result<()> {
+        let i = *self
+            .tensor_index
+            .get(name)
+            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        if dims.iter().product::<u64>() != values.len() as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "tensor {name:?}: {} values for dims {dims:?}",
+                values.len()
+            )));
+        }
+        let info = &mut self.tensors[i];
+        info.ty = GgmlType::F32;
+        info.dims = dims.to_vec();
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.substitutes.insert(name.to_owned(), bytes);
+        Ok(())
+    }
+
     /// Replaces tensor `name` by the f32 values `f(v)` of its values `v`.
     pub fn map_f32(&mut self, name: &str, f: impl Fn(f32) -> f32) -> Result<()> {
         let values: Vec<f32> = self.dequantize(name)?.into_iter().map(f).collect();
@@ -271,5 +311,11 @@ mod tests {
         assert!(f.narrow_outer("pe", 4).is_err());
         f.map_f32("q", |x| x).unwrap();
         assert!(f.narrow_outer("q", 1).is_err(), "substituted");
+        f.retype_tensor("k", GgmlType::I8, &[16]).unwrap();
+        assert_eq!(f.tensor_info("k").unwrap().ty, GgmlType::I8);
+        assert!(f.retype_tensor("k", GgmlType::I8, &[15]).is_err());
+        f.replace_f32("k", &[1, 2], &[5.0, 6.0]).unwrap();
+        assert_eq!(f.tensor_info("k").unwrap().shape(), [2, 1]);
+        assert_eq!(f.dequantize("k").unwrap(), [5.0, 6.0]);
     }
 }
