@@ -62,6 +62,11 @@ macro_rules! conformance_tests {
             }
 
             #[test]
+            fn bf16_tables_run_everywhere() {
+                check::bf16_tables_run_everywhere(&case(stringify!($name)));
+            }
+
+            #[test]
             fn one_run_matches_stepwise() {
                 check::one_run_matches_stepwise_everywhere(&case(stringify!($name)));
             }

@@ -81,9 +81,15 @@ impl<'w> GraphBuilder<'w> {
         self.push(op, inputs, shape, GgmlType::F32)
     }
 
+    /// An f32 operand: an activation, or a weight, which every backend reads as an f32 copy
+    /// where no op takes it in stored form (16-bit tables in vla.cpp's bf16 files: position
+    /// tables, class tokens); FoldQuant's I8 codes have no f32 reading.
     fn check_f32(&self, op: &'static str, id: NodeId) -> Result<()> {
-        match self.nodes[id.0].dtype {
+        let node = &self.nodes[id.0];
+        let weight = matches!(node.op, Op::Weight(_));
+        match node.dtype {
             GgmlType::F32 => Ok(()),
+            t if weight && t != GgmlType::I8 => Ok(()),
             t => Err(err(
                 op,
                 format!("this input must be f32, node {} is {t}", id.0),

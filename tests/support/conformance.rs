@@ -524,6 +524,50 @@ pub fn agrees_with_cpu_on_vulkan(case: &ArchCase) {
     agrees_with_cpu(case, "vulkan");
 }
 
+/// Every 2-D f32 tensor in bf16, tables included (vla.cpp's bf16 files store position tables
+/// and class tokens so, where our converters keep them f32): the model loads and runs on
+/// every backend, its chunk close to the f32 model's on cpu.
+pub fn bf16_tables_run_everywhere(case: &ArchCase) {
+    let n = case.name;
+    let file = GgufFile::from_bytes(case.bytes()).unwrap();
+    let bf16 = |t: &vla::gguf::TensorInfo| {
+        (t.dims.len() >= 2 && t.ty == vla::gguf::GgmlType::F32).then_some(vla::gguf::GgmlType::BF16)
+    };
+    let (w, changed) = vla::gguf::retype(&file, bf16, |_, _| {}).unwrap();
+    assert!(
+        changed
+            .iter()
+            .any(|t| !t.ends_with(".weight") || t.contains("pos")),
+        "{n}: no table in bf16: {changed:?}"
+    );
+    let bytes = w.to_bytes().unwrap();
+    let mut p = case.cpu();
+    let obs = observation(p.info(), 1);
+    let want = predict(case, p.as_mut(), &obs, "f32 on cpu").actions;
+    let mut backends = vec!["cpu", "vulkan"];
+    if cfg!(feature = "ggml") {
+        backends.push("ggml");
+    }
+    for backend in backends {
+        if super::open(backend).is_none() {
+            continue;
+        }
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            ..Default::default()
+        };
+        let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+        let mut p = vla::models::from_gguf(file, &opts)
+            .unwrap_or_else(|e| panic!("{n}: bf16 tables on {backend}: {e}"));
+        let got = predict(case, p.as_mut(), &obs, backend).actions;
+        let cos = super::cosine(&got, &want);
+        assert!(
+            cos > 0.999,
+            "{n}: bf16 tables on {backend}: cosine {cos} to f32"
+        );
+    }
+}
+
 /// On ggml-cpu, and on each other ggml device in `VLA_TEST_GGML_DEVICES`.
 pub fn agrees_with_cpu_on_ggml(case: &ArchCase) {
     for name in super::ggml_backend_names() {

@@ -81,7 +81,10 @@ pub(super) fn gr00t_n1_5(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<(
     };
     file.set_metadata(key("norm_eps"), Value::F32(eps));
     check_fixed(file)?;
-    let hidden = file.tensor_info("aex.state_enc.l1.W")?.dims[0];
+    let l1 = file.tensor_info("aex.state_enc.l1.W")?;
+    let hidden = *l1.dims.first().ok_or_else(|| {
+        Error::InvalidArgument("aex.state_enc.l1.W: expected [E, in, hidden]".into())
+    })?;
     file.set_metadata(
         key("action_hidden"),
         Value::U32(u32_of("action_hidden", hidden)?),
@@ -159,8 +162,26 @@ fn check_fixed(file: &GgufFile) -> Result<()> {
 type StatisticsFile = BTreeMap<String, BTreeMap<String, BTreeMap<String, Vec<f32>>>>;
 
 /// The statistics of the embodiment the run uses, from [`RuntimeOptions::statistics`], as
-/// our `state_min`, `state_max`, `action_min`, `action_max` and real dimensions.
+/// our `state_min`, `state_max`, `action_min`, `action_max` and real dimensions (a file
+/// that carries them keeps its own, and refuses others).
 fn statistics(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()> {
+    let carried: Vec<u64> = ["state_min", "action_min"]
+        .iter()
+        .filter_map(|t| file.tensor_info(t).ok().map(|t| t.n_elements()))
+        .collect();
+    if let [state, action] = carried[..] {
+        if let Some(path) = &opts.statistics {
+            return Err(Error::InvalidArgument(format!(
+                "--statistics {}: this {ARCH} file carries its own",
+                path.display()
+            )));
+        }
+        for (what, n) in [("state", state), ("action", action)] {
+            let real = Value::U32(u32_of("statistics", n)?);
+            file.set_metadata(key(&format!("real_{what}_dim")), real);
+        }
+        return Ok(());
+    }
     let Some(path) = opts.statistics.as_deref() else {
         return Err(Error::InvalidArgument(format!(
             "vla.cpp's {ARCH} file carries no normalisation statistics (vla.cpp returns normalised actions; its converter writes a lerobot checkpoint's to dataset_statistics.json beside the GGUF): give that file with --statistics"
