@@ -27,6 +27,7 @@ impl Backend for CpuBackend {
     ) -> Result<Box<dyn Executable + 'w>> {
         let resolved = resolve(graph, |name| graph.weight_data(weights, name))?;
         let (prepared, bytes) = prepare(graph, &resolved)?;
+        release_packed(graph, &prepared, weights);
         Ok(Box::new(CpuExecutable::new(
             graph,
             Weights::Resolved(resolved),
@@ -40,6 +41,7 @@ impl Backend for CpuBackend {
         let resolved = resolve(graph, |name| graph.weight_view(&*weights, name))?;
         let (prepared, bytes) = prepare(graph, &resolved)?;
         drop(resolved);
+        release_packed(graph, &prepared, &*weights);
         Ok(Box::new(CpuExecutable::new(
             graph,
             Weights::Shared(weights),
@@ -90,6 +92,17 @@ fn prepare(graph: &Graph, resolved: &[Option<Tensor>]) -> Result<(Vec<Option<Pre
         }
     }
     Ok((prepared, bytes))
+}
+
+/// Tells the store that the weights now in tiles will not be read again soon (the runs read
+/// their tiles): a mapped file lets their pages go, so a quantized model does not hold its
+/// file's pages beside its tiles.
+fn release_packed(graph: &Graph, prepared: &[Option<Prepared>], store: &dyn WeightStore) {
+    for (node, p) in graph.nodes().iter().zip(prepared) {
+        if let (Op::Weight(name), Some(_)) = (&node.op, p) {
+            store.read_for_now(name);
+        }
+    }
 }
 
 /// A weight in the integer kernel's tiles, made at compile.

@@ -41,37 +41,26 @@ pub fn retype<'a>(
     Ok((w, changed))
 }
 
-/// `file` as [`retype`] re-encodes it, built in memory one tensor at a time: each tensor is
-/// encoded as it is written into the result (allocated once at its size) and its source
-/// pages released, so the peak is about the result plus one tensor, not the source, the
-/// re-encoded tensors and the result together.
+/// `file` with each tensor for which `target` returns a type re-encoded to it, in place: the
+/// re-encoded tensors are held in memory (one at a time encoded, its source pages then
+/// released), every other tensor stays where it lies in the mapped file, so the peak is about
+/// the re-encoded tensors, not the source and a copy of the whole file together.
 pub fn retyped(
-    file: &GgufFile,
+    mut file: GgufFile,
     target: impl Fn(&TensorInfo) -> Option<GgmlType>,
 ) -> Result<GgufFile> {
-    let mut w = metadata_writer(file)?;
-    for t in file.tensors() {
-        let ty = target(t).filter(|&ty| ty != t.ty);
-        let encode = move |out: &mut dyn std::io::Write| {
-            let src = file.tensor_bytes(t);
-            let wrote = match ty {
-                Some(ty) => reencode_rows(t, src, ty, out)?,
-                None => {
-                    out.write_all(src)?;
-                    src.len()
-                }
-            };
-            file.release(t);
-            Ok(wrote)
-        };
-        w.add_encoded(
-            t.name.clone(),
-            ty.unwrap_or(t.ty),
-            &t.dims,
-            Box::new(encode),
-        )?;
+    let todo: Vec<(TensorInfo, GgmlType)> = file
+        .tensors()
+        .iter()
+        .filter_map(|t| target(t).filter(|&ty| ty != t.ty).map(|ty| (t.clone(), ty)))
+        .collect();
+    for (t, ty) in todo {
+        let mut bytes = Vec::new();
+        reencode_rows(&t, file.tensor_bytes(&t), ty, &mut bytes)?;
+        file.release(&t);
+        file.substitute(&t.name, ty, bytes)?;
     }
-    GgufFile::from_bytes(w.to_bytes()?)
+    Ok(file)
 }
 
 /// Values re-encoded at a time: a few MiB of f32, whatever the tensor's size.
@@ -228,16 +217,14 @@ mod tests {
             let whole = GgufFile::from_bytes(whole.to_bytes().unwrap()).unwrap();
             let (eager, _) = retype(&src, target, |_, _| {}).unwrap();
             let eager = GgufFile::from_bytes(eager.to_bytes().unwrap()).unwrap();
-            for got in [retyped(&src, target).unwrap(), eager] {
-                assert_eq!(got.tensors(), whole.tensors(), "{ty}");
+            let in_place = retyped(GgufFile::open(&path).unwrap(), target).unwrap();
+            for got in [in_place, eager] {
                 assert_eq!(got.metadata(), whole.metadata(), "{ty}");
-                for t in whole.tensors() {
-                    assert_eq!(
-                        got.tensor_bytes(t),
-                        whole.tensor_bytes(t),
-                        "{ty} {}",
-                        t.name
-                    );
+                assert_eq!(got.tensors().len(), whole.tensors().len(), "{ty}");
+                for (g, t) in got.tensors().iter().zip(whole.tensors()) {
+                    let what = format!("{ty} {}", t.name);
+                    assert_eq!((&g.name, g.ty, &g.dims), (&t.name, t.ty, &t.dims), "{what}");
+                    assert_eq!(got.tensor_bytes(g), whole.tensor_bytes(t), "{what}");
                 }
             }
         }

@@ -108,7 +108,7 @@ impl<K: PartialEq> LoadedGraphs<K> {
             Some(ty) => {
                 super::check_weight_dtype(ty)?;
                 let targets = matmul_weights(&build(&file)?);
-                super::with_weight_dtype(&file, ty, |name| targets.contains(name))?
+                super::with_weight_dtype(file, ty, |name| targets.contains(name))?
             }
             None => file,
         };

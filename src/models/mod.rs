@@ -159,10 +159,10 @@ pub(crate) fn check_weight_dtype(ty: GgmlType) -> Result<()> {
     }
 }
 
-/// `file` with the float tensors `is_target` names re-encoded to `ty` (F32, F16 or BF16);
-/// block-quantized tensors stay as stored.
+/// `file` with the float tensors `is_target` names re-encoded to `ty` (F32, F16 or BF16) in
+/// place; block-quantized tensors stay as stored.
 pub(crate) fn with_weight_dtype(
-    file: &GgufFile,
+    file: GgufFile,
     ty: GgmlType,
     is_target: impl Fn(&str) -> bool,
 ) -> Result<GgufFile> {
