@@ -100,6 +100,9 @@ pub struct PolicyInfo {
     pub backend: String,
     /// Bytes the backend holds for weights plus peak activations.
     pub memory_bytes: u64,
+    /// Of [`Self::memory_bytes`], the peak activations' (the keys and values a prefill
+    /// leaves for the denoise steps included); the rest is weights.
+    pub activation_bytes: u64,
     /// Floating-point operations of one predict per stage (`vision`, `prefill`, `denoise`):
     /// matrix products and attention, 2 per multiply-add ([`crate::graph::Graph::flops_by_stage`]).
     pub stage_flops: Vec<(String, u64)>,

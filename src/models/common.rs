@@ -209,11 +209,14 @@ impl<K: PartialEq> LoadedGraphs<K> {
             true => set_weights.max().unwrap_or(0),
             false => set_weights.sum(),
         };
-        weights
-            + self
-                .execs()
-                .map(|e| e.stats().peak_activation_bytes)
-                .sum::<u64>()
+        weights + self.activation_bytes()
+    }
+
+    /// Of [`Self::memory_bytes`], the kept sets' peak activations.
+    pub fn activation_bytes(&self) -> u64 {
+        self.execs()
+            .map(|e| e.stats().peak_activation_bytes)
+            .sum::<u64>()
     }
 
     /// The [`PolicyInfo`] fields that come from the file and the backend; the caller fills
@@ -236,6 +239,7 @@ impl<K: PartialEq> LoadedGraphs<K> {
             weight_dtypes: super::dtype_summary(file),
             backend: self.backend.clone(),
             memory_bytes: self.memory_bytes(),
+            activation_bytes: self.activation_bytes(),
             stage_flops: Vec::new(),
             embodiment: None,
             camera_names: camera_names(file),

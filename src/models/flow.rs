@@ -460,6 +460,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             self.info.stage_flops = flops.clone();
         }
         self.info.memory_bytes = self.graphs.memory_bytes();
+        self.info.activation_bytes = self.graphs.activation_bytes();
         if !compiled {
             return Ok(());
         }

@@ -483,6 +483,7 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "weight_dtypes": info.weight_dtypes,
         "backend": info.backend,
         "memory_bytes": info.memory_bytes,
+        "activation_bytes": info.activation_bytes,
         "embodiment": info.embodiment,
         "server": concat!("vla-server ", env!("CARGO_PKG_VERSION")),
     })

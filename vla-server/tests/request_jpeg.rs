@@ -20,6 +20,7 @@ fn info() -> PolicyInfo {
         weight_dtypes: String::new(),
         backend: String::new(),
         memory_bytes: 0,
+        activation_bytes: 0,
         stage_flops: Vec::new(),
         embodiment: None,
         camera_names: Vec::new(),
