@@ -55,7 +55,9 @@ pub fn retyped(
         .filter_map(|t| target(t).filter(|&ty| ty != t.ty).map(|ty| (t.clone(), ty)))
         .collect();
     for (t, ty) in todo {
-        let mut bytes = Vec::new();
+        // allocated at its size: a growing buffer would keep up to twice that
+        let size = ty.bytes_for(t.n_elements()).unwrap_or(0) as usize;
+        let mut bytes = Vec::with_capacity(size);
         reencode_rows(&t, file.tensor_bytes(&t), ty, &mut bytes)?;
         file.release(&t);
         file.substitute(&t.name, ty, bytes)?;

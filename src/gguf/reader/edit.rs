@@ -183,7 +183,7 @@ impl GgufFile {
             dims: dims.to_vec(),
             offset: 0,
         });
-        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes = le_bytes(values);
         self.substitutes.insert(name.to_owned(), bytes);
         Ok(())
     }
@@ -223,7 +223,7 @@ impl GgufFile {
         let info = &mut self.tensors[i];
         info.ty = GgmlType::F32;
         info.dims = dims.to_vec();
-        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes = le_bytes(values);
         self.substitutes.insert(name.to_owned(), bytes);
         Ok(())
     }
@@ -231,9 +231,19 @@ impl GgufFile {
     /// Replaces tensor `name` by the f32 values `f(v)` of its values `v`.
     pub fn map_f32(&mut self, name: &str, f: impl Fn(f32) -> f32) -> Result<()> {
         let values: Vec<f32> = self.dequantize(name)?.into_iter().map(f).collect();
-        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes = le_bytes(&values);
         self.substitute(name, GgmlType::F32, bytes)
     }
+}
+
+/// `values` as little-endian bytes, allocated at their size (a collected iterator's buffer
+/// grows by doubling and may keep twice that).
+fn le_bytes(values: &[f32]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(4 * values.len());
+    for v in values {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    bytes
 }
 
 #[cfg(test)]
