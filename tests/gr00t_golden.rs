@@ -275,7 +275,7 @@ fn instruction_past_the_bound_is_refused() {
 /// statistics, gives lerobot's chunk on every backend; so do the ids without image slots
 /// (vla.cpp puts every camera's image tokens first then), differently. Without statistics,
 /// or with vla.cpp's default embodiment (gr1, 24) the statistics do not cover, the load is
-/// refused, naming what to give.
+/// refused, naming what to give; a file carrying its own statistics keeps them.
 #[test]
 fn vlacpp_layout_gives_lerobots_chunk() {
     let fx = fixture();
@@ -326,6 +326,45 @@ fn vlacpp_layout_gives_lerobots_chunk() {
     obs.tokens = Some(ids[..30].to_vec());
     let e = m.predict(&obs).unwrap_err().to_string();
     assert!(e.contains("image tokens"), "{e}");
+    // A file that carries the statistics itself keeps them and refuses --statistics.
+    let src = vla::gguf::GgufFile::open(&gguf).unwrap();
+    let mut w = vla::gguf::metadata_writer(&src).unwrap();
+    for t in src.tensors() {
+        w.add_tensor(t.name.clone(), t.ty, &t.dims, src.tensor_bytes(t))
+            .unwrap();
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    for what in ["state", "action"] {
+        for s in ["min", "max"] {
+            let v: Vec<f32> = json["new_embodiment"][what][s]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            let name = format!("{what}_{s}");
+            w.add_f32(name, GgmlType::F32, &[v.len() as u64], &v)
+                .unwrap();
+        }
+    }
+    let bytes = w.to_bytes().unwrap();
+    let carried = |s: bool| {
+        let opts = RuntimeOptions {
+            embodiment: Some("new_embodiment".into()),
+            statistics: s.then(|| stats.clone()),
+            ..Default::default()
+        };
+        vla::models::from_gguf(
+            vla::gguf::GgufFile::from_bytes(bytes.clone()).unwrap(),
+            &opts,
+        )
+    };
+    let e = carried(true).err().unwrap().to_string();
+    assert!(e.contains("carries its own"), "{e}");
+    obs.tokens = Some(ids.clone());
+    let chunk = carried(false).unwrap().predict(&obs).unwrap();
+    check("carried statistics", &chunk.actions, &fx.actions(), TOL);
     let _ = std::fs::remove_file(gguf);
     let _ = std::fs::remove_file(stats);
 }
