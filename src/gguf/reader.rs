@@ -222,15 +222,7 @@ impl GgufFile {
     /// dimension, in place: readers of this file then see only that slice (the rest of the
     /// data stays in the file, unread). For per-embodiment weights.
     pub fn select_index(&mut self, name: &str, index: usize) -> Result<()> {
-        let i = *self
-            .tensor_index
-            .get(name)
-            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
-        if self.substitutes.contains_key(name) {
-            return Err(Error::InvalidArgument(format!(
-                "tensor {name:?}: a substituted tensor cannot be narrowed"
-            )));
-        }
+        let i = self.unsubstituted(name, "narrowed")?;
         let info = &mut self.tensors[i];
         let outer = info.dims.last().copied().unwrap_or(1);
         if info.dims.len() < 2 || index as u64 >= outer {

@@ -6,9 +6,11 @@
 use crate::config::limits::MAX_SEQUENCE;
 use crate::config::{first_failing, read_u32s, write_u32s};
 use crate::gguf::{GgufFile, GgufWriter};
+use crate::models::prefix::Inputs;
+use crate::modules::flow::names;
 use crate::modules::qwen_text::ImageSpan;
 use crate::modules::qwen_vision::QwenVisionConfig;
-use crate::{Error, Result};
+use crate::{Error, Result, Tensor};
 
 /// The token ids a request's instruction is put between: the reference's chat template
 /// rendered with the camera views and a placeholder task, tokenized, and split at the task.
@@ -192,6 +194,20 @@ impl PromptIds {
             )));
         }
         Ok((places, keep))
+    }
+
+    /// [`Self::places`] as the prefill's inputs [`names::IMAGE_PLACES`] `[1, L, total]` and
+    /// [`names::TEXT_KEEP`] `[L, 1]`.
+    pub fn place_inputs(seq: &[f32], image: u32, total: usize) -> Result<Inputs> {
+        let (places, keep) = Self::places(seq, image, total)?;
+        let l = seq.len();
+        Ok(vec![
+            (
+                names::IMAGE_PLACES.into(),
+                Tensor::from_f32(vec![1, l, total], places)?,
+            ),
+            (names::TEXT_KEEP.into(), Tensor::from_f32(vec![l, 1], keep)?),
+        ])
     }
 
     /// Where each run of `n` `image` ids starts in `before`: an error unless there are

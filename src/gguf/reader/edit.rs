@@ -148,7 +148,7 @@ impl GgufFile {
     }
 
     /// The index of tensor `name`, which must not be substituted (`what`: the edit refused).
-    fn unsubstituted(&self, name: &str, what: &str) -> Result<usize> {
+    pub(super) fn unsubstituted(&self, name: &str, what: &str) -> Result<usize> {
         let i = *self
             .tensor_index
             .get(name)

@@ -231,16 +231,9 @@ impl FlowArch for Evo1Config {
         let mut prefix = layout.into_inputs(seq.clone())?;
         prefix.retain(|(name, _)| name == VALID || name == names::TOKENS);
         if self.prompt.from_client {
-            let n = self.io.n_images * n;
-            let (places, keep) = PromptIds::places(&seq, self.image_token as u32, n)?;
-            prefix.push((
-                names::IMAGE_PLACES.into(),
-                Tensor::from_f32(vec![1, len, n], places)?,
-            ));
-            prefix.push((
-                names::TEXT_KEEP.into(),
-                Tensor::from_f32(vec![len, 1], keep)?,
-            ));
+            let total = self.io.n_images * n;
+            let image = self.image_token as u32;
+            prefix.extend(PromptIds::place_inputs(&seq, image, total)?);
         }
         prefix.push(state_input(state)?);
         Ok(RequestInputs {

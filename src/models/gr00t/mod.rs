@@ -26,7 +26,7 @@ use crate::gguf::{GgufFile, GgufWriter};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
 use crate::modules::dit::BlockStack;
-use crate::modules::flow::{names, Schedule};
+use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::time_rows;
 pub use crate::modules::gr00t_head::{ChunkShape, HeadConfig};
 use crate::modules::vision::VisionConfig;
@@ -252,16 +252,8 @@ impl FlowArch for Gr00tConfig {
         let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
         let mut prefix = self.layout(n_real).into_inputs(seq.clone())?;
         if self.prompt.from_client {
-            let n = self.n_image_rows();
-            let (places, keep) = PromptIds::places(&seq, self.image_id(), n)?;
-            prefix.push((
-                names::IMAGE_PLACES.into(),
-                Tensor::from_f32(vec![1, len, n], places)?,
-            ));
-            prefix.push((
-                names::TEXT_KEEP.into(),
-                Tensor::from_f32(vec![len, 1], keep)?,
-            ));
+            let (image, total) = (self.image_id(), self.n_image_rows());
+            prefix.extend(PromptIds::place_inputs(&seq, image, total)?);
         }
         Ok(RequestInputs {
             prefix,

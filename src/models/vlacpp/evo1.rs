@@ -23,22 +23,12 @@ use crate::{Error, Result};
 
 use super::u32_of;
 
-/// Whether `file` is vla.cpp's Evo-1 layout (ours says `hidden`).
-pub(super) fn is_vlacpp(file: &GgufFile) -> bool {
-    file.get(&key("lm_hidden")).is_some()
-}
-
 fn key(k: &str) -> String {
     format!("{ARCH}.{k}")
 }
 
-/// vla.cpp's key -> ours, both u32.
-const RENAMED: [(&str, &str); 15] = [
-    ("lm_hidden", "hidden"),
-    ("lm_layers_used", "n_layers"),
-    ("lm_q_heads", "n_q_heads"),
-    ("lm_kv_heads", "n_kv_heads"),
-    ("lm_head_dim", "head_dim"),
+/// vla.cpp's key -> ours, both u32 (besides the language model's, [`super::lm_keys`]).
+const RENAMED: [(&str, &str); 10] = [
     ("embed_dim", "head_embed"),
     ("dit_heads", "head_heads"),
     ("dit_layers", "head_layers"),
@@ -62,18 +52,7 @@ const VIT_LAYER: [(&str, &str); 6] = [
 ];
 
 pub(super) fn evo1(file: &mut GgufFile) -> Result<()> {
-    for (theirs, ours) in RENAMED {
-        let v = file.get_u64(&key(theirs))?;
-        file.set_metadata(key(ours), Value::U32(u32_of(theirs, v)?));
-    }
-    let theta = file.get_f64(&key("lm_rope_theta"))?;
-    file.set_metadata(key("rope_theta"), Value::F32(theta as f32));
-    let eps = match file.get_f64(&key("lm_rms_eps")) {
-        Ok(e) => e as f32,
-        Err(Error::MetadataNotFound(_)) => 1e-6, // vla.cpp's default
-        Err(e) => return Err(e),
-    };
-    file.set_metadata(key("norm_eps"), Value::F32(eps));
+    super::lm_keys(file, ARCH, &RENAMED)?;
     check_fixed(file)?;
     // the state encoder's input and hidden widths (vla.cpp pads the state to its input)
     let fc1 = file.tensor_info("aex.state_enc.fc1.weight")?.dims.clone();

@@ -28,22 +28,12 @@ use crate::{Error, Result};
 
 use super::{u32_of, VLACPP_IMAGES};
 
-/// Whether `file` is vla.cpp's GR00T N1.5 layout (ours says `hidden`).
-pub(super) fn is_vlacpp(file: &GgufFile) -> bool {
-    file.get(&key("lm_hidden")).is_some()
-}
-
 fn key(k: &str) -> String {
     format!("{ARCH}.{k}")
 }
 
-/// vla.cpp's key -> ours, both u32.
-const RENAMED: [(&str, &str); 8] = [
-    ("lm_hidden", "hidden"),
-    ("lm_layers_used", "n_layers"),
-    ("lm_q_heads", "n_q_heads"),
-    ("lm_kv_heads", "n_kv_heads"),
-    ("lm_head_dim", "head_dim"),
+/// vla.cpp's key -> ours, both u32 (besides the language model's, [`super::lm_keys`]).
+const RENAMED: [(&str, &str); 3] = [
     ("action_horizon", "chunk_size"),
     ("action_dim", "max_action_dim"),
     ("num_inference_timesteps", "num_steps"),
@@ -68,18 +58,7 @@ const TENSORS: [(&str, &str); 3] = [
 ];
 
 pub(super) fn gr00t_n1_5(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()> {
-    for (theirs, ours) in RENAMED {
-        let v = file.get_u64(&key(theirs))?;
-        file.set_metadata(key(ours), Value::U32(u32_of(theirs, v)?));
-    }
-    let theta = file.get_f64(&key("lm_rope_theta"))?;
-    file.set_metadata(key("rope_theta"), Value::F32(theta as f32));
-    let eps = match file.get_f64(&key("lm_rms_eps")) {
-        Ok(e) => e as f32,
-        Err(Error::MetadataNotFound(_)) => 1e-6, // vla.cpp's default
-        Err(e) => return Err(e),
-    };
-    file.set_metadata(key("norm_eps"), Value::F32(eps));
+    super::lm_keys(file, ARCH, &RENAMED)?;
     check_fixed(file)?;
     let l1 = file.tensor_info("aex.state_enc.l1.W")?;
     let hidden = *l1.dims.first().ok_or_else(|| {

@@ -58,11 +58,11 @@ pub fn translate(mut file: GgufFile, opts: &RuntimeOptions) -> Result<GgufFile> 
             tracing::info!("vla.cpp SmolVLA file: names and keys translated at load");
             smolvla(&mut file)?;
         }
-        EVO1 if evo1::is_vlacpp(&file) => {
+        EVO1 if lm_prefixed(&file, EVO1) => {
             tracing::info!("vla.cpp {arch} file: names and keys translated at load");
             evo1::evo1(&mut file)?;
         }
-        GR00T_N1_5 if gr00t::is_vlacpp(&file) => {
+        GR00T_N1_5 if lm_prefixed(&file, GR00T_N1_5) => {
             tracing::info!("vla.cpp {arch} file: names and keys translated at load");
             // the one translation that reads the statistics option
             return gr00t::gr00t_n1_5(&mut file, opts).map(|()| file);
@@ -113,6 +113,39 @@ fn smolvla(file: &mut GgufFile) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// vla.cpp's GR00T and Evo-1 files name the language model's sizes `lm_*` (ours without the
+/// prefix): those, `renamed` (vla.cpp's u32 key -> ours), `lm_rope_theta` (f64, ours
+/// `rope_theta`) and `lm_rms_eps` (default 1e-6, ours `norm_eps`).
+fn lm_keys(file: &mut GgufFile, arch: &str, renamed: &[(&str, &str)]) -> Result<()> {
+    let key = |k: &str| format!("{arch}.{k}");
+    const LM: [(&str, &str); 5] = [
+        ("lm_hidden", "hidden"),
+        ("lm_layers_used", "n_layers"),
+        ("lm_q_heads", "n_q_heads"),
+        ("lm_kv_heads", "n_kv_heads"),
+        ("lm_head_dim", "head_dim"),
+    ];
+    for (theirs, ours) in LM.iter().chain(renamed) {
+        let v = file.get_u64(&key(theirs))?;
+        file.set_metadata(key(ours), Value::U32(u32_of(theirs, v)?));
+    }
+    let theta = file.get_f64(&key("lm_rope_theta"))?;
+    file.set_metadata(key("rope_theta"), Value::F32(theta as f32));
+    let eps = match file.get_f64(&key("lm_rms_eps")) {
+        Ok(e) => e as f32,
+        Err(Error::MetadataNotFound(_)) => 1e-6, // vla.cpp's default
+        Err(e) => return Err(e),
+    };
+    file.set_metadata(key("norm_eps"), Value::F32(eps));
+    Ok(())
+}
+
+/// Whether `arch`'s `file` names its language model's sizes as vla.cpp's GR00T and Evo-1
+/// files do (ours say `hidden`).
+fn lm_prefixed(file: &GgufFile, arch: &str) -> bool {
+    file.get(&format!("{arch}.lm_hidden")).is_some()
 }
 
 fn u32_of(key: &str, v: u64) -> Result<u32> {
