@@ -548,9 +548,6 @@ impl<A: FlowArch> FlowPolicy<A> {
     }
 }
 
-/// What compiles one set of graphs for `cfg` (its instruction rows) and camera frames
-/// `frames`: the [`predict_graph`], or the [`stage_graphs`] when `stepwise`; the predict
-/// graph's compute by stage goes to `flops`.
 /// The prefill's [`VALID`] with the positions `mask` hides (false) cleared: the whole
 /// sequence's `n` ids, in a model that takes whole sequences.
 fn hide_tokens(prefix: &mut Inputs, mask: &[bool], n: usize, whole: bool) -> Result<()> {
@@ -579,6 +576,9 @@ fn hide_tokens(prefix: &mut Inputs, mask: &[bool], n: usize, whole: bool) -> Res
     Ok(())
 }
 
+/// What compiles one set of graphs for `cfg` (its instruction rows) and camera frames
+/// `frames`: the [`predict_graph`], or the [`stage_graphs`] when `stepwise`; the predict
+/// graph's compute by stage goes to `flops`.
 fn set_builder<'a, A: FlowArch>(
     cfg: &'a A,
     spec: &'a FlowSpec,

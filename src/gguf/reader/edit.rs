@@ -52,10 +52,7 @@ impl GgufFile {
     /// Replaces tensor `name`'s data by `bytes` of type `ty` (its dimensions unchanged),
     /// held in memory; the file's bytes under it are no longer read.
     pub fn substitute(&mut self, name: &str, ty: GgmlType, bytes: Vec<u8>) -> Result<()> {
-        let i = *self
-            .tensor_index
-            .get(name)
-            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        let i = self.slot(name)?;
         let info = &mut self.tensors[i];
         let want = ty.bytes_for(info.n_elements());
         if want != Some(bytes.len() as u64) {
@@ -114,15 +111,13 @@ impl GgufFile {
 
     /// Gives tensor `name` the ggml-order `dims` of as many values (a header edit).
     pub fn reshape_tensor(&mut self, name: &str, dims: &[u64]) -> Result<()> {
-        let i = *self
-            .tensor_index
-            .get(name)
-            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        let i = self.slot(name)?;
         let info = &mut self.tensors[i];
         if dims.iter().product::<u64>() != info.n_elements() {
             return Err(Error::InvalidArgument(format!(
-                "tensor {name:?} {:?}: not {dims:?} in ggml order",
-                info.shape()
+                "tensor {name:?} {:?}: {} values are no tensor of ggml dims {dims:?}",
+                info.shape(),
+                info.n_elements()
             )));
         }
         info.dims = dims.to_vec();
@@ -147,12 +142,17 @@ impl GgufFile {
         Ok(())
     }
 
+    /// The index of tensor `name` in the header.
+    fn slot(&self, name: &str) -> Result<usize> {
+        self.tensor_index
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))
+    }
+
     /// The index of tensor `name`, which must not be substituted (`what`: the edit refused).
     pub(super) fn unsubstituted(&self, name: &str, what: &str) -> Result<usize> {
-        let i = *self
-            .tensor_index
-            .get(name)
-            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        let i = self.slot(name)?;
         if self.substitutes.contains_key(name) {
             return Err(Error::InvalidArgument(format!(
                 "tensor {name:?}: a substituted tensor cannot be {what}"
@@ -191,10 +191,7 @@ impl GgufFile {
     /// Reads tensor `name`'s bytes as type `ty` of ggml-order `dims` (as many bytes; a
     /// header edit: vla.cpp's FoldQuant codes as the integer form's I8 matrix).
     pub fn retype_tensor(&mut self, name: &str, ty: GgmlType, dims: &[u64]) -> Result<()> {
-        let i = *self
-            .tensor_index
-            .get(name)
-            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        let i = self.slot(name)?;
         let info = &mut self.tensors[i];
         let n = dims.iter().product::<u64>();
         if ty.bytes_for(n) != Some(info.n_bytes()) {
@@ -210,10 +207,7 @@ impl GgufFile {
 
     /// Replaces tensor `name` by f32 `values` of ggml-order `dims`, held in memory.
     pub fn replace_f32(&mut self, name: &str, dims: &[u64], values: &[f32]) -> Result<()> {
-        let i = *self
-            .tensor_index
-            .get(name)
-            .ok_or_else(|| Error::TensorNotFound(name.to_owned()))?;
+        let i = self.slot(name)?;
         if dims.iter().product::<u64>() != values.len() as u64 {
             return Err(Error::InvalidArgument(format!(
                 "tensor {name:?}: {} values for dims {dims:?}",

@@ -1,12 +1,13 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 and Evo-1, whose files vla.cpp's
-//! converters write with other names and keys than ours (docs/GGUF.md "vla.cpp's files").
+//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 and Evo-1, whose files
+//! vla.cpp's converters write with other names and keys than ours (docs/GGUF.md "vla.cpp's
+//! files").
 //! Such a file is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`), or
 //! GR00T's and Evo-1's `lm_hidden` ([`gr00t`], [`evo1`]).
 //!
-//! pi0, pi0.5 and SmolVLA: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics' epsilon there, the
-//! RMSNorm's is `rms_norm_eps` (pi0.5, default 1e-6) or SmolLM2's fixed 1e-5 (SmolVLA), ours
-//! `norm_eps`; no `n_images` (vla.cpp takes any number a request brings; we compile for
+//! pi0, pi0.5 and SmolVLA: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics'
+//! epsilon there, the RMSNorm's is `rms_norm_eps` (pi0.5, default 1e-6) or SmolLM2's fixed
+//! 1e-5 (SmolVLA), ours `norm_eps`; no `n_images` (vla.cpp takes any number a request brings; we compile for
 //! [`VLACPP_IMAGES`]), `pad_token_id` (0: padding is masked) or tokenizer (clients send
 //! token ids, as vla.cpp's do); `vit.pos_embd` (ours `vit.pos_embd.weight`).
 //!
