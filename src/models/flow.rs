@@ -612,6 +612,9 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
             true => self.run_stepwise(req)?,
             false => self.run_once(req)?,
         };
+        // the cpu backend measures its activations' peak as it runs
+        self.info.memory_bytes = self.graphs.memory_bytes();
+        self.info.activation_bytes = self.graphs.activation_bytes();
         let io = &self.spec.io;
         let mut x = x;
         x.truncate(self.spec.output_rows * io.max_action_dim);

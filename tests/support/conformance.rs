@@ -60,6 +60,14 @@ pub fn info_and_chunk_shape(case: &ArchCase) {
         (info.action_rows, info.action_dim),
         "{n}: chunk shape"
     );
+    // after a run the memory holds the activations' peak beside the weights
+    let m = p.info();
+    assert!(
+        0 < m.activation_bytes && m.activation_bytes < m.memory_bytes,
+        "{n}: activations {} of memory {}",
+        m.activation_bytes,
+        m.memory_bytes
+    );
     assert_eq!(
         chunk.actions.len(),
         info.action_rows * info.action_dim,
