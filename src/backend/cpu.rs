@@ -68,7 +68,8 @@ fn resolve<'s>(
 
 /// The integer kernel's tiles of every quantized matmul weight and FoldQuant site's codes,
 /// made once at compile (otherwise each run repacks them: most of a 50-row matmul's time),
-/// and the bytes the weights and tiles take.
+/// and the bytes the weights take: a packed weight's tiles in place of its file bytes,
+/// which [`release_packed`] lets go.
 fn prepare(graph: &Graph, resolved: &[Option<Tensor>]) -> Result<(Vec<Option<Prepared>>, u64)> {
     let mut bytes: u64 = resolved
         .iter()
@@ -88,7 +89,9 @@ fn prepare(graph: &Graph, resolved: &[Option<Tensor>]) -> Result<(Vec<Option<Pre
                 Op::FqLinear(p) => ops::foldquant::int_tiles(t, p).map(Prepared::FqCodes),
                 _ => ops::PackedWeight::new(t)?.map(Prepared::Matmul),
             };
-            bytes += prepared[w].as_ref().map_or(0, Prepared::bytes);
+            if let Some(p) = &prepared[w] {
+                bytes = bytes - t.raw_bytes().len() as u64 + p.bytes();
+            }
         }
     }
     Ok((prepared, bytes))
