@@ -10,33 +10,14 @@ use std::io::Write;
 use std::path::Path;
 
 /// Collects metadata and tensors, then writes a GGUF v3 file. Tensor data may be borrowed
-/// (e.g. from another mapped file) to avoid copies, or encoded only when the file is written
-/// ([`GgufWriter::add_encoded`]), so that no more than one tensor's encoding is held at once.
+/// (e.g. from another mapped file) to avoid copies.
 #[derive(Default)]
 pub struct GgufWriter<'a> {
     alignment: Option<u32>,
     metadata: Vec<(String, Value)>,
     keys: HashSet<String>,
-    tensors: Vec<(TensorInfo, Data<'a>)>,
+    tensors: Vec<(TensorInfo, Cow<'a, [u8]>)>,
     names: HashSet<String>,
-}
-
-/// Writes a tensor's encoded bytes when the file is written, returning how many it wrote.
-pub type Encoder<'a> = Box<dyn Fn(&mut dyn Write) -> Result<usize> + 'a>;
-
-/// A tensor's bytes: given, or encoded when written.
-enum Data<'a> {
-    Bytes(Cow<'a, [u8]>),
-    Encoded { len: usize, encode: Encoder<'a> },
-}
-
-impl Data<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Data::Bytes(b) => b.len(),
-            Data::Encoded { len, .. } => *len,
-        }
-    }
 }
 
 impl<'a> GgufWriter<'a> {
@@ -101,26 +82,16 @@ impl<'a> GgufWriter<'a> {
                 data.len()
             )));
         }
-        self.push(name, ty, dims, Data::Bytes(data))
+        self.push(name, ty, dims, data)
     }
 
-    /// Adds a tensor whose bytes `encode` produces when the file is written (and then
-    /// drops): re-encoding a large file holds one tensor's encoding at a time.
-    pub fn add_encoded(
+    fn push(
         &mut self,
-        name: impl Into<String>,
+        name: String,
         ty: GgmlType,
         dims: &[u64],
-        encode: Encoder<'a>,
+        data: Cow<'a, [u8]>,
     ) -> Result<()> {
-        let name = name.into();
-        let len = tensor_bytes(&name, ty, dims)?;
-        let len = usize::try_from(len)
-            .map_err(|_| Error::InvalidArgument(format!("tensor {name:?}: {len} bytes")))?;
-        self.push(name, ty, dims, Data::Encoded { len, encode })
-    }
-
-    fn push(&mut self, name: String, ty: GgmlType, dims: &[u64], data: Data<'a>) -> Result<()> {
         if !self.names.insert(name.clone()) {
             return Err(Error::Duplicate {
                 kind: "tensor",
@@ -194,19 +165,8 @@ impl<'a> GgufWriter<'a> {
         let align = self.alignment();
         w.write_all(&self.header())?;
         let zeros = vec![0u8; align as usize];
-        for (info, data) in &self.tensors {
-            match data {
-                Data::Bytes(b) => w.write_all(b)?,
-                Data::Encoded { len, encode } => {
-                    let wrote = encode(&mut w)?;
-                    if wrote != *len {
-                        return Err(Error::InvalidArgument(format!(
-                            "tensor {:?}: encoded to {wrote} bytes, expected {len}",
-                            info.name
-                        )));
-                    }
-                }
-            }
+        for (_, data) in &self.tensors {
+            w.write_all(data)?;
             let n = data.len() as u64;
             w.write_all(&zeros[..(n.next_multiple_of(align) - n) as usize])?;
         }
