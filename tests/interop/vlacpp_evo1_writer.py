@@ -42,7 +42,7 @@ import sys
 import numpy as np
 import gguf
 
-from vlacpp_layout import finish, safetensors
+from vlacpp_layout import DECODER, decoder_layers, finish, safetensors
 
 VIS = "model.embedder.model.vision_tower"
 MMP = "model.embedder.model.multi_modal_projector"
@@ -51,12 +51,8 @@ AH = "model.action_head"
 ARCH = "evo1"
 PAD = 24
 
-QWEN2 = [("input_layernorm.weight", "attn_norm.weight"), ("self_attn.q_proj.weight", "attn_q.weight"),
-         ("self_attn.q_proj.bias", "attn_q.bias"), ("self_attn.k_proj.weight", "attn_k.weight"),
-         ("self_attn.k_proj.bias", "attn_k.bias"), ("self_attn.v_proj.weight", "attn_v.weight"),
-         ("self_attn.v_proj.bias", "attn_v.bias"), ("self_attn.o_proj.weight", "attn_o.weight"),
-         ("post_attention_layernorm.weight", "ffn_norm.weight"), ("mlp.gate_proj.weight", "ffn_gate.weight"),
-         ("mlp.up_proj.weight", "ffn_up.weight"), ("mlp.down_proj.weight", "ffn_down.weight")]
+# the decoder blocks plus Qwen2's q / k / v biases
+QWEN2 = DECODER + [(f"self_attn.{x}_proj.bias", f"attn_{x}.bias") for x in "qkv"]
 
 
 def count(sd, prefix, probe):
@@ -84,7 +80,7 @@ def main(ckpt, out):
     sizes = json.load(open(f"{ckpt}/arch.json"))
     tok, head = sizes["tokens"], sizes["action_head"]
     vit_layers = count(sd, f"{VIS}.encoder.layer", "lambda_1")
-    lm_layers = count(sd, f"{LM}.layers", "input_layernorm.weight")
+    lm_layers = decoder_layers(sd, LM)
     dit_layers = count(sd, f"{AH}.transformer_blocks", "attn.in_proj_weight")
     conv = sd[f"{VIS}.embeddings.patch_embeddings.projection.weight"]
     q0 = sd[f"{LM}.layers.0.self_attn.q_proj.weight"]

@@ -41,18 +41,16 @@ import sys
 import numpy as np
 import gguf
 
-from vlacpp_layout import finish, safetensors, write_siglip
+from vlacpp_layout import DECODER, decoder_layers, finish, safetensors, write_siglip
 
 VIS = "backbone.eagle_model.vision_model.vision_model"
 LM = "backbone.eagle_model.language_model.model"
 AH = "action_head"
 ARCH = "gr00t_n1_5"
 
-QWEN3 = [("input_layernorm", "attn_norm"), ("self_attn.q_proj", "attn_q"),
-         ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
-         ("self_attn.o_proj", "attn_o"), ("self_attn.q_norm", "attn_q_norm"),
-         ("self_attn.k_norm", "attn_k_norm"), ("post_attention_layernorm", "ffn_norm"),
-         ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down")]
+# `write_qwen3_lm`: the decoder blocks plus Qwen3's per-head q / k norms
+QWEN3 = DECODER + [("self_attn.q_norm.weight", "attn_q_norm.weight"),
+                   ("self_attn.k_norm.weight", "attn_k_norm.weight")]
 PROJECTORS = [("state_encoder.layer1", "aex.state_enc.l1"), ("state_encoder.layer2", "aex.state_enc.l2"),
               ("action_encoder.W1", "aex.act_enc.W1"), ("action_encoder.W2", "aex.act_enc.W2"),
               ("action_encoder.W3", "aex.act_enc.W3"), ("action_decoder.layer1", "aex.act_dec.l1"),
@@ -112,7 +110,7 @@ def main(ckpt, out, stats_out):
            ("vit_inter", sd[f"{VIS}.encoder.layers.0.mlp.fc1.weight"].shape[0]),
            ("image_size", grid * patch), ("patch_size", patch), ("n_img_tokens", grid * grid),
            ("vit_pixel_shuffle", 0), ("mlp_connector_layers", 1),
-           ("lm_hidden", q0.shape[1]), ("lm_layers_used", count(sd, f"{LM}.layers", "input_layernorm.weight")),
+           ("lm_hidden", q0.shape[1]), ("lm_layers_used", decoder_layers(sd, LM)),
            ("lm_q_heads", q0.shape[0] // head_dim), ("lm_kv_heads", k0.shape[0] // head_dim),
            ("lm_head_dim", head_dim), ("lm_inter", sd[f"{LM}.layers.0.mlp.gate_proj.weight"].shape[0]),
            ("vocab_size", sd[embd].shape[0]), ("image_token_index", sizes["image_token_id"]),
@@ -143,9 +141,9 @@ def main(ckpt, out, stats_out):
     add("mm.fc.bias", sd["backbone.eagle_model.mlp1.0.bias"])
     add("token_embd.weight", sd[embd])
     add("vlm.output_norm.weight", sd[f"{LM}.norm.weight"])
-    for i in range(count(sd, f"{LM}.layers", "input_layernorm.weight")):
+    for i in range(decoder_layers(sd, LM)):
         for s, d in QWEN3:
-            add(f"vlm.blk.{i}.{d}.weight", sd[f"{LM}.layers.{i}.{s}.weight"])
+            add(f"vlm.blk.{i}.{d}", sd[f"{LM}.layers.{i}.{s}"])
     add("aex.vlln.weight", sd[f"{AH}.vlln.weight"])
     add("aex.vlln.bias", sd[f"{AH}.vlln.bias"])
     write_blocks(add, sd, vlsa, "aex.vlsa", count(sd, vlsa, "attn1.to_q.weight"), adaln=False)

@@ -58,7 +58,8 @@ PI_VIS = "paligemma_with_expert.paligemma.model.vision_tower.vision_model"
 PI_MMP = "paligemma_with_expert.paligemma.model.multi_modal_projector"
 PI_HEAD = "paligemma_with_expert.paligemma.lm_head.weight"
 
-# A Gemma decoder layer's tensors: (checkpoint suffix, vla.cpp's name).
+# A decoder layer's tensors (Gemma, Qwen2, Qwen3: transformers names them alike):
+# (checkpoint suffix, vla.cpp's name), as `gguf_blocks.DECODER_MAP`.
 DECODER = [("input_layernorm.weight", "attn_norm.weight"), ("self_attn.q_proj.weight", "attn_q.weight"),
            ("self_attn.k_proj.weight", "attn_k.weight"), ("self_attn.v_proj.weight", "attn_v.weight"),
            ("self_attn.o_proj.weight", "attn_o.weight"),
