@@ -172,26 +172,17 @@ impl PromptIds {
     /// order) and `keep` `[L]` (1 where the token's own embedding stays). An error unless
     /// `seq` holds exactly `total` image ids.
     pub fn places(seq: &[f32], image: u32, total: usize) -> Result<(Vec<f32>, Vec<f32>)> {
-        let l = seq.len();
-        let (mut places, mut keep) = (vec![0.0; l * total], vec![1.0; l]);
-        let mut j = 0;
-        for (p, &t) in seq.iter().enumerate() {
-            if t != image as f32 {
-                continue;
-            }
-            if j == total {
-                break;
-            }
+        let at: Vec<usize> = (0..seq.len()).filter(|&p| seq[p] == image as f32).collect();
+        if at.len() != total {
+            return Err(Error::InvalidArgument(format!(
+                "the sequence holds {} image tokens, expected {total}",
+                at.len()
+            )));
+        }
+        let (mut places, mut keep) = (vec![0.0; seq.len() * total], vec![1.0; seq.len()]);
+        for (j, &p) in at.iter().enumerate() {
             places[p * total + j] = 1.0;
             keep[p] = 0.0;
-            j += 1;
-        }
-        let found = keep.iter().filter(|&&k| k == 0.0).count();
-        let extra = seq.iter().filter(|&&t| t == image as f32).count();
-        if extra != total || found != total {
-            return Err(Error::InvalidArgument(format!(
-                "the sequence holds {extra} image tokens, expected {total}"
-            )));
         }
         Ok((places, keep))
     }
