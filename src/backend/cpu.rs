@@ -308,6 +308,8 @@ impl Executable for CpuExecutable<'_> {
                     }
                 }
                 Op::PatchEmbed => ops::patch_embed(arg(0), arg(1), Some(arg(2)))?,
+                Op::Im2Col(win) => ops::im2col(arg(0), win)?,
+                Op::MaxPool(win) => ops::max_pool(arg(0), win)?,
                 Op::Concat { axis } => {
                     let xs: Vec<&Tensor> = node.inputs.iter().map(|&id| get(id)).collect();
                     ops::concat(&xs, *axis)?

@@ -1,6 +1,8 @@
 //! Building a [`Graph`] with shape inference.
 
-use super::{AttentionMask, FqParams, GateAct, Graph, Node, NodeId, Op, RowNorm, WeightStore};
+use super::{
+    AttentionMask, FqParams, GateAct, Graph, Node, NodeId, Op, RowNorm, WeightStore, Window,
+};
 use crate::gguf::GgmlType;
 use crate::ops::{RopeConfig, RopeLayout};
 use crate::{Error, Result, Tensor};
@@ -681,6 +683,43 @@ impl<'w> GraphBuilder<'w> {
         }
         let shape = vec![(is[1] / ws[2]) * (is[2] / ws[3]), ws[0]];
         Ok(self.activation(Op::PatchEmbed, vec![image, w, b], shape))
+    }
+
+    /// [`Op::Im2Col`]: `x [H, W, C]` -> `[OH * OW, C * KH * KW]`.
+    pub fn im2col(&mut self, x: NodeId, win: Window) -> Result<NodeId> {
+        let (_, _, c, oh, ow) = self.window_input("im2col", x, &win)?;
+        let shape = vec![oh * ow, c * win.kernel.0 * win.kernel.1];
+        Ok(self.activation(Op::Im2Col(win), vec![x], shape))
+    }
+
+    /// [`Op::MaxPool`]: `x [H, W, C]` -> `[OH, OW, C]`. As PyTorch's `MaxPool2d`, the
+    /// padding is at most half the kernel (so no window lies wholly in it); no dilation.
+    pub fn max_pool(&mut self, x: NodeId, win: Window) -> Result<NodeId> {
+        let (_, _, c, oh, ow) = self.window_input("max_pool", x, &win)?;
+        let ((kh, kw), (ph, pw)) = (win.kernel, win.padding);
+        if ph > kh / 2 || pw > kw / 2 || win.dilation != (1, 1) {
+            return Err(err(
+                "max_pool",
+                format!("padding at most half the kernel and no dilation: {win:?}"),
+            ));
+        }
+        Ok(self.activation(Op::MaxPool(win), vec![x], vec![oh, ow, c]))
+    }
+
+    /// A channels-last feature map's sizes and the window's output, checked.
+    fn window_input(
+        &self,
+        op: &'static str,
+        x: NodeId,
+        win: &Window,
+    ) -> Result<(usize, usize, usize, usize, usize)> {
+        self.check_f32(op, x)?;
+        let xs = self.shape(x);
+        let [h, w, c] = xs[..] else {
+            return Err(err(op, format!("expected [H, W, C], got {xs:?}")));
+        };
+        let (oh, ow) = win.output(h, w).map_err(|e| err(op, e))?;
+        Ok((h, w, c, oh, ow))
     }
 
     pub fn concat(&mut self, xs: &[NodeId], axis: usize) -> Result<NodeId> {

@@ -139,6 +139,15 @@ pub enum Op {
     },
     /// `[image [C, H, W], w [O, C, P, P], b [O]]` -> `[patches, O]`.
     PatchEmbed,
+    /// `[x [H, W, C]]` (channels last) -> `[OH * OW, C * KH * KW]`: each output position's
+    /// window, zero in the padding, columns in (c, ky, kx) order ([`crate::ops::im2col`]).
+    /// A matmul by a PyTorch conv weight read as `[O, C * KH * KW]` makes it a 2-D
+    /// convolution whose output `[OH * OW, O]` is channels last again
+    /// ([`crate::layers::conv2d`]).
+    Im2Col(Window),
+    /// `[x [H, W, C]]` -> `[OH, OW, C]`: each window's maximum, padding never winning
+    /// ([`crate::ops::max_pool`]).
+    MaxPool(Window),
     /// All inputs, along `axis`.
     Concat {
         axis: usize,
@@ -173,6 +182,8 @@ pub struct RowNorm {
 
 /// The settings of one [`Op::FqLinear`] site.
 pub use crate::ops::foldquant::FqParams;
+/// The window of [`Op::Im2Col`] and [`Op::MaxPool`].
+pub use crate::ops::Window;
 
 impl Op {
     /// Inputs and weights: nodes with no inputs whose data comes from outside the graph.
@@ -208,6 +219,8 @@ impl Op {
             | Op::LayerNorm { .. }
             | Op::Rope(_)
             | Op::Attention { .. }
+            | Op::Im2Col(_)
+            | Op::MaxPool(_)
             | Op::Concat { .. }
             | Op::Slice { .. }
             | Op::Permute(_)
@@ -233,6 +246,8 @@ impl Op {
             | Op::Softmax
             | Op::Permute(_)
             | Op::Reshape(_)
+            | Op::Im2Col(_)
+            | Op::MaxPool(_)
             | Op::Slice { .. } => (1, Some(1)),
             Op::Add
             | Op::Mul
@@ -296,6 +311,8 @@ impl Op {
             Op::Rope(_) => "rope",
             Op::Attention { .. } => "attention",
             Op::PatchEmbed => "patch_embed",
+            Op::Im2Col(_) => "im2col",
+            Op::MaxPool(_) => "max_pool",
             Op::Concat { .. } => "concat",
             Op::Slice { .. } => "slice",
             Op::Permute(_) => "permute",

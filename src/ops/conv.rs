@@ -1,4 +1,5 @@
-//! 2-D convolution via im2col + matmul (so the weight may be any matmul dtype).
+//! Convolution: the patch embedding (a ViT's stride-equals-kernel conv, `[C, H, W]` in) and,
+//! channels last, `im2col` (a general conv is it followed by a matmul) and `max_pool`.
 
 use rayon::prelude::*;
 
@@ -81,7 +82,7 @@ fn geometry(
 }
 
 /// `[OH*OW, C*KH*KW]` patches, each flattened in the weight's (c, ky, kx) order.
-fn im2col(x: &[f32], g: &Geom) -> Vec<f32> {
+fn im2col_chw(x: &[f32], g: &Geom) -> Vec<f32> {
     let cols = g.c * g.kh * g.kw;
     let mut p = vec![0.0f32; g.oh * g.ow * cols];
     if cols == 0 {
@@ -127,7 +128,7 @@ fn conv_rows(
         }
     }
     let cols = g.c * g.kh * g.kw;
-    let patches = Tensor::from_f32(vec![g.oh * g.ow, cols], im2col(&f32s(x)?, &g))?;
+    let patches = Tensor::from_f32(vec![g.oh * g.ow, cols], im2col_chw(&f32s(x)?, &g))?;
     let w2 = w.view().reshape(vec![o, cols])?;
     let y = linear(&patches, &w2, bias)?;
     Ok((y, g, o))
@@ -151,25 +152,136 @@ pub fn patch_embed(
     Ok(conv_rows("patch_embed", image, weight, bias, stride, (0, 0))?.0)
 }
 
-/// General 2-D convolution (no groups, no dilation): `x [C, H, W]`, `weight [O, C, KH, KW]`,
-/// `bias [O]`, zero padding `(ph, pw)` on each side. Returns `[O, OH, OW]`.
-pub fn conv2d(
-    x: &Tensor,
-    weight: &Tensor,
-    bias: Option<&Tensor>,
-    stride: (usize, usize),
-    padding: (usize, usize),
-) -> Result<Tensor<'static>> {
-    let (y, g, o) = conv_rows("conv2d", x, weight, bias, stride, padding)?;
-    let yv = y.as_f32()?;
-    let np = g.oh * g.ow;
-    let mut t = vec![0.0f32; o * np];
-    for p in 0..np {
-        for oc in 0..o {
-            t[oc * np + p] = yv[p * o + oc];
+/// A sliding window over an image's rows and columns: kernel size, stride, zero padding
+/// on each side and dilation, `(rows, columns)` each, as PyTorch's `Conv2d` / `MaxPool2d`
+/// take them ([`im2col`], [`max_pool`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Window {
+    pub kernel: (usize, usize),
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub dilation: (usize, usize),
+}
+
+impl Window {
+    /// A square window without dilation.
+    pub fn square(kernel: usize, stride: usize, padding: usize) -> Self {
+        Window {
+            kernel: (kernel, kernel),
+            stride: (stride, stride),
+            padding: (padding, padding),
+            dilation: (1, 1),
         }
     }
-    out(vec![o, g.oh, g.ow], t)
+
+    /// The output rows and columns over an `h x w` image (PyTorch's floor rule), or why the
+    /// window does not fit.
+    pub fn output(&self, h: usize, w: usize) -> std::result::Result<(usize, usize), String> {
+        let ((kh, kw), (sh, sw)) = (self.kernel, self.stride);
+        let ((ph, pw), (dh, dw)) = (self.padding, self.dilation);
+        if [kh, kw, sh, sw, dh, dw].contains(&0) {
+            return Err(format!(
+                "kernel, stride and dilation must be positive: {self:?}"
+            ));
+        }
+        // the extent a dilated kernel covers
+        let (eh, ew) = ((kh - 1) * dh + 1, (kw - 1) * dw + 1);
+        if h + 2 * ph < eh || w + 2 * pw < ew {
+            return Err(format!(
+                "a {eh}x{ew} window does not fit the padded {}x{} image",
+                h + 2 * ph,
+                w + 2 * pw
+            ));
+        }
+        Ok(((h + 2 * ph - eh) / sh + 1, (w + 2 * pw - ew) / sw + 1))
+    }
+
+    /// The image row (or column) that kernel offset `k` of output position `o` reads, or
+    /// `None` in the padding; `axis` 0 for rows, 1 for columns.
+    #[inline]
+    fn source(&self, axis: usize, o: usize, k: usize, size: usize) -> Option<usize> {
+        let (s, p, d) = match axis {
+            0 => (self.stride.0, self.padding.0, self.dilation.0),
+            _ => (self.stride.1, self.padding.1, self.dilation.1),
+        };
+        (o * s + k * d).checked_sub(p).filter(|&i| i < size)
+    }
+}
+
+fn hwc(op: &'static str, x: &Tensor, win: &Window) -> Result<(usize, usize, usize, usize, usize)> {
+    if x.rank() != 3 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "expected a channels-last image [H, W, C], got {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    let (h, w, c) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+    let (oh, ow) = win.output(h, w).map_err(|e| Error::shape(op, e))?;
+    Ok((h, w, c, oh, ow))
+}
+
+/// Every output position's receptive field: `x [H, W, C]` (channels last) ->
+/// `[OH * OW, C * KH * KW]`, zero where the window reads padding, each row in (c, ky, kx)
+/// order: a PyTorch conv weight `[O, C, KH, KW]` read as `[O, C * KH * KW]` multiplies it
+/// ([`crate::ops::linear`]) into the convolution's output `[OH * OW, O]`, channels last
+/// again.
+pub fn im2col(x: &Tensor, win: &Window) -> Result<Tensor<'static>> {
+    let (h, w, c, oh, ow) = hwc("im2col", x, win)?;
+    let (kh, kw) = win.kernel;
+    let cols = c * kh * kw;
+    let xs = f32s(x)?;
+    let mut y = vec![0.0f32; oh * ow * cols];
+    if cols > 0 {
+        y.par_chunks_mut(cols).enumerate().for_each(|(r, row)| {
+            let (oy, ox) = (r / ow, r % ow);
+            for ky in 0..kh {
+                let Some(iy) = win.source(0, oy, ky, h) else {
+                    continue;
+                };
+                for kx in 0..kw {
+                    let Some(ix) = win.source(1, ox, kx, w) else {
+                        continue;
+                    };
+                    let px = &xs[(iy * w + ix) * c..][..c];
+                    for (ci, &v) in px.iter().enumerate() {
+                        row[(ci * kh + ky) * kw + kx] = v;
+                    }
+                }
+            }
+        });
+    }
+    out(vec![oh * ow, cols], y)
+}
+
+/// Max pooling: `x [H, W, C]` (channels last) -> `[OH, OW, C]`, the largest value in each
+/// window; padding never wins (PyTorch pads with -inf). A window wholly in the padding
+/// cannot occur for PyTorch's limit `padding <= kernel / 2`, which the graph builder checks.
+pub fn max_pool(x: &Tensor, win: &Window) -> Result<Tensor<'static>> {
+    let (h, w, c, oh, ow) = hwc("max_pool", x, win)?;
+    let xs = f32s(x)?;
+    let mut y = vec![f32::NEG_INFINITY; oh * ow * c];
+    if c > 0 {
+        y.par_chunks_mut(c).enumerate().for_each(|(r, px)| {
+            let (oy, ox) = (r / ow, r % ow);
+            for ky in 0..win.kernel.0 {
+                let Some(iy) = win.source(0, oy, ky, h) else {
+                    continue;
+                };
+                for kx in 0..win.kernel.1 {
+                    let Some(ix) = win.source(1, ox, kx, w) else {
+                        continue;
+                    };
+                    for (m, &v) in px.iter_mut().zip(&xs[(iy * w + ix) * c..][..c]) {
+                        *m = m.max(v);
+                    }
+                }
+            }
+        });
+    }
+    out(vec![oh, ow, c], y)
 }
 
 #[cfg(test)]
@@ -177,23 +289,19 @@ mod tests {
     use super::*;
     use crate::ops::testutil::{assert_close, Rng};
 
-    /// Oracle: the convolution sum written out directly.
-    #[allow(clippy::too_many_arguments)]
+    /// Oracle: the convolution sum written out directly, `x [C, H, W]` -> `[O, OH, OW]`.
     fn naive_conv(
         x: &[f32],
-        c: usize,
-        h: usize,
-        w: usize,
+        (c, h, w): (usize, usize, usize),
         wt: &[f32],
         o: usize,
-        kh: usize,
-        kw: usize,
         b: &[f32],
-        s: (usize, usize),
-        p: (usize, usize),
+        win: &Window,
     ) -> (Vec<f32>, usize, usize) {
-        let oh = (h + 2 * p.0 - kh) / s.0 + 1;
-        let ow = (w + 2 * p.1 - kw) / s.1 + 1;
+        let ((kh, kw), (sh, sw)) = (win.kernel, win.stride);
+        let ((ph, pw), (dh, dw)) = (win.padding, win.dilation);
+        let oh = (h + 2 * ph - (kh - 1) * dh - 1) / sh + 1;
+        let ow = (w + 2 * pw - (kw - 1) * dw - 1) / sw + 1;
         let mut out = vec![0.0f32; o * oh * ow];
         for oc in 0..o {
             for oy in 0..oh {
@@ -202,8 +310,8 @@ mod tests {
                     for ci in 0..c {
                         for ky in 0..kh {
                             for kx in 0..kw {
-                                let iy = (oy * s.0 + ky) as i64 - p.0 as i64;
-                                let ix = (ox * s.1 + kx) as i64 - p.1 as i64;
+                                let iy = (oy * sh + ky * dh) as i64 - ph as i64;
+                                let ix = (ox * sw + kx * dw) as i64 - pw as i64;
                                 if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
                                     acc += x[(ci * h + iy as usize) * w + ix as usize] as f64
                                         * wt[((oc * c + ci) * kh + ky) * kw + kx] as f64;
@@ -216,6 +324,17 @@ mod tests {
             }
         }
         (out, oh, ow)
+    }
+
+    /// `[C, H, W]` to channels last.
+    fn to_hwc(x: &[f32], c: usize, h: usize, w: usize) -> Vec<f32> {
+        let mut y = vec![0.0; x.len()];
+        for ci in 0..c {
+            for p in 0..h * w {
+                y[p * c + ci] = x[ci * h * w + p];
+            }
+        }
+        y
     }
 
     #[test]
@@ -253,24 +372,64 @@ mod tests {
     }
 
     #[test]
-    fn conv2d_with_stride_and_padding() {
+    fn im2col_then_linear_is_the_convolution() {
         let mut r = Rng::new(32);
         let (c, h, w, o, kh, kw) = (2, 7, 6, 3, 3, 2);
         let x = r.vec(c * h * w);
         let wt = r.vec(o * c * kh * kw);
         let b = r.vec(o);
-        for (s, p) in [((1, 1), (0, 0)), ((2, 1), (1, 1)), ((3, 2), (2, 0))] {
-            let y = conv2d(
-                &Tensor::from_f32(vec![c, h, w], x.clone()).unwrap(),
-                &Tensor::from_f32(vec![o, c, kh, kw], wt.clone()).unwrap(),
-                Some(&Tensor::from_f32(vec![o], b.clone()).unwrap()),
-                s,
-                p,
-            )
-            .unwrap();
-            let (want, oh, ow) = naive_conv(&x, c, h, w, &wt, o, kh, kw, &b, s, p);
-            assert_eq!(y.shape(), &[o, oh, ow]);
-            assert_close(y.as_f32().unwrap(), &want, 1e-5);
+        let xt = Tensor::from_f32(vec![h, w, c], to_hwc(&x, c, h, w)).unwrap();
+        let w2 = Tensor::from_f32(vec![o, c * kh * kw], wt.clone()).unwrap();
+        let bt = Tensor::from_f32(vec![o], b.clone()).unwrap();
+        for (s, p, d) in [
+            ((1, 1), (0, 0), (1, 1)),
+            ((2, 1), (1, 1), (1, 1)),
+            ((3, 2), (2, 0), (1, 1)),
+            ((1, 2), (2, 1), (2, 2)),
+        ] {
+            let win = Window {
+                kernel: (kh, kw),
+                stride: s,
+                padding: p,
+                dilation: d,
+            };
+            let cols = im2col(&xt, &win).unwrap();
+            let y = linear(&cols, &w2, Some(&bt)).unwrap();
+            let (want, oh, ow) = naive_conv(&x, (c, h, w), &wt, o, &b, &win);
+            assert_eq!(y.shape(), &[oh * ow, o]);
+            assert_close(y.as_f32().unwrap(), &to_hwc(&want, o, oh, ow), 1e-5);
+        }
+    }
+
+    #[test]
+    fn max_pool_takes_each_windows_largest() {
+        // one channel 3x4, ResNet's window (3, stride 2, padding 1), and a second channel
+        // holding the negation (so padding, were it 0, would win there)
+        let v: Vec<f32> = (0..12).map(|i| ((i * 7) % 12) as f32 - 5.0).collect();
+        let x: Vec<f32> = v.iter().flat_map(|&a| [a, -a - 20.0]).collect();
+        let y = max_pool(
+            &Tensor::from_f32(vec![3, 4, 2], x).unwrap(),
+            &Window::square(3, 2, 1),
+        )
+        .unwrap();
+        assert_eq!(y.shape(), &[2, 2, 2]);
+        let at = |r: usize, c: usize| v[r * 4 + c];
+        let want = |rs: std::ops::Range<usize>, cs: std::ops::Range<usize>, neg: bool| {
+            let mut m = f32::NEG_INFINITY;
+            for r in rs {
+                for c in cs.clone() {
+                    m = m.max(if neg { -at(r, c) - 20.0 } else { at(r, c) });
+                }
+            }
+            m
+        };
+        let ys = y.as_f32().unwrap();
+        for (i, (rs, cs)) in [(0..2, 0..2), (0..2, 1..4), (1..3, 0..2), (1..3, 1..4)]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(ys[2 * i], want(rs.clone(), cs.clone(), false));
+            assert_eq!(ys[2 * i + 1], want(rs, cs, true));
         }
     }
 
@@ -281,7 +440,14 @@ mod tests {
         assert!(patch_embed(&x, &w, None).is_err());
         let w = Tensor::from_f32(vec![2, 3, 5, 5], vec![0.0; 150]).unwrap();
         assert!(patch_embed(&x, &w, None).is_err());
-        assert!(conv2d(&x, &w, None, (0, 1), (0, 0)).is_err());
+        let hwc = Tensor::from_f32(vec![4, 4, 3], vec![0.0; 48]).unwrap();
+        assert!(im2col(&hwc, &Window::square(5, 1, 0)).is_err());
+        assert!(im2col(&hwc, &Window::square(3, 0, 0)).is_err());
+        assert!(max_pool(
+            &x.view().reshape(vec![48]).unwrap(),
+            &Window::square(1, 1, 0)
+        )
+        .is_err());
         let w = Tensor::from_f32(vec![2, 3, 2, 2], vec![0.0; 24]).unwrap();
         let b = Tensor::from_f32(vec![3], vec![0.0; 3]).unwrap();
         assert!(patch_embed(&x, &w, Some(&b)).is_err());

@@ -12,7 +12,8 @@
 //!   `[heads, seq, head_dim]`);
 //! - attention takes `q [Sq, Hq, D]`, `k [Sk, Hkv, D]`, `v [Sk, Hkv, Dv]` (heads inside
 //!   positions, as projections lay them out) and returns `[Sq, Hq, Dv]`;
-//! - images are `[C, H, W]`.
+//! - images are `[C, H, W]`; the convolution ops ([`im2col`], [`max_pool`]) take feature
+//!   maps channels last, `[H, W, C]`.
 
 mod activation;
 mod attention;
@@ -35,7 +36,7 @@ pub use activation::{
     silu_f32, swiglu, tanh,
 };
 pub use attention::{attention, Mask};
-pub use conv::{conv2d, patch_embed};
+pub use conv::{im2col, max_pool, patch_embed, Window};
 pub use elementwise::{add, add_scalar, broadcast_shape, div, mul, scale, sub};
 pub use embedding::embedding;
 pub use kernels::dot;

@@ -1,11 +1,12 @@
-//! Patch embedding, data movement (slice / permute / concat) and reshape views, including
+//! Patch embedding, sliding windows (im2col, a conv as im2col + matmul, max pooling), data
+//! movement (slice / permute / concat) and reshape views, including
 //! graphs shaped to make the wgpu buffer planner reuse slots (a planner that lets a later
 //! node overwrite a slot still needed by a reshape view, or an input, shows up here).
 
 use super::{Cases, NMSE_MATMUL};
 use vla::backend::{Backend, CpuBackend};
 use vla::gguf::GgmlType;
-use vla::graph::GraphBuilder;
+use vla::graph::{GraphBuilder, Window};
 use vla::Tensor;
 
 /// Copies are exact.
@@ -13,6 +14,7 @@ const EXACT: f64 = 0.0;
 
 pub fn add(c: &mut Cases) {
     patch_embed(c);
+    windows(c);
     slices(c);
     permutes(c);
     concats(c);
@@ -41,6 +43,79 @@ fn patch_embed(c: &mut Cases) {
                 let x = g.input("img", &[ch, h, w]);
                 let (wt, b) = (g.stored_weight("w")?, g.stored_weight("b")?);
                 g.patch_embed(x, wt, b)
+            },
+        );
+    }
+}
+
+fn windows(c: &mut Cases) {
+    let win = |k: (usize, usize), s: (usize, usize), p: (usize, usize), d: (usize, usize)| Window {
+        kernel: k,
+        stride: s,
+        padding: p,
+        dilation: d,
+    };
+    // im2col: ([H, W, C], window)
+    for (shape, w) in [
+        ([35, 45, 3], Window::square(7, 2, 3)), // a ResNet stem, odd sizes
+        ([9, 12, 16], Window::square(3, 1, 1)), // a basic block's conv
+        ([9, 12, 16], Window::square(3, 2, 1)), // its strided first conv
+        ([5, 6, 24], Window::square(1, 2, 0)),  // a downsample
+        ([11, 7, 5], win((3, 2), (2, 3), (2, 1), (2, 3))), // non-square, dilated
+        ([1, 1, 1], Window::square(1, 1, 0)),
+        ([3, 3, 600], Window::square(3, 1, 1)), // output past one grid dimension
+    ] {
+        let x = c.tensor(&shape);
+        c.add(
+            format!("im2col {shape:?} {w:?}"),
+            vec![],
+            vec![("x", x)],
+            EXACT,
+            move |g| {
+                let x = g.input("x", &shape);
+                g.im2col(x, w)
+            },
+        );
+    }
+    // a conv: im2col then the product by a conv weight [O, C, KH, KW] read as a matrix
+    for (ty, shape, o, k) in [
+        (GgmlType::F32, [13, 10, 6], 9, 3),
+        (GgmlType::BF16, [13, 10, 6], 9, 3),
+        (GgmlType::F16, [8, 8, 4], 5, 1),
+    ] {
+        let x = c.tensor(&shape);
+        let cols = shape[2] * k * k;
+        let (wt, b) = (c.weight(&[o, cols], ty), c.tensor(&[o]));
+        c.add(
+            format!("conv {ty} {shape:?} o{o} k{k}"),
+            vec![("w", wt), ("b", b)],
+            vec![("x", x)],
+            NMSE_MATMUL,
+            move |g| {
+                let x = g.input("x", &shape);
+                let cols = g.im2col(x, Window::square(k, 2, k / 2))?;
+                let (wt, b) = (g.stored_weight("w")?, g.stored_weight("b")?);
+                g.matmul_add(cols, wt, b)
+            },
+        );
+    }
+    // max pooling: ([H, W, C], window)
+    for (shape, w) in [
+        ([35, 45, 8], Window::square(3, 2, 1)), // ResNet's, odd sizes
+        ([6, 6, 3], Window::square(2, 2, 0)),
+        ([7, 5, 2], win((3, 2), (1, 2), (1, 1), (1, 1))),
+        ([1, 1, 1], Window::square(1, 1, 0)),
+        ([40, 40, 700], Window::square(3, 2, 1)), // past one grid dimension
+    ] {
+        let x = c.tensor(&shape);
+        c.add(
+            format!("max_pool {shape:?} {w:?}"),
+            vec![],
+            vec![("x", x)],
+            EXACT,
+            move |g| {
+                let x = g.input("x", &shape);
+                g.max_pool(x, w)
             },
         );
     }

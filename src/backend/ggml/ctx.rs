@@ -354,6 +354,35 @@ impl<'c> Ctx<'c> {
         })
     }
 
+    /// Max pooling over `a`'s first two dims (`k` kernel, `s` stride, `p` padding, which
+    /// never wins).
+    #[allow(clippy::too_many_arguments)]
+    pub fn pool_2d_max(
+        self,
+        a: T<'c>,
+        k0: i32,
+        k1: i32,
+        s0: i32,
+        s1: i32,
+        p0: i32,
+        p1: i32,
+    ) -> T<'c> {
+        // SAFETY: as in `unary!`.
+        T::new(unsafe {
+            sys::ggml_pool_2d(
+                self.as_ptr(),
+                a.as_ptr(),
+                sys::GGML_OP_POOL_MAX,
+                k0,
+                k1,
+                s0,
+                s1,
+                p0 as f32,
+                p1 as f32,
+            )
+        })
+    }
+
     /// ggml's signature: the columns of `b` that kernel `a` reads (stride `s`, padding
     /// `p`, dilation `d`).
     #[allow(clippy::too_many_arguments)]

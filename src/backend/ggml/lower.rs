@@ -522,6 +522,43 @@ impl<'c> Lowerer<'_, 'c> {
                 let w2 = ctx.reshape_2d(w, cols, ws[0] as i64);
                 ctx.add(ctx.mul_mat(w2, im), b)
             }
+            Op::Im2Col(win) => {
+                // [C, W, H] (ggml order) to planes [W, H, C], then ggml's im2col, whose rows
+                // hold (c, ky, kx) as ours; the kernel operand only gives the sizes
+                let x = ctx.cont(ctx.permute(self.val(inp[0]), [2, 0, 1, 3]));
+                let c = self.shape(inp[0])[2] as i64;
+                let (kh, kw) = (win.kernel.0 as i64, win.kernel.1 as i64);
+                let k = self.new_f32([kw, kh, c, 1]);
+                let s = |v: usize| v as i32;
+                let y = ctx.im2col(
+                    k,
+                    x,
+                    s(win.stride.1),
+                    s(win.stride.0),
+                    s(win.padding.1),
+                    s(win.padding.0),
+                    s(win.dilation.1),
+                    s(win.dilation.0),
+                    true,
+                    sys::GGML_TYPE_F32,
+                );
+                self.reshape(y, &shape)
+            }
+            Op::MaxPool(win) => {
+                let x = ctx.cont(ctx.permute(self.val(inp[0]), [2, 0, 1, 3]));
+                let s = |v: usize| v as i32;
+                let y = ctx.pool_2d_max(
+                    x,
+                    s(win.kernel.1),
+                    s(win.kernel.0),
+                    s(win.stride.1),
+                    s(win.stride.0),
+                    s(win.padding.1),
+                    s(win.padding.0),
+                );
+                // [OW, OH, C] back to channels last
+                ctx.cont(ctx.permute(y, [1, 2, 0, 3]))
+            }
             Op::Concat { axis } => {
                 let dim = (shape.len() - 1 - axis) as i32;
                 let mut acc = self.val(inp[0]);

@@ -12,6 +12,7 @@ mod matmul;
 mod norm;
 mod patch_embed;
 mod rope;
+mod window;
 
 use super::shader::Variant;
 use super::GpuContext;
@@ -365,6 +366,7 @@ pub(crate) fn encode(ctx: &GpuContext, node: &Node, bufs: &NodeBuffers) -> Resul
         Op::Embedding => embedding::embedding(ctx, node, bufs),
         Op::FqLinear(_) => foldquant::fq_linear(ctx, node, bufs),
         Op::PatchEmbed => patch_embed::patch_embed(ctx, node, bufs),
+        Op::Im2Col(_) | Op::MaxPool(_) => window::window(ctx, node, bufs),
         Op::Concat { .. } | Op::Slice { .. } | Op::Permute(_) => copy::copy(ctx, node, bufs),
         // the executable writes inputs and weights into their slots, and a reshape is a
         // view of its input's slot: none records a dispatch
