@@ -18,13 +18,14 @@ pub enum Kind {
     Gr00tN17,
     VlaJepa,
     Evo1,
+    Act,
 }
 
 /// GR00T N1.7's packing step (GR00T N1.5's is `groot_pack_inputs_v3`).
 const N17_PACK: &str = "groot_n1_7_pack_inputs_v1";
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Smolvla,
         Kind::Pi0,
         Kind::Pi05,
@@ -32,6 +33,7 @@ impl Kind {
         Kind::Gr00tN17,
         Kind::VlaJepa,
         Kind::Evo1,
+        Kind::Act,
     ];
 
     /// The `vla-convert` subcommand (and GGUF arch name).
@@ -44,6 +46,7 @@ impl Kind {
             Kind::Gr00tN17 => "gr00t_n1_7",
             Kind::VlaJepa => "vla_jepa",
             Kind::Evo1 => "evo1",
+            Kind::Act => "act",
         }
     }
 
@@ -57,6 +60,7 @@ impl Kind {
             Kind::Gr00tN17 => "GR00T N1.7",
             Kind::VlaJepa => "VLA-JEPA",
             Kind::Evo1 => "Evo-1",
+            Kind::Act => "ACT",
         }
     }
 }
@@ -101,8 +105,10 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
         "groot" => groot_version(ckpt)?,
         "vla_jepa" => Kind::VlaJepa,
         "evo1" => Kind::Evo1,
+        "act" => Kind::Act,
         other => {
-            let served: Vec<&str> = ["smolvla", "pi0", "pi05", "groot", "vla_jepa", "evo1"].into();
+            let served: Vec<&str> =
+                ["smolvla", "pi0", "pi05", "groot", "vla_jepa", "evo1", "act"].into();
             return Err(ckpt_err(
                 &config,
                 format!(
@@ -160,6 +166,7 @@ mod tests {
             ("groot17-tiny", Kind::Gr00tN17),
             ("vla-jepa-tiny", Kind::VlaJepa),
             ("evo1-tiny", Kind::Evo1),
+            ("act-tiny", Kind::Act),
         ];
         for (dir, kind) in cases {
             assert_eq!(detect(&fixture(dir)).unwrap(), kind, "{dir}");

@@ -2,6 +2,7 @@
 //! normaliser files) into vla-rs GGUF files. One module per architecture; this one holds
 //! what they share: reading safetensors and JSON with errors that name the file and tensor.
 
+pub mod act;
 pub mod cameras;
 pub mod detect;
 pub mod evo1;

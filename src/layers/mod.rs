@@ -6,7 +6,7 @@ mod scope;
 
 pub use scope::Scope;
 
-use crate::graph::{AttentionMask, GateAct, GraphBuilder, NodeId};
+use crate::graph::{AttentionMask, GateAct, GraphBuilder, NodeId, Window};
 use crate::ops::{RopeConfig, RopeMode};
 use crate::preprocess::FramePlan;
 use crate::{Result, Tensor};
@@ -45,6 +45,24 @@ pub fn linear_add(
 ) -> Result<NodeId> {
     let w = g.weight(&format!("{prefix}.weight"), &[out, width(g, x)])?;
     g.matmul_add(x, w, addend)
+}
+
+/// A 2-D convolution of a channels-last map `x [H, W, C]` with bias: `<prefix>.weight`
+/// (PyTorch's `[O, C, KH, KW]`, read as the matrix `[O, C * KH * KW]`: a loader reshapes the
+/// stored kernel, header only) and `<prefix>.bias` `[O]`. Returns `[OH, OW, O]`: im2col,
+/// then one matmul with the bias added as it is written.
+pub fn conv2d(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    prefix: &str,
+    out: usize,
+    win: Window,
+) -> Result<NodeId> {
+    let s = g.shape(x).to_vec();
+    let cols = g.im2col(x, win)?;
+    let (oh, ow) = win.output(s[0], s[1]).expect("im2col checked the window");
+    let y = linear(g, cols, prefix, out, true)?;
+    g.reshape(y, &[oh, ow, out])
 }
 
 /// RMSNorm over the last dimension with gain `<prefix>.weight` (Llama style: no offset;

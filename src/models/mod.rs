@@ -2,6 +2,7 @@
 //! [`crate::modules`] into graphs, and the hooks of a driver ([`flow::FlowPolicy`] for
 //! flow-matching VLM + expert policies). docs/ARCHITECTURE.md says how to add one.
 
+pub mod act;
 pub mod common;
 pub mod embodiment;
 pub mod evo1;
@@ -88,6 +89,14 @@ pub const ARCHS: &[Arch] = &[
         random: |full, seed, ty| match full {
             true => random(&presets::evo1_full_config(), seed, ty),
             false => random(&presets::evo1_small_config(), seed, ty),
+        },
+    },
+    Arch {
+        name: act::ARCH,
+        open: |file, opts| Ok(Box::new(act::ActPolicy::new(file, opts)?)),
+        random: |full, seed, ty| match full {
+            true => act::random_writer(&presets::act_full_config(), seed, ty),
+            false => act::random_writer(&presets::act_small_config(), seed, ty),
         },
     },
 ];

@@ -2,9 +2,11 @@
 //! released sizes), and GGUFs of them with random weights: SmolVLA and pi0 here, the GR00T
 //! family and VLA-JEPA in [`gr00t`], Evo-1 in [`evo1`].
 
+mod act;
 mod evo1;
 mod gr00t;
 
+pub use act::{act_full_config, act_small_config};
 pub use evo1::{evo1_full_config, evo1_small_config};
 pub use gr00t::{
     gr00t_full_config, gr00t_n1_7_full_config, gr00t_n1_7_small_config, gr00t_small_config,

@@ -9,13 +9,14 @@
 //! vla-convert gr00t_n1_7 --ckpt path/to/lerobot_groot_n17_ckpt --out gr00t17.gguf [--base DIR] [--backbone DIR]
 //! vla-convert vla_jepa --ckpt path/to/lerobot_vla_jepa_ckpt --out vla_jepa.gguf [--backbone DIR] [--jepa DIR]
 //! vla-convert evo1 --ckpt path/to/lerobot_evo1_ckpt --out evo1.gguf [--backbone DIR]
+//! vla-convert act --ckpt path/to/lerobot_act_ckpt --out act.gguf
 //! ```
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use vla::convert::{evo1, gr00t, gr00t_n1_7, pi0, smolvla, vla_jepa, Kind};
+use vla::convert::{act, evo1, gr00t, gr00t_n1_7, pi0, smolvla, vla_jepa, Kind};
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
 use vla::modules::vision::PatchPositions;
@@ -62,6 +63,15 @@ enum Command {
     /// A lerobot Evo-1 checkpoint folder (config.json, model.safetensors, processor files),
     /// with the InternVL3 folder (config.json, tokenizer.json) its vlm_model_name names.
     Evo1(Evo1Args),
+    /// A lerobot ACT checkpoint folder (config.json, model.safetensors, processor files):
+    /// written in vla.cpp's `act` layout, BatchNorm folded into the ResNet's convolutions.
+    Act(ActArgs),
+}
+
+#[derive(clap::Args)]
+struct ActArgs {
+    #[command(flatten)]
+    common: Common,
 }
 
 /// What every converter takes.
@@ -253,6 +263,7 @@ fn main() {
         Command::Gr00tN17(args) => convert_gr00t_n1_7(args),
         Command::VlaJepa(args) => convert_vla_jepa(args),
         Command::Evo1(args) => convert_evo1(args),
+        Command::Act(args) => convert_act(args),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -463,6 +474,32 @@ fn convert_evo1(args: Evo1Args) -> Result<()> {
     Ok(())
 }
 
+fn convert_act(args: ActArgs) -> Result<()> {
+    let (ckpt, out, dtype) = args.common.checked()?;
+    let opts = act::Options {
+        dtype: Some(dtype.into()),
+    };
+    let converted = with_progress(|p| act::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): act, ResNet {:?} to {} channels, transformer {}x{} ({} encoder, {} decoder layers), {} cameras, chunk {}x{}, weights {}",
+        out.display(),
+        c.blocks,
+        c.widths[4],
+        c.dim_model,
+        c.n_heads,
+        c.n_encoder_layers,
+        c.n_decoder_layers,
+        c.num_views,
+        c.chunk_size,
+        c.action_dim,
+        GgmlType::from(dtype),
+    );
+    Ok(())
+}
+
 fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
     let (ckpt, out, dtype) = args.common.checked()?;
     let positions = args.vit_positions.map(|p| match p {
@@ -575,5 +612,6 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
             common,
             backbone: a.backbone,
         }),
+        Act => convert_act(ActArgs { common }),
     }
 }

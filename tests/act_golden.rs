@@ -1,0 +1,333 @@
+//! ACT against lerobot 0.4.4 itself. The fixture `tests/fixtures/act-tiny` is a lerobot
+//! checkpoint with random (re-randomized) weights, BatchNorm statistics included, a narrow
+//! ResNet-18 layout and two cameras of odd, non-square size, plus lerobot's inputs,
+//! per-stage intermediates and chunk, made by `tools/golden/act.py` (rerun instructions
+//! there); `act-tiny-prenorm` is the pre-norm, GELU variant. The tests convert them with
+//! `vla::convert::act` and compare the pixels, every ResNet stage, the camera tokens, every
+//! encoder and decoder layer and the chunk on cpu, vulkan and ggml.
+
+#[macro_use]
+mod support;
+
+use support::golden::{Stages, CPU};
+use support::{check, cosine, fixture, reopened, Golden};
+use vla::convert::act;
+use vla::gguf::{GgmlType, GgufFile};
+use vla::models::act::{graphs, kernels_as_matrices, pixel_maps, ActConfig, ActPolicy, STAGES};
+use vla::policy::{Observation, Policy, RuntimeOptions};
+use vla::preprocess::FrameKey;
+use vla::Tensor;
+
+const TOL: f32 = 1e-4;
+
+fn converted(name: &str, dtype: GgmlType) -> (GgufFile, Golden) {
+    let dir = fixture(name);
+    let opts = act::Options { dtype: Some(dtype) };
+    let c = act::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
+    (reopened(&c.writer), Golden::load(&dir))
+}
+
+fn observation(g: &Golden, views: usize) -> Observation {
+    Observation {
+        images: (0..views)
+            .map(|i| g.u8_image(&format!("image.{i}")))
+            .collect(),
+        state: g.f32("state"),
+        prompt: None,
+        tokens: None,
+        noise: None,
+        token_mask: None,
+    }
+}
+
+fn policy(file: GgufFile, backend: &str) -> Option<ActPolicy> {
+    support::open(backend)?;
+    let opts = RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
+    Some(ActPolicy::new(file, &opts).unwrap())
+}
+
+/// `[C, H, W]` -> `[H, W, C]`, and back with the sizes swapped.
+fn to_hwc(x: &[f32], c: usize, n: usize) -> Vec<f32> {
+    (0..c * n).map(|i| x[(i % c) * n + i / c]).collect()
+}
+
+fn to_chw(x: &[f32], c: usize, n: usize) -> Vec<f32> {
+    (0..c * n).map(|i| x[(i % n) * c + i / n]).collect()
+}
+
+fn shape(g: &Golden, name: &str) -> Vec<usize> {
+    g.st.shape(name).unwrap().to_vec()
+}
+
+/// A golden `[C, H, W]` tensor as a channels-last graph input.
+fn hwc_input(g: &Golden, name: &str) -> (Tensor<'static>, [usize; 3]) {
+    let s = shape(g, name);
+    let t = to_hwc(&g.f32(name), s[0], s[1] * s[2]);
+    let dims = [s[1], s[2], s[0]];
+    (Tensor::from_f32(dims.to_vec(), t).unwrap(), dims)
+}
+
+fn f32_input(g: &Golden, name: &str) -> Tensor<'static> {
+    Tensor::from_f32(shape(g, name), g.f32(name)).unwrap()
+}
+
+/// Every stage fed the reference's own input: pixels, the ResNet's stem and stages, the
+/// camera tokens and positions, the encoder's input, each encoder and decoder layer, the
+/// chunk.
+fn stages_match_lerobot(name: &str, backend: &str) {
+    let (file, g) = converted(name, GgmlType::F32);
+    let cfg = ActConfig::read(&file).unwrap();
+    let Some(st) = Stages::labelled(backend, format!("{name} {backend}"), TOL) else {
+        return;
+    };
+    let file = kernels_as_matrices(file).unwrap();
+    let pixels = pixel_maps(&file, &cfg).unwrap();
+    for (c, px) in pixels.iter().enumerate() {
+        // pixels from the camera's bytes
+        let img = g.u8_image(&format!("image.{c}"));
+        let key = FrameKey {
+            height: img.height,
+            width: img.width,
+            bytes: true,
+        };
+        let bytes = match &img.data {
+            vla::policy::ImageData::RgbU8(d) => d.clone(),
+            _ => unreachable!(),
+        };
+        let frame = Tensor::from_u8(vec![img.height, img.width, 3], bytes).unwrap();
+        let mut exe = st.build("pixels", &file, |gb| {
+            Ok(vec![graphs::frame_pixels(gb, c, key, px)?])
+        });
+        let got = exe.run1(&[(&graphs::frame_input(c), &frame)]);
+        let n = img.height * img.width;
+        st.check(
+            format!("pixels.{c}"),
+            &to_chw(&got, 3, n),
+            &g.f32(&format!("pixels.{c}")),
+        );
+
+        // the ResNet, each stage
+        let (x, dims) = hwc_input(&g, &format!("pixels.{c}"));
+        let mut exe = st.build("backbone", &file, |gb| {
+            let x = gb.input("x", &dims);
+            Ok(graphs::backbone_stages(gb, &cfg, x)?.to_vec())
+        });
+        let out = exe.run(&[("x", &x)]);
+        let names = ["stem".to_owned()]
+            .into_iter()
+            .chain((1..=STAGES).map(|i| format!("layer{i}")));
+        for (got, stage) in out.iter().zip(names) {
+            let want = format!("{stage}.{c}");
+            let s = shape(&g, &want);
+            let got = to_chw(&got.to_vec_f32().unwrap(), s[0], s[1] * s[2]);
+            st.check(&want, &got, &g.f32(&want));
+        }
+
+        // the camera's tokens from the feature map, and the position table
+        let (map, dims) = hwc_input(&g, &format!("feature_map.{c}"));
+        let mut exe = st.build("camera tokens", &file, |gb| {
+            let x = gb.input("map", &dims);
+            Ok(vec![graphs::camera_tokens(gb, &cfg, x)?[0]])
+        });
+        let want = format!("cam_tokens.{c}");
+        st.check(&want, &exe.run1(&[("map", &map)]), &g.f32(&want));
+        let table = graphs::position_table(dims[0], dims[1], cfg.dim_model);
+        st.check(
+            format!("cam_pos.{c}"),
+            &table,
+            &g.f32(&format!("cam_pos.{c}")),
+        );
+    }
+
+    // the encoder's input from the cameras' tokens and the state
+    let cams: Vec<(Tensor, Tensor)> = (0..cfg.num_views)
+        .map(|c| {
+            (
+                f32_input(&g, &format!("cam_tokens.{c}")),
+                f32_input(&g, &format!("cam_pos.{c}")),
+            )
+        })
+        .collect();
+    let state = Tensor::from_f32(vec![1, cfg.state_dim], g.f32("state_norm")).unwrap();
+    let mut exe = st.build("encoder input", &file, |gb| {
+        let cams: Vec<[_; 2]> = cams
+            .iter()
+            .enumerate()
+            .map(|(c, (t, p))| {
+                [
+                    gb.input(format!("t{c}"), t.shape()),
+                    gb.input(format!("p{c}"), p.shape()),
+                ]
+            })
+            .collect();
+        Ok(graphs::encoder_inputs(gb, &cfg, &cams)?.to_vec())
+    });
+    let names: Vec<(String, String)> = (0..cfg.num_views)
+        .map(|c| (format!("t{c}"), format!("p{c}")))
+        .collect();
+    let mut inputs: Vec<(&str, &Tensor)> = vec![(graphs::STATE, &state)];
+    for ((tn, pn), (t, p)) in names.iter().zip(&cams) {
+        inputs.push((tn, t));
+        inputs.push((pn, p));
+    }
+    let out = exe.run(&inputs);
+    let n = out[0].numel();
+    st.check_outputs(&g, &out, &["enc_in", "enc_pos"], n);
+
+    // each encoder layer, then the encoder
+    let pos = f32_input(&g, "enc_pos");
+    let mut x = f32_input(&g, "enc_in");
+    for l in 0..cfg.n_encoder_layers {
+        let mut exe = st.build(&format!("encoder layer {l}"), &file, |gb| {
+            let (x, p) = (gb.input("x", x.shape()), gb.input("pos", pos.shape()));
+            Ok(vec![graphs::encoder_layer(gb, &cfg, x, p, l)?])
+        });
+        let got = exe.run1(&[("x", &x), ("pos", &pos)]);
+        let want = format!("enc_layer.{l}");
+        st.check(&want, &got, &g.f32(&want));
+        x = f32_input(&g, &want);
+    }
+    let enc_in = f32_input(&g, "enc_in");
+    let mut exe = st.build("encoder", &file, |gb| {
+        let (x, p) = (gb.input("x", enc_in.shape()), gb.input("pos", pos.shape()));
+        Ok(vec![graphs::encoder(gb, &cfg, x, p)?])
+    });
+    st.check(
+        "enc_out",
+        &exe.run1(&[("x", &enc_in), ("pos", &pos)]),
+        &g.f32("enc_out"),
+    );
+
+    // each decoder layer (the first from zero queries), then the decoder and head
+    let memory = f32_input(&g, "enc_out");
+    let (chunk, d) = (cfg.chunk_size, cfg.dim_model);
+    let mut x = Tensor::from_f32(vec![chunk, d], vec![0.0; chunk * d]).unwrap();
+    for l in 0..cfg.n_decoder_layers {
+        let mut exe = st.build(&format!("decoder layer {l}"), &file, |gb| {
+            let x = gb.input("x", x.shape());
+            let (m, p) = (
+                gb.input("memory", memory.shape()),
+                gb.input("pos", pos.shape()),
+            );
+            let keys = gb.add(m, p)?;
+            Ok(vec![graphs::decoder_layer(gb, &cfg, x, [m, keys], l)?])
+        });
+        let got = exe.run1(&[("x", &x), ("memory", &memory), ("pos", &pos)]);
+        let want = format!("dec_layer.{l}");
+        st.check(&want, &got, &g.f32(&want));
+        x = f32_input(&g, &want);
+    }
+    let mut exe = st.build("decoder", &file, |gb| {
+        let (m, p) = (
+            gb.input("memory", memory.shape()),
+            gb.input("pos", pos.shape()),
+        );
+        Ok(vec![graphs::decoder(gb, &cfg, m, p)?])
+    });
+    let got = exe.run1(&[("memory", &memory), ("pos", &pos)]);
+    st.check("actions_norm", &got, &g.f32("actions_norm"));
+}
+
+/// The chunk in world units from the cameras' bytes and the raw state, through the policy.
+fn chunk_matches_lerobot(name: &str, backend: &str) {
+    let (file, g) = converted(name, GgmlType::F32);
+    let views = ActConfig::read(&file).unwrap().num_views;
+    let Some(mut p) = policy(file, backend) else {
+        return;
+    };
+    let chunk = p.predict(&observation(&g, views)).unwrap();
+    assert_eq!((chunk.chunk_size, chunk.action_dim), (7, 5));
+    assert!(chunk.warnings.is_empty(), "{:?}", chunk.warnings);
+    check(
+        &format!("{name} {backend}: actions"),
+        &chunk.actions,
+        &g.f32("actions"),
+        TOL,
+    );
+}
+
+backend_tests! {
+    cpu_stages_match_lerobot, vulkan_stages_match_lerobot, ggml_stages_match_lerobot
+    => |b| stages_match_lerobot("act-tiny", b)
+}
+
+backend_tests! {
+    cpu_chunk_matches_lerobot, vulkan_chunk_matches_lerobot, ggml_chunk_matches_lerobot
+    => |b| chunk_matches_lerobot("act-tiny", b)
+}
+
+backend_tests! {
+    cpu_prenorm_gelu_matches_lerobot, vulkan_prenorm_gelu_matches_lerobot, ggml_prenorm_gelu_matches_lerobot
+    => |b| {
+        stages_match_lerobot("act-tiny-prenorm", b);
+        chunk_matches_lerobot("act-tiny-prenorm", b);
+    }
+}
+
+#[test]
+fn bf16_weights_keep_the_chunk() {
+    let (file, g) = converted("act-tiny", GgmlType::BF16);
+    let mut p = policy(file, CPU).unwrap();
+    let got = p.predict(&observation(&g, 2)).unwrap().actions;
+    let cos = cosine(&got, &g.f32("actions"));
+    println!("bf16: cosine {cos:.6}");
+    assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
+}
+
+#[test]
+fn the_converted_config_is_the_checkpoints() {
+    let (file, _) = converted("act-tiny", GgmlType::F32);
+    let cfg = ActConfig::read(&file).unwrap();
+    assert_eq!(cfg.blocks, [2, 2, 2, 2]);
+    assert_eq!(cfg.widths, [8, 8, 16, 24, 32]);
+    assert_eq!(
+        cfg.cameras,
+        ["observation.images.top", "observation.images.wrist"]
+    );
+    assert_eq!(
+        (
+            cfg.chunk_size,
+            cfg.n_action_steps,
+            cfg.state_dim,
+            cfg.action_dim
+        ),
+        (7, 5, 6, 5)
+    );
+    assert!(!cfg.pre_norm && !cfg.gelu);
+    // the VAE encoder is not converted; the fused in_proj is split
+    assert!(file.tensors().iter().all(|t| !t.name.contains("vae")));
+    assert!(file.tensor_info("enc.blk.0.attn_q.weight").is_ok());
+    let (file, _) = converted("act-tiny-prenorm", GgmlType::F32);
+    let cfg = ActConfig::read(&file).unwrap();
+    assert!(cfg.pre_norm && cfg.gelu);
+    assert!(file.tensor_info("enc.norm.weight").is_ok());
+}
+
+/// ACT runs at the size a camera sends, as the reference (no resize): other frame sizes
+/// compile their own graph; a request without the model's views is refused by name.
+#[test]
+fn other_frame_sizes_run_and_missing_views_are_refused() {
+    let (file, g) = converted("act-tiny", GgmlType::F32);
+    let mut p = policy(file, CPU).unwrap();
+    let mut obs = observation(&g, 2);
+    obs.images[1] = vla::policy::Image {
+        height: 33,
+        width: 17,
+        data: vla::policy::ImageData::RgbU8(vec![128; 33 * 17 * 3]),
+    };
+    let chunk = p.predict(&obs).unwrap();
+    assert!(chunk.actions.iter().all(|a| a.is_finite()));
+    obs.images.pop();
+    let e = p.predict(&obs).unwrap_err().to_string();
+    assert!(
+        e.contains("2 camera views") && e.contains("observation.images.wrist"),
+        "{e}"
+    );
+    let mut obs = observation(&g, 2);
+    obs.noise = Some(vec![0.0; 35]);
+    let w = p.predict(&obs).unwrap().warnings;
+    assert!(w.iter().any(|w| w.contains("noise")), "{w:?}");
+}
