@@ -111,6 +111,9 @@ pub struct PolicyInfo {
     /// The reference's camera feature names (`observation.images.<name>`), in the order a
     /// request's images go, where the file keeps them (`vla.camera_names`); else empty.
     pub camera_names: Vec<String>,
+    /// How many of a chunk's rows the reference executes before it predicts again (ACT's
+    /// `n_action_steps`), where the model file says; the server returns every row either way.
+    pub n_action_steps: Option<usize>,
 }
 
 impl PolicyInfo {

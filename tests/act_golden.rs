@@ -323,11 +323,42 @@ fn other_frame_sizes_run_and_missing_views_are_refused() {
     obs.images.pop();
     let e = p.predict(&obs).unwrap_err().to_string();
     assert!(
-        e.contains("2 camera views") && e.contains("observation.images.wrist"),
+        e.contains("2 camera images") && e.contains("observation.images.wrist"),
         "{e}"
     );
     let mut obs = observation(&g, 2);
     obs.noise = Some(vec![0.0; 35]);
     let w = p.predict(&obs).unwrap().warnings;
     assert!(w.iter().any(|w| w.contains("noise")), "{w:?}");
+}
+
+/// vla.cpp's converter writes the lerobot checkpoint (tests/interop/vlacpp_act_writer.py:
+/// numpy + gguf-py, from the facts of vla.cpp d8e6c2f's layout: BatchNorm folded into `bb.*`,
+/// in_proj split into q / k / v, `latent_tok`, 2-D `img_proj`, the raw statistics); the file
+/// loads as it is and gives lerobot's chunk on every backend, post-norm ReLU and pre-norm GELU.
+#[test]
+fn vlacpp_layout_gives_lerobots_chunk() {
+    for name in ["act-tiny", "act-tiny-prenorm"] {
+        let dir = fixture(name);
+        let g = Golden::load(&dir);
+        let gguf =
+            std::env::temp_dir().join(format!("vla-vlacpp-{name}-{}.gguf", std::process::id()));
+        support::interop("vlacpp_act_writer.py", &[dir.as_os_str(), gguf.as_os_str()]);
+        for backend in support::golden::backends() {
+            if support::open(backend).is_none() {
+                continue;
+            }
+            let opts = RuntimeOptions {
+                backend: backend.into(),
+                ..Default::default()
+            };
+            let file = GgufFile::open(&gguf).unwrap();
+            let mut p = vla::models::from_gguf(file, &opts).unwrap();
+            let chunk = p.predict(&observation(&g, 2)).unwrap();
+            assert_eq!((chunk.chunk_size, chunk.action_dim), (7, 5));
+            let what = format!("{name} {backend}: vla.cpp-layout ACT: action chunk");
+            check(&what, &chunk.actions, &g.f32("actions"), TOL);
+        }
+        let _ = std::fs::remove_file(gguf);
+    }
 }

@@ -67,6 +67,8 @@ pub fn convert(
         .map_or("act".into(), |n| n.to_string_lossy().into_owned());
     w.add_metadata("general.name", name)?;
     w.add_metadata("general.source", "lerobot act checkpoint (vla-convert)")?;
+    // as vla.cpp's converter keeps it (neither reads it)
+    w.add_metadata("act.config_json", p.value.to_string())?;
     let shapes: std::collections::BTreeMap<String, Vec<usize>> =
         config.tensor_shapes()?.into_iter().collect();
     let total = tensors.len() + stats.len();

@@ -243,6 +243,7 @@ impl<K: PartialEq> LoadedGraphs<K> {
             stage_flops: Vec::new(),
             embodiment: None,
             camera_names: camera_names(file),
+            n_action_steps: None,
         }
     }
 }

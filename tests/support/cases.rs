@@ -7,7 +7,7 @@
 use vla::gguf::{GgmlType::F32, GgufFile, GgufWriter};
 use vla::models::common::gaussian_noise;
 use vla::models::pi0::{self, Variant};
-use vla::models::{presets, smolvla};
+use vla::models::{act, presets, smolvla};
 use vla::policy::{Image, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions};
 
 /// Calls `$then!` with the list of cases, `name { field: value, ... }` for the fields of
@@ -16,13 +16,14 @@ use vla::policy::{Image, ImageData, Observation, Policy, PolicyInfo, RuntimeOpti
 macro_rules! arch_cases {
     ($then:ident) => {
         $then! {
-            smolvla { gguf: |seed| smolvla::random_gguf(&smolvla::demo_config(), seed, F32), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true },
-            pi0 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi0), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true },
-            pi05 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi05), seed), state: StateInput::PromptOnly, tolerance: F32_WEIGHTS, cuts_prompt: true },
-            gr00t_n1_5 { gguf: |seed| with_tokenizer(&presets::gr00t_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false },
-            gr00t_n1_7 { gguf: |seed| with_tokenizer(&presets::gr00t_n1_7_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false },
-            vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false },
-            evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true },
+            smolvla { gguf: |seed| smolvla::random_gguf(&smolvla::demo_config(), seed, F32), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
+            pi0 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi0), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
+            pi05 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi05), seed), state: StateInput::PromptOnly, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
+            gr00t_n1_5 { gguf: |seed| with_tokenizer(&presets::gr00t_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
+            gr00t_n1_7 { gguf: |seed| with_tokenizer(&presets::gr00t_n1_7_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
+            vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
+            evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
+            act { gguf: |seed| act::random_writer(&presets::act_small_config(), seed, F32)?.to_bytes(), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePass(ACT_KEYS) },
         }
     };
 }
@@ -74,6 +75,42 @@ pub const F32_WEIGHTS: Tolerance = Tolerance {
     ggml_gpu: 5e-3,
 };
 
+/// What a request's fields mean to an arch, and where its GGUF keeps its sizes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Shape {
+    /// A flow-matching policy: it reads an instruction (token ids or a prompt), integrates
+    /// the request's noise over `num_steps` steps, and runs stepwise on request; its sizes
+    /// are `<arch>.n_images`, `.chunk_size`, `.num_steps`, `.max_state_dim`, ...
+    Flow,
+    /// One pass, no language, no noise, no steps (ACT): a request's instruction or noise is
+    /// not read (the reply says so); its sizes are under the keys given.
+    OnePass(IoKeys),
+}
+
+/// The `<arch>.<key>` names of a one-pass arch's sizes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IoKeys {
+    pub n_images: &'static str,
+    pub chunk_size: &'static str,
+    pub state_dim: &'static str,
+    pub action_dim: &'static str,
+}
+
+/// vla.cpp's `act` keys.
+pub const ACT_KEYS: IoKeys = IoKeys {
+    n_images: "num_views",
+    chunk_size: "chunk_size",
+    state_dim: "state_dim",
+    action_dim: "action_dim",
+};
+
+impl Shape {
+    /// Whether the arch reads an instruction and the request's noise.
+    pub fn flow(&self) -> bool {
+        matches!(self, Shape::Flow)
+    }
+}
+
 /// One arch under test.
 #[derive(Clone, Copy, Debug)]
 pub struct ArchCase {
@@ -85,6 +122,7 @@ pub struct ArchCase {
     /// The reference cuts a prompt past `tokenizer_max_length` (else it has no bound: a
     /// longer one is refused).
     pub cuts_prompt: bool,
+    pub shape: Shape,
 }
 
 macro_rules! case_list {

@@ -3,7 +3,7 @@
 //! from arch-independent APIs (`models::from_gguf`, [`Policy`], the GGUF's metadata), and
 //! every assert message starts with the case's name.
 
-use super::cases::{observation, ArchCase, StateInput};
+use super::cases::{observation, ArchCase, Shape, StateInput};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use vla::gguf::GgufFile;
 use vla::policy::{
@@ -35,15 +35,29 @@ pub fn info_and_chunk_shape(case: &ArchCase) {
     let info = p.info().clone();
     let file = GgufFile::from_bytes(case.bytes()).unwrap();
     assert_eq!(info.arch, file.architecture().unwrap(), "{n}: info.arch");
-    for (key, got) in [
-        ("n_images", info.n_images),
-        ("chunk_size", info.chunk_size),
-        ("num_steps", info.num_steps),
-        ("max_state_dim", info.max_state_dim),
-        ("max_action_dim", info.max_action_dim),
-        ("real_state_dim", info.state_dim),
-        ("real_action_dim", info.action_dim),
-    ] {
+    let keys = match case.shape {
+        Shape::Flow => vec![
+            ("n_images", info.n_images),
+            ("chunk_size", info.chunk_size),
+            ("num_steps", info.num_steps),
+            ("max_state_dim", info.max_state_dim),
+            ("max_action_dim", info.max_action_dim),
+            ("real_state_dim", info.state_dim),
+            ("real_action_dim", info.action_dim),
+        ],
+        Shape::OnePass(k) => {
+            assert_eq!(info.num_steps, 0, "{n}: one pass, no steps");
+            vec![
+                (k.n_images, info.n_images),
+                (k.chunk_size, info.chunk_size),
+                (k.state_dim, info.max_state_dim),
+                (k.state_dim, info.state_dim),
+                (k.action_dim, info.max_action_dim),
+                (k.action_dim, info.action_dim),
+            ]
+        }
+    };
+    for (key, got) in keys {
         assert_eq!(got, case.meta(key), "{n}: info vs the GGUF's {key}");
     }
     let sizes = [info.n_images, info.image_height, info.image_width];
@@ -91,7 +105,8 @@ fn edit_image(obs: &mut Observation, v: usize) {
 }
 
 /// The chunk changes with the instruction tokens, the state (unless the arch reads it only
-/// through a prompt: then it must not change with token ids), each camera view and the noise.
+/// through a prompt: then it must not change with token ids), each camera view and the noise
+/// (a one-pass arch reads neither tokens nor noise: they must not change it).
 pub fn chunk_depends_on_every_input(case: &ArchCase) {
     let n = case.name;
     let mut p = case.cpu();
@@ -101,7 +116,7 @@ pub fn chunk_depends_on_every_input(case: &ArchCase) {
     let mut o = obs.clone();
     let t = o.tokens.as_mut().unwrap().last_mut().unwrap();
     *t = *t % 199 + 1;
-    edits.push(("last token".into(), o, true));
+    edits.push(("last token".into(), o, case.shape.flow()));
     let mut o = obs.clone();
     let last = o.state.len() - 1;
     o.state[last] += 0.5;
@@ -113,7 +128,7 @@ pub fn chunk_depends_on_every_input(case: &ArchCase) {
     }
     let mut o = obs.clone();
     o.noise.as_mut().unwrap()[3] += 0.5;
-    edits.push(("noise".into(), o, true));
+    edits.push(("noise".into(), o, case.shape.flow()));
     for (what, o, changes) in edits {
         let got = predict(case, p.as_mut(), &o, &what).actions;
         match changes {
@@ -156,11 +171,6 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
     let info = p.info().clone();
     let good = observation(&info, 1);
     let want = predict(case, p.as_mut(), &good, "good request").actions;
-    let vocab = case.meta("vocab_size");
-    let max_tokens = case.meta("tokenizer_max_length");
-    let (chunk, dim) = (info.chunk_size, info.max_action_dim);
-    let tokens = |v: Vec<i32>| -> Edit { Box::new(move |o| o.tokens = Some(v.clone())) };
-    let noise = |len: usize| -> Edit { Box::new(move |o| o.noise = Some(vec![0.0; len])) };
     let mut cases: Vec<(String, &str, Edit)> = vec![
         ("no images".into(), "image", Box::new(|o| o.images.clear())),
         (
@@ -223,6 +233,16 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
             "state",
             Box::new(|o| *o.state.last_mut().unwrap() = f32::INFINITY),
         ),
+    ];
+    let flow = case.shape.flow();
+    let (vocab, max_tokens) = match flow {
+        true => (case.meta("vocab_size"), case.meta("tokenizer_max_length")),
+        false => (0, 0),
+    };
+    let (chunk, dim) = (info.chunk_size, info.max_action_dim);
+    let tokens = |v: Vec<i32>| -> Edit { Box::new(move |o| o.tokens = Some(v.clone())) };
+    let noise = |len: usize| -> Edit { Box::new(move |o| o.noise = Some(vec![0.0; len])) };
+    let language_and_noise: Vec<(String, &str, Edit)> = vec![
         (
             format!("token id {vocab} (vocab_size)"),
             "token",
@@ -248,10 +268,13 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
             noise(chunk * dim + 1),
         ),
     ];
-    if vocab <= 100_000 {
+    if flow {
+        cases.extend(language_and_noise);
+    }
+    if flow && vocab <= 100_000 {
         cases.push(("token id 100000".into(), "token", tokens(vec![100_000])));
     }
-    if info.action_dim != dim {
+    if flow && info.action_dim != dim {
         let what = "noise of chunk_size x action_dim".into();
         cases.push((what, "noise", noise(chunk * info.action_dim)));
     }
@@ -270,9 +293,11 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
         );
     }
     // At the limits: as many tokens as the model holds, the last id of its vocabulary.
-    let mut edge = good.clone();
-    edge.tokens = Some(vec![vocab as i32 - 1; max_tokens]);
-    predict(case, p.as_mut(), &edge, "max_tokens ids of vocab_size - 1");
+    if flow {
+        let mut edge = good.clone();
+        edge.tokens = Some(vec![vocab as i32 - 1; max_tokens]);
+        predict(case, p.as_mut(), &edge, "max_tokens ids of vocab_size - 1");
+    }
     let again = predict(case, p.as_mut(), &good, "the good request after bad ones").actions;
     assert_eq!(again, want, "{n}: the chunk after bad requests");
 }
@@ -291,6 +316,9 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
     }
     let mut p = load_on(case, backend, false);
     let good = observation(p.info(), 1);
+    if !case.shape.flow() {
+        return unread_instruction_and_noise(case, p.as_mut(), &good);
+    }
     let max = case.meta("tokenizer_max_length");
     let first = predict(case, p.as_mut(), &good, "good request").actions;
     let with = |prompt: Option<&str>, tokens: Option<Vec<i32>>| Observation {
@@ -342,8 +370,53 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
 
 /// Without a tokenizer in the GGUF a text prompt is an error saying so, and token ids still
 /// give the chunk of the file with its tokenizer.
+/// A one-pass arch reads no instruction and no noise: with either, or neither, the same
+/// chunk, and the reply says which fields went unread; never an error.
+fn unread_instruction_and_noise(case: &ArchCase, p: &mut dyn Policy, good: &Observation) {
+    let n = case.name;
+    let bare = Observation {
+        tokens: None,
+        noise: None,
+        ..good.clone()
+    };
+    let base = predict(case, p, &bare, "no instruction, no noise");
+    assert!(base.warnings.is_empty(), "{n}: {:?}", base.warnings);
+    let long = "pick up the red cube ".repeat(100);
+    let edits: [(&str, Observation, &str); 3] = [
+        ("token ids and noise", good.clone(), "noise"),
+        (
+            "a long prompt",
+            Observation {
+                prompt: Some(long),
+                ..bare.clone()
+            },
+            "prompt",
+        ),
+        (
+            "noise of any length",
+            Observation {
+                noise: Some(vec![0.5; 3]),
+                ..bare.clone()
+            },
+            "noise",
+        ),
+    ];
+    for (what, obs, needle) in edits {
+        let got = predict(case, p, &obs, what);
+        assert_eq!(got.actions, base.actions, "{n}: {what} changed the chunk");
+        assert!(
+            got.warnings.iter().any(|w| w.contains(needle)),
+            "{n}: {what}: warnings {:?}",
+            got.warnings
+        );
+    }
+}
+
 pub fn prompt_without_a_tokenizer_is_an_error(case: &ArchCase) {
     let n = case.name;
+    if !case.shape.flow() {
+        return; // no instruction, no tokenizer (unread_instruction_and_noise)
+    }
     let opts = RuntimeOptions::default();
     let file = GgufFile::from_bytes(case.bytes_without_tokenizer()).unwrap();
     let mut p = vla::models::from_gguf(file, &opts)
@@ -398,7 +471,8 @@ fn frames_go_up_as_they_arrive(
     backend: &str,
 ) {
     let n = case.name;
-    let on_device = matches!(n, "smolvla" | "pi0" | "pi05" | "vla_jepa");
+    // ACT never resizes: its frames go up as they are
+    let on_device = matches!(n, "smolvla" | "pi0" | "pi05" | "vla_jepa" | "act");
     let mut taller = obs.clone();
     for img in &mut taller.images {
         img.height *= 2;
@@ -497,6 +571,17 @@ fn check_counters(
 pub fn one_run_matches_stepwise(case: &ArchCase, backend: &str) {
     let n = case.name;
     if backend != "cpu" && super::open(backend).is_none() {
+        return;
+    }
+    if !case.shape.flow() {
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            stepwise: true,
+            ..Default::default()
+        };
+        let e = case.load(&opts).err().map(|e| e.to_string());
+        let said = e.as_deref().is_some_and(|e| e.contains("stepwise"));
+        assert!(said, "{n}: one pass, stepwise: {e:?}");
         return;
     }
     let (mut one, mut steps) = (load_on(case, backend, false), load_on(case, backend, true));
@@ -598,6 +683,16 @@ pub fn one_run_matches_stepwise_everywhere(case: &ArchCase) {
 /// in the chunk; 0 or a huge count is a load error.
 pub fn steps_option_sets_the_step_count(case: &ArchCase) {
     let n = case.name;
+    let opts = |s| RuntimeOptions {
+        num_steps: Some(s),
+        ..Default::default()
+    };
+    if !case.shape.flow() {
+        let e = case.load(&opts(2)).err().map(|e| e.to_string());
+        let said = e.as_deref().is_some_and(|e| e.contains("steps"));
+        assert!(said, "{n}: one pass, --steps 2: {e:?}");
+        return;
+    }
     let mut own = case.cpu();
     assert_eq!(
         own.info().num_steps,
@@ -605,10 +700,6 @@ pub fn steps_option_sets_the_step_count(case: &ArchCase) {
         "{n}: own steps"
     );
     let k = if own.info().num_steps == 2 { 3 } else { 2 };
-    let opts = |s| RuntimeOptions {
-        num_steps: Some(s),
-        ..Default::default()
-    };
     let mut p = case
         .load(&opts(k))
         .unwrap_or_else(|e| panic!("{n}: --steps {k}: {e}"));

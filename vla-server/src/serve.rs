@@ -485,6 +485,7 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "memory_bytes": info.memory_bytes,
         "activation_bytes": info.activation_bytes,
         "embodiment": info.embodiment,
+        "n_action_steps": info.n_action_steps,
         "server": concat!("vla-server ", env!("CARGO_PKG_VERSION")),
     })
     .to_string()

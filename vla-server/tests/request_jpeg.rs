@@ -24,6 +24,7 @@ fn info() -> PolicyInfo {
         stage_flops: Vec::new(),
         embodiment: None,
         camera_names: Vec::new(),
+        n_action_steps: None,
     }
 }
 

@@ -331,6 +331,11 @@ impl ActPolicy {
                 "act predicts in one pass: it has no denoising steps to set".into(),
             ));
         }
+        if opts.stepwise {
+            return Err(Error::InvalidArgument(
+                "act predicts in one pass: stepwise runs are for flow policies".into(),
+            ));
+        }
         if let Some(e) = &opts.embodiment {
             return Err(Error::InvalidArgument(format!(
                 "embodiment {e:?}: act carries a single set of normalisation statistics"
@@ -364,6 +369,7 @@ impl ActPolicy {
         info.max_action_dim = cfg.action_dim;
         info.action_dim = cfg.action_dim;
         info.camera_names = cfg.cameras.clone();
+        info.n_action_steps = Some(cfg.n_action_steps);
         info.memory_bytes = graphs.memory_bytes();
         info.activation_bytes = graphs.activation_bytes();
         Ok(ActPolicy {
@@ -399,7 +405,7 @@ impl ActPolicy {
     fn frames(&self, obs: &Observation) -> Result<Vec<(FrameKey, Tensor<'static>)>> {
         if obs.images.len() != self.cfg.num_views {
             return Err(Error::InvalidArgument(format!(
-                "act takes {} camera views ({}), got {}",
+                "act takes {} camera images ({}), got {}",
                 self.cfg.num_views,
                 self.cfg.cameras.join(", "),
                 obs.images.len()
