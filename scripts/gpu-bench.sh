@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One GPU benchmark, from release binaries (no Rust toolchain, no network needed):
-#   scripts/gpu-bench.sh [--bin DIR] [--work DIR] [--out DIR] [--quick] [--allow-cpu]
+#   scripts/gpu-bench.sh [--bin DIR] [--work DIR] [--out DIR] [--models LIST] [--quick] [--allow-cpu]
 #
 #   --bin DIR    where vla-bench and vla-gguf are (default: $VLA_BIN, else target/release
 #                next to this script)
 #   --work DIR   where the model files are generated (default /tmp/vla-gpu-bench; ~8.5 GB)
 #   --out DIR    where the table (gpu-bench.md) and raw JSON go (default: --work)
+#   --models LIST  ARCH:DTYPE entries, space-separated (default "smolvla:f32 pi05:f16 act:f32";
+#                any served arch, e.g. "act:f32 evo1:bf16")
 #   --quick      small random-weight configs instead of the released sizes (checks the
 #                script itself, e.g. on lavapipe)
 #   --allow-cpu  go on when the only Vulkan adapter is a CPU one (llvmpipe)
@@ -14,7 +16,8 @@
 #   VLA_GPU_BENCH_TILES    GEMM tiles to sweep (default "s m l"; empty: no sweep)
 #
 # Models: full-size random-weight SmolVLA (smolvla_base sizes, 2 cameras at 512, f32
-# weights) and pi0.5 (SigLIP So400m + Gemma 2B + 300M, 2 cameras at 224, f16 weights).
+# weights), pi0.5 (SigLIP So400m + Gemma 2B + 300M, 2 cameras at 224, f16 weights) and ACT
+# (ResNet-18 + lerobot's default transformer, 2 cameras at 480 x 640, f32 weights).
 # For each: latency per stage on `vulkan` with each kernel setting (the GPU kernel set the
 # adapter gets by default; the same with f16 and with bf16 activations; without split-K; its
 # vec4 GEMM variant; the default with naga's forced loop
@@ -27,18 +30,20 @@
 # `cp target/release/{vla-bench,vla-gguf,vla-quantize} DIR` (~17 MiB stripped).
 set -uo pipefail
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${VLA_BIN:-$here/../target/release}"
 work=/tmp/vla-gpu-bench
 out=""
 quick=0
 allow_cpu=0
+models_arg="smolvla:f32 pi05:f16 act:f32"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --bin) bin="$2"; shift 2 ;;
         --work) work="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
+        --models) models_arg="$2"; shift 2 ;;
         --quick) quick=1; shift ;;
         --allow-cpu) allow_cpu=1; shift ;;
         -h | --help) usage; exit 0 ;;
@@ -98,7 +103,9 @@ say "- binaries: $("$bench" --version)"
 # 2. The models (random weights, generated here, kept for reruns).
 full=--full
 [[ $quick == 1 ]] && full=""
-models=("smolvla:f32" "pi05:f16")
+read -ra models <<<"$models_arg"
+[[ ${#models[@]} -gt 0 ]] || die "--models: no model given"
+has() { [[ " ${models[*]} " == *" $1 "* ]]; }
 # ARCH:DTYPE -> its file, and its label in the tables
 model_file() { echo "$work/${1%%:*}${full:+-full}-${1##*:}.gguf"; }
 model_label() { echo "${1%%:*}${full:+ full} (${1##*:} weights)"; }
@@ -112,7 +119,7 @@ for m in "${models[@]}"; do
     fi
 done
 # SmolVLA with Q8_0 matrices (vision tower too) when vla-quantize came along.
-if [[ -x "$bin/vla-quantize" ]]; then
+if [[ -x "$bin/vla-quantize" ]] && has smolvla:f32; then
     f="$work/smolvla${full:+-full}-q8_0.gguf"
     if [[ ! -s "$f" ]]; then
         echo "quantizing $f ..."
@@ -122,6 +129,7 @@ if [[ -x "$bin/vla-quantize" ]]; then
     models+=("smolvla:q8_0")
     # FoldQuant W8A8 (uncalibrated export) of both models: the integer kernels
     for src in smolvla:f32 pi05:f16; do
+        has "$src" || continue
         f="$work/${src%%:*}${full:+-full}-fq-w8a8.gguf"
         if [[ ! -s "$f" ]]; then
             echo "quantizing $f ..."

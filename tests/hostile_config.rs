@@ -72,3 +72,50 @@ fn hostile_config_metadata_fails_the_load_naming_the_key() {
         }
     }
 }
+
+/// ACT's keys (vla.cpp's `act` layout): hostile sizes, flags that are not 0/1 and arrays of
+/// the wrong shape or type fail the load naming the key.
+#[test]
+fn hostile_act_metadata_fails_the_load_naming_the_key() {
+    use vla::gguf::ValueType;
+    use vla::models::{act, presets};
+    let bytes = act::random_writer(&presets::act_small_config(), 1, GgmlType::F32)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let opts = RuntimeOptions::default();
+    assert!(from_gguf(GgufFile::from_bytes(bytes.clone()).unwrap(), &opts).is_ok());
+    let huge = 1u32 << 24;
+    let ints = |v: &[i32]| Value::Array(ValueType::I32, v.iter().map(|&x| Value::I32(x)).collect());
+    let cases: Vec<(&str, Value)> = vec![
+        ("dim_model", 0u32.into()),
+        ("n_heads", 0u32.into()),
+        ("n_heads", 3u32.into()),
+        ("n_encoder_layers", huge.into()),
+        ("n_decoder_layers", 0u32.into()),
+        ("chunk_size", huge.into()),
+        ("n_action_steps", 8u32.into()),
+        ("state_dim", huge.into()),
+        ("action_dim", 0u32.into()),
+        ("num_views", 0u32.into()),
+        ("num_views", 3u32.into()),
+        ("image_height", huge.into()),
+        ("pre_norm", 2u32.into()),
+        ("gelu", 7u32.into()),
+        ("backbone_blocks", ints(&[2, 2, 2])),
+        ("backbone_blocks", ints(&[2, 0, 2, 2])),
+        ("backbone_blocks", ints(&[2, -1, 2, 2])),
+        ("backbone_blocks", ints(&[2, 2, 2, 1 << 24])),
+        ("cameras", Value::from_strs(&["observation.images.top"])),
+        ("cameras", ints(&[1, 2])),
+    ];
+    for (key, value) in cases {
+        let file = with_metadata(&bytes, &format!("act.{key}"), value.clone());
+        let err = match from_gguf(file, &opts) {
+            Ok(_) => panic!("act.{key} = {value:?} loaded"),
+            Err(e) => e.to_string(),
+        };
+        println!("act.{key} = {value:?}: {err}");
+        assert!(err.contains(key), "act.{key} = {value:?}: {err}");
+    }
+}

@@ -82,6 +82,8 @@ fn windows(c: &mut Cases) {
         (GgmlType::F32, [13, 10, 6], 9, 3),
         (GgmlType::BF16, [13, 10, 6], 9, 3),
         (GgmlType::F16, [8, 8, 4], 5, 1),
+        // many rows by a small f32 kernel: a ResNet block's shape
+        (GgmlType::F32, [61, 43, 8], 16, 3),
     ] {
         let x = c.tensor(&shape);
         let cols = shape[2] * k * k;

@@ -87,6 +87,9 @@ impl Section for ActConfig {
         bounded("state_dim", self.state_dim, 0, MAX_ROBOT_DIM)?;
         bounded("action_dim", self.action_dim, 1, MAX_ROBOT_DIM)?;
         bounded("num_views", self.num_views, 1, MAX_IMAGES)?;
+        let side = crate::preprocess::image::MAX_SIDE;
+        bounded("image_height", self.image_height, 1, side)?;
+        bounded("image_width", self.image_width, 1, side)?;
         for (i, &b) in self.blocks.iter().enumerate() {
             bounded(&format!("backbone_blocks[{i}]"), b, 1, MAX_LAYERS)?;
         }
@@ -105,7 +108,7 @@ impl Section for ActConfig {
         }
         if self.cameras.len() != self.num_views {
             return Err(format!(
-                "{} camera names for num_views {}",
+                "cameras: {} names for num_views {}",
                 self.cameras.len(),
                 self.num_views
             ));

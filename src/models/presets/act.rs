@@ -30,9 +30,10 @@ pub fn act_small_config() -> ActConfig {
     }
 }
 
-/// lerobot's ACT defaults as its ALOHA checkpoints use them: torchvision's ResNet-18, a
-/// 512-wide transformer (8 heads, FFN 3200, 4 encoder layers, 1 decoder layer), chunk 100,
-/// one camera at 480 x 640, 14-dimensional state and action.
+/// lerobot's ACT defaults: torchvision's ResNet-18, a 512-wide transformer (8 heads, FFN
+/// 3200, 4 encoder layers, 1 decoder layer), chunk 100; two cameras at 480 x 640 and
+/// 14-dimensional state and action as ALOHA's (the sizes `tools/golden/act.py --size full`
+/// writes).
 pub fn act_full_config() -> ActConfig {
     ActConfig {
         dim_model: 512,
@@ -44,11 +45,9 @@ pub fn act_full_config() -> ActConfig {
         n_action_steps: 100,
         state_dim: 14,
         action_dim: 14,
-        num_views: 1,
         image_height: 480,
         image_width: 640,
         widths: [64, 64, 128, 256, 512],
-        cameras: vec!["observation.images.top".into()],
         ..act_small_config()
     }
 }

@@ -225,12 +225,18 @@ fn run(args: Args) -> Result<()> {
     let load_rss = peak_rss_mib();
     let info = policy.info().clone();
     let frame = args.frame.unwrap_or((info.image_height, info.image_width));
+    // a one-pass policy (ACT) reads no instruction and no noise
+    let one_pass = info.num_steps == 0;
     let obs = observation(
         info.n_images,
         frame,
         info.state_dim,
-        info.chunk_size * info.max_action_dim,
-        args.tokens,
+        if one_pass {
+            0
+        } else {
+            info.chunk_size * info.max_action_dim
+        },
+        if one_pass { 0 } else { args.tokens },
     );
     for _ in 0..args.warmup {
         policy.predict(&obs)?;
@@ -259,6 +265,11 @@ fn run(args: Args) -> Result<()> {
         bail!("run counters differ between predicts: {counters:?}");
     }
     let stages = ["vision", "prefill", "denoise", "total"];
+    // a one-pass policy has no stages: its total alone
+    let (stages, rows): (&[&str], Vec<Vec<f32>>) = match one_pass {
+        true => (&stages[3..], rows.iter().map(|r| r[3..].to_vec()).collect()),
+        false => (&stages, rows),
+    };
     // the graphs the predicts ran (compiled for the instruction's rows on first sight)
     let info = policy.info().clone();
     let profile = match args.profile {
@@ -327,12 +338,14 @@ fn run(args: Args) -> Result<()> {
         info.chunk_text(),
         info.num_steps
     );
-    println!(
-        "prompt    {} instruction token(s) in {} compiled row(s)",
-        instruction.tokens, instruction.rows
-    );
+    if !one_pass {
+        println!(
+            "prompt    {} instruction token(s) in {} compiled row(s)",
+            instruction.tokens, instruction.rows
+        );
+    }
     println!("iters     {} (after {} warm-up)", args.iters, args.warmup);
-    report(&stages, &rows);
+    report(stages, &rows);
     if !info.stage_flops.is_empty() {
         // Rates at the median time; a stage not timed apart counts in the total only.
         let parts: Vec<String> = info
@@ -547,6 +560,7 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
             .map(|v| v as usize)
             .with_context(|| format!("INFO lacks {k}"))
     };
+    let one_pass = get("num_steps")? == 0;
     let obs = observation(
         get("n_images")?,
         match args.frame {
@@ -554,8 +568,11 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
             None => (get("image_height")?, get("image_width")?),
         },
         get("state_dim")?,
-        get("chunk_size")? * get("max_action_dim")?,
-        args.tokens,
+        match one_pass {
+            true => 0,
+            false => get("chunk_size")? * get("max_action_dim")?,
+        },
+        if one_pass { 0 } else { args.tokens },
     );
     let text = |k: &str| info[k].as_str().unwrap_or("?").to_owned();
     println!("server    {addr}: {} on {}", text("arch"), text("backend"));

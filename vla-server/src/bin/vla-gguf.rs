@@ -50,7 +50,8 @@ enum Command {
         /// The released sizes (smolvla: smolvla_base, ~1.6 GB in f32; pi0: SigLIP So400m,
         /// Gemma 2B + 300M, ~13 GB; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB; gr00t_n1_7: Qwen3-VL-2B cut to 16 layers +
         /// DiT; vla_jepa: Qwen3-VL-2B + DiT-B; evo1: InternViT-300M + Qwen2.5-0.5B cut to
-        /// 14 layers + its head, ~3 GB), for benchmarks.
+        /// 14 layers + its head, ~3 GB; act: ResNet-18 + lerobot's default transformer, two
+        /// cameras at 480 x 640, ~0.2 GB), for benchmarks.
         #[arg(long)]
         full: bool,
         /// Type of the matmul weights: f32, f16 or bf16 (a smolvla model other than the f32
