@@ -114,6 +114,9 @@ pub struct PolicyInfo {
     /// How many of a chunk's rows the reference executes before it predicts again (ACT's
     /// `n_action_steps`), where the model file says; the server returns every row either way.
     pub n_action_steps: Option<usize>,
+    /// Whether the model reads a request's instruction (ACT reads none: a prompt or token
+    /// ids are not used, and the reply says so).
+    pub reads_instruction: bool,
 }
 
 impl PolicyInfo {

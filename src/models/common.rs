@@ -244,6 +244,7 @@ impl<K: PartialEq> LoadedGraphs<K> {
             embodiment: None,
             camera_names: camera_names(file),
             n_action_steps: None,
+            reads_instruction: true,
         }
     }
 }

@@ -486,6 +486,7 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "activation_bytes": info.activation_bytes,
         "embodiment": info.embodiment,
         "n_action_steps": info.n_action_steps,
+        "reads_instruction": info.reads_instruction,
         "server": concat!("vla-server ", env!("CARGO_PKG_VERSION")),
     })
     .to_string()

@@ -25,6 +25,7 @@ fn info() -> PolicyInfo {
         embodiment: None,
         camera_names: Vec::new(),
         n_action_steps: None,
+        reads_instruction: true,
     }
 }
 

@@ -291,3 +291,62 @@ def test_cameras_go_by_name_where_the_model_keeps_names(tmp_path):
             step(policy, pre, post, env.observation())
     finally:
         stop_server(proc)
+
+
+def test_temporal_ensembling_matches_lerobots(demo_server):
+    """temporal_ensemble_coeff: a server call every step, and the actions lerobot's own
+    ACTTemporalEnsembler makes of the same chunks; reset starts over."""
+    from lerobot.policies.act.modeling_act import ACTTemporalEnsembler
+
+    addr, info = demo_server
+    policy, pre, post = build(addr, temporal_ensemble_coeff=0.01)
+    chunks = []
+    ask = policy.predict_action_chunk
+
+    def recorded(batch, noise=None):
+        chunks.append(ask(batch, noise=noise))
+        return chunks[-1]
+
+    policy.predict_action_chunk = recorded
+    env = FakeEnv()
+    got = []
+    for t in range(6):
+        b = pre({**preprocess_observation(env.observation(seed=t)), "task": ["pick up the cube"]})
+        got.append(policy.select_action(b))
+    assert policy.server_calls == 6
+    ref = ACTTemporalEnsembler(0.01, info["action_rows"])
+    for t, chunk in enumerate(chunks):
+        torch.testing.assert_close(got[t], ref.update(chunk), rtol=1e-5, atol=1e-5)
+    policy.reset()  # a new episode: the first action is the new chunk's first row
+    first = policy.select_action(b)
+    torch.testing.assert_close(first, chunks[-1][:, 0])
+    with pytest.raises(ValueError, match="n_action_steps must be 1"):
+        VlaRsConfig(server=addr, temporal_ensemble_coeff=0.01, n_action_steps=5)
+
+
+def test_act_model_takes_no_instruction_and_its_own_steps(tmp_path):
+    """An ACT file: no instruction goes to the server (no warning comes back), and without
+    --policy.n_action_steps the model's own n_action_steps (INFO) sets the queue."""
+    import warnings
+
+    from vla_rs_helpers import start_server, stop_server, server_binary
+
+    gguf = tmp_path / "act.gguf"
+    subprocess.run([str(server_binary().parent / "vla-gguf"), "demo", "--arch", "act", str(gguf)],
+                   check=True, capture_output=True)
+    addr, proc, _ = start_server(str(gguf))
+    try:
+        from vla_client import VlaClient
+
+        with VlaClient(addr, timeout_ms=60_000) as c:
+            info = c.info()
+        assert not info["reads_instruction"] and info["n_action_steps"] < info["action_rows"]
+        env = FakeEnv(state=info["state_dim"], action=info["action_dim"])
+        policy, pre, post = build(addr, env)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a reply warning (VlaWarning) would fail here
+            for _ in range(info["n_action_steps"] + 1):
+                step(policy, pre, post, env.observation())
+        assert policy.server_calls == 2
+    finally:
+        stop_server(proc)

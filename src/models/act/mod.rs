@@ -373,6 +373,7 @@ impl ActPolicy {
         info.action_dim = cfg.action_dim;
         info.camera_names = cfg.cameras.clone();
         info.n_action_steps = Some(cfg.n_action_steps);
+        info.reads_instruction = false;
         info.memory_bytes = graphs.memory_bytes();
         info.activation_bytes = graphs.activation_bytes();
         Ok(ActPolicy {

@@ -32,9 +32,15 @@ class VlaRsConfig(PreTrainedConfig):
 
     # Where vla-server listens: tcp://HOST:PORT, ipc://PATH or inproc://NAME.
     server: str = "tcp://127.0.0.1:5555"
-    # Actions of each chunk to execute before asking the server again; None: the whole chunk
-    # the server returns (its INFO's `action_rows`). More than the chunk is an error.
+    # Actions of each chunk to execute before asking the server again; None: the model's own
+    # (its INFO's `n_action_steps`, which ACT files keep), else the whole chunk the server
+    # returns (INFO's `action_rows`). More than the chunk is an error.
     n_action_steps: int | None = None
+    # ACT's temporal ensembling (lerobot's `temporal_ensemble_coeff`, the ACT paper's 0.01):
+    # every step asks the server for a chunk and executes the average of every chunk's
+    # prediction for that step, weighted exp(-coeff * i), i = 0 the oldest. None: off.
+    # Needs n_action_steps None or 1, as lerobot's.
+    temporal_ensemble_coeff: float | None = None
     # Seconds to wait for one reply. The first request with frames of a new size makes the
     # server compile its graphs for that size, which takes about as long as loading the model.
     timeout_s: float = 120.0
@@ -73,6 +79,11 @@ class VlaRsConfig(PreTrainedConfig):
         super().__post_init__()
         if self.n_action_steps is not None and self.n_action_steps < 1:
             raise ValueError(f"n_action_steps must be at least 1 (or None: the whole chunk), got {self.n_action_steps}")
+        if self.temporal_ensemble_coeff is not None and self.n_action_steps not in (None, 1):
+            raise ValueError(
+                f"temporal_ensemble_coeff asks for a chunk every step: n_action_steps must be 1 "
+                f"(or None), got {self.n_action_steps}"
+            )
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
         if self.image_encoding not in IMAGE_ENCODINGS:

@@ -3,7 +3,9 @@
 Each call of `predict_action_chunk` sends one PredictRequest a batch element (images, state and
 instruction) through `vla_client` and stacks the replies' action chunks; `select_action` keeps
 a queue of actions, as lerobot's chunking policies do, and asks the server again when the
-queue is empty (every `n_action_steps` steps).
+queue is empty (every `n_action_steps` steps), or with `temporal_ensemble_coeff` asks every step
+and averages the chunks' predictions for it (ACT's temporal ensembling, on the client as
+vla.cpp leaves it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class VlaRsPolicy(PreTrainedPolicy):
         self._client = None
         self._info: dict | None = None
         self._queue: deque[Tensor] = deque()
+        self._ensembler = (
+            None if config.temporal_ensemble_coeff is None else TemporalEnsembler(config.temporal_ensemble_coeff)
+        )
         self.server_calls = 0  # PredictRequests sent (one a batch element)
 
     # --- the server ------------------------------------------------------------------------
@@ -112,8 +117,11 @@ class VlaRsPolicy(PreTrainedPolicy):
     # --- lerobot's policy interface --------------------------------------------------------
 
     def reset(self) -> None:
-        """Called by lerobot when the environment is reset: drops the queued actions."""
+        """Called by lerobot when the environment is reset: drops the queued actions (and the
+        ensembled ones)."""
         self._queue.clear()
+        if self._ensembler is not None:
+            self._ensembler.reset()
 
     def get_optim_params(self) -> dict:
         raise NotImplementedError(INFERENCE_ONLY)
@@ -159,10 +167,14 @@ class VlaRsPolicy(PreTrainedPolicy):
 
     @torch.no_grad()
     def select_action(self, batch: dict[str, Tensor], noise: Tensor | None = None, **kwargs) -> Tensor:
-        """[B, action_dim]: the next queued action, after a server call when the queue is empty."""
+        """[B, action_dim]: the next queued action, after a server call when the queue is empty
+        (with temporal ensembling: the ensembled action, after a server call every step)."""
+        if self._ensembler is not None:
+            return self._ensembler.update(self.predict_action_chunk(batch, noise=noise))
         if not self._queue:
             chunk = self.predict_action_chunk(batch, noise=noise)
-            n = self.config.n_action_steps or chunk.shape[1]
+            own = self.server_info.get("n_action_steps")
+            n = self.config.n_action_steps or own or chunk.shape[1]
             self._queue.extend(chunk[:, :n].transpose(0, 1))  # n tensors of [B, action_dim]
         return self._queue.popleft()
 
@@ -179,6 +191,8 @@ class VlaRsPolicy(PreTrainedPolicy):
         return list(s)
 
     def _prompts(self, batch: dict, b: int) -> list[str | None]:
+        if not self.server_info.get("reads_instruction", True):
+            return [None] * b  # ACT: the model takes no instruction
         if self.config.prompt is not None:
             return [self.config.prompt] * b
         task = batch.get(self.config.task_key)
@@ -222,3 +236,36 @@ def _per_element(noise: Tensor | None, b: int) -> list:
     if n.shape[0] != b:
         raise ValueError(f"noise of shape {tuple(n.shape)} for a batch of {b}")
     return list(n.numpy())
+
+
+class TemporalEnsembler:
+    """ACT's temporal ensembling, online: after each chunk of T predictions, the action for the
+    current step is the average of every prediction made for it so far, the k-th oldest weighted
+    w_k = exp(-coeff * k). Kept per step are the running averages and how many predictions each
+    holds; a new chunk folds its first T - 1 rows into the averages of the steps they predict,
+    brings a fresh last row, and the first step's average is executed and dropped."""
+
+    def __init__(self, coeff: float):
+        self.coeff = float(coeff)
+        self.reset()
+
+    def reset(self) -> None:
+        self.avg: Tensor | None = None  # [B, steps, action_dim]
+        self.count: Tensor | None = None  # [steps] predictions per step
+
+    def update(self, chunk: Tensor) -> Tensor:
+        """`chunk` [B, T, action_dim] predicted now -> the ensembled action [B, action_dim]."""
+        t = chunk.shape[1]
+        w = torch.exp(-self.coeff * torch.arange(t, dtype=torch.float64))
+        cum = torch.cumsum(w, 0)
+        chunk = chunk.to(torch.float64)
+        if self.avg is None:
+            self.avg, self.count = chunk.clone(), torch.ones(t, dtype=torch.long)
+        else:
+            # running weighted average of n predictions -> of n + 1
+            n = self.count
+            folded = (self.avg * cum[n - 1, None] + chunk[:, :-1] * w[n, None]) / cum[n, None]
+            self.avg = torch.cat([folded, chunk[:, -1:]], dim=1)
+            self.count = torch.cat([torch.clamp(n + 1, max=t), torch.ones(1, dtype=torch.long)])
+        action, self.avg, self.count = self.avg[:, 0], self.avg[:, 1:], self.count[1:]
+        return action.to(torch.float32)
