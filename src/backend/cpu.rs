@@ -139,6 +139,9 @@ struct CpuExecutable<'w> {
     /// Per weight node: its integer kernel's tiles, where a matmul or FoldQuant site reads it.
     prepared: Vec<Option<Prepared>>,
     last_use: Vec<usize>,
+    /// Im2Col nodes that are not run: their one reader, a matmul, makes the receptive
+    /// fields a block at a time ([`ops::conv_matmul`]).
+    folded: Vec<bool>,
     weight_bytes: u64,
     peak: u64,
     runs: RunCounters,
@@ -152,17 +155,53 @@ impl<'w> CpuExecutable<'w> {
         prepared: Vec<Option<Prepared>>,
         bytes: u64,
     ) -> Self {
+        let (folded, last_use) = folded_im2col(graph);
         CpuExecutable {
             graph: graph.clone(),
             weights,
             prepared,
-            last_use: graph.last_uses(),
+            last_use,
+            folded,
             weight_bytes: bytes,
             peak: 0,
             runs: RunCounters::default(),
             stage_ms: None,
         }
     }
+}
+
+/// The Im2Col nodes a matmul reads as its only reader (and no output), and the last uses
+/// with each one's map living until that matmul.
+fn folded_im2col(graph: &Graph) -> (Vec<bool>, Vec<usize>) {
+    let nodes = graph.nodes();
+    let mut readers = vec![0usize; nodes.len()];
+    for n in nodes {
+        for inp in &n.inputs {
+            readers[inp.0] += 1;
+        }
+    }
+    let mut last_use = graph.last_uses();
+    let mut folded = vec![false; nodes.len()];
+    // VLA_CPU_CONV=im2col: every im2col made whole, then its matmul (the reference path)
+    if std::env::var("VLA_CPU_CONV").as_deref() == Ok("im2col") {
+        return (folded, last_use);
+    }
+    for (i, n) in nodes.iter().enumerate() {
+        let x = n.inputs.first().map(|x| x.0);
+        match (&n.op, x) {
+            (Op::MatMul { norm: None }, Some(x))
+                if matches!(nodes[x].op, Op::Im2Col(_))
+                    && readers[x] == 1
+                    && !graph.outputs().iter().any(|o| o.0 == x) =>
+            {
+                folded[x] = true;
+                let map = nodes[x].inputs[0].0;
+                last_use[map] = last_use[map].max(i);
+            }
+            _ => {}
+        }
+    }
+    (folded, last_use)
 }
 
 impl Executable for CpuExecutable<'_> {
@@ -187,6 +226,9 @@ impl Executable for CpuExecutable<'_> {
         // the last matmul-read RMSNorm, (input, gain) -> rows: q, k and v read the same one
         let mut last_norm: Option<((usize, usize), Tensor<'static>)> = None;
         for (i, node) in self.graph.nodes().iter().enumerate() {
+            if self.folded[i] {
+                continue; // its matmul makes the fields
+            }
             let t_op = profile.then(Instant::now);
             while marks.len() < starts.len() && starts[marks.len()] <= i {
                 marks.push(Instant::now());
@@ -248,7 +290,13 @@ impl Executable for CpuExecutable<'_> {
                 }
                 Op::MatMul { .. } => {
                     let c = node.addend().map(get);
-                    ops::matmul_add_packed(rows(), arg(1), packed(1), c)?
+                    let x = self.graph.node(node.inputs[0]);
+                    match (&x.op, self.folded[node.inputs[0].0]) {
+                        (Op::Im2Col(win), true) => {
+                            ops::conv_matmul(get(x.inputs[0]), win, arg(1), packed(1), c)?
+                        }
+                        _ => ops::matmul_add_packed(rows(), arg(1), packed(1), c)?,
+                    }
                 }
                 Op::GatedMatMul { act, .. } => {
                     let gate = ops::matmul_add_packed(rows(), arg(1), packed(1), None)?;
@@ -354,7 +402,10 @@ impl Executable for CpuExecutable<'_> {
             live += 4 * out.numel() as u64;
             peak = peak.max(live);
             values[i] = Some(out);
-            for &inp in &node.inputs {
+            // what it read, and what a folded im2col it read would have
+            let folded = node.inputs.iter().filter(|x| self.folded[x.0]);
+            let read = folded.flat_map(|x| &self.graph.node(*x).inputs);
+            for &inp in node.inputs.iter().chain(read) {
                 if self.last_use[inp.0] == i && values[inp.0].take().is_some() {
                     live -= 4 * self.graph.node(inp).numel() as u64;
                 }
@@ -418,7 +469,8 @@ impl CpuExecutable<'_> {
         self.graph
             .nodes()
             .iter()
-            .filter(|n| !matches!(n.op, Op::Weight(_)))
+            .enumerate()
+            .filter(|(i, n)| !matches!(n.op, Op::Weight(_)) && !self.folded[*i])
             .count()
     }
 }

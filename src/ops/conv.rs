@@ -3,7 +3,8 @@
 
 use rayon::prelude::*;
 
-use super::matmul::linear;
+use super::matmul::{linear, matmul_add_packed};
+use super::qgemm::PackedWeight;
 use super::{f32s, out};
 use crate::{Error, Result, Tensor};
 
@@ -230,30 +231,96 @@ fn hwc(op: &'static str, x: &Tensor, win: &Window) -> Result<(usize, usize, usiz
 /// again.
 pub fn im2col(x: &Tensor, win: &Window) -> Result<Tensor<'static>> {
     let (h, w, c, oh, ow) = hwc("im2col", x, win)?;
+    let cols = c * win.kernel.0 * win.kernel.1;
+    let mut y = vec![0.0f32; oh * ow * cols];
+    fields(&f32s(x)?, (h, w, c, ow), win, 0, &mut y);
+    out(vec![oh * ow, cols], y)
+}
+
+/// The receptive fields of output positions `first..` into `rows` (whole rows of `C * KH *
+/// KW` values, every value written), `map` being `[h, w, c]` with `ow` output columns.
+fn fields(
+    map: &[f32],
+    (h, w, c, ow): (usize, usize, usize, usize),
+    win: &Window,
+    first: usize,
+    rows: &mut [f32],
+) {
     let (kh, kw) = win.kernel;
     let cols = c * kh * kw;
-    let xs = f32s(x)?;
-    let mut y = vec![0.0f32; oh * ow * cols];
-    if cols > 0 {
-        y.par_chunks_mut(cols).enumerate().for_each(|(r, row)| {
-            let (oy, ox) = (r / ow, r % ow);
-            for ky in 0..kh {
-                let Some(iy) = win.source(0, oy, ky, h) else {
-                    continue;
+    if cols == 0 {
+        return;
+    }
+    rows.par_chunks_mut(cols).enumerate().for_each(|(r, row)| {
+        let (oy, ox) = ((first + r) / ow, (first + r) % ow);
+        for ky in 0..kh {
+            let iy = win.source(0, oy, ky, h);
+            for kx in 0..kw {
+                let px = match (iy, win.source(1, ox, kx, w)) {
+                    (Some(iy), Some(ix)) => Some(&map[(iy * w + ix) * c..][..c]),
+                    _ => None,
                 };
-                for kx in 0..kw {
-                    let Some(ix) = win.source(1, ox, kx, w) else {
-                        continue;
-                    };
-                    let px = &xs[(iy * w + ix) * c..][..c];
-                    for (ci, &v) in px.iter().enumerate() {
-                        row[(ci * kh + ky) * kw + kx] = v;
-                    }
+                for ci in 0..c {
+                    row[(ci * kh + ky) * kw + kx] = px.map_or(0.0, |p| p[ci]);
                 }
             }
-        });
+        }
+    });
+}
+
+/// Values of receptive fields [`conv_matmul`] keeps at once: a block that stays in the
+/// cache, so the fields never go out to memory and back.
+const CONV_BLOCK_VALUES: usize = 1 << 20;
+
+/// [`im2col`] then [`crate::ops::matmul_add_packed`] by `weight` (`[O, C * KH * KW]`, `packed`
+/// its integer tiles if any) plus `addend` (`[O]` or the output's shape): the same
+/// `[OH * OW, O]`, made a block of output positions at a time (the receptive fields of a
+/// block written to a scratch of [`CONV_BLOCK_VALUES`], multiplied, written out), so the
+/// whole field matrix (9x the feature map for a 3 x 3 kernel) is never made.
+pub fn conv_matmul(
+    x: &Tensor,
+    win: &Window,
+    weight: &Tensor,
+    packed: Option<&PackedWeight>,
+    addend: Option<&Tensor>,
+) -> Result<Tensor<'static>> {
+    let (h, w, c, oh, ow) = hwc("conv_matmul", x, win)?;
+    let cols = c * win.kernel.0 * win.kernel.1;
+    let (rows, o) = (oh * ow, weight.shape().first().copied().unwrap_or(0));
+    if weight.shape() != [o, cols] {
+        return Err(Error::shape(
+            "conv_matmul",
+            format!("weight {:?} for {cols} field values", weight.shape()),
+        ));
     }
-    out(vec![oh * ow, cols], y)
+    let full = addend.filter(|a| a.rank() != 1);
+    if full.is_some_and(|a| a.shape() != [rows, o]) {
+        return Err(Error::shape(
+            "conv_matmul",
+            "addend of another shape".to_string(),
+        ));
+    }
+    let map = f32s(x)?;
+    let full = full.map(f32s).transpose()?;
+    let block = (CONV_BLOCK_VALUES / cols.max(1)).max(64);
+    let mut y = Vec::with_capacity(rows * o);
+    for first in (0..rows).step_by(block) {
+        let n = block.min(rows - first);
+        let mut fields_of = vec![0.0f32; n * cols];
+        fields(&map, (h, w, c, ow), win, first, &mut fields_of);
+        let part = Tensor::from_f32(vec![n, cols], fields_of)?;
+        let c = match &full {
+            Some(a) => Some(Tensor::from_f32(
+                vec![n, o],
+                a[first * o..(first + n) * o].to_vec(),
+            )?),
+            None => None,
+        };
+        let c = c.as_ref().or(addend.filter(|a| a.rank() == 1));
+        let z = matmul_add_packed(&part, weight, packed, c)?;
+        y.extend_from_slice(z.as_f32()?);
+    }
+    out(vec![rows, o], y)
 }
 
 /// Max pooling: `x [H, W, C]` (channels last) -> `[OH, OW, C]`, the largest value in each
@@ -399,6 +466,29 @@ mod tests {
             assert_eq!(y.shape(), &[oh * ow, o]);
             assert_close(y.as_f32().unwrap(), &to_hwc(&want, o, oh, ow), 1e-5);
         }
+    }
+
+    /// The blocked convolution is the im2col matrix's product, with a bias or a full addend,
+    /// over blocks of rows that do not divide the output.
+    #[test]
+    fn conv_matmul_is_im2col_then_matmul() {
+        let mut r = Rng::new(33);
+        let (c, h, w, o) = (40, 31, 29, 6);
+        let x = Tensor::from_f32(vec![h, w, c], r.vec(h * w * c)).unwrap();
+        let win = Window::square(3, 1, 1);
+        let wt = Tensor::from_f32(vec![o, c * 9], r.vec(o * c * 9)).unwrap();
+        let bias = Tensor::from_f32(vec![o], r.vec(o)).unwrap();
+        let full = Tensor::from_f32(vec![h * w, o], r.vec(h * w * o)).unwrap();
+        assert!(h * w > CONV_BLOCK_VALUES / (c * 9), "more than one block");
+        for addend in [None, Some(&bias), Some(&full)] {
+            let cols = im2col(&x, &win).unwrap();
+            let want = matmul_add_packed(&cols, &wt, None, addend).unwrap();
+            let got = conv_matmul(&x, &win, &wt, None, addend).unwrap();
+            assert_eq!(got.shape(), want.shape());
+            assert_close(got.as_f32().unwrap(), want.as_f32().unwrap(), 1e-6);
+        }
+        let bad = Tensor::from_f32(vec![o, c], r.vec(o * c)).unwrap();
+        assert!(conv_matmul(&x, &win, &bad, None, None).is_err());
     }
 
     #[test]

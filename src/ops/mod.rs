@@ -36,7 +36,7 @@ pub use activation::{
     silu_f32, swiglu, tanh,
 };
 pub use attention::{attention, Mask};
-pub use conv::{im2col, max_pool, patch_embed, Window};
+pub use conv::{conv_matmul, im2col, max_pool, patch_embed, Window};
 pub use elementwise::{add, add_scalar, broadcast_shape, div, mul, scale, sub};
 pub use embedding::embedding;
 pub use kernels::dot;
