@@ -2,6 +2,7 @@
 //! weights (load-time `weight_dtype`, and `vla-quantize`). Metadata and every tensor not
 //! selected are copied byte for byte.
 
+use super::writer::Encoder;
 use super::{GgmlType, GgufFile, GgufWriter, TensorInfo};
 use crate::Result;
 
@@ -16,26 +17,35 @@ pub fn metadata_writer(file: &GgufFile) -> Result<GgufWriter<'_>> {
 }
 
 /// A writer holding `file`'s metadata and tensors, where each tensor for which `target`
-/// returns a type is re-encoded to it (through f32, with ggml's reference rounding) and
-/// every other tensor is borrowed unchanged. `progress(i, tensor)` is called before each
-/// tensor. Also returns the names of the re-encoded tensors.
+/// returns a type is re-encoded to it (through f32, with ggml's reference rounding) as the
+/// file is written, a few rows at a time (so writing holds no re-encoded tensor in memory),
+/// and every other tensor is borrowed unchanged; each source tensor's pages of a mapped file
+/// are released once written. `progress(i, tensor)` is called as each
+/// tensor is written. Also returns the names of the re-encoded tensors.
 pub fn retype<'a>(
     file: &'a GgufFile,
     target: impl Fn(&TensorInfo) -> Option<GgmlType>,
-    mut progress: impl FnMut(usize, &TensorInfo),
+    progress: impl FnMut(usize, &TensorInfo) + 'a,
 ) -> Result<(GgufWriter<'a>, Vec<String>)> {
     let mut w = metadata_writer(file)?;
     let mut changed = Vec::new();
+    let progress = std::rc::Rc::new(std::cell::RefCell::new(progress));
     for (i, t) in file.tensors().iter().enumerate() {
-        progress(i, t);
-        match target(t).filter(|&ty| ty != t.ty) {
-            Some(ty) => {
-                let mut bytes = Vec::new();
-                reencode_rows(t, file.tensor_bytes(t), ty, &mut bytes)?;
-                w.add_tensor(t.name.clone(), ty, &t.dims, bytes)?;
-                changed.push(t.name.clone());
-            }
-            None => w.add_tensor(t.name.clone(), t.ty, &t.dims, file.tensor_bytes(t))?,
+        let (progress, ty) = (progress.clone(), target(t).filter(|&ty| ty != t.ty));
+        let encode: Encoder<'a> = Box::new(move |out| {
+            (progress.borrow_mut())(i, t);
+            let src = file.tensor_bytes(t);
+            let done = match ty {
+                Some(ty) => reencode_rows(t, src, ty, out).map(|_| ()),
+                None => out.write_all(src).map_err(Into::into),
+            };
+            // written: its pages of a mapped file may go (a second write reads them again)
+            file.release(t);
+            done
+        });
+        w.add_encoded_later(t.name.clone(), ty.unwrap_or(t.ty), &t.dims, encode)?;
+        if ty.is_some() {
+            changed.push(t.name.clone());
         }
     }
     Ok((w, changed))
@@ -235,18 +245,21 @@ mod tests {
     #[test]
     fn retypes_only_selected_tensors() {
         let src = sample();
-        let mut seen = 0;
+        let seen = std::cell::Cell::new(0);
         let (w, changed) = retype(
             &src,
             |t| is_matmul_weight(t).then_some(GgmlType::BF16),
-            |_, _| seen += 1,
+            |_, _| seen.set(seen.get() + 1),
         )
         .unwrap();
+        assert_eq!(changed, vec!["blk.0.attn_q.weight".to_string()]);
         assert_eq!(
-            (changed, seen),
-            (vec!["blk.0.attn_q.weight".to_string()], 3)
+            seen.get(),
+            0,
+            "nothing is encoded before the file is written"
         );
         let out = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+        assert_eq!(seen.get(), 3, "each tensor as it is written");
         assert_eq!(
             out.tensor_info("blk.0.attn_q.weight").unwrap().ty,
             GgmlType::BF16

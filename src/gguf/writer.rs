@@ -10,14 +10,33 @@ use std::io::Write;
 use std::path::Path;
 
 /// Collects metadata and tensors, then writes a GGUF v3 file. Tensor data may be borrowed
-/// (e.g. from another mapped file) to avoid copies.
+/// (e.g. from another mapped file) to avoid copies, or encoded only as it is written
+/// ([`GgufWriter::add_encoded_later`]).
 #[derive(Default)]
 pub struct GgufWriter<'a> {
     alignment: Option<u32>,
     metadata: Vec<(String, Value)>,
     keys: HashSet<String>,
-    tensors: Vec<(TensorInfo, Cow<'a, [u8]>)>,
+    tensors: Vec<(TensorInfo, Data<'a>)>,
     names: HashSet<String>,
+}
+
+/// Writes a tensor's bytes (exactly its size) when the file is written.
+pub type Encoder<'a> = Box<dyn Fn(&mut dyn Write) -> Result<()> + 'a>;
+
+/// A tensor's bytes: held, or made as the file is written.
+enum Data<'a> {
+    Bytes(Cow<'a, [u8]>),
+    Later { len: u64, encode: Encoder<'a> },
+}
+
+impl Data<'_> {
+    fn len(&self) -> u64 {
+        match self {
+            Data::Bytes(b) => b.len() as u64,
+            Data::Later { len, .. } => *len,
+        }
+    }
 }
 
 impl<'a> GgufWriter<'a> {
@@ -82,16 +101,25 @@ impl<'a> GgufWriter<'a> {
                 data.len()
             )));
         }
-        self.push(name, ty, dims, data)
+        self.push(name, ty, dims, Data::Bytes(data))
     }
 
-    fn push(
+    /// Adds a tensor whose bytes `encode` writes when the file is written (each time it is:
+    /// it may run more than once), so a re-encoding writer holds no encoded tensor in memory.
+    /// Writing fails where `encode` writes other than the size `ty` and `dims` imply.
+    pub fn add_encoded_later(
         &mut self,
-        name: String,
+        name: impl Into<String>,
         ty: GgmlType,
         dims: &[u64],
-        data: Cow<'a, [u8]>,
+        encode: Encoder<'a>,
     ) -> Result<()> {
+        let name = name.into();
+        let len = tensor_bytes(&name, ty, dims)?;
+        self.push(name, ty, dims, Data::Later { len, encode })
+    }
+
+    fn push(&mut self, name: String, ty: GgmlType, dims: &[u64], data: Data<'a>) -> Result<()> {
         if !self.names.insert(name.clone()) {
             return Err(Error::Duplicate {
                 kind: "tensor",
@@ -154,7 +182,7 @@ impl<'a> GgufWriter<'a> {
             }
             header.extend(info.ty.id().to_le_bytes());
             header.extend(offset.to_le_bytes());
-            offset = (offset + data.len() as u64).next_multiple_of(align);
+            offset = (offset + data.len()).next_multiple_of(align);
         }
         pad(&mut header, align);
         header
@@ -165,9 +193,21 @@ impl<'a> GgufWriter<'a> {
         let align = self.alignment();
         w.write_all(&self.header())?;
         let zeros = vec![0u8; align as usize];
-        for (_, data) in &self.tensors {
-            w.write_all(data)?;
-            let n = data.len() as u64;
+        for (info, data) in &self.tensors {
+            let n = data.len();
+            match data {
+                Data::Bytes(b) => w.write_all(b)?,
+                Data::Later { encode, .. } => {
+                    let mut counted = Counted { w: &mut w, n: 0 };
+                    encode(&mut counted)?;
+                    if counted.n != n {
+                        return Err(Error::InvalidArgument(format!(
+                            "tensor {:?}: encoded {} bytes, its type and dims take {n}",
+                            info.name, counted.n
+                        )));
+                    }
+                }
+            }
             w.write_all(&zeros[..(n.next_multiple_of(align) - n) as usize])?;
         }
         w.flush()?;
@@ -181,7 +221,7 @@ impl<'a> GgufWriter<'a> {
         let data: u64 = self
             .tensors
             .iter()
-            .map(|(_, d)| (d.len() as u64).next_multiple_of(align))
+            .map(|(_, d)| d.len().next_multiple_of(align))
             .sum();
         let mut out = Vec::with_capacity(self.header().len() + data as usize);
         self.write(&mut out)?;
@@ -213,6 +253,24 @@ impl<'a> GgufWriter<'a> {
             let _ = std::fs::remove_file(&tmp);
         }
         result.map_err(io_err)
+    }
+}
+
+/// A writer that counts what goes through it.
+struct Counted<'w, W: Write> {
+    w: &'w mut W,
+    n: u64,
+}
+
+impl<W: Write> Write for Counted<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let k = self.w.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
     }
 }
 

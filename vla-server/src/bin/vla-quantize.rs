@@ -133,8 +133,8 @@ fn run(args: Args) -> Result<()> {
         (None, Some(ty)) => block_types(&args, &file, ty, &bar)?,
         (None, None) => unreachable!("checked above"),
     };
-    bar.finish_and_clear();
     if changed.is_empty() {
+        bar.finish_and_clear();
         bail!(
             "no tensor of {} qualifies for {what}: nothing to do",
             input.display()
@@ -142,8 +142,11 @@ fn run(args: Args) -> Result<()> {
     }
 
     // Write beside the target and rename, so a failed run never leaves a half file under OUT.
+    // Block types are encoded as they are written (the bar moves then).
     let tmp = args.output.with_extension("gguf.partial");
-    if let Err(e) = writer.write_to_file(&tmp) {
+    let written = writer.write_to_file(&tmp);
+    bar.finish_and_clear();
+    if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(e).with_context(|| format!("writing {}", tmp.display()));
     }
@@ -168,7 +171,7 @@ fn block_types<'f>(
     args: &Args,
     file: &'f GgufFile,
     ty: GgmlType,
-    bar: &ProgressBar,
+    bar: &'f ProgressBar,
 ) -> Result<(vla::gguf::GgufWriter<'f>, Vec<String>, String)> {
     let scope = QuantScope {
         vision: args.vision,
