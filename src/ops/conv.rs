@@ -284,6 +284,17 @@ pub fn conv_matmul(
     packed: Option<&PackedWeight>,
     addend: Option<&Tensor>,
 ) -> Result<Tensor<'static>> {
+    conv_in_blocks(x, win, (weight, packed), addend, CONV_BLOCK_VALUES)
+}
+
+/// [`conv_matmul`] with blocks of `block_values` field values (at least 64 rows).
+fn conv_in_blocks(
+    x: &Tensor,
+    win: &Window,
+    (weight, packed): (&Tensor, Option<&PackedWeight>),
+    addend: Option<&Tensor>,
+    block_values: usize,
+) -> Result<Tensor<'static>> {
     let (h, w, c, oh, ow) = hwc("conv_matmul", x, win)?;
     let cols = c * win.kernel.0 * win.kernel.1;
     let (rows, o) = (oh * ow, weight.shape().first().copied().unwrap_or(0));
@@ -302,7 +313,7 @@ pub fn conv_matmul(
     }
     let map = f32s(x)?;
     let full = full.map(f32s).transpose()?;
-    let block = (CONV_BLOCK_VALUES / cols.max(1)).max(64);
+    let block = (block_values / cols.max(1)).max(64);
     let mut y = Vec::with_capacity(rows * o);
     for first in (0..rows).step_by(block) {
         let n = block.min(rows - first);
@@ -479,16 +490,20 @@ mod tests {
         let wt = Tensor::from_f32(vec![o, c * 9], r.vec(o * c * 9)).unwrap();
         let bias = Tensor::from_f32(vec![o], r.vec(o)).unwrap();
         let full = Tensor::from_f32(vec![h * w, o], r.vec(h * w * o)).unwrap();
-        assert!(h * w > CONV_BLOCK_VALUES / (c * 9), "more than one block");
-        for addend in [None, Some(&bias), Some(&full)] {
+        for (addend, block) in [
+            (None, 1 << 16),
+            (Some(&bias), 1 << 15),
+            (Some(&full), 1 << 20),
+        ] {
             let cols = im2col(&x, &win).unwrap();
             let want = matmul_add_packed(&cols, &wt, None, addend).unwrap();
-            let got = conv_matmul(&x, &win, &wt, None, addend).unwrap();
+            let got = conv_in_blocks(&x, &win, (&wt, None), addend, block).unwrap();
             assert_eq!(got.shape(), want.shape());
             assert_close(got.as_f32().unwrap(), want.as_f32().unwrap(), 1e-6);
         }
         let bad = Tensor::from_f32(vec![o, c], r.vec(o * c)).unwrap();
         assert!(conv_matmul(&x, &win, &bad, None, None).is_err());
+        assert!(h * w > (1 << 15) / (c * 9), "several blocks");
     }
 
     #[test]
