@@ -329,7 +329,8 @@ fn the_converted_config_is_the_checkpoints() {
 }
 
 /// ACT runs at the size a camera sends, as the reference (no resize): other frame sizes
-/// compile their own graph; a request without the model's views is refused by name.
+/// compile their own graph; a request without the model's views is refused by name, and so
+/// is a load option that does not apply (`--statistics`); noise is not read, with a warning.
 #[test]
 fn other_frame_sizes_run_and_missing_views_are_refused() {
     let (file, g) = converted(&fixture("act-tiny"), GgmlType::F32);
@@ -348,6 +349,14 @@ fn other_frame_sizes_run_and_missing_views_are_refused() {
         e.contains("2 camera images") && e.contains("observation.images.wrist"),
         "{e}"
     );
+    // load options that do not apply are refused, naming them
+    let (file, _) = converted(&fixture("act-tiny"), GgmlType::F32);
+    let opts = RuntimeOptions {
+        statistics: Some("dataset_statistics.json".into()),
+        ..Default::default()
+    };
+    let e = ActPolicy::new(file, &opts).err().unwrap().to_string();
+    assert!(e.contains("--statistics"), "{e}");
     let mut obs = observation(&g, 2);
     obs.noise = Some(vec![0.0; 35]);
     let w = p.predict(&obs).unwrap().warnings;

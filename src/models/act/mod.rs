@@ -344,6 +344,12 @@ impl ActPolicy {
                 "embodiment {e:?}: act carries a single set of normalisation statistics"
             )));
         }
+        if let Some(p) = &opts.statistics {
+            return Err(Error::InvalidArgument(format!(
+                "--statistics {}: an act file carries its own statistics",
+                p.display()
+            )));
+        }
         let file = kernels_as_matrices(file)?;
         let pixels = pixel_maps(&file, &cfg)?;
         let state_norm = match cfg.state_dim {
@@ -404,8 +410,7 @@ impl ActPolicy {
         &self.cfg
     }
 
-    /// The request's frames as the graph takes them, and what the reply should say of the
-    /// fields ACT does not read.
+    /// The request's frames as the graph takes them (as they arrived: ACT never resizes).
     fn frames(&self, obs: &Observation) -> Result<Vec<(FrameKey, Tensor<'static>)>> {
         if obs.images.len() != self.cfg.num_views {
             return Err(Error::InvalidArgument(format!(
