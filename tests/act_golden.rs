@@ -33,7 +33,12 @@ fn observation(g: &Golden, views: usize) -> Observation {
         images: (0..views)
             .map(|i| g.u8_image(&format!("image.{i}")))
             .collect(),
-        state: g.f32("state"),
+        // a policy without observation.state: none
+        state: if g.has("state") {
+            g.f32("state")
+        } else {
+            vec![]
+        },
         prompt: None,
         tokens: None,
         noise: None,
@@ -153,7 +158,10 @@ fn stages_match_lerobot(dir: &Path, backend: &str, tol: f32) {
             )
         })
         .collect();
-    let state = Tensor::from_f32(vec![1, cfg.state_dim], g.f32("state_norm")).unwrap();
+    let state = match cfg.state_dim {
+        0 => None,
+        d => Some(Tensor::from_f32(vec![1, d], g.f32("state_norm")).unwrap()),
+    };
     let mut exe = st.build("encoder input", &file, |gb| {
         let cams: Vec<[_; 2]> = cams
             .iter()
@@ -170,7 +178,7 @@ fn stages_match_lerobot(dir: &Path, backend: &str, tol: f32) {
     let names: Vec<(String, String)> = (0..cfg.num_views)
         .map(|c| (format!("t{c}"), format!("p{c}")))
         .collect();
-    let mut inputs: Vec<(&str, &Tensor)> = vec![(graphs::STATE, &state)];
+    let mut inputs: Vec<(&str, &Tensor)> = state.iter().map(|s| (graphs::STATE, s)).collect();
     for ((tn, pn), (t, p)) in names.iter().zip(&cams) {
         inputs.push((tn, t));
         inputs.push((pn, p));
@@ -274,6 +282,14 @@ backend_tests! {
     }
 }
 
+backend_tests! {
+    cpu_without_state_matches_lerobot, vulkan_without_state_matches_lerobot, ggml_without_state_matches_lerobot
+    => |b| {
+        stages_match_lerobot(&fixture("act-tiny-nostate"), b, TOL);
+        chunk_matches_lerobot(&fixture("act-tiny-nostate"), b);
+    }
+}
+
 /// lerobot's default sizes (torchvision's ResNet-18, 512 wide, chunk 100) with random weights,
 /// two cameras at 480 x 640 (~0.25 GB, not committed): `tools/golden/act.py --size full --out
 /// DIR`, then `VLA_ACT_GOLDEN=DIR VLA_TEST_BACKEND=cpu cargo test --release --test act_golden --
@@ -322,6 +338,12 @@ fn the_converted_config_is_the_checkpoints() {
     // the VAE encoder is not converted; the fused in_proj is split
     assert!(file.tensors().iter().all(|t| !t.name.contains("vae")));
     assert!(file.tensor_info("enc.blk.0.attn_q.weight").is_ok());
+    // without observation.state: no state token, one learned 1-D position row
+    let (file, _) = converted(&fixture("act-tiny-nostate"), GgmlType::F32);
+    let cfg = ActConfig::read(&file).unwrap();
+    assert_eq!((cfg.state_dim, cfg.n_1d()), (0, 1));
+    assert!(file.tensor_info("state_proj.weight").is_err());
+    assert!(file.tensor_info("state_mean").is_err());
     let (file, _) = converted(&fixture("act-tiny-prenorm"), GgmlType::F32);
     let cfg = ActConfig::read(&file).unwrap();
     assert!(cfg.pre_norm && cfg.gelu);
@@ -369,7 +391,7 @@ fn other_frame_sizes_run_and_missing_views_are_refused() {
 /// loads as it is and gives lerobot's chunk on every backend, post-norm ReLU and pre-norm GELU.
 #[test]
 fn vlacpp_layout_gives_lerobots_chunk() {
-    for name in ["act-tiny", "act-tiny-prenorm"] {
+    for name in ["act-tiny", "act-tiny-prenorm", "act-tiny-nostate"] {
         let dir = fixture(name);
         let g = Golden::load(&dir);
         let gguf =

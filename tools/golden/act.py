@@ -8,6 +8,12 @@ Rerun (anyone, offline; the venv is outside the repo and CI never needs it):
     HF_HUB_OFFLINE=1 /work/venv-lerobot/bin/python tools/golden/act.py --variant prenorm_gelu
         # = --pre-norm --gelu: tests/fixtures/act-tiny-prenorm/ (committed): pre_norm True (the
         # encoder's final LayerNorm exists) and feedforward_activation "gelu", the rest as tiny
+    HF_HUB_OFFLINE=1 /work/venv-lerobot/bin/python tools/golden/act.py --variant nostate
+        # = --no-state: tests/fixtures/act-tiny-nostate/ (committed): tiny (post-norm, relu) WITHOUT the
+        # observation.state input feature (robot_state_feature None): no state token (N = 1 + cameras *
+        # h * w encoder tokens), encoder_1d_feature_pos_embed has 1 row, no encoder_robot_state_input_proj
+        # nor vae_encoder_robot_state_input_proj, no observation.state statistics, no state in the
+        # observation, golden.json state_dim 0, golden.safetensors without state / state_norm
     HF_HUB_OFFLINE=1 /work/venv-lerobot/bin/python tools/golden/act.py --check tests/fixtures/act-tiny
         # reload the folder in a fresh process (ACTPolicy.from_pretrained + the saved processors),
         # reproduce `actions` (max abs diff <= 1e-6), then the float64 reference below
@@ -58,14 +64,26 @@ running_mean N(0, 0.1), running_var U(0.5, 2.0) (a BatchNorm fold is tested); ev
 biases N(0, 0.1); LayerNorm weight U(0.5, 1.5), bias N(0, 0.1); nn.Embedding tables N(0, 0.5); the
 persistent buffer vae_encoder_pos_enc (a sinusoid table, training only) N(0, 0.5) as well.
 
+--variant nostate (--no-state; with --pre-norm / --gelu / --size full too): input_features without
+observation.state, everything else as above; the seeded draws simply skip what does not exist (state
+weights, state statistics, the raw state), so its numbers are its own, not tiny's minus the state.
+lerobot 0.4.4 builds and saves such a policy, but its ACT.forward still reads
+`batch["observation.state"].device` for the zero latent at inference (modeling_act.py:453-456; all
+other state uses are guarded by `if self.config.robot_state_feature`) and raises KeyError without it.
+policy_batch() therefore hands the policy, and only the policy, an EMPTY observation.state of shape
+[1, 0] as a device carrier (it has no values; only .device is read). The observation, the
+preprocessor's input and output, the statistics and the golden tensors hold no state; golden.json
+notes this under "lerobot_workaround".
+
 Dataset statistics (random, as lerobot passes them to make_act_pre_post_processors): per camera mean
 U(0.3, 0.6) and std U(0.15, 0.3) of shape (3, 1, 1), min 0 / max 1 of the same shape; state and
 action mean N(0, 1), std U(0.5, 2), min / max = mean -/+ 3 std (min / max are stored as a real
-dataset's are, and unused by MEAN_STD).
+dataset's are, and unused by MEAN_STD). nostate: no observation.state entry at all.
 
 Inputs, as lerobot gets them from a dataset: raw camera frames u8 [H, W, 3] (uniform random), fed as
-float32 CHW u8 / 255; the raw state 2 N(0, 1). preprocessor -> policy.predict_action_chunk ->
-postprocessor (world units); then policy.reset() and select_action (first step, postprocessed).
+float32 CHW u8 / 255; the raw state 2 N(0, 1) (nostate: none). preprocessor ->
+policy.predict_action_chunk -> postprocessor (world units); then policy.reset() and select_action
+(first step, postprocessed).
 
 Writes into the output folder (default tests/fixtures/act-tiny/):
   config.json, model.safetensors, policy_preprocessor.json, policy_postprocessor.json and their step
@@ -76,23 +94,26 @@ Writes into the output folder (default tests/fixtures/act-tiny/):
                        checkpoint keys, formulas, tensor list
 
 golden.safetensors (batch of one, batch dim dropped; c = 0 top, 1 wrist, config order; D = dim_model;
-h x w the layer4 grid; N = 2 + cameras * h * w encoder tokens):
-  image.{c} u8 [H,W,3] raw frame; state [S] raw; pixels.{c} [3,H,W] (normalised: what the backbone
-  gets); state_norm [S]; stem.{c} [C0,h0,w0] (conv1 + bn1 + relu + maxpool); layer{i}.{c} [Ci,hi,wi]
-  (i = 1..4); feature_map.{c} [C4,h,w] (= layer4.{c}); cam_tokens.{c} [h*w,D] (encoder_img_feat_input_proj
-  output, rows in (h w) order); cam_pos.{c} [h*w,D] (2-D sinusoid rows); enc_in [N,D] (latent token =
-  projected zero latent, state token, then each camera's tokens); enc_pos [N,D] (the 2 learned 1-D rows,
-  then each camera's 2-D rows); enc_layer.{l} [N,D]; enc_out [N,D] (after the encoder's final norm:
+h x w the layer4 grid; N = 2 + cameras * h * w encoder tokens, 1 + cameras * h * w for nostate):
+  image.{c} u8 [H,W,3] raw frame; state [S] raw (absent for nostate); pixels.{c} [3,H,W] (normalised:
+  what the backbone gets); state_norm [S] (absent for nostate); stem.{c} [C0,h0,w0] (conv1 + bn1 +
+  relu + maxpool); layer{i}.{c} [Ci,hi,wi] (i = 1..4); feature_map.{c} [C4,h,w] (= layer4.{c});
+  cam_tokens.{c} [h*w,D] (encoder_img_feat_input_proj output, rows in (h w) order); cam_pos.{c} [h*w,D]
+  (2-D sinusoid rows); enc_in [N,D] (latent token = projected zero latent, state token (not for
+  nostate), then each camera's tokens); enc_pos [N,D] (the 2 learned 1-D rows, 1 for nostate, then
+  each camera's 2-D rows); enc_layer.{l} [N,D]; enc_out [N,D] (after the encoder's final norm:
   identity when pre_norm False); dec_layer.{l} [chunk,D]; dec_out [chunk,D] (after the decoder's final
   LayerNorm); actions_norm [chunk,A] (predict_action_chunk output); actions [chunk,A] (postprocessed,
   world units); select_action [A] (first select_action step after reset, postprocessed).
 
 --check (run by the tool on what it wrote, in a fresh process) reloads the folder with lerobot and
-reproduces `actions` (and actions_norm, select_action, pixels, state_norm) to <= 1e-6, then recomputes
-every golden tensor from model.safetensors, the processors' statistics files and the raw inputs with
-an independent float64 implementation (reference_forward: golden.json's formulas made executable; no
-lerobot modules): <= 1e-4 of max(1, max |golden|) per tensor for tiny, <= 1e-3 for full (float32
-through 4 encoder layers on ~600 tokens of magnitude ~1e2 measured 2.4e-4 there).
+reproduces `actions` (and actions_norm, select_action, pixels, state_norm where there is a state) to
+<= 1e-6, then recomputes every golden tensor from model.safetensors, the processors' statistics
+files and the raw inputs with an independent float64 implementation (reference_forward: golden.json's
+formulas made executable; no lerobot modules): <= 1e-4 of max(1, max |golden|) per tensor for tiny,
+<= 1e-3 for full (float32 through 4 encoder layers on ~600 tokens of magnitude ~1e2 measured 2.4e-4
+there). Measured for tiny (largest tensor): base 3.3e-6, prenorm_gelu 1.2e-6, nostate 1.4e-5
+(enc_layer.0: enc_in reaches ~85 there).
 """
 import argparse
 import hashlib
@@ -184,6 +205,21 @@ FORMULAS = {
            "self.training`); at inference the latent is zeros(latent_dim)",
 }
 
+# --variant nostate (no observation.state input feature): the formulas that mention the state, restated.
+FORMULAS_NOSTATE = dict(
+    FORMULAS,
+    normalise=FORMULAS["normalise"].replace(
+        "; state: per-dim.", "; no state (no observation.state feature: no state statistics)."),
+    enc_in="tokens = [encoder_latent_input_proj(zeros(latent_dim)) (= its bias), cam 0 tokens (h*w rows), cam 1 "
+           "tokens, ...]: no robot state feature, so no state token and no encoder_robot_state_input_proj; "
+           "pos = [encoder_1d_feature_pos_embed.weight[0] (its only row), cam_pos.0 rows, cam_pos.1 rows, ...]; "
+           "N = 1 + cameras * h * w",
+    vae=FORMULAS["vae"].replace("vae_encoder_robot_state_input_proj, ", "").replace(
+        "are in model.safetensors", "are in model.safetensors (no vae_encoder_robot_state_input_proj: no state; "
+        "vae_encoder_pos_enc has 1 + chunk_size rows)"),
+)
+assert FORMULAS_NOSTATE["normalise"] != FORMULAS["normalise"] and FORMULAS_NOSTATE["vae"] != FORMULAS["vae"]
+
 
 # ----------------------------------------------------------------------------- the tiny backbone
 
@@ -209,11 +245,12 @@ def register_backbone():
 
 # ----------------------------------------------------------------------------- lerobot's side
 
-def make_config(size, pre_norm, gelu):
+def make_config(size, pre_norm, gelu, state=True):
+    """state False: no observation.state input feature (robot_state_feature None: no state token)."""
     from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.act.configuration_act import ACTConfig
     s = SIZES[size]
-    feats = {"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(s["state_dim"],))}
+    feats = {"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(s["state_dim"],))} if state else {}
     for c in CAMERAS:
         feats[f"observation.images.{c}"] = PolicyFeature(type=FeatureType.VISUAL, shape=(3, *s["cam_hw"]))
     cfg = ACTConfig(device="cpu", input_features=feats,
@@ -223,6 +260,7 @@ def make_config(size, pre_norm, gelu):
                     feedforward_activation="gelu" if gelu else "relu", **s["policy"])
     assert all(m == NormalizationMode.MEAN_STD for m in cfg.normalization_mapping.values())
     assert cfg.temporal_ensemble_coeff is None and cfg.n_obs_steps == 1
+    assert (cfg.robot_state_feature is not None) == state and cfg.env_state_feature is None
     return cfg
 
 
@@ -283,6 +321,8 @@ def make_stats(gen, cfg):
         stats[f"observation.images.{c}"] = {"mean": mean, "std": std, "min": torch.zeros(3, 1, 1),
                                             "max": torch.ones(3, 1, 1)}
     for k, ft in [("observation.state", cfg.robot_state_feature), ("action", cfg.action_feature)]:
+        if ft is None:  # no state feature: no state statistics (and no draws for them)
+            continue
         d = ft.shape[0]
         mean = torch.randn(d, generator=gen)
         std = 0.5 + 1.5 * torch.rand(d, generator=gen)
@@ -291,7 +331,8 @@ def make_stats(gen, cfg):
 
 
 def make_obs(images, state):
-    obs = {"observation.state": state.clone()}
+    """state None: the observation has no observation.state (the nostate variant)."""
+    obs = {} if state is None else {"observation.state": state.clone()}
     for c, img in zip(CAMERAS, images):
         obs[f"observation.images.{c}"] = img.permute(2, 0, 1).float() / 255.0
     return obs
@@ -301,11 +342,26 @@ def run_policy(policy, pre, post, images, state):
     """lerobot's inference path: preprocessor -> predict_action_chunk -> postprocessor (whole chunk),
     then reset + select_action (first step, postprocessed)."""
     batch = pre(make_obs(images, state))
-    chunk = policy.predict_action_chunk(dict(batch))
+    chunk = policy.predict_action_chunk(policy_batch(policy, batch))
     actions = post(chunk)
     policy.reset()
-    step = post(policy.select_action(dict(batch)))
+    step = post(policy.select_action(policy_batch(policy, batch)))
     return batch, chunk, actions, step
+
+
+def policy_batch(policy, batch):
+    """The dict the policy gets: a shallow copy of the preprocessor's output. Without a robot state feature,
+    lerobot 0.4.4's ACT.forward still reads `batch[OBS_STATE].device` for the zero latent at inference
+    (modeling_act.py:453-456, `torch.zeros([batch_size, latent_dim]).to(batch[OBS_STATE].device)`) and raises
+    KeyError; everything else in it is guarded by `if self.config.robot_state_feature`. So for the nostate
+    variant the policy (never the observation, the preprocessor or the golden) gets an EMPTY device carrier
+    observation.state of shape [batch, 0]: it holds no values, and only its .device is read."""
+    b = dict(batch)
+    if policy.config.robot_state_feature is None:
+        assert "observation.state" not in b, "a nostate observation carried observation.state"
+        img = b[f"observation.images.{CAMERAS[0]}"]
+        b["observation.state"] = torch.zeros(img.shape[0], 0, device=img.device)
+    return b
 
 
 def load_fixture(fixture):
@@ -401,13 +457,19 @@ def reference_forward(fixture):
         return torch.cat([py[:, None, :].expand(h, w, d), px[None, :, :].expand(h, w, d)], -1).reshape(h * w, D)
 
     pre = st["pre"]
+    # the state is optional (nostate variant): config.json's input_features decide; every other file must agree
+    has_state = "observation.state" in cfg["input_features"]
+    assert has_state == ("state" in g) == ("state_norm" in g) == ("observation.state" in pre) \
+        == ("model.encoder_robot_state_input_proj.weight" in W), "state present in some files only"
+    assert W["model.encoder_1d_feature_pos_embed.weight"].shape[0] == 1 + has_state
     tokens, pos = [], []
-    s_stats = pre["observation.state"]
-    state_norm = (g["state"].double() - s_stats["mean"].double()) / (s_stats["std"].double() + NORM_EPS)
-    err("state_norm", state_norm)
     tokens.append(W["model.encoder_latent_input_proj.bias"]
                   + W["model.encoder_latent_input_proj.weight"] @ torch.zeros(cfg["latent_dim"], dtype=torch.float64))
-    tokens.append(lin(state_norm, "model.encoder_robot_state_input_proj"))
+    if has_state:
+        s_stats = pre["observation.state"]
+        state_norm = (g["state"].double() - s_stats["mean"].double()) / (s_stats["std"].double() + NORM_EPS)
+        err("state_norm", state_norm)
+        tokens.append(lin(state_norm, "model.encoder_robot_state_input_proj"))
     pos += list(W["model.encoder_1d_feature_pos_embed.weight"])
     bb = "model.backbone."
     for c, cam in enumerate(info["cameras"]):
@@ -491,13 +553,18 @@ def check(fixture):
     cams = json.load(open(os.path.join(fixture, "golden.json")))["cameras"]
     assert cams == [f"observation.images.{c}" for c in CAMERAS], cams
     policy, pre, post = load_fixture(fixture)
+    has_state = policy.config.robot_state_feature is not None  # False for the nostate variant
+    assert has_state == ("state" in g) == ("state_norm" in g), (has_state, sorted(g))
     images = [g[f"image.{c}"] for c in range(len(CAMERAS))]
     with torch.no_grad():
-        batch, chunk, actions, step = run_policy(policy, pre, post, images, g["state"])
+        batch, chunk, actions, step = run_policy(policy, pre, post, images, g["state"] if has_state else None)
     err = {"actions": float((actions[0] - g["actions"]).abs().max()),
            "actions_norm": float((chunk[0] - g["actions_norm"]).abs().max()),
-           "select_action": float((step[0] - g["select_action"]).abs().max()),
-           "state_norm": float((batch["observation.state"][0] - g["state_norm"]).abs().max())}
+           "select_action": float((step[0] - g["select_action"]).abs().max())}
+    if has_state:
+        err["state_norm"] = float((batch["observation.state"][0] - g["state_norm"]).abs().max())
+    else:
+        assert "observation.state" not in batch, sorted(batch)
     for c, cam in enumerate(cams):
         err[f"pixels.{c}"] = float((batch[cam][0] - g[f"pixels.{c}"]).abs().max())
     print("reload check (max abs diff):", json.dumps(err))
@@ -534,7 +601,8 @@ def generate(a, out):
 
     register_backbone()
     size = SIZES[a.size]
-    cfg = make_config(a.size, a.pre_norm, a.gelu)
+    has_state = not a.no_state
+    cfg = make_config(a.size, a.pre_norm, a.gelu, state=has_state)
     torch.manual_seed(a.seed)
     policy = ACTPolicy(cfg).eval()
     model = policy.model
@@ -549,7 +617,7 @@ def generate(a, out):
 
     H, Wd = size["cam_hw"]
     images = [torch.randint(0, 256, (H, Wd, 3), generator=gen, dtype=torch.uint8) for _ in CAMERAS]
-    state = 2.0 * torch.randn(size["state_dim"], generator=gen)
+    state = 2.0 * torch.randn(size["state_dim"], generator=gen) if has_state else None
 
     # Record with hooks during one predict_action_chunk call.
     rec = {}
@@ -572,14 +640,15 @@ def generate(a, out):
     for l, layer in enumerate(model.decoder.layers):
         hooks.append(layer.register_forward_hook(lambda m, i, o, l=l: add(f"dec_layer.{l}", o)))
     batch = pre(make_obs(images, state))
+    assert ("observation.state" in batch) == has_state, sorted(batch)
     with torch.no_grad():
-        chunk = policy.predict_action_chunk(dict(batch))
+        chunk = policy.predict_action_chunk(policy_batch(policy, batch))
     for hk in hooks:
         hk.remove()
     actions = post(chunk)
     policy.reset()
     with torch.no_grad():
-        step = post(policy.select_action(dict(batch)))
+        step = post(policy.select_action(policy_batch(policy, batch)))
     assert "vae_ran" not in rec, "the VAE encoder ran at inference"
     n_cam = len(CAMERAS)
     for k in ["stem", "cam_tokens", "cam_pos"] + [f"layer{i}" for i in range(1, 5)]:
@@ -588,10 +657,12 @@ def generate(a, out):
     assert torch.equal(step[0], actions[0, 0])
 
     golden = {f"image.{c}": img for c, img in enumerate(images)}
-    golden["state"] = state
+    if has_state:
+        golden["state"] = state
     for c, cam in enumerate(CAMERAS):
         golden[f"pixels.{c}"] = batch[f"observation.images.{cam}"][0]
-    golden["state_norm"] = batch["observation.state"][0]
+    if has_state:
+        golden["state_norm"] = batch["observation.state"][0]
     for c in range(n_cam):
         golden[f"stem.{c}"] = rec["stem"][c][0]
         for i in range(1, 5):
@@ -612,8 +683,11 @@ def generate(a, out):
     golden["select_action"] = step[0]
     # the recorded rows are the encoder's own input: check the assembly order documented in FORMULAS
     hw = golden["cam_tokens.0"].shape[0]
-    assert torch.equal(golden["enc_in"][2:2 + hw], golden["cam_tokens.0"])
-    assert torch.equal(golden["enc_pos"][:2], model.encoder_1d_feature_pos_embed.weight)
+    n1d = 1 + has_state  # latent (+ state)
+    assert model.encoder_1d_feature_pos_embed.weight.shape[0] == n1d
+    assert golden["enc_in"].shape[0] == n1d + n_cam * hw
+    assert torch.equal(golden["enc_in"][n1d:n1d + hw], golden["cam_tokens.0"])
+    assert torch.equal(golden["enc_pos"][:n1d], model.encoder_1d_feature_pos_embed.weight)
     assert torch.equal(golden["enc_in"][0], model.encoder_latent_input_proj.bias)
     if not cfg.pre_norm:
         assert torch.equal(golden["enc_out"], golden[f"enc_layer.{cfg.n_encoder_layers - 1}"])
@@ -640,7 +714,7 @@ def generate(a, out):
         "chunk_size": cfg.chunk_size, "n_action_steps": cfg.n_action_steps, "latent_dim": cfg.latent_dim,
         "use_vae": cfg.use_vae, "n_vae_encoder_layers": cfg.n_vae_encoder_layers,
         "vae_params_in_checkpoint": n_vae, "params": n_params,
-        "state_dim": size["state_dim"], "action_dim": size["action_dim"], "env_state": False,
+        "state_dim": size["state_dim"] if has_state else 0, "action_dim": size["action_dim"], "env_state": False,
         "camera_hw": list(size["cam_hw"]),
         "vision_backbone": cfg.vision_backbone, "replace_final_stride_with_dilation": False,
         "backbone": (dict(TINY_RESNET, layout="torchvision resnet18 (BasicBlock x [2,2,2,2])")
@@ -670,29 +744,41 @@ def generate(a, out):
         "statistics": {k: {s: v.flatten().tolist() for s, v in d.items()} for k, d in stats.items()},
         "checkpoint": {"n_tensors": len(key_shapes), "backbone_tensors": len(bb_keys),
                        "patterns": key_summary(key_shapes), "keys": key_shapes},
-        "formulas": FORMULAS,
+        "formulas": FORMULAS if has_state else FORMULAS_NOSTATE,
         "magnitudes": {k: round(float(v.float().abs().max()), 3) for k, v in sorted(golden.items())},
         "tensors": {k: [str(t.dtype).replace("torch.", ""), list(t.shape)] for k, t in sorted(golden.items())},
     }
+    if not has_state:
+        info["lerobot_workaround"] = (
+            "lerobot 0.4.4's ACT.forward reads batch['observation.state'].device for the zero latent even "
+            "without a robot state feature (modeling_act.py:453-456) and raises KeyError; the tool hands the "
+            "policy (only) an empty device carrier observation.state of shape [1, 0] (no values; only .device "
+            "is read). The observation, the preprocessor, the statistics and the golden tensors have no state")
     json.dump(info, open(os.path.join(out, "golden.json"), "w"), indent=1)
     print(json.dumps({k: summary[k] for k in ["params", "grids_hw", "encoder_tokens", "backbone_out_channels"]}))
     print("actions[0]:", golden["actions"][0].tolist())
 
 
 def variant_name(a):
-    return "prenorm_gelu" if (a.pre_norm and a.gelu) else "prenorm" if a.pre_norm else "gelu" if a.gelu else "base"
+    v = "prenorm_gelu" if (a.pre_norm and a.gelu) else "prenorm" if a.pre_norm else "gelu" if a.gelu else "base"
+    if a.no_state:
+        v = "nostate" if v == "base" else v + "_nostate"
+    return v
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    ap.add_argument("--out", help="output folder (default: tests/fixtures/act-tiny, or act-tiny-prenorm for "
-                                  "--variant prenorm_gelu; --size full and other variants need --out)")
+    ap.add_argument("--out", help="output folder (default: tests/fixtures/act-tiny, act-tiny-prenorm for "
+                                  "--variant prenorm_gelu, act-tiny-nostate for --variant nostate; --size full "
+                                  "and other variants need --out)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pre-norm", action="store_true", help="pre_norm True (adds the encoder's final LayerNorm)")
     ap.add_argument("--gelu", action="store_true", help='feedforward_activation "gelu" (default "relu")')
-    ap.add_argument("--variant", choices=["base", "prenorm_gelu"], default="base",
-                    help="prenorm_gelu = --pre-norm --gelu")
+    ap.add_argument("--no-state", action="store_true",
+                    help="no observation.state input feature (no state token, no state statistics)")
+    ap.add_argument("--variant", choices=["base", "prenorm_gelu", "nostate"], default="base",
+                    help="prenorm_gelu = --pre-norm --gelu; nostate = --no-state")
     ap.add_argument("--check", metavar="DIR", help="only reload DIR and reproduce its golden actions")
     ap.add_argument("--no-check", action="store_true", help="skip the reload check after generating")
     a = ap.parse_args()
@@ -701,11 +787,14 @@ def main():
         return
     if a.variant == "prenorm_gelu":
         a.pre_norm = a.gelu = True
+    if a.variant == "nostate":
+        a.no_state = True
     root = os.path.abspath(os.path.join(HERE, "..", ".."))
-    default = {"base": "act-tiny", "prenorm_gelu": "act-tiny-prenorm"}.get(variant_name(a))
+    default = {"base": "act-tiny", "prenorm_gelu": "act-tiny-prenorm",
+               "nostate": "act-tiny-nostate"}.get(variant_name(a))
     if a.out is None and (a.size != "tiny" or default is None):
         ap.error("give --out for --size full (~0.25 GB, outside the repo) and for variants other than "
-                 "base / prenorm_gelu")
+                 "base / prenorm_gelu / nostate")
     out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", default))
     if os.path.isdir(out):
         shutil.rmtree(out)

@@ -350,3 +350,27 @@ def test_act_model_takes_no_instruction_and_its_own_steps(tmp_path):
         assert policy.server_calls == 2
     finally:
         stop_server(proc)
+
+
+def test_act_model_without_a_state(tmp_path):
+    """An ACT trained without observation.state (INFO state_dim 0): no state goes to the
+    server, whether the environment has one or not."""
+    from vla_rs_helpers import start_server, stop_server, server_binary
+
+    ckpt = pathlib.Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "act-tiny-nostate"
+    gguf = tmp_path / "act.gguf"
+    subprocess.run([str(server_binary().parent / "vla-convert"), "act", "--ckpt", str(ckpt), "--out", str(gguf)],
+                   check=True, capture_output=True)
+    addr, proc, _ = start_server(str(gguf))
+    try:
+        from vla_client import VlaClient
+
+        with VlaClient(addr, timeout_ms=60_000) as c:
+            info = c.info()
+        assert info["state_dim"] == 0
+        for state in (0, 6):
+            env = FakeEnv(state=state, action=info["action_dim"])
+            policy, pre, post = build(addr, env)
+            assert step(policy, pre, post, env.observation()).shape == (1, info["action_dim"])
+    finally:
+        stop_server(proc)

@@ -78,7 +78,9 @@ class VlaRsPolicy(PreTrainedPolicy):
 
         state_dim, max_state_dim = int(info["state_dim"]), int(info.get("max_state_dim", info["state_dim"]))
         env_state = cfg.state_dim
-        if env_state is None:
+        if state_dim == 0:
+            pass  # the model reads no state (an ACT trained without one): nothing is sent
+        elif env_state is None:
             if not cfg.pad_state:
                 problems.append(
                     f"state: the server's model takes a state of {state_dim} values, the environment / dataset "
@@ -181,6 +183,8 @@ class VlaRsPolicy(PreTrainedPolicy):
     # --- batch -> request fields -----------------------------------------------------------
 
     def _states(self, batch: dict, b: int, server_dim: int) -> list[np.ndarray]:
+        if server_dim == 0:
+            return [np.zeros(0, np.float32)] * b  # a model without a state (ACT can be)
         if OBS_STATE not in batch:
             if self.config.pad_state:
                 return [np.zeros(server_dim, np.float32)] * b
