@@ -315,6 +315,45 @@ fn bf16_weights_keep_the_chunk() {
     assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
 }
 
+/// `vla-quantize --type Q8_0 --vision`'s rule: the ResNet's kernels whose rows are whole
+/// blocks are packed too, stored as the matrices the convolutions multiply; the chunk stays
+/// within cosine 0.999 of lerobot's.
+#[test]
+fn q8_0_with_the_resnet_keeps_the_chunk() {
+    use vla::gguf::{is_quantizable, retype, QuantScope};
+    let (file, g) = converted(&fixture("act-tiny"), GgmlType::F32);
+    let scope = QuantScope {
+        vision: true,
+        expert: false,
+    };
+    let q8 = |t: &vla::gguf::TensorInfo| {
+        is_quantizable(t, GgmlType::Q8_0, scope).then_some(GgmlType::Q8_0)
+    };
+    let (w, changed) = retype(&file, q8, |_, _| {}).unwrap();
+    assert!(
+        changed.iter().any(|n| n == "bb.layer4.1.conv2.weight"),
+        "{changed:?}"
+    );
+    let file = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    // 32 channels x 3 x 3 = 288 values a row: nine blocks
+    assert_eq!(
+        file.tensor_info("bb.layer4.1.conv2.weight").unwrap().dims,
+        [288, 32]
+    );
+    for backend in support::golden::backends() {
+        let Some(mut p) = policy(
+            GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap(),
+            backend,
+        ) else {
+            continue;
+        };
+        let got = p.predict(&observation(&g, 2)).unwrap().actions;
+        let cos = cosine(&got, &g.f32("actions"));
+        println!("{backend}: Q8_0 with the ResNet: cosine {cos:.6}");
+        assert!(cos >= 0.999, "{backend}: Q8_0 chunk cosine {cos}");
+    }
+}
+
 #[test]
 fn the_converted_config_is_the_checkpoints() {
     let (file, _) = converted(&fixture("act-tiny"), GgmlType::F32);

@@ -32,18 +32,27 @@ pub fn retype<'a>(
     let progress = std::rc::Rc::new(std::cell::RefCell::new(progress));
     for (i, t) in file.tensors().iter().enumerate() {
         let (progress, ty) = (progress.clone(), target(t).filter(|&ty| ty != t.ty));
+        // a convolution kernel packed into blocks is stored as the matrix it multiplies
+        let dims = match ty {
+            Some(ty) if ty.is_quantized() => matrix_dims(t).unwrap_or_else(|| t.dims.clone()),
+            _ => t.dims.clone(),
+        };
+        let rows = TensorInfo {
+            dims: dims.clone(),
+            ..t.clone()
+        };
         let encode: Encoder<'a> = Box::new(move |out| {
             (progress.borrow_mut())(i, t);
             let src = file.tensor_bytes(t);
             let done = match ty {
-                Some(ty) => reencode_rows(t, src, ty, out).map(|_| ()),
+                Some(ty) => reencode_rows(&rows, src, ty, out).map(|_| ()),
                 None => out.write_all(src).map_err(Into::into),
             };
             // written: its pages of a mapped file may go (a second write reads them again)
             file.release(t);
             done
         });
-        w.add_encoded_later(t.name.clone(), ty.unwrap_or(t.ty), &t.dims, encode)?;
+        w.add_encoded_later(t.name.clone(), ty.unwrap_or(t.ty), &dims, encode)?;
         if ty.is_some() {
             changed.push(t.name.clone());
         }
@@ -120,6 +129,14 @@ pub fn is_matmul_weight(t: &TensorInfo) -> bool {
         && !skip.iter().any(|s| t.name.contains(s))
 }
 
+/// The `[C * KH * KW, O]` matrix (ggml order) of a convolution kernel `[KW, KH, C, O]`
+/// that a matmul multiplies (ACT's ResNet, `bb.*`: im2col then a product); `None` for
+/// anything else.
+pub fn matrix_dims(t: &TensorInfo) -> Option<Vec<u64>> {
+    let conv = t.name.starts_with("bb.") && t.name.ends_with(".weight") && t.dims.len() == 4;
+    conv.then(|| vec![t.dims[0] * t.dims[1] * t.dims[2], t.dims[3]])
+}
+
 /// What `vla-quantize` packs besides the language model's matrices.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QuantScope {
@@ -152,13 +169,19 @@ pub fn is_quantizable(t: &TensorInfo, ty: GgmlType, scope: QuantScope) -> bool {
         "time",
     ];
     const EXPERT: &[&str] = &["expert", "aex.", "dit"];
-    let is_vision = t.name.starts_with("vit.") || t.name.contains("vision");
+    // ACT's ResNet kernels are the vision tower's matrices (`matrix_dims`)
+    let kernel =
+        matrix_dims(t).filter(|_| matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16));
+    let is_vision = t.name.starts_with("vit.") || t.name.contains("vision") || kernel.is_some();
     let is_expert = EXPERT.iter().any(|s| t.name.contains(s));
-    is_matmul_weight(t)
+    let row = kernel
+        .as_ref()
+        .map_or(t.dims.first().copied().unwrap_or(0), |m| m[0]);
+    (is_matmul_weight(t) || kernel.is_some())
         && !SKIP.iter().any(|s| t.name.contains(s))
         && (scope.vision || !is_vision)
         && (scope.expert || !is_expert)
-        && t.dims[0].is_multiple_of(ty.block_size() as u64)
+        && row.is_multiple_of(ty.block_size() as u64)
 }
 
 #[cfg(test)]
