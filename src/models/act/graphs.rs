@@ -50,11 +50,6 @@ pub fn frame_pixels(
     g.add(x, offset)
 }
 
-/// A convolution with its folded BatchNorm's bias (`<prefix>.weight`, `<prefix>.bias`).
-fn conv(g: &mut GraphBuilder, x: NodeId, p: &Scope, out: usize, win: Window) -> Result<NodeId> {
-    layers::conv2d(g, x, p, out, win)
-}
-
 /// The ResNet (torchvision's layout, BasicBlocks): `x [h, w, 3]` -> the last stage's map
 /// `[fh, fw, C]`.
 pub fn backbone(g: &mut GraphBuilder, cfg: &ActConfig, x: NodeId) -> Result<NodeId> {
@@ -68,7 +63,7 @@ pub fn backbone_stages(
     x: NodeId,
 ) -> Result<[NodeId; STAGES + 1]> {
     let bb = Scope::new("bb");
-    let x = conv(
+    let x = layers::conv2d(
         g,
         x,
         &bb.pp("conv1"),
@@ -83,11 +78,11 @@ pub fn backbone_stages(
         for block in 0..cfg.blocks[stage] {
             let p = bb.pp(format!("layer{}", stage + 1)).pp(block);
             let stride = if stage > 0 && block == 0 { 2 } else { 1 };
-            let y = conv(g, x, &p.pp("conv1"), width, Window::square(3, stride, 1))?;
+            let y = layers::conv2d(g, x, &p.pp("conv1"), width, Window::square(3, stride, 1))?;
             let y = g.relu(y);
-            let y = conv(g, y, &p.pp("conv2"), width, Window::square(3, 1, 1))?;
+            let y = layers::conv2d(g, y, &p.pp("conv2"), width, Window::square(3, 1, 1))?;
             let skip = match cfg.has_downsample(stage, block) {
-                true => conv(g, x, &p.pp("down"), width, Window::square(1, stride, 0))?,
+                true => layers::conv2d(g, x, &p.pp("down"), width, Window::square(1, stride, 0))?,
                 false => x,
             };
             let y = g.add(y, skip)?;
