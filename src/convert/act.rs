@@ -12,7 +12,7 @@ use super::{ckpt_err, count_layers, feature_dim, Json, JsonFile, Safetensors};
 use crate::config;
 use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::act::{ActConfig, STAGES};
-use crate::{Error, Result};
+use crate::Result;
 use std::path::Path;
 
 const M: &str = "model.";
@@ -403,13 +403,13 @@ fn read_stats(
         let pair = super::find_stats(ckpt, Some(st), cam, ["mean", "std"], notes)?;
         for (all, v) in image.iter_mut().zip(pair) {
             if v.len() != 3 {
-                return Err(Error::Checkpoint {
-                    path: ckpt.to_owned(),
-                    reason: format!(
+                return Err(ckpt_err(
+                    ckpt,
+                    format!(
                         "{cam} statistics: {} values, expected 3 (per channel)",
                         v.len()
                     ),
-                });
+                ));
             }
             all.extend(v);
         }
@@ -425,10 +425,10 @@ fn read_stats(
         }
         let [mean, std] = super::find_stats(ckpt, Some(st), feature, ["mean", "std"], notes)?;
         if mean.len() != dim || std.len() != dim {
-            return Err(Error::Checkpoint {
-                path: ckpt.to_owned(),
-                reason: format!("{feature} statistics: expected {dim} values"),
-            });
+            return Err(ckpt_err(
+                ckpt,
+                format!("{feature} statistics: expected {dim} values"),
+            ));
         }
         out.push((format!("{what}_mean"), mean));
         out.push((format!("{what}_std"), std));

@@ -15,6 +15,8 @@ mod value;
 mod writer;
 
 pub use reader::{GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
-pub use retype::{is_matmul_weight, is_quantizable, metadata_writer, retype, retyped, QuantScope};
+pub use retype::{
+    is_matmul_weight, is_quantizable, matrix_dims, metadata_writer, retype, retyped, QuantScope,
+};
 pub use value::{Value, ValueType};
 pub use writer::GgufWriter;

@@ -314,6 +314,12 @@ impl<'c> Lowerer<'_, 'c> {
         (t, rows)
     }
 
+    /// A channels-last map `[H, W, C]` (ggml `[C, W, H]`) as planes, ggml `[W, H, C]`: the
+    /// layout of ggml's im2col and pooling.
+    fn planes(&self, id: NodeId) -> T<'c> {
+        self.ctx.cont(self.ctx.permute(self.val(id), [2, 0, 1, 3]))
+    }
+
     fn new_f32(&self, ne: [i64; 4]) -> T<'c> {
         self.ctx.new_tensor_4d(sys::GGML_TYPE_F32, ne)
     }
@@ -523,39 +529,28 @@ impl<'c> Lowerer<'_, 'c> {
                 ctx.add(ctx.mul_mat(w2, im), b)
             }
             Op::Im2Col(win) => {
-                // [C, W, H] (ggml order) to planes [W, H, C], then ggml's im2col, whose rows
-                // hold (c, ky, kx) as ours; the kernel operand only gives the sizes
-                let x = ctx.cont(ctx.permute(self.val(inp[0]), [2, 0, 1, 3]));
+                // ggml's im2col over the planes, its rows in (c, ky, kx) order as ours; the
+                // kernel operand only gives the sizes
+                let (x, [k, s, p, d]) = (self.planes(inp[0]), xy(win));
                 let c = self.shape(inp[0])[2] as i64;
-                let (kh, kw) = (win.kernel.0 as i64, win.kernel.1 as i64);
-                let k = self.new_f32([kw, kh, c, 1]);
-                let s = |v: usize| v as i32;
+                let k = self.new_f32([k[0] as i64, k[1] as i64, c, 1]);
                 let y = ctx.im2col(
                     k,
                     x,
-                    s(win.stride.1),
-                    s(win.stride.0),
-                    s(win.padding.1),
-                    s(win.padding.0),
-                    s(win.dilation.1),
-                    s(win.dilation.0),
+                    s[0],
+                    s[1],
+                    p[0],
+                    p[1],
+                    d[0],
+                    d[1],
                     true,
                     sys::GGML_TYPE_F32,
                 );
                 self.reshape(y, &shape)
             }
             Op::MaxPool(win) => {
-                let x = ctx.cont(ctx.permute(self.val(inp[0]), [2, 0, 1, 3]));
-                let s = |v: usize| v as i32;
-                let y = ctx.pool_2d_max(
-                    x,
-                    s(win.kernel.1),
-                    s(win.kernel.0),
-                    s(win.stride.1),
-                    s(win.stride.0),
-                    s(win.padding.1),
-                    s(win.padding.0),
-                );
+                let (x, [k, s, p, _]) = (self.planes(inp[0]), xy(win));
+                let y = ctx.pool_2d_max(x, k[0], k[1], s[0], s[1], p[0], p[1]);
                 // [OW, OH, C] back to channels last
                 ctx.cont(ctx.permute(y, [1, 2, 0, 3]))
             }
@@ -696,4 +691,16 @@ fn gelu_tanh<'c>(ctx: Ctx<'c>, x: T<'c>) -> T<'c> {
     let t = ctx.tanh(ctx.scale(inner, C));
     let half = ctx.scale(x, 0.5);
     ctx.mul(half, ctx.scale_bias(t, 1.0, 1.0))
+}
+
+/// A window's kernel, stride, padding and dilation as ggml takes them: `[x, y]` (columns
+/// first) each.
+fn xy(win: &crate::graph::Window) -> [[i32; 2]; 4] {
+    let xy = |(rows, cols): (usize, usize)| [cols as i32, rows as i32];
+    [
+        xy(win.kernel),
+        xy(win.stride),
+        xy(win.padding),
+        xy(win.dilation),
+    ]
 }

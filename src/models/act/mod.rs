@@ -279,16 +279,16 @@ pub fn kernel_side(name: &str) -> Option<usize> {
 }
 
 /// The file with the ResNet's kernels read as matrices `[O, C * KH * KW]` (what the
-/// convolutions multiply by), header only; kernels already 2-D stay.
+/// convolutions multiply by, [`crate::gguf::matrix_dims`]), header only; kernels already 2-D
+/// (`vla-quantize` stores packed ones so) stay.
 pub fn kernels_as_matrices(mut file: GgufFile) -> Result<GgufFile> {
     let convs: Vec<(String, Vec<u64>)> = file
         .tensors()
         .iter()
-        .filter(|t| kernel_side(&t.name).is_some() && t.dims.len() == 4)
-        .map(|t| (t.name.clone(), t.dims.clone()))
+        .filter_map(|t| Some((t.name.clone(), crate::gguf::matrix_dims(t)?)))
         .collect();
-    for (name, d) in convs {
-        file.reshape_tensor(&name, &[d[0] * d[1] * d[2], d[3]])?;
+    for (name, dims) in convs {
+        file.reshape_tensor(&name, &dims)?;
     }
     Ok(file)
 }
