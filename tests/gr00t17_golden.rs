@@ -201,3 +201,74 @@ fn embodiment_selects_its_weights() {
     let e = run(Some("new_embodiment")).unwrap_err().to_string();
     assert!(e.contains("id 10") && e.contains("4 embodiments"), "{e}");
 }
+
+/// vla.cpp's file of lerobot's model (`tests/fixtures/groot17-tiny-hd128`: the released
+/// head_dim 128, whose M-RoPE sections vla.cpp's loader fixes), written by an independent
+/// writer as vla.cpp's converter writes an Isaac-GR00T snapshot
+/// (tests/interop/vlacpp_gr00t17_writer.py: numpy + gguf-py), loads as it is and, given
+/// lerobot's whole prompt as ids (what vla.cpp's clients send, image slots included), gives
+/// lerobot's chunk in world units (the file's own statistics) on every backend. Without image
+/// slots the image tokens go first (vla.cpp's rule): a chunk, another one. `--statistics` and
+/// an embodiment past the weights' are refused.
+#[test]
+fn vlacpp_layout_gives_lerobots_chunk() {
+    let fx = Fixture::new(
+        support::fixture("groot17-tiny-hd128"),
+        converter!(vla::convert::gr00t_n1_7),
+        observation,
+    );
+    let gguf = std::env::temp_dir().join(format!("vla-vlacpp-gr00t17-{}.gguf", std::process::id()));
+    support::interop(
+        "vlacpp_gr00t17_writer.py",
+        &[fx.dir.as_os_str(), gguf.as_os_str()],
+    );
+    let cfg = fx.config();
+    let mut obs = fx.observation(&cfg);
+    let ids: Vec<i32> = fx.g.i64("token_ids").iter().map(|&t| t as i32).collect();
+    obs.tokens = Some(ids.clone());
+    let open = |backend: &str, opts: RuntimeOptions| {
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            ..opts
+        };
+        vla::models::from_gguf(vla::gguf::GgufFile::open(&gguf).unwrap(), &opts)
+    };
+    for backend in support::golden::backends() {
+        if support::open(backend).is_none() {
+            continue;
+        }
+        let mut m = open(backend, RuntimeOptions::default()).unwrap();
+        assert_eq!(m.info().embodiment.as_deref(), Some("libero_sim (2)"));
+        let chunk = m.predict(&obs).unwrap();
+        let what = format!("{backend}: vla.cpp-layout GR00T N1.7: action chunk (16 of 40 rows)");
+        check(&what, &chunk.actions, &fx.actions(), TOL);
+    }
+    let mut m = open("cpu", RuntimeOptions::default()).unwrap();
+    let image = cfg.head.image_token as i32;
+    obs.tokens = Some(ids.iter().copied().filter(|&t| t != image).collect());
+    let first = m.predict(&obs).unwrap().actions;
+    assert!(first.iter().all(|x| x.is_finite()));
+    assert_ne!(first, fx.actions());
+    obs.tokens = Some(
+        ids[..ids.len() - 3]
+            .iter()
+            .copied()
+            .filter(|&t| t != image)
+            .chain([image])
+            .collect(),
+    );
+    let e = m.predict(&obs).unwrap_err().to_string();
+    assert!(e.contains("image tokens"), "{e}");
+    let refused = |opts: RuntimeOptions| open("cpu", opts).err().unwrap().to_string();
+    let e = refused(RuntimeOptions {
+        statistics: Some("stats.json".into()),
+        ..Default::default()
+    });
+    assert!(e.contains("carries its own"), "{e}");
+    let e = refused(RuntimeOptions {
+        embodiment: Some("new_embodiment".into()),
+        ..Default::default()
+    });
+    assert!(e.contains("id 10"), "{e}");
+    std::fs::remove_file(&gguf).ok();
+}

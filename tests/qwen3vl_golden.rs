@@ -143,14 +143,7 @@ fn backbone(
     let spliced = splice_rows(gb, embeds, &[(start, merged)], false).unwrap();
     let (rows, cols) = cfg.grid();
     let (grid_h, grid_w) = (rows / cfg.merge, cols / cfg.merge);
-    let positions = mrope_positions(
-        l,
-        &[ImageSpan {
-            start,
-            grid_h,
-            grid_w,
-        }],
-    );
+    let positions = mrope_positions(l, &[ImageSpan::still(start, grid_h, grid_w)]);
     let (cos, sin) = mrope_tables(&positions, text.head_dim, text.rope_theta, sections);
     let shape = vec![l, 1, text.head_dim];
     let table = |gb: &mut GraphBuilder, n: &str, v| {

@@ -21,6 +21,7 @@ use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::common::ActionIo;
 use crate::models::embodiment::Embodiments;
 use crate::models::flow::FlowArch;
+use crate::models::gr00t_n1_7::stats::group_bounds;
 use crate::models::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
 use crate::models::prompt::PromptIds;
 use crate::modules::dit::BlockStack;
@@ -338,8 +339,8 @@ pub fn qwen_prompt(
 }
 
 /// The active embodiment's per-group statistics (`raw_stats`, groups in the modality
-/// config's order): q01/q99 with `use_percentiles`, else min/max, stored as the
-/// normaliser's min/max.
+/// config's order, [`group_bounds`]): q01/q99 with `use_percentiles`, else min/max, stored
+/// as the normaliser's min/max.
 fn read_stats(
     pack: &Json,
     cfg: &Gr00tN17Config,
@@ -351,57 +352,16 @@ fn read_stats(
             "normalize_min_max or clip_outliers off: not supported",
         ));
     }
-    let (lo, hi) = match pack.bool_or("use_percentiles", false) {
-        true => ("q01", "q99"),
-        false => ("min", "max"),
+    let percentiles = pack.bool_or("use_percentiles", false);
+    let (raw, modality) = (pack.obj("raw_stats")?, pack.obj("modality_config")?);
+    let dims = (cfg.io.state_dim, cfg.io.action_dim);
+    let out = group_bounds(raw.value, modality.value, percentiles, Some(dims))
+        .map_err(|e| ckpt_err(pack.path, format!("{PACK_STEP}: {e}")))?;
+    let (lo, hi) = if percentiles {
+        ("q01", "q99")
+    } else {
+        ("min", "max")
     };
-    let raw = pack.obj("raw_stats")?;
-    let modality = pack.obj("modality_config")?;
-    let mut out = Vec::new();
-    for (what, dim) in [("state", cfg.io.state_dim), ("action", cfg.io.action_dim)] {
-        let m = modality.obj(what)?;
-        if what == "action" {
-            let relative = m
-                .get("action_configs")
-                .and_then(|c| c.as_array())
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|a| a.get("rep").and_then(|r| r.as_str()) != Some("absolute"))
-                });
-            if relative {
-                return Err(ckpt_err(pack.path, "relative action groups: not supported"));
-            }
-        }
-        let groups: Vec<&str> = m
-            .get("modality_keys")
-            .and_then(|k| k.as_array())
-            .map(|k| k.iter().filter_map(|x| x.as_str()).collect())
-            .unwrap_or_default();
-        let stats = raw.obj(what)?;
-        for (key, ours) in [(lo, "min"), (hi, "max")] {
-            let mut vals = Vec::new();
-            for g in &groups {
-                let v = stats
-                    .obj(g)?
-                    .get(key)
-                    .and_then(|v| v.as_array())
-                    .ok_or_else(|| {
-                        ckpt_err(pack.path, format!("raw_stats.{what}.{g} has no {key}"))
-                    })?;
-                vals.extend(v.iter().map(|x| x.as_f64().unwrap_or(f64::NAN) as f32));
-            }
-            if vals.len() != dim || vals.iter().any(|x| !x.is_finite()) {
-                return Err(ckpt_err(
-                    pack.path,
-                    format!(
-                        "raw_stats.{what}: {} finite {key} values for a {dim}-wide feature",
-                        vals.len()
-                    ),
-                ));
-            }
-            out.push((format!("{what}_{ours}"), vals));
-        }
-    }
     notes.push(format!(
         "statistics ({lo}/{hi} per group, clipped) from the {PACK_STEP} step"
     ));

@@ -6,7 +6,7 @@
 //! does (bilinear over `linspace(0, n - 1, side)`, in f32), row-major.
 
 use super::{ckpt_err, Safetensors};
-use crate::modules::qwen_vision::QwenVisionConfig;
+use crate::modules::qwen_vision::{resample_positions, still_frame_kernel, QwenVisionConfig};
 use crate::Result;
 
 /// One tensor for the GGUF: our name, row-major shape, values.
@@ -65,11 +65,7 @@ pub fn vision_derived(
             format!("{name} has shape {shape:?}, expected [{d}, 3, 2, {p}, {p}]"),
         ));
     }
-    let k = st.f32(&name)?;
-    let kernel: Vec<f32> = k
-        .chunks(2 * p * p)
-        .flat_map(|c| (0..p * p).map(move |i| c[i] + c[p * p + i]))
-        .collect();
+    let kernel = still_frame_kernel(&st.f32(&name)?, p);
     let bias = st.f32(&format!("{prefix}patch_embed.proj.bias"))?;
     let table_name = format!("{prefix}pos_embed.weight");
     let n = st.config_shape(&table_name, 2)?[0];
@@ -81,7 +77,7 @@ pub fn vision_derived(
         ));
     }
     let table = st.f32(&table_name)?;
-    let pos = resample(&table, per_side, d, rows, cols);
+    let pos = resample_positions(&table, per_side, d, (rows, cols));
     Ok(vec![
         (
             format!("{ours}.patch_embd.weight"),
@@ -125,50 +121,4 @@ pub fn lm_name_map(prefix: &str, n_layers: usize) -> Vec<(String, String)> {
         }
     }
     m
-}
-
-/// torch's float `linspace(0, n - 1, steps)`: from both ends towards the middle.
-fn linspace(n: usize, steps: usize) -> Vec<f32> {
-    let end = (n - 1) as f32;
-    if steps == 1 {
-        return vec![0.0];
-    }
-    let step = end / (steps - 1) as f32;
-    (0..steps)
-        .map(|i| match i < steps / 2 {
-            true => step * i as f32,
-            false => end - step * (steps - 1 - i) as f32,
-        })
-        .collect()
-}
-
-/// `table` `[n * n, d]` resampled bilinearly to `rows x cols` rows, row-major.
-fn resample(table: &[f32], n: usize, d: usize, rows: usize, cols: usize) -> Vec<f32> {
-    let axis = |len: usize| {
-        let idx = linspace(n, len);
-        let lo: Vec<usize> = idx.iter().map(|&x| x as usize).collect();
-        let hi: Vec<usize> = lo.iter().map(|&i| (i + 1).min(n - 1)).collect();
-        let frac: Vec<f32> = idx.iter().zip(&lo).map(|(&x, &i)| x - i as f32).collect();
-        (lo, hi, frac)
-    };
-    let ((rlo, rhi, rf), (clo, chi, cf)) = (axis(rows), axis(cols));
-    let mut out = Vec::with_capacity(rows * cols * d);
-    for r in 0..rows {
-        for c in 0..cols {
-            let (dh, dw) = (rf[r], cf[c]);
-            let taps = [
-                (rlo[r] * n + clo[c], (1.0 - dh) * (1.0 - dw)),
-                (rlo[r] * n + chi[c], (1.0 - dh) * dw),
-                (rhi[r] * n + clo[c], dh * (1.0 - dw)),
-                (rhi[r] * n + chi[c], dh * dw),
-            ];
-            for e in 0..d {
-                let v = taps
-                    .iter()
-                    .fold(0f32, |acc, &(row, w)| acc + table[row * d + e] * w);
-                out.push(v);
-            }
-        }
-    }
-    out
 }

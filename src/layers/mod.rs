@@ -278,13 +278,19 @@ pub fn place_rows(
     places: NodeId,
     keep: NodeId,
 ) -> Result<NodeId> {
-    let (l, d) = (g.shape(x)[0], g.shape(x)[1]);
-    let n = g.shape(rows)[0];
-    let rows = g.reshape(rows, &[1, n, d])?;
-    let placed = g.bmm(places, rows, false)?;
-    let placed = g.reshape(placed, &[l, d])?;
+    let placed = scatter_rows(g, rows, places)?;
     let kept = g.mul(x, keep)?;
     g.add(kept, placed)
+}
+
+/// `rows` `[n, d]` at the positions `places` `[1, L, n]` (one-hot, as [`place_rows`]) names,
+/// zero elsewhere: `[L, d]`. Exact.
+pub fn scatter_rows(g: &mut GraphBuilder, rows: NodeId, places: NodeId) -> Result<NodeId> {
+    let (n, d) = (g.shape(rows)[0], g.shape(rows)[1]);
+    let l = g.shape(places)[1];
+    let rows = g.reshape(rows, &[1, n, d])?;
+    let placed = g.bmm(places, rows, false)?;
+    g.reshape(placed, &[l, d])
 }
 
 /// The tower's `[3, H, W]` input from the camera frame input `name` (`[h, w, 3]`, bytes or

@@ -137,11 +137,7 @@ impl PromptIds {
         self.image_starts(image as u32, vision.n_tokens(), cameras)
             .unwrap_or_default()
             .into_iter()
-            .map(|start| ImageSpan {
-                start,
-                grid_h: rows / m,
-                grid_w: cols / m,
-            })
+            .map(|start| ImageSpan::still(start, rows / m, cols / m))
             .collect()
     }
 

@@ -6,11 +6,12 @@
 //! additions.
 
 use super::decoder::{DecoderConfig, DecoderStack, LmConfig, Rotary};
+use super::flow::names;
 use super::qwen_vision::{camera_block, QwenVisionConfig};
 use crate::config::{first_failing, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
-use crate::layers::splice_rows;
-use crate::{Result, Tensor};
+use crate::layers::{place_rows, scatter_rows, splice_rows};
+use crate::{Error, Result, Tensor};
 
 /// The multimodal RoPE's frequency sections `[t, h, w]` (they sum to half the head width).
 /// Keys: `mrope_section_t`, `mrope_section_h`, `mrope_section_w`.
@@ -43,21 +44,76 @@ impl MropeConfig {
     }
 }
 
-/// An image in the sequence: its first token and its merged grid.
+/// An image in the sequence: its first token, its frames (1: a still image; more where a
+/// client's sequence holds several cameras' tokens in one run, which the positions read as
+/// a clip of that many frames, as vla.cpp does) and its merged grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ImageSpan {
     pub start: usize,
+    pub frames: usize,
     pub grid_h: usize,
     pub grid_w: usize,
 }
 
 impl ImageSpan {
+    /// A still image at `start`.
+    pub fn still(start: usize, grid_h: usize, grid_w: usize) -> Self {
+        ImageSpan {
+            start,
+            frames: 1,
+            grid_h,
+            grid_w,
+        }
+    }
+
     pub fn len(&self) -> usize {
-        self.grid_h * self.grid_w
+        self.frames * self.grid_h * self.grid_w
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Where a prompt's image tokens go: fixed spans (a template's), or where the request's
+/// sequence holds them (a file without a template: vla.cpp's), from the inputs
+/// [`names::IMAGE_PLACES`], [`names::TEXT_KEEP`] and the rotary tables [`MROPE_COS`],
+/// [`MROPE_SIN`] ([`client_inputs`]).
+pub enum Images {
+    Spans(Vec<ImageRows>),
+    Placed {
+        /// Every camera's merged tokens `[n, hidden]`, then each tap's deepstack features.
+        merged: NodeId,
+        deepstack: Vec<NodeId>,
+        places: NodeId,
+        keep: NodeId,
+    },
+}
+
+/// The rotary tables' inputs of a client's sequence, `[L, 1, head_dim]`.
+pub const MROPE_COS: &str = "mrope_cos";
+pub const MROPE_SIN: &str = "mrope_sin";
+
+impl Images {
+    /// The vision graph's output `rows` ([`super::qwen_vision::towers_side_by_side`]) placed
+    /// by a request over a sequence of `l` tokens: inputs [`names::IMAGE_PLACES`] `[1, l,
+    /// n]` and [`names::TEXT_KEEP`] `[l, 1]`.
+    pub fn placed(
+        g: &mut GraphBuilder,
+        rows: NodeId,
+        vision: &QwenVisionConfig,
+        l: usize,
+    ) -> Result<Self> {
+        let (n, h) = (g.shape(rows)[0], vision.out);
+        let block = |g: &mut GraphBuilder, k: usize| g.slice(rows, 1, k * h, h);
+        Ok(Images::Placed {
+            merged: block(g, 0)?,
+            deepstack: (1..=vision.deepstack.len())
+                .map(|k| block(g, k))
+                .collect::<Result<_>>()?,
+            places: g.input(names::IMAGE_PLACES, &[1, l, n]),
+            keep: g.input(names::TEXT_KEEP, &[l, 1]),
+        })
     }
 }
 
@@ -113,35 +169,56 @@ impl QwenText<'_> {
         &self,
         g: &mut GraphBuilder,
         tokens: NodeId,
-        images: &[ImageRows],
+        images: &Images,
         mask: NodeId,
     ) -> Result<NodeId> {
         let QwenText { lm, attn, mrope } = *self;
         let l = g.shape(tokens)[0];
         let table = g.weight("token_embd.weight", &[lm.vocab_size, lm.hidden])?;
         let text = g.embedding(table, tokens)?;
-        let pieces: Vec<(usize, NodeId)> =
-            images.iter().map(|im| (im.span.start, im.merged)).collect();
-        let x = splice_rows(g, text, &pieces, false)?;
-        let taps = images
-            .iter()
-            .map(|im| im.deepstack.len())
-            .max()
-            .unwrap_or(0);
-        let adds: Vec<Vec<(usize, NodeId)>> = (0..taps)
-            .map(|j| {
-                images
-                    .iter()
-                    .filter_map(|im| im.deepstack.get(j).map(|&f| (im.span.start, f)))
-                    .collect()
-            })
-            .collect();
-        let spans: Vec<ImageSpan> = images.iter().map(|im| im.span).collect();
-        let positions = mrope_positions(l, &spans);
-        let (cos, sin) = mrope_tables(&positions, attn.head_dim, attn.rope_theta, mrope.sections);
         let shape = vec![l, 1, attn.head_dim];
-        let cos = g.constant("vlm.mrope_cos", Tensor::from_f32(shape.clone(), cos)?)?;
-        let sin = g.constant("vlm.mrope_sin", Tensor::from_f32(shape, sin)?)?;
+        let (x, adds, cos, sin) = match images {
+            Images::Spans(images) => {
+                let pieces: Vec<(usize, NodeId)> =
+                    images.iter().map(|im| (im.span.start, im.merged)).collect();
+                let x = splice_rows(g, text, &pieces, false)?;
+                let taps = images
+                    .iter()
+                    .map(|im| im.deepstack.len())
+                    .max()
+                    .unwrap_or(0);
+                let adds: Vec<Vec<(usize, NodeId)>> = (0..taps)
+                    .map(|j| {
+                        images
+                            .iter()
+                            .filter_map(|im| im.deepstack.get(j).map(|&f| (im.span.start, f)))
+                            .collect()
+                    })
+                    .collect();
+                let spans: Vec<ImageSpan> = images.iter().map(|im| im.span).collect();
+                let positions = mrope_positions(l, &spans);
+                let (cos, sin) =
+                    mrope_tables(&positions, attn.head_dim, attn.rope_theta, mrope.sections);
+                let cos = g.constant("vlm.mrope_cos", Tensor::from_f32(shape.clone(), cos)?)?;
+                let sin = g.constant("vlm.mrope_sin", Tensor::from_f32(shape, sin)?)?;
+                (x, adds, cos, sin)
+            }
+            Images::Placed {
+                merged,
+                deepstack,
+                places,
+                keep,
+            } => {
+                let x = place_rows(g, text, *merged, *places, *keep)?;
+                let adds = deepstack
+                    .iter()
+                    .map(|&f| Ok(vec![(0, scatter_rows(g, f, *places)?)]))
+                    .collect::<Result<Vec<_>>>()?;
+                let cos = g.input(MROPE_COS, &shape);
+                let sin = g.input(MROPE_SIN, &shape);
+                (x, adds, cos, sin)
+            }
+        };
         let rotary = Rotary::Tables { cos, sin };
         let stack = DecoderStack {
             stack: "vlm",
@@ -153,10 +230,10 @@ impl QwenText<'_> {
     }
 }
 
-/// `(t, h, w)` positions of a sequence of `len` tokens with `images` (sorted) for one still
-/// frame each, as the reference's `get_rope_index`: text counts on from the previous token;
-/// an image's tokens are `(p, p + row, p + col)` with `p` the position after the text before
-/// it; the text after an image resumes at `p + max(grid_h, grid_w)`.
+/// `(t, h, w)` positions of a sequence of `len` tokens with `images` (sorted), as the
+/// reference's `get_rope_index`: text counts on from the previous token; an image's tokens
+/// are `(p + frame, p + row, p + col)` with `p` the position after the text before it; the
+/// text after an image resumes at `p + max(frames, grid_h, grid_w)`.
 pub fn mrope_positions(len: usize, images: &[ImageSpan]) -> Vec<[f32; 3]> {
     let mut out = Vec::with_capacity(len);
     let mut next = 0usize;
@@ -169,16 +246,67 @@ pub fn mrope_positions(len: usize, images: &[ImageSpan]) -> Vec<[f32; 3]> {
     for im in images {
         let n = im.start - out.len();
         text(&mut out, &mut next, n);
-        for r in 0..im.grid_h {
-            for c in 0..im.grid_w {
-                out.push([next as f32, (next + r) as f32, (next + c) as f32]);
+        for f in 0..im.frames {
+            for r in 0..im.grid_h {
+                for c in 0..im.grid_w {
+                    let p = [next + f, next + r, next + c];
+                    out.push(p.map(|x| x as f32));
+                }
             }
         }
-        next += im.grid_h.max(im.grid_w);
+        next += im.frames.max(im.grid_h).max(im.grid_w);
     }
     let rest = len - out.len();
     text(&mut out, &mut next, rest);
     out
+}
+
+/// The images of a client's sequence `seq` (ids as f32): each run of `image` ids, read as
+/// `len / (grid_h * grid_w)` frames of the merged grid (vla.cpp's reading of its files'
+/// sequences); an error where a run is not whole frames.
+pub fn client_spans(
+    seq: &[f32],
+    image: u32,
+    (grid_h, grid_w): (usize, usize),
+) -> Result<Vec<ImageSpan>> {
+    let (per, mut spans, mut i) = (grid_h * grid_w, Vec::new(), 0);
+    while i < seq.len() {
+        if seq[i] != image as f32 {
+            i += 1;
+            continue;
+        }
+        let len = seq[i..].iter().take_while(|&&t| t == image as f32).count();
+        if per == 0 || len % per != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a run of {len} image tokens at position {i}: each camera takes {per}"
+            )));
+        }
+        spans.push(ImageSpan {
+            start: i,
+            frames: len / per,
+            grid_h,
+            grid_w,
+        });
+        i += len;
+    }
+    Ok(spans)
+}
+
+/// The rotary inputs [`MROPE_COS`] and [`MROPE_SIN`] `[len, 1, head_dim]` of a sequence of
+/// `len` tokens with `images` ([`mrope_positions`], [`mrope_tables`]).
+pub fn mrope_inputs(
+    len: usize,
+    images: &[ImageSpan],
+    attn: &DecoderConfig,
+    mrope: &MropeConfig,
+) -> Result<Vec<(String, Tensor<'static>)>> {
+    let positions = mrope_positions(len, images);
+    let (cos, sin) = mrope_tables(&positions, attn.head_dim, attn.rope_theta, mrope.sections);
+    let shape = vec![len, 1, attn.head_dim];
+    Ok(vec![
+        (MROPE_COS.into(), Tensor::from_f32(shape.clone(), cos)?),
+        (MROPE_SIN.into(), Tensor::from_f32(shape, sin)?),
+    ])
 }
 
 /// The `cos` / `sin` tables `[T, head_dim]` of `positions`: frequency `f_i = theta^(-2i /
@@ -218,15 +346,30 @@ mod tests {
     #[test]
     fn positions_follow_get_rope_index() {
         // 5 text tokens, a 2 x 2 image, 7 more: what transformers 4.57 computes.
-        let span = ImageSpan {
-            start: 5,
-            grid_h: 2,
-            grid_w: 2,
-        };
+        let span = ImageSpan::still(5, 2, 2);
         let p = mrope_positions(16, &[span]);
         let col = |k: usize| p.iter().map(|x| x[k] as usize).collect::<Vec<_>>();
         assert_eq!(col(0), [0, 1, 2, 3, 4, 5, 5, 5, 5, 7, 8, 9, 10, 11, 12, 13]);
         assert_eq!(col(1), [0, 1, 2, 3, 4, 5, 5, 6, 6, 7, 8, 9, 10, 11, 12, 13]);
         assert_eq!(col(2), [0, 1, 2, 3, 4, 5, 6, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
+    }
+
+    #[test]
+    fn a_clients_runs_are_frames_of_the_grid() {
+        // two cameras of 2 x 2 tokens: apart, or in one run (two frames, vla.cpp's reading)
+        let seq = |v: &[u32]| v.iter().map(|&t| t as f32).collect::<Vec<_>>();
+        let apart = client_spans(&seq(&[1, 9, 9, 9, 9, 2, 9, 9, 9, 9, 3]), 9, (2, 2)).unwrap();
+        assert_eq!(
+            apart,
+            [ImageSpan::still(1, 2, 2), ImageSpan::still(6, 2, 2)]
+        );
+        let run = client_spans(&seq(&[9; 8]), 9, (2, 2)).unwrap();
+        assert_eq!(run.len(), 1);
+        assert_eq!((run[0].frames, run[0].len()), (2, 8));
+        let p = mrope_positions(9, &run);
+        let t: Vec<usize> = p.iter().map(|x| x[0] as usize).collect();
+        assert_eq!(t, [0, 0, 0, 0, 1, 1, 1, 1, 2]);
+        let e = client_spans(&seq(&[1, 9, 9, 9]), 9, (2, 2)).unwrap_err();
+        assert!(e.to_string().contains("run of 3"), "{e}");
     }
 }

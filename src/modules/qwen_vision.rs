@@ -262,3 +262,63 @@ pub fn qwen_vision_tower(
     }
     Ok((merger(g, x, &pre.pp("merger"), cfg, false)?, deepstack))
 }
+
+/// The Conv3d patch kernel `k` `[d, 3, 2, p, p]` (temporal patch 2) as the `[d, 3, p, p]`
+/// kernel of a still frame (the frame repeated along time: the two temporal slices summed).
+pub fn still_frame_kernel(k: &[f32], p: usize) -> Vec<f32> {
+    k.chunks(2 * p * p)
+        .flat_map(|c| (0..p * p).map(move |i| c[i] + c[p * p + i]))
+        .collect()
+}
+
+/// torch's float `linspace(0, n - 1, steps)`: from both ends towards the middle.
+fn linspace(n: usize, steps: usize) -> Vec<f32> {
+    let end = (n - 1) as f32;
+    if steps == 1 {
+        return vec![0.0];
+    }
+    let step = end / (steps - 1) as f32;
+    (0..steps)
+        .map(|i| match i < steps / 2 {
+            true => step * i as f32,
+            false => end - step * (steps - 1 - i) as f32,
+        })
+        .collect()
+}
+
+/// The learned position table `table` `[n * n, d]` resampled bilinearly (align-corners, as
+/// the reference's `fast_pos_embed_interpolate`) to a `rows x cols` patch grid, row-major.
+pub fn resample_positions(
+    table: &[f32],
+    n: usize,
+    d: usize,
+    (rows, cols): (usize, usize),
+) -> Vec<f32> {
+    let axis = |len: usize| {
+        let idx = linspace(n, len);
+        let lo: Vec<usize> = idx.iter().map(|&x| x as usize).collect();
+        let hi: Vec<usize> = lo.iter().map(|&i| (i + 1).min(n - 1)).collect();
+        let frac: Vec<f32> = idx.iter().zip(&lo).map(|(&x, &i)| x - i as f32).collect();
+        (lo, hi, frac)
+    };
+    let ((rlo, rhi, rf), (clo, chi, cf)) = (axis(rows), axis(cols));
+    let mut out = Vec::with_capacity(rows * cols * d);
+    for r in 0..rows {
+        for c in 0..cols {
+            let (dh, dw) = (rf[r], cf[c]);
+            let taps = [
+                (rlo[r] * n + clo[c], (1.0 - dh) * (1.0 - dw)),
+                (rlo[r] * n + chi[c], (1.0 - dh) * dw),
+                (rhi[r] * n + clo[c], dh * (1.0 - dw)),
+                (rhi[r] * n + chi[c], dh * dw),
+            ];
+            for e in 0..d {
+                let v = taps
+                    .iter()
+                    .fold(0f32, |acc, &(row, w)| acc + table[row * d + e] * w);
+                out.push(v);
+            }
+        }
+    }
+    out
+}

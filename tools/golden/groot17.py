@@ -12,6 +12,10 @@ Rerun (anyone, offline; the venv is outside the repo and CI never needs it):
         # rewrites the 5 lerobot files with PEP 695 syntax so they compile on 3.11 (idempotent,
         # recorded in <site-packages>/lerobot/.pep695_compat.json)
     HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/groot17.py        # tiny, committed
+    HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/groot17.py --size tiny-hd128
+        # tiny with the released head_dim 128, mrope [24, 20, 20] and a square camera (vla.cpp's
+        # loaders fix those sections and take square frames): tests/fixtures/groot17-tiny-hd128,
+        # committed, read by the vla.cpp-layout test
     HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/groot17.py --size full --dry
         # the released sizes (Cosmos-Reason2-2B backbone cut to 16 layers + the N1.7 action head)
         # built on the meta device: parameter shapes and counts, the real hard-coded backbone
@@ -203,6 +207,12 @@ SIZES = {
                   vlsa=dict(num_attention_heads=32, attention_head_dim=64, num_layers=4)),
         image=dict(target=256, min_pixels=256 * 256, max_pixels=16777216, camera_hw=(256, 256))),
 }
+# tiny with the language model's released head_dim 128 and mrope sections [24, 20, 20] and a square camera:
+# vla.cpp's loaders fix those sections and take square frames of image_target_size (its files carry no
+# sections and no camera shape), so the tests of vla.cpp's layout read this one
+SIZES["tiny-hd128"] = {**SIZES["tiny"], "text": {**SIZES["tiny"]["text"], "head_dim": 128,
+                                                  "mrope_section": [24, 20, 20]},
+                       "image": {**SIZES["tiny"]["image"], "camera_hw": (96, 96)}}
 HORIZON, VALID_HORIZON, MAX_DIM, NUM_STEPS, BUCKETS = 40, 16, 132, 4, 1000
 CROP_FRACTION = 0.95
 EMBODIMENT = "libero_sim"
@@ -867,7 +877,7 @@ def check(fixture):
     print("independent float64 reference (max abs err):", json.dumps({k: float(f"{v:.2e}") for k, v in ref.items()}))
     exact = ["frame.0", "pixels", "image_grid_thw", "image_mask", "position_ids"]
     assert all(ref[k] == 0.0 for k in exact), {k: ref[k] for k in exact}
-    if json.load(open(os.path.join(fixture, "arch.json")))["size"] == "tiny":
+    if json.load(open(os.path.join(fixture, "arch.json")))["size"].startswith("tiny"):
         assert max(ref.values()) < 1e-4, ref
     return err
 
@@ -1202,7 +1212,7 @@ def dry_full(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    ap.add_argument("--out", help="output folder (default: tests/fixtures/groot17-tiny for --size tiny)")
+    ap.add_argument("--out", help="output folder (default: tests/fixtures/groot17-SIZE for the tiny sizes)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", metavar="DIR", help="only reload DIR and reproduce its golden actions")
     ap.add_argument("--no-check", action="store_true", help="skip the reload check after generating")
@@ -1215,9 +1225,9 @@ def main():
         dry_full(a)
         return
     root = os.path.abspath(os.path.join(HERE, "..", ".."))
-    if a.out is None and a.size != "tiny":
+    if a.out is None and not a.size.startswith("tiny"):
         ap.error("--size full writes ~13 GB: give --out (outside the repo), or use --dry")
-    out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", "groot17-tiny"))
+    out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", f"groot17-{a.size}"))
     if os.path.isdir(out):
         shutil.rmtree(out)
     generate(a, out)

@@ -7,9 +7,14 @@ use crate::models::flow::{mask_constant, valid_rows, VALID};
 use crate::modules::dit::cross_blocks;
 use crate::modules::flow::names;
 use crate::modules::gr00t_head::{vl_context, Gr00tHead, HeadLinears};
-use crate::modules::qwen_text::{ImageRows, QwenText};
+use crate::modules::qwen_text::{ImageRows, Images, QwenText};
 use crate::modules::qwen_vision::towers_side_by_side;
 use crate::Result;
+
+/// A client's sequence (a file without a template): 1 at its non-image and image tokens,
+/// `[L]` each, inputs of [`denoise`].
+pub const TEXT_ROWS: &str = "text_rows";
+pub const IMAGE_ROWS: &str = "image_rows";
 
 /// `image.{i}` `[3, H, W]` in [-1, 1] -> `[n_images * T, (1 + taps) * hidden]`
 /// ([`towers_side_by_side`]).
@@ -22,7 +27,8 @@ pub fn vision(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
 /// RoPE, the deepstack features added at the image rows after the first layers; the last
 /// kept layer's output, no final norm) and the head's context from them (`vlln`, the VL
 /// self-attention over the real tokens), `[L, hidden]` each. Inputs `img_tokens` (the
-/// vision graph's output), `tokens` `[L]`, `valid` `[L]`.
+/// vision graph's output), `tokens` `[L]`, `valid` `[L]` (and, for a client's sequence,
+/// [`Images::placed`]'s and the rotary tables, [`crate::modules::qwen_text::mrope_inputs`]).
 pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, NodeId)> {
     let (l, h) = (cfg.seq_len(), cfg.lm.hidden);
     let taps = cfg.vision.deepstack.len();
@@ -33,7 +39,15 @@ pub fn backbone(g: &mut GraphBuilder, cfg: &Gr00tN17Config) -> Result<(NodeId, N
     let tokens = g.input(names::TOKENS, &[l]);
     let valid = g.input(VALID, &[l]);
     let mask = cfg.layout(l).allowed(g, valid)?;
-    let images = ImageRows::of_cameras(g, img, &cfg.vision, cfg.image_spans())?;
+    let images = match cfg.prompt.from_client {
+        true => Images::placed(g, img, &cfg.vision, l)?,
+        false => Images::Spans(ImageRows::of_cameras(
+            g,
+            img,
+            &cfg.vision,
+            cfg.image_spans(),
+        )?),
+    };
     let lm = QwenText {
         lm: &cfg.lm,
         attn: &cfg.attn,
@@ -53,20 +67,30 @@ pub fn prefill(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
 }
 
 /// One velocity. Inputs `x_t` `[chunk, max_action_dim]`, `time_emb` `[chunk, E + 256]`,
-/// `state` `[1, max_state_dim]`, the prefill's `valid` `[L]` and `kv.{j}.k` / `kv.{j}.v`.
-/// Cross-attending block `2 j` sees the real text tokens or the image tokens
+/// `state` `[1, max_state_dim]`, the prefill's `valid` `[L]` and `kv.{j}.k` / `kv.{j}.v`
+/// (and, for a client's sequence, [`TEXT_ROWS`] and [`IMAGE_ROWS`] `[L]`). Cross-attending
+/// block `2 j` sees the real text tokens or the image tokens
 /// ([`Gr00tN17Config::attends_text`]). Output `[chunk, max_action_dim]`.
 pub fn denoise(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
     let (l, s) = (cfg.seq_len(), cfg.suffix_len());
     let valid = g.input(VALID, &[l]);
     let head = action_head(cfg);
     let inputs = head.inputs(&mut g, l);
-    let is_image = cfg.image_rows();
-    let text = mask_constant(&mut g, "mask.text_tokens", 1, l, |_, j| !is_image[j])?;
-    let text = g.reshape(text, &[l])?;
+    let (text, image) = match cfg.prompt.from_client {
+        true => {
+            let text = g.input(TEXT_ROWS, &[l]);
+            let image = g.input(IMAGE_ROWS, &[l]);
+            (text, valid_rows(&mut g, image, s)?)
+        }
+        false => {
+            let is_image = cfg.image_rows();
+            let text = mask_constant(&mut g, "mask.text_tokens", 1, l, |_, j| !is_image[j])?;
+            let image = mask_constant(&mut g, "mask.image_tokens", s, l, |_, j| is_image[j])?;
+            (g.reshape(text, &[l])?, image)
+        }
+    };
     let text = g.mul(valid, text)?;
     let text = valid_rows(&mut g, text, s)?;
-    let image = mask_constant(&mut g, "mask.image_tokens", s, l, |_, j| is_image[j])?;
     let masks: Vec<NodeId> = (0..cross_blocks(&cfg.dit))
         .map(|j| match cfg.attends_text(2 * j) {
             true => text,

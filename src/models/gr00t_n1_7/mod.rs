@@ -27,7 +27,7 @@ use crate::modules::dit::BlockStack;
 use crate::modules::flow::names;
 use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::{time_rows, ChunkShape, HeadConfig};
-use crate::modules::qwen_text::{ImageSpan, MropeConfig};
+use crate::modules::qwen_text::{client_spans, mrope_inputs, ImageSpan, MropeConfig};
 use crate::modules::qwen_vision::{QwenVisionConfig, DEEPSTACK_KEY};
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::{Result, Tensor};
@@ -159,6 +159,15 @@ impl Gr00tN17Config {
         self.vision.n_tokens()
     }
 
+    /// Every camera's image tokens.
+    pub fn n_image_rows(&self) -> usize {
+        self.io.n_images * self.n_img_tokens()
+    }
+
+    fn image_id(&self) -> u32 {
+        self.head.image_token as u32
+    }
+
     /// The DiT's sequence: the state token, then the actions.
     pub fn suffix_len(&self) -> usize {
         self.head.suffix_len(self.io.chunk_size)
@@ -247,7 +256,7 @@ impl FlowArch for Gr00tN17Config {
                 name: "dit",
                 ..Default::default()
             },
-            prompt: PromptIds::read(file, ARCH)?,
+            prompt: PromptIds::read_or_client(file, ARCH)?,
             embodiments: Embodiments::read(file, ARCH)?,
             ..Default::default()
         };
@@ -290,7 +299,25 @@ impl FlowArch for Gr00tN17Config {
         formalize(task)
     }
 
-    /// The sequence `before ++ instruction ++ after`, right-padded; its validity.
+    fn whole_sequence(&self) -> bool {
+        self.prompt.from_client
+    }
+
+    /// Without a template, the client's sequence with its image slots, or with every
+    /// camera's first (vla.cpp's rule).
+    fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
+        match self.prompt.from_client {
+            true => {
+                let views = (self.io.n_images, self.n_img_tokens());
+                PromptIds::client_sequence(ids, self.image_id(), views, (&[], &[]))
+            }
+            false => Ok(ids),
+        }
+    }
+
+    /// The sequence `before ++ instruction ++ after`, right-padded; its validity. Without a
+    /// template, the client's sequence, where it places the image tokens, their positions'
+    /// rotary tables and which rows the DiT's text and image blocks see.
     fn request_inputs(
         &self,
         tokens: Vec<f32>,
@@ -299,12 +326,25 @@ impl FlowArch for Gr00tN17Config {
     ) -> Result<RequestInputs> {
         let (len, pad) = (self.seq_len(), self.io.pad_token_id);
         let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
-        let mut prefix = self.layout(n_real).into_inputs(seq)?;
+        let mut prefix = self.layout(n_real).into_inputs(seq.clone())?;
         prefix.retain(|(name, _)| name == VALID || name == names::TOKENS);
-        Ok(RequestInputs {
-            prefix,
-            suffix: vec![state_input(state)?],
-        })
+        let mut suffix = vec![state_input(state)?];
+        if self.prompt.from_client {
+            let image = self.image_id();
+            prefix.extend(PromptIds::place_inputs(&seq, image, self.n_image_rows())?);
+            let (rows, cols) = self.vision.grid();
+            let m = self.vision.merge;
+            let spans = client_spans(&seq, image, (rows / m, cols / m))?;
+            prefix.extend(mrope_inputs(len, &spans, &self.attn, &self.mrope)?);
+            let is_image: Vec<f32> = seq.iter().map(|&t| f32::from(t == image as f32)).collect();
+            let text: Vec<f32> = is_image.iter().map(|x| 1.0 - x).collect();
+            suffix.push((graphs::TEXT_ROWS.into(), Tensor::from_f32(vec![len], text)?));
+            suffix.push((
+                graphs::IMAGE_ROWS.into(),
+                Tensor::from_f32(vec![len], is_image)?,
+            ));
+        }
+        Ok(RequestInputs { prefix, suffix })
     }
 
     fn time_input(&self, t: f32) -> Result<Tensor<'static>> {
@@ -329,6 +369,7 @@ impl FlowArch for Gr00tN17Config {
 
 /// Graph builders, shared by the policy and by tests that inspect intermediate tensors.
 pub mod graphs;
+pub mod stats;
 
 #[cfg(test)]
 mod tests {

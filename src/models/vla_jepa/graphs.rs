@@ -5,7 +5,7 @@ use crate::graph::{Graph, GraphBuilder, NodeId};
 use crate::models::flow::VALID;
 use crate::modules::flow::names;
 use crate::modules::gr00t_head::{Gr00tHead, HeadLinears};
-use crate::modules::qwen_text::{ImageRows, QwenText};
+use crate::modules::qwen_text::{ImageRows, Images, QwenText};
 use crate::modules::qwen_vision::towers_side_by_side;
 use crate::Result;
 
@@ -35,7 +35,7 @@ pub fn conditioning(g: &mut GraphBuilder, cfg: &VlaJepaConfig) -> Result<NodeId>
     let n = cfg.n_embodied();
     let rows = g.input(EMBODIED_ROWS, &[1, n, l]);
     let mask = cfg.layout(l).allowed(g, valid)?;
-    let images = ImageRows::of_cameras(g, img, v, cfg.image_spans())?;
+    let images = Images::Spans(ImageRows::of_cameras(g, img, v, cfg.image_spans())?);
     let lm = QwenText {
         lm: &cfg.lm,
         attn: &cfg.attn,

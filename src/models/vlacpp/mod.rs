@@ -1,9 +1,9 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 and Evo-1, whose files
+//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 / N1.7 and Evo-1, whose files
 //! vla.cpp's converters write with other names and keys than ours (docs/GGUF.md "vla.cpp's
 //! files").
 //! Such a file is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`), or
-//! GR00T's and Evo-1's `lm_hidden` ([`gr00t`], [`evo1`]).
+//! GR00T's and Evo-1's `lm_hidden` ([`gr00t`], [`gr00t17`], [`evo1`]).
 //!
 //! pi0, pi0.5 and SmolVLA: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics'
 //! epsilon there, the RMSNorm's is `rms_norm_eps` (pi0.5, default 1e-6) or SmolLM2's fixed
@@ -32,11 +32,13 @@ use crate::{Error, Result};
 
 use super::evo1::ARCH as EVO1;
 use super::gr00t::ARCH as GR00T_N1_5;
+use super::gr00t_n1_7::ARCH as GR00T_N1_7;
 use super::pi0::{ARCH_PI0, ARCH_PI05};
 use super::smolvla::ARCH as SMOLVLA;
 
 mod evo1;
 mod gr00t;
+mod gr00t17;
 mod pi;
 
 /// Camera views a vla.cpp file is compiled for (vla.cpp's LIBERO setup: agent view and
@@ -67,6 +69,10 @@ pub fn translate(mut file: GgufFile, opts: &RuntimeOptions) -> Result<GgufFile> 
             tracing::info!("vla.cpp {arch} file: names and keys translated at load");
             // the one translation that reads the statistics option
             return gr00t::gr00t_n1_5(&mut file, opts).map(|()| file);
+        }
+        GR00T_N1_7 if lm_prefixed(&file, GR00T_N1_7) => {
+            tracing::info!("vla.cpp {arch} file: names, keys and tables translated at load");
+            return gr00t17::gr00t_n1_7(&mut file, opts).map(|()| file);
         }
         _ => {}
     }

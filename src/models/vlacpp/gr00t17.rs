@@ -1,0 +1,291 @@
+//! GR00T N1.7 files (`convert_gr00t_n1_7_to_gguf.py` with `gguf_blocks.py`'s
+//! `write_qwen3vl_vit`, `write_qwen3_lm` and the GR00T head writers, from an Isaac-GR00T
+//! snapshot): our tensor names but for the tower's two tables, the language model's and the
+//! head's sizes under other keys, no prompt template (its clients send the whole
+//! chat-templated sequence, image slots included) and Isaac-GR00T's `statistics.json`,
+//! `processor_config.json` and `embodiment_id.json` as strings, which vla.cpp's server never
+//! reads (it returns normalised actions; its clients normalise) and we read to stay in world
+//! units.
+//!
+//! Keys besides [`super::lm_keys`]: `spatial_merge_size`, `shortest_image_edge`,
+//! `crop_fraction`, `attend_text_every_n_blocks`, `action_horizon`, `action_dim`,
+//! `num_inference_timesteps` (ours `vit_merge`, `frame_edge`, `frame_crop`,
+//! `dit_text_every`, `chunk_size`, `max_action_dim`, `num_steps`); `image_target_size` (the
+//! square frame vla.cpp takes: ours `image_height` = `image_width`); `deepstack_idx_{0,1,2}`
+//! (ours the `vit_deepstack_layers` array). What vla.cpp's loader fixes is fixed here too:
+//! M-RoPE sections [24, 20, 20] (so head_dim 128), the epsilons, a temporal patch of 2.
+//! From the statistics of the run's embodiment: the normaliser's bounds (q01 / q99 with
+//! `use_percentiles`), the real state and action widths, the valid horizon (the action
+//! modality's `delta_indices`) and the cameras (its video `modality_keys`). The embodiment
+//! defaults to vla.cpp's (`libero_sim` where the map has it, else id 2).
+//!
+//! Tensors: `vit.patch_embd.weight` `[hidden, 3 * 2 * p * p]` (the Conv3d flattened) becomes
+//! our still-frame kernel (the two temporal slices summed); `vit.pos_embd` (the learned
+//! table as trained) is resampled to the frame's patch grid (`vit.pos_embd.weight`);
+//! `aex.pos_embd` gains `.weight`; `vlm.output_norm.weight` (never applied by either) goes.
+
+use serde_json::Value as Json;
+
+use crate::config::limits::MAX_SEQUENCE;
+use crate::gguf::{GgufFile, Value, ValueType};
+use crate::models::embodiment;
+use crate::models::gr00t_n1_7::stats::group_bounds;
+use crate::models::gr00t_n1_7::ARCH;
+use crate::modules::qwen_vision::{resample_positions, still_frame_kernel};
+use crate::policy::RuntimeOptions;
+use crate::{Error, Result};
+
+use super::u32_of;
+
+fn key(k: &str) -> String {
+    format!("{ARCH}.{k}")
+}
+
+/// vla.cpp's key -> ours, both u32 (besides the language model's, [`super::lm_keys`]).
+const RENAMED: [(&str, &str); 6] = [
+    ("spatial_merge_size", "vit_merge"),
+    ("shortest_image_edge", "frame_edge"),
+    ("attend_text_every_n_blocks", "dit_text_every"),
+    ("action_horizon", "chunk_size"),
+    ("action_dim", "max_action_dim"),
+    ("num_inference_timesteps", "num_steps"),
+];
+
+/// Integer keys whose value ours fixes (N1.7's own values).
+const FIXED_U32: [(&str, u64); 5] = [
+    ("temporal_patch_size", 2),
+    ("dit_interleave", 1),
+    ("use_relative_action", 0),
+    ("apply_sincos_state_encoding", 0),
+    ("clip_outliers", 1),
+];
+
+/// Epsilons and the tower's RoPE base ours fixes.
+const FIXED_F32: [(&str, f32); 7] = [
+    ("vit_ln_eps", 1e-6),
+    ("connector_ln_eps", 1e-6),
+    ("vit_rope_theta", 10000.0),
+    ("ln_eps", 1e-5),
+    ("norm_out_eps", 1e-6),
+    ("vlln_eps", 1e-5),
+    ("vlsa_ln_eps", 1e-5),
+];
+
+/// vla.cpp's loader's M-RoPE sections (`gr00tn1d7.cpp`): its files imply head_dim 128.
+const MROPE: [(&str, u32); 3] = [
+    ("mrope_section_t", 24),
+    ("mrope_section_h", 20),
+    ("mrope_section_w", 20),
+];
+
+/// vla.cpp's default embodiment: this tag where the map has it, else id 2.
+const VLACPP_TAG: &str = "libero_sim";
+const VLACPP_ID: &str = "2";
+
+pub(super) fn gr00t_n1_7(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()> {
+    super::lm_keys(file, ARCH, &RENAMED)?;
+    check_fixed(file)?;
+    let u = |k: &str| file.get_u64(&key(k));
+    let target = u32_of("image_target_size", u("image_target_size")?)?;
+    let taps = (0..3)
+        .map(|j| {
+            Ok(Value::U32(u32_of(
+                "deepstack",
+                u(&format!("deepstack_idx_{j}"))?,
+            )?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let crop = file.get_f64(&key("crop_fraction"))? as f32;
+    let hidden = action_hidden(file)?;
+    let mut set = vec![
+        ("image_height", Value::U32(target)),
+        ("image_width", Value::U32(target)),
+        ("frame_crop", Value::F32(crop)),
+        ("vit_deepstack_layers", Value::Array(ValueType::U32, taps)),
+        ("action_hidden", Value::U32(hidden)),
+        ("num_target_vision_tokens", Value::U32(0)),
+        ("pad_token_id", Value::U32(0)),
+        // the whole sequence: lerobot bounds it by nothing but the graphs' longest
+        ("tokenizer_max_length", Value::U32(MAX_SEQUENCE as u32)),
+    ];
+    set.extend(MROPE.map(|(k, v)| (k, Value::U32(v))));
+    for (k, v) in set {
+        file.set_metadata(key(k), v);
+    }
+    let tags = file.get_str(&key("embodiment_id_mapping"))?.to_owned();
+    let default = match embodiment::tag_map(&tags)?.contains_key(VLACPP_TAG) {
+        true => VLACPP_TAG,
+        false => VLACPP_ID,
+    };
+    file.set_metadata(key(embodiment::KEY_TAGS), Value::String(tags));
+    file.set_metadata(key(embodiment::KEY_DEFAULT), Value::String(default.into()));
+    statistics(file, opts)?;
+    tables(file, target as usize)
+}
+
+/// The sizes and epsilons ours fixes or derives, as the file states them.
+fn check_fixed(file: &GgufFile) -> Result<()> {
+    let u = |k: &str| file.get_u64(&key(k)).ok();
+    let refuse = |k: &str, v: String, want: String| {
+        Err(Error::InvalidArgument(format!(
+            "vla.cpp's {ARCH} file: {k} = {v}; vla-rs runs GR00T N1.7 with {want} only"
+        )))
+    };
+    for (k, want) in FIXED_U32 {
+        match u(k) {
+            Some(v) if v != want => return refuse(k, v.to_string(), want.to_string()),
+            _ => {}
+        }
+    }
+    for (k, want) in FIXED_F32 {
+        match file.get_f64(&key(k)) {
+            Ok(v) if v as f32 != want => return refuse(k, v.to_string(), want.to_string()),
+            _ => {}
+        }
+    }
+    let p = u("patch_size");
+    let grid = u("image_target_size")
+        .zip(p.zip(u("spatial_merge_size")))
+        .filter(|(_, (p, m))| p * m > 0)
+        .map(|(s, (p, m))| (s / (p * m)).pow(2));
+    if let Some(hd) = u("lm_head_dim").filter(|&hd| hd != 128) {
+        return Err(Error::InvalidArgument(format!(
+            "vla.cpp's {ARCH} file: lm_head_dim = {hd}; vla.cpp runs these files with M-RoPE sections [24, 20, 20], which fill a head of 128 only"
+        )));
+    }
+    let derived = [
+        ("backbone_embedding_dim", u("lm_hidden")),
+        (
+            "dit_hidden",
+            u("dit_heads").zip(u("dit_head_dim")).map(|(h, d)| h * d),
+        ),
+        ("vlsa_ff_inner", u("lm_hidden").map(|h| 4 * h)),
+        ("vit_patch_flat", p.map(|p| 3 * 2 * p * p)),
+        ("n_img_tokens_per_view", grid),
+    ];
+    for (k, want) in derived {
+        if let (Some(v), Some(want)) = (u(k), want) {
+            if v != want {
+                return refuse(k, v.to_string(), want.to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The action encoder's width: the state encoder's first layer's output
+/// (`aex.state_enc.l1.W`, ggml dims `[hidden, in, embodiments]`).
+fn action_hidden(file: &GgufFile) -> Result<u32> {
+    let l1 = file.tensor_info("aex.state_enc.l1.W")?;
+    let hidden = *l1.dims.first().ok_or_else(|| {
+        Error::InvalidArgument("aex.state_enc.l1.W: expected [E, in, hidden]".into())
+    })?;
+    u32_of("action_hidden", hidden)
+}
+
+/// The run's embodiment's bounds, widths, valid horizon and cameras from the file's
+/// Isaac-GR00T statistics and processor config.
+fn statistics(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()> {
+    if let Some(path) = &opts.statistics {
+        return Err(Error::InvalidArgument(format!(
+            "--statistics {}: this {ARCH} file carries its own (statistics_json)",
+            path.display()
+        )));
+    }
+    let json = |k: &str| -> Result<Json> {
+        let text = file.get_str(&key(k))?;
+        serde_json::from_str(text)
+            .map_err(|e| Error::InvalidArgument(format!("vla.cpp's {ARCH} file: {k}: {e}")))
+    };
+    let (stats, processor) = (json("statistics_json")?, json("processor_config_json")?);
+    let tags = file.get_str(&key(embodiment::KEY_TAGS))?;
+    let default = file.get_str(&key(embodiment::KEY_DEFAULT))?;
+    let n = file.get_u64(&key("max_num_embodiments"))? as usize;
+    let (tag, id) = embodiment::resolve(tags, default, opts.embodiment.as_deref(), n)?;
+    let kwargs = processor.get("processor_kwargs").unwrap_or(&Json::Null);
+    let (raw, modality) = match (
+        stats.get(&tag),
+        kwargs.get("modality_configs").and_then(|m| m.get(&tag)),
+    ) {
+        (Some(r), Some(m)) => (r, m),
+        _ => {
+            let known: Vec<&str> = stats
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k.as_str())
+                .collect();
+            return Err(Error::InvalidArgument(format!(
+                "vla.cpp's {ARCH} file has no statistics or modality config for embodiment {tag:?} ({id}), which this run uses; it has statistics for [{}] (choose with --embodiment)",
+                known.join(", ")
+            )));
+        }
+    };
+    let flag = |k: &str| kwargs.get(k).and_then(Json::as_bool).unwrap_or(true);
+    if !flag("clip_outliers") {
+        return Err(Error::InvalidArgument(format!(
+            "vla.cpp's {ARCH} file: clip_outliers off: not supported"
+        )));
+    }
+    let bounds = group_bounds(raw, modality, flag("use_percentiles"), None)
+        .map_err(|e| Error::InvalidArgument(format!("vla.cpp's {ARCH} file, {tag}: {e}")))?;
+    for (name, values) in &bounds {
+        file.add_tensor_f32(name, &[values.len() as u64], values)?;
+    }
+    let count = |path: [&str; 2]| {
+        modality
+            .get(path[0])
+            .and_then(|m| m.get(path[1]))
+            .and_then(Json::as_array)
+            .map_or(0, Vec::len)
+    };
+    let set = [
+        ("real_state_dim", bounds[0].1.len()),
+        ("real_action_dim", bounds[2].1.len()),
+        ("valid_horizon", count(["action", "delta_indices"])),
+        ("n_images", count(["video", "modality_keys"])),
+    ];
+    for (k, v) in set {
+        file.set_metadata(key(k), Value::U32(u32_of(k, v as u64)?));
+    }
+    Ok(())
+}
+
+/// The tower's patch kernel and position table as ours, `aex.pos_embd` named as ours, the
+/// final norm dropped.
+fn tables(file: &mut GgufFile, target: usize) -> Result<()> {
+    let d = file.get_u64(&key("vit_hidden"))? as usize;
+    let p = file.get_u64(&key("patch_size"))? as usize;
+    let flat = file.dequantize("vit.patch_embd.weight")?;
+    if p == 0 || flat.len() != d * 3 * 2 * p * p {
+        return Err(Error::InvalidArgument(format!(
+            "vit.patch_embd.weight: {} values, expected [{d}, 3 * 2 * {p} * {p}]",
+            flat.len()
+        )));
+    }
+    let kernel = still_frame_kernel(&flat, p);
+    file.replace_f32(
+        "vit.patch_embd.weight",
+        &[p as u64, p as u64, 3, d as u64],
+        &kernel,
+    )?;
+    let table = file.dequantize("vit.pos_embd")?;
+    let n = table.len() / d.max(1);
+    let side = (n as f64).sqrt().round() as usize;
+    if side * side != n || side * side * d != table.len() || side == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "vit.pos_embd: {} values, not a square table of {d}-wide rows",
+            table.len()
+        )));
+    }
+    let grid = target / p;
+    let pos = resample_positions(&table, side, d, (grid, grid));
+    file.add_tensor_f32(
+        "vit.pos_embd.weight",
+        &[d as u64, (grid * grid) as u64],
+        &pos,
+    )?;
+    file.rename_tensor("aex.pos_embd", "aex.pos_embd.weight")?;
+    file.retain_tensors(|n| n != "vit.pos_embd" && n != "vlm.output_norm.weight");
+    Ok(())
+}
