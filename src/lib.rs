@@ -6,6 +6,7 @@
 //! turns instructions into token ids and [`convert`] turns published checkpoints into GGUF files.
 
 pub mod backend;
+pub mod checkpoint;
 pub mod config;
 pub mod convert;
 pub mod error;

@@ -249,3 +249,55 @@ fn cut_rows(path: &Path, names: &[&str], rows: usize) {
         .collect();
     safetensors::serialize_to_file(tensors, None, path).unwrap();
 }
+
+/// vla.cpp's file of lerobot's model (`tests/fixtures/vla-jepa-tiny-hd128`: the released
+/// head_dim 128, whose M-RoPE sections vla.cpp's loader fixes), written by an independent
+/// writer as vla.cpp's converter writes it (tests/interop/vlacpp_vla_jepa_writer.py: numpy +
+/// gguf-py), with the lerobot checkpoint folder given as `--statistics` (what vla.cpp's client
+/// reads: the statistics, the post-processing steps, the area step), and lerobot's whole
+/// prompt as ids (what vla.cpp's clients send: image slots, action and embodied tokens), gives
+/// lerobot's chunk on every backend. Without the folder the load is refused, naming it; a
+/// sequence without its embodied tokens is refused.
+#[test]
+fn vlacpp_layout_gives_lerobots_chunk() {
+    let fx = Fixture::new(
+        support::fixture("vla-jepa-tiny-hd128"),
+        converter!(vla::convert::vla_jepa),
+        observation,
+    );
+    let id = std::process::id();
+    let gguf = std::env::temp_dir().join(format!("vla-vlacpp-vla-jepa-{id}.gguf"));
+    support::interop(
+        "vlacpp_vla_jepa_writer.py",
+        &[fx.dir.as_os_str(), gguf.as_os_str()],
+    );
+    let cfg = fx.config();
+    let mut obs = fx.observation(&cfg);
+    let ids: Vec<i32> = fx.g.i64("token_ids").iter().map(|&t| t as i32).collect();
+    obs.tokens = Some(ids.clone());
+    let open = |backend: &str, stats: bool| {
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            statistics: stats.then(|| fx.dir.clone()),
+            ..Default::default()
+        };
+        vla::models::from_gguf(vla::gguf::GgufFile::open(&gguf).unwrap(), &opts)
+    };
+    let e = open("cpu", false).err().unwrap().to_string();
+    assert!(e.contains("--statistics"), "{e}");
+    for backend in support::golden::backends() {
+        if support::open(backend).is_none() {
+            continue;
+        }
+        let mut m = open(backend, true).unwrap();
+        let chunk = m.predict(&obs).unwrap();
+        let what = format!("{backend}: vla.cpp-layout VLA-JEPA: action chunk");
+        check(&what, &chunk.actions, &fx.actions(), TOL);
+    }
+    let mut m = open("cpu", true).unwrap();
+    let embodied = cfg.embodied_token as i32;
+    obs.tokens = Some(ids.iter().copied().filter(|&t| t != embodied).collect());
+    let e = m.predict(&obs).unwrap_err().to_string();
+    assert!(e.contains("embodied tokens"), "{e}");
+    std::fs::remove_file(&gguf).ok();
+}

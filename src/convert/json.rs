@@ -1,18 +1,9 @@
 //! JSON files of a checkpoint, read whole, with typed access whose errors name the file and
 //! the key.
 
-use super::ckpt_err;
-use crate::{Error, Result};
+use super::{ckpt_err, read_json};
+use crate::Result;
 use std::path::{Path, PathBuf};
-
-/// Parses a JSON file.
-pub fn read_json(path: &Path) -> Result<serde_json::Value> {
-    let text = std::fs::read_to_string(path).map_err(|err| Error::Io {
-        path: path.to_owned(),
-        err,
-    })?;
-    serde_json::from_str(&text).map_err(|e| ckpt_err(path, format!("invalid JSON: {e}")))
-}
 
 /// Typed access to a JSON object, with errors naming the file and key.
 pub struct Json<'a> {

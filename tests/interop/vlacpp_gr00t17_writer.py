@@ -52,6 +52,38 @@ AH = "action_head"
 ARCH = "gr00t_n1_7"
 
 
+def write_qwen3vl_vit(add, sd, vit, n_taps):
+    """vla.cpp's `write_qwen3vl_vit`: the Conv3d patch kernel flattened to [hidden, 3 * 2 * p * p],
+    the learned position table as trained, the blocks (fused qkv), the deepstack and final mergers."""
+    pe = sd[f"{vit}.patch_embed.proj.weight"]
+    add("vit.patch_embd.weight", pe.reshape(pe.shape[0], -1))
+    add("vit.patch_embd.bias", sd[f"{vit}.patch_embed.proj.bias"])
+    add("vit.pos_embd", sd[f"{vit}.pos_embed.weight"])
+    for i in range(count(sd, f"{vit}.blocks", "norm1.weight")):
+        b = f"{vit}.blocks.{i}"
+        for s, d in [("norm1", "ln1"), ("norm2", "ln2"), ("attn.qkv", "attn_qkv"), ("attn.proj", "attn_o"),
+                     ("mlp.linear_fc1", "fc1"), ("mlp.linear_fc2", "fc2")]:
+            add(f"vit.blk.{i}.{d}.weight", sd[f"{b}.{s}.weight"])
+            add(f"vit.blk.{i}.{d}.bias", sd[f"{b}.{s}.bias"])
+    for j in range(n_taps):
+        m = f"{vit}.deepstack_merger_list.{j}"
+        for s, d in [("norm", "norm"), ("linear_fc1", "fc1"), ("linear_fc2", "fc2")]:
+            add(f"vit.deepstack.{j}.{d}.weight", sd[f"{m}.{s}.weight"])
+            add(f"vit.deepstack.{j}.{d}.bias", sd[f"{m}.{s}.bias"])
+    for s, d in [("norm", "norm"), ("linear_fc1", "fc1"), ("linear_fc2", "fc2")]:
+        add(f"vit.merger.{d}.weight", sd[f"{vit}.merger.{s}.weight"])
+        add(f"vit.merger.{d}.bias", sd[f"{vit}.merger.{s}.bias"])
+
+
+def write_qwen3_lm(add, sd, lm, n_layers, embd):
+    """vla.cpp's `write_qwen3_lm` over the first `n_layers` layers; `embd` the embedding table's name."""
+    add("token_embd.weight", sd[embd])
+    add("vlm.output_norm.weight", sd[f"{lm}.norm.weight"])
+    for i in range(n_layers):
+        for s, d in QWEN3:
+            add(f"vlm.blk.{i}.{d}", sd[f"{lm}.layers.{i}.{s}"])
+
+
 def main(ckpt, out):
     sd = {k.removeprefix("_groot_model."): v
           for k, v in safetensors(f"{ckpt}/model.safetensors").items()}
@@ -120,30 +152,8 @@ def main(ckpt, out):
     w.add_string(kv("processor_config_json"), text("processor_config.json"))
 
     add = lambda name, a: w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
-    # write_qwen3vl_vit
-    add("vit.patch_embd.weight", pe.reshape(hidden, flat))
-    add("vit.patch_embd.bias", sd[f"{VIT}.patch_embed.proj.bias"])
-    add("vit.pos_embd", sd[f"{VIT}.pos_embed.weight"])
-    for i in range(count(sd, f"{VIT}.blocks", "norm1.weight")):
-        b = f"{VIT}.blocks.{i}"
-        for s, d in [("norm1", "ln1"), ("norm2", "ln2"), ("attn.qkv", "attn_qkv"), ("attn.proj", "attn_o"),
-                     ("mlp.linear_fc1", "fc1"), ("mlp.linear_fc2", "fc2")]:
-            add(f"vit.blk.{i}.{d}.weight", sd[f"{b}.{s}.weight"])
-            add(f"vit.blk.{i}.{d}.bias", sd[f"{b}.{s}.bias"])
-    for j in range(len(taps)):
-        m = f"{VIT}.deepstack_merger_list.{j}"
-        for s, d in [("norm", "norm"), ("linear_fc1", "fc1"), ("linear_fc2", "fc2")]:
-            add(f"vit.deepstack.{j}.{d}.weight", sd[f"{m}.{s}.weight"])
-            add(f"vit.deepstack.{j}.{d}.bias", sd[f"{m}.{s}.bias"])
-    for s, d in [("norm", "norm"), ("linear_fc1", "fc1"), ("linear_fc2", "fc2")]:
-        add(f"vit.merger.{d}.weight", sd[f"{VIT}.merger.{s}.weight"])
-        add(f"vit.merger.{d}.bias", sd[f"{VIT}.merger.{s}.bias"])
-    # write_qwen3_lm over the kept layers
-    add("token_embd.weight", sd[embd])
-    add("vlm.output_norm.weight", sd[f"{LM}.norm.weight"])
-    for i in range(cfg["select_layer"]):
-        for s, d in QWEN3:
-            add(f"vlm.blk.{i}.{d}", sd[f"{LM}.layers.{i}.{s}"])
+    write_qwen3vl_vit(add, sd, VIT, len(taps))
+    write_qwen3_lm(add, sd, LM, cfg["select_layer"], embd)
     # the head
     add("aex.vlln.weight", sd[f"{AH}.vlln.weight"])
     add("aex.vlln.bias", sd[f"{AH}.vlln.bias"])

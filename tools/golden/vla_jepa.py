@@ -9,6 +9,9 @@ Rerun (anyone, offline; the venv is outside the repo and CI never needs it):
         # does it itself, through groot17's import):
     /work/venv-lerobot061/bin/python tools/golden/py311_compat.py
     HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/vla_jepa.py        # tiny, committed
+    HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/vla_jepa.py --size tiny-hd128
+        # tiny with the released head_dim 128 and mrope [24, 20, 20] (vla.cpp's loaders fix those
+        # sections): tests/fixtures/vla-jepa-tiny-hd128, committed, read by the vla.cpp-layout test
     HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/vla_jepa.py --size full --dry
         # the released sizes (lerobot/VLA-JEPA-LIBERO: Qwen3-VL-2B, all 28 LM layers, DiT-B 16 blocks,
         # V-JEPA2 ViT-L + the 12-block predictor) built on the meta device: parameter counts, key
@@ -176,6 +179,11 @@ SIZES = {
         image=dict(resize_to=(224, 224), min_pixels=256 * 256, max_pixels=16777216,
                    cameras={"image": (256, 256), "image2": (256, 256)})),
 }
+
+# tiny with the language model's released head_dim 128 and mrope sections [24, 20, 20]: vla.cpp's loaders
+# fix those sections (its files carry none), so the tests of vla.cpp's layout read this one
+SIZES["tiny-hd128"] = {**SIZES["tiny"], "text": {**SIZES["tiny"]["text"], "head_dim": 128,
+                                                  "mrope_section": [24, 20, 20]}}
 
 FORMULAS = {
     "frame": "per camera, in camera order (observation.images.image, then image2): the u8 HWC frame is "
@@ -723,7 +731,7 @@ def check(fixture):
     print("independent float64 reference (max abs err):", json.dumps({k: float(f"{v:.2e}") for k, v in ref.items()}))
     exact = ["image_grid_thw", "image_mask", "embodied_mask", "action_token_mask", "position_ids"]
     assert all(ref[k] == 0.0 for k in exact), {k: ref[k] for k in exact}
-    if json.load(open(os.path.join(fixture, "arch.json")))["size"] == "tiny":
+    if json.load(open(os.path.join(fixture, "arch.json")))["size"].startswith("tiny"):
         assert max(ref.values()) < 1e-4, ref
     return err
 
@@ -1161,7 +1169,7 @@ def dry_full(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    ap.add_argument("--out", help="output folder (default: tests/fixtures/vla-jepa-tiny for --size tiny)")
+    ap.add_argument("--out", help="output folder (default: tests/fixtures/vla-jepa-SIZE for the tiny sizes)")
     ap.add_argument("--seed", type=int, default=3,
                     help="3: the first seed whose chunk snaps the gripper both ways (0 and 1 before un-normalising)")
     ap.add_argument("--check", metavar="DIR", help="only reload DIR and reproduce its golden actions")
@@ -1175,9 +1183,9 @@ def main():
         dry_full(a)
         return
     root = os.path.abspath(os.path.join(HERE, "..", ".."))
-    if a.out is None and a.size != "tiny":
+    if a.out is None and not a.size.startswith("tiny"):
         ap.error("--size full writes ~10 GB: give --out (outside the repo), or use --dry")
-    out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", "vla-jepa-tiny"))
+    out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", f"vla-jepa-{a.size}"))
     if os.path.isdir(out):
         shutil.rmtree(out)
     generate(a, out)

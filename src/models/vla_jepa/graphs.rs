@@ -35,7 +35,10 @@ pub fn conditioning(g: &mut GraphBuilder, cfg: &VlaJepaConfig) -> Result<NodeId>
     let n = cfg.n_embodied();
     let rows = g.input(EMBODIED_ROWS, &[1, n, l]);
     let mask = cfg.layout(l).allowed(g, valid)?;
-    let images = Images::Spans(ImageRows::of_cameras(g, img, v, cfg.image_spans())?);
+    let images = match cfg.prompt.from_client {
+        true => Images::placed(g, img, v, l)?,
+        false => Images::Spans(ImageRows::of_cameras(g, img, v, cfg.image_spans())?),
+    };
     let lm = QwenText {
         lm: &cfg.lm,
         attn: &cfg.attn,

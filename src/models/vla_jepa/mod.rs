@@ -25,7 +25,7 @@ use crate::modules::dit::BlockStack;
 use crate::modules::flow::names;
 use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::{time_rows, ChunkShape, HeadConfig};
-use crate::modules::qwen_text::{ImageSpan, MropeConfig};
+use crate::modules::qwen_text::{client_spans, mrope_inputs, ImageSpan, MropeConfig};
 use crate::modules::qwen_vision::{QwenVisionConfig, DEEPSTACK_KEY};
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::{Error, Result, Tensor};
@@ -164,7 +164,7 @@ impl Section for VlaJepaConfig {
         self.prompt.check(image, vocab, text)?;
         first_failing(&[
             (
-                self.embodied_offset().is_some(),
+                self.prompt.from_client || self.embodied_offset().is_some(),
                 "prompt_after_ids must hold num_target_vision_tokens embodied tokens in one run",
             ),
             (
@@ -254,7 +254,12 @@ impl FlowArch for VlaJepaConfig {
 
     /// Reads and checks the `vla_jepa.*` metadata (see docs/GGUF.md).
     fn read(file: &GgufFile) -> Result<Self> {
-        let text = |key: &str| file.get_str(&format!("{ARCH}.{key}")).map(str::to_owned);
+        let prompt = PromptIds::read_or_client(file, ARCH)?;
+        // no template (vla.cpp's files): no text around the instruction either
+        let text = |key: &str| match prompt.from_client {
+            true => Ok(String::new()),
+            false => file.get_str(&format!("{ARCH}.{key}")).map(str::to_owned),
+        };
         let deepstack = read_u32s(file, ARCH, DEEPSTACK_KEY)?;
         let fixed = VlaJepaConfig {
             vision: QwenVisionConfig {
@@ -271,9 +276,9 @@ impl FlowArch for VlaJepaConfig {
                 name: "dit",
                 ..Default::default()
             },
-            prompt: PromptIds::read(file, ARCH)?,
             text_before: text(KEY_TEXT_BEFORE)?,
             text_after: text(KEY_TEXT_AFTER)?,
+            prompt,
             ..Default::default()
         };
         config::read(file, ARCH, fixed)
@@ -322,7 +327,27 @@ impl FlowArch for VlaJepaConfig {
         format!("{}{task}{}", self.text_before, self.text_after)
     }
 
-    /// `before ++ text ++ after`, right-padded, and the rows of the embodied tokens.
+    fn whole_sequence(&self) -> bool {
+        self.prompt.from_client
+    }
+
+    /// Without a template, the client's sequence with its image slots, or with every
+    /// camera's first (vla.cpp's rule).
+    fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
+        match self.prompt.from_client {
+            true => {
+                let views = (self.io.n_images, self.n_img_tokens());
+                let image = self.head.image_token as u32;
+                PromptIds::client_sequence(ids, image, views, (&[], &[]))
+            }
+            false => Ok(ids),
+        }
+    }
+
+    /// `before ++ text ++ after`, right-padded, and the rows of the embodied tokens. Without a
+    /// template, the client's sequence: where it places the image tokens, their positions'
+    /// rotary tables, and its embodied tokens wherever they are (exactly as many as the head
+    /// reads).
     fn request_inputs(
         &self,
         tokens: Vec<f32>,
@@ -331,13 +356,37 @@ impl FlowArch for VlaJepaConfig {
     ) -> Result<RequestInputs> {
         let (len, pad) = (self.seq_len(), self.io.pad_token_id);
         let (seq, n_real) = self.prompt.sequence(&tokens[..n_tokens], len, pad);
-        let first = self.prompt.before.len() + n_tokens + self.embodied_offset().unwrap_or(0);
-        let mut prefix = self.layout(n_real).into_inputs(seq)?;
+        let mut prefix = self.layout(n_real).into_inputs(seq.clone())?;
         prefix.retain(|(name, _)| name == VALID || name == names::TOKENS);
         let (n, l) = (self.n_embodied(), self.seq_len());
+        let rows: Vec<usize> = match self.prompt.from_client {
+            true => {
+                let image = self.head.image_token as u32;
+                let total = self.io.n_images * self.n_img_tokens();
+                prefix.extend(PromptIds::place_inputs(&seq, image, total)?);
+                let (gh, gw) = self.vision.grid();
+                let m = self.vision.merge;
+                let spans = client_spans(&seq, image, (gh / m, gw / m))?;
+                prefix.extend(mrope_inputs(len, &spans, &self.attn, &self.mrope)?);
+                let id = self.embodied_token as f32;
+                let rows: Vec<usize> = (0..n_real).filter(|&p| seq[p] == id).collect();
+                if rows.len() != n {
+                    return Err(Error::InvalidArgument(format!(
+                        "the token ids hold {} embodied tokens (id {id}); this model reads {n}",
+                        rows.len()
+                    )));
+                }
+                rows
+            }
+            false => {
+                let first = self.prompt.before.len() + n_tokens;
+                let first = first + self.embodied_offset().unwrap_or(0);
+                (first..first + n).collect()
+            }
+        };
         let mut select = vec![0f32; n * l];
-        for k in 0..n {
-            select[k * l + first + k] = 1.0;
+        for (k, &p) in rows.iter().enumerate() {
+            select[k * l + p] = 1.0;
         }
         let select = Tensor::from_f32(vec![1, n, l], select)?;
         prefix.push((graphs::EMBODIED_ROWS.into(), select));

@@ -31,7 +31,6 @@ use crate::gguf::{GgufFile, Value, ValueType};
 use crate::models::embodiment;
 use crate::models::gr00t_n1_7::stats::group_bounds;
 use crate::models::gr00t_n1_7::ARCH;
-use crate::modules::qwen_vision::{resample_positions, still_frame_kernel};
 use crate::policy::RuntimeOptions;
 use crate::{Error, Result};
 
@@ -120,7 +119,8 @@ pub(super) fn gr00t_n1_7(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<(
     file.set_metadata(key(embodiment::KEY_TAGS), Value::String(tags));
     file.set_metadata(key(embodiment::KEY_DEFAULT), Value::String(default.into()));
     statistics(file, opts)?;
-    tables(file, target as usize)
+    super::qwen_tower(file, ARCH, target as usize)?;
+    file.rename_tensor("aex.pos_embd", "aex.pos_embd.weight")
 }
 
 /// The sizes and epsilons ours fixes or derives, as the file states them.
@@ -248,44 +248,5 @@ fn statistics(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()> {
     for (k, v) in set {
         file.set_metadata(key(k), Value::U32(u32_of(k, v as u64)?));
     }
-    Ok(())
-}
-
-/// The tower's patch kernel and position table as ours, `aex.pos_embd` named as ours, the
-/// final norm dropped.
-fn tables(file: &mut GgufFile, target: usize) -> Result<()> {
-    let d = file.get_u64(&key("vit_hidden"))? as usize;
-    let p = file.get_u64(&key("patch_size"))? as usize;
-    let flat = file.dequantize("vit.patch_embd.weight")?;
-    if p == 0 || flat.len() != d * 3 * 2 * p * p {
-        return Err(Error::InvalidArgument(format!(
-            "vit.patch_embd.weight: {} values, expected [{d}, 3 * 2 * {p} * {p}]",
-            flat.len()
-        )));
-    }
-    let kernel = still_frame_kernel(&flat, p);
-    file.replace_f32(
-        "vit.patch_embd.weight",
-        &[p as u64, p as u64, 3, d as u64],
-        &kernel,
-    )?;
-    let table = file.dequantize("vit.pos_embd")?;
-    let n = table.len() / d.max(1);
-    let side = (n as f64).sqrt().round() as usize;
-    if side * side != n || side * side * d != table.len() || side == 0 {
-        return Err(Error::InvalidArgument(format!(
-            "vit.pos_embd: {} values, not a square table of {d}-wide rows",
-            table.len()
-        )));
-    }
-    let grid = target / p;
-    let pos = resample_positions(&table, side, d, (grid, grid));
-    file.add_tensor_f32(
-        "vit.pos_embd.weight",
-        &[d as u64, (grid * grid) as u64],
-        &pos,
-    )?;
-    file.rename_tensor("aex.pos_embd", "aex.pos_embd.weight")?;
-    file.retain_tensors(|n| n != "vit.pos_embd" && n != "vlm.output_norm.weight");
     Ok(())
 }

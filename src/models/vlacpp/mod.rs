@@ -1,9 +1,10 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 / N1.7 and Evo-1, whose files
-//! vla.cpp's converters write with other names and keys than ours (docs/GGUF.md "vla.cpp's
-//! files").
+//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 / N1.7, VLA-JEPA and Evo-1,
+//! whose files vla.cpp's converters write with other names and keys than ours (docs/GGUF.md
+//! "vla.cpp's files").
 //! Such a file is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`), or
-//! GR00T's and Evo-1's `lm_hidden` ([`gr00t`], [`gr00t17`], [`evo1`]).
+//! GR00T's, VLA-JEPA's and Evo-1's `lm_hidden` ([`gr00t`], [`gr00t17`], [`vla_jepa`],
+//! [`evo1`]).
 //!
 //! pi0, pi0.5 and SmolVLA: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics'
 //! epsilon there, the RMSNorm's is `rms_norm_eps` (pi0.5, default 1e-6) or SmolLM2's fixed
@@ -27,6 +28,7 @@
 //! lerobot 0.4.4's shifted rows).
 
 use crate::gguf::{GgufFile, Value};
+use crate::modules::qwen_vision::{resample_positions, still_frame_kernel};
 use crate::policy::RuntimeOptions;
 use crate::{Error, Result};
 
@@ -35,11 +37,13 @@ use super::gr00t::ARCH as GR00T_N1_5;
 use super::gr00t_n1_7::ARCH as GR00T_N1_7;
 use super::pi0::{ARCH_PI0, ARCH_PI05};
 use super::smolvla::ARCH as SMOLVLA;
+use super::vla_jepa::ARCH as VLA_JEPA;
 
 mod evo1;
 mod gr00t;
 mod gr00t17;
 mod pi;
+mod vla_jepa;
 
 /// Camera views a vla.cpp file is compiled for (vla.cpp's LIBERO setup: agent view and
 /// wrist); its files do not say, since vla.cpp takes as many as a request brings.
@@ -74,11 +78,15 @@ pub fn translate(mut file: GgufFile, opts: &RuntimeOptions) -> Result<GgufFile> 
             tracing::info!("vla.cpp {arch} file: names, keys and tables translated at load");
             return gr00t17::gr00t_n1_7(&mut file, opts).map(|()| file);
         }
+        VLA_JEPA if lm_prefixed(&file, VLA_JEPA) => {
+            tracing::info!("vla.cpp {arch} file: names, keys and tables translated at load, the steps around the model from --statistics");
+            return vla_jepa::vla_jepa(&mut file, opts).map(|()| file);
+        }
         _ => {}
     }
     if let Some(path) = &opts.statistics {
         return Err(Error::InvalidArgument(format!(
-            "--statistics {}: only for files that carry no statistics (vla.cpp's GR00T N1.5 files); this {arch} file carries its own",
+            "--statistics {}: only for files that carry no statistics (vla.cpp's GR00T N1.5 and VLA-JEPA files); this {arch} file carries its own",
             path.display()
         )));
     }
@@ -122,19 +130,24 @@ fn smolvla(file: &mut GgufFile) -> Result<()> {
     Ok(())
 }
 
-/// vla.cpp's GR00T and Evo-1 files name the language model's sizes `lm_*` (ours without the
-/// prefix): those, `renamed` (vla.cpp's u32 key -> ours), `lm_rope_theta` (f64, ours
-/// `rope_theta`) and `lm_rms_eps` (default 1e-6, ours `norm_eps`).
+/// vla.cpp's GR00T, VLA-JEPA and Evo-1 files name the language model's sizes `lm_*` (ours
+/// without the prefix; its layers `lm_layers_used` or `lm_layers`): those, `renamed`
+/// (vla.cpp's u32 key -> ours), `lm_rope_theta` (f64, ours `rope_theta`) and `lm_rms_eps`
+/// (default 1e-6, ours `norm_eps`).
 fn lm_keys(file: &mut GgufFile, arch: &str, renamed: &[(&str, &str)]) -> Result<()> {
     let key = |k: &str| format!("{arch}.{k}");
-    const LM: [(&str, &str); 5] = [
+    const LM: [(&str, &str); 4] = [
         ("lm_hidden", "hidden"),
-        ("lm_layers_used", "n_layers"),
         ("lm_q_heads", "n_q_heads"),
         ("lm_kv_heads", "n_kv_heads"),
         ("lm_head_dim", "head_dim"),
     ];
-    for (theirs, ours) in LM.iter().chain(renamed) {
+    // GR00T's files keep the layers the policy reads (`lm_layers_used`), VLA-JEPA's all
+    let layers = match file.get(&key("lm_layers_used")) {
+        Some(_) => ("lm_layers_used", "n_layers"),
+        None => ("lm_layers", "n_layers"),
+    };
+    for (theirs, ours) in LM.iter().chain([&layers]).chain(renamed) {
         let v = file.get_u64(&key(theirs))?;
         file.set_metadata(key(ours), Value::U32(u32_of(theirs, v)?));
     }
@@ -146,6 +159,41 @@ fn lm_keys(file: &mut GgufFile, arch: &str, renamed: &[(&str, &str)]) -> Result<
         Err(e) => return Err(e),
     };
     file.set_metadata(key("norm_eps"), Value::F32(eps));
+    Ok(())
+}
+
+/// vla.cpp's Qwen3-VL tower tables (GR00T N1.7, VLA-JEPA: `write_qwen3vl_vit`) as ours:
+/// `vit.patch_embd.weight` `[hidden, 3 * 2 * p * p]` (the Conv3d flattened) becomes the
+/// still-frame kernel (the temporal slices summed), `vit.pos_embd` (the learned table as
+/// trained) the table resampled to the `target` x `target` frame's patch grid
+/// (`vit.pos_embd.weight`); `vlm.output_norm.weight`, which neither applies, goes.
+fn qwen_tower(file: &mut GgufFile, arch: &str, target: usize) -> Result<()> {
+    let d = file.get_u64(&format!("{arch}.vit_hidden"))? as usize;
+    let p = file.get_u64(&format!("{arch}.patch_size"))? as usize;
+    let flat = file.dequantize("vit.patch_embd.weight")?;
+    if p == 0 || flat.len() != d * 3 * 2 * p * p {
+        return Err(Error::InvalidArgument(format!(
+            "vit.patch_embd.weight: {} values, expected [{d}, 3 * 2 * {p} * {p}]",
+            flat.len()
+        )));
+    }
+    let kernel = still_frame_kernel(&flat, p);
+    let dims = [p as u64, p as u64, 3, d as u64];
+    file.replace_f32("vit.patch_embd.weight", &dims, &kernel)?;
+    let table = file.dequantize("vit.pos_embd")?;
+    let n = table.len() / d.max(1);
+    let side = (n as f64).sqrt().round() as usize;
+    if side == 0 || side * side * d != table.len() {
+        return Err(Error::InvalidArgument(format!(
+            "vit.pos_embd: {} values, not a square table of {d}-wide rows",
+            table.len()
+        )));
+    }
+    let grid = target / p;
+    let pos = resample_positions(&table, side, d, (grid, grid));
+    let dims = [d as u64, (grid * grid) as u64];
+    file.add_tensor_f32("vit.pos_embd.weight", &dims, &pos)?;
+    file.retain_tensors(|n| n != "vit.pos_embd" && n != "vlm.output_norm.weight");
     Ok(())
 }
 
