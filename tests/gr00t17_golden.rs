@@ -209,7 +209,8 @@ fn embodiment_selects_its_weights() {
 /// lerobot's whole prompt as ids (what vla.cpp's clients send, image slots included), gives
 /// lerobot's chunk in world units (the file's own statistics) on every backend. Without image
 /// slots the image tokens go first (vla.cpp's rule): a chunk, another one. `--statistics` and
-/// an embodiment past the weights' are refused.
+/// an embodiment past the weights' are refused. The file's FoldQuant form (the independent
+/// writer's) runs as integers.
 #[test]
 fn vlacpp_layout_gives_lerobots_chunk() {
     let fx = Fixture::new(
@@ -270,5 +271,27 @@ fn vlacpp_layout_gives_lerobots_chunk() {
         ..Default::default()
     });
     assert!(e.contains("id 10"), "{e}");
+    // vla.cpp's FoldQuant file of it (the independent writer's W8A8: the language model's
+    // attention, whose sides are multiples of 64) runs as integers, near lerobot's chunk.
+    let fq = gguf.with_extension("fq.gguf");
+    support::interop(
+        "foldquant_writer.py",
+        &[gguf.as_os_str(), fq.as_os_str(), "w8a8".as_ref()],
+    );
+    let mut m = vla::models::from_gguf(
+        vla::gguf::GgufFile::open(&fq).unwrap(),
+        &RuntimeOptions::default(),
+    )
+    .unwrap();
+    assert!(
+        m.info().weight_dtypes.contains("I8"),
+        "{}",
+        m.info().weight_dtypes
+    );
+    obs.tokens = Some(ids);
+    let cos = support::cosine(&m.predict(&obs).unwrap().actions, &fx.actions());
+    eprintln!("vla.cpp-layout GR00T N1.7, FoldQuant W8A8 as integers: cosine to lerobot {cos:.6}");
+    assert!(cos > 0.999, "cosine {cos}");
     std::fs::remove_file(&gguf).ok();
+    std::fs::remove_file(&fq).ok();
 }

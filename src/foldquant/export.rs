@@ -1,6 +1,6 @@
 //! The uncalibrated FoldQuant export `vla-quantize --type fq-*` writes.
 
-use super::{group, layer_of, site_kind, Module};
+use super::{group, is_site_name, layer_of, site_kind, Module};
 use crate::gguf::{metadata_writer, GgmlType, GgufFile, GgufWriter, TensorInfo};
 use crate::ops::foldquant::{export_weight, pack_int4, rotation_block_for};
 use crate::Result;
@@ -41,9 +41,9 @@ impl Scheme {
     }
 }
 
-/// The sites an export quantizes: the float `<site>.weight` matrices of the language model
-/// and the action module named like decoder projections, `k` and `n` multiples of 64, and
-/// a layer's q/k/v (gate/up) only when all of them qualify (vla.cpp's group rule).
+/// The sites an export quantizes: the float `<site>.weight` matrices where vla.cpp quantizes
+/// ([`is_site_name`]), `k` and `n` multiples of 64, and a layer's q/k/v (gate/up) only when
+/// all of them qualify (vla.cpp's group rule).
 fn export_sites(file: &GgufFile) -> Vec<(String, usize, usize)> {
     let float = |t: &TensorInfo| matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
     let qualifies = |name: &str| -> Option<(usize, usize)> {
@@ -56,7 +56,8 @@ fn export_sites(file: &GgufFile) -> Vec<(String, usize, usize)> {
         let Some(name) = t.name.strip_suffix(".weight") else {
             continue;
         };
-        let (Some(_), Some(kind)) = (Module::of(name), site_kind(name)) else {
+        let (Some(_), Some(kind), true) = (Module::of(name), site_kind(name), is_site_name(name))
+        else {
             continue;
         };
         let members_ok = group(kind).iter().all(|m| {

@@ -93,7 +93,8 @@ fn layer_of(site: &str) -> &str {
     site.rsplit_once('.').map_or(site, |(base, _)| base)
 }
 
-/// The `site_bits` kind of a site: `qkv`, `o`, `gateup`, `down`.
+/// The kind of a site (vla.cpp's): `qkv`, `o`, `gateup`, `down` for a decoder layer's
+/// projections (`site_bits` names those), `ffn0`, `ffn2` for a GR00T DiT block's FF.
 fn site_kind(name: &str) -> Option<&'static str> {
     let last = name.rsplit('.').next()?;
     Some(match last {
@@ -101,8 +102,34 @@ fn site_kind(name: &str) -> Option<&'static str> {
         "attn_o" => "o",
         "ffn_gate" | "ffn_up" => "gateup",
         "ffn_down" => "down",
+        "ff0" => "ffn0",
+        "ff2" => "ffn2",
         _ => return None,
     })
+}
+
+/// Whether `name` (`<site>`, without `.weight`) is where vla.cpp quantizes: the language
+/// model's and an expert's decoder layers (`vlm.blk.{i}.*`, `aex.blk.{i}.*`: q, k, v, o,
+/// gate, up, down) and GR00T's DiT blocks (`aex.dit.{i}.*`: q, k, v, o, ff0, ff2). Towers,
+/// GR00T's VL self-attention, adaLN and encoders stay float.
+fn is_site_name(name: &str) -> bool {
+    let mut parts = name.split('.');
+    let (Some(module), Some(stack), Some(i), Some(last), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return false;
+    };
+    let kind = site_kind(last);
+    i.parse::<usize>().is_ok()
+        && match (module, stack) {
+            ("vlm" | "aex", "blk") => matches!(kind, Some("qkv" | "o" | "gateup" | "down")),
+            ("aex", "dit") => matches!(kind, Some("qkv" | "o" | "ffn0" | "ffn2")),
+            _ => false,
+        }
 }
 
 fn bad(reason: String) -> Error {

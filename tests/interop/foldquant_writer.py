@@ -5,12 +5,14 @@
 
 Writes OUT as vla.cpp's uncalibrated FoldQuant export of the float model IN, from the
 published format alone (docs/FOLDQUANT.md sections 1, 2 and 4), without vla-rs code: every
-vlm./aex. decoder projection (attn_q/k/v/o, ffn_gate/up/down) with both sides multiples of
-64, a layer's q/k/v and gate/up only together, rotated by a dense float64 Sylvester Hadamard
+decoder projection of vlm.blk / aex.blk (attn_q/k/v/o, ffn_gate/up/down) and of GR00T's DiT
+blocks aex.dit (attn_q/k/v/o, ff0, ff2) with both sides multiples of 64, a layer's q/k/v
+and gate/up only together, rotated by a dense float64 Sylvester Hadamard
 of block 64 and rounded to f32 once, per-row wscale = max(amax / qmax, 1e-12), codes =
 clip(round_half_even(w / wscale)) (an f32 division), INT4 two a byte, low nibble first.
 Every other tensor and all metadata are copied.
 """
+import re
 import sys
 
 import numpy as np
@@ -18,7 +20,11 @@ import gguf
 from gguf import GGMLQuantizationType as Q, GGUFValueType as V
 
 KINDS = {"attn_q": "qkv", "attn_k": "qkv", "attn_v": "qkv", "attn_o": "o",
-         "ffn_gate": "gateup", "ffn_up": "gateup", "ffn_down": "down"}
+         "ffn_gate": "gateup", "ffn_up": "gateup", "ffn_down": "down", "ff0": "ffn0", "ff2": "ffn2"}
+# where vla.cpp quantizes (foldquant_fake_export.py's patterns): decoder layers of the language
+# model and an expert, GR00T's DiT blocks; towers, VL self-attention, adaLN and encoders stay float
+SITE = re.compile(r"^(vlm\.blk|aex\.blk)\.\d+\.(attn_[qkvo]|ffn_gate|ffn_up|ffn_down)$"
+                  r"|^aex\.dit\.\d+\.(attn_[qkvo]|ff0|ff2)$")
 GROUPS = {"qkv": ["attn_q", "attn_k", "attn_v"], "gateup": ["ffn_gate", "ffn_up"]}
 
 
@@ -53,7 +59,7 @@ def main(src, dst, scheme):
             continue
         site = name[: -len(".weight")]
         base, _, last = site.rpartition(".")
-        if last not in KINDS or not qualifies(site):
+        if last not in KINDS or not SITE.match(site) or not qualifies(site):
             continue
         members = GROUPS.get(KINDS[last], [])
         if all(base + "." + m + ".weight" not in tensors or qualifies(base + "." + m) for m in members):
