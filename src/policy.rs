@@ -149,8 +149,9 @@ pub struct RuntimeOptions {
     pub num_steps: Option<usize>,
     /// Which normalisation statistics to use when the GGUF carries several.
     pub embodiment: Option<String>,
-    /// Normalisation statistics for a model file that carries none (vla.cpp's GR00T files:
-    /// the `dataset_statistics.json` its converter writes beside the GGUF).
+    /// Normalisation statistics for a model file that carries none: vla.cpp's GR00T N1.5
+    /// files (the `dataset_statistics.json` its converter writes beside the GGUF) and
+    /// VLA-JEPA files (the lerobot checkpoint folder they were converted from).
     pub statistics: Option<std::path::PathBuf>,
     /// Re-encode the matmul weights to this float type at load (F32, F16 or BF16);
     /// `None` runs them as stored.

@@ -66,9 +66,10 @@ pub struct ServerArgs {
     /// normalisation statistics, for files that carry several. Config key: embodiment.
     #[arg(long, value_name = "NAME|ID")]
     pub embodiment: Option<String>,
-    /// Normalisation statistics for a model file that carries none: vla.cpp's GR00T files
-    /// written from lerobot checkpoints, with the dataset_statistics.json its converter
-    /// writes beside them (docs/GGUF.md). Config key: statistics.
+    /// Normalisation statistics for a model file that carries none (docs/GGUF.md): vla.cpp's
+    /// GR00T N1.5 files written from lerobot checkpoints, with the dataset_statistics.json
+    /// its converter writes beside them; vla.cpp's VLA-JEPA files, with the lerobot
+    /// checkpoint folder they were converted from. Config key: statistics.
     #[arg(long, value_name = "FILE.json")]
     pub statistics: Option<PathBuf>,
     /// Denoising steps (1-1000); default: the model's own. Config key: num_steps.
