@@ -136,3 +136,51 @@ fn weight_dtype_peaks_near_the_files_of_that_type() {
         "--weight-dtype bf16 peaks at {ratio:.2}x the bf16 file's"
     );
 }
+
+/// vla.cpp's layout of a file costs what ours costs at load and over a predict: the
+/// translation renames and re-keys in place, no second copy of the weights (a structural
+/// bound on peak RSS, measured in child processes on SmolVLA at smolvla_base's sizes, f32,
+/// rewritten in vla.cpp's layout by tests/interop/vlacpp_smolvla_relayout.py).
+#[cfg(target_os = "linux")]
+#[test]
+fn vlacpp_layout_loads_without_a_copy() {
+    let dir = std::env::temp_dir().join(format!("vla-vlacpp-mem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ours, theirs) = (dir.join("ours.gguf"), dir.join("vlacpp.gguf"));
+    let ok = Command::new(env!("CARGO_BIN_EXE_vla-gguf"))
+        .args(["demo", "--full", "--dtype", "f32"])
+        .arg(&ours)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "vla-gguf demo --full");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/interop/vlacpp_smolvla_relayout.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args([&ours, &theirs])
+        .output()
+        .expect("python3 with gguf and numpy (scripts/test.sh installs them)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rss = |path: &std::path::Path| -> (f64, f64) {
+        let file = path.to_str().unwrap();
+        let (ok, out, err) = bench(&[file, "--iters", "1", "--warmup", "0", "--json"]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let get = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k} in {out}"));
+        (get("load_peak_rss_bytes"), get("peak_rss_bytes"))
+    };
+    let ((ours_load, ours_peak), (load, peak)) = (rss(&ours), rss(&theirs));
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "peak RSS, ours / vla.cpp's layout: load {ours_load} / {load} B, predict {ours_peak} / {peak} B"
+    );
+    assert!(
+        load <= 1.1 * ours_load + 16e6 && peak <= 1.1 * ours_peak,
+        "vla.cpp's layout: load {load} B, peak {peak} B; ours {ours_load} B, {ours_peak} B"
+    );
+}
