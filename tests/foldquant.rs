@@ -4,12 +4,10 @@
 
 mod support;
 
-use support::cosine;
+use support::{chunk_on, cosine};
 use vla::foldquant::{dequantize_site, export, FoldQuant, Module, Scheme};
 use vla::gguf::{GgmlType, GgufFile, GgufWriter};
-use vla::models::common::gaussian_noise;
 use vla::models::smolvla::{demo_config, random_gguf, SmolVlaConfig};
-use vla::policy::{Image, ImageData, Observation, RuntimeOptions};
 
 /// The demo with a 128-wide language model and expert: every decoder projection qualifies.
 fn config() -> SmolVlaConfig {
@@ -33,40 +31,6 @@ fn fq_bytes(f: &GgufFile, scheme: Scheme) -> Vec<u8> {
 
 fn fq_file(f: &GgufFile, scheme: Scheme) -> GgufFile {
     GgufFile::from_bytes(fq_bytes(f, scheme)).unwrap()
-}
-
-/// A request for the model `info` describes (frames at its size, 6 state values).
-fn observation_for(info: &vla::policy::PolicyInfo) -> Observation {
-    let (h, w) = (info.image_height, info.image_width);
-    let image = |k: u32| Image {
-        height: h,
-        width: w,
-        data: ImageData::RgbU8(
-            (0..h * w * 3)
-                .map(|i| ((i as u32 * 31 + k) % 253) as u8)
-                .collect(),
-        ),
-    };
-    Observation {
-        images: (0..info.n_images as u32).map(image).collect(),
-        state: vec![0.3, -1.2, 0.5, 2.0, 0.0, -0.7],
-        prompt: None,
-        tokens: Some(vec![5, 77, 301, 12, 9]),
-        noise: Some(gaussian_noise(info.chunk_size * info.max_action_dim, 42)),
-        token_mask: None,
-    }
-}
-
-/// The chunk of the model in `f` on `backend`, and its weight types.
-fn chunk_on(f: GgufFile, backend: &str) -> (Vec<f32>, String) {
-    let opts = RuntimeOptions {
-        backend: backend.into(),
-        ..Default::default()
-    };
-    let mut p = vla::models::from_gguf(f, &opts).unwrap_or_else(|e| panic!("{backend}: {e}"));
-    let obs = observation_for(p.info());
-    let dtypes = p.info().weight_dtypes.clone();
-    (p.predict(&obs).unwrap().actions, dtypes)
 }
 
 fn chunk(f: GgufFile) -> Vec<f32> {

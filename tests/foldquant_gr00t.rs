@@ -6,12 +6,10 @@
 
 mod support;
 
-use support::cosine;
+use support::{chunk_on, cosine};
 use vla::foldquant::{dequantized, export, FoldQuant, Module, Scheme};
 use vla::gguf::{GgmlType, GgufFile};
-use vla::models::common::gaussian_noise;
 use vla::models::presets::{gr00t_n1_7_small_config, gr00t_small_config, random_writer};
-use vla::policy::{Image, ImageData, Observation, PolicyInfo, RuntimeOptions};
 
 /// The small GR00T N1.5 and N1.7 with every language-model and DiT projection a multiple of
 /// 64 (heads of 32, FFNs of 128, DiT 2 x 32), as float files.
@@ -43,39 +41,6 @@ fn float_models() -> Vec<(&'static str, Vec<u8>)> {
 fn fq_bytes(f: &GgufFile) -> Vec<u8> {
     let (w, _) = export(f, Scheme::W8A8, |_, _| {}).unwrap();
     w.to_bytes().unwrap()
-}
-
-/// A request for the model `info` describes.
-fn observation_for(info: &PolicyInfo) -> Observation {
-    let (h, w) = (info.image_height, info.image_width);
-    let image = |k: u32| Image {
-        height: h,
-        width: w,
-        data: ImageData::RgbU8(
-            (0..h * w * 3)
-                .map(|i| ((i as u32 * 31 + k) % 253) as u8)
-                .collect(),
-        ),
-    };
-    Observation {
-        images: (0..info.n_images as u32).map(image).collect(),
-        state: (0..info.state_dim).map(|i| 0.3 - 0.2 * i as f32).collect(),
-        prompt: None,
-        tokens: Some(vec![5, 77, 301, 12, 9]),
-        noise: Some(gaussian_noise(info.chunk_size * info.max_action_dim, 42)),
-        token_mask: None,
-    }
-}
-
-fn chunk_on(f: GgufFile, backend: &str) -> (Vec<f32>, String) {
-    let opts = RuntimeOptions {
-        backend: backend.into(),
-        ..Default::default()
-    };
-    let mut p = vla::models::from_gguf(f, &opts).unwrap_or_else(|e| panic!("{backend}: {e}"));
-    let obs = observation_for(p.info());
-    let dtypes = p.info().weight_dtypes.clone();
-    (p.predict(&obs).unwrap().actions, dtypes)
 }
 
 /// Every DiT block's six projections and every language-model projection are sites, the VL

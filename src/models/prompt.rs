@@ -141,6 +141,21 @@ impl PromptIds {
             .collect()
     }
 
+    /// A request's ids as the graphs take them: as they are with a template; without one
+    /// (vla.cpp's files) the client's whole sequence with every camera's `per_view` image
+    /// slots, or with them put first, bare ([`Self::client_sequence`]).
+    pub fn request_ids(
+        &self,
+        ids: Vec<u32>,
+        image: u32,
+        views: (usize, usize),
+    ) -> Result<Vec<u32>> {
+        match self.from_client {
+            true => Self::client_sequence(ids, image, views, (&[], &[])),
+            false => Ok(ids),
+        }
+    }
+
     /// A client's sequence `ids` with `views` x `per_view` image slots (`image` ids), as
     /// vla.cpp takes it: as it is when it holds them all, after every view's block (`open`,
     /// its image ids, `close`) when it holds none, an error otherwise.

@@ -262,3 +262,44 @@ pub fn act_dtypes_hold(
         );
     }
 }
+
+/// A request for the model `info` describes: patterned frames at its size, its state width,
+/// five token ids, seeded noise (for runs compared with each other, not with a reference).
+#[allow(dead_code)]
+pub fn observation_for(info: &vla::policy::PolicyInfo) -> vla::policy::Observation {
+    use vla::policy::{Image, ImageData};
+    let (h, w) = (info.image_height, info.image_width);
+    let image = |k: u32| Image {
+        height: h,
+        width: w,
+        data: ImageData::RgbU8(
+            (0..h * w * 3)
+                .map(|i| ((i as u32 * 31 + k) % 253) as u8)
+                .collect(),
+        ),
+    };
+    vla::policy::Observation {
+        images: (0..info.n_images as u32).map(image).collect(),
+        state: (0..info.state_dim).map(|i| 0.3 - 0.2 * i as f32).collect(),
+        prompt: None,
+        tokens: Some(vec![5, 77, 301, 12, 9]),
+        noise: Some(vla::models::common::gaussian_noise(
+            info.chunk_size * info.max_action_dim,
+            42,
+        )),
+        token_mask: None,
+    }
+}
+
+/// The chunk of the model in `f` on `backend` for [`observation_for`], and its weight types.
+#[allow(dead_code)]
+pub fn chunk_on(f: vla::gguf::GgufFile, backend: &str) -> (Vec<f32>, String) {
+    let opts = vla::policy::RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
+    let mut p = vla::models::from_gguf(f, &opts).unwrap_or_else(|e| panic!("{backend}: {e}"));
+    let obs = observation_for(p.info());
+    let dtypes = p.info().weight_dtypes.clone();
+    (p.predict(&obs).unwrap().actions, dtypes)
+}

@@ -231,13 +231,8 @@ impl FlowArch for Gr00tConfig {
 
     /// Without a template, the client's sequence with its image slots (vla.cpp's rule).
     fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
-        match self.prompt.from_client {
-            true => {
-                let views = (self.io.n_images, self.n_img_tokens());
-                PromptIds::client_sequence(ids, self.image_id(), views, (&[], &[]))
-            }
-            false => Ok(ids),
-        }
+        let views = (self.io.n_images, self.n_img_tokens());
+        self.prompt.request_ids(ids, self.image_id(), views)
     }
 
     /// The sequence `before ++ instruction ++ after`, right-padded (without a template, the

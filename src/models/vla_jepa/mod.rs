@@ -334,14 +334,9 @@ impl FlowArch for VlaJepaConfig {
     /// Without a template, the client's sequence with its image slots, or with every
     /// camera's first (vla.cpp's rule).
     fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
-        match self.prompt.from_client {
-            true => {
-                let views = (self.io.n_images, self.n_img_tokens());
-                let image = self.head.image_token as u32;
-                PromptIds::client_sequence(ids, image, views, (&[], &[]))
-            }
-            false => Ok(ids),
-        }
+        let views = (self.io.n_images, self.n_img_tokens());
+        self.prompt
+            .request_ids(ids, self.head.image_token as u32, views)
     }
 
     /// `before ++ text ++ after`, right-padded, and the rows of the embodied tokens. Without a

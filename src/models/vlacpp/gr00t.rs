@@ -89,23 +89,6 @@ pub(super) fn gr00t_n1_5(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<(
 /// The sizes and epsilons ours fixes or derives, as the file states them.
 fn check_fixed(file: &GgufFile) -> Result<()> {
     let u = |k: &str| file.get_u64(&key(k)).ok();
-    let refuse = |k: &str, v: String, want: String| {
-        Err(Error::InvalidArgument(format!(
-            "vla.cpp's {ARCH} file: {k} = {v}; vla-rs runs GR00T N1.5 with {want} only"
-        )))
-    };
-    for (k, want) in FIXED_U32 {
-        match u(k) {
-            Some(v) if v != want => return refuse(k, v.to_string(), want.to_string()),
-            _ => {}
-        }
-    }
-    for (k, want) in FIXED_EPS {
-        match file.get_f64(&key(k)) {
-            Ok(v) if v as f32 != want => return refuse(k, v.to_string(), want.to_string()),
-            _ => {}
-        }
-    }
     let derived = [
         ("backbone_embedding_dim", u("lm_hidden")),
         (
@@ -126,14 +109,7 @@ fn check_fixed(file: &GgufFile) -> Result<()> {
                 .map(|(s, p)| (s / p) * (s / p)),
         ),
     ];
-    for (k, want) in derived {
-        if let (Some(v), Some(want)) = (u(k), want) {
-            if v != want {
-                return refuse(k, v.to_string(), want.to_string());
-            }
-        }
-    }
-    Ok(())
+    super::check_keys(file, (ARCH, "GR00T N1.5"), &FIXED_U32, &FIXED_EPS, &derived)
 }
 
 /// vla.cpp's `dataset_statistics.json`: `{tag: {"state": {"min", "max"}, "action": {"min",

@@ -27,7 +27,7 @@
 use serde_json::Value as Json;
 
 use crate::config::limits::MAX_SEQUENCE;
-use crate::gguf::{GgufFile, Value, ValueType};
+use crate::gguf::{GgufFile, Value};
 use crate::models::embodiment;
 use crate::models::gr00t_n1_7::stats::group_bounds;
 use crate::models::gr00t_n1_7::ARCH;
@@ -70,13 +70,6 @@ const FIXED_F32: [(&str, f32); 7] = [
     ("vlsa_ln_eps", 1e-5),
 ];
 
-/// vla.cpp's loader's M-RoPE sections (`gr00tn1d7.cpp`): its files imply head_dim 128.
-const MROPE: [(&str, u32); 3] = [
-    ("mrope_section_t", 24),
-    ("mrope_section_h", 20),
-    ("mrope_section_w", 20),
-];
-
 /// vla.cpp's default embodiment: this tag where the map has it, else id 2.
 const VLACPP_TAG: &str = "libero_sim";
 const VLACPP_ID: &str = "2";
@@ -84,30 +77,17 @@ const VLACPP_ID: &str = "2";
 pub(super) fn gr00t_n1_7(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()> {
     super::lm_keys(file, ARCH, &RENAMED)?;
     check_fixed(file)?;
-    let u = |k: &str| file.get_u64(&key(k));
-    let target = u32_of("image_target_size", u("image_target_size")?)?;
-    let taps = (0..3)
-        .map(|j| {
-            Ok(Value::U32(u32_of(
-                "deepstack",
-                u(&format!("deepstack_idx_{j}"))?,
-            )?))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let target = super::qwen_vl_keys(file, ARCH)?;
     let crop = file.get_f64(&key("crop_fraction"))? as f32;
     let hidden = action_hidden(file)?;
-    let mut set = vec![
-        ("image_height", Value::U32(target)),
-        ("image_width", Value::U32(target)),
+    let set = [
         ("frame_crop", Value::F32(crop)),
-        ("vit_deepstack_layers", Value::Array(ValueType::U32, taps)),
         ("action_hidden", Value::U32(hidden)),
         ("num_target_vision_tokens", Value::U32(0)),
         ("pad_token_id", Value::U32(0)),
         // the whole sequence: lerobot bounds it by nothing but the graphs' longest
         ("tokenizer_max_length", Value::U32(MAX_SEQUENCE as u32)),
     ];
-    set.extend(MROPE.map(|(k, v)| (k, Value::U32(v))));
     for (k, v) in set {
         file.set_metadata(key(k), v);
     }
@@ -126,33 +106,11 @@ pub(super) fn gr00t_n1_7(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<(
 /// The sizes and epsilons ours fixes or derives, as the file states them.
 fn check_fixed(file: &GgufFile) -> Result<()> {
     let u = |k: &str| file.get_u64(&key(k)).ok();
-    let refuse = |k: &str, v: String, want: String| {
-        Err(Error::InvalidArgument(format!(
-            "vla.cpp's {ARCH} file: {k} = {v}; vla-rs runs GR00T N1.7 with {want} only"
-        )))
-    };
-    for (k, want) in FIXED_U32 {
-        match u(k) {
-            Some(v) if v != want => return refuse(k, v.to_string(), want.to_string()),
-            _ => {}
-        }
-    }
-    for (k, want) in FIXED_F32 {
-        match file.get_f64(&key(k)) {
-            Ok(v) if v as f32 != want => return refuse(k, v.to_string(), want.to_string()),
-            _ => {}
-        }
-    }
     let p = u("patch_size");
     let grid = u("image_target_size")
         .zip(p.zip(u("spatial_merge_size")))
         .filter(|(_, (p, m))| p * m > 0)
         .map(|(s, (p, m))| (s / (p * m)).pow(2));
-    if let Some(hd) = u("lm_head_dim").filter(|&hd| hd != 128) {
-        return Err(Error::InvalidArgument(format!(
-            "vla.cpp's {ARCH} file: lm_head_dim = {hd}; vla.cpp runs these files with M-RoPE sections [24, 20, 20], which fill a head of 128 only"
-        )));
-    }
     let derived = [
         ("backbone_embedding_dim", u("lm_hidden")),
         (
@@ -163,14 +121,7 @@ fn check_fixed(file: &GgufFile) -> Result<()> {
         ("vit_patch_flat", p.map(|p| 3 * 2 * p * p)),
         ("n_img_tokens_per_view", grid),
     ];
-    for (k, want) in derived {
-        if let (Some(v), Some(want)) = (u(k), want) {
-            if v != want {
-                return refuse(k, v.to_string(), want.to_string());
-            }
-        }
-    }
-    Ok(())
+    super::check_keys(file, (ARCH, "GR00T N1.7"), &FIXED_U32, &FIXED_F32, &derived)
 }
 
 /// The action encoder's width: the state encoder's first layer's output

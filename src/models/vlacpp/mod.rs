@@ -27,7 +27,7 @@
 //! plain patch positions (ours `vit_positions` absent = grid: vla.cpp's computation, not
 //! lerobot 0.4.4's shifted rows).
 
-use crate::gguf::{GgufFile, Value};
+use crate::gguf::{GgufFile, Value, ValueType};
 use crate::modules::qwen_vision::{resample_positions, still_frame_kernel};
 use crate::policy::RuntimeOptions;
 use crate::{Error, Result};
@@ -160,6 +160,84 @@ fn lm_keys(file: &mut GgufFile, arch: &str, renamed: &[(&str, &str)]) -> Result<
     };
     file.set_metadata(key("norm_eps"), Value::F32(eps));
     Ok(())
+}
+
+/// The keys a translation checks rather than reads: `fixed_u32` / `fixed_f32` (the value
+/// ours fixes) and `derived` (what ours derives from other keys; `None` where the file cannot
+/// say). A file stating another value is refused, naming the key and `model`.
+fn check_keys(
+    file: &GgufFile,
+    (arch, model): (&str, &str),
+    fixed_u32: &[(&str, u64)],
+    fixed_f32: &[(&str, f32)],
+    derived: &[(&str, Option<u64>)],
+) -> Result<()> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let refuse = |k: &str, v: String, want: String| {
+        Err(Error::InvalidArgument(format!(
+            "vla.cpp's {arch} file: {k} = {v}; vla-rs runs {model} with {want} only"
+        )))
+    };
+    for &(k, want) in fixed_u32 {
+        match file.get_u64(&key(k)) {
+            Ok(v) if v != want => return refuse(k, v.to_string(), want.to_string()),
+            _ => {}
+        }
+    }
+    for &(k, want) in fixed_f32 {
+        match file.get_f64(&key(k)) {
+            Ok(v) if v as f32 != want => return refuse(k, v.to_string(), want.to_string()),
+            _ => {}
+        }
+    }
+    for &(k, want) in derived {
+        if let (Ok(v), Some(want)) = (file.get_u64(&key(k)), want) {
+            if v != want {
+                return refuse(k, v.to_string(), want.to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The keys vla.cpp's Qwen3-VL files (GR00T N1.7, VLA-JEPA) share: M-RoPE sections [24, 20,
+/// 20], which its loaders run whatever the file says (they fill a head of 128: another
+/// `lm_head_dim` is refused), the square frame of side `image_target_size` (ours
+/// `image_height` = `image_width`; returned) and the deepstack taps `deepstack_idx_{0,1,2}`
+/// (ours `vit_deepstack_layers`).
+fn qwen_vl_keys(file: &mut GgufFile, arch: &str) -> Result<u32> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let hd = file.get_u64(&key("lm_head_dim"))?;
+    if hd != 128 {
+        return Err(Error::InvalidArgument(format!(
+            "vla.cpp's {arch} file: lm_head_dim = {hd}; vla.cpp runs these files with M-RoPE sections [24, 20, 20], which fill a head of 128 only"
+        )));
+    }
+    let target = u32_of(
+        "image_target_size",
+        file.get_u64(&key("image_target_size"))?,
+    )?;
+    let taps = (0..3)
+        .map(|j| {
+            let k = format!("deepstack_idx_{j}");
+            Ok(Value::U32(u32_of(&k, file.get_u64(&key(&k))?)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut set = vec![
+        ("image_height".to_owned(), Value::U32(target)),
+        ("image_width".to_owned(), Value::U32(target)),
+        (
+            "vit_deepstack_layers".to_owned(),
+            Value::Array(ValueType::U32, taps),
+        ),
+    ];
+    for (k, v) in [("t", 24), ("h", 20), ("w", 20)] {
+        set.push((format!("mrope_section_{k}"), Value::U32(v)));
+    }
+    for (k, v) in set {
+        file.set_metadata(key(&k), v);
+    }
+    Ok(target)
 }
 
 /// vla.cpp's Qwen3-VL tower tables (GR00T N1.7, VLA-JEPA: `write_qwen3vl_vit`) as ours:

@@ -27,7 +27,7 @@ use std::path::Path;
 
 use crate::checkpoint::{processor_stats, processor_steps, read_json};
 use crate::config::limits::MAX_SEQUENCE;
-use crate::gguf::{GgufFile, Value, ValueType};
+use crate::gguf::{GgufFile, Value};
 use crate::models::vla_jepa::ARCH;
 use crate::policy::RuntimeOptions;
 use crate::{Error, Result};
@@ -60,13 +60,6 @@ const FIXED_F32: [(&str, f32); 5] = [
     ("dit_norm_out_eps", 1e-6),
 ];
 
-/// vla.cpp's loader's M-RoPE sections (`vla_jepa.cpp`): its files imply head_dim 128.
-const MROPE: [(&str, u32); 3] = [
-    ("mrope_section_t", 24),
-    ("mrope_section_h", 20),
-    ("mrope_section_w", 20),
-];
-
 /// The head's names: vla.cpp's prefix -> ours.
 const HEAD: [(&str, &str); 8] = [
     ("ah.dit.", "aex.dit."),
@@ -87,24 +80,13 @@ pub(super) fn vla_jepa(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()>
     };
     super::lm_keys(file, ARCH, &RENAMED)?;
     check_fixed(file)?;
+    let target = super::qwen_vl_keys(file, ARCH)?;
     let u = |k: &str| file.get_u64(&key(k));
-    let target = u32_of("image_target_size", u("image_target_size")?)?;
-    let taps = (0..3)
-        .map(|j| {
-            Ok(Value::U32(u32_of(
-                "deepstack",
-                u(&format!("deepstack_idx_{j}"))?,
-            )?))
-        })
-        .collect::<Result<Vec<_>>>()?;
     let (state, action) = (u("state_dim")?, u("action_dim")?);
     let rows = file.tensor_info("ah.pos_embd")?.dims.get(1).copied();
     let rows =
         rows.ok_or_else(|| Error::InvalidArgument("ah.pos_embd: expected [rows, E]".into()))?;
-    let mut set = vec![
-        ("image_height", Value::U32(target)),
-        ("image_width", Value::U32(target)),
-        ("vit_deepstack_layers", Value::Array(ValueType::U32, taps)),
+    let set = [
         ("max_state_dim", Value::U32(u32_of("state_dim", state)?)),
         ("max_action_dim", Value::U32(u32_of("action_dim", action)?)),
         ("real_action_dim", Value::U32(u32_of("action_dim", action)?)),
@@ -114,7 +96,6 @@ pub(super) fn vla_jepa(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()>
         // the whole sequence: lerobot bounds it by nothing but the graphs' longest
         ("tokenizer_max_length", Value::U32(MAX_SEQUENCE as u32)),
     ];
-    set.extend(MROPE.map(|(k, v)| (k, Value::U32(v))));
     for (k, v) in set {
         file.set_metadata(key(k), v);
     }
@@ -140,45 +121,15 @@ pub(super) fn vla_jepa(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()>
 /// The sizes and epsilons ours fixes or derives, as the file states them.
 fn check_fixed(file: &GgufFile) -> Result<()> {
     let u = |k: &str| file.get_u64(&key(k)).ok();
-    let refuse = |k: &str, v: String, want: String| {
-        Err(Error::InvalidArgument(format!(
-            "vla.cpp's {ARCH} file: {k} = {v}; vla-rs runs VLA-JEPA with {want} only"
-        )))
-    };
-    for (k, want) in FIXED_U32 {
-        match u(k) {
-            Some(v) if v != want => return refuse(k, v.to_string(), want.to_string()),
-            _ => {}
-        }
-    }
-    for (k, want) in FIXED_F32 {
-        match file.get_f64(&key(k)) {
-            Ok(v) if v as f32 != want => return refuse(k, v.to_string(), want.to_string()),
-            _ => {}
-        }
-    }
-    if let Some(hd) = u("lm_head_dim").filter(|&hd| hd != 128) {
-        return Err(Error::InvalidArgument(format!(
-            "vla.cpp's {ARCH} file: lm_head_dim = {hd}; vla.cpp runs these files with M-RoPE sections [24, 20, 20], which fill a head of 128 only"
-        )));
-    }
-    let p = u("patch_size");
     let derived = [
         ("cross_dim", u("lm_hidden")),
         (
             "dit_hidden",
             u("dit_heads").zip(u("dit_head_dim")).map(|(h, d)| h * d),
         ),
-        ("vit_patch_flat", p.map(|p| 3 * 2 * p * p)),
+        ("vit_patch_flat", u("patch_size").map(|p| 3 * 2 * p * p)),
     ];
-    for (k, want) in derived {
-        if let (Some(v), Some(want)) = (u(k), want) {
-            if v != want {
-                return refuse(k, v.to_string(), want.to_string());
-            }
-        }
-    }
-    Ok(())
+    super::check_keys(file, (ARCH, "VLA-JEPA"), &FIXED_U32, &FIXED_F32, &derived)
 }
 
 /// What the lerobot checkpoint folder `ckpt` says of the steps around the model: the
