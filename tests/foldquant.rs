@@ -429,33 +429,7 @@ fn independent_writer_gives_the_same_file_and_chunk() {
         );
         let theirs = GgufFile::open(&out).unwrap();
         let ours = fq_file(&float_file(), scheme);
-        let sites = FoldQuant::read(&theirs)
-            .unwrap()
-            .unwrap()
-            .sites(&theirs)
-            .unwrap();
-        assert_eq!(
-            sites,
-            FoldQuant::read(&ours)
-                .unwrap()
-                .unwrap()
-                .sites(&ours)
-                .unwrap()
-        );
-        for s in &sites {
-            for t in [".weight", ".wscale"] {
-                let name = format!("{}{t}", s.name);
-                let (a, b) = (
-                    theirs.tensor_info(&name).unwrap(),
-                    ours.tensor_info(&name).unwrap(),
-                );
-                assert_eq!((a.ty, &a.dims), (b.ty, &b.dims), "{name}");
-                assert!(
-                    theirs.tensor_bytes(a) == ours.tensor_bytes(b),
-                    "{scheme:?}: {name} differs"
-                );
-            }
-        }
+        support::same_sites(&theirs, &ours, &format!("{scheme:?}"));
         assert_eq!(chunk(theirs), chunk(ours), "{scheme:?}: chunks");
     }
     let _ = std::fs::remove_dir_all(&dir);

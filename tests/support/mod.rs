@@ -303,3 +303,32 @@ pub fn chunk_on(f: vla::gguf::GgufFile, backend: &str) -> (Vec<f32>, String) {
     let dtypes = p.info().weight_dtypes.clone();
     (p.predict(&obs).unwrap().actions, dtypes)
 }
+
+/// The FoldQuant sites of `theirs` (an independent writer's file), checked equal to those of
+/// `ours`, codes and scales byte for byte (`what` names the case in a failure).
+#[allow(dead_code)]
+pub fn same_sites(
+    theirs: &vla::gguf::GgufFile,
+    ours: &vla::gguf::GgufFile,
+    what: &str,
+) -> Vec<vla::foldquant::Site> {
+    use vla::foldquant::FoldQuant;
+    let sites = |f: &vla::gguf::GgufFile| FoldQuant::read(f).unwrap().unwrap().sites(f).unwrap();
+    let theirs_sites = sites(theirs);
+    assert_eq!(theirs_sites, sites(ours), "{what}: sites");
+    for s in &theirs_sites {
+        for t in [".weight", ".wscale"] {
+            let name = format!("{}{t}", s.name);
+            let (a, b) = (
+                theirs.tensor_info(&name).unwrap(),
+                ours.tensor_info(&name).unwrap(),
+            );
+            assert_eq!((a.ty, &a.dims), (b.ty, &b.dims), "{what}: {name}");
+            assert!(
+                theirs.tensor_bytes(a) == ours.tensor_bytes(b),
+                "{what}: {name} differs"
+            );
+        }
+    }
+    theirs_sites
+}
