@@ -131,11 +131,7 @@ impl Source {
     fn values(&self, st: &Safetensors) -> Result<Vec<f32>> {
         match self {
             Source::Copy(n) => st.f32(n),
-            Source::Row(n, part) => {
-                let v = st.f32(n)?;
-                let d = v.len() / 3;
-                Ok(v[part * d..(part + 1) * d].to_vec())
-            }
+            Source::Row(n, part) => Ok(super::in_proj_part(&st.f32(n)?, *part)),
             Source::Folded(conv, bn, bias) => fold(st, conv, bn, *bias),
         }
     }

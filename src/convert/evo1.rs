@@ -395,9 +395,9 @@ fn split_in_proj(st: &Safetensors, cfg: &Evo1Config) -> Result<Vec<Derived>> {
             out.push((
                 format!("{o}.weight"),
                 vec![e, e],
-                w[k * e * e..(k + 1) * e * e].to_vec(),
+                super::in_proj_part(&w, k),
             ));
-            out.push((format!("{o}.bias"), vec![e], b[k * e..(k + 1) * e].to_vec()));
+            out.push((format!("{o}.bias"), vec![e], super::in_proj_part(&b, k)));
         }
     }
     Ok(out)

@@ -37,6 +37,13 @@ pub fn unbounded_text(prompt: &crate::models::prompt::PromptIds) -> usize {
     prompt.text_bound(crate::config::limits::MAX_SEQUENCE)
 }
 
+/// Part `part` (0: q, 1: k, 2: v) of a fused `nn.MultiheadAttention.in_proj_weight` or
+/// `in_proj_bias` (the three stacked along the first dimension): its values, row-major.
+pub(crate) fn in_proj_part(values: &[f32], part: usize) -> Vec<f32> {
+    let n = values.len() / 3;
+    values[part * n..(part + 1) * n].to_vec()
+}
+
 pub(crate) fn ggml_dims(shape: &[usize]) -> Vec<u64> {
     shape.iter().rev().map(|&d| d as u64).collect()
 }

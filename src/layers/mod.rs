@@ -8,7 +8,7 @@ pub use scope::Scope;
 
 use crate::graph::{AttentionMask, GateAct, GraphBuilder, NodeId, Window};
 use crate::ops::{RopeConfig, RopeMode};
-use crate::preprocess::FramePlan;
+use crate::preprocess::{FrameKey, FramePlan};
 use crate::{Result, Tensor};
 
 /// The last dimension of `x`.
@@ -293,6 +293,38 @@ pub fn scatter_rows(g: &mut GraphBuilder, rows: NodeId, places: NodeId) -> Resul
     g.reshape(placed, &[l, d])
 }
 
+/// The camera frame input `name` `[h, w, 3]` (bytes or f32, as `key` says) times the
+/// per-channel `scale`, plus the per-channel `offset` where given, channels last; the
+/// constants are named `{id}.scale` and `{id}.offset`.
+pub fn scaled_frame(
+    g: &mut GraphBuilder,
+    (name, key): (&str, FrameKey),
+    id: &str,
+    scale: &[f32],
+    offset: Option<&[f32]>,
+) -> Result<NodeId> {
+    let shape = [key.height, key.width, 3];
+    let x = match key.bytes {
+        true => g.input_u8(name, &shape),
+        false => g.input(name, &shape),
+    };
+    let scale = g.constant(
+        &format!("{id}.scale"),
+        Tensor::from_f32(vec![3], scale.to_vec())?,
+    )?;
+    let x = g.mul(x, scale)?;
+    match offset {
+        Some(o) => {
+            let o = g.constant(
+                &format!("{id}.offset"),
+                Tensor::from_f32(vec![3], o.to_vec())?,
+            )?;
+            g.add(x, o)
+        }
+        None => Ok(x),
+    }
+}
+
 /// The tower's `[3, H, W]` input from the camera frame input `name` (`[h, w, 3]`, bytes or
 /// f32, as [`FramePlan::key`] says) through `plan`: the per-channel scale, then the resize as
 /// two products with the plan's constant matrices, plus its offset. The constants are named
@@ -301,10 +333,6 @@ pub fn frame_pixels(g: &mut GraphBuilder, name: &str, plan: &FramePlan) -> Resul
     let k = plan.key;
     let (h, w) = (k.height, k.width);
     let (oh, ow) = plan.out;
-    let x = match k.bytes {
-        true => g.input_u8(name, &[h, w, 3]),
-        false => g.input(name, &[h, w, 3]),
-    };
     let id = format!("frame.{h}x{w}.{}", if k.bytes { "u8" } else { "f32" });
     let constant = |g: &mut GraphBuilder, what: &str, shape: Vec<usize>, v: &[f32]| {
         g.constant(
@@ -312,14 +340,10 @@ pub fn frame_pixels(g: &mut GraphBuilder, name: &str, plan: &FramePlan) -> Resul
             Tensor::from_f32(shape, v.to_vec())?,
         )
     };
-    let scale = constant(g, "scale", vec![3], &plan.scale)?;
-    let x = g.mul(x, scale)?;
+    let offset = plan.resize.is_none().then_some(plan.offset.as_slice());
+    let x = scaled_frame(g, (name, k), &id, &plan.scale, offset)?;
     match &plan.resize {
-        None => {
-            let offset = constant(g, "offset", vec![3], &plan.offset)?;
-            let x = g.add(x, offset)?;
-            g.permute(x, &[2, 0, 1])
-        }
+        None => g.permute(x, &[2, 0, 1]),
         Some((rows, cols)) => {
             let x = g.permute(x, &[2, 1, 0])?; // [3, w, h]
             let rows = constant(g, "rows", vec![oh, h], rows)?;

@@ -32,22 +32,12 @@ pub fn frame_pixels(
     key: FrameKey,
     pixels: &[[f32; 2]; 3],
 ) -> Result<NodeId> {
-    let shape = [key.height, key.width, 3];
-    let x = match key.bytes {
-        true => g.input_u8(frame_input(i), &shape),
-        false => g.input(frame_input(i), &shape),
-    };
     let unit = if key.bytes { 1.0 / 255.0 } else { 1.0 };
     let scale: Vec<f32> = pixels.iter().map(|p| p[0] * unit).collect();
     let offset: Vec<f32> = pixels.iter().map(|p| p[1]).collect();
-    let name = format!("act.pixels.{i}.{}", if key.bytes { "u8" } else { "f32" });
-    let scale = g.constant(&format!("{name}.scale"), Tensor::from_f32(vec![3], scale)?)?;
-    let offset = g.constant(
-        &format!("{name}.offset"),
-        Tensor::from_f32(vec![3], offset)?,
-    )?;
-    let x = g.mul(x, scale)?;
-    g.add(x, offset)
+    let id = format!("act.pixels.{i}.{}", if key.bytes { "u8" } else { "f32" });
+    let input = frame_input(i);
+    layers::scaled_frame(g, (&input, key), &id, &scale, Some(&offset))
 }
 
 /// The ResNet (torchvision's layout, BasicBlocks): `x [h, w, 3]` -> the last stage's map

@@ -225,7 +225,8 @@ fn run(args: Args) -> Result<()> {
     let load_rss = peak_rss_mib();
     let info = policy.info().clone();
     let frame = args.frame.unwrap_or((info.image_height, info.image_width));
-    // a one-pass policy (ACT) reads no instruction and no noise
+    // a one-pass policy (ACT) has no denoising stages and reads no noise; INFO says whether
+    // the model reads an instruction
     let one_pass = info.num_steps == 0;
     let obs = observation(
         info.n_images,
@@ -236,7 +237,11 @@ fn run(args: Args) -> Result<()> {
         } else {
             info.chunk_size * info.max_action_dim
         },
-        if one_pass { 0 } else { args.tokens },
+        if info.reads_instruction {
+            args.tokens
+        } else {
+            0
+        },
     );
     for _ in 0..args.warmup {
         policy.predict(&obs)?;
@@ -572,7 +577,10 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
             true => 0,
             false => get("chunk_size")? * get("max_action_dim")?,
         },
-        if one_pass { 0 } else { args.tokens },
+        match info["reads_instruction"].as_bool().unwrap_or(true) {
+            true => args.tokens,
+            false => 0,
+        },
     );
     let text = |k: &str| info[k].as_str().unwrap_or("?").to_owned();
     println!("server    {addr}: {} on {}", text("arch"), text("backend"));
