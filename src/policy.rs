@@ -103,6 +103,11 @@ pub struct PolicyInfo {
     /// Of [`Self::memory_bytes`], the peak activations' (the keys and values a prefill
     /// leaves for the denoise steps included); the rest is weights.
     pub activation_bytes: u64,
+    /// Of [`Self::activation_bytes`], the keys and values (the context) a prefill hands the
+    /// denoise steps, in the activations' type; 0 for a one-pass policy.
+    pub kv_bytes: u64,
+    /// Of [`Self::activation_bytes`], the backend's scratch buffers.
+    pub scratch_bytes: u64,
     /// Floating-point operations of one predict per stage (`vision`, `prefill`, `denoise`):
     /// matrix products and attention, 2 per multiply-add ([`crate::graph::Graph::flops_by_stage`]).
     pub stage_flops: Vec<(String, u64)>,

@@ -312,3 +312,27 @@ fn ops_no_output_reads_are_dropped() {
     let out = exe.run(&[("x", &x), ("unused", &u)]).unwrap();
     assert_eq!(out[0].to_vec_f32().unwrap(), vec![-2.0, -2.0]);
 }
+
+/// `Graph::handed_over` counts each value a stage computes and a later stage reads, once
+/// (a prefill's keys and values read by every denoise step).
+#[test]
+fn handed_over_counts_what_one_stage_leaves_the_next() {
+    use vla::graph::GraphBuilder;
+    let mut g = GraphBuilder::declaring();
+    let x = g.input("x", &[4, 8]);
+    g.stage("prefill");
+    let k = g.scale(x, 2.0);
+    let v = g.scale(x, 3.0);
+    let late = g.scale(x, 4.0);
+    g.stage("denoise");
+    let mut y = g.input("y", &[4, 8]);
+    for _ in 0..3 {
+        let a = g.add(y, k).unwrap();
+        y = g.mul(a, v).unwrap();
+    }
+    let z = g.add(y, late).unwrap();
+    let graph = g.build(&[z]).unwrap();
+    // k, v and the value added at the end: three [4, 8] values, x (no stage) not counted
+    assert_eq!(graph.handed_over("prefill", "denoise"), 3 * 32);
+    assert_eq!(graph.handed_over("denoise", "prefill"), 0);
+}

@@ -457,6 +457,7 @@ impl Executable for CpuExecutable<'_> {
         ExecStats {
             weight_bytes: self.weight_bytes,
             peak_activation_bytes: self.peak,
+            scratch_bytes: 0,
             runs: self.runs,
             dispatches: self.ops_per_run(),
         }

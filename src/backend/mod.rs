@@ -25,6 +25,9 @@ pub struct ExecStats {
     pub weight_bytes: u64,
     /// Peak bytes of activations alive at once under the backend's buffer plan.
     pub peak_activation_bytes: u64,
+    /// Of those, the backend's scratch buffers (wgpu: split-K partial sums and the like;
+    /// 0 where there are none).
+    pub scratch_bytes: u64,
     /// Kernel dispatches (or op calls) per run.
     pub dispatches: usize,
     /// What the runs so far moved and waited for.

@@ -405,6 +405,33 @@ impl Graph {
         &self.stages
     }
 
+    /// Elements of the values that nodes of a stage named `from` compute and nodes of a later
+    /// stage named `to` read (names matched by prefix, as [`Self::stages`] gives them): what
+    /// one stage hands the next, e.g. the keys and values a prefill leaves for the denoise
+    /// steps. Each value counted once.
+    pub fn handed_over(&self, from: &str, to: &str) -> u64 {
+        let mut stage = vec![""; self.nodes.len()];
+        for (k, (name, start)) in self.stages.iter().enumerate() {
+            let end = self.stages.get(k + 1).map_or(self.nodes.len(), |s| s.1);
+            stage[*start..end].fill(name.as_str());
+        }
+        let mut handed = vec![false; self.nodes.len()];
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !stage[i].starts_with(to) {
+                continue;
+            }
+            for input in &node.inputs {
+                if stage[input.0].starts_with(from) {
+                    handed[input.0] = true;
+                }
+            }
+        }
+        (0..self.nodes.len())
+            .filter(|&i| handed[i])
+            .map(|i| self.nodes[i].shape.iter().product::<usize>() as u64)
+            .sum()
+    }
+
     /// Floating-point operations of one run per stage (`""` for an unstaged graph, or for
     /// work before the first stage): matrix products, attention and patch embedding at 2 per
     /// multiply-add; elementwise work is not counted. For GFLOP/s figures.

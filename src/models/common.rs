@@ -212,6 +212,11 @@ impl<K: PartialEq> LoadedGraphs<K> {
         weights + self.activation_bytes()
     }
 
+    /// Of [`Self::activation_bytes`], the kept sets' scratch buffers.
+    pub fn scratch_bytes(&self) -> u64 {
+        self.execs().map(|e| e.stats().scratch_bytes).sum::<u64>()
+    }
+
     /// Of [`Self::memory_bytes`], the kept sets' peak activations.
     pub fn activation_bytes(&self) -> u64 {
         self.execs()
@@ -240,6 +245,8 @@ impl<K: PartialEq> LoadedGraphs<K> {
             backend: self.backend.clone(),
             memory_bytes: self.memory_bytes(),
             activation_bytes: self.activation_bytes(),
+            scratch_bytes: self.scratch_bytes(),
+            kv_bytes: 0,
             stage_flops: Vec::new(),
             embodiment: None,
             camera_names: camera_names(file),

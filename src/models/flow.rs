@@ -263,10 +263,17 @@ pub struct FlowPolicy<A: FlowArch> {
     /// [`predict_graph`], or the vision, prefill and denoise graphs when stepwise
     /// ([`stage_graphs`]), per camera frames and instruction rows.
     graphs: LoadedGraphs<GraphKey>,
-    /// Each kept set's compute by stage ([`PolicyInfo::stage_flops`] is the current one's).
-    set_flops: Vec<(GraphKey, Vec<(String, u64)>)>,
+    /// Each kept set's compute by stage and prefill hand-over ([`PolicyInfo::stage_flops`]
+    /// and [`PolicyInfo::kv_bytes`] are the current one's).
+    set_flops: Vec<(GraphKey, SetFacts)>,
+    /// Bytes an activation element takes (f32, or the 16-bit activations' 2).
+    act_bytes: u64,
     stepwise: bool,
 }
+
+/// Of one compiled set: its compute by stage, and the elements its prefill hands the denoise
+/// steps ([`Graph::handed_over`]).
+type SetFacts = (Vec<(String, u64)>, u64);
 
 impl<A: FlowArch> FlowPolicy<A> {
     pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
@@ -294,7 +301,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             state_norm = state_norm.lerobot_min_max();
             action_norm = action_norm.lerobot_min_max();
         }
-        let stage_flops = std::cell::Cell::new(Vec::new());
+        let stage_flops = std::cell::Cell::new((Vec::new(), 0));
         // Compiled for bytes at the model's size and the bucket of the instruction a request
         // without one gets (pi0.5's prompt holds the state, VLA-JEPA's a template: the
         // bucket most first requests need); other frames and lengths compile on first sight.
@@ -310,6 +317,11 @@ impl<A: FlowArch> FlowPolicy<A> {
         let at = cfg.with_text_rows(key.1);
         let build = set_builder(&at, &spec, &key.0, opts.stepwise, &stage_flops);
         let graphs = LoadedGraphs::compile(file, opts, key.clone(), build)?;
+        let (flops, handed) = stage_flops.take();
+        let act_bytes = match opts.act_dtype {
+            crate::backend::ActDtype::F32 => 4,
+            _ => 2,
+        };
         let info = PolicyInfo {
             n_images: io.n_images,
             image_height: spec.camera.height,
@@ -321,11 +333,12 @@ impl<A: FlowArch> FlowPolicy<A> {
             max_action_dim: io.max_action_dim,
             action_dim: io.action_dim,
             num_steps: io.num_steps,
-            stage_flops: stage_flops.take(),
+            stage_flops: flops.clone(),
+            kv_bytes: handed * act_bytes,
             embodiment,
             ..graphs.info(cfg.arch())
         };
-        let set_flops = vec![(key, info.stage_flops.clone())];
+        let set_flops = vec![(key, (flops, handed))];
         Ok(FlowPolicy {
             cfg,
             spec,
@@ -335,6 +348,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             tokenizer,
             set_flops,
             graphs,
+            act_bytes,
             stepwise: opts.stepwise,
         })
     }
@@ -446,7 +460,7 @@ impl<A: FlowArch> FlowPolicy<A> {
         let t0 = Instant::now();
         let (spec, stepwise) = (&self.spec, self.stepwise);
         let cfg = self.cfg.with_text_rows(rows);
-        let stage_flops = std::cell::Cell::new(Vec::new());
+        let stage_flops = std::cell::Cell::new((Vec::new(), 0));
         let build = set_builder(&cfg, spec, &frames, stepwise, &stage_flops);
         let compiled = self.graphs.select((frames.clone(), rows), build)?;
         // what the info reports follows the graphs a predict runs
@@ -456,11 +470,13 @@ impl<A: FlowArch> FlowPolicy<A> {
             self.set_flops.retain(|(k, _)| kept.contains(k));
             self.set_flops.push((key.clone(), stage_flops.take()));
         }
-        if let Some((_, flops)) = self.set_flops.iter().find(|(k, _)| *k == key) {
+        if let Some((_, (flops, handed))) = self.set_flops.iter().find(|(k, _)| *k == key) {
             self.info.stage_flops = flops.clone();
+            self.info.kv_bytes = handed * self.act_bytes;
         }
         self.info.memory_bytes = self.graphs.memory_bytes();
         self.info.activation_bytes = self.graphs.activation_bytes();
+        self.info.scratch_bytes = self.graphs.scratch_bytes();
         if !compiled {
             return Ok(());
         }
@@ -584,11 +600,12 @@ fn set_builder<'a, A: FlowArch>(
     spec: &'a FlowSpec,
     frames: &'a [FrameKey],
     stepwise: bool,
-    flops: &'a std::cell::Cell<Vec<(String, u64)>>,
+    flops: &'a std::cell::Cell<SetFacts>,
 ) -> impl Fn(&GgufFile) -> Result<Vec<Graph>> + 'a {
     move |f| {
         let whole = predict_graph(cfg, spec, Some(f), frames)?;
-        flops.set(whole.flops_by_stage());
+        let handed = whole.handed_over(STAGES[PREFILL], STAGES[DENOISE]);
+        flops.set((whole.flops_by_stage(), handed));
         match stepwise {
             true => stage_graphs(cfg, spec, Some(f), frames),
             false => Ok(vec![whole]),
@@ -615,6 +632,7 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
         // the cpu backend measures its activations' peak as it runs
         self.info.memory_bytes = self.graphs.memory_bytes();
         self.info.activation_bytes = self.graphs.activation_bytes();
+        self.info.scratch_bytes = self.graphs.scratch_bytes();
         let io = &self.spec.io;
         let mut x = x;
         x.truncate(self.spec.output_rows * io.max_action_dim);

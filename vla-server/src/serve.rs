@@ -484,6 +484,8 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "backend": info.backend,
         "memory_bytes": info.memory_bytes,
         "activation_bytes": info.activation_bytes,
+        "kv_bytes": info.kv_bytes,
+        "scratch_bytes": info.scratch_bytes,
         "embodiment": info.embodiment,
         "n_action_steps": info.n_action_steps,
         "reads_instruction": info.reads_instruction,

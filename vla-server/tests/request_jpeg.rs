@@ -21,6 +21,8 @@ fn info() -> PolicyInfo {
         backend: String::new(),
         memory_bytes: 0,
         activation_bytes: 0,
+        kv_bytes: 0,
+        scratch_bytes: 0,
         stage_flops: Vec::new(),
         embodiment: None,
         camera_names: Vec::new(),

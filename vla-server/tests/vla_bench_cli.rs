@@ -94,6 +94,12 @@ fn the_instruction_length_is_a_flag() {
             panic!("no peak RSS in {out}");
         };
         assert!(0 < load && load <= peak, "{out}");
+        // the prefill's keys and values are among the activations a predict holds
+        let (kv, act) = (json["kv_bytes"].as_u64(), json["activation_bytes"].as_u64());
+        let (Some(kv), Some(act)) = (kv, act) else {
+            panic!("no kv_bytes / activation_bytes in {out}");
+        };
+        assert!(0 < kv && kv <= act, "{out}");
     }
 }
 

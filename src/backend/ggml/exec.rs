@@ -174,6 +174,7 @@ impl Executable for GgmlExecutable {
         ExecStats {
             weight_bytes: self.weight_bytes,
             peak_activation_bytes: self.peak,
+            scratch_bytes: 0,
             runs: self.runs,
             dispatches: self.compiled.n_nodes(),
         }

@@ -275,6 +275,7 @@ impl WgpuExecutable {
         let stats = ExecStats {
             weight_bytes,
             peak_activation_bytes: peak + scratch.bytes(),
+            scratch_bytes: scratch.bytes(),
             dispatches: dispatches.len(),
             runs: Default::default(),
         };

@@ -488,6 +488,7 @@ impl Policy for ActPolicy {
         let x = out[0].to_vec_f32()?;
         self.info.memory_bytes = self.graphs.memory_bytes();
         self.info.activation_bytes = self.graphs.activation_bytes();
+        self.info.scratch_bytes = self.graphs.scratch_bytes();
         let dim = cfg.action_dim;
         let actions = self.action_norm.unnormalize_rows(&x, dim, dim);
         Ok(ActionChunk {

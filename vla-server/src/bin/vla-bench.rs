@@ -298,6 +298,7 @@ fn run(args: Args) -> Result<()> {
             "params": info.param_count, "steps": info.num_steps, "iters": args.iters,
             "warmup": args.warmup, "load_s": load_s, "memory_bytes": info.memory_bytes,
             "activation_bytes": info.activation_bytes,
+            "kv_bytes": info.kv_bytes, "scratch_bytes": info.scratch_bytes,
             "load_peak_rss_bytes": load_rss.map(mib_to_bytes),
             "peak_rss_bytes": peak_rss_mib().map(mib_to_bytes),
             "submits": c.submits, "host_waits": c.host_waits, "h2d_bytes": c.h2d_bytes,
@@ -387,10 +388,12 @@ fn run(args: Args) -> Result<()> {
     );
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
-        "memory    backend {:.1} MiB: weights {:.1}, peak activations {:.1} (keys and values included)",
+        "memory    backend {:.1} MiB: weights {:.1}, peak activations {:.1} (of which keys and values {:.1}, scratch {:.1})",
         mib(info.memory_bytes),
         mib(info.memory_bytes - info.activation_bytes),
-        mib(info.activation_bytes)
+        mib(info.activation_bytes),
+        mib(info.kv_bytes),
+        mib(info.scratch_bytes)
     );
     if let Some(rss) = peak_rss_mib() {
         let load = load_rss.map_or(String::new(), |l| format!(" ({l:.1} MiB when loaded)"));
