@@ -78,7 +78,7 @@ impl ImageSpan {
 /// Where a prompt's image tokens go: fixed spans (a template's), or where the request's
 /// sequence holds them (a file without a template: vla.cpp's), from the inputs
 /// [`names::IMAGE_PLACES`], [`names::TEXT_KEEP`] and the rotary tables [`MROPE_COS`],
-/// [`MROPE_SIN`] ([`client_inputs`]).
+/// [`MROPE_SIN`] ([`client_spans`], [`mrope_inputs`]).
 pub enum Images {
     Spans(Vec<ImageRows>),
     Placed {
