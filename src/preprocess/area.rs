@@ -215,9 +215,42 @@ pub fn gr00t_frame(
     (resize_area(&crop, ch, cw, h2, w2), (h2, w2))
 }
 
+/// Isaac-GR00T N1.6's `LetterBoxPad` (before [`gr00t_frame`]): a non-square frame padded
+/// with black to a square of its longer side, `(side - h) / 2` rows above and `(side - w) /
+/// 2` columns to the left. Returns the frame and its side.
+pub fn letterbox(src: &[u8], (h, w): (usize, usize)) -> (Vec<u8>, usize) {
+    let side = h.max(w);
+    if h == w {
+        return (src.to_vec(), side);
+    }
+    let (top, left) = ((side - h) / 2, (side - w) / 2);
+    let mut out = vec![0u8; side * side * C];
+    for y in 0..h {
+        let row = &src[y * w * C..(y + 1) * w * C];
+        let at = ((top + y) * side + left) * C;
+        out[at..at + w * C].copy_from_slice(row);
+    }
+    (out, side)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn letterbox_centres_the_frame_in_black() {
+        // 1 x 3 -> 3 x 3: one row above, one below; 2 x 1 -> 2 x 2: the column at the left
+        let (out, side) = letterbox(&[9; 3 * C], (1, 3));
+        assert_eq!(side, 3);
+        assert!(out[..3 * C].iter().all(|&v| v == 0));
+        assert!(out[3 * C..6 * C].iter().all(|&v| v == 9));
+        assert!(out[6 * C..].iter().all(|&v| v == 0));
+        let (out, _) = letterbox(&[7; 2 * C], (2, 1));
+        assert_eq!(
+            out,
+            [vec![7; C], vec![0; C], vec![7; C], vec![0; C]].concat()
+        );
+    }
 
     #[test]
     fn a_constant_image_stays_constant_both_ways() {
