@@ -1,14 +1,41 @@
 //! GR00T N1.6 against NVIDIA Isaac-GR00T's own `Gr00tN1d6` (n1.6.1-release, transformers 5.5.4).
 //! The fixture `tests/fixtures/groot16-tiny` is Isaac-GR00T's checkpoint layout with random
 //! (re-randomized) weights, its processor's files, a tiny Eagle folder, the inputs, stages and
-//! chunk, made by `tools/golden/groot16.py` (rerun instructions there). So far the frame
-//! transform is checked here; the arch itself is the next step (docs: not served yet).
+//! chunk, made by `tools/golden/groot16.py` (rerun instructions there). The tests convert it
+//! with `vla::convert::gr00t_n1_6` and compare the frames, the prompt's ids, the image
+//! tokens, the backbone's features, the head's context, the first velocity and the chunk
+//! on cpu, vulkan and ggml.
 
+#[macro_use]
 mod support;
 
+use support::golden::{cache, instruction, tensor, Fixture, Stages};
 use support::{check, Golden};
-use vla::policy::ImageData;
+use vla::gguf::GgmlType;
+use vla::models::common::text_rows;
+use vla::models::flow::FlowArch;
+use vla::models::gr00t_n1_6::{graphs, Gr00tN16Config};
+use vla::policy::{ImageData, Observation};
 use vla::preprocess::area::{gr00t_frame, letterbox};
+use vla::Tensor;
+
+const TOL: f32 = 1e-4;
+
+fn fixture() -> Fixture<Gr00tN16Config> {
+    let dir = support::fixture("groot16-tiny");
+    Fixture::new(dir, converter!(vla::convert::gr00t_n1_6), observation)
+}
+
+fn observation(g: &Golden, cfg: &Gr00tN16Config) -> Observation {
+    Observation {
+        images: vec![g.image(0), g.image(1)],
+        state: g.f32("state"),
+        prompt: None,
+        tokens: Some(instruction(&g.i64("token_ids"), &cfg.prompt)),
+        noise: Some(g.f32("noise")),
+        token_mask: None,
+    }
+}
 
 /// Isaac-GR00T's eval transform (LetterBoxPad, SmallestMaxSize with INTER_AREA, the centre
 /// crop, SmallestMaxSize again) gives the reference's frames byte for byte, and `(x / 255 -
@@ -45,3 +72,79 @@ fn frames_match_isaacs_eval_transform() {
         );
     }
 }
+
+/// The converted prompt is Isaac's around the instruction; the stages from Isaac's own inputs:
+/// the image tokens (SigLIP2, unshuffle, mlp1), the backbone's features (Qwen3 with its final
+/// norm) and the head's context (vlln) at the real rows, the first velocity.
+fn stages_match_isaac(fx: &Fixture<Gr00tN16Config>, backend: &str, tol: f32) {
+    let Some(st) = Stages::open(backend, tol) else {
+        return;
+    };
+    let g = &fx.g;
+    let mut file = fx.gguf(GgmlType::F32);
+    let cfg = Gr00tN16Config::read(&file).unwrap();
+    let active = cfg.select_weights(&mut file, None).unwrap();
+    assert_eq!(active.as_deref(), Some("new_embodiment (10)"));
+    let ids = g.i64("token_ids");
+    let instr = instruction(&ids, &cfg.prompt);
+    let rebuilt: Vec<i64> = (cfg.prompt.before.iter().map(|&t| t as i64))
+        .chain(instr.iter().map(|&t| t as i64))
+        .chain(cfg.prompt.after.iter().map(|&t| t as i64))
+        .collect();
+    assert_eq!(rebuilt, ids, "the prompt around the instruction");
+
+    let (s, h, n) = (cfg.vision.image_size, cfg.lm.hidden, cfg.n_image_rows());
+    let px: Vec<Tensor> = (0..2)
+        .map(|i| tensor(vec![3, s, s], g.f32(&format!("pixels.{i}"))))
+        .collect();
+    let mut vision = st.graph("vision", &file, &cfg, graphs::vision);
+    let names = ["image.0", "image.1"];
+    let inputs: Vec<(&str, &Tensor)> = names.iter().copied().zip(&px).collect();
+    st.check(
+        "vision (image tokens)",
+        &vision.run1(&inputs),
+        &g.f32("vision"),
+    );
+
+    let real = ids.len();
+    let cfg = cfg.with_text_rows(text_rows(instr.len(), cfg.io.tokenizer_max_length));
+    let text: Vec<f32> = instr.iter().map(|&t| t as f32).collect();
+    let req = cfg
+        .request_inputs(text, instr.len(), &g.f32("state_padded"))
+        .unwrap();
+    let img = tensor(vec![n, h], g.f32("vision"));
+    let mut prefix: Vec<(&str, &Tensor)> = vec![("img_tokens", &img)];
+    prefix.extend(req.prefix.iter().map(|(k, t)| (k.as_str(), t)));
+    let mut backbone = st.build("backbone", &file, |gb| {
+        let (lm, vl) = graphs::backbone(gb, &cfg)?;
+        Ok(vec![lm, vl])
+    });
+    let out = backbone.run(&prefix);
+    st.check_outputs(g, &out, &["backbone", "vlln"], real * h);
+
+    let kv = cache(
+        st.graph("prefill", &file, &cfg, graphs::prefill)
+            .run(&prefix),
+    );
+    let x_t = tensor(
+        vec![cfg.io.chunk_size, cfg.io.max_action_dim],
+        g.f32("noise"),
+    );
+    let time = cfg.time_input(0.0).unwrap();
+    let valid = &req.prefix.iter().find(|(k, _)| k == "valid").unwrap().1;
+    let mut inputs: Vec<(&str, &Tensor)> =
+        vec![("x_t", &x_t), ("time_emb", &time), ("valid", valid)];
+    inputs.extend(req.suffix.iter().map(|(k, t)| (k.as_str(), t)));
+    let denoise = st.graph("denoise", &file, &cfg, graphs::denoise);
+    st.first_velocity(g, denoise, &inputs, &kv);
+}
+
+/// The stages, then the chunk (8 of 16 rows) from the normalised, clipped state Isaac-GR00T
+/// fed the model.
+fn matches_isaac(fx: &Fixture<Gr00tN16Config>, backend: &str) {
+    stages_match_isaac(fx, backend, TOL);
+    let what = "action chunk (8 of 16 rows, world units)";
+    fx.state_and_chunk_match(backend, ("state_padded", |_| (8, 4)), what, TOL);
+}
+
+flow_golden_tests! { fixture, "GR00T N1.6", matches_isaac, bf16_weights_stay_close }

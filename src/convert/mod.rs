@@ -7,6 +7,7 @@ pub mod cameras;
 pub mod detect;
 pub mod evo1;
 pub mod gr00t;
+pub mod gr00t_n1_6;
 pub mod gr00t_n1_7;
 mod json;
 pub mod pi0;

@@ -8,6 +8,7 @@ pub mod embodiment;
 pub mod evo1;
 pub mod flow;
 pub mod gr00t;
+pub mod gr00t_n1_6;
 pub mod gr00t_n1_7;
 pub mod pi0;
 pub mod predict;

@@ -253,7 +253,15 @@ impl CameraInput {
             Resize::Gr00tFrame {
                 edge,
                 crop_fraction,
+                letterbox,
             } => {
+                let (bytes, size) = match letterbox {
+                    true => {
+                        let (square, side) = area::letterbox(&bytes, size);
+                        (square, (side, side))
+                    }
+                    false => (bytes, size),
+                };
                 let (frame, (fh, fw)) = area::gr00t_frame(&bytes, size, edge, crop_fraction);
                 bicubic::resize_bicubic_aa(&frame, fh, fw, h, w)
             }

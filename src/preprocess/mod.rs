@@ -69,11 +69,17 @@ pub enum Resize {
     /// Stretched with torchvision's anti-aliased bicubic on uint8 ([`bicubic`]; float frames
     /// are rounded to bytes first): GR00T's Eagle processor.
     StretchBicubicU8,
-    /// GR00T N1.7: [`area::gr00t_frame`] (OpenCV area resizes to the shortest edge `edge`
+    /// GR00T N1.6 / N1.7: with `letterbox` (N1.6) first [`area::letterbox`] (black bars to a
+    /// square), then [`area::gr00t_frame`] (OpenCV area resizes to the shortest edge `edge`
     /// around a centre crop of `crop_fraction`), then [`Resize::StretchBicubicU8`] to the
-    /// model's size (the Qwen3-VL processor's `smart_resize`, which the converter computed
-    /// for the checkpoint's camera shape).
-    Gr00tFrame { edge: usize, crop_fraction: f64 },
+    /// model's size (the processor's `smart_resize`, which the converter computed for the
+    /// checkpoint's camera shape; N1.6's processor resizes with PIL's bicubic, which this
+    /// filter follows to within a level where the size changes).
+    Gr00tFrame {
+        edge: usize,
+        crop_fraction: f64,
+        letterbox: bool,
+    },
     /// VLA-JEPA: the [0, 1] frame area-averaged to `area` (`F.interpolate(mode="area")`)
     /// when set, then stretched with the float anti-aliased bicubic (the Qwen3-VL processor
     /// on float input) to the model's size.

@@ -403,7 +403,8 @@ def generate(a, out):
         "backbone": stages["backbone"][0],
         "vlln": stages["vlln"][0],
         "state_features": stages["state_features"][0],
-        "decoder.0": stages["decoder.0"][0],
+        # the first step's velocity: the action decoder's rows of the actions
+        "velocity.0": stages["decoder.0"][0, -h["action_horizon"]:],
         "actions_norm": norm,
         "actions": actions,
     })

@@ -267,6 +267,7 @@ impl FlowArch for Gr00tN17Config {
         let resize = Resize::Gr00tFrame {
             edge: self.frame.edge,
             crop_fraction: self.frame.crop,
+            letterbox: false,
         };
         let camera = CameraInput {
             height: self.vision.image_h,
