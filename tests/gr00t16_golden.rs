@@ -148,3 +148,11 @@ fn matches_isaac(fx: &Fixture<Gr00tN16Config>, backend: &str) {
 }
 
 flow_golden_tests! { fixture, "GR00T N1.6", matches_isaac, bf16_weights_stay_close }
+
+/// A text prompt is formalized, tokenized with the GGUF's tokenizer (Eagle's, the fixture's
+/// small one) and gives Isaac's chunk.
+#[test]
+fn text_prompt_gives_isaacs_chunk() {
+    let fx = fixture();
+    fx.text_prompt_gives_the_chunk(fx.task(), "text prompt: chunk", TOL);
+}

@@ -7,7 +7,9 @@
 //!   entries of `config.json`'s `input_features` in the file's order;
 //! - GR00T N1.5: lerobot's pack step sorts the `observation.images.*` keys;
 //! - GR00T N1.7: the pack step's `video_modality_keys` (`observation.images.<key>`, with
-//!   lerobot's alias `wrist_image` -> `image2`), sorted when it has none.
+//!   lerobot's alias `wrist_image` -> `image2`), sorted when it has none;
+//! - GR00T N1.6 (an Isaac-GR00T checkpoint): the embodiment's video `modality_keys` in
+//!   `processor_config.json`, as given ([`super::gr00t_n1_6`] writes them).
 
 use super::{ckpt_err, Kind};
 use crate::gguf::{GgufWriter, Value};
@@ -39,6 +41,12 @@ pub(crate) fn write(
 
 /// The camera names in the reference's order.
 pub(crate) fn names(ckpt: &Path, kind: Kind) -> Result<Vec<String>> {
+    if kind == Kind::Gr00tN16 {
+        return Err(ckpt_err(
+            ckpt,
+            "an Isaac-GR00T checkpoint names its cameras per embodiment (convert::gr00t_n1_6)",
+        ));
+    }
     let config = ckpt.join("config.json");
     let visual = visual_features(&config)?;
     Ok(match kind {

@@ -15,6 +15,8 @@ pub enum Kind {
     Pi0,
     Pi05,
     Gr00tN15,
+    /// An Isaac-GR00T N1.6 checkpoint (no lerobot policy: `config.json`'s `model_type`).
+    Gr00tN16,
     Gr00tN17,
     VlaJepa,
     Evo1,
@@ -25,11 +27,12 @@ pub enum Kind {
 const N17_PACK: &str = "groot_n1_7_pack_inputs_v1";
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Smolvla,
         Kind::Pi0,
         Kind::Pi05,
         Kind::Gr00tN15,
+        Kind::Gr00tN16,
         Kind::Gr00tN17,
         Kind::VlaJepa,
         Kind::Evo1,
@@ -43,6 +46,7 @@ impl Kind {
             Kind::Pi0 => "pi0",
             Kind::Pi05 => "pi05",
             Kind::Gr00tN15 => "gr00t_n1_5",
+            Kind::Gr00tN16 => "gr00t_n1_6",
             Kind::Gr00tN17 => "gr00t_n1_7",
             Kind::VlaJepa => "vla_jepa",
             Kind::Evo1 => "evo1",
@@ -57,6 +61,7 @@ impl Kind {
             Kind::Pi0 => "pi0",
             Kind::Pi05 => "pi0.5",
             Kind::Gr00tN15 => "GR00T N1.5",
+            Kind::Gr00tN16 => "GR00T N1.6",
             Kind::Gr00tN17 => "GR00T N1.7",
             Kind::VlaJepa => "VLA-JEPA",
             Kind::Evo1 => "Evo-1",
@@ -92,6 +97,9 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
         ));
     }
     let json = read_json(&config)?;
+    if json.get("model_type").and_then(|t| t.as_str()) == Some("Gr00tN1d6") {
+        return Ok(Kind::Gr00tN16);
+    }
     let Some(ty) = json.get("type").and_then(|t| t.as_str()) else {
         return Err(ckpt_err(
             &config,

@@ -72,6 +72,7 @@ pub fn convert(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<Converted> {
+    super::detect::expect(ckpt, super::Kind::Gr00tN16)?;
     let dtype = super::float_dtype(opts.dtype)?;
     let mut notes = Vec::new();
     let read = |name: &str| -> Result<(PathBuf, serde_json::Value)> {
@@ -159,10 +160,15 @@ pub fn convert(
         },
     )?;
     config::check(&config, config.arch())?;
+    let (lo, hi) = if percentiles {
+        ("q01", "q99")
+    } else {
+        ("min", "max")
+    };
     notes.push(format!(
-        "embodiment {tag}: statistics ({}) per group, clipped; frames {0}x{0}, {1} tokens a camera",
-        config.vision.image_size,
-        config.n_img_tokens(),
+        "embodiment {tag}: statistics {lo}/{hi} per group, clipped; frames {s}x{s}, {n} tokens a camera",
+        s = config.vision.image_size,
+        n = config.n_img_tokens(),
     ));
 
     let mut map = super::siglip_name_map(VIT, config.vision.layers);
@@ -214,6 +220,19 @@ pub fn convert(
         "Isaac-GR00T N1.6 checkpoint (vla-convert)",
     )?;
     super::ship_tokenizer(&mut w, &tokenizer, &eagle, config.lm.vocab_size, &mut notes)?;
+    let cameras: Vec<String> = modality
+        .get("video")
+        .and_then(|v| v.get("modality_keys"))
+        .and_then(|k| k.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|k| k.as_str().map(str::to_owned))
+        .collect();
+    notes.push(format!("cameras, in order: {}", cameras.join(", ")));
+    w.add_metadata(
+        crate::models::common::CAMERA_NAMES_KEY,
+        crate::gguf::Value::from_strs(&cameras),
+    )?;
     let mut shapes = config.tensor_shapes()?;
     shapes.retain(|(n, _)| !derived.iter().any(|(d, _, _)| d == n));
     let tensors = super::Tensors {

@@ -69,6 +69,14 @@ pub const ARCHS: &[Arch] = &[
         },
     },
     Arch {
+        name: gr00t_n1_6::ARCH,
+        open: open::<gr00t_n1_6::Gr00tN16Config>,
+        random: |full, seed, ty| match full {
+            true => random(&presets::gr00t_n1_6_full_config(), seed, ty),
+            false => random(&presets::gr00t_n1_6_small_config(), seed, ty),
+        },
+    },
+    Arch {
         name: gr00t_n1_7::ARCH,
         open: open::<gr00t_n1_7::Gr00tN17Config>,
         random: |full, seed, ty| match full {

@@ -20,6 +20,7 @@ macro_rules! arch_cases {
             pi0 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi0), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
             pi05 { gguf: |seed| with_tokenizer(&pi0::small_config(Variant::Pi05), seed), state: StateInput::PromptOnly, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
             gr00t_n1_5 { gguf: |seed| with_tokenizer(&presets::gr00t_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
+            gr00t_n1_6 { gguf: |seed| with_tokenizer(&presets::gr00t_n1_6_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
             gr00t_n1_7 { gguf: |seed| with_tokenizer(&presets::gr00t_n1_7_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
             vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
             evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },

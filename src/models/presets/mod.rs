@@ -5,6 +5,7 @@
 mod act;
 mod evo1;
 mod gr00t;
+mod gr00t16;
 
 pub use act::{act_full_config, act_small_config};
 pub use evo1::{evo1_full_config, evo1_small_config};
@@ -12,6 +13,7 @@ pub use gr00t::{
     gr00t_full_config, gr00t_n1_7_full_config, gr00t_n1_7_small_config, gr00t_small_config,
     vla_jepa_full_config, vla_jepa_small_config,
 };
+pub use gr00t16::{gr00t_n1_6_full_config, gr00t_n1_6_small_config};
 
 use super::common::{add_random_tensors, ActionIo};
 use super::flow::FlowArch;

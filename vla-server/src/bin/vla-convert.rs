@@ -6,6 +6,7 @@
 //! vla-convert pi0 --ckpt path/to/lerobot_pi0_ckpt --out pi0.gguf [--tokenizer tokenizer.json]
 //! vla-convert pi05 --ckpt path/to/lerobot_pi05_ckpt --out pi05.gguf
 //! vla-convert gr00t_n1_5 --ckpt path/to/lerobot_groot_ckpt --out gr00t.gguf [--eagle DIR] [--base DIR]
+//! vla-convert gr00t_n1_6 --ckpt path/to/isaac_gr00t_n16_ckpt --out gr00t16.gguf [--backbone DIR] [--embodiment TAG]
 //! vla-convert gr00t_n1_7 --ckpt path/to/lerobot_groot_n17_ckpt --out gr00t17.gguf [--base DIR] [--backbone DIR]
 //! vla-convert vla_jepa --ckpt path/to/lerobot_vla_jepa_ckpt --out vla_jepa.gguf [--backbone DIR] [--jepa DIR]
 //! vla-convert evo1 --ckpt path/to/lerobot_evo1_ckpt --out evo1.gguf [--backbone DIR]
@@ -16,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use vla::convert::{act, evo1, gr00t, gr00t_n1_7, pi0, smolvla, vla_jepa, Kind};
+use vla::convert::{act, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, pi0, smolvla, vla_jepa, Kind};
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
 use vla::modules::vision::PatchPositions;
@@ -34,8 +35,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Any lerobot checkpoint folder: the arch is read from its config.json ("type"; GR00T
-    /// N1.5 or N1.7 from its pre-processor) and the matching conversion runs. Takes every
+    /// Any lerobot checkpoint folder (or an Isaac-GR00T N1.6 one): the arch is read from its
+    /// config.json ("type"; GR00T N1.5 or N1.7 from its pre-processor; N1.6 from
+    /// "model_type") and the matching conversion runs. Takes every
     /// subcommand's options; one that does not apply to the checkpoint is refused.
     Auto(AutoArgs),
     /// A lerobot SmolVLA checkpoint folder: config.json, model.safetensors and the
@@ -50,6 +52,11 @@ enum Command {
     /// processor folder (config, tokenizer).
     #[command(name = "gr00t_n1_5")]
     Gr00tN15(Gr00tArgs),
+    /// An Isaac-GR00T N1.6 checkpoint folder (config.json of model_type Gr00tN1d6,
+    /// model.safetensors, processor_config.json, statistics.json, embodiment_id.json), with
+    /// the Eagle Block2A-2B-v2 folder (config, tokenizer).
+    #[command(name = "gr00t_n1_6")]
+    Gr00tN16(Gr00tN16Args),
     /// A lerobot GR00T N1.7 checkpoint folder (config.json, model.safetensors, processor
     /// files), with the GR00T N1.7 model folder its base_model_path names and the Qwen3-VL
     /// folder (config, preprocessor config, tokenizer) that folder's model_name names.
@@ -158,6 +165,20 @@ struct Gr00tArgs {
 }
 
 #[derive(clap::Args)]
+struct Gr00tN16Args {
+    #[command(flatten)]
+    common: Common,
+    /// The Eagle Block2A-2B-v2 folder (config.json with the vision and text sizes, the
+    /// tokenizer), shipped with Isaac-GR00T's code; default: <ckpt>/eagle.
+    #[arg(long)]
+    backbone: Option<PathBuf>,
+    /// The embodiment whose statistics the file keeps; default: the only one
+    /// statistics.json holds, else new_embodiment.
+    #[arg(long)]
+    embodiment: Option<String>,
+}
+
+#[derive(clap::Args)]
 struct Gr00tN17Args {
     #[command(flatten)]
     common: Common,
@@ -215,9 +236,12 @@ struct AutoArgs {
     /// As `gr00t_n1_5 --base` and `gr00t_n1_7 --base`.
     #[arg(long)]
     base: Option<PathBuf>,
-    /// As `gr00t_n1_7`, `vla_jepa` and `evo1 --backbone`.
+    /// As `gr00t_n1_6`, `gr00t_n1_7`, `vla_jepa` and `evo1 --backbone`.
     #[arg(long)]
     backbone: Option<PathBuf>,
+    /// As `gr00t_n1_6 --embodiment`.
+    #[arg(long)]
+    embodiment: Option<String>,
     /// As `vla_jepa --jepa`.
     #[arg(long)]
     jepa: Option<PathBuf>,
@@ -260,6 +284,7 @@ fn main() {
         Command::Pi0(args) => convert_pi(args, Kind::Pi0),
         Command::Pi05(args) => convert_pi(args, Kind::Pi05),
         Command::Gr00tN15(args) => convert_gr00t(args),
+        Command::Gr00tN16(args) => convert_gr00t_n1_6(args),
         Command::Gr00tN17(args) => convert_gr00t_n1_7(args),
         Command::VlaJepa(args) => convert_vla_jepa(args),
         Command::Evo1(args) => convert_evo1(args),
@@ -373,6 +398,38 @@ fn convert_gr00t(args: Gr00tArgs) -> Result<()> {
         c.io.n_images,
         c.io.chunk_size,
         c.io.action_dim,
+        c.embodiments.default,
+        GgmlType::from(dtype),
+    );
+    Ok(())
+}
+
+fn convert_gr00t_n1_6(args: Gr00tN16Args) -> Result<()> {
+    let (ckpt, out, dtype) = args.common.checked()?;
+    let opts = gr00t_n1_6::Options {
+        dtype: Some(dtype.into()),
+        backbone: args.backbone,
+        embodiment: args.embodiment,
+    };
+    let converted = with_progress(|p| gr00t_n1_6::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): gr00t_n1_6, vision {}x{} ({}px, {} tokens a camera), LM {}x{}, DiT {}x{}, {} cameras, chunk {}x{} ({} returned), default embodiment {}, weights {}",
+        out.display(),
+        c.vision.hidden,
+        c.vision.layers,
+        c.vision.image_size,
+        c.n_img_tokens(),
+        c.lm.hidden,
+        c.lm.n_layers,
+        c.dit.width(),
+        c.dit.layers,
+        c.io.n_images,
+        c.io.chunk_size,
+        c.io.action_dim,
+        c.valid_horizon,
         c.embodiments.default,
         GgmlType::from(dtype),
     );
@@ -538,7 +595,7 @@ fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
 fn convert_auto(a: AutoArgs) -> Result<()> {
     use Kind::*;
     let kind = vla::convert::detect(&a.common.ckpt)?;
-    let given: [(&str, bool, &[Kind]); 9] = [
+    let given: [(&str, bool, &[Kind]); 10] = [
         ("--vlm-config", a.vlm_config.is_some(), &[Smolvla]),
         ("--vit-positions", a.vit_positions.is_some(), &[Smolvla]),
         ("--sizes", a.sizes.is_some(), &[Pi0, Pi05]),
@@ -547,8 +604,9 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
         (
             "--backbone",
             a.backbone.is_some(),
-            &[Gr00tN17, VlaJepa, Evo1],
+            &[Gr00tN16, Gr00tN17, VlaJepa, Evo1],
         ),
+        ("--embodiment", a.embodiment.is_some(), &[Gr00tN16]),
         ("--jepa", a.jepa.is_some(), &[VlaJepa]),
         (
             "--tokenizer",
@@ -597,6 +655,11 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
             eagle: a.eagle,
             base: a.base,
             tokenizer: a.tokenizer,
+        }),
+        Gr00tN16 => convert_gr00t_n1_6(Gr00tN16Args {
+            common,
+            backbone: a.backbone,
+            embodiment: a.embodiment,
         }),
         Gr00tN17 => convert_gr00t_n1_7(Gr00tN17Args {
             common,
