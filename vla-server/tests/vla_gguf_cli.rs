@@ -130,7 +130,7 @@ fn demo_writes_small_models_of_each_arch() {
     assert!(err.contains("\"octo\"") || err.contains("'octo'"), "{err}");
     assert!(
         err.contains(
-            "[possible values: smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_7, vla_jepa, evo1, act]"
+            "[possible values: smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_6, gr00t_n1_7, vla_jepa, evo1, act]"
         ),
         "{err}"
     );

@@ -11,9 +11,8 @@ use crate::modules::gr00t_head::{vl_context, Gr00tHead, HeadLinears};
 use crate::modules::vision::embed_images;
 use crate::Result;
 
-/// 1 at the sequence's non-image and image tokens, `[L]` each: inputs of [`denoise`].
-pub const TEXT_ROWS: &str = "text_rows";
-pub const IMAGE_ROWS: &str = "image_rows";
+use crate::models::gr00t_n1_7::graphs::alternating_masks;
+pub use crate::models::gr00t_n1_7::graphs::{IMAGE_ROWS, TEXT_ROWS};
 
 /// `image.{i}` `[3, S, S]` in [-1, 1] -> image tokens `[n_images * T, hidden]` (SigLIP2,
 /// pixel unshuffle, `mlp1`).
@@ -77,15 +76,15 @@ pub fn denoise(mut g: GraphBuilder, cfg: &Gr00tN16Config) -> Result<Graph> {
     let inputs = head.inputs(&mut g, l);
     let text = g.input(TEXT_ROWS, &[l]);
     let image = g.input(IMAGE_ROWS, &[l]);
-    let text = g.mul(valid, text)?;
-    let text = valid_rows(&mut g, text, s)?;
-    let image = valid_rows(&mut g, image, s)?;
-    let masks: Vec<NodeId> = (0..cross_blocks(&cfg.dit))
-        .map(|j| match cfg.attends_text(2 * j) {
-            true => text,
-            false => image,
-        })
-        .collect();
+    let blocks = cross_blocks(&cfg.dit);
+    let masks = alternating_masks(
+        &mut g,
+        valid,
+        (text, image),
+        s,
+        |j| cfg.attends_text(2 * j),
+        blocks,
+    )?;
     let v = head.velocity(&mut g, inputs, &masks)?;
     g.build(&[v])
 }

@@ -80,25 +80,47 @@ pub fn denoise(mut g: GraphBuilder, cfg: &Gr00tN17Config) -> Result<Graph> {
         true => {
             let text = g.input(TEXT_ROWS, &[l]);
             let image = g.input(IMAGE_ROWS, &[l]);
-            (text, valid_rows(&mut g, image, s)?)
+            (text, image)
         }
         false => {
             let is_image = cfg.image_rows();
             let text = mask_constant(&mut g, "mask.text_tokens", 1, l, |_, j| !is_image[j])?;
-            let image = mask_constant(&mut g, "mask.image_tokens", s, l, |_, j| is_image[j])?;
-            (g.reshape(text, &[l])?, image)
+            let image = mask_constant(&mut g, "mask.image_tokens", 1, l, |_, j| is_image[j])?;
+            (g.reshape(text, &[l])?, g.reshape(image, &[l])?)
         }
     };
+    let masks = alternating_masks(
+        &mut g,
+        valid,
+        (text, image),
+        s,
+        |j| cfg.attends_text(2 * j),
+        cross_blocks(&cfg.dit),
+    )?;
+    let v = head.velocity(&mut g, inputs, &masks)?;
+    g.build(&[v])
+}
+
+/// The masks `[s, L]` of an AlternateVLDiT's `blocks` cross-attending blocks: block `j` sees
+/// the real text rows (`text` times `valid`) where `attends_text(j)`, else the image rows
+/// (`text`, `image`: `[L]`, 1 at the sequence's non-image and image tokens).
+pub fn alternating_masks(
+    g: &mut GraphBuilder,
+    valid: NodeId,
+    (text, image): (NodeId, NodeId),
+    s: usize,
+    attends_text: impl Fn(usize) -> bool,
+    blocks: usize,
+) -> Result<Vec<NodeId>> {
     let text = g.mul(valid, text)?;
-    let text = valid_rows(&mut g, text, s)?;
-    let masks: Vec<NodeId> = (0..cross_blocks(&cfg.dit))
-        .map(|j| match cfg.attends_text(2 * j) {
+    let text = valid_rows(g, text, s)?;
+    let image = valid_rows(g, image, s)?;
+    Ok((0..blocks)
+        .map(|j| match attends_text(j) {
             true => text,
             false => image,
         })
-        .collect();
-    let v = head.velocity(&mut g, inputs, &masks)?;
-    g.build(&[v])
+        .collect())
 }
 
 /// The action head: its DiT, encoders and decoder stored as PerEmbodiment.
