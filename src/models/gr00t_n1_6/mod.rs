@@ -9,8 +9,8 @@
 //! returned.
 //!
 //! The images follow the instruction, so where their tokens sit depends on its length: each
-//! request places them ([`crate::modules::flow::names::IMAGE_PLACES`]) and says which rows the DiT's text and image
-//! blocks see ([`graphs::TEXT_ROWS`], [`graphs::IMAGE_ROWS`]).
+//! request places them ([`crate::modules::flow::names::IMAGE_PLACES`]) and says which rows
+//! the DiT's text and image blocks see ([`graphs::TEXT_ROWS`], [`graphs::IMAGE_ROWS`]).
 
 use super::common::{statistics, ActionIo};
 use super::embodiment::Embodiments;
@@ -232,8 +232,10 @@ impl FlowArch for Gr00tN16Config {
 
     const GRAPHS: [GraphFn<Self>; 3] = [graphs::vision, graphs::prefill, graphs::denoise];
 
+    /// Isaac's `formalize_language` of the task as given (no default task: an empty one stays
+    /// empty).
     fn prompt_text(&self, task: &str, _state: &[f32]) -> String {
-        super::gr00t_n1_7::formalize(task)
+        super::gr00t_n1_7::formalize_language(task)
     }
 
     /// `before ++ instruction ++ after`, right-padded; where the image tokens sit and which
@@ -281,3 +283,15 @@ impl FlowArch for Gr00tN16Config {
 
 /// Graph builders, shared by the policy and by tests that inspect intermediate tensors.
 pub mod graphs;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_task_is_formalized_as_given() {
+        let cfg = Gr00tN16Config::default();
+        assert_eq!(cfg.prompt_text("Pick up the cup!", &[]), "pick up the cup");
+        assert_eq!(cfg.prompt_text("", &[]), "");
+    }
+}

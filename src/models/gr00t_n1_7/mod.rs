@@ -211,14 +211,20 @@ impl Gr00tN17Config {
     }
 }
 
-/// lerobot's `formalize_language`: lowercase, then only letters, digits, whitespace and `_`
-/// kept; an empty task is "Perform the task.".
+/// lerobot's `formalize_language`: an empty task is "Perform the task.", then
+/// [`formalize_language`].
 pub fn formalize(task: &str) -> String {
     let task = if task.is_empty() {
         "Perform the task."
     } else {
         task
     };
+    formalize_language(task)
+}
+
+/// Isaac-GR00T's `formalize_language`: lowercase, then only letters, digits, whitespace and
+/// `_` kept (`re.sub(r"[^\w\s]", "", text.lower())`).
+pub fn formalize_language(task: &str) -> String {
     task.to_lowercase()
         .chars()
         .filter(|c| c.is_alphanumeric() || c.is_whitespace() || *c == '_')
