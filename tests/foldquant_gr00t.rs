@@ -1,4 +1,4 @@
-//! FoldQuant files of GR00T N1.5 and N1.7 (vla.cpp's sites: the Qwen3 language model's
+//! FoldQuant files of GR00T N1.5, N1.6 and N1.7 (vla.cpp's sites: the Qwen3 language model's
 //! decoder projections and the DiT blocks' `aex.dit.{i}.{attn_q, attn_k, attn_v, attn_o,
 //! ff0, ff2}` with their biases; the VL self-attention, adaLN, encoders and towers stay
 //! float), from our export and from an independent writer, run as integers on cpu and
@@ -9,9 +9,11 @@ mod support;
 use support::{chunk_on, cosine};
 use vla::foldquant::{dequantized, export, FoldQuant, Module, Scheme};
 use vla::gguf::{GgmlType, GgufFile};
-use vla::models::presets::{gr00t_n1_7_small_config, gr00t_small_config, random_writer};
+use vla::models::presets::{
+    gr00t_n1_6_small_config, gr00t_n1_7_small_config, gr00t_small_config, random_writer,
+};
 
-/// The small GR00T N1.5 and N1.7 with every language-model and DiT projection a multiple of
+/// The small GR00T N1.5, N1.6 and N1.7 with every language-model and DiT projection a multiple of
 /// 64 (heads of 32, FFNs of 128, DiT 2 x 32), as float files.
 fn float_models() -> Vec<(&'static str, Vec<u8>)> {
     let mut n15 = gr00t_small_config();
@@ -19,6 +21,11 @@ fn float_models() -> Vec<(&'static str, Vec<u8>)> {
     n15.lm.inter = 128;
     n15.dit.head_dim = 32;
     n15.head.embed = 64;
+    let mut n16 = gr00t_n1_6_small_config();
+    n16.attn.head_dim = 32;
+    n16.lm.inter = 128;
+    n16.dit.head_dim = 32;
+    n16.head.embed = 64;
     let mut n17 = gr00t_n1_7_small_config();
     n17.attn.head_dim = 32;
     n17.mrope.sections = [6, 5, 5];
@@ -30,6 +37,10 @@ fn float_models() -> Vec<(&'static str, Vec<u8>)> {
         (
             "gr00t_n1_5",
             bytes(random_writer(&n15, 3, GgmlType::F32, None).unwrap()),
+        ),
+        (
+            "gr00t_n1_6",
+            bytes(random_writer(&n16, 3, GgmlType::F32, None).unwrap()),
         ),
         (
             "gr00t_n1_7",

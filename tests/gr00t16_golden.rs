@@ -15,7 +15,7 @@ use vla::gguf::GgmlType;
 use vla::models::common::text_rows;
 use vla::models::flow::FlowArch;
 use vla::models::gr00t_n1_6::{graphs, Gr00tN16Config};
-use vla::policy::{ImageData, Observation};
+use vla::policy::{ImageData, Observation, RuntimeOptions};
 use vla::preprocess::area::{gr00t_frame, letterbox};
 use vla::Tensor;
 
@@ -155,4 +155,78 @@ flow_golden_tests! { fixture, "GR00T N1.6", matches_isaac, bf16_weights_stay_clo
 fn text_prompt_gives_isaacs_chunk() {
     let fx = fixture();
     fx.text_prompt_gives_the_chunk(fx.task(), "text prompt: chunk", TOL);
+}
+
+/// vla.cpp's file of Isaac-GR00T's model, written by an independent writer as vla.cpp's
+/// converter writes the checkpoint with `--vision-size` at Isaac's frame
+/// (tests/interop/vlacpp_gr00t16_writer.py: numpy + gguf-py), loads as it is and, given
+/// Isaac's whole prompt as ids (what vla.cpp's clients send, image slots included) and the
+/// checkpoint's embodiment (vla.cpp's default, `gr1` = 20, is past this model's 12 and
+/// refused by name), gives Isaac's chunk in world units (the file's own statistics) on every
+/// backend. Without image slots the image tokens go first (vla.cpp's rule). The file's
+/// FoldQuant form (the independent writer's) runs as integers.
+#[test]
+fn vlacpp_layout_gives_isaacs_chunk() {
+    let fx = fixture();
+    let gguf = std::env::temp_dir().join(format!("vla-vlacpp-gr00t16-{}.gguf", std::process::id()));
+    support::interop(
+        "vlacpp_gr00t16_writer.py",
+        &[fx.dir.as_os_str(), gguf.as_os_str()],
+    );
+    let cfg = fx.config();
+    let mut obs = fx.observation(&cfg);
+    let ids: Vec<i32> = fx.g.i64("token_ids").iter().map(|&t| t as i32).collect();
+    obs.tokens = Some(ids.clone());
+    let open = |backend: &str, embodiment: Option<&str>| {
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            embodiment: embodiment.map(str::to_owned),
+            ..Default::default()
+        };
+        vla::models::from_gguf(vla::gguf::GgufFile::open(&gguf).unwrap(), &opts)
+    };
+    let e = open("cpu", None).err().unwrap().to_string();
+    assert!(e.contains("\"gr1\": id 20"), "{e}");
+    let tag = Some("new_embodiment");
+    for backend in support::golden::backends() {
+        if support::open(backend).is_none() {
+            continue;
+        }
+        let mut m = open(backend, tag).unwrap();
+        assert_eq!(m.info().embodiment.as_deref(), Some("new_embodiment (10)"));
+        let chunk = m.predict(&obs).unwrap();
+        let what = format!("{backend}: vla.cpp-layout GR00T N1.6: action chunk (8 of 16 rows)");
+        check(&what, &chunk.actions, &fx.actions(), TOL);
+    }
+    let mut m = open("cpu", tag).unwrap();
+    let image = cfg.head.image_token as i32;
+    obs.tokens = Some(ids.iter().copied().filter(|&t| t != image).collect());
+    let first = m.predict(&obs).unwrap().actions;
+    assert!(first.iter().all(|x| x.is_finite()));
+    assert_ne!(first, fx.actions());
+    obs.tokens = Some(ids[1..].to_vec());
+    obs.tokens.as_mut().unwrap().retain(|&t| t != image);
+    obs.tokens.as_mut().unwrap().push(image);
+    let e = m.predict(&obs).unwrap_err().to_string();
+    assert!(e.contains("image tokens"), "{e}");
+    // vla.cpp's FoldQuant file of it (the independent writer's W8A8: the language model's
+    // output projections, whose sides are multiples of 64) runs as integers, near Isaac's.
+    let fq = gguf.with_extension("fq.gguf");
+    support::interop(
+        "foldquant_writer.py",
+        &[gguf.as_os_str(), fq.as_os_str(), "w8a8".as_ref()],
+    );
+    let opts = RuntimeOptions {
+        embodiment: tag.map(str::to_owned),
+        ..Default::default()
+    };
+    let mut m = vla::models::from_gguf(vla::gguf::GgufFile::open(&fq).unwrap(), &opts).unwrap();
+    let dtypes = m.info().weight_dtypes.clone();
+    assert!(dtypes.contains("I8"), "{dtypes}");
+    obs.tokens = Some(ids);
+    let cos = support::cosine(&m.predict(&obs).unwrap().actions, &fx.actions());
+    eprintln!("vla.cpp-layout GR00T N1.6, FoldQuant W8A8 as integers: cosine to Isaac {cos:.6}");
+    assert!(cos > 0.999, "cosine {cos}");
+    std::fs::remove_file(&gguf).ok();
+    std::fs::remove_file(&fq).ok();
 }

@@ -18,7 +18,7 @@ use crate::layers::GatedActivation;
 use crate::models::common::ActionIo;
 use crate::models::embodiment::Embodiments;
 use crate::models::flow::FlowArch;
-use crate::models::gr00t_n1_6::Gr00tN16Config;
+use crate::models::gr00t_n1_6::{tables, Gr00tN16Config};
 use crate::models::gr00t_n1_7::stats::group_bounds;
 use crate::models::gr00t_n1_7::FrameConfig;
 use crate::models::prompt::PromptIds;
@@ -427,27 +427,16 @@ pub fn eagle_prompt(tok: &Tokenizer, cameras: usize, n_img: usize) -> Result<Pro
 fn derived_tensors(st: &Safetensors, cfg: &Gr00tN16Config) -> Result<Vec<super::qwen::Converted>> {
     let (d, p) = (cfg.vision.hidden, cfg.vision.patch_size);
     let lin = st.f32(&format!("{VIT}embeddings.patch_embedding.weight"))?;
-    if lin.len() != d * p * p * 3 {
-        return Err(ckpt_err(
+    let kernel = tables::patch_kernel(&lin, d, p).ok_or_else(|| {
+        ckpt_err(
             st.path(),
             format!(
                 "patch_embedding: {} values, expected [{d}, {}]",
                 lin.len(),
                 p * p * 3
             ),
-        ));
-    }
-    let mut kernel = vec![0f32; d * 3 * p * p];
-    for o in 0..d {
-        for c in 0..3 {
-            for y in 0..p {
-                for x in 0..p {
-                    kernel[((o * 3 + c) * p + y) * p + x] =
-                        lin[o * p * p * 3 + (y * p + x) * 3 + c];
-                }
-            }
-        }
-    }
+        )
+    })?;
     let table = st.f32(&format!("{VIT}embeddings.position_embedding.weight"))?;
     let n = table.len() / d.max(1);
     let side = (n as f64).sqrt().round() as usize;
@@ -457,26 +446,18 @@ fn derived_tensors(st: &Safetensors, cfg: &Gr00tN16Config) -> Result<Vec<super::
     }
     let pos = bilinear_enlarge(&table, side, d, grid);
     let bias = st.f32(&format!("{VIT}embeddings.patch_embedding.bias"))?;
-    // pixel_unshuffle's channel c * s^2 + dy * s + dx -> ours (s dy + dx) * C + c
     let s = cfg.pixel_shuffle;
     let wide = d * s * s;
-    let ours_of = |theirs: usize| {
-        let (c, blk) = (theirs / (s * s), theirs % (s * s));
-        blk * d + c
+    let reorder = |name: &str| -> Result<Vec<f32>> {
+        tables::connector_channels(&st.f32(&format!("{MLP1}{name}"))?, d, s)
+            .ok_or_else(|| ckpt_err(st.path(), format!("mlp1.{name}: rows of {wide} expected")))
     };
-    let reorder = |v: &[f32], rows: usize| {
-        let mut out = vec![0f32; v.len()];
-        for r in 0..rows {
-            for j in 0..wide {
-                out[r * wide + ours_of(j)] = v[r * wide + j];
-            }
-        }
-        out
-    };
-    let ln_w = reorder(&st.f32(&format!("{MLP1}0.weight"))?, 1);
-    let ln_b = reorder(&st.f32(&format!("{MLP1}0.bias"))?, 1);
+    let (ln_w, ln_b, fc1) = (
+        reorder("0.weight")?,
+        reorder("0.bias")?,
+        reorder("1.weight")?,
+    );
     let h = cfg.lm.hidden;
-    let fc1 = reorder(&st.f32(&format!("{MLP1}1.weight"))?, h);
     Ok(vec![
         ("vit.patch_embd.weight".into(), vec![d, 3, p, p], kernel),
         ("vit.patch_embd.bias".into(), vec![d], bias),

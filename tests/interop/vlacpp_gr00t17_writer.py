@@ -43,7 +43,7 @@ import sys
 import numpy as np
 import gguf
 
-from vlacpp_gr00t_writer import PROJECTORS, QWEN3, count, write_blocks
+from vlacpp_gr00t_writer import QWEN3, count, write_blocks, write_dit, write_projectors
 from vlacpp_layout import decoder_layers, finish, safetensors
 
 VIT = "backbone.model.model.visual"
@@ -101,7 +101,6 @@ def main(ckpt, out):
     embd = embd if embd in sd else "backbone.model.lm_head.weight"  # tied, as the snapshot's
     q0, k0 = sd[f"{LM}.layers.0.self_attn.q_proj.weight"], sd[f"{LM}.layers.0.self_attn.k_proj.weight"]
     head_dim = sd[f"{LM}.layers.0.self_attn.q_norm.weight"].shape[0]
-    dit = f"{AH}.model.transformer_blocks"
     vlsa = f"{AH}.vl_self_attention.transformer_blocks"
     dmc, vsc = cfg["diffusion_model_cfg"], cfg["vl_self_attention_cfg"]
     target = cfg["image_target_size"][0]
@@ -158,18 +157,9 @@ def main(ckpt, out):
     add("aex.vlln.weight", sd[f"{AH}.vlln.weight"])
     add("aex.vlln.bias", sd[f"{AH}.vlln.bias"])
     write_blocks(add, sd, vlsa, "aex.vlsa", vsc["num_layers"], adaln=False)
-    for s, d in PROJECTORS:
-        add(f"{d}.W", sd[f"{AH}.{s}.W"])
-        add(f"{d}.b", sd[f"{AH}.{s}.b"])
+    write_projectors(add, sd, AH)
     add("aex.pos_embd", sd[f"{AH}.position_embedding.weight"])
-    te = f"{AH}.model.timestep_encoder.timestep_embedder.linear_"
-    for j in (1, 2):
-        add(f"aex.dit.time_emb.l{j}.weight", sd[f"{te}{j}.weight"])
-        add(f"aex.dit.time_emb.l{j}.bias", sd[f"{te}{j}.bias"])
-    write_blocks(add, sd, dit, "aex.dit", dmc["num_layers"], adaln=True)
-    for j in (1, 2):
-        add(f"aex.dit.proj_out{j}.weight", sd[f"{AH}.model.proj_out_{j}.weight"])
-        add(f"aex.dit.proj_out{j}.bias", sd[f"{AH}.model.proj_out_{j}.bias"])
+    write_dit(add, sd, AH)
     finish(w)
 
 

@@ -81,6 +81,27 @@ def write_blocks(add, sd, src, dst, n, adaln):
             add(f"{d}.{b}.bias", sd[f"{s}.{a}.bias"])
 
 
+def write_projectors(add, sd, ah):
+    """vla.cpp's `write_gr00t_projectors`: the embodiment MLPs under `ah` as stored ([E, in, out])."""
+    for s, d in PROJECTORS:
+        add(f"{d}.W", sd[f"{ah}.{s}.W"])
+        add(f"{d}.b", sd[f"{ah}.{s}.b"])
+
+
+def write_dit(add, sd, ah):
+    """vla.cpp's `write_gr00t_time_embed`, `write_dit_blocks` and `write_gr00t_proj_out`: the DiT
+    under `ah`.model."""
+    te = f"{ah}.model.timestep_encoder.timestep_embedder.linear_"
+    for j in (1, 2):
+        add(f"aex.dit.time_emb.l{j}.weight", sd[f"{te}{j}.weight"])
+        add(f"aex.dit.time_emb.l{j}.bias", sd[f"{te}{j}.bias"])
+    dit = f"{ah}.model.transformer_blocks"
+    write_blocks(add, sd, dit, "aex.dit", count(sd, dit, "attn1.to_q.weight"), adaln=True)
+    for j in (1, 2):
+        add(f"aex.dit.proj_out{j}.weight", sd[f"{ah}.model.proj_out_{j}.weight"])
+        add(f"aex.dit.proj_out{j}.bias", sd[f"{ah}.model.proj_out_{j}.bias"])
+
+
 def main(ckpt, out, stats_out):
     sd = {k.removeprefix("_groot_model."): v
           for k, v in safetensors(f"{ckpt}/model.safetensors").items()}
@@ -147,19 +168,10 @@ def main(ckpt, out, stats_out):
     add("aex.vlln.weight", sd[f"{AH}.vlln.weight"])
     add("aex.vlln.bias", sd[f"{AH}.vlln.bias"])
     write_blocks(add, sd, vlsa, "aex.vlsa", count(sd, vlsa, "attn1.to_q.weight"), adaln=False)
-    for s, d in PROJECTORS:
-        add(f"{d}.W", sd[f"{AH}.{s}.W"])
-        add(f"{d}.b", sd[f"{AH}.{s}.b"])
+    write_projectors(add, sd, AH)
     add("aex.future_tokens", sd[f"{AH}.future_tokens.weight"])
     add("aex.pos_embd", sd[f"{AH}.position_embedding.weight"])
-    te = f"{AH}.model.timestep_encoder.timestep_embedder.linear_"
-    for j in (1, 2):
-        add(f"aex.dit.time_emb.l{j}.weight", sd[f"{te}{j}.weight"])
-        add(f"aex.dit.time_emb.l{j}.bias", sd[f"{te}{j}.bias"])
-    write_blocks(add, sd, dit, "aex.dit", count(sd, dit, "attn1.to_q.weight"), adaln=True)
-    for j in (1, 2):
-        add(f"aex.dit.proj_out{j}.weight", sd[f"{AH}.model.proj_out_{j}.weight"])
-        add(f"aex.dit.proj_out{j}.bias", sd[f"{AH}.model.proj_out_{j}.bias"])
+    write_dit(add, sd, AH)
     finish(w)
 
     # vla.cpp's _write_lerobot_stats: the pack step's state min / max, the unnormalizer's

@@ -33,13 +33,14 @@ def siglip_layers(sd, vis):
     return n
 
 
-def write_siglip(add, sd, vis):
-    """The SigLIP tower under `vis` as vla.cpp names it: the patch embedding as the 4-D
-    convolution, `vit.pos_embd` without `.weight`, `vit.blk.{i}.*`, `vit.post_ln`."""
+def write_siglip(add, sd, vis, pos=None):
+    """The SigLIP tower under `vis` as vla.cpp names it (`write_siglip_tower`): the patch
+    embedding as stored (SigLIP's 4-D convolution, SigLIP2's Linear), `vit.pos_embd` without
+    `.weight` (`pos` where given, else the stored table), `vit.blk.{i}.*`, `vit.post_ln`."""
     e = f"{vis}.embeddings"
     add("vit.patch_embd.weight", sd[f"{e}.patch_embedding.weight"])
     add("vit.patch_embd.bias", sd[f"{e}.patch_embedding.bias"])
-    add("vit.pos_embd", sd[f"{e}.position_embedding.weight"])
+    add("vit.pos_embd", sd[f"{e}.position_embedding.weight"] if pos is None else pos)
     for i in range(siglip_layers(sd, vis)):
         L = f"{vis}.encoder.layers.{i}"
         for s, d in [("layer_norm1", "ln1"), ("layer_norm2", "ln2"), ("self_attn.q_proj", "attn_q"),

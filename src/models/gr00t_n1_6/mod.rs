@@ -53,7 +53,8 @@ pub struct Gr00tN16Config {
     pub io: ActionIo,
     pub valid_horizon: usize,
     /// Before the instruction: the system turn and `user`; after it: every camera's
-    /// `<image k><img>` + image tokens + `</img>`, then `<|im_end|>\n`.
+    /// `<image k><img>` + image tokens + `</img>`, then `<|im_end|>\n`. None in vla.cpp's
+    /// files: the client's whole sequence.
     pub prompt: PromptIds,
     pub embodiments: Embodiments,
 }
@@ -91,12 +92,17 @@ impl Section for Gr00tN16Config {
         let grid = self.vision.image_size / self.vision.patch_size.max(1);
         first_failing(&[
             (
-                !p.from_client && !p.before.contains(&image),
+                !p.before.contains(&image),
                 "prompt_before_ids: no image tokens before the instruction",
             ),
             (
-                p.after.iter().filter(|&&t| t == image).count() == self.n_image_rows(),
+                p.from_client
+                    || p.after.iter().filter(|&&t| t == image).count() == self.n_image_rows(),
                 "prompt_after_ids must hold every camera's image tokens",
+            ),
+            (
+                !p.from_client || self.n_image_rows() <= io.tokenizer_max_length,
+                "the sequence bound must hold every camera's image tokens",
             ),
             (
                 in_vocab(&p.before) && in_vocab(&p.after),
@@ -192,7 +198,7 @@ impl FlowArch for Gr00tN16Config {
                 name: "dit",
                 ..Default::default()
             },
-            prompt: PromptIds::read(file, ARCH)?,
+            prompt: PromptIds::read_or_client(file, ARCH)?,
             embodiments: Embodiments::read(file, ARCH)?,
             ..Default::default()
         };
@@ -238,8 +244,21 @@ impl FlowArch for Gr00tN16Config {
         super::gr00t_n1_7::formalize_language(task)
     }
 
-    /// `before ++ instruction ++ after`, right-padded; where the image tokens sit and which
-    /// rows the DiT's text and image blocks see.
+    fn whole_sequence(&self) -> bool {
+        self.prompt.from_client
+    }
+
+    /// Without a template (vla.cpp's files), the client's sequence with its image slots, or
+    /// with every camera's first (vla.cpp's rule).
+    fn whole_prompt(&self, ids: Vec<u32>) -> Result<Vec<u32>> {
+        let views = (self.io.n_images, self.n_img_tokens());
+        self.prompt
+            .request_ids(ids, self.head.image_token as u32, views)
+    }
+
+    /// `before ++ instruction ++ after` (without a template, the client's sequence),
+    /// right-padded; where the image tokens sit and which rows the DiT's text and image
+    /// blocks see.
     fn request_inputs(
         &self,
         tokens: Vec<f32>,
@@ -283,6 +302,7 @@ impl FlowArch for Gr00tN16Config {
 
 /// Graph builders, shared by the policy and by tests that inspect intermediate tensors.
 pub mod graphs;
+pub mod tables;
 
 #[cfg(test)]
 mod tests {

@@ -24,17 +24,12 @@
 //! table as trained) is resampled to the frame's patch grid (`vit.pos_embd.weight`);
 //! `aex.pos_embd` gains `.weight`; `vlm.output_norm.weight` (never applied by either) goes.
 
-use serde_json::Value as Json;
-
-use crate::config::limits::MAX_SEQUENCE;
-use crate::gguf::{GgufFile, Value};
-use crate::models::embodiment;
-use crate::models::gr00t_n1_7::stats::group_bounds;
+use crate::gguf::GgufFile;
 use crate::models::gr00t_n1_7::ARCH;
 use crate::policy::RuntimeOptions;
-use crate::{Error, Result};
+use crate::Result;
 
-use super::u32_of;
+use super::isaac;
 
 fn key(k: &str) -> String {
     format!("{ARCH}.{k}")
@@ -78,27 +73,9 @@ pub(super) fn gr00t_n1_7(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<(
     super::lm_keys(file, ARCH, &RENAMED)?;
     check_fixed(file)?;
     let target = super::qwen_vl_keys(file, ARCH)?;
-    let crop = file.get_f64(&key("crop_fraction"))? as f32;
-    let hidden = action_hidden(file)?;
-    let set = [
-        ("frame_crop", Value::F32(crop)),
-        ("action_hidden", Value::U32(hidden)),
-        ("num_target_vision_tokens", Value::U32(0)),
-        ("pad_token_id", Value::U32(0)),
-        // the whole sequence: lerobot bounds it by nothing but the graphs' longest
-        ("tokenizer_max_length", Value::U32(MAX_SEQUENCE as u32)),
-    ];
-    for (k, v) in set {
-        file.set_metadata(key(k), v);
-    }
-    let tags = file.get_str(&key("embodiment_id_mapping"))?.to_owned();
-    let default = match embodiment::tag_map(&tags)?.contains_key(VLACPP_TAG) {
-        true => VLACPP_TAG,
-        false => VLACPP_ID,
-    };
-    file.set_metadata(key(embodiment::KEY_TAGS), Value::String(tags));
-    file.set_metadata(key(embodiment::KEY_DEFAULT), Value::String(default.into()));
-    statistics(file, opts)?;
+    isaac::head_keys(file, ARCH)?;
+    isaac::embodiments(file, ARCH, (VLACPP_TAG, VLACPP_ID))?;
+    isaac::statistics(file, ARCH, opts, true)?;
     super::qwen_tower(file, ARCH, target as usize)?;
     file.rename_tensor("aex.pos_embd", "aex.pos_embd.weight")
 }
@@ -122,82 +99,4 @@ fn check_fixed(file: &GgufFile) -> Result<()> {
         ("n_img_tokens_per_view", grid),
     ];
     super::check_keys(file, (ARCH, "GR00T N1.7"), &FIXED_U32, &FIXED_F32, &derived)
-}
-
-/// The action encoder's width: the state encoder's first layer's output
-/// (`aex.state_enc.l1.W`, ggml dims `[hidden, in, embodiments]`).
-fn action_hidden(file: &GgufFile) -> Result<u32> {
-    let l1 = file.tensor_info("aex.state_enc.l1.W")?;
-    let hidden = *l1.dims.first().ok_or_else(|| {
-        Error::InvalidArgument("aex.state_enc.l1.W: expected [E, in, hidden]".into())
-    })?;
-    u32_of("action_hidden", hidden)
-}
-
-/// The run's embodiment's bounds, widths, valid horizon and cameras from the file's
-/// Isaac-GR00T statistics and processor config.
-fn statistics(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<()> {
-    if let Some(path) = &opts.statistics {
-        return Err(Error::InvalidArgument(format!(
-            "--statistics {}: this {ARCH} file carries its own (statistics_json)",
-            path.display()
-        )));
-    }
-    let json = |k: &str| -> Result<Json> {
-        let text = file.get_str(&key(k))?;
-        serde_json::from_str(text)
-            .map_err(|e| Error::InvalidArgument(format!("vla.cpp's {ARCH} file: {k}: {e}")))
-    };
-    let (stats, processor) = (json("statistics_json")?, json("processor_config_json")?);
-    let tags = file.get_str(&key(embodiment::KEY_TAGS))?;
-    let default = file.get_str(&key(embodiment::KEY_DEFAULT))?;
-    let n = file.get_u64(&key("max_num_embodiments"))? as usize;
-    let (tag, id) = embodiment::resolve(tags, default, opts.embodiment.as_deref(), n)?;
-    let kwargs = processor.get("processor_kwargs").unwrap_or(&Json::Null);
-    let (raw, modality) = match (
-        stats.get(&tag),
-        kwargs.get("modality_configs").and_then(|m| m.get(&tag)),
-    ) {
-        (Some(r), Some(m)) => (r, m),
-        _ => {
-            let known: Vec<&str> = stats
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, _)| k.as_str())
-                .collect();
-            return Err(Error::InvalidArgument(format!(
-                "vla.cpp's {ARCH} file has no statistics or modality config for embodiment {tag:?} ({id}), which this run uses; it has statistics for [{}] (choose with --embodiment)",
-                known.join(", ")
-            )));
-        }
-    };
-    let flag = |k: &str| kwargs.get(k).and_then(Json::as_bool).unwrap_or(true);
-    if !flag("clip_outliers") {
-        return Err(Error::InvalidArgument(format!(
-            "vla.cpp's {ARCH} file: clip_outliers off: not supported"
-        )));
-    }
-    let bounds = group_bounds(raw, modality, flag("use_percentiles"), None)
-        .map_err(|e| Error::InvalidArgument(format!("vla.cpp's {ARCH} file, {tag}: {e}")))?;
-    for (name, values) in &bounds {
-        file.add_tensor_f32(name, &[values.len() as u64], values)?;
-    }
-    let count = |path: [&str; 2]| {
-        modality
-            .get(path[0])
-            .and_then(|m| m.get(path[1]))
-            .and_then(Json::as_array)
-            .map_or(0, Vec::len)
-    };
-    let set = [
-        ("real_state_dim", bounds[0].1.len()),
-        ("real_action_dim", bounds[2].1.len()),
-        ("valid_horizon", count(["action", "delta_indices"])),
-        ("n_images", count(["video", "modality_keys"])),
-    ];
-    for (k, v) in set {
-        file.set_metadata(key(k), Value::U32(u32_of(k, v as u64)?));
-    }
-    Ok(())
 }

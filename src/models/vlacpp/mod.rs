@@ -1,10 +1,10 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 / N1.7, VLA-JEPA and Evo-1,
+//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 / N1.6 / N1.7, VLA-JEPA and Evo-1,
 //! whose files vla.cpp's converters write with other names and keys than ours (docs/GGUF.md
 //! "vla.cpp's files").
 //! Such a file is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`), or
-//! GR00T's, VLA-JEPA's and Evo-1's `lm_hidden` ([`gr00t`], [`gr00t17`], [`vla_jepa`],
-//! [`evo1`]).
+//! GR00T's, VLA-JEPA's and Evo-1's `lm_hidden` ([`gr00t`], [`gr00t16`], [`gr00t17`],
+//! [`vla_jepa`], [`evo1`]).
 //!
 //! pi0, pi0.5 and SmolVLA: `intermediate` (ours `lm_inter`); `norm_eps` is the statistics'
 //! epsilon there, the RMSNorm's is `rms_norm_eps` (pi0.5, default 1e-6) or SmolLM2's fixed
@@ -34,6 +34,7 @@ use crate::{Error, Result};
 
 use super::evo1::ARCH as EVO1;
 use super::gr00t::ARCH as GR00T_N1_5;
+use super::gr00t_n1_6::ARCH as GR00T_N1_6;
 use super::gr00t_n1_7::ARCH as GR00T_N1_7;
 use super::pi0::{ARCH_PI0, ARCH_PI05};
 use super::smolvla::ARCH as SMOLVLA;
@@ -41,7 +42,9 @@ use super::vla_jepa::ARCH as VLA_JEPA;
 
 mod evo1;
 mod gr00t;
+mod gr00t16;
 mod gr00t17;
+mod isaac;
 mod pi;
 mod vla_jepa;
 
@@ -73,6 +76,10 @@ pub fn translate(mut file: GgufFile, opts: &RuntimeOptions) -> Result<GgufFile> 
             tracing::info!("vla.cpp {arch} file: names and keys translated at load");
             // the one translation that reads the statistics option
             return gr00t::gr00t_n1_5(&mut file, opts).map(|()| file);
+        }
+        GR00T_N1_6 if lm_prefixed(&file, GR00T_N1_6) => {
+            tracing::info!("vla.cpp {arch} file: names, keys and tables translated at load");
+            return gr00t16::gr00t_n1_6(&mut file, opts).map(|()| file);
         }
         GR00T_N1_7 if lm_prefixed(&file, GR00T_N1_7) => {
             tracing::info!("vla.cpp {arch} file: names, keys and tables translated at load");
