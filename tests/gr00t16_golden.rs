@@ -26,6 +26,14 @@ fn fixture() -> Fixture<Gr00tN16Config> {
     Fixture::new(dir, converter!(vla::convert::gr00t_n1_6), observation)
 }
 
+/// The released frame geometry at tiny widths (`tools/golden/groot16.py --size frame`): two
+/// 120 x 200 cameras letterboxed, shortest edge 256, 252 x 252 frames (PIL's bicubic), an 18 x
+/// 18 patch grid from SigLIP2's 16 x 16 table, 81 image tokens a camera.
+fn frame_fixture() -> Fixture<Gr00tN16Config> {
+    let dir = support::fixture("groot16-frame");
+    Fixture::new(dir, converter!(vla::convert::gr00t_n1_6), observation)
+}
+
 fn observation(g: &Golden, cfg: &Gr00tN16Config) -> Observation {
     Observation {
         images: vec![g.image(0), g.image(1)],
@@ -38,15 +46,16 @@ fn observation(g: &Golden, cfg: &Gr00tN16Config) -> Observation {
 }
 
 /// Isaac-GR00T's eval transform (LetterBoxPad, SmallestMaxSize with INTER_AREA, the centre
-/// crop, SmallestMaxSize again) gives the reference's frames byte for byte, and `(x / 255 -
-/// 0.5) / 0.5` channels first its pixels (the frame is already at smart_resize's size).
-#[test]
-fn frames_match_isaacs_eval_transform() {
-    let dir = support::fixture("groot16-tiny");
-    let g = Golden::load(&dir);
+/// crop, SmallestMaxSize again) gives the reference's frames byte for byte, and the model's
+/// input (Eagle's smart_resize, then `(x / 255 - 0.5) / 0.5` channels first) its pixels
+/// within `tol`: exactly where the frame is already at smart_resize's size (`groot16-tiny`),
+/// through PIL's bicubic 256 -> 252 at the released geometry (`groot16-frame`).
+fn frames_match(fx: &Fixture<Gr00tN16Config>, tol: f32) {
+    let g = &fx.g;
     let arch: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("arch.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fx.dir.join("arch.json")).unwrap()).unwrap();
     let edge = arch["image"]["shortest_edge"].as_u64().unwrap() as usize;
+    let camera = fx.config().spec().camera;
     for i in 0..2 {
         let img = g.image(i);
         let ImageData::RgbU8(raw) = &img.data else {
@@ -60,17 +69,16 @@ fn frames_match_isaacs_eval_transform() {
             panic!()
         };
         assert!(&frame == want, "frame.{i}: not the reference's bytes");
-        let pixels: Vec<f32> = (0..3)
-            .flat_map(|c| frame.iter().skip(c).step_by(3).map(|&v| v as f32))
-            .map(|v| (v / 255.0 - 0.5) / 0.5)
-            .collect();
-        check(
-            &format!("pixels.{i}"),
-            &pixels,
-            &g.f32(&format!("pixels.{i}")),
-            1e-6,
-        );
+        let what = format!("{}: pixels.{i}", fx.dir.display());
+        let pixels = camera.pixels(&img).unwrap();
+        check(&what, &pixels, &g.f32(&format!("pixels.{i}")), tol);
     }
+}
+
+#[test]
+fn frames_match_isaacs_eval_transform() {
+    frames_match(&fixture(), 1e-6);
+    frames_match(&frame_fixture(), 1e-6);
 }
 
 /// The converted prompt is Isaac's around the instruction; the stages from Isaac's own inputs:
@@ -148,6 +156,17 @@ fn matches_isaac(fx: &Fixture<Gr00tN16Config>, backend: &str) {
 }
 
 flow_golden_tests! { fixture, "GR00T N1.6", matches_isaac, bf16_weights_stay_close }
+
+/// At the released frame geometry (`groot16-frame`: the 18 x 18 grid, which SigLIP2's 14-patch
+/// windows do not divide, the resized table, 81 tokens a camera): the stages and the chunk
+/// from the raw cameras on every backend.
+#[test]
+fn released_frame_geometry_matches_isaac() {
+    let fx = frame_fixture();
+    for backend in support::golden::backends() {
+        matches_isaac(&fx, backend);
+    }
+}
 
 /// A text prompt is formalized, tokenized with the GGUF's tokenizer (Eagle's, the fixture's
 /// small one) and gives Isaac's chunk.

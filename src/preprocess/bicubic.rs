@@ -3,7 +3,19 @@
 //! Keys cubic (a = -0.5) stretched by the downscale factor, weights normalised in f64 then
 //! rounded to int16 fixed point at the largest precision that keeps them below 2^15, a
 //! horizontal pass into a uint8 buffer, then a vertical pass, each rounded and clamped.
+//! Pillow's `Image.resize(BICUBIC)`, which PyTorch's kernel was ported from, is the same but
+//! for the fixed point: 22 fractional bits in int32 ([`FixedPoint::Pillow`]).
 //! The aspect ratio is not kept (the image is stretched to the output size).
+
+/// Whose fixed point a byte resize rounds its weights to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FixedPoint {
+    /// PyTorch's (torchvision on uint8 tensors): int16 at the largest precision that fits.
+    #[default]
+    Torch,
+    /// Pillow's (`Image.resize`): 22 fractional bits.
+    Pillow,
+}
 
 /// Fixed-point taps of one output pixel: the first input index and the weights.
 struct Taps {
@@ -49,18 +61,27 @@ pub(crate) fn float_taps(input: usize, output: usize) -> Vec<(usize, Vec<f64>)> 
         .collect()
 }
 
+/// Pillow's fractional bits (`PRECISION_BITS`, 32 - 8 - 2).
+const PILLOW_BITS: u32 = 22;
+
 /// The taps of every output pixel of a resize from `input` to `output` samples, and the
 /// fixed-point precision of their weights.
-fn taps(input: usize, output: usize) -> (Vec<Taps>, u32) {
+fn taps(input: usize, output: usize, fixed: FixedPoint) -> (Vec<Taps>, u32) {
     let float = float_taps(input, output);
-    let max = float
-        .iter()
-        .flat_map(|(_, w)| w.iter().copied())
-        .fold(0.0f64, f64::max);
-    let mut precision = 0;
-    while precision < 22 && ((0.5 + max * f64::from(1u32 << (precision + 1))) as i64) < 1 << 15 {
-        precision += 1;
-    }
+    let precision = match fixed {
+        FixedPoint::Pillow => PILLOW_BITS,
+        FixedPoint::Torch => {
+            let max = float
+                .iter()
+                .flat_map(|(_, w)| w.iter().copied())
+                .fold(0.0f64, f64::max);
+            let mut p = 0;
+            while p < 22 && ((0.5 + max * f64::from(1u32 << (p + 1))) as i64) < 1 << 15 {
+                p += 1;
+            }
+            p
+        }
+    };
     let unit = f64::from(1u32 << precision);
     let taps = float
         .into_iter()
@@ -70,7 +91,11 @@ fn taps(input: usize, output: usize) -> (Vec<Taps>, u32) {
                 .iter()
                 .map(|&x| {
                     let v = x * unit;
-                    (if v < 0.0 { v - 0.5 } else { v + 0.5 }) as i16 as i32
+                    let v = if v < 0.0 { v - 0.5 } else { v + 0.5 };
+                    match fixed {
+                        FixedPoint::Torch => v as i16 as i32,
+                        FixedPoint::Pillow => v as i32,
+                    }
                 })
                 .collect(),
         })
@@ -85,18 +110,28 @@ fn apply(values: impl Iterator<Item = u8>, weights: &[i32], precision: u32) -> u
     } else {
         0
     };
-    let acc = values
-        .zip(weights)
-        .fold(round, |acc, (v, &w)| acc + i32::from(v) * w);
+    let acc = values.zip(weights).fold(i64::from(round), |acc, (v, &w)| {
+        acc + i64::from(v) * i64::from(w)
+    });
     (acc >> precision).clamp(0, 255) as u8
 }
 
-/// Resizes HWC RGB bytes `h x w` to `oh x ow` (see the module doc).
+/// Resizes HWC RGB bytes `h x w` to `oh x ow` as torchvision does (see the module doc).
 pub fn resize_bicubic_aa(src: &[u8], h: usize, w: usize, oh: usize, ow: usize) -> Vec<u8> {
+    resize_bicubic_fixed(src, (h, w), (oh, ow), FixedPoint::Torch)
+}
+
+/// Resizes HWC RGB bytes `h x w` to `oh x ow` with `fixed`'s rounding (see the module doc).
+pub fn resize_bicubic_fixed(
+    src: &[u8],
+    (h, w): (usize, usize),
+    (oh, ow): (usize, usize),
+    fixed: FixedPoint,
+) -> Vec<u8> {
     let mut img = src.to_vec();
     let (mut cur_w, c) = (w, 3);
     if ow != w {
-        let (taps, p) = taps(w, ow);
+        let (taps, p) = taps(w, ow, fixed);
         let mut out = vec![0u8; h * ow * c];
         for y in 0..h {
             for (x, t) in taps.iter().enumerate() {
@@ -110,7 +145,7 @@ pub fn resize_bicubic_aa(src: &[u8], h: usize, w: usize, oh: usize, ow: usize) -
         cur_w = ow;
     }
     if oh != h {
-        let (taps, p) = taps(h, oh);
+        let (taps, p) = taps(h, oh, fixed);
         let mut out = vec![0u8; oh * cur_w * c];
         for (y, t) in taps.iter().enumerate() {
             for x in 0..cur_w {
@@ -187,10 +222,12 @@ mod tests {
     #[test]
     fn weights_sum_to_one_in_fixed_point() {
         for (i, o) in [(96, 56), (40, 56), (224, 224 / 3), (7, 100)] {
-            let (taps, p) = taps(i, o);
-            for t in &taps {
-                let sum: i32 = t.weights.iter().sum();
-                assert!((sum - (1 << p)).abs() <= t.weights.len() as i32, "{i}->{o}");
+            for fixed in [FixedPoint::Torch, FixedPoint::Pillow] {
+                let (taps, p) = taps(i, o, fixed);
+                for t in &taps {
+                    let sum: i32 = t.weights.iter().sum();
+                    assert!((sum - (1 << p)).abs() <= t.weights.len() as i32, "{i}->{o}");
+                }
             }
         }
     }

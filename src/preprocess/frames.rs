@@ -254,6 +254,7 @@ impl CameraInput {
                 edge,
                 crop_fraction,
                 letterbox,
+                fixed,
             } => {
                 let (bytes, size) = match letterbox {
                     true => {
@@ -263,7 +264,7 @@ impl CameraInput {
                     false => (bytes, size),
                 };
                 let (frame, (fh, fw)) = area::gr00t_frame(&bytes, size, edge, crop_fraction);
-                bicubic::resize_bicubic_aa(&frame, fh, fw, h, w)
+                bicubic::resize_bicubic_fixed(&frame, (fh, fw), (h, w), fixed)
             }
             Resize::StretchBicubicRounded => {
                 let levels = super::hwc_u8_to_chw(&bytes, img.height * img.width, 1.0);

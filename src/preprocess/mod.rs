@@ -71,13 +71,14 @@ pub enum Resize {
     StretchBicubicU8,
     /// GR00T N1.6 / N1.7: with `letterbox` (N1.6) first [`area::letterbox`] (black bars to a
     /// square), then [`area::gr00t_frame`] (OpenCV area resizes to the shortest edge `edge`
-    /// around a centre crop of `crop_fraction`), then [`Resize::StretchBicubicU8`] to the
+    /// around a centre crop of `crop_fraction`), then the anti-aliased bicubic on bytes to the
     /// model's size (the processor's `smart_resize`, which the converter computed for the
-    /// checkpoint's camera shape; N1.6's processor resizes with PIL's bicubic, which this
-    /// filter follows to within a level where the size changes).
+    /// checkpoint's camera shape), rounding as `fixed` says: Pillow's for N1.6 (Eagle's
+    /// `fetch_image`), torchvision's for N1.7 (lerobot's processor).
     Gr00tFrame {
         edge: usize,
         crop_fraction: f64,
+        fixed: bicubic::FixedPoint,
         letterbox: bool,
     },
     /// VLA-JEPA: the [0, 1] frame area-averaged to `area` (`F.interpolate(mode="area")`)

@@ -37,7 +37,10 @@ flash-attn the tool makes these changes, in this process only:
   builder) with Eagle's 37 added tokens in their real order and Eagle's chat template read from
   the checkout.
 
-Writes tests/fixtures/groot16-tiny/ (or --out):
+Sizes: `tiny` (a 6 x 6 patch grid, frames needing no resize) and `frame` (the released frame
+geometry: an 18 x 18 grid from a 16 x 16 table, 256 -> 252 through PIL's bicubic) at tiny widths.
+
+Writes tests/fixtures/groot16-SIZE/ (or --out):
   config.json, model.safetensors  the Gr00tN1d6 checkpoint as Isaac-GR00T saves it
                                    (backbone.model.*, action_head.*; the LM already cut to
                                    select_layer layers)
@@ -89,6 +92,15 @@ SIZES = {
         image=dict(shortest_edge=84, camera_hw=(100, 150)),
     ),
 }
+# The released frame geometry at the tiny widths: SigLIP2's 16 x 16 table resized to an 18 x 18
+# grid (not a multiple of its 14-patch windows), shortest edge 256, Eagle's PIL bicubic
+# 256 -> 252 (smart_resize), 81 tokens a camera; a wide camera letterboxed.
+SIZES["frame"] = dict(
+    SIZES["tiny"],
+    vision=dict(SIZES["tiny"]["vision"], num_patches=256, num_hidden_layers=2),
+    head=dict(SIZES["tiny"]["head"], max_seq_len=64),
+    image=dict(shortest_edge=256, camera_hw=(120, 200)),
+)
 VALID_HORIZON = 8
 
 

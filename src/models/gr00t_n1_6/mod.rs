@@ -27,6 +27,7 @@ use crate::modules::dit::BlockStack;
 use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::{time_rows, ChunkShape, HeadConfig};
 use crate::modules::vision::{Connector, VisionConfig};
+use crate::preprocess::bicubic::FixedPoint;
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::{Result, Tensor};
 
@@ -210,6 +211,7 @@ impl FlowArch for Gr00tN16Config {
             edge: self.frame.edge,
             crop_fraction: self.frame.crop,
             letterbox: true,
+            fixed: FixedPoint::Pillow,
         };
         let camera = CameraInput {
             height: self.vision.image_size,

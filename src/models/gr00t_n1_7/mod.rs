@@ -29,6 +29,7 @@ use crate::modules::flow::Schedule;
 use crate::modules::gr00t_head::{time_rows, ChunkShape, HeadConfig};
 use crate::modules::qwen_text::{client_spans, mrope_inputs, ImageSpan, MropeConfig};
 use crate::modules::qwen_vision::{QwenVisionConfig, DEEPSTACK_KEY};
+use crate::preprocess::bicubic::FixedPoint;
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::{Result, Tensor};
 
@@ -274,6 +275,7 @@ impl FlowArch for Gr00tN17Config {
             edge: self.frame.edge,
             crop_fraction: self.frame.crop,
             letterbox: false,
+            fixed: FixedPoint::Torch,
         };
         let camera = CameraInput {
             height: self.vision.image_h,
