@@ -101,6 +101,17 @@ SIZES["frame"] = dict(
     head=dict(SIZES["tiny"]["head"], max_seq_len=64),
     image=dict(shortest_edge=256, camera_hw=(120, 200)),
 )
+# The released sizes (the Eagle folder's SigLIP2, Qwen3-1.7B built with the 16 layers kept, the
+# head's defaults at 50 actions of 128), one 256 x 256 camera: for tools/golden/bench_groot16.py,
+# which builds it in memory (no fixture is written at this size).
+SIZES["full"] = dict(
+    vision=dict(), text=dict(hidden_size=2048, num_hidden_layers=16), select_layer=16,
+    head=dict(hidden_size=1024, input_embedding_dim=1536, max_seq_len=1024, max_num_embodiments=32,
+              attend_text_every_n_blocks=2, action_horizon=50, max_state_dim=128, max_action_dim=128,
+              dit=dict(num_attention_heads=32, attention_head_dim=48, num_layers=32, output_dim=1024)),
+    image=dict(shortest_edge=256, camera_hw=(256, 256)),
+    cameras=["front"],
+)
 VALID_HORIZON = 8
 
 
@@ -369,6 +380,8 @@ def predict(model, processor, frames, state, task, noise):
 
 def build(arch, up, out, seed):
     """The tiny model and processor (install_backbone), re-randomized; the Eagle folder written."""
+    global CAMERAS
+    CAMERAS = arch.get("cameras", CAMERAS)
     eagle_dir = shims(up)
     eagle = os.path.join(out, "eagle")
     tok = eagle_tokenizer(eagle, eagle_dir)
@@ -467,7 +480,7 @@ def check(fixture, up):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--upstream", required=True, help="an Isaac-GR00T checkout of the n1.6.1-release branch")
-    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    ap.add_argument("--size", choices=sorted(set(SIZES) - {"full"}), default="tiny")
     ap.add_argument("--out", help="output folder (default: tests/fixtures/groot16-SIZE)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", metavar="DIR", help="only reload DIR and reproduce its chunk")
