@@ -18,16 +18,24 @@ pub fn ckpt_err(path: &Path, reason: impl Into<String>) -> Error {
     }
 }
 
-/// A memory-mapped `.safetensors` file; tensors are decoded to f32 on demand.
+/// A memory-mapped `.safetensors` file, or a checkpoint's shards of one; tensors are decoded
+/// to f32 on demand.
 pub struct Safetensors {
+    /// The file, or the shards' index.
     path: PathBuf,
-    map: Mmap,
-    data_start: usize,
-    tensors: BTreeMap<String, TensorInfo>,
+    shards: Vec<Shard>,
+    /// Each tensor's shard and place in it.
+    tensors: BTreeMap<String, (usize, TensorInfo)>,
 }
 
-impl Safetensors {
-    pub fn open(path: &Path) -> Result<Self> {
+/// One mapped file.
+struct Shard {
+    map: Mmap,
+    data_start: usize,
+}
+
+impl Shard {
+    fn open(path: &Path) -> Result<(Shard, Vec<(String, TensorInfo)>)> {
         let file = std::fs::File::open(path).map_err(|err| Error::Io {
             path: path.to_owned(),
             err,
@@ -44,12 +52,82 @@ impl Safetensors {
             .into_iter()
             .map(|(n, i)| (n, i.clone()))
             .collect();
-        Ok(Safetensors {
-            path: path.to_owned(),
+        let shard = Shard {
             map,
             data_start: 8 + header_len,
-            tensors,
+        };
+        Ok((shard, tensors))
+    }
+}
+
+/// The weights file of a checkpoint folder, and the index of its shards when it is split.
+const WEIGHTS: &str = "model.safetensors";
+const INDEX: &str = "model.safetensors.index.json";
+
+impl Safetensors {
+    pub fn open(path: &Path) -> Result<Self> {
+        let (shard, tensors) = Shard::open(path)?;
+        Ok(Safetensors {
+            path: path.to_owned(),
+            shards: vec![shard],
+            tensors: tensors.into_iter().map(|(n, i)| (n, (0, i))).collect(),
         })
+    }
+
+    /// A checkpoint folder's weights: `model.safetensors`, or the shards that
+    /// `model.safetensors.index.json` names (Hugging Face's layout for large models, as
+    /// Isaac-GR00T's releases are saved). A tensor the index names is looked for in its shard
+    /// only; one found in two shards is an error.
+    pub fn open_dir(dir: &Path) -> Result<Self> {
+        let single = dir.join(WEIGHTS);
+        let index = dir.join(INDEX);
+        if single.is_file() || !index.is_file() {
+            return Self::open(&single);
+        }
+        let json = read_json(&index)?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| ckpt_err(&index, "no weight_map object"))?;
+        let mut files: Vec<&str> = Vec::new();
+        for (name, file) in map {
+            let file = file
+                .as_str()
+                .ok_or_else(|| ckpt_err(&index, format!("{name}: the shard is not a string")))?;
+            if file.contains('/') || file.contains('\\') || file.starts_with('.') {
+                return Err(ckpt_err(
+                    &index,
+                    format!("{name}: shard {file:?} is not a file name"),
+                ));
+            }
+            if !files.contains(&file) {
+                files.push(file);
+            }
+        }
+        files.sort_unstable();
+        let mut out = Safetensors {
+            path: index.clone(),
+            shards: Vec::new(),
+            tensors: BTreeMap::new(),
+        };
+        for (k, file) in files.iter().enumerate() {
+            let (shard, tensors) = Shard::open(&dir.join(file))?;
+            for (name, info) in tensors {
+                if map.get(&name).and_then(|f| f.as_str()) != Some(*file) {
+                    continue;
+                }
+                out.tensors.insert(name, (k, info));
+            }
+            out.shards.push(shard);
+        }
+        if let Some(name) = map.keys().find(|n| !out.tensors.contains_key(*n)) {
+            let file = map[name].as_str().unwrap_or_default();
+            return Err(ckpt_err(
+                &index,
+                format!("tensor {name:?} is not in its shard {file}"),
+            ));
+        }
+        Ok(out)
     }
 
     pub fn path(&self) -> &Path {
@@ -65,7 +143,7 @@ impl Safetensors {
     }
 
     pub fn shape(&self, name: &str) -> Option<&[usize]> {
-        self.tensors.get(name).map(|t| &t.shape[..])
+        self.tensors.get(name).map(|(_, t)| &t.shape[..])
     }
 
     /// The tensor's shape, or an error naming it.
@@ -88,14 +166,15 @@ impl Safetensors {
     }
 
     fn bytes(&self, name: &str) -> Result<(Dtype, &[u8])> {
-        let info = self
+        let (k, info) = self
             .tensors
             .get(name)
             .ok_or_else(|| ckpt_err(&self.path, format!("tensor {name:?} is missing")))?;
         let (a, b) = info.data_offsets;
+        let shard = &self.shards[*k];
         Ok((
             info.dtype,
-            &self.map[self.data_start + a..self.data_start + b],
+            &shard.map[shard.data_start + a..shard.data_start + b],
         ))
     }
 
@@ -202,4 +281,60 @@ pub fn processor_stats(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    fn write(path: &Path, tensors: &[(&str, &[f32])]) {
+        let bytes: Vec<(String, Vec<u8>, usize)> = tensors
+            .iter()
+            .map(|(n, v)| {
+                let b = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                (n.to_string(), b, v.len())
+            })
+            .collect();
+        let views: Vec<(String, TensorView)> = bytes
+            .iter()
+            .map(|(n, b, len)| {
+                (
+                    n.clone(),
+                    TensorView::new(Dtype::F32, vec![*len], b).unwrap(),
+                )
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, path).unwrap();
+    }
+
+    /// A folder of shards reads as one file; a tensor the index places in another shard
+    /// than it lies in is an error naming it.
+    #[test]
+    fn shards_read_through_their_index() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            &dir.path().join("model-1.safetensors"),
+            &[("a", &[1.0, 2.0])],
+        );
+        write(&dir.path().join("model-2.safetensors"), &[("b", &[3.0])]);
+        let index = |map: &str| {
+            let text = format!("{{\"metadata\": {{}}, \"weight_map\": {{{map}}}}}");
+            std::fs::write(dir.path().join(INDEX), text).unwrap();
+        };
+        index(r#""a": "model-1.safetensors", "b": "model-2.safetensors""#);
+        let st = Safetensors::open_dir(dir.path()).unwrap();
+        assert_eq!(st.f32("a").unwrap(), [1.0, 2.0]);
+        assert_eq!(st.f32("b").unwrap(), [3.0]);
+        assert_eq!(st.names().count(), 2);
+        index(r#""a": "model-1.safetensors", "b": "model-1.safetensors""#);
+        let e = Safetensors::open_dir(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("\"b\"") && e.contains("model-1"), "{e}");
+        index(r#""a": "../model-1.safetensors""#);
+        assert!(Safetensors::open_dir(dir.path()).is_err());
+        let e = Safetensors::open_dir(&dir.path().join("none"))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains(WEIGHTS), "{e}");
+    }
 }

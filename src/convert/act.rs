@@ -41,7 +41,7 @@ pub fn convert(
     let dtype = super::float_dtype(opts.dtype)?;
     let policy = JsonFile::read(ckpt.join("config.json"))?;
     let p = policy.json();
-    let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
+    let st = Safetensors::open_dir(ckpt)?;
     let cameras = super::cameras::names(ckpt, super::Kind::Act)?;
     let config = read_config(&p, &st, cameras)?;
     config::check(&config, crate::models::act::ARCH)?;

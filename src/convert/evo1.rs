@@ -60,7 +60,7 @@ pub fn convert(
     )?;
     let internvl = JsonFile::read(backbone.join("config.json"))?;
     let tokenizer = Tokenizer::from_hf_path(&backbone)?;
-    let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
+    let st = Safetensors::open_dir(ckpt)?;
     let config = read_config(&p, &internvl.json(), &st, &tokenizer)?;
     config::check(&config, config.arch())?;
     let mut notes = vec![format!(

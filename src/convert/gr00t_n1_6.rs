@@ -100,7 +100,7 @@ pub fn convert(
     let (proc_path, proc_json) = read("processor_config.json")?;
     let (_, stats_json) = read("statistics.json")?;
     let (_, ids_json) = read("embodiment_id.json")?;
-    let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
+    let st = Safetensors::open_dir(ckpt)?;
 
     let tag = match &opts.embodiment {
         Some(t) => t.clone(),

@@ -221,7 +221,7 @@ pub fn convert(
         path: &cfg_path,
         value: &policy_json,
     };
-    let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
+    let st = Safetensors::open_dir(ckpt)?;
     let mut notes = Vec::new();
     let sizes = match &opts.sizes {
         Some(s) => s.clone(),

@@ -143,7 +143,7 @@ pub fn convert(
         path: &cfg_path,
         value: &policy_json,
     };
-    let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
+    let st = Safetensors::open_dir(ckpt)?;
     let mut notes = Vec::new();
     let vlm_path = find_vlm_config(opts, &policy, ckpt);
     let vlm_json = match &vlm_path {

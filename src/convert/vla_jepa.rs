@@ -75,7 +75,7 @@ pub fn convert(
     let qwen_cfg = JsonFile::read(backbone.join("config.json"))?;
     let image_proc = JsonFile::read(backbone.join("preprocessor_config.json"))?;
     let tokenizer = Tokenizer::from_hf_path(&backbone)?;
-    let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
+    let st = Safetensors::open_dir(ckpt)?;
     let mut notes = Vec::new();
     let config = read_config(
         ckpt,

@@ -85,7 +85,7 @@ pub fn convert(
         path: &eagle_path,
         value: &eagle_json,
     };
-    let st = Safetensors::open(&ckpt.join("model.safetensors"))?;
+    let st = Safetensors::open_dir(ckpt)?;
     let pack = pack_step(ckpt, PACK_STEP)?;
     let tokenizer_path = opts
         .tokenizer
