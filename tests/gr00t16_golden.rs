@@ -36,7 +36,7 @@ fn frame_fixture() -> Fixture<Gr00tN16Config> {
 
 fn observation(g: &Golden, cfg: &Gr00tN16Config) -> Observation {
     Observation {
-        images: vec![g.image(0), g.image(1)],
+        images: (0..cfg.io.n_images).map(|i| g.image(i)).collect(),
         state: g.f32("state"),
         prompt: None,
         tokens: Some(instruction(&g.i64("token_ids"), &cfg.prompt)),
@@ -55,8 +55,9 @@ fn frames_match(fx: &Fixture<Gr00tN16Config>, tol: f32) {
     let arch: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fx.dir.join("arch.json")).unwrap()).unwrap();
     let edge = arch["image"]["shortest_edge"].as_u64().unwrap() as usize;
-    let camera = fx.config().spec().camera;
-    for i in 0..2 {
+    let cfg = fx.config();
+    let camera = cfg.spec().camera;
+    for i in 0..cfg.io.n_images {
         let img = g.image(i);
         let ImageData::RgbU8(raw) = &img.data else {
             panic!("image.{i}: bytes expected")
@@ -102,12 +103,12 @@ fn stages_match_isaac(fx: &Fixture<Gr00tN16Config>, backend: &str, tol: f32) {
     assert_eq!(rebuilt, ids, "the prompt around the instruction");
 
     let (s, h, n) = (cfg.vision.image_size, cfg.lm.hidden, cfg.n_image_rows());
-    let px: Vec<Tensor> = (0..2)
+    let px: Vec<Tensor> = (0..cfg.io.n_images)
         .map(|i| tensor(vec![3, s, s], g.f32(&format!("pixels.{i}"))))
         .collect();
     let mut vision = st.graph("vision", &file, &cfg, graphs::vision);
-    let names = ["image.0", "image.1"];
-    let inputs: Vec<(&str, &Tensor)> = names.iter().copied().zip(&px).collect();
+    let names: Vec<String> = (0..px.len()).map(|i| format!("image.{i}")).collect();
+    let inputs: Vec<(&str, &Tensor)> = names.iter().map(String::as_str).zip(&px).collect();
     st.check(
         "vision (image tokens)",
         &vision.run1(&inputs),
@@ -166,6 +167,17 @@ fn released_frame_geometry_matches_isaac() {
     for backend in support::golden::backends() {
         matches_isaac(&fx, backend);
     }
+}
+
+/// GR00T N1.6's released sizes with random weights (~11 GB, not committed):
+/// `tools/golden/groot16.py --upstream DIR --size full --out FULL`, then
+/// `VLA_GR00T16_GOLDEN=FULL VLA_TEST_BACKEND=cpu cargo test --test gr00t16_golden -- --ignored`.
+#[test]
+#[ignore = "needs VLA_GR00T16_GOLDEN=<dir> made by tools/golden/groot16.py --size full"]
+fn full_size_matches_isaac() {
+    let fx = fixture().at(support::golden::env_dir("VLA_GR00T16_GOLDEN"));
+    frames_match(&fx, 1e-6);
+    matches_isaac(&fx, &support::golden::test_backend());
 }
 
 /// A text prompt is formalized, tokenized with the GGUF's tokenizer (Eagle's, the fixture's

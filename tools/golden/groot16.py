@@ -102,8 +102,9 @@ SIZES["frame"] = dict(
     image=dict(shortest_edge=256, camera_hw=(120, 200)),
 )
 # The released sizes (the Eagle folder's SigLIP2, Qwen3-1.7B built with the 16 layers kept, the
-# head's defaults at 50 actions of 128), one 256 x 256 camera: for tools/golden/bench_groot16.py,
-# which builds it in memory (no fixture is written at this size).
+# head's defaults at 50 actions of 128), one 256 x 256 camera: tools/golden/bench_groot16.py builds
+# it in memory; `--size full --out DIR` writes it (~11 GB) for tests/gr00t16_golden.rs's ignored
+# full_size_matches_isaac.
 SIZES["full"] = dict(
     vision=dict(), text=dict(hidden_size=2048, num_hidden_layers=16), select_layer=16,
     head=dict(hidden_size=1024, input_embedding_dim=1536, max_seq_len=1024, max_num_embodiments=32,
@@ -480,7 +481,8 @@ def check(fixture, up):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--upstream", required=True, help="an Isaac-GR00T checkout of the n1.6.1-release branch")
-    ap.add_argument("--size", choices=sorted(set(SIZES) - {"full"}), default="tiny")
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny",
+                    help="full: the released sizes (~11 GB in f32; needs --out outside the repository)")
     ap.add_argument("--out", help="output folder (default: tests/fixtures/groot16-SIZE)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", metavar="DIR", help="only reload DIR and reproduce its chunk")
@@ -489,6 +491,8 @@ def main():
         check(a.check, a.upstream)
         return
     root = os.path.abspath(os.path.join(HERE, "..", ".."))
+    if a.size == "full" and not a.out:
+        ap.error("--size full needs --out DIR (not committed)")
     out = os.path.abspath(a.out or os.path.join(root, "tests", "fixtures", f"groot16-{a.size}"))
     if os.path.isdir(out):
         shutil.rmtree(out)
