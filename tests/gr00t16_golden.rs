@@ -188,34 +188,42 @@ fn text_prompt_gives_isaacs_chunk() {
     fx.text_prompt_gives_the_chunk(fx.task(), "text prompt: chunk", TOL);
 }
 
-/// vla.cpp's file of Isaac-GR00T's model, written by an independent writer as vla.cpp's
-/// converter writes the checkpoint with `--vision-size` at Isaac's frame
-/// (tests/interop/vlacpp_gr00t16_writer.py: numpy + gguf-py), loads as it is and, given
-/// Isaac's whole prompt as ids (what vla.cpp's clients send, image slots included) and the
-/// checkpoint's embodiment (vla.cpp's default, `gr1` = 20, is past this model's 12 and
-/// refused by name), gives Isaac's chunk in world units (the file's own statistics) on every
-/// backend. Without image slots the image tokens go first (vla.cpp's rule). The file's
-/// FoldQuant form (the independent writer's) runs as integers.
-#[test]
-fn vlacpp_layout_gives_isaacs_chunk() {
-    let fx = fixture();
-    let gguf = std::env::temp_dir().join(format!("vla-vlacpp-gr00t16-{}.gguf", std::process::id()));
+/// `fx`'s checkpoint as vla.cpp's converter writes it (with `--vision-size` at Isaac's
+/// frame), by an independent writer (tests/interop/vlacpp_gr00t16_writer.py: numpy +
+/// gguf-py); the request of Isaac's whole prompt as ids (what vla.cpp's clients send, image
+/// slots included).
+fn vlacpp_file(fx: &Fixture<Gr00tN16Config>, name: &str) -> (std::path::PathBuf, Observation) {
+    let gguf = std::env::temp_dir().join(format!("vla-vlacpp-{name}-{}.gguf", std::process::id()));
     support::interop(
         "vlacpp_gr00t16_writer.py",
         &[fx.dir.as_os_str(), gguf.as_os_str()],
     );
+    let mut obs = fx.observation(&fx.config());
+    obs.tokens = Some(fx.g.i64("token_ids").iter().map(|&t| t as i32).collect());
+    (gguf, obs)
+}
+
+/// vla.cpp's file of Isaac-GR00T's model ([`vlacpp_file`]) loads as it is and, with the
+/// checkpoint's embodiment (vla.cpp's default, `gr1` = 20, is past this model's 12 and
+/// refused by name), gives Isaac's chunk in world units (the file's own statistics) on every
+/// backend; at the released frame geometry too, its z-scored groups read from the file's
+/// processor config. Without image slots the image tokens go first (vla.cpp's rule). The
+/// file's FoldQuant form (the independent writer's) runs as integers.
+#[test]
+fn vlacpp_layout_gives_isaacs_chunk() {
+    let fx = fixture();
+    let (gguf, mut obs) = vlacpp_file(&fx, "gr00t16");
     let cfg = fx.config();
-    let mut obs = fx.observation(&cfg);
-    let ids: Vec<i32> = fx.g.i64("token_ids").iter().map(|&t| t as i32).collect();
-    obs.tokens = Some(ids.clone());
-    let open = |backend: &str, embodiment: Option<&str>| {
+    let ids = obs.tokens.clone().unwrap();
+    let open_at = |path: &std::path::Path, backend: &str, embodiment: Option<&str>| {
         let opts = RuntimeOptions {
             backend: backend.into(),
             embodiment: embodiment.map(str::to_owned),
             ..Default::default()
         };
-        vla::models::from_gguf(vla::gguf::GgufFile::open(&gguf).unwrap(), &opts)
+        vla::models::from_gguf(vla::gguf::GgufFile::open(path).unwrap(), &opts)
     };
+    let open = |backend: &str, embodiment: Option<&str>| open_at(&gguf, backend, embodiment);
     let e = open("cpu", None).err().unwrap().to_string();
     assert!(e.contains("\"gr1\": id 20"), "{e}");
     let tag = Some("new_embodiment");
@@ -229,6 +237,17 @@ fn vlacpp_layout_gives_isaacs_chunk() {
         let what = format!("{backend}: vla.cpp-layout GR00T N1.6: action chunk (8 of 16 rows)");
         check(&what, &chunk.actions, &fx.actions(), TOL);
     }
+    let frame = frame_fixture();
+    let (frame_gguf, frame_obs) = vlacpp_file(&frame, "gr00t16-frame");
+    let mut m = open_at(&frame_gguf, "cpu", tag).unwrap();
+    let what = "cpu: vla.cpp-layout GR00T N1.6 at the released frame geometry: chunk";
+    check(
+        what,
+        &m.predict(&frame_obs).unwrap().actions,
+        &frame.actions(),
+        TOL,
+    );
+    std::fs::remove_file(&frame_gguf).ok();
     let mut m = open("cpu", tag).unwrap();
     let image = cfg.head.image_token as i32;
     obs.tokens = Some(ids.iter().copied().filter(|&t| t != image).collect());

@@ -19,7 +19,7 @@ use crate::models::common::ActionIo;
 use crate::models::embodiment::Embodiments;
 use crate::models::flow::FlowArch;
 use crate::models::gr00t_n1_6::{tables, Gr00tN16Config};
-use crate::models::gr00t_n1_7::stats::group_bounds;
+use crate::models::gr00t_n1_7::stats::{group_bounds, zscore_stats};
 use crate::models::gr00t_n1_7::FrameConfig;
 use crate::models::prompt::PromptIds;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
@@ -135,8 +135,10 @@ pub fn convert(
     if !clip {
         return Err(ckpt_err(&proc_path, "clip_outliers off: not supported"));
     }
-    let stats = group_bounds(raw, modality, percentiles, None)
+    let mut stats = group_bounds(raw, modality, percentiles, None)
         .map_err(|e| ckpt_err(&proc_path, format!("{tag}: {e}")))?;
+    let zscore =
+        zscore_stats(raw, modality).map_err(|e| ckpt_err(&proc_path, format!("{tag}: {e}")))?;
     let count = |m: &str, k: &str| {
         modality
             .get(m)
@@ -235,6 +237,8 @@ pub fn convert(
     )?;
     let mut shapes = config.tensor_shapes()?;
     shapes.retain(|(n, _)| !derived.iter().any(|(d, _, _)| d == n));
+    // the processor's z-scored groups, which the runtime reads beside the bounds
+    stats.extend(zscore);
     let tensors = super::Tensors {
         map: &map,
         shapes,

@@ -369,7 +369,11 @@ impl<A: FlowArch> FlowPolicy<A> {
             .state_norm
             .normalize_state(obs, io.state_dim, io.max_state_dim)?;
         if self.spec.clip.state {
-            state.iter_mut().for_each(|x| *x = x.clamp(-1.0, 1.0));
+            for (i, x) in state.iter_mut().enumerate() {
+                if self.state_norm.clips(i) {
+                    *x = x.clamp(-1.0, 1.0);
+                }
+            }
         }
         Ok(state)
     }

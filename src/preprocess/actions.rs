@@ -23,7 +23,7 @@ pub struct GripperSnap {
 }
 
 /// The normalised chunk `x` (rows of `max_action_dim`) as actions of `action_dim`: clipped
-/// to [-1, 1] when `clip`, the gripper pre-snapped, unnormalised, the gripper binarised.
+/// to [-1, 1] when `clip` (the features `norm` clips), the gripper pre-snapped, unnormalised, the gripper binarised.
 /// `dims`: (`max_action_dim`, `action_dim`).
 pub fn unnormalize_actions(
     norm: &Normalizer,
@@ -34,7 +34,13 @@ pub fn unnormalize_actions(
 ) -> Vec<f32> {
     let (ad, d) = dims;
     if clip {
-        x.iter_mut().for_each(|v| *v = v.clamp(-1.0, 1.0));
+        for row in x.chunks_mut(ad) {
+            for (j, v) in row.iter_mut().enumerate() {
+                if norm.clips(j) {
+                    *v = v.clamp(-1.0, 1.0);
+                }
+            }
+        }
     }
     let snap = gripper.filter(|s| s.dim < d);
     if let Some(s) = snap.filter(|s| s.pre_snap) {

@@ -33,6 +33,16 @@ pub enum Normalizer {
     /// GR00T's `2 (x - min) / (max - min) - 1`, 0 where `max == min`; inverse
     /// `(y + 1) / 2 (max - min) + min`, `min` where `max == min`.
     MinMax { min: Vec<f32>, max: Vec<f32> },
+    /// Isaac-GR00T's processor (GR00T N1.6): per feature, where `zscore`, `(x - mean) / std`
+    /// (`x` itself where `std == 0`; inverse `x * std + mean`, never clipped), else
+    /// [`Normalizer::MinMax`] with NumPy's `isclose(max, min)` for an empty range.
+    Isaac {
+        min: Vec<f32>,
+        max: Vec<f32>,
+        mean: Vec<f32>,
+        std: Vec<f32>,
+        zscore: Vec<bool>,
+    },
 }
 
 /// lerobot's normaliser epsilon.
@@ -98,7 +108,15 @@ impl Normalizer {
             }
             Ok(v)
         };
-        if has("mean") {
+        if has("zscore") {
+            Ok(Normalizer::Isaac {
+                min: read("min")?,
+                max: read("max")?,
+                mean: read("mean")?,
+                std: read("std")?,
+                zscore: read("zscore")?.iter().map(|&z| z != 0.0).collect(),
+            })
+        } else if has("mean") {
             Ok(Normalizer::MeanStd {
                 mean: read("mean")?,
                 std: read("std")?,
@@ -140,6 +158,27 @@ impl Normalizer {
                 0.0 => 0.0,
                 d => 2.0 * (x - min[i]) / d - 1.0,
             },
+            Normalizer::Isaac {
+                min,
+                max,
+                mean,
+                std,
+                zscore,
+            } => match (zscore[i], std[i]) {
+                (true, 0.0) => x,
+                (true, s) => (x - mean[i]) / s,
+                (false, _) if isclose(max[i], min[i]) => 0.0,
+                (false, _) => 2.0 * (x - min[i]) / (max[i] - min[i]) - 1.0,
+            },
+        }
+    }
+
+    /// Whether feature `i`'s normalised value is clipped where the arch clips
+    /// ([`crate::preprocess::actions::Clipping`]): all but Isaac-GR00T's z-scored features.
+    pub fn clips(&self, i: usize) -> bool {
+        match self {
+            Normalizer::Isaac { zscore, .. } => !zscore.get(i).copied().unwrap_or(false),
+            _ => true,
         }
     }
 
@@ -169,8 +208,25 @@ impl Normalizer {
                 0.0 => min[i],
                 d => (x + 1.0) * 0.5 * d + min[i],
             },
+            Normalizer::Isaac {
+                min,
+                max,
+                mean,
+                std,
+                zscore,
+            } => match (zscore[i], std[i]) {
+                (true, 0.0) => x,
+                (true, s) => x * s + mean[i],
+                (false, _) => (x + 1.0) / 2.0 * (max[i] - min[i]) + min[i],
+            },
         }
     }
+}
+
+/// NumPy's `isclose(a, b)` (rtol 1e-5, atol 1e-8), in f64 as NumPy computes float32 pairs.
+fn isclose(a: f32, b: f32) -> bool {
+    let (a, b) = (f64::from(a), f64::from(b));
+    (a - b).abs() <= 1e-8 + 1e-5 * b.abs()
 }
 
 fn quantile_range(q01: f32, q99: f32) -> f32 {
@@ -179,5 +235,34 @@ fn quantile_range(q01: f32, q99: f32) -> f32 {
         NORM_EPS
     } else {
         d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Isaac-GR00T's processor per feature: z-scored (`x` as it is at `std` 0, never
+    /// clipped) or min/max with NumPy's `isclose` for an empty range.
+    #[test]
+    fn isaac_z_scores_some_features_and_bounds_the_rest() {
+        let n = Normalizer::Isaac {
+            min: vec![0.0, 1.0, 0.0, 0.0],
+            max: vec![2.0, 1.000_005, 0.0, 0.0],
+            mean: vec![0.0, 0.0, 1.0, 1.0],
+            std: vec![1.0, 1.0, 2.0, 0.0],
+            zscore: vec![false, false, true, true],
+        };
+        let norm: Vec<f32> = [1.5, 1.0, 5.0, 7.0]
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| n.normalize(i, x))
+            .collect();
+        assert_eq!(norm, [0.5, 0.0, 2.0, 7.0]);
+        assert_eq!(n.unnormalize(2, 2.0), 5.0);
+        assert_eq!(n.unnormalize(3, 7.0), 7.0);
+        assert_eq!(n.unnormalize(0, 0.5), 1.5);
+        let clips: Vec<bool> = (0..5).map(|i| n.clips(i)).collect();
+        assert_eq!(clips, [true, true, false, false, true]);
     }
 }

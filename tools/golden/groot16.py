@@ -94,9 +94,11 @@ SIZES = {
 }
 # The released frame geometry at the tiny widths: SigLIP2's 16 x 16 table resized to an 18 x 18
 # grid (not a multiple of its 14-patch windows), shortest edge 256, Eagle's PIL bicubic
-# 256 -> 252 (smart_resize), 81 tokens a camera; a wide camera letterboxed.
+# 256 -> 252 (smart_resize), 81 tokens a camera; a wide camera letterboxed. One state group and
+# one action group z-scored (`mean_std_embedding_keys`, as Isaac-GR00T's OXE embodiments).
 SIZES["frame"] = dict(
     SIZES["tiny"],
+    mean_std=dict(state=["gripper"], action=["x"]),
     vision=dict(SIZES["tiny"]["vision"], num_patches=256, num_hidden_layers=2),
     head=dict(SIZES["tiny"]["head"], max_seq_len=64),
     image=dict(shortest_edge=256, camera_hw=(120, 200)),
@@ -258,17 +260,20 @@ def n16_config(arch):
 
 # ----------------------------------------------------------------------------- the processor
 
-def modality_configs():
+def modality_configs(arch):
     from gr00t.data.types import (ActionConfig, ActionFormat, ActionRepresentation, ActionType,
                                   ModalityConfig)
     absolute = lambda: ActionConfig(rep=ActionRepresentation.ABSOLUTE, type=ActionType.NON_EEF,
                                     format=ActionFormat.DEFAULT)
+    zscored = arch.get("mean_std", {})
     return {EMBODIMENT: {
         "video": ModalityConfig(delta_indices=[0], modality_keys=list(CAMERAS)),
-        "state": ModalityConfig(delta_indices=[0], modality_keys=[g for g, _ in STATE_GROUPS]),
+        "state": ModalityConfig(delta_indices=[0], modality_keys=[g for g, _ in STATE_GROUPS],
+                                mean_std_embedding_keys=zscored.get("state")),
         "action": ModalityConfig(delta_indices=list(range(VALID_HORIZON)),
                                  modality_keys=[g for g, _ in ACTION_GROUPS],
-                                 action_configs=[absolute() for _ in ACTION_GROUPS]),
+                                 action_configs=[absolute() for _ in ACTION_GROUPS],
+                                 mean_std_embedding_keys=zscored.get("action")),
         "language": ModalityConfig(delta_indices=[0], modality_keys=["annotation.task"]),
     }}
 
@@ -299,7 +304,7 @@ def make_processor(arch, stats):
     from gr00t.model.gr00t_n1d6.processing_gr00t_n1d6 import Gr00tN1d6Processor
     h = arch["head"]
     p = Gr00tN1d6Processor(
-        modality_configs=modality_configs(), statistics=stats, use_percentiles=True, clip_outliers=True,
+        modality_configs=modality_configs(arch), statistics=stats, use_percentiles=True, clip_outliers=True,
         shortest_image_edge=arch["image"]["shortest_edge"], crop_fraction=0.95,
         max_state_dim=h["max_state_dim"], max_action_dim=h["max_action_dim"],
         max_action_horizon=h["action_horizon"], use_albumentations=True,
@@ -406,8 +411,14 @@ def generate(a, out):
     cam = arch["image"]["camera_hw"]
     frames = {c: torch.randint(0, 256, (*cam, 3), generator=gen, dtype=torch.uint8).numpy() for c in CAMERAS}
     state = {}
-    for g, d in STATE_GROUPS:  # some outside the percentiles: clipped
-        lo, hi = torch.tensor(stats[EMBODIMENT]["state"][g]["q01"]), torch.tensor(stats[EMBODIMENT]["state"][g]["q99"])
+    zscored = arch.get("mean_std", {}).get("state", [])
+    for g, d in STATE_GROUPS:  # some outside the percentiles: clipped; z-scored ones past 1, not
+        st = {k: torch.tensor(v) for k, v in stats[EMBODIMENT]["state"][g].items()}
+        if g in zscored:
+            z = (1.5 + torch.rand(d, generator=gen)) * torch.tensor([1.0, -1.0]).repeat(d)[:d]
+            state[g] = (st["mean"] + st["std"] * z).numpy().astype(np.float32)
+            continue
+        lo, hi = st["q01"], st["q99"]
         state[g] = (lo + (hi - lo) * (-0.15 + 1.3 * torch.rand(d, generator=gen))).numpy().astype(np.float32)
     h = arch["head"]
     noise = torch.randn(1, h["action_horizon"], h["max_action_dim"], generator=gen)

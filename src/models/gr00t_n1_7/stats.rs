@@ -72,3 +72,68 @@ pub fn group_bounds(
     }
     Ok(out)
 }
+
+/// Isaac-GR00T's processor's z-scored groups (GR00T N1.6): per feature, in
+/// [`group_bounds`]' order, `<what>_mean`, `<what>_std` and `<what>_zscore` (1 where the
+/// group is in the modality's `mean_std_embedding_keys`: normalised `(x - mean) / std` and
+/// never clipped; 0 where the bounds apply, the mean and std then unused). Sin/cos-encoded
+/// state groups (`sin_cos_embedding_keys`, which the processor applies with
+/// `apply_sincos_state_encoding`) are refused by the caller's flag check.
+pub fn zscore_stats(raw: &Value, modality: &Value) -> Result<Vec<(String, Vec<f32>)>, String> {
+    let mut out = Vec::new();
+    for what in ["state", "action"] {
+        let m = modality
+            .get(what)
+            .ok_or_else(|| format!("the modality config has no {what}"))?;
+        let names = |k: &str| -> Vec<&str> {
+            m.get(k)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default()
+        };
+        let (groups, zscored) = (names("modality_keys"), names("mean_std_embedding_keys"));
+        if let Some(g) = zscored.iter().find(|g| !groups.contains(g)) {
+            return Err(format!(
+                "{what}: mean_std_embedding_keys names {g}, not a group"
+            ));
+        }
+        let (mut mean, mut std, mut mask) = (Vec::new(), Vec::new(), Vec::new());
+        for g in &groups {
+            let stat = |key: &str| -> Result<Vec<f32>, String> {
+                let v = raw
+                    .get(what)
+                    .and_then(|s| s.get(g))
+                    .and_then(|s| s.get(key))
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| format!("statistics {what}.{g} have no {key}"))?;
+                let v: Vec<f32> = v
+                    .iter()
+                    .map(|x| x.as_f64().unwrap_or(f64::NAN) as f32)
+                    .collect();
+                match v.iter().all(|x| x.is_finite()) {
+                    true => Ok(v),
+                    false => Err(format!("statistics {what}.{g}.{key}: not all finite")),
+                }
+            };
+            let width = stat("min")?.len();
+            if zscored.contains(g) {
+                let (m, s) = (stat("mean")?, stat("std")?);
+                if m.len() != width || s.len() != width {
+                    return Err(format!(
+                        "statistics {what}.{g}: mean / std not {width} wide"
+                    ));
+                }
+                mean.extend(m);
+                std.extend(s);
+            } else {
+                mean.extend(vec![0.0; width]);
+                std.extend(vec![1.0; width]);
+            }
+            mask.extend(vec![f32::from(u8::from(zscored.contains(g))); width]);
+        }
+        out.push((format!("{what}_mean"), mean));
+        out.push((format!("{what}_std"), std));
+        out.push((format!("{what}_zscore"), mask));
+    }
+    Ok(out)
+}

@@ -63,8 +63,8 @@ pub(super) fn gr00t_n1_6(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<(
     check_fixed(file)?;
     isaac::head_keys(file, ARCH)?;
     isaac::embodiments(file, ARCH, (VLACPP_TAG, VLACPP_ID))?;
-    // Isaac-GR00T's N1.6 processor uses min/max unless told otherwise
-    isaac::statistics(file, ARCH, opts, false)?;
+    // Isaac-GR00T's N1.6 processor: min/max unless told otherwise, its z-scored groups
+    isaac::statistics(file, ARCH, opts, (false, true))?;
     tower(file)?;
     file.rename_tensor("aex.pos_embd", "aex.pos_embd.weight")
 }

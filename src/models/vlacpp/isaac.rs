@@ -10,7 +10,7 @@ use serde_json::Value as Json;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::gguf::{GgufFile, Value};
 use crate::models::embodiment;
-use crate::models::gr00t_n1_7::stats::group_bounds;
+use crate::models::gr00t_n1_7::stats::{group_bounds, zscore_stats};
 use crate::policy::RuntimeOptions;
 use crate::{Error, Result};
 
@@ -63,12 +63,13 @@ pub(super) fn embodiments(file: &mut GgufFile, arch: &str, (tag, id): (&str, &st
 
 /// The run's embodiment's bounds, widths, valid horizon and cameras from the file's
 /// Isaac-GR00T statistics and processor config (`use_percentiles` where the processor does not
-/// say: `percentiles`, the reference processor's default).
+/// say: `percentiles`, the reference processor's default); with `zscore`, the groups the
+/// processor z-scores too ([`zscore_stats`]: Isaac-GR00T's processor, N1.6's reference).
 pub(super) fn statistics(
     file: &mut GgufFile,
     arch: &str,
     opts: &RuntimeOptions,
-    percentiles: bool,
+    (percentiles, zscore): (bool, bool),
 ) -> Result<()> {
     let key = |k: &str| format!("{arch}.{k}");
     if let Some(path) = &opts.statistics {
@@ -114,7 +115,13 @@ pub(super) fn statistics(
     }
     let bounds = group_bounds(raw, modality, flag("use_percentiles", percentiles), None)
         .map_err(|e| Error::InvalidArgument(format!("vla.cpp's {arch} file, {tag}: {e}")))?;
-    for (name, values) in &bounds {
+    let mut tensors = bounds.clone();
+    if zscore {
+        let z = zscore_stats(raw, modality)
+            .map_err(|e| Error::InvalidArgument(format!("vla.cpp's {arch} file, {tag}: {e}")))?;
+        tensors.extend(z);
+    }
+    for (name, values) in &tensors {
         file.add_tensor_f32(name, &[values.len() as u64], values)?;
     }
     let count = |path: [&str; 2]| {
