@@ -47,11 +47,12 @@ enum Command {
         /// tokenizer).
         #[arg(long, default_value = "smolvla", value_parser = served_archs())]
         arch: String,
-        /// The released sizes (smolvla: smolvla_base, ~1.6 GB in f32; pi0: SigLIP So400m,
-        /// Gemma 2B + 300M, ~13 GB; gr00t_n1_5: Eagle-2.5 + DiT, ~11 GB; gr00t_n1_7: Qwen3-VL-2B cut to 16 layers +
-        /// DiT; vla_jepa: Qwen3-VL-2B + DiT-B; evo1: InternViT-300M + Qwen2.5-0.5B cut to
-        /// 14 layers + its head, ~3 GB; act: ResNet-18 + lerobot's default transformer, two
-        /// cameras at 480 x 640, ~0.2 GB), for benchmarks.
+        /// The released sizes, for benchmarks (files in f32: smolvla: smolvla_base, ~1.6 GB;
+        /// pi0, pi05: SigLIP So400m, Gemma 2B + 300M, ~13 GB; gr00t_n1_5: Eagle-2.5 + DiT,
+        /// ~10 GB; gr00t_n1_6: SigLIP2 + Qwen3 cut to 16 layers + DiT, ~12 GB; gr00t_n1_7:
+        /// Qwen3-VL-2B cut to 16 layers + DiT, ~13 GB; vla_jepa: Qwen3-VL-2B + DiT-B, ~9 GB;
+        /// evo1: InternViT-300M + Qwen2.5-0.5B cut to 14 layers + its head, ~3 GB; act:
+        /// ResNet-18 + lerobot's default transformer, two cameras at 480 x 640, ~0.2 GB).
         #[arg(long)]
         full: bool,
         /// Type of the matmul weights: f32, f16 or bf16 (a smolvla model other than the f32
