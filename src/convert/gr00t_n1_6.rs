@@ -19,7 +19,7 @@ use crate::models::common::ActionIo;
 use crate::models::embodiment::Embodiments;
 use crate::models::flow::FlowArch;
 use crate::models::gr00t_n1_6::{tables, Gr00tN16Config};
-use crate::models::gr00t_n1_7::stats::{group_bounds, zscore_stats};
+use crate::models::gr00t_n1_7::stats::{group_bounds, relative_refs, zscore_stats, Relative};
 use crate::models::gr00t_n1_7::FrameConfig;
 use crate::models::prompt::PromptIds;
 use crate::modules::decoder::{DecoderConfig, LmConfig};
@@ -135,10 +135,18 @@ pub fn convert(
     if !clip {
         return Err(ckpt_err(&proc_path, "clip_outliers off: not supported"));
     }
-    let mut stats = group_bounds(raw, modality, percentiles, None)
-        .map_err(|e| ckpt_err(&proc_path, format!("{tag}: {e}")))?;
-    let zscore =
-        zscore_stats(raw, modality).map_err(|e| ckpt_err(&proc_path, format!("{tag}: {e}")))?;
+    // Isaac-GR00T's processor applies relative actions with its own flag (the model's
+    // config.json carries the same)
+    let relative = match kwargs.get("use_relative_action").and_then(|v| v.as_bool()) {
+        Some(true) => Relative::Apply,
+        Some(false) => Relative::Absolute,
+        None if cfg.bool_or("use_relative_action", false) => Relative::Apply,
+        None => Relative::Absolute,
+    };
+    let err = |e: String| ckpt_err(&proc_path, format!("{tag}: {e}"));
+    let mut stats = group_bounds(raw, modality, percentiles, None, relative).map_err(err)?;
+    let mut extra = zscore_stats(raw, modality, relative).map_err(err)?;
+    extra.extend(relative_refs(raw, modality, relative).map_err(err)?);
     let count = |m: &str, k: &str| {
         modality
             .get(m)
@@ -237,8 +245,8 @@ pub fn convert(
     )?;
     let mut shapes = config.tensor_shapes()?;
     shapes.retain(|(n, _)| !derived.iter().any(|(d, _, _)| d == n));
-    // the processor's z-scored groups, which the runtime reads beside the bounds
-    stats.extend(zscore);
+    // the processor's z-scored and relative groups, which the runtime reads beside the bounds
+    stats.extend(extra);
     let tensors = super::Tensors {
         map: &map,
         shapes,
@@ -281,7 +289,6 @@ fn read_config(
         ("use_alternate_vl_dit", true),
         ("add_pos_embed", true),
         ("apply_sincos_state_encoding", false),
-        ("use_relative_action", false),
     ] {
         if cfg.bool_or(key, want) != want {
             return Err(ckpt_err(

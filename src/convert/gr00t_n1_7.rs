@@ -21,7 +21,7 @@ use crate::gguf::{GgmlType, GgufWriter};
 use crate::models::common::ActionIo;
 use crate::models::embodiment::Embodiments;
 use crate::models::flow::FlowArch;
-use crate::models::gr00t_n1_7::stats::group_bounds;
+use crate::models::gr00t_n1_7::stats::{group_bounds, Relative};
 use crate::models::gr00t_n1_7::{FrameConfig, Gr00tN17Config};
 use crate::models::prompt::PromptIds;
 use crate::modules::dit::BlockStack;
@@ -355,8 +355,14 @@ fn read_stats(
     let percentiles = pack.bool_or("use_percentiles", false);
     let (raw, modality) = (pack.obj("raw_stats")?, pack.obj("modality_config")?);
     let dims = (cfg.io.state_dim, cfg.io.action_dim);
-    let out = group_bounds(raw.value, modality.value, percentiles, Some(dims))
-        .map_err(|e| ckpt_err(pack.path, format!("{PACK_STEP}: {e}")))?;
+    let out = group_bounds(
+        raw.value,
+        modality.value,
+        percentiles,
+        Some(dims),
+        Relative::Refuse,
+    )
+    .map_err(|e| ckpt_err(pack.path, format!("{PACK_STEP}: {e}")))?;
     let (lo, hi) = if percentiles {
         ("q01", "q99")
     } else {

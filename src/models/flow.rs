@@ -25,7 +25,7 @@ use crate::policy::{
     ActionChunk, InstructionRows, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
 };
 use crate::preprocess::actions::unnormalize_actions;
-pub use crate::preprocess::actions::{Clipping, GripperSnap};
+pub use crate::preprocess::actions::{Clipping, GripperSnap, RelativeActions};
 use crate::preprocess::{CameraInput, FrameKey, Normalizer};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
@@ -258,6 +258,8 @@ pub struct FlowPolicy<A: FlowArch> {
     info: PolicyInfo,
     state_norm: Normalizer,
     action_norm: Normalizer,
+    /// Isaac-GR00T's relative action groups, where the file has them.
+    relative: Option<RelativeActions>,
     /// From the GGUF's `tokenizer.ggml.*` metadata; without it only token ids are accepted.
     tokenizer: Option<Tokenizer>,
     /// [`predict_graph`], or the vision, prefill and denoise graphs when stepwise
@@ -297,6 +299,9 @@ impl<A: FlowArch> FlowPolicy<A> {
         }
         let mut state_norm = Normalizer::from_gguf(&file, "state", io.state_dim, e)?;
         let mut action_norm = Normalizer::from_gguf(&file, "action", io.action_dim, e)?;
+        let suffix = e.map_or(String::new(), |e| format!(".{e}"));
+        let dims = (io.action_dim, io.state_dim);
+        let relative = RelativeActions::from_gguf(&file, &suffix, dims)?;
         if spec.lerobot_min_max {
             state_norm = state_norm.lerobot_min_max();
             action_norm = action_norm.lerobot_min_max();
@@ -345,6 +350,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             info,
             state_norm,
             action_norm,
+            relative,
             tokenizer,
             set_flops,
             graphs,
@@ -641,13 +647,16 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
         let mut x = x;
         x.truncate(self.spec.output_rows * io.max_action_dim);
         let (clip, snap) = (self.spec.clip.actions, self.spec.gripper);
-        let actions = unnormalize_actions(
+        let mut actions = unnormalize_actions(
             &self.action_norm,
             x,
             clip,
             snap,
             (io.max_action_dim, io.action_dim),
         );
+        if let Some(r) = &self.relative {
+            r.apply(&mut actions, &obs.state);
+        }
         let stage = |k: usize| stages.as_ref().map(|s| s[k]);
         Ok(ActionChunk {
             actions,

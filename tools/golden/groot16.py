@@ -95,10 +95,12 @@ SIZES = {
 # The released frame geometry at the tiny widths: SigLIP2's 16 x 16 table resized to an 18 x 18
 # grid (not a multiple of its 14-patch windows), shortest edge 256, Eagle's PIL bicubic
 # 256 -> 252 (smart_resize), 81 tokens a camera; a wide camera letterboxed. One state group and
-# one action group z-scored (`mean_std_embedding_keys`, as Isaac-GR00T's OXE embodiments).
+# one action group z-scored (`mean_std_embedding_keys`, as Isaac-GR00T's OXE embodiments), that
+# action group relative to its state group (`use_relative_action`, as its G1 and BEHAVIOR arms).
 SIZES["frame"] = dict(
     SIZES["tiny"],
     mean_std=dict(state=["gripper"], action=["x"]),
+    relative=["x"],
     vision=dict(SIZES["tiny"]["vision"], num_patches=256, num_hidden_layers=2),
     head=dict(SIZES["tiny"]["head"], max_seq_len=64),
     image=dict(shortest_edge=256, camera_hw=(120, 200)),
@@ -255,7 +257,8 @@ def n16_config(arch):
         diffusion_model_cfg=dict(positional_embeddings=None, norm_type="ada_norm", dropout=0.2,
                                  final_dropout=True, interleave_self_attention=True, **h["dit"]),
         shortest_image_edge=arch["image"]["shortest_edge"], crop_fraction=0.95,
-        use_flash_attention=False, load_bf16=False, model_dtype="float32", state_dropout_prob=0.0)
+        use_flash_attention=False, load_bf16=False, model_dtype="float32", state_dropout_prob=0.0,
+        use_relative_action=bool(arch.get("relative")))
 
 
 # ----------------------------------------------------------------------------- the processor
@@ -263,8 +266,9 @@ def n16_config(arch):
 def modality_configs(arch):
     from gr00t.data.types import (ActionConfig, ActionFormat, ActionRepresentation, ActionType,
                                   ModalityConfig)
-    absolute = lambda: ActionConfig(rep=ActionRepresentation.ABSOLUTE, type=ActionType.NON_EEF,
-                                    format=ActionFormat.DEFAULT)
+    rep = lambda g: (ActionRepresentation.RELATIVE if g in arch.get("relative", [])
+                     else ActionRepresentation.ABSOLUTE)
+    config = lambda g: ActionConfig(rep=rep(g), type=ActionType.NON_EEF, format=ActionFormat.DEFAULT)
     zscored = arch.get("mean_std", {})
     return {EMBODIMENT: {
         "video": ModalityConfig(delta_indices=[0], modality_keys=list(CAMERAS)),
@@ -272,13 +276,13 @@ def modality_configs(arch):
                                 mean_std_embedding_keys=zscored.get("state")),
         "action": ModalityConfig(delta_indices=list(range(VALID_HORIZON)),
                                  modality_keys=[g for g, _ in ACTION_GROUPS],
-                                 action_configs=[absolute() for _ in ACTION_GROUPS],
+                                 action_configs=[config(g) for g, _ in ACTION_GROUPS],
                                  mean_std_embedding_keys=zscored.get("action")),
         "language": ModalityConfig(delta_indices=[0], modality_keys=["annotation.task"]),
     }}
 
 
-def make_stats(gen):
+def make_stats(gen, arch):
     """Per group min / max / mean / std / q01 / q99 with q01 > min and q99 < max (percentiles used)."""
     def group(d):
         lo = torch.rand(d, generator=gen) * -2 - 0.5
@@ -288,8 +292,9 @@ def make_stats(gen):
         std = (hi - lo) / 4
         return {"min": lo.tolist(), "max": hi.tolist(), "mean": mean.tolist(), "std": std.tolist(),
                 "q01": q01.tolist(), "q99": q99.tolist()}
+    relative = {g: group(d) for g, d in ACTION_GROUPS if g in arch.get("relative", [])}
     return {EMBODIMENT: {"state": {g: group(d) for g, d in STATE_GROUPS},
-                         "action": {g: group(d) for g, d in ACTION_GROUPS}, "relative_action": {}}}
+                         "action": {g: group(d) for g, d in ACTION_GROUPS}, "relative_action": relative}}
 
 
 def eagle_processor(tokenizer):
@@ -305,6 +310,7 @@ def make_processor(arch, stats):
     h = arch["head"]
     p = Gr00tN1d6Processor(
         modality_configs=modality_configs(arch), statistics=stats, use_percentiles=True, clip_outliers=True,
+        use_relative_action=bool(arch.get("relative")),
         shortest_image_edge=arch["image"]["shortest_edge"], crop_fraction=0.95,
         max_state_dim=h["max_state_dim"], max_action_dim=h["max_action_dim"],
         max_action_horizon=h["action_horizon"], use_albumentations=True,
@@ -396,7 +402,7 @@ def build(arch, up, out, seed):
     install_backbone(cfg_eagle, eagle_processor(tok))
     from gr00t.model.gr00t_n1d6.gr00t_n1d6 import Gr00tN1d6
     gen = torch.Generator().manual_seed(seed)
-    stats = make_stats(gen)
+    stats = make_stats(gen, arch)
     processor = make_processor(arch, stats)
     torch.manual_seed(seed)
     model = Gr00tN1d6(n16_config(arch)).eval()

@@ -12,7 +12,8 @@
 //! converter was given `--vision-size`, Isaac-GR00T's is 252), `vit_pixel_shuffle`,
 //! `connector_ln_eps` and the head's are ours. What vla.cpp's loader derives is checked:
 //! `vit_num_patches`, `n_img_tokens`, `mlp_connector_inner`, `backbone_embedding_dim`,
-//! `dit_hidden`; what it fixes is fixed here too. The embodiment defaults to vla.cpp's
+//! `dit_hidden`; what it fixes is fixed here too (relative actions follow the processor
+//! config's `use_relative_action`, as Isaac-GR00T's processor does). The embodiment defaults to vla.cpp's
 //! (`gr1` where the map has it, else id 20; its `VLA_GR00T_EMBODIMENT` is our
 //! `--embodiment`).
 //!
@@ -43,10 +44,9 @@ const RENAMED: [(&str, &str); 5] = [
 ];
 
 /// Integer keys whose value ours fixes (N1.6's own values).
-const FIXED_U32: [(&str, u64); 5] = [
+const FIXED_U32: [(&str, u64); 4] = [
     ("mlp_connector_layers", 2),
     ("dit_interleave", 1),
-    ("use_relative_action", 0),
     ("apply_sincos_state_encoding", 0),
     ("clip_outliers", 1),
 ];
@@ -64,7 +64,7 @@ pub(super) fn gr00t_n1_6(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<(
     isaac::head_keys(file, ARCH)?;
     isaac::embodiments(file, ARCH, (VLACPP_TAG, VLACPP_ID))?;
     // Isaac-GR00T's N1.6 processor: min/max unless told otherwise, its z-scored groups
-    isaac::statistics(file, ARCH, opts, (false, true))?;
+    isaac::statistics(file, ARCH, opts, (false, isaac::Processor::Isaac))?;
     tower(file)?;
     file.rename_tensor("aex.pos_embd", "aex.pos_embd.weight")
 }

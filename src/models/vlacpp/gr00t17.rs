@@ -75,7 +75,7 @@ pub(super) fn gr00t_n1_7(file: &mut GgufFile, opts: &RuntimeOptions) -> Result<(
     let target = super::qwen_vl_keys(file, ARCH)?;
     isaac::head_keys(file, ARCH)?;
     isaac::embodiments(file, ARCH, (VLACPP_TAG, VLACPP_ID))?;
-    isaac::statistics(file, ARCH, opts, (true, false))?;
+    isaac::statistics(file, ARCH, opts, (true, isaac::Processor::Lerobot))?;
     super::qwen_tower(file, ARCH, target as usize)?;
     file.rename_tensor("aex.pos_embd", "aex.pos_embd.weight")
 }

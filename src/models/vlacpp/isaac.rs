@@ -10,7 +10,7 @@ use serde_json::Value as Json;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::gguf::{GgufFile, Value};
 use crate::models::embodiment;
-use crate::models::gr00t_n1_7::stats::{group_bounds, zscore_stats};
+use crate::models::gr00t_n1_7::stats::{group_bounds, relative_refs, zscore_stats, Relative};
 use crate::policy::RuntimeOptions;
 use crate::{Error, Result};
 
@@ -61,15 +61,24 @@ pub(super) fn embodiments(file: &mut GgufFile, arch: &str, (tag, id): (&str, &st
     Ok(())
 }
 
+/// Whose processor the statistics follow: lerobot's port (N1.7: bounds only, relative
+/// groups refused) or Isaac-GR00T's own (N1.6: z-scored groups, and relative groups applied
+/// with `use_relative_action`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Processor {
+    Lerobot,
+    Isaac,
+}
+
 /// The run's embodiment's bounds, widths, valid horizon and cameras from the file's
 /// Isaac-GR00T statistics and processor config (`use_percentiles` where the processor does not
-/// say: `percentiles`, the reference processor's default); with `zscore`, the groups the
-/// processor z-scores too ([`zscore_stats`]: Isaac-GR00T's processor, N1.6's reference).
+/// say: `percentiles`, the reference processor's default); with [`Processor::Isaac`] its
+/// z-scored groups ([`zscore_stats`]) and relative groups ([`relative_refs`]) too.
 pub(super) fn statistics(
     file: &mut GgufFile,
     arch: &str,
     opts: &RuntimeOptions,
-    (percentiles, zscore): (bool, bool),
+    (percentiles, processor_kind): (bool, Processor),
 ) -> Result<()> {
     let key = |k: &str| format!("{arch}.{k}");
     if let Some(path) = &opts.statistics {
@@ -113,13 +122,18 @@ pub(super) fn statistics(
             "vla.cpp's {arch} file: clip_outliers off: not supported"
         )));
     }
-    let bounds = group_bounds(raw, modality, flag("use_percentiles", percentiles), None)
-        .map_err(|e| Error::InvalidArgument(format!("vla.cpp's {arch} file, {tag}: {e}")))?;
+    let relative = match processor_kind {
+        Processor::Lerobot => Relative::Refuse,
+        Processor::Isaac if flag("use_relative_action", false) => Relative::Apply,
+        Processor::Isaac => Relative::Absolute,
+    };
+    let err = |e: String| Error::InvalidArgument(format!("vla.cpp's {arch} file, {tag}: {e}"));
+    let percentiles = flag("use_percentiles", percentiles);
+    let bounds = group_bounds(raw, modality, percentiles, None, relative).map_err(err)?;
     let mut tensors = bounds.clone();
-    if zscore {
-        let z = zscore_stats(raw, modality)
-            .map_err(|e| Error::InvalidArgument(format!("vla.cpp's {arch} file, {tag}: {e}")))?;
-        tensors.extend(z);
+    if processor_kind == Processor::Isaac {
+        tensors.extend(zscore_stats(raw, modality, relative).map_err(err)?);
+        tensors.extend(relative_refs(raw, modality, relative).map_err(err)?);
     }
     for (name, values) in &tensors {
         file.add_tensor_f32(name, &[values.len() as u64], values)?;
