@@ -233,6 +233,7 @@ fn vlacpp_layout_gives_isaacs_chunk() {
         }
         let mut m = open(backend, tag).unwrap();
         assert_eq!(m.info().embodiment.as_deref(), Some("new_embodiment (10)"));
+        assert_eq!(m.info().camera_names, ["front", "wrist"]);
         let chunk = m.predict(&obs).unwrap();
         let what = format!("{backend}: vla.cpp-layout GR00T N1.6: action chunk (8 of 16 rows)");
         check(&what, &chunk.actions, &fx.actions(), TOL);

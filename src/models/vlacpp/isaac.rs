@@ -9,6 +9,7 @@ use serde_json::Value as Json;
 
 use crate::config::limits::MAX_SEQUENCE;
 use crate::gguf::{GgufFile, Value};
+use crate::models::common::CAMERA_NAMES_KEY;
 use crate::models::embodiment;
 use crate::models::gr00t_n1_7::stats::{group_bounds, relative_refs, zscore_stats, Relative};
 use crate::policy::RuntimeOptions;
@@ -73,7 +74,8 @@ pub(super) enum Processor {
 /// The run's embodiment's bounds, widths, valid horizon and cameras from the file's
 /// Isaac-GR00T statistics and processor config (`use_percentiles` where the processor does not
 /// say: `percentiles`, the reference processor's default); with [`Processor::Isaac`] its
-/// z-scored groups ([`zscore_stats`]) and relative groups ([`relative_refs`]) too.
+/// z-scored groups ([`zscore_stats`]) and relative groups ([`relative_refs`]) too, and the
+/// cameras' names (its video keys).
 pub(super) fn statistics(
     file: &mut GgufFile,
     arch: &str,
@@ -153,6 +155,19 @@ pub(super) fn statistics(
     ];
     for (k, v) in set {
         file.set_metadata(key(k), Value::U32(u32_of(k, v as u64)?));
+    }
+    if processor_kind == Processor::Isaac {
+        // the cameras by the names `vla-convert` keeps for Isaac-GR00T's checkpoints: the
+        // embodiment's video keys, in order
+        let cameras: Vec<&str> = modality
+            .get("video")
+            .and_then(|m| m.get("modality_keys"))
+            .and_then(Json::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Json::as_str)
+            .collect();
+        file.set_metadata(CAMERA_NAMES_KEY, Value::from_strs(&cameras));
     }
     Ok(())
 }
