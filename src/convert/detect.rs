@@ -21,13 +21,16 @@ pub enum Kind {
     VlaJepa,
     Evo1,
     Act,
+    /// A VLA-Adapter checkpoint (the reference's own layout: `config.json`'s `model_type`
+    /// "openvla" over Qwen2.5, the head's `.pt` files beside it).
+    VlaAdapter,
 }
 
 /// GR00T N1.7's packing step (GR00T N1.5's is `groot_pack_inputs_v3`).
 const N17_PACK: &str = "groot_n1_7_pack_inputs_v1";
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Smolvla,
         Kind::Pi0,
         Kind::Pi05,
@@ -37,6 +40,7 @@ impl Kind {
         Kind::VlaJepa,
         Kind::Evo1,
         Kind::Act,
+        Kind::VlaAdapter,
     ];
 
     /// The `vla-convert` subcommand (and GGUF arch name).
@@ -51,6 +55,7 @@ impl Kind {
             Kind::VlaJepa => "vla_jepa",
             Kind::Evo1 => "evo1",
             Kind::Act => "act",
+            Kind::VlaAdapter => "vla_adapter",
         }
     }
 
@@ -66,6 +71,7 @@ impl Kind {
             Kind::VlaJepa => "VLA-JEPA",
             Kind::Evo1 => "Evo-1",
             Kind::Act => "ACT",
+            Kind::VlaAdapter => "VLA-Adapter",
         }
     }
 }
@@ -97,8 +103,10 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
         ));
     }
     let json = read_json(&config)?;
-    if json.get("model_type").and_then(|t| t.as_str()) == Some("Gr00tN1d6") {
-        return Ok(Kind::Gr00tN16);
+    match json.get("model_type").and_then(|t| t.as_str()) {
+        Some("Gr00tN1d6") => return Ok(Kind::Gr00tN16),
+        Some("openvla") => return openvla(&config, &json),
+        _ => {}
     }
     let Some(ty) = json.get("type").and_then(|t| t.as_str()) else {
         return Err(ckpt_err(
@@ -126,6 +134,24 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
             ));
         }
     })
+}
+
+/// An OpenVLA-family checkpoint: VLA-Adapter over Qwen2.5 (its `llm_backbone_id`).
+fn openvla(config: &Path, json: &serde_json::Value) -> Result<Kind> {
+    let llm = json
+        .get("llm_backbone_id")
+        .and_then(|t| t.as_str())
+        .unwrap_or("");
+    match llm.starts_with("qwen25") {
+        true => Ok(Kind::VlaAdapter),
+        false => Err(ckpt_err(
+            config,
+            format!(
+                "an OpenVLA checkpoint over {llm:?}: vla-rs converts VLA-Adapter (Qwen2.5); \
+                 OpenVLA and OpenVLA-OFT (Llama 2) are not served yet"
+            ),
+        )),
+    }
 }
 
 /// GR00T N1.5 or N1.7: the pre-processor's packing step says which.

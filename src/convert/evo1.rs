@@ -169,11 +169,7 @@ fn read_config(p: &Json, vlm: &Json, st: &Safetensors, tok: &Tokenizer) -> Resul
     };
     let hidden = t.usize("hidden_size")?;
     let q_heads = t.usize("num_attention_heads")?;
-    let theta = t
-        .get("rope_parameters")
-        .and_then(|r| r.get("rope_theta"))
-        .and_then(|x| x.as_f64())
-        .map_or_else(|| t.f64("rope_theta"), Ok)?;
+    let theta = t.rope_theta()?;
     let attn = DecoderConfig {
         q_heads,
         kv_heads: t.usize("num_key_value_heads")?,

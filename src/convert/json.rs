@@ -53,6 +53,15 @@ impl<'a> Json<'a> {
             .ok_or_else(|| ckpt_err(self.path, format!("{key:?} is missing or not a number")))
     }
 
+    /// A text config's rotary base: `rope_theta`, or under `rope_parameters` as transformers
+    /// 5 writes it.
+    pub fn rope_theta(&self) -> Result<f64> {
+        self.get("rope_parameters")
+            .and_then(|r| r.get("rope_theta"))
+            .and_then(|x| x.as_f64())
+            .map_or_else(|| self.f64("rope_theta"), Ok)
+    }
+
     pub fn str(&self, key: &str) -> Result<&'a str> {
         self.get(key)
             .and_then(serde_json::Value::as_str)

@@ -14,6 +14,8 @@ pub mod pi0;
 pub mod qwen;
 pub mod qwen_vl;
 pub mod smolvla;
+pub mod torch_pt;
+pub mod vla_adapter;
 pub mod vla_jepa;
 
 pub(crate) use crate::checkpoint::{ckpt_err, processor_stats, processor_steps};

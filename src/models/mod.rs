@@ -16,6 +16,7 @@ pub mod prefix;
 pub mod presets;
 pub mod prompt;
 pub mod smolvla;
+pub mod vla_adapter;
 pub mod vla_jepa;
 pub mod vlacpp;
 
@@ -106,6 +107,14 @@ pub const ARCHS: &[Arch] = &[
         random: |full, seed, ty| match full {
             true => act::random_writer(&presets::act_full_config(), seed, ty),
             false => act::random_writer(&presets::act_small_config(), seed, ty),
+        },
+    },
+    Arch {
+        name: vla_adapter::ARCH,
+        open: |file, opts| Ok(Box::new(vla_adapter::VlaAdapterPolicy::new(file, opts)?)),
+        random: |full, seed, ty| match full {
+            true => vla_adapter::random_writer(&presets::vla_adapter_full_config(), seed, ty),
+            false => vla_adapter::random_writer(&presets::vla_adapter_small_config(), seed, ty),
         },
     },
 ];

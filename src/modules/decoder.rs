@@ -11,7 +11,7 @@
 
 use crate::config::limits::MAX_LAYERS;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
-use crate::graph::{GraphBuilder, NodeId};
+use crate::graph::{AttentionMask, GraphBuilder, NodeId};
 use crate::layers::{
     ada_rms_norm, attend, gated_ffn, linear, linear_add, rms_norm, rope_neox, rope_tables,
     splice_rows, split_heads, width, GatedActivation, Scope, ADA_GATE_PART,
@@ -286,13 +286,39 @@ impl<'c> Layer<'c> {
         mask: Option<NodeId>,
     ) -> Result<NodeId> {
         let o = attend(g, q.q, kv, mask)?;
+        self.finish_attended(g, x, o, q.gate)
+    }
+
+    /// [`Self::finish`] with a causal mask: query row `i` sees key rows `0..=i`.
+    pub fn finish_causal(
+        &self,
+        g: &mut GraphBuilder,
+        x: NodeId,
+        q: Query,
+        kv: &[(NodeId, NodeId)],
+    ) -> Result<NodeId> {
+        let o = g.attention(q.q, kv, AttentionMask::Causal, None, None)?;
+        let (s, h, d) = (g.shape(o)[0], g.shape(o)[1], g.shape(o)[2]);
+        let o = g.reshape(o, &[s, h * d])?;
+        self.finish_attended(g, x, o, q.gate)
+    }
+
+    /// The attention's output `o` `[S, heads * head_dim]` projected and added to `x`, then
+    /// the FFN block.
+    fn finish_attended(
+        &self,
+        g: &mut GraphBuilder,
+        x: NodeId,
+        o: NodeId,
+        gate: Option<NodeId>,
+    ) -> Result<NodeId> {
         let attn_o = self.scope.pp("attn_o");
         // An ungated residual is added inside the projection's op (one dispatch, no pass).
-        let x = match q.gate {
+        let x = match gate {
             None => linear_add(g, o, &attn_o, width(g, x), x)?,
             Some(_) => {
                 let o = linear(g, o, &attn_o, width(g, x), false)?;
-                residual(g, x, o, q.gate)?
+                residual(g, x, o, gate)?
             }
         };
         let (h, ffn_gate) = self.norm(g, x, "ffn")?;

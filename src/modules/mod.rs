@@ -6,6 +6,7 @@ pub mod dit;
 pub mod evo1_head;
 pub mod flow;
 pub mod gr00t_head;
+pub mod prismatic;
 pub mod qwen_text;
 pub mod qwen_vision;
 pub mod vision;

@@ -1,5 +1,6 @@
 //! SigLIP-style ViT (patch embedding + learned positions + pre-LN encoder + post-LN), its
-//! InternViT variant (class token, LayerScale, no post-LN), and the connectors that turn its
+//! InternViT variant (class token, LayerScale, no post-LN), timm's DINOv2 and SigLIP read at a
+//! block's output (Prismatic's towers), and the connectors that turn its
 //! features into language-model tokens (Idefics3/SmolVLM's and InternVL's pixel shuffle +
 //! projection, PaliGemma's projection).
 
@@ -40,6 +41,30 @@ pub enum TowerStyle {
     /// (`blk.{i}.ls1`, `ls2` `[hidden]`), exact-erf GELU MLPs, no final norm; the class
     /// token's row is dropped from the output.
     InternVit,
+    /// timm's DINOv2 with registers, read at its last layer's output (Prismatic keeps the
+    /// blocks up to the penultimate): the position table covers the patches alone (timm's
+    /// `no_embed_class`), then a class token `class_embd` `[hidden]` and `registers` tokens
+    /// `reg_embd` `[registers, hidden]` go before them; LayerScale, exact-erf GELU MLPs, no
+    /// final norm; only the patches' rows are returned.
+    Dinov2 { registers: usize },
+    /// timm's SigLIP read at its last layer's output: no class token, exact-erf GELU MLPs
+    /// (timm's default, where Hugging Face's SigLIP has tanh), no final norm.
+    TimmSiglip,
+}
+
+impl TowerStyle {
+    /// Rows before the patches: class token and registers.
+    pub fn prefix_rows(self) -> usize {
+        match self {
+            TowerStyle::Siglip | TowerStyle::TimmSiglip => 0,
+            TowerStyle::InternVit => 1,
+            TowerStyle::Dinov2 { registers } => 1 + registers,
+        }
+    }
+
+    fn layer_scale(self) -> bool {
+        matches!(self, TowerStyle::InternVit | TowerStyle::Dinov2 { .. })
+    }
 }
 
 impl Default for VisionConfig {
@@ -148,24 +173,32 @@ impl VisionConfig {
 /// `class_embd`, `blk.{i}.{ls1,ls2}` (InternViT, [`TowerStyle`]).
 pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> Result<NodeId> {
     let (d, p, pre) = (cfg.hidden, cfg.patch_size, Scope::new(cfg.prefix));
-    let intern = cfg.style == TowerStyle::InternVit;
+    let style = cfg.style;
     let w = g.weight(&pre.pp("patch_embd.weight"), &[d, 3, p, p])?;
     let b = g.weight(&pre.pp("patch_embd.bias"), &[d])?;
     let mut x = g.patch_embed(image, w, b)?;
-    if intern {
+    let class = |g: &mut GraphBuilder| -> Result<NodeId> {
         let cls = g.weight(&pre.pp("class_embd.weight"), &[d])?;
-        let cls = g.reshape(cls, &[1, d])?;
+        g.reshape(cls, &[1, d])
+    };
+    if style == TowerStyle::InternVit {
+        let cls = class(g)?;
         x = g.concat(&[cls, x], 0)?;
     }
-    let rows = cfg.n_patches() + usize::from(intern);
+    let rows = cfg.n_patches() + usize::from(style == TowerStyle::InternVit);
     let mut pos = g.weight(&pre.pp("pos_embd.weight"), &[rows, d])?;
     if cfg.positions == PatchPositions::Shifted {
         pos = shift_positions(g, pos, cfg.patches_per_side())?;
     }
     x = g.add(x, pos)?;
+    if let TowerStyle::Dinov2 { registers } = style {
+        let cls = class(g)?;
+        let reg = g.weight(&pre.pp("reg_embd.weight"), &[registers, d])?;
+        x = g.concat(&[cls, reg, x], 0)?;
+    }
     let head_dim = d / cfg.heads;
-    // InternViT's LayerScale: a branch times its per-channel gain.
-    let scaled = |g: &mut GraphBuilder, y: NodeId, name: &str| match intern {
+    // LayerScale: a branch times its per-channel gain.
+    let scaled = |g: &mut GraphBuilder, y: NodeId, name: &str| match style.layer_scale() {
         true => {
             let gain = g.weight(name, &[d])?;
             g.mul(y, gain)
@@ -189,20 +222,21 @@ pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> 
         let o = scaled(g, o, &p.pp("ls1.weight"))?;
         x = g.add(x, o)?;
         let h = layer_norm(g, x, &p.pp("ln2"), cfg.ln_eps)?;
-        let h = match intern {
-            true => {
+        let h = match style {
+            TowerStyle::Siglip => gelu_mlp(g, h, &p, cfg.inter)?,
+            _ => {
                 let h = linear(g, h, &p.pp("fc1"), cfg.inter, true)?;
                 let h = g.gelu_erf(h);
                 linear(g, h, &p.pp("fc2"), d, true)?
             }
-            false => gelu_mlp(g, h, &p, cfg.inter)?,
         };
         let h = scaled(g, h, &p.pp("ls2.weight"))?;
         x = g.add(x, h)?;
     }
-    match cfg.style {
+    match style {
         TowerStyle::Siglip => layer_norm(g, x, &pre.pp("post_ln"), cfg.ln_eps),
-        TowerStyle::InternVit => g.slice(x, 0, 1, cfg.n_patches()),
+        TowerStyle::TimmSiglip => Ok(x),
+        _ => g.slice(x, 0, style.prefix_rows(), cfg.n_patches()),
     }
 }
 

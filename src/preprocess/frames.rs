@@ -250,6 +250,9 @@ impl CameraInput {
             Resize::StretchBicubicU8 => {
                 bicubic::resize_bicubic_aa(&bytes, img.height, img.width, h, w)
             }
+            Resize::StretchBicubicPillow => {
+                bicubic::resize_bicubic_fixed(&bytes, size, (h, w), bicubic::FixedPoint::Pillow)
+            }
             Resize::Gr00tFrame {
                 edge,
                 crop_fraction,

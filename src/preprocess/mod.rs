@@ -69,6 +69,10 @@ pub enum Resize {
     /// Stretched with torchvision's anti-aliased bicubic on uint8 ([`bicubic`]; float frames
     /// are rounded to bytes first): GR00T's Eagle processor.
     StretchBicubicU8,
+    /// Stretched with Pillow's `Image.resize(BICUBIC)` on bytes ([`bicubic::FixedPoint::Pillow`];
+    /// the identity at the model's size): Prismatic's processor (`resize-naive`, OpenVLA-OFT
+    /// and VLA-Adapter).
+    StretchBicubicPillow,
     /// GR00T N1.6 / N1.7: with `letterbox` (N1.6) first [`area::letterbox`] (black bars to a
     /// square), then [`area::gr00t_frame`] (OpenCV area resizes to the shortest edge `edge`
     /// around a centre crop of `crop_fraction`), then the anti-aliased bicubic on bytes to the
@@ -154,6 +158,7 @@ impl CameraInput {
                 bicubic::resize_bicubic_aa_f32(&unit, size, (h, w))
             }
             Resize::StretchBicubicU8
+            | Resize::StretchBicubicPillow
             | Resize::Gr00tFrame { .. }
             | Resize::StretchBicubicRounded => hwc_u8_to_chw(&self.host_bytes(img)?, h * w, 255.0),
         })

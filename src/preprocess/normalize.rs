@@ -43,6 +43,14 @@ pub enum Normalizer {
         std: Vec<f32>,
         zscore: Vec<bool>,
     },
+    /// OpenVLA's BOUNDS_Q99 (OpenVLA-OFT, VLA-Adapter), in f64 as NumPy: where `mask`,
+    /// `clip(2 (x - q01) / (q99 - q01 + 1e-8) - 1, -1, 1)`, else `x` clipped alike; inverse
+    /// `0.5 (y + 1) (q99 - q01 + 1e-8) + q01` where `mask`, else `y`, never clipped.
+    Bounds {
+        q01: Vec<f32>,
+        q99: Vec<f32>,
+        mask: Vec<bool>,
+    },
 }
 
 /// lerobot's normaliser epsilon.
@@ -108,7 +116,13 @@ impl Normalizer {
             }
             Ok(v)
         };
-        if has("zscore") {
+        if has("mask") {
+            Ok(Normalizer::Bounds {
+                q01: read("q01")?,
+                q99: read("q99")?,
+                mask: read("mask")?.iter().map(|&m| m != 0.0).collect(),
+            })
+        } else if has("zscore") {
             Ok(Normalizer::Isaac {
                 min: read("min")?,
                 max: read("max")?,
@@ -170,6 +184,14 @@ impl Normalizer {
                 (false, _) if isclose(max[i], min[i]) => 0.0,
                 (false, _) => 2.0 * (x - min[i]) / (max[i] - min[i]) - 1.0,
             },
+            Normalizer::Bounds { q01, q99, mask } => {
+                let x = f64::from(x);
+                let y = match mask[i] {
+                    true => 2.0 * (x - f64::from(q01[i])) / bounds_range(q01[i], q99[i]) - 1.0,
+                    false => x,
+                };
+                y.clamp(-1.0, 1.0) as f32
+            }
         }
     }
 
@@ -219,8 +241,20 @@ impl Normalizer {
                 (true, s) => x * s + mean[i],
                 (false, _) => (x + 1.0) / 2.0 * (max[i] - min[i]) + min[i],
             },
+            Normalizer::Bounds { q01, q99, mask } => match mask[i] {
+                true => {
+                    let y = 0.5 * (f64::from(x) + 1.0) * bounds_range(q01[i], q99[i]);
+                    (y + f64::from(q01[i])) as f32
+                }
+                false => x,
+            },
         }
     }
+}
+
+/// OpenVLA's `q99 - q01 + 1e-8`, in f64.
+fn bounds_range(q01: f32, q99: f32) -> f64 {
+    f64::from(q99) - f64::from(q01) + 1e-8
 }
 
 /// NumPy's `isclose(a, b)` (rtol 1e-5, atol 1e-8), in f64 as NumPy computes float32 pairs.

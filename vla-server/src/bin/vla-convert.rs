@@ -17,7 +17,9 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use vla::convert::{act, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, pi0, smolvla, vla_jepa, Kind};
+use vla::convert::{
+    act, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, pi0, smolvla, vla_adapter, vla_jepa, Kind,
+};
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
 use vla::modules::vision::PatchPositions;
@@ -73,12 +75,39 @@ enum Command {
     /// A lerobot ACT checkpoint folder (config.json, model.safetensors, processor files):
     /// written in vla.cpp's `act` layout, BatchNorm folded into the ResNet's convolutions.
     Act(ActArgs),
+    /// A VLA-Adapter checkpoint folder as its LIBERO evaluation loads it (config.json,
+    /// model.safetensors, action_head--*checkpoint.pt, proprio_projector--*checkpoint.pt,
+    /// dataset_statistics.json, the tokenizer files). Every suite's statistics are kept: the
+    /// server picks one with --embodiment.
+    #[command(name = "vla_adapter")]
+    VlaAdapter(VlaAdapterArgs),
 }
 
 #[derive(clap::Args)]
 struct ActArgs {
     #[command(flatten)]
     common: Common,
+}
+
+#[derive(clap::Args)]
+struct VlaAdapterArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    head: OpenVlaArgs,
+}
+
+/// What an OpenVLA-family checkpoint does not record: its evaluation's settings.
+#[derive(clap::Args, Clone, Copy)]
+struct OpenVlaArgs {
+    /// Cameras, each through both towers (the evaluation's num_images_in_input). Default: 2,
+    /// LIBERO's third-person and wrist views.
+    #[arg(long, value_name = "N")]
+    num_images: Option<usize>,
+    /// Actions a predict returns (NUM_ACTIONS_CHUNK in the reference's constants). Default:
+    /// the platform's the action and state widths name (LIBERO 8, BRIDGE 5, ALOHA 25).
+    #[arg(long, value_name = "N")]
+    chunk: Option<usize>,
 }
 
 /// What every converter takes.
@@ -251,6 +280,8 @@ struct AutoArgs {
     /// As `smolvla`, `pi0` and `pi05 --no-tokenizer`.
     #[arg(long)]
     no_tokenizer: bool,
+    #[command(flatten)]
+    openvla: OpenVlaArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -289,6 +320,7 @@ fn main() {
         Command::VlaJepa(args) => convert_vla_jepa(args),
         Command::Evo1(args) => convert_evo1(args),
         Command::Act(args) => convert_act(args),
+        Command::VlaAdapter(args) => convert_vla_adapter(args),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -557,6 +589,36 @@ fn convert_act(args: ActArgs) -> Result<()> {
     Ok(())
 }
 
+fn convert_vla_adapter(args: VlaAdapterArgs) -> Result<()> {
+    let (ckpt, out, dtype) = args.common.checked()?;
+    let opts = vla_adapter::Options {
+        dtype: Some(dtype.into()),
+        num_images: args.head.num_images,
+        chunk: args.head.chunk,
+    };
+    let converted = with_progress(|p| vla_adapter::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): vla_adapter, DINOv2 {}x{} + SigLIP {}x{} ({}px, {} cameras), Qwen2.5 {}x{}, {} action queries, chunk {}x{}, weights {}",
+        out.display(),
+        c.vision.dino.hidden,
+        c.vision.dino.layers,
+        c.vision.sig.hidden,
+        c.vision.sig.layers,
+        c.vision.image_size,
+        c.vision.num_images,
+        c.lm.hidden,
+        c.lm.layers,
+        c.action.num_tokens,
+        c.action.chunk,
+        c.action.action_dim,
+        GgmlType::from(dtype),
+    );
+    Ok(())
+}
+
 fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
     let (ckpt, out, dtype) = args.common.checked()?;
     let positions = args.vit_positions.map(|p| match p {
@@ -595,7 +657,7 @@ fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
 fn convert_auto(a: AutoArgs) -> Result<()> {
     use Kind::*;
     let kind = vla::convert::detect(&a.common.ckpt)?;
-    let given: [(&str, bool, &[Kind]); 10] = [
+    let given: [(&str, bool, &[Kind]); 12] = [
         ("--vlm-config", a.vlm_config.is_some(), &[Smolvla]),
         ("--vit-positions", a.vit_positions.is_some(), &[Smolvla]),
         ("--sizes", a.sizes.is_some(), &[Pi0, Pi05]),
@@ -614,6 +676,12 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
             &[Smolvla, Pi0, Pi05, Gr00tN15],
         ),
         ("--no-tokenizer", a.no_tokenizer, &[Smolvla, Pi0, Pi05]),
+        (
+            "--num-images",
+            a.openvla.num_images.is_some(),
+            &[VlaAdapter],
+        ),
+        ("--chunk", a.openvla.chunk.is_some(), &[VlaAdapter]),
     ];
     for (flag, set, takes) in given {
         if set && !takes.contains(&kind) {
@@ -676,5 +744,9 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
             backbone: a.backbone,
         }),
         Act => convert_act(ActArgs { common }),
+        VlaAdapter => convert_vla_adapter(VlaAdapterArgs {
+            common,
+            head: a.openvla,
+        }),
     }
 }

@@ -1,0 +1,512 @@
+//! The tensors of a PyTorch state dict saved with `torch.save` (a zip archive, stored
+//! uncompressed: `<name>/data.pkl`, the pickle of the dict, and `<name>/data/<key>`, one file
+//! per storage). Enough of pickle (protocol 2-5) to read what `torch.save(module.state_dict())`
+//! writes: a dict or `OrderedDict` of names to `torch._utils._rebuild_tensor_v2` tensors over
+//! float, bf16, f16 or f64 storages. Nothing is executed: any other callable makes an opaque
+//! value, and a state dict holding one is refused by name.
+
+use super::ckpt_err;
+use crate::Result;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A loaded `.pt` state dict.
+pub struct TorchState {
+    path: PathBuf,
+    tensors: BTreeMap<String, TorchTensor>,
+}
+
+struct TorchTensor {
+    shape: Vec<usize>,
+    values: Vec<f32>,
+}
+
+impl TorchState {
+    /// Reads the state dict in the `.pt` file at `path`; a leading `module.` (a module saved
+    /// inside DistributedDataParallel) is dropped from every name, as the reference's loader
+    /// does.
+    pub fn open(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| ckpt_err(path, e.to_string()))?;
+        let err = |why: String| ckpt_err(path, why);
+        let files = zip_entries(&bytes).map_err(err)?;
+        let pkl = files
+            .keys()
+            .find(|n| n.ends_with("/data.pkl") || *n == "data.pkl")
+            .cloned()
+            .ok_or_else(|| err("no data.pkl: not a torch.save archive".into()))?;
+        let root = pkl.trim_end_matches("data.pkl").to_owned();
+        let (start, len) = files[&pkl];
+        let value = Unpickler::new(&bytes[start..start + len])
+            .run()
+            .map_err(|e| err(format!("data.pkl: {e}")))?;
+        let entries = match value {
+            Value::Dict(d) => d,
+            other => {
+                return Err(err(format!(
+                    "expected a state dict, found {}",
+                    other.kind()
+                )))
+            }
+        };
+        let mut tensors = BTreeMap::new();
+        for (k, v) in entries {
+            let Value::Str(name) = k else {
+                return Err(err("a state-dict key that is not a string".into()));
+            };
+            let Value::Tensor(t) = v else {
+                return Err(err(format!("{name}: not a tensor ({})", v.kind())));
+            };
+            let file = format!("{root}data/{}", t.key);
+            let &(s, n) = files
+                .get(&file)
+                .ok_or_else(|| err(format!("{name}: storage {file} missing")))?;
+            let values = t
+                .read(&bytes[s..s + n])
+                .map_err(|e| err(format!("{name}: {e}")))?;
+            let name = name.strip_prefix("module.").unwrap_or(&name).to_owned();
+            tensors.insert(
+                name,
+                TorchTensor {
+                    shape: t.shape,
+                    values,
+                },
+            );
+        }
+        Ok(TorchState {
+            path: path.to_owned(),
+            tensors,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.tensors.get(name).map(|t| t.shape.as_slice())
+    }
+
+    /// Tensor `name`'s values as f32, row-major.
+    pub fn f32(&self, name: &str) -> Result<Vec<f32>> {
+        self.tensors
+            .get(name)
+            .map(|t| t.values.clone())
+            .ok_or_else(|| ckpt_err(&self.path, format!("no tensor {name:?}")))
+    }
+}
+
+/// Each stored file of a zip archive: `(data offset, size)`.
+fn zip_entries(b: &[u8]) -> std::result::Result<BTreeMap<String, (usize, usize)>, String> {
+    let u16_at = |o: usize| -> std::result::Result<usize, String> {
+        b.get(o..o + 2)
+            .map(|s| usize::from(u16::from_le_bytes([s[0], s[1]])))
+            .ok_or_else(|| "truncated zip".to_owned())
+    };
+    let u32_at = |o: usize| -> std::result::Result<usize, String> {
+        b.get(o..o + 4)
+            .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize)
+            .ok_or_else(|| "truncated zip".to_owned())
+    };
+    // the end-of-central-directory record: its signature within the last 64 KiB + 22 bytes
+    let lo = b.len().saturating_sub(22 + 65_535);
+    let eocd = (lo..b.len().saturating_sub(21))
+        .rev()
+        .find(|&o| b[o..o + 4] == [0x50, 0x4b, 0x05, 0x06])
+        .ok_or("not a zip archive")?;
+    let (count, mut at) = (u16_at(eocd + 10)?, u32_at(eocd + 16)?);
+    if count == 0xffff || at == 0xffff_ffff {
+        return Err("a zip64 archive (over 4 GiB or 65535 files) is not supported".into());
+    }
+    let mut out = BTreeMap::new();
+    for _ in 0..count {
+        if u32_at(at)? != 0x0201_4b50 {
+            return Err("corrupt zip central directory".into());
+        }
+        let (method, size) = (u16_at(at + 10)?, u32_at(at + 20)?);
+        let (n, extra, comment) = (u16_at(at + 28)?, u16_at(at + 30)?, u16_at(at + 32)?);
+        let local = u32_at(at + 42)?;
+        let name = b.get(at + 46..at + 46 + n).ok_or("truncated zip")?;
+        let name = String::from_utf8_lossy(name).into_owned();
+        if method != 0 {
+            return Err(format!(
+                "{name}: compressed (torch.save stores files uncompressed)"
+            ));
+        }
+        if u32_at(local)? != 0x0403_4b50 {
+            return Err(format!("{name}: corrupt local header"));
+        }
+        let data = local + 30 + u16_at(local + 26)? + u16_at(local + 28)?;
+        if data.checked_add(size).is_none_or(|end| end > b.len()) {
+            return Err(format!("{name}: truncated"));
+        }
+        out.insert(name, (data, size));
+        at += 46 + n + extra + comment;
+    }
+    Ok(out)
+}
+
+/// A tensor as `_rebuild_tensor_v2` describes it.
+#[derive(Clone, Debug)]
+struct TensorRef {
+    key: String,
+    dtype: &'static str,
+    offset: usize,
+    shape: Vec<usize>,
+    stride: Vec<usize>,
+}
+
+impl TensorRef {
+    fn read(&self, data: &[u8]) -> std::result::Result<Vec<f32>, String> {
+        let n: usize = self.shape.iter().product();
+        let mut want = 1;
+        for (d, s) in self.shape.iter().zip(&self.stride).rev() {
+            if *d > 1 && *s != want {
+                return Err("not contiguous".into());
+            }
+            want *= d;
+        }
+        let size = match self.dtype {
+            "FloatStorage" => 4,
+            "DoubleStorage" => 8,
+            _ => 2,
+        };
+        let bytes = data
+            .get(self.offset * size..(self.offset + n) * size)
+            .ok_or("storage shorter than the tensor")?;
+        Ok(match self.dtype {
+            "FloatStorage" => bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            "DoubleStorage" => bytes
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+                .collect(),
+            "BFloat16Storage" => bytes
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+                .collect(),
+            _ => bytes
+                .chunks_exact(2)
+                .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+                .collect(),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Value {
+    None,
+    Bool,
+    Int(i64),
+    Float,
+    Str(String),
+    Tuple(Vec<Value>),
+    List(Vec<Value>),
+    Dict(Vec<(Value, Value)>),
+    Global(String, String),
+    Storage {
+        dtype: &'static str,
+        key: String,
+    },
+    Tensor(TensorRef),
+    /// The result of a callable this reader does not run.
+    Opaque(String),
+    Mark,
+}
+
+impl Value {
+    fn kind(&self) -> String {
+        match self {
+            Value::Opaque(what) => format!("an object made by {what}"),
+            other => format!("{other:?}").chars().take(40).collect(),
+        }
+    }
+}
+
+struct Unpickler<'a> {
+    b: &'a [u8],
+    at: usize,
+    stack: Vec<Value>,
+    memo: BTreeMap<usize, Value>,
+}
+
+type R<T> = std::result::Result<T, String>;
+
+impl<'a> Unpickler<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Unpickler {
+            b,
+            at: 0,
+            stack: Vec::new(),
+            memo: BTreeMap::new(),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+        let s = self.b.get(self.at..self.at + n).ok_or("truncated pickle")?;
+        self.at += n;
+        Ok(s)
+    }
+
+    fn uint(&mut self, n: usize) -> R<usize> {
+        let s = self.take(n)?;
+        Ok(s.iter()
+            .rev()
+            .fold(0usize, |acc, &x| (acc << 8) | usize::from(x)))
+    }
+
+    fn line(&mut self) -> R<String> {
+        let end = self.b[self.at..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .ok_or("truncated pickle")?;
+        let s = String::from_utf8_lossy(self.take(end)?).into_owned();
+        self.at += 1;
+        Ok(s)
+    }
+
+    fn pop(&mut self) -> R<Value> {
+        self.stack
+            .pop()
+            .ok_or_else(|| "pickle stack underflow".into())
+    }
+
+    /// The items above the topmost mark, which is removed.
+    fn pop_mark(&mut self) -> R<Vec<Value>> {
+        let m = self
+            .stack
+            .iter()
+            .rposition(|v| matches!(v, Value::Mark))
+            .ok_or("pickle: no mark")?;
+        let items = self.stack.split_off(m + 1);
+        self.stack.pop();
+        Ok(items)
+    }
+
+    fn str(&mut self, n: usize) -> R<()> {
+        let s = String::from_utf8_lossy(self.take(n)?).into_owned();
+        self.stack.push(Value::Str(s));
+        Ok(())
+    }
+
+    fn run(mut self) -> R<Value> {
+        loop {
+            let op = self.take(1)?[0];
+            match op {
+                0x80 => self.at += 1, // PROTO
+                0x95 => self.at += 8, // FRAME
+                b'.' => return self.pop(),
+                b'(' => self.stack.push(Value::Mark),
+                b'}' => self.stack.push(Value::Dict(vec![])),
+                b']' => self.stack.push(Value::List(vec![])),
+                b')' => self.stack.push(Value::Tuple(vec![])),
+                b'N' => self.stack.push(Value::None),
+                0x88 | 0x89 => self.stack.push(Value::Bool),
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.stack.push(Value::Tuple(items));
+                }
+                0x85..=0x87 => {
+                    let n = usize::from(op - 0x84);
+                    if self.stack.len() < n {
+                        return Err("pickle stack underflow".into());
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.stack.push(Value::Tuple(items));
+                }
+                b'X' => {
+                    let n = self.uint(4)?;
+                    self.str(n)?;
+                }
+                0x8c => {
+                    let n = self.uint(1)?;
+                    self.str(n)?;
+                }
+                0x8d => {
+                    let n = self.uint(8)?;
+                    self.str(n)?;
+                }
+                b'J' => {
+                    let v = self.uint(4)? as u32 as i32;
+                    self.stack.push(Value::Int(i64::from(v)));
+                }
+                b'K' => {
+                    let v = self.uint(1)?;
+                    self.stack.push(Value::Int(v as i64));
+                }
+                b'M' => {
+                    let v = self.uint(2)?;
+                    self.stack.push(Value::Int(v as i64));
+                }
+                0x8a => {
+                    let n = self.uint(1)?;
+                    let s = self.take(n)?;
+                    if n > 8 {
+                        return Err("pickle: integer over 64 bits".into());
+                    }
+                    let mut buf = [if s.last().is_some_and(|&x| x & 0x80 != 0) {
+                        0xff
+                    } else {
+                        0
+                    }; 8];
+                    buf[..n].copy_from_slice(s);
+                    self.stack.push(Value::Int(i64::from_le_bytes(buf)));
+                }
+                b'G' => {
+                    self.take(8)?;
+                    self.stack.push(Value::Float);
+                }
+                b'C' | b'B' => {
+                    let n = self.uint(if op == b'C' { 1 } else { 4 })?;
+                    self.take(n)?;
+                    self.stack.push(Value::Opaque("bytes".into()));
+                }
+                b'c' => {
+                    let (m, n) = (self.line()?, self.line()?);
+                    self.stack.push(Value::Global(m, n));
+                }
+                0x93 => {
+                    let (n, m) = (self.pop()?, self.pop()?);
+                    match (m, n) {
+                        (Value::Str(m), Value::Str(n)) => self.stack.push(Value::Global(m, n)),
+                        _ => return Err("pickle: STACK_GLOBAL of non-strings".into()),
+                    }
+                }
+                b'q' | b'r' | 0x94 => {
+                    let idx = match op {
+                        b'q' => self.uint(1)?,
+                        b'r' => self.uint(4)?,
+                        _ => self.memo.len(),
+                    };
+                    let top = self.stack.last().ok_or("pickle stack underflow")?.clone();
+                    self.memo.insert(idx, top);
+                }
+                b'h' | b'j' => {
+                    let idx = self.uint(if op == b'h' { 1 } else { 4 })?;
+                    let v = self.memo.get(&idx).ok_or("pickle: memo miss")?.clone();
+                    self.stack.push(v);
+                }
+                b'Q' => {
+                    let pid = self.pop()?;
+                    self.stack.push(storage(pid)?);
+                }
+                b'R' | 0x81 => {
+                    let args = self.pop()?;
+                    let f = self.pop()?;
+                    self.stack.push(reduce(f, args)?);
+                }
+                b'b' => {
+                    self.pop()?; // BUILD's state (an OrderedDict's `_metadata`): not needed
+                }
+                b's' => {
+                    let (v, k) = (self.pop()?, self.pop()?);
+                    self.dict_insert(vec![k, v])?;
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    self.dict_insert(items)?;
+                }
+                b'a' => {
+                    let v = self.pop()?;
+                    self.list_extend(vec![v])?;
+                }
+                b'e' => {
+                    let items = self.pop_mark()?;
+                    self.list_extend(items)?;
+                }
+                other => return Err(format!("pickle opcode 0x{other:02x} is not supported")),
+            }
+        }
+    }
+
+    fn dict_insert(&mut self, items: Vec<Value>) -> R<()> {
+        let Some(Value::Dict(d)) = self.stack.last_mut() else {
+            return Err("pickle: SETITEM(S) on a non-dict".into());
+        };
+        let mut it = items.into_iter();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            d.push((k, v));
+        }
+        Ok(())
+    }
+
+    fn list_extend(&mut self, items: Vec<Value>) -> R<()> {
+        let Some(Value::List(l)) = self.stack.last_mut() else {
+            return Err("pickle: APPEND(S) on a non-list".into());
+        };
+        l.extend(items);
+        Ok(())
+    }
+}
+
+/// A persistent id `('storage', torch.<X>Storage, key, location, numel)`.
+fn storage(pid: Value) -> R<Value> {
+    let Value::Tuple(t) = pid else {
+        return Err("pickle: a persistent id that is not a tuple".into());
+    };
+    match t.as_slice() {
+        [Value::Str(s), Value::Global(_, ty), Value::Str(key), ..] if s == "storage" => {
+            let dtype = match ty.as_str() {
+                "FloatStorage" => "FloatStorage",
+                "DoubleStorage" => "DoubleStorage",
+                "BFloat16Storage" => "BFloat16Storage",
+                "HalfStorage" => "HalfStorage",
+                other => return Err(format!("storage type {other} is not supported")),
+            };
+            Ok(Value::Storage {
+                dtype,
+                key: key.clone(),
+            })
+        }
+        _ => Err("pickle: an unknown persistent id".into()),
+    }
+}
+
+fn ints(v: &Value) -> R<Vec<usize>> {
+    match v {
+        Value::Tuple(t) => t
+            .iter()
+            .map(|x| match x {
+                Value::Int(i) => usize::try_from(*i).map_err(|_| "a negative size".to_owned()),
+                _ => Err("a size that is not an integer".into()),
+            })
+            .collect(),
+        _ => Err("a size that is not a tuple".into()),
+    }
+}
+
+/// A callable applied: tensors and ordered dicts are built, anything else stays opaque.
+fn reduce(f: Value, args: Value) -> R<Value> {
+    let Value::Global(m, n) = &f else {
+        return Ok(Value::Opaque("a non-global callable".into()));
+    };
+    let Value::Tuple(a) = args else {
+        return Ok(Value::Opaque(format!("{m}.{n}")));
+    };
+    match (m.as_str(), n.as_str()) {
+        ("collections", "OrderedDict") => Ok(Value::Dict(vec![])),
+        ("torch._utils", "_rebuild_tensor_v2") => match a.as_slice() {
+            [Value::Storage { dtype, key }, Value::Int(offset), size, stride, ..] => {
+                let shape = ints(size)?;
+                let stride = ints(stride)?;
+                if shape.len() != stride.len() {
+                    return Err("a tensor with unequal size and stride ranks".into());
+                }
+                Ok(Value::Tensor(TensorRef {
+                    key: key.clone(),
+                    dtype,
+                    offset: usize::try_from(*offset).map_err(|_| "a negative offset")?,
+                    shape,
+                    stride,
+                }))
+            }
+            _ => Err("_rebuild_tensor_v2 with unexpected arguments".into()),
+        },
+        _ => Ok(Value::Opaque(format!("{m}.{n}"))),
+    }
+}

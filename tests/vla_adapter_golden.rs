@@ -1,0 +1,254 @@
+//! VLA-Adapter against the reference's own code (OpenHelix-Team/VLA-Adapter). The fixture
+//! `tests/fixtures/vla-adapter-tiny` is the checkpoint folder the reference's evaluation loads
+//! (config.json, model.safetensors, the head's `.pt` files, dataset_statistics.json, the
+//! tokenizer), random weights at the released geometry (two cameras at 224, 512 task rows, 24
+//! layers, 64 action queries, chunk 8) but narrow, plus the reference's inputs, stages and
+//! chunk, made by `tools/golden/vla_adapter.py` (rerun instructions and every deviation
+//! there). The tests convert it with `vla::convert::vla_adapter` and compare the pixels, each
+//! tower, the projector, the language model's input and hidden states at the head's rows, the
+//! head's blocks and the chunk, on cpu, vulkan and ggml.
+
+#[macro_use]
+mod support;
+
+use std::path::Path;
+use support::golden::{Stages, CPU};
+use support::{check, cosine, fixture, reopened, Golden};
+use vla::convert::vla_adapter;
+use vla::gguf::{GgmlType, GgufFile};
+use vla::models::vla_adapter::{graphs, policy, VlaAdapterConfig, VlaAdapterPolicy};
+use vla::modules::prismatic::project;
+use vla::modules::vision::vision_tower;
+use vla::policy::{Observation, Policy, RuntimeOptions};
+use vla::Tensor;
+
+const TOL: f32 = 1e-4;
+const LAYERS: [usize; 5] = [1, 2, 12, 23, 24];
+const BLOCKS: [usize; 4] = [0, 1, 22, 23];
+
+fn dir() -> std::path::PathBuf {
+    fixture("vla-adapter-tiny")
+}
+
+fn converted(dir: &Path, dtype: GgmlType) -> (GgufFile, Golden) {
+    let opts = vla_adapter::Options {
+        dtype: Some(dtype),
+        ..Default::default()
+    };
+    let c = vla_adapter::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
+    (reopened(&c.writer), Golden::load(dir))
+}
+
+fn task(g: &Golden) -> String {
+    g.meta["task"].as_str().unwrap().to_owned()
+}
+
+fn observation(g: &Golden) -> Observation {
+    Observation {
+        images: (0..2).map(|i| g.u8_image(&format!("image.{i}"))).collect(),
+        state: g.f32("state"),
+        prompt: Some(task(g)),
+        tokens: None,
+        noise: None,
+        token_mask: None,
+    }
+}
+
+fn policy_on(file: GgufFile, backend: &str) -> Option<VlaAdapterPolicy> {
+    support::open(backend)?;
+    let opts = RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
+    Some(VlaAdapterPolicy::new(file, &opts).unwrap())
+}
+
+fn input(g: &Golden, name: &str) -> Tensor<'static> {
+    Tensor::from_f32(g.st.shape(name).unwrap().to_vec(), g.f32(name)).unwrap()
+}
+
+/// Every stage fed the reference's own input where the fixture has it.
+fn stages_match(backend: &str) {
+    let (file, g) = converted(&dir(), GgmlType::F32);
+    let cfg = VlaAdapterConfig::read(&file).unwrap();
+    let Some(st) = Stages::labelled(backend, format!("vla-adapter-tiny {backend}"), TOL) else {
+        return;
+    };
+    let s = cfg.vision.image_size;
+    // each tower per camera: camera 0 (224: no resize) from our pixels, camera 1 from the
+    // reference's (the host's resize is checked in `pixels_match_the_processor`)
+    let cams = policy::cameras(&cfg);
+    for c in 0..2 {
+        for (t, (tower, dino)) in [("dino", true), ("sig", false)].into_iter().enumerate() {
+            let px = match c {
+                0 => Tensor::from_f32(
+                    vec![3, s, s],
+                    cams[t].pixels(&g.u8_image("image.0")).unwrap(),
+                )
+                .unwrap(),
+                _ => input(&g, &format!("pixels.1.{tower}")),
+            };
+            let vcfg = cfg.vision.tower(dino);
+            let mut exe = st.build(tower, &file, |gb| {
+                let x = gb.input("x", &[3, s, s]);
+                Ok(vec![vision_tower(gb, x, &vcfg)?])
+            });
+            let want = format!("{tower}.{c}");
+            st.check(&want, &exe.run1(&[("x", &px)]), &g.f32(&want));
+        }
+    }
+
+    // the projector over the reference's fused features
+    let n = cfg.vision.n_patches();
+    let (dw, sw) = (cfg.vision.dino.hidden, cfg.vision.sig.hidden);
+    let mut fused = Vec::new();
+    for c in 0..2 {
+        let (d, sg) = (g.f32(&format!("dino.{c}")), g.f32(&format!("sig.{c}")));
+        for r in 0..n {
+            fused.extend_from_slice(&d[r * dw..(r + 1) * dw]);
+            fused.extend_from_slice(&sg[r * sw..(r + 1) * sw]);
+        }
+    }
+    let fused = Tensor::from_f32(vec![2 * n, dw + sw], fused).unwrap();
+    let h = cfg.lm.hidden;
+    let mut exe = st.build("projector", &file, |gb| {
+        let x = gb.input("x", fused.shape());
+        Ok(vec![project(gb, x, &cfg.vision, h)?])
+    });
+    st.check("patches", &exe.run1(&[("x", &fused)]), &g.f32("patches"));
+
+    // the language model's input from the prompt's ids and the reference's patches
+    let mut ids = g.f32("ids");
+    let n_prompt = ids.len();
+    ids.push(cfg.stop_id as f32);
+    let ids = Tensor::from_f32(vec![n_prompt + 1], ids).unwrap();
+    let patches = input(&g, "patches");
+    let mut exe = st.build("sequence", &file, |gb| {
+        let (i, p) = (gb.input("ids", ids.shape()), gb.input("p", patches.shape()));
+        Ok(vec![graphs::sequence(gb, &cfg, i, p)?])
+    });
+    st.check(
+        "lm_in",
+        &exe.run1(&[("ids", &ids), ("p", &patches)]),
+        &g.f32("lm_in"),
+    );
+
+    // the hidden states at the head's rows, then the head from them and the projected state
+    let lm_in = input(&g, "lm_in");
+    let state = Tensor::from_f32(vec![1, 8], g.f32("proprio_norm")).unwrap();
+    let mut exe = st.build("language model + head", &file, |gb| {
+        let x = gb.input("x", lm_in.shape());
+        let states = graphs::lm_states(gb, &cfg, x, n_prompt)?;
+        let state = gb.input("state", &[1, 8]);
+        let p = graphs::proprio(gb, &cfg, state)?;
+        let mut out = vec![p];
+        for &l in &LAYERS {
+            out.extend([states[l - 1].0, states[l - 1].1]);
+        }
+        out.extend(graphs::head_rows(gb, &cfg, &states, p)?);
+        Ok(out)
+    });
+    let out = exe.run(&[("x", &lm_in), ("state", &state)]);
+    let v = |i: usize| out[i].to_vec_f32().unwrap();
+    st.check("proprio_feat", &v(0), &g.f32("proprio_feat"));
+    for (k, &l) in LAYERS.iter().enumerate() {
+        st.check(
+            format!("task.{l}"),
+            &v(1 + 2 * k),
+            &g.f32(&format!("task.{l}")),
+        );
+        st.check(
+            format!("adapter.{l}"),
+            &v(2 + 2 * k),
+            &g.f32(&format!("adapter.{l}")),
+        );
+    }
+    let head = 1 + 2 * LAYERS.len();
+    st.check("head.x0", &v(head), &g.f32("head.x0"));
+    for b in BLOCKS {
+        let want = format!("head.blk.{b}");
+        st.check(&want, &v(head + 1 + b), &g.f32(&want));
+    }
+    st.check("actions_norm", &v(out.len() - 1), &g.f32("actions_norm"));
+}
+
+/// The chunk in world units from the cameras' bytes, the raw state and the task's text.
+fn chunk_matches(backend: &str) {
+    let (file, g) = converted(&dir(), GgmlType::F32);
+    let Some(mut p) = policy_on(file, backend) else {
+        return;
+    };
+    let chunk = p.predict(&observation(&g)).unwrap();
+    assert_eq!((chunk.chunk_size, chunk.action_dim), (8, 7));
+    assert!(chunk.warnings.is_empty(), "{:?}", chunk.warnings);
+    check(
+        &format!("vla-adapter-tiny {backend}: actions"),
+        &chunk.actions,
+        &g.f32("actions"),
+        TOL,
+    );
+}
+
+backend_tests! {
+    cpu_stages_match_the_reference, vulkan_stages_match_the_reference, ggml_stages_match_the_reference
+    => stages_match
+}
+
+backend_tests! {
+    cpu_chunk_matches_the_reference, vulkan_chunk_matches_the_reference, ggml_chunk_matches_the_reference
+    => chunk_matches
+}
+
+/// The processor's bicubic stretch of the 200 x 240 wrist frame and each tower's value map.
+#[test]
+fn pixels_match_the_processor() {
+    let (file, g) = converted(&dir(), GgmlType::F32);
+    let cfg = VlaAdapterConfig::read(&file).unwrap();
+    let cams = policy::cameras(&cfg);
+    let img = g.u8_image("image.1");
+    for (cam, tower) in cams.iter().zip(["dino", "sig"]) {
+        let name = format!("pixels.1.{tower}");
+        check(&name, &cam.pixels(&img).unwrap(), &g.f32(&name), 1e-6);
+    }
+}
+
+/// The head's rotary tables as the reference's bf16 head computes them.
+#[test]
+fn rotary_tables_are_the_references() {
+    for n in [8, 65, 512] {
+        let (cos, sin) = graphs::pair_tables(n, 4, 1e4);
+        check(
+            &format!("rope.{n}.cos"),
+            &cos,
+            &Golden::load(&dir()).f32(&format!("rope.{n}.cos")),
+            0.0,
+        );
+        check(
+            &format!("rope.{n}.sin"),
+            &sin,
+            &Golden::load(&dir()).f32(&format!("rope.{n}.sin")),
+            0.0,
+        );
+    }
+}
+
+/// The task's text through the GGUF's tokenizer and the reference's template gives the
+/// reference's ids.
+#[test]
+fn the_prompt_is_the_references() {
+    let (file, g) = converted(&dir(), GgmlType::F32);
+    let p = policy_on(file, CPU).unwrap();
+    let ids = p.prompt_ids(&observation(&g)).unwrap();
+    let want: Vec<u32> = g.f32("ids").iter().map(|&x| x as u32).collect();
+    assert_eq!(ids, want);
+}
+
+#[test]
+fn bf16_weights_keep_the_chunk() {
+    let (file, g) = converted(&dir(), GgmlType::BF16);
+    let mut p = policy_on(file, CPU).unwrap();
+    let got = p.predict(&observation(&g)).unwrap().actions;
+    let cos = cosine(&got, &g.f32("actions"));
+    println!("bf16: cosine {cos:.6}");
+    assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
+}
