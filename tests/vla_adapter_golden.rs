@@ -16,7 +16,9 @@ use support::golden::{Stages, CPU};
 use support::{check, cosine, fixture, reopened, Golden};
 use vla::convert::vla_adapter;
 use vla::gguf::{GgmlType, GgufFile};
-use vla::models::vla_adapter::{graphs, policy, VlaAdapterConfig, VlaAdapterPolicy};
+use vla::models::vla_adapter::{
+    self as vla_adapter_model, graphs, VlaAdapterConfig, VlaAdapterPolicy,
+};
 use vla::modules::prismatic::project;
 use vla::modules::vision::vision_tower;
 use vla::policy::{Observation, Policy, RuntimeOptions};
@@ -77,7 +79,7 @@ fn stages_match(backend: &str) {
     let s = cfg.vision.image_size;
     // each tower per camera: camera 0 (224: no resize) from our pixels, camera 1 from the
     // reference's (the host's resize is checked in `pixels_match_the_processor`)
-    let cams = policy::cameras(&cfg);
+    let cams = vla_adapter_model::cameras(&cfg);
     for c in 0..2 {
         for (t, (tower, dino)) in [("dino", true), ("sig", false)].into_iter().enumerate() {
             let px = match c {
@@ -204,7 +206,7 @@ backend_tests! {
 fn pixels_match_the_processor() {
     let (file, g) = converted(&dir(), GgmlType::F32);
     let cfg = VlaAdapterConfig::read(&file).unwrap();
-    let cams = policy::cameras(&cfg);
+    let cams = vla_adapter_model::cameras(&cfg);
     let img = g.u8_image("image.1");
     for (cam, tower) in cams.iter().zip(["dino", "sig"]) {
         let name = format!("pixels.1.{tower}");
@@ -251,4 +253,50 @@ fn bf16_weights_keep_the_chunk() {
     let cos = cosine(&got, &g.f32("actions"));
     println!("bf16: cosine {cos:.6}");
     assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
+}
+
+/// A file in vla.cpp's own `vla_adapter` layout (fused `qkv`, `vis.d.cls` / `reg` / `pos`,
+/// `statistics_json`, no tokenizer), written by an independent gguf-py writer from the
+/// fixture's checkpoint, gives the reference's chunk on every backend from the prompt's token
+/// ids (a text prompt is refused: no tokenizer); written in bf16 throughout, as vla.cpp's
+/// converter writes it, it keeps the chunk's direction.
+#[test]
+fn vlacpp_layout_gives_the_references_chunk() {
+    let g = Golden::load(&dir());
+    let write = |name: &str, flags: &[&str]| {
+        let out = std::env::temp_dir().join(format!(
+            "vla-vlacpp-vla-adapter-{name}-{}.gguf",
+            std::process::id()
+        ));
+        let mut args = vec![dir().into_os_string(), out.clone().into_os_string()];
+        args.extend(flags.iter().map(std::ffi::OsString::from));
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        support::interop("vlacpp_vla_adapter_writer.py", &args);
+        out
+    };
+    let mut obs = observation(&g);
+    obs.prompt = None;
+    obs.tokens = Some(g.f32("ids").iter().map(|&t| t as i32).collect());
+    let f32_file = write("f32", &[]);
+    for backend in support::golden::backends() {
+        let Some(mut p) = policy_on(GgufFile::open(&f32_file).unwrap(), backend) else {
+            continue;
+        };
+        let chunk = p.predict(&obs).unwrap();
+        assert_eq!((chunk.chunk_size, chunk.action_dim), (8, 7));
+        let what = format!("{backend}: vla.cpp-layout VLA-Adapter: actions");
+        check(&what, &chunk.actions, &g.f32("actions"), TOL);
+        if backend == CPU {
+            let err = p.predict(&observation(&g)).unwrap_err().to_string();
+            assert!(err.contains("tokenizer"), "a text prompt: {err}");
+        }
+    }
+    let bf16_file = write("bf16", &["--bf16"]);
+    let mut p = policy_on(GgufFile::open(&bf16_file).unwrap(), CPU).unwrap();
+    let cos = cosine(&p.predict(&obs).unwrap().actions, &g.f32("actions"));
+    println!("vla.cpp-layout bf16: cosine {cos:.6}");
+    assert!(cos >= 0.999, "vla.cpp-layout bf16 chunk cosine {cos}");
+    for f in [f32_file, bf16_file] {
+        let _ = std::fs::remove_file(f);
+    }
 }

@@ -308,6 +308,19 @@ pub fn scaled_frame(
         true => g.input_u8(name, &shape),
         false => g.input(name, &shape),
     };
+    frame_map(g, x, id, scale, offset)
+}
+
+/// A frame `x` `[h, w, 3]` times the per-channel `scale`, plus the per-channel `offset`
+/// where given (constants `{id}.scale`, `{id}.offset`): one frame through several towers'
+/// value maps.
+pub fn frame_map(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    id: &str,
+    scale: &[f32],
+    offset: Option<&[f32]>,
+) -> Result<NodeId> {
     let scale = g.constant(
         &format!("{id}.scale"),
         Tensor::from_f32(vec![3], scale.to_vec())?,

@@ -113,8 +113,10 @@ pub const ARCHS: &[Arch] = &[
         name: vla_adapter::ARCH,
         open: |file, opts| Ok(Box::new(vla_adapter::VlaAdapterPolicy::new(file, opts)?)),
         random: |full, seed, ty| match full {
-            true => vla_adapter::random_writer(&presets::vla_adapter_full_config(), seed, ty),
-            false => vla_adapter::random_writer(&presets::vla_adapter_small_config(), seed, ty),
+            true => vla_adapter::random_writer(&presets::vla_adapter_full_config(), seed, ty, None),
+            false => {
+                vla_adapter::random_writer(&presets::vla_adapter_small_config(), seed, ty, None)
+            }
         },
     },
 ];

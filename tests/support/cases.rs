@@ -7,7 +7,7 @@
 use vla::gguf::{GgmlType::F32, GgufFile, GgufWriter};
 use vla::models::common::gaussian_noise;
 use vla::models::pi0::{self, Variant};
-use vla::models::{act, presets, smolvla};
+use vla::models::{act, presets, smolvla, vla_adapter};
 use vla::policy::{Image, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions};
 
 /// Calls `$then!` with the list of cases, `name { field: value, ... }` for the fields of
@@ -25,6 +25,7 @@ macro_rules! arch_cases {
             vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
             evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
             act { gguf: |seed| act::random_writer(&presets::act_small_config(), seed, F32)?.to_bytes(), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePass(ACT_KEYS) },
+            vla_adapter { gguf: vla_adapter_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: vla_adapter_max_prompt } },
         }
     };
 }
@@ -34,6 +35,17 @@ macro_rules! arch_cases {
 fn with_tokenizer<A: vla::models::flow::FlowArch>(cfg: &A, seed: u64) -> vla::Result<Vec<u8>> {
     let tok = smolvla::demo_tokenizer()?;
     vla::models::presets::random_writer(cfg, seed, F32, Some(&tok))?.to_bytes()
+}
+
+/// The small VLA-Adapter with the demo tokenizer.
+fn vla_adapter_gguf(seed: u64) -> vla::Result<Vec<u8>> {
+    let tok = smolvla::demo_tokenizer()?;
+    let cfg = presets::vla_adapter_small_config();
+    vla_adapter::random_writer(&cfg, seed, F32, Some(&tok))?.to_bytes()
+}
+
+fn vla_adapter_max_prompt() -> usize {
+    presets::vla_adapter_small_config().max_prompt()
 }
 
 /// How the robot state reaches the model.
@@ -77,7 +89,7 @@ pub const F32_WEIGHTS: Tolerance = Tolerance {
 };
 
 /// What a request's fields mean to an arch, and where its GGUF keeps its sizes.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub enum Shape {
     /// A flow-matching policy: it reads an instruction (token ids or a prompt), integrates
     /// the request's noise over `num_steps` steps, and runs stepwise on request; its sizes
@@ -86,6 +98,15 @@ pub enum Shape {
     /// One pass, no language, no noise, no steps (ACT): a request's instruction or noise is
     /// not read (the reply says so); its sizes are under the keys given.
     OnePass(IoKeys),
+    /// One pass that reads an instruction but no noise and has no steps (VLA-Adapter): its
+    /// sizes under `io`, its vocabulary under `vocab`; `max_tokens()` is the longest
+    /// instruction it takes (one longer is refused naming the bound), and graphs are compiled
+    /// per instruction length (rows = tokens).
+    OnePassText {
+        io: IoKeys,
+        vocab: &'static str,
+        max_tokens: fn() -> usize,
+    },
 }
 
 /// The `<arch>.<key>` names of a one-pass arch's sizes.
@@ -105,10 +126,31 @@ pub const ACT_KEYS: IoKeys = IoKeys {
     action_dim: "action_dim",
 };
 
+/// vla.cpp's `vla_adapter` / `openvla_oft` keys.
+pub const OPENVLA_KEYS: IoKeys = IoKeys {
+    n_images: "vit.num_images",
+    chunk_size: "action.chunk",
+    state_dim: "action.proprio_dim",
+    action_dim: "action.action_dim",
+};
+
 impl Shape {
-    /// Whether the arch reads an instruction and the request's noise.
+    /// Whether the arch integrates the request's noise over steps (and reads an instruction).
     pub fn flow(&self) -> bool {
         matches!(self, Shape::Flow)
+    }
+
+    /// Whether the arch reads an instruction.
+    pub fn reads_text(&self) -> bool {
+        matches!(self, Shape::Flow | Shape::OnePassText { .. })
+    }
+
+    /// A one-pass arch's size keys.
+    pub fn io(&self) -> Option<IoKeys> {
+        match self {
+            Shape::Flow => None,
+            Shape::OnePass(k) | Shape::OnePassText { io: k, .. } => Some(*k),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::VlaAdapterConfig;
 use crate::graph::{AttentionMask, GraphBuilder, NodeId};
-use crate::layers::{layer_norm, linear, rms_norm, split_heads, Scope};
+use crate::layers::{frame_map, layer_norm, linear, rms_norm, split_heads, Scope};
 use crate::modules::decoder::{DecoderStack, Rotary};
 use crate::modules::prismatic::{image_features, project};
 use crate::{Result, Tensor};
@@ -16,14 +16,35 @@ pub const IDS: &str = "ids";
 /// Input: the normalised state `[1, proprio_dim]`.
 pub const STATE: &str = "state";
 
-/// Camera `i`'s pixels as the DINOv2 tower takes them `[3, S, S]`.
-pub fn dino_input(i: usize) -> String {
-    format!("image.{i}.dino")
+/// Camera `i`'s frame, stretched to the model's size on the host: bytes `[S, S, 3]`.
+pub fn frame_input(i: usize) -> String {
+    format!("frame.{i}")
 }
 
-/// Camera `i`'s pixels as the SigLIP tower takes them `[3, S, S]`.
-pub fn sig_input(i: usize) -> String {
-    format!("image.{i}.sig")
+/// The towers' pixels `[3, S, S]` (DINOv2's, SigLIP's) from a frame `x` `[S, S, 3]` of bytes:
+/// each tower's value map ([`super::cameras`]).
+pub fn tower_pixels(
+    g: &mut GraphBuilder,
+    cfg: &VlaAdapterConfig,
+    x: NodeId,
+) -> Result<[NodeId; 2]> {
+    let mut out = [x; 2];
+    for ((cam, id), o) in super::cameras(cfg)
+        .iter()
+        .zip(["dino", "sig"])
+        .zip(&mut out)
+    {
+        let plan = cam.frame_plan(cam.model_frame());
+        let y = frame_map(
+            g,
+            x,
+            &format!("pixels.{id}"),
+            &plan.scale,
+            Some(&plan.offset),
+        )?;
+        *o = g.permute(y, &[2, 0, 1])?;
+    }
+    Ok(out)
 }
 
 /// Every camera's fused features through the projector: `[num_images * n_patches, hidden]`.
@@ -267,18 +288,17 @@ pub fn pair_tables(s: usize, d: usize, base: f32) -> (Vec<f32>, Vec<f32>) {
     (cos, sin)
 }
 
-/// The whole predict: inputs [`IDS`] `[n_prompt + 1]`, [`STATE`] and each camera's tower pixels
-/// ([`dino_input`], [`sig_input`]); output the normalised chunk `[chunk, action_dim]`.
+/// The whole predict: inputs [`IDS`] `[n_prompt + 1]`, [`STATE`] and each camera's frame
+/// ([`frame_input`]); output the normalised chunk `[chunk, action_dim]`.
 pub fn predict(g: &mut GraphBuilder, cfg: &VlaAdapterConfig, n_prompt: usize) -> Result<NodeId> {
     let s = cfg.vision.image_size;
-    let views: Vec<(NodeId, NodeId)> = (0..cfg.vision.num_images)
+    let views = (0..cfg.vision.num_images)
         .map(|i| {
-            (
-                g.input(dino_input(i), &[3, s, s]),
-                g.input(sig_input(i), &[3, s, s]),
-            )
+            let x = g.input_u8(frame_input(i), &[s, s, 3]);
+            let [d, sg] = tower_pixels(g, cfg, x)?;
+            Ok((d, sg))
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let ids = g.input(IDS, &[n_prompt + 1]);
     let state = g.input(STATE, &[1, cfg.action.proprio_dim]);
     let patches = patches(g, cfg, &views)?;

@@ -8,13 +8,15 @@ pub mod policy;
 
 pub use policy::VlaAdapterPolicy;
 
-use crate::config::limits::{MAX_CHUNK, MAX_LAYERS, MAX_ROBOT_DIM};
+use crate::config::limits::{MAX_CHUNK, MAX_LAYERS, MAX_ROBOT_DIM, MAX_SEQUENCE};
 use crate::config::{self, bounded, first_failing, positive, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
-use crate::graph::{declared_weights, GraphBuilder};
+use crate::graph::{declared_weights, matmul_weights, Graph, GraphBuilder};
 use crate::layers::GatedActivation;
 use crate::modules::decoder::DecoderConfig;
 use crate::modules::prismatic::PrismaticConfig;
+use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
+use crate::tokenizer::Tokenizer;
 use crate::Result;
 
 pub const ARCH: &str = "vla_adapter";
@@ -201,13 +203,24 @@ impl VlaAdapterConfig {
         self.task_rows() + n_prompt + self.action.num_tokens + 1
     }
 
+    /// The predict graph for a prompt of `n_prompt` tokens, weights declared only.
+    fn declaring_graph(&self, n_prompt: usize) -> Result<Graph> {
+        let mut g = GraphBuilder::over(None);
+        let out = graphs::predict(&mut g, self, n_prompt)?;
+        g.build(&[out])
+    }
+
     /// Every weight the graph reads with its shape, then the statistics.
     pub fn tensor_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
-        let mut g = GraphBuilder::over(None);
-        let out = graphs::predict(&mut g, self, 2)?;
-        let mut shapes = declared_weights(&[g.build(&[out])?])?;
+        let mut shapes = declared_weights(&[self.declaring_graph(2)?])?;
         shapes.extend(self.statistics(None));
         Ok(shapes)
+    }
+
+    /// The longest prompt (in tokens) a request may carry: the reference has no bound but
+    /// its language model's, this runtime one on the sequence ([`MAX_SEQUENCE`] rows).
+    pub fn max_prompt(&self) -> usize {
+        MAX_SEQUENCE.saturating_sub(self.task_rows() + self.action.num_tokens + 1)
     }
 
     /// The statistics' tensors, OpenVLA's BOUNDS_Q99 (`<what>_{q01,q99,mask}`, with
@@ -227,20 +240,51 @@ impl VlaAdapterConfig {
     }
 }
 
-/// A random-weight file of `cfg`'s sizes (matrices of type `ty`, the rest f32); its
-/// statistics mask every dimension but the last (a gripper).
+/// DINOv2's pixels: ImageNet's statistics as the released processor config stores them
+/// (`tvf_normalize_params`, rounded to bf16), which override the exact ones. Written out in
+/// full: each is exactly a bf16 value.
+#[allow(clippy::excessive_precision)]
+pub const DINO_PIXELS: PixelMap = PixelMap::MeanStd {
+    mean: [0.484375, 0.455078125, 0.40625],
+    std: [0.228515625, 0.2236328125, 0.224609375],
+};
+/// SigLIP's pixels: `2x - 1`.
+pub const SIG_PIXELS: PixelMap = PixelMap::MinusOneToOne;
+
+/// The two towers' camera inputs: the processor's stretch to the model's size, then each
+/// tower's value map.
+pub fn cameras(cfg: &VlaAdapterConfig) -> [CameraInput; 2] {
+    [DINO_PIXELS, SIG_PIXELS].map(|pixels| {
+        CameraInput::square(
+            cfg.vision.image_size,
+            Resize::StretchBicubicPillow,
+            0.0,
+            PadAlign::Center,
+            pixels,
+        )
+    })
+}
+
+/// A random-weight file of `cfg`'s sizes (the matmul weights of type `ty`, the rest f32),
+/// with `tokenizer` if given; its statistics mask every dimension but the last (a gripper).
 pub fn random_writer(
     cfg: &VlaAdapterConfig,
     seed: u64,
     ty: GgmlType,
+    tokenizer: Option<&Tokenizer>,
 ) -> Result<GgufWriter<'static>> {
     let mut w = GgufWriter::new();
     cfg.write(&mut w)?;
     w.add_metadata("general.name", "vla_adapter random-weight model")?;
+    if let Some(t) = tokenizer {
+        t.write_gguf(&mut w)?;
+    }
     let shapes = cfg.tensor_shapes()?;
+    let matmul = matmul_weights(&[cfg.declaring_graph(2)?]);
     let (masks, rest): (Vec<_>, Vec<_>) =
         shapes.into_iter().partition(|(n, _)| n.ends_with("_mask"));
-    super::common::add_random_tensors(&mut w, &rest, seed, ty, |_| true)?;
+    let matrix = |name: &str| matmul.contains(name);
+    super::common::add_random_tensors(&mut w, &rest, seed, ty, matrix)?;
     for (name, shape) in masks {
         let d = shape[0];
         let v: Vec<f32> = (0..d).map(|i| f32::from(u8::from(i + 1 < d))).collect();

@@ -1,15 +1,17 @@
 //! VLA-Adapter served: the request's cameras, state and instruction to the chunk, one graph
 //! per prompt length.
 
-use super::{graphs, VlaAdapterConfig, ARCH};
+use super::{cameras, graphs, VlaAdapterConfig, ARCH};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::gguf::GgufFile;
 use crate::graph::{Graph, GraphBuilder};
 use crate::models::common::{
     gguf_tokenizer, instruction_ids, ms_since, require_tokenizer, LoadedGraphs,
 };
-use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
-use crate::preprocess::{normalize, CameraInput, Normalizer, PadAlign, PixelMap, Resize};
+use crate::policy::{
+    ActionChunk, InstructionRows, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
+};
+use crate::preprocess::{normalize, CameraInput, Normalizer};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
 use std::time::Instant;
@@ -21,31 +23,6 @@ pub fn prompt(task: &str) -> String {
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat action should the robot take to {}?<|im_end|>\n<|im_start|>assistant\n",
         task.to_lowercase()
     )
-}
-
-/// DINOv2's pixels: ImageNet's statistics as the released processor config stores them
-/// (`tvf_normalize_params`, rounded to bf16), which override the exact ones. Written out in
-/// full: each is exactly a bf16 value.
-#[allow(clippy::excessive_precision)]
-pub const DINO_PIXELS: PixelMap = PixelMap::MeanStd {
-    mean: [0.484375, 0.455078125, 0.40625],
-    std: [0.228515625, 0.2236328125, 0.224609375],
-};
-/// SigLIP's pixels: `2x - 1`.
-pub const SIG_PIXELS: PixelMap = PixelMap::MinusOneToOne;
-
-/// The two towers' camera inputs: the processor's stretch to the model's size, then each
-/// tower's value map.
-pub fn cameras(cfg: &VlaAdapterConfig) -> [CameraInput; 2] {
-    [DINO_PIXELS, SIG_PIXELS].map(|pixels| {
-        CameraInput::square(
-            cfg.vision.image_size,
-            Resize::StretchBicubicPillow,
-            0.0,
-            PadAlign::Center,
-            pixels,
-        )
-    })
 }
 
 pub struct VlaAdapterPolicy {
@@ -63,10 +40,16 @@ const FIRST_PROMPT: usize = 48;
 
 impl VlaAdapterPolicy {
     pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
+        let file = crate::models::vlacpp::vla_adapter::translate(file)?;
         let cfg = VlaAdapterConfig::read(&file)?;
-        if opts.num_steps.is_some() || opts.stepwise {
+        if opts.num_steps.is_some() {
             return Err(Error::InvalidArgument(format!(
-                "{ARCH} predicts in one pass: it has no denoising steps to set or step through"
+                "{ARCH} predicts in one pass: it has no denoising steps to set"
+            )));
+        }
+        if opts.stepwise {
+            return Err(Error::InvalidArgument(format!(
+                "{ARCH} predicts in one pass: stepwise runs are for flow policies"
             )));
         }
         if let Some(p) = &opts.statistics {
@@ -123,15 +106,15 @@ impl VlaAdapterPolicy {
             let t = require_tokenizer(self.tokenizer.as_ref())?;
             t.encode(&prompt(task))
         })?;
-        let rows = self.cfg.sequence_rows(ids.len());
         if ids.is_empty() {
             return Err(Error::InvalidArgument(
-                "an empty instruction: send a prompt or token ids".into(),
+                "an empty instruction (no token ids): the sequence starts with the prompt's first token".into(),
             ));
         }
-        if rows > MAX_SEQUENCE {
+        let max = self.cfg.max_prompt();
+        if ids.len() > max {
             return Err(Error::InvalidArgument(format!(
-                "instruction: {} tokens make a sequence of {rows} rows, past this runtime's bound of {MAX_SEQUENCE}; shorten it",
+                "instruction: {} tokens, more than this model's bound of {max} (a sequence of at most {MAX_SEQUENCE} rows); shorten it",
                 ids.len()
             )));
         }
@@ -177,15 +160,10 @@ impl Policy for VlaAdapterPolicy {
             .state_norm
             .normalize_state(obs, a.proprio_dim, a.proprio_dim)?;
         let mut named: Vec<(String, Tensor)> = Vec::new();
-        let s = v.image_size;
         for (i, img) in obs.images.iter().enumerate() {
-            for (cam, name) in self
-                .cameras
-                .iter()
-                .zip([graphs::dino_input(i), graphs::sig_input(i)])
-            {
-                named.push((name, Tensor::from_f32(vec![3, s, s], cam.pixels(img)?)?));
-            }
+            // the towers differ in their value maps alone: one frame for both
+            let (_, frame) = self.cameras[0].frame(img)?;
+            named.push((graphs::frame_input(i), frame));
         }
         let n = ids.len();
         let ids: Vec<f32> = ids
@@ -223,7 +201,7 @@ impl Policy for VlaAdapterPolicy {
                 )],
                 false => vec![],
             },
-            instruction: Default::default(),
+            instruction: InstructionRows { tokens: n, rows: n },
         })
     }
 

@@ -1,7 +1,8 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 / N1.6 / N1.7, VLA-JEPA and Evo-1,
-//! whose files vla.cpp's converters write with other names and keys than ours (docs/GGUF.md
-//! "vla.cpp's files").
+//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 / N1.6 / N1.7, VLA-JEPA, Evo-1
+//! and VLA-Adapter, whose files vla.cpp's converters write with other names and keys than ours
+//! (docs/GGUF.md "vla.cpp's files"). VLA-Adapter's, whose keys are ours, is told by its
+//! tensor names and translated by its policy's constructor ([`vla_adapter`]).
 //! Such a file is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`), or
 //! GR00T's, VLA-JEPA's and Evo-1's `lm_hidden` ([`gr00t`], [`gr00t16`], [`gr00t17`],
 //! [`vla_jepa`], [`evo1`]).
@@ -46,6 +47,7 @@ mod gr00t16;
 mod gr00t17;
 mod isaac;
 mod pi;
+pub(crate) mod vla_adapter;
 mod vla_jepa;
 
 /// Camera views a vla.cpp file is compiled for (vla.cpp's LIBERO setup: agent view and
