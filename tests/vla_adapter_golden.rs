@@ -16,9 +16,8 @@ use support::golden::{Stages, CPU};
 use support::{check, cosine, fixture, reopened, Golden};
 use vla::convert::vla_adapter;
 use vla::gguf::{GgmlType, GgufFile};
-use vla::models::vla_adapter::{
-    self as vla_adapter_model, graphs, VlaAdapterConfig, VlaAdapterPolicy,
-};
+use vla::models::openvla::{self, OpenVlaArch};
+use vla::models::vla_adapter::{graphs, VlaAdapterConfig, VlaAdapterPolicy};
 use vla::modules::prismatic::project;
 use vla::modules::vision::vision_tower;
 use vla::policy::{Observation, Policy, RuntimeOptions};
@@ -79,7 +78,7 @@ fn stages_match(backend: &str) {
     let s = cfg.vision.image_size;
     // each tower per camera: camera 0 (224: no resize) from our pixels, camera 1 from the
     // reference's (the host's resize is checked in `pixels_match_the_processor`)
-    let cams = vla_adapter_model::cameras(&cfg);
+    let cams = openvla::cameras(&cfg.vision);
     for c in 0..2 {
         for (t, (tower, dino)) in [("dino", true), ("sig", false)].into_iter().enumerate() {
             let px = match c {
@@ -122,7 +121,7 @@ fn stages_match(backend: &str) {
     // the language model's input from the prompt's ids and the reference's patches
     let mut ids = g.f32("ids");
     let n_prompt = ids.len();
-    ids.push(cfg.stop_id as f32);
+    ids.push(cfg.io.stop_id as f32);
     let ids = Tensor::from_f32(vec![n_prompt + 1], ids).unwrap();
     let patches = input(&g, "patches");
     let mut exe = st.build("sequence", &file, |gb| {
@@ -142,7 +141,7 @@ fn stages_match(backend: &str) {
         let x = gb.input("x", lm_in.shape());
         let states = graphs::lm_states(gb, &cfg, x, n_prompt)?;
         let state = gb.input("state", &[1, 8]);
-        let p = graphs::proprio(gb, &cfg, state)?;
+        let p = openvla::proprio(gb, state, cfg.lm.hidden)?;
         let mut out = vec![p];
         for &l in &LAYERS {
             out.extend([states[l - 1].0, states[l - 1].1]);
@@ -206,7 +205,7 @@ backend_tests! {
 fn pixels_match_the_processor() {
     let (file, g) = converted(&dir(), GgmlType::F32);
     let cfg = VlaAdapterConfig::read(&file).unwrap();
-    let cams = vla_adapter_model::cameras(&cfg);
+    let cams = openvla::cameras(&cfg.vision);
     let img = g.u8_image("image.1");
     for (cam, tower) in cams.iter().zip(["dino", "sig"]) {
         let name = format!("pixels.1.{tower}");

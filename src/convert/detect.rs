@@ -24,13 +24,16 @@ pub enum Kind {
     /// A VLA-Adapter checkpoint (the reference's own layout: `config.json`'s `model_type`
     /// "openvla" over Qwen2.5, the head's `.pt` files beside it).
     VlaAdapter,
+    /// An OpenVLA-OFT checkpoint (`model_type` "openvla" over Llama 2, the L1 head's `.pt`
+    /// files beside it).
+    OpenvlaOft,
 }
 
 /// GR00T N1.7's packing step (GR00T N1.5's is `groot_pack_inputs_v3`).
 const N17_PACK: &str = "groot_n1_7_pack_inputs_v1";
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Smolvla,
         Kind::Pi0,
         Kind::Pi05,
@@ -41,6 +44,7 @@ impl Kind {
         Kind::Evo1,
         Kind::Act,
         Kind::VlaAdapter,
+        Kind::OpenvlaOft,
     ];
 
     /// The `vla-convert` subcommand (and GGUF arch name).
@@ -56,6 +60,7 @@ impl Kind {
             Kind::Evo1 => "evo1",
             Kind::Act => "act",
             Kind::VlaAdapter => "vla_adapter",
+            Kind::OpenvlaOft => "openvla_oft",
         }
     }
 
@@ -72,6 +77,7 @@ impl Kind {
             Kind::Evo1 => "Evo-1",
             Kind::Act => "ACT",
             Kind::VlaAdapter => "VLA-Adapter",
+            Kind::OpenvlaOft => "OpenVLA-OFT",
         }
     }
 }
@@ -136,19 +142,29 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
     })
 }
 
-/// An OpenVLA-family checkpoint: VLA-Adapter over Qwen2.5 (its `llm_backbone_id`).
+/// An OpenVLA-family checkpoint: VLA-Adapter over Qwen2.5, OpenVLA-OFT over Llama 2 (its
+/// `llm_backbone_id`); OpenVLA itself (discrete action tokens, no L1 head) is not served.
 fn openvla(config: &Path, json: &serde_json::Value) -> Result<Kind> {
     let llm = json
         .get("llm_backbone_id")
         .and_then(|t| t.as_str())
         .unwrap_or("");
-    match llm.starts_with("qwen25") {
-        true => Ok(Kind::VlaAdapter),
-        false => Err(ckpt_err(
+    let dir = config.parent().unwrap_or(Path::new("."));
+    let head = std::fs::read_dir(dir).is_ok_and(|d| {
+        d.filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().starts_with("action_head--"))
+    });
+    match (llm, head) {
+        (l, _) if l.starts_with("qwen25") => Ok(Kind::VlaAdapter),
+        (l, true) if l.starts_with("llama2") => Ok(Kind::OpenvlaOft),
+        (l, false) if l.starts_with("llama2") => Err(ckpt_err(
+            config,
+            "an OpenVLA checkpoint without an action_head--*checkpoint.pt: OpenVLA's discrete action tokens are not served (OpenVLA-OFT's L1 head is)",
+        )),
+        _ => Err(ckpt_err(
             config,
             format!(
-                "an OpenVLA checkpoint over {llm:?}: vla-rs converts VLA-Adapter (Qwen2.5); \
-                 OpenVLA and OpenVLA-OFT (Llama 2) are not served yet"
+                "an OpenVLA checkpoint over {llm:?}: vla-rs converts VLA-Adapter (Qwen2.5) and OpenVLA-OFT (Llama 2)"
             ),
         )),
     }
@@ -201,6 +217,8 @@ mod tests {
             ("vla-jepa-tiny", Kind::VlaJepa),
             ("evo1-tiny", Kind::Evo1),
             ("act-tiny", Kind::Act),
+            ("vla-adapter-tiny", Kind::VlaAdapter),
+            ("openvla-oft-tiny", Kind::OpenvlaOft),
         ];
         for (dir, kind) in cases {
             assert_eq!(detect(&fixture(dir)).unwrap(), kind, "{dir}");

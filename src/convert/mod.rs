@@ -10,6 +10,8 @@ pub mod gr00t;
 pub mod gr00t_n1_6;
 pub mod gr00t_n1_7;
 mod json;
+pub mod openvla;
+pub mod openvla_oft;
 pub mod pi0;
 pub mod qwen;
 pub mod qwen_vl;

@@ -10,6 +10,8 @@ pub mod flow;
 pub mod gr00t;
 pub mod gr00t_n1_6;
 pub mod gr00t_n1_7;
+pub mod openvla;
+pub mod openvla_oft;
 pub mod pi0;
 pub mod predict;
 pub mod prefix;
@@ -110,13 +112,19 @@ pub const ARCHS: &[Arch] = &[
         },
     },
     Arch {
+        name: openvla_oft::ARCH,
+        open: |file, opts| Ok(Box::new(openvla_oft::OpenVlaOftPolicy::new(file, opts)?)),
+        random: |full, seed, ty| match full {
+            true => openvla::random_writer(&presets::openvla_oft_full_config(), seed, ty, None),
+            false => openvla::random_writer(&presets::openvla_oft_small_config(), seed, ty, None),
+        },
+    },
+    Arch {
         name: vla_adapter::ARCH,
         open: |file, opts| Ok(Box::new(vla_adapter::VlaAdapterPolicy::new(file, opts)?)),
         random: |full, seed, ty| match full {
-            true => vla_adapter::random_writer(&presets::vla_adapter_full_config(), seed, ty, None),
-            false => {
-                vla_adapter::random_writer(&presets::vla_adapter_small_config(), seed, ty, None)
-            }
+            true => openvla::random_writer(&presets::vla_adapter_full_config(), seed, ty, None),
+            false => openvla::random_writer(&presets::vla_adapter_small_config(), seed, ty, None),
         },
     },
 ];

@@ -6,8 +6,9 @@
 
 use vla::gguf::{GgmlType::F32, GgufFile, GgufWriter};
 use vla::models::common::gaussian_noise;
+use vla::models::openvla::{self, OpenVlaArch};
 use vla::models::pi0::{self, Variant};
-use vla::models::{act, presets, smolvla, vla_adapter};
+use vla::models::{act, presets, smolvla};
 use vla::policy::{Image, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions};
 
 /// Calls `$then!` with the list of cases, `name { field: value, ... }` for the fields of
@@ -25,6 +26,7 @@ macro_rules! arch_cases {
             vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
             evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
             act { gguf: |seed| act::random_writer(&presets::act_small_config(), seed, F32)?.to_bytes(), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePass(ACT_KEYS) },
+            openvla_oft { gguf: openvla_oft_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: openvla_oft_max_prompt } },
             vla_adapter { gguf: vla_adapter_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: vla_adapter_max_prompt } },
         }
     };
@@ -41,11 +43,22 @@ fn with_tokenizer<A: vla::models::flow::FlowArch>(cfg: &A, seed: u64) -> vla::Re
 fn vla_adapter_gguf(seed: u64) -> vla::Result<Vec<u8>> {
     let tok = smolvla::demo_tokenizer()?;
     let cfg = presets::vla_adapter_small_config();
-    vla_adapter::random_writer(&cfg, seed, F32, Some(&tok))?.to_bytes()
+    openvla::random_writer(&cfg, seed, F32, Some(&tok))?.to_bytes()
 }
 
 fn vla_adapter_max_prompt() -> usize {
     presets::vla_adapter_small_config().max_prompt()
+}
+
+/// The small OpenVLA-OFT with the demo tokenizer.
+fn openvla_oft_gguf(seed: u64) -> vla::Result<Vec<u8>> {
+    let tok = smolvla::demo_tokenizer()?;
+    let cfg = presets::openvla_oft_small_config();
+    openvla::random_writer(&cfg, seed, F32, Some(&tok))?.to_bytes()
+}
+
+fn openvla_oft_max_prompt() -> usize {
+    presets::openvla_oft_small_config().max_prompt()
 }
 
 /// How the robot state reaches the model.

@@ -6,7 +6,7 @@ mod act;
 mod evo1;
 mod gr00t;
 mod gr00t16;
-mod vla_adapter;
+mod openvla;
 
 pub use act::{act_full_config, act_small_config};
 pub use evo1::{evo1_full_config, evo1_small_config};
@@ -15,7 +15,10 @@ pub use gr00t::{
     vla_jepa_full_config, vla_jepa_small_config,
 };
 pub use gr00t16::{gr00t_n1_6_full_config, gr00t_n1_6_small_config};
-pub use vla_adapter::{vla_adapter_full_config, vla_adapter_small_config};
+pub use openvla::{
+    openvla_oft_full_config, openvla_oft_small_config, vla_adapter_full_config,
+    vla_adapter_small_config,
+};
 
 use super::common::{add_random_tensors, ActionIo};
 use super::flow::FlowArch;

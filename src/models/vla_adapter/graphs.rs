@@ -6,64 +6,10 @@
 
 use super::VlaAdapterConfig;
 use crate::graph::{AttentionMask, GraphBuilder, NodeId};
-use crate::layers::{frame_map, layer_norm, linear, rms_norm, split_heads, Scope};
+use crate::layers::{layer_norm, linear, rms_norm, split_heads, Scope};
+use crate::models::openvla;
 use crate::modules::decoder::{DecoderStack, Rotary};
-use crate::modules::prismatic::{image_features, project};
 use crate::{Result, Tensor};
-
-/// Input: the prompt's token ids, then the stop token's: `[P + 1]` (f32).
-pub const IDS: &str = "ids";
-/// Input: the normalised state `[1, proprio_dim]`.
-pub const STATE: &str = "state";
-
-/// Camera `i`'s frame, stretched to the model's size on the host: bytes `[S, S, 3]`.
-pub fn frame_input(i: usize) -> String {
-    format!("frame.{i}")
-}
-
-/// The towers' pixels `[3, S, S]` (DINOv2's, SigLIP's) from a frame `x` `[S, S, 3]` of bytes:
-/// each tower's value map ([`super::cameras`]).
-pub fn tower_pixels(
-    g: &mut GraphBuilder,
-    cfg: &VlaAdapterConfig,
-    x: NodeId,
-) -> Result<[NodeId; 2]> {
-    let mut out = [x; 2];
-    for ((cam, id), o) in super::cameras(cfg)
-        .iter()
-        .zip(["dino", "sig"])
-        .zip(&mut out)
-    {
-        let plan = cam.frame_plan(cam.model_frame());
-        let y = frame_map(
-            g,
-            x,
-            &format!("pixels.{id}"),
-            &plan.scale,
-            Some(&plan.offset),
-        )?;
-        *o = g.permute(y, &[2, 0, 1])?;
-    }
-    Ok(out)
-}
-
-/// Every camera's fused features through the projector: `[num_images * n_patches, hidden]`.
-pub fn patches(
-    g: &mut GraphBuilder,
-    cfg: &VlaAdapterConfig,
-    views: &[(NodeId, NodeId)],
-) -> Result<NodeId> {
-    let v = &cfg.vision;
-    let feats = views
-        .iter()
-        .map(|&(d, s)| image_features(g, d, s, v))
-        .collect::<Result<Vec<_>>>()?;
-    let x = match feats.as_slice() {
-        [one] => *one,
-        _ => g.concat(&feats, 0)?,
-    };
-    project(g, x, v, cfg.lm.hidden)
-}
 
 /// The language model's input `[L, hidden]` from `ids` `[P + 1]` (the prompt's ids, then the
 /// stop token's): the first prompt token, the patches, the rest of the prompt, the action
@@ -128,14 +74,6 @@ pub fn lm_states(
     Ok(out)
 }
 
-/// The proprio projector over the normalised state `[1, proprio_dim]`: `[1, hidden]`.
-pub fn proprio(g: &mut GraphBuilder, cfg: &VlaAdapterConfig, state: NodeId) -> Result<NodeId> {
-    let h = cfg.lm.hidden;
-    let x = linear(g, state, "aex.proprio.fc1", h, true)?;
-    let x = g.gelu_erf(x);
-    linear(g, x, "aex.proprio.fc2", h, true)
-}
-
 /// The head: `[chunk, action_dim]` normalised actions from each layer's states and the
 /// projected state `p` `[1, hidden]`.
 pub fn head(
@@ -157,13 +95,14 @@ pub fn head_rows(
     p: NodeId,
 ) -> Result<Vec<NodeId>> {
     let (a, h) = (&cfg.action, cfg.lm.hidden);
+    let io = &cfg.io;
     let s = Scope::new("aex.head");
     // The reference's input is all zeros: its LayerNorm gives the bias, the same each row.
     let zeros = g.constant(
         "aex.head.zeros",
         Tensor::from_f32(
-            vec![a.chunk, a.action_dim * h],
-            vec![0.0; a.chunk * a.action_dim * h],
+            vec![io.chunk, io.action_dim * h],
+            vec![0.0; io.chunk * io.action_dim * h],
         )?,
     )?;
     let x = layer_norm(g, zeros, &s.pp("ln1"), a.ln_eps)?;
@@ -175,7 +114,7 @@ pub fn head_rows(
         rows.push(x);
     }
     let x = layer_norm(g, x, &s.pp("ln2"), a.ln_eps)?;
-    rows.push(linear(g, x, &s.pp("fc2"), a.action_dim, true)?);
+    rows.push(linear(g, x, &s.pp("fc2"), io.action_dim, true)?);
     Ok(rows)
 }
 
@@ -288,22 +227,11 @@ pub fn pair_tables(s: usize, d: usize, base: f32) -> (Vec<f32>, Vec<f32>) {
     (cos, sin)
 }
 
-/// The whole predict: inputs [`IDS`] `[n_prompt + 1]`, [`STATE`] and each camera's frame
-/// ([`frame_input`]); output the normalised chunk `[chunk, action_dim]`.
+/// The whole predict ([`openvla::OpenVlaArch::predict`]).
 pub fn predict(g: &mut GraphBuilder, cfg: &VlaAdapterConfig, n_prompt: usize) -> Result<NodeId> {
-    let s = cfg.vision.image_size;
-    let views = (0..cfg.vision.num_images)
-        .map(|i| {
-            let x = g.input_u8(frame_input(i), &[s, s, 3]);
-            let [d, sg] = tower_pixels(g, cfg, x)?;
-            Ok((d, sg))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let ids = g.input(IDS, &[n_prompt + 1]);
-    let state = g.input(STATE, &[1, cfg.action.proprio_dim]);
-    let patches = patches(g, cfg, &views)?;
+    let (ids, state, patches) = openvla::inputs(g, &cfg.vision, &cfg.io, n_prompt, cfg.lm.hidden)?;
     let x = sequence(g, cfg, ids, patches)?;
     let states = lm_states(g, cfg, x, n_prompt)?;
-    let p = proprio(g, cfg, state)?;
+    let p = openvla::proprio(g, state, cfg.lm.hidden)?;
     head(g, cfg, &states, p)
 }

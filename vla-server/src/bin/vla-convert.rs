@@ -18,7 +18,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use vla::convert::{
-    act, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, pi0, smolvla, vla_adapter, vla_jepa, Kind,
+    act, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, openvla_oft, pi0, smolvla, vla_adapter, vla_jepa,
+    Kind,
 };
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
@@ -81,6 +82,13 @@ enum Command {
     /// server picks one with --embodiment.
     #[command(name = "vla_adapter")]
     VlaAdapter(VlaAdapterArgs),
+    /// An OpenVLA-OFT checkpoint folder as its LIBERO evaluation loads it (config.json,
+    /// model.safetensors, action_head--*checkpoint.pt, proprio_projector--*checkpoint.pt,
+    /// dataset_statistics.json, the tokenizer files). Every suite's statistics are kept: the
+    /// server picks one with --embodiment. At 7.7 B parameters, --dtype bf16 or q8_0 keeps
+    /// the file at 15 or 8 GB.
+    #[command(name = "openvla_oft")]
+    OpenvlaOft(VlaAdapterArgs),
 }
 
 #[derive(clap::Args)]
@@ -321,6 +329,7 @@ fn main() {
         Command::Evo1(args) => convert_evo1(args),
         Command::Act(args) => convert_act(args),
         Command::VlaAdapter(args) => convert_vla_adapter(args),
+        Command::OpenvlaOft(args) => convert_openvla_oft(args),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -612,8 +621,39 @@ fn convert_vla_adapter(args: VlaAdapterArgs) -> Result<()> {
         c.lm.hidden,
         c.lm.layers,
         c.action.num_tokens,
-        c.action.chunk,
-        c.action.action_dim,
+        c.io.chunk,
+        c.io.action_dim,
+        GgmlType::from(dtype),
+    );
+    Ok(())
+}
+
+fn convert_openvla_oft(args: VlaAdapterArgs) -> Result<()> {
+    let (ckpt, out, dtype) = args.common.checked()?;
+    let opts = openvla_oft::Options {
+        dtype: Some(dtype.into()),
+        num_images: args.head.num_images,
+        chunk: args.head.chunk,
+    };
+    let converted = with_progress(|p| openvla_oft::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): openvla_oft, DINOv2 {}x{} + SigLIP {}x{} ({}px, {} cameras), Llama {}x{} (bidirectional), L1 head {}x{}, chunk {}x{}, weights {}",
+        out.display(),
+        c.vision.dino.hidden,
+        c.vision.dino.layers,
+        c.vision.sig.hidden,
+        c.vision.sig.layers,
+        c.vision.image_size,
+        c.vision.num_images,
+        c.lm.hidden,
+        c.lm.layers,
+        c.head.head_hidden,
+        c.head.head_blocks,
+        c.io.chunk,
+        c.io.action_dim,
         GgmlType::from(dtype),
     );
     Ok(())
@@ -745,6 +785,10 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
         }),
         Act => convert_act(ActArgs { common }),
         VlaAdapter => convert_vla_adapter(VlaAdapterArgs {
+            common,
+            head: a.openvla,
+        }),
+        OpenvlaOft => convert_openvla_oft(VlaAdapterArgs {
             common,
             head: a.openvla,
         }),

@@ -1,7 +1,7 @@
-//! VLA-Adapter served: the request's cameras, state and instruction to the chunk, one graph
-//! per prompt length.
+//! An OpenVLA-family policy served: the request's cameras, state and instruction to the
+//! chunk in one pass, one graph per prompt length.
 
-use super::{cameras, graphs, VlaAdapterConfig, ARCH};
+use super::{cameras, frame_input, OpenVlaArch, IDS, STATE};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::gguf::GgufFile;
 use crate::graph::{Graph, GraphBuilder};
@@ -16,57 +16,49 @@ use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
 use std::time::Instant;
 
-/// The prompt the reference's client builds around the task (its `use_minivlm` form, the
-/// default: the Qwen chat template, no BOS), the task lower-cased.
-pub fn prompt(task: &str) -> String {
-    format!(
-        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat action should the robot take to {}?<|im_end|>\n<|im_start|>assistant\n",
-        task.to_lowercase()
-    )
-}
-
-pub struct VlaAdapterPolicy {
-    cfg: VlaAdapterConfig,
+pub struct OpenVlaPolicy<A: OpenVlaArch> {
+    cfg: A,
     info: PolicyInfo,
     tokenizer: Option<Tokenizer>,
-    cameras: [CameraInput; 2],
+    camera: CameraInput,
     state_norm: Normalizer,
     action_norm: Normalizer,
     graphs: LoadedGraphs<usize>,
 }
 
-/// The prompt length the graph is first compiled for (LIBERO's tasks run 40-60 tokens).
+/// The prompt length the graph is first compiled for (LIBERO's tasks run 30-60 tokens).
 const FIRST_PROMPT: usize = 48;
 
-impl VlaAdapterPolicy {
+impl<A: OpenVlaArch> OpenVlaPolicy<A> {
     pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
-        let file = crate::models::vlacpp::vla_adapter::translate(file)?;
-        let cfg = VlaAdapterConfig::read(&file)?;
+        let arch = A::ARCH;
+        let file = A::translate(file)?;
+        let cfg = A::read(&file)?;
         if opts.num_steps.is_some() {
             return Err(Error::InvalidArgument(format!(
-                "{ARCH} predicts in one pass: it has no denoising steps to set"
+                "{arch} predicts in one pass: it has no denoising steps to set"
             )));
         }
         if opts.stepwise {
             return Err(Error::InvalidArgument(format!(
-                "{ARCH} predicts in one pass: stepwise runs are for flow policies"
+                "{arch} predicts in one pass: stepwise runs are for flow policies"
             )));
         }
         if let Some(p) = &opts.statistics {
             return Err(Error::InvalidArgument(format!(
-                "--statistics {}: a {ARCH} file carries its own statistics",
+                "--statistics {}: a {arch} file carries its own statistics",
                 p.display()
             )));
         }
         let suite = suite(&file, opts.embodiment.as_deref())?;
-        let a = &cfg.action;
+        let a = cfg.io().clone();
         let state_norm = Normalizer::from_gguf(&file, "state", a.proprio_dim, suite.as_deref())?;
         let action_norm = Normalizer::from_gguf(&file, "action", a.action_dim, suite.as_deref())?;
-        let tokenizer = gguf_tokenizer(&file, cfg.lm.vocab)?;
+        let tokenizer = gguf_tokenizer(&file, cfg.lm().vocab)?;
         let build = |f: &GgufFile| Self::build(f, &cfg, FIRST_PROMPT);
         let graphs = LoadedGraphs::compile(file, opts, FIRST_PROMPT, build)?;
-        let mut info = graphs.info(ARCH);
-        let v = &cfg.vision;
+        let mut info = graphs.info(arch);
+        let v = cfg.vision();
         info.n_images = v.num_images;
         info.image_height = v.image_size;
         info.image_width = v.image_size;
@@ -76,35 +68,39 @@ impl VlaAdapterPolicy {
         info.action_rows = a.chunk;
         info.max_action_dim = a.action_dim;
         info.action_dim = a.action_dim;
+        info.embodiment = suite;
         info.memory_bytes = graphs.memory_bytes();
         info.activation_bytes = graphs.activation_bytes();
-        Ok(VlaAdapterPolicy {
-            cameras: cameras(&cfg),
+        let [camera, _] = cameras(v);
+        Ok(OpenVlaPolicy {
             cfg,
             info,
             tokenizer,
+            camera,
             state_norm,
             action_norm,
             graphs,
         })
     }
 
-    fn build(file: &GgufFile, cfg: &VlaAdapterConfig, n_prompt: usize) -> Result<Vec<Graph>> {
+    fn build(file: &GgufFile, cfg: &A, n_prompt: usize) -> Result<Vec<Graph>> {
         let mut g = GraphBuilder::new(file);
-        let out = graphs::predict(&mut g, cfg, n_prompt)?;
+        let out = cfg.predict(&mut g, n_prompt)?;
         Ok(vec![g.build(&[out])?])
     }
 
-    pub fn config(&self) -> &VlaAdapterConfig {
+    pub fn config(&self) -> &A {
         &self.cfg
     }
 
-    /// The request's instruction as the model's prompt ids: its text through the template
-    /// and the tokenizer, or its token ids as given (the whole prompt, as a client built it).
+    /// The request's instruction as prompt ids: its text through the template and the
+    /// tokenizer, or its token ids as given (the whole prompt, as a client built it); at most
+    /// [`OpenVlaArch::max_prompt`].
     pub fn prompt_ids(&self, obs: &Observation) -> Result<Vec<u32>> {
-        let ids = instruction_ids(obs, self.cfg.lm.vocab, "", |task| {
+        let vocab = self.cfg.lm().vocab;
+        let ids = instruction_ids(obs, vocab, "", |task| {
             let t = require_tokenizer(self.tokenizer.as_ref())?;
-            t.encode(&prompt(task))
+            t.encode(&self.cfg.prompt(task))
         })?;
         if ids.is_empty() {
             return Err(Error::InvalidArgument(
@@ -120,11 +116,16 @@ impl VlaAdapterPolicy {
         }
         Ok(ids)
     }
+
+    /// [`Self::prompt_ids`] as the model reads them ([`OpenVlaArch::model_ids`]).
+    pub fn model_ids(&self, obs: &Observation) -> Result<Vec<u32>> {
+        Ok(self.cfg.model_ids(self.prompt_ids(obs)?))
+    }
 }
 
 /// The statistics set `--embodiment` names (the reference's `unnorm_key`), or none where the
 /// file carries one set; a file with several needs the choice, as the reference asks.
-fn suite(file: &GgufFile, chosen: Option<&str>) -> Result<Option<String>> {
+pub fn suite(file: &GgufFile, chosen: Option<&str>) -> Result<Option<String>> {
     let known = normalize::embodiments(file);
     match (chosen, known.len()) {
         (Some(c), _) => Ok(Some(c.to_owned())),
@@ -137,7 +138,7 @@ fn suite(file: &GgufFile, chosen: Option<&str>) -> Result<Option<String>> {
     }
 }
 
-impl Policy for VlaAdapterPolicy {
+impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
     fn info(&self) -> &PolicyInfo {
         &self.info
     }
@@ -145,37 +146,35 @@ impl Policy for VlaAdapterPolicy {
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
         let t0 = Instant::now();
         let counters = self.graphs.counters();
-        let cfg = &self.cfg;
-        let v = &cfg.vision;
-        if obs.images.len() != v.num_images {
+        let (cfg, arch) = (&self.cfg, A::ARCH);
+        let n_images = cfg.vision().num_images;
+        if obs.images.len() != n_images {
             return Err(Error::InvalidArgument(format!(
-                "{ARCH} takes {} camera images, got {}",
-                v.num_images,
+                "{arch} takes {n_images} camera images, got {}",
                 obs.images.len()
             )));
         }
         let ids = self.prompt_ids(obs)?;
-        let a = &cfg.action;
+        let given = ids.len();
+        let ids = self.cfg.model_ids(ids);
+        let a = cfg.io();
         let state = self
             .state_norm
             .normalize_state(obs, a.proprio_dim, a.proprio_dim)?;
         let mut named: Vec<(String, Tensor)> = Vec::new();
         for (i, img) in obs.images.iter().enumerate() {
             // the towers differ in their value maps alone: one frame for both
-            let (_, frame) = self.cameras[0].frame(img)?;
-            named.push((graphs::frame_input(i), frame));
+            let (_, frame) = self.camera.frame(img)?;
+            named.push((frame_input(i), frame));
         }
         let n = ids.len();
         let ids: Vec<f32> = ids
             .iter()
-            .chain([&(cfg.stop_id as u32)])
+            .chain([&(a.stop_id as u32)])
             .map(|&t| t as f32)
             .collect();
-        named.push((graphs::IDS.into(), Tensor::from_f32(vec![n + 1], ids)?));
-        named.push((
-            graphs::STATE.into(),
-            Tensor::from_f32(vec![1, state.len()], state)?,
-        ));
+        named.push((IDS.into(), Tensor::from_f32(vec![n + 1], ids)?));
+        named.push((STATE.into(), Tensor::from_f32(vec![1, state.len()], state)?));
         self.graphs.select(n, |f| Self::build(f, cfg, n))?;
         let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let out = self.graphs.exec(0).run(&inputs)?;
@@ -184,6 +183,12 @@ impl Policy for VlaAdapterPolicy {
         self.info.activation_bytes = self.graphs.activation_bytes();
         self.info.scratch_bytes = self.graphs.scratch_bytes();
         let dim = a.action_dim;
+        let warnings = match obs.noise.as_ref().is_some_and(|n| !n.is_empty()) {
+            true => vec![format!(
+                "{arch} predicts without noise: the request's noise was not used"
+            )],
+            false => vec![],
+        };
         Ok(ActionChunk {
             actions: self.action_norm.unnormalize_rows(&x, dim, dim),
             chunk_size: a.chunk,
@@ -195,13 +200,11 @@ impl Policy for VlaAdapterPolicy {
                 total_ms: ms_since(t0),
             },
             counters: self.graphs.counters().since(&counters),
-            warnings: match obs.noise.as_ref().is_some_and(|n| !n.is_empty()) {
-                true => vec![format!(
-                    "{ARCH} predicts without noise: the request's noise was not used"
-                )],
-                false => vec![],
+            warnings,
+            instruction: InstructionRows {
+                tokens: given,
+                rows: n,
             },
-            instruction: InstructionRows { tokens: n, rows: n },
         })
     }
 

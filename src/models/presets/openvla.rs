@@ -1,6 +1,8 @@
-//! VLA-Adapter presets.
+//! VLA-Adapter and OpenVLA-OFT presets.
 
-use crate::models::vla_adapter::{HeadConfig, LmDims, VlaAdapterConfig};
+use crate::models::openvla::{ActionIo, LmDims};
+use crate::models::openvla_oft::{OftHead, OpenVlaOftConfig};
+use crate::models::vla_adapter::{HeadConfig, VlaAdapterConfig};
 use crate::modules::prismatic::{PrismaticConfig, TowerDims};
 
 /// A small VLA-Adapter-shaped config for tests and demos (the golden fixture's sizes): both
@@ -42,17 +44,19 @@ pub fn vla_adapter_small_config() -> VlaAdapterConfig {
             rope_theta: 1e6,
             rms_eps: 1e-6,
         },
-        action: HeadConfig {
+        io: ActionIo {
             chunk: 8,
             action_dim: 7,
             proprio_dim: 8,
+            stop_id: 2,
+        },
+        action: HeadConfig {
             num_tokens: 64,
             head_blocks: 24,
             head_heads: 8,
             head_rope_base: 1e4,
             ln_eps: 1e-5,
         },
-        stop_id: 2,
     }
 }
 
@@ -93,16 +97,76 @@ pub fn vla_adapter_full_config() -> VlaAdapterConfig {
             rope_theta: 1e6,
             rms_eps: 1e-6,
         },
-        action: HeadConfig {
+        io: ActionIo {
             chunk: 8,
             action_dim: 7,
             proprio_dim: 8,
+            stop_id: 2,
+        },
+        action: HeadConfig {
             num_tokens: 64,
             head_blocks: 24,
             head_heads: 8,
             head_rope_base: 1e4,
             ln_eps: 1e-5,
         },
-        stop_id: 2,
+    }
+}
+
+/// A small OpenVLA-OFT-shaped config for tests and demos (the golden fixture's sizes): the
+/// towers of [`vla_adapter_small_config`], a 4-layer Llama 32 wide (4 heads of 8, MLP 86)
+/// with the released vocabulary (32064: the empty token 29871 is in it), an L1 head 32 wide
+/// with 2 blocks, chunk 8, action 7, state 8.
+pub fn openvla_oft_small_config() -> OpenVlaOftConfig {
+    let va = vla_adapter_small_config();
+    OpenVlaOftConfig {
+        vision: va.vision,
+        lm: LmDims {
+            hidden: 32,
+            layers: 4,
+            q_heads: 4,
+            kv_heads: 4,
+            head_dim: 8,
+            inter: 86,
+            vocab: 32_064,
+            rope_theta: 1e4,
+            rms_eps: 1e-6,
+        },
+        io: va.io,
+        head: OftHead {
+            head_hidden: 32,
+            head_blocks: 2,
+            head_ln_eps: 1e-5,
+        },
+        empty_id: 29_871,
+    }
+}
+
+/// The released LIBERO model's sizes: the towers of [`vla_adapter_full_config`] with the
+/// projector 2176 -> 8704 -> 4096 -> 4096, Llama 2 7B (32 layers, 4096 wide, 32 heads of
+/// 128, MLP 11008, vocabulary 32064, rope 1e4, RMS epsilon 1e-6), the L1 head 4096 wide with
+/// 2 blocks, chunk 8, action 7, state 8.
+pub fn openvla_oft_full_config() -> OpenVlaOftConfig {
+    let va = vla_adapter_full_config();
+    OpenVlaOftConfig {
+        vision: va.vision,
+        lm: LmDims {
+            hidden: 4096,
+            layers: 32,
+            q_heads: 32,
+            kv_heads: 32,
+            head_dim: 128,
+            inter: 11_008,
+            vocab: 32_064,
+            rope_theta: 1e4,
+            rms_eps: 1e-6,
+        },
+        io: va.io,
+        head: OftHead {
+            head_hidden: 4096,
+            head_blocks: 2,
+            head_ln_eps: 1e-5,
+        },
+        empty_id: 29_871,
     }
 }

@@ -1,0 +1,99 @@
+//! OpenVLA-OFT checkpoint -> `openvla_oft` GGUF (schema: docs/GGUF.md): the folder its LIBERO
+//! evaluation loads ([`super::openvla`]: Llama 2, no q/k/v biases), plus the L1 regression
+//! head (`L1RegressionActionHead`'s MLP-ResNet).
+
+use super::ckpt_err;
+use super::openvla::{self, pair, Checkpoint, Source};
+use crate::config;
+use crate::models::openvla_oft::{OftHead, OpenVlaOftConfig, ARCH};
+use crate::Result;
+use std::path::Path;
+
+pub use super::openvla::Options;
+pub type Converted = openvla::Converted<OpenVlaOftConfig>;
+
+/// The head's LayerNorm epsilon (PyTorch's default: the reference passes none) and the empty
+/// token the prompt ends with (SentencePiece's "▁" in Llama 2's vocabulary): constants of the
+/// reference's code.
+const HEAD_LN_EPS: f32 = 1e-5;
+const EMPTY_ID: usize = 29_871;
+
+/// Converts the OpenVLA-OFT checkpoint folder `ckpt`.
+pub fn convert(
+    ckpt: &Path,
+    opts: &Options,
+    progress: &mut dyn FnMut(usize, usize, &str),
+) -> Result<Converted> {
+    let dtype = super::float_dtype(opts.dtype)?;
+    let c = Checkpoint::open(ckpt, super::Kind::OpenvlaOft)?;
+    let lm = c.lm(1e4)?;
+    let io = c.io(opts)?;
+    let blocks = c
+        .head
+        .names()
+        .filter_map(|n| {
+            let rest = n.strip_prefix("model.mlp_resnet_blocks.")?;
+            rest.split('.').next()?.parse::<usize>().ok()
+        })
+        .max()
+        .map_or(0, |m| m + 1);
+    let ln1 = c.head_shape("model.layer_norm1.weight")?[0];
+    if ln1 != io.action_dim * lm.hidden {
+        return Err(ckpt_err(
+            c.head.path(),
+            format!(
+                "model.layer_norm1 has {ln1} features, not action_dim {} x hidden {}",
+                io.action_dim, lm.hidden
+            ),
+        ));
+    }
+    let config = OpenVlaOftConfig {
+        vision: c.vision(opts)?,
+        head: OftHead {
+            head_hidden: c.head_shape("model.fc1.weight")?[0],
+            head_blocks: blocks,
+            head_ln_eps: HEAD_LN_EPS,
+        },
+        lm,
+        io,
+        empty_id: EMPTY_ID,
+    };
+    config::check(&config, ARCH)?;
+    let v = &config.vision;
+    let notes = vec![format!(
+        "DINOv2 {} x {} blocks ({} registers), SigLIP {} x {} blocks (the reference's penultimate), {} cameras; Llama {} x {} layers, bidirectional",
+        v.dino.hidden, v.dino.layers, v.registers, v.sig.hidden, v.sig.layers, v.num_images,
+        config.lm.hidden, config.lm.layers
+    )];
+    let mut plan = openvla::vision_plan(v);
+    plan.extend(openvla::lm_plan(config.lm.layers, false));
+    plan.extend(head_plan(&config));
+    let plan = openvla::Plan {
+        tensors: plan,
+        head_unused: "",
+    };
+    openvla::write(ckpt, &c, config, plan, dtype, notes, progress)
+}
+
+/// The L1 head (`model.` in its `.pt`).
+fn head_plan(cfg: &OpenVlaOftConfig) -> Vec<(String, Source)> {
+    let mut v = Vec::new();
+    let head = |n: String| Source::Head(format!("model.{n}"));
+    for (a, c) in [
+        ("ln1", "layer_norm1"),
+        ("fc1", "fc1"),
+        ("ln2", "layer_norm2"),
+        ("fc2", "fc2"),
+    ] {
+        pair(&mut v, &format!("aex.head.{a}"), c, head);
+    }
+    for i in 0..cfg.head.head_blocks {
+        let (o, b) = (
+            format!("aex.head.blk.{i}"),
+            format!("mlp_resnet_blocks.{i}"),
+        );
+        pair(&mut v, &format!("{o}.ln"), &format!("{b}.ffn.0"), head);
+        pair(&mut v, &format!("{o}.lin"), &format!("{b}.ffn.1"), head);
+    }
+    v
+}

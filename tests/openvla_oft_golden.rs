@@ -1,0 +1,237 @@
+//! OpenVLA-OFT against the reference's own code (moojink/openvla-oft). The fixture
+//! `tests/fixtures/openvla-oft-tiny` is the checkpoint folder the reference's evaluation loads
+//! (config.json, model.safetensors, the head's `.pt` files, dataset_statistics.json, the
+//! tokenizer), random weights at the released geometry (two cameras at 224, the proprio token,
+//! the 56 action slots, Llama 2's vocabulary) but narrow and 4 layers deep, plus the
+//! reference's inputs, stages and chunk, made by `tools/golden/openvla_oft.py` (rerun
+//! instructions, the emulated bidirectional attention and every deviation there). The tests
+//! convert it with `vla::convert::openvla_oft` and compare each tower, the projector, the
+//! proprio token, the language model's input and every layer's hidden state at the head's
+//! rows, the head's blocks and the chunk, on cpu, vulkan and ggml.
+
+#[macro_use]
+mod support;
+
+use support::golden::{Stages, CPU};
+use support::{check, cosine, fixture, reopened, Golden};
+use vla::convert::openvla_oft;
+use vla::gguf::{GgmlType, GgufFile};
+use vla::layers::rms_norm;
+use vla::models::openvla::{self, OpenVlaArch};
+use vla::models::openvla_oft::{graphs, OpenVlaOftConfig, OpenVlaOftPolicy};
+use vla::modules::decoder::{DecoderStack, Rotary};
+use vla::modules::prismatic::project;
+use vla::modules::vision::vision_tower;
+use vla::policy::{Observation, Policy, RuntimeOptions};
+use vla::Tensor;
+
+const TOL: f32 = 1e-4;
+
+fn converted(dtype: GgmlType) -> (GgufFile, Golden) {
+    let dir = fixture("openvla-oft-tiny");
+    let opts = openvla_oft::Options {
+        dtype: Some(dtype),
+        ..Default::default()
+    };
+    let c = openvla_oft::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
+    (reopened(&c.writer), Golden::load(&dir))
+}
+
+fn observation(g: &Golden) -> Observation {
+    Observation {
+        images: (0..2).map(|i| g.u8_image(&format!("image.{i}"))).collect(),
+        state: g.f32("state"),
+        prompt: Some(g.meta["task"].as_str().unwrap().to_owned()),
+        tokens: None,
+        noise: None,
+        token_mask: None,
+    }
+}
+
+fn policy_on(file: GgufFile, backend: &str) -> Option<OpenVlaOftPolicy> {
+    support::open(backend)?;
+    let opts = RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
+    Some(OpenVlaOftPolicy::new(file, &opts).unwrap())
+}
+
+fn input(g: &Golden, name: &str) -> Tensor<'static> {
+    Tensor::from_f32(g.st.shape(name).unwrap().to_vec(), g.f32(name)).unwrap()
+}
+
+/// Every stage fed the reference's own input (`hidden.{l}`: layer `l`'s output at the head's
+/// rows; `actions_hidden`: the last after the final norm).
+fn stages_match(backend: &str) {
+    let (file, g) = converted(GgmlType::F32);
+    let cfg = OpenVlaOftConfig::read(&file).unwrap();
+    let Some(st) = Stages::labelled(backend, format!("openvla-oft-tiny {backend}"), TOL) else {
+        return;
+    };
+    let s = cfg.vision.image_size;
+    let cams = openvla::cameras(&cfg.vision);
+    for c in 0..2 {
+        for (t, (tower, dino)) in [("dino", true), ("sig", false)].into_iter().enumerate() {
+            let px = match c {
+                0 => {
+                    let px = cams[t].pixels(&g.u8_image("image.0")).unwrap();
+                    Tensor::from_f32(vec![3, s, s], px).unwrap()
+                }
+                _ => input(&g, &format!("pixels.1.{tower}")),
+            };
+            let vcfg = cfg.vision.tower(dino);
+            let mut exe = st.build(tower, &file, |gb| {
+                let x = gb.input("x", &[3, s, s]);
+                Ok(vec![vision_tower(gb, x, &vcfg)?])
+            });
+            let want = format!("{tower}.{c}");
+            st.check(&want, &exe.run1(&[("x", &px)]), &g.f32(&want));
+        }
+    }
+
+    // the projector over the reference's fused features
+    let n = cfg.vision.n_patches();
+    let (dw, sw) = (cfg.vision.dino.hidden, cfg.vision.sig.hidden);
+    let mut fused = Vec::new();
+    for c in 0..2 {
+        let (d, sg) = (g.f32(&format!("dino.{c}")), g.f32(&format!("sig.{c}")));
+        for r in 0..n {
+            fused.extend_from_slice(&d[r * dw..(r + 1) * dw]);
+            fused.extend_from_slice(&sg[r * sw..(r + 1) * sw]);
+        }
+    }
+    let fused = Tensor::from_f32(vec![2 * n, dw + sw], fused).unwrap();
+    let h = cfg.lm.hidden;
+    let mut exe = st.build("projector", &file, |gb| {
+        let x = gb.input("x", fused.shape());
+        Ok(vec![project(gb, x, &cfg.vision, h)?])
+    });
+    st.check("patches", &exe.run1(&[("x", &fused)]), &g.f32("patches"));
+
+    // the proprio token and the language model's input
+    let state = Tensor::from_f32(vec![1, 8], g.f32("proprio_norm")).unwrap();
+    let mut ids = g.f32("ids");
+    ids.push(cfg.empty_id as f32);
+    let n_prompt = ids.len();
+    ids.push(cfg.io.stop_id as f32);
+    let ids = Tensor::from_f32(vec![n_prompt + 1], ids).unwrap();
+    let patches = input(&g, "patches");
+    let mut exe = st.build("proprio + sequence", &file, |gb| {
+        let s = gb.input("state", &[1, 8]);
+        let p = openvla::proprio(gb, s, h)?;
+        let (i, x) = (gb.input("ids", ids.shape()), gb.input("p", patches.shape()));
+        Ok(vec![p, graphs::sequence(gb, &cfg, i, x, p)?])
+    });
+    let out = exe.run(&[("state", &state), ("ids", &ids), ("p", &patches)]);
+    st.check(
+        "proprio_feat",
+        &out[0].to_vec_f32().unwrap(),
+        &g.f32("proprio_feat"),
+    );
+    st.check("lm_in", &out[1].to_vec_f32().unwrap(), &g.f32("lm_in"));
+
+    // every layer's hidden state at the head's rows (the last after the final norm), no mask
+    let lm_in = input(&g, "lm_in");
+    let (start, rows, layers) = (cfg.head_start(n_prompt), cfg.slots(), cfg.lm.layers);
+    let mut exe = st.build("language model", &file, |gb| {
+        let mut x = gb.input("x", lm_in.shape());
+        let l = gb.shape(x)[0];
+        let pos: Vec<f32> = (0..l).map(|i| i as f32).collect();
+        let pos = gb.constant("pos", Tensor::from_f32(vec![l], pos)?)?;
+        let dec = cfg.lm.decoder(false);
+        let stack = DecoderStack {
+            stack: "lm",
+            layers,
+            inter: cfg.lm.inter,
+            cfg: &dec,
+        };
+        let mut out = Vec::new();
+        for i in 0..layers {
+            x = stack
+                .layer(i)
+                .forward(gb, x, Rotary::Positions(pos), None)?;
+            out.push(gb.slice(x, 0, start, rows)?);
+        }
+        let last = out[layers - 1];
+        out.push(rms_norm(gb, last, "lm.output_norm", cfg.lm.rms_eps)?);
+        Ok(out)
+    });
+    let out = exe.run(&[("x", &lm_in)]);
+    let names = (1..=layers).map(|l| format!("hidden.{l}"));
+    for (got, want) in out.iter().zip(names.chain(["actions_hidden".into()])) {
+        st.check(&want, &got.to_vec_f32().unwrap(), &g.f32(&want));
+    }
+
+    // the head from the reference's last hidden state
+    let hidden = input(&g, "actions_hidden");
+    let mut exe = st.build("head", &file, |gb| {
+        let x = gb.input("x", hidden.shape());
+        graphs::head(gb, &cfg, x)
+    });
+    let out = exe.run(&[("x", &hidden)]);
+    let names = ["head.x0", "head.blk.0", "head.blk.1", "actions_norm"];
+    for (got, name) in out.iter().zip(names) {
+        st.check(name, &got.to_vec_f32().unwrap(), &g.f32(name));
+    }
+}
+
+/// The chunk in world units from the cameras' bytes, the raw state and the task's text.
+fn chunk_matches(backend: &str) {
+    let (file, g) = converted(GgmlType::F32);
+    let Some(mut p) = policy_on(file, backend) else {
+        return;
+    };
+    let chunk = p.predict(&observation(&g)).unwrap();
+    assert_eq!((chunk.chunk_size, chunk.action_dim), (8, 7));
+    assert!(chunk.warnings.is_empty(), "{:?}", chunk.warnings);
+    check(
+        &format!("openvla-oft-tiny {backend}: actions"),
+        &chunk.actions,
+        &g.f32("actions"),
+        TOL,
+    );
+}
+
+backend_tests! {
+    cpu_stages_match_the_reference, vulkan_stages_match_the_reference, ggml_stages_match_the_reference
+    => stages_match
+}
+
+backend_tests! {
+    cpu_chunk_matches_the_reference, vulkan_chunk_matches_the_reference, ggml_chunk_matches_the_reference
+    => chunk_matches
+}
+
+/// The task's text through the GGUF's tokenizer (BOS first) and the reference's template gives
+/// the reference's ids; the empty token is appended as `predict_action` does, and not twice
+/// when a client's ids already end with it.
+#[test]
+fn the_prompt_is_the_references() {
+    let (file, g) = converted(GgmlType::F32);
+    let p = policy_on(file, CPU).unwrap();
+    let ids = p.model_ids(&observation(&g)).unwrap();
+    // the model's whole input_ids: the prompt's n_prompt, then the action slots and the stop
+    let n = g.usize("n_prompt");
+    let want: Vec<u32> = g.meta["ids_model"].as_array().unwrap()[..n]
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(ids, want);
+    let given = Observation {
+        prompt: None,
+        tokens: Some(want.iter().map(|&t| t as i32).collect()),
+        ..observation(&g)
+    };
+    assert_eq!(p.model_ids(&given).unwrap(), want);
+}
+
+#[test]
+fn bf16_weights_keep_the_chunk() {
+    let (file, g) = converted(GgmlType::BF16);
+    let mut p = policy_on(file, CPU).unwrap();
+    let got = p.predict(&observation(&g)).unwrap().actions;
+    let cos = cosine(&got, &g.f32("actions"));
+    println!("bf16: cosine {cos:.6}");
+    assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
+}
