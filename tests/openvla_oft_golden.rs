@@ -235,3 +235,58 @@ fn bf16_weights_keep_the_chunk() {
     println!("bf16: cosine {cos:.6}");
     assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
 }
+
+/// A file in vla.cpp's own `openvla_oft` layout (fused `qkv`, `vis.d.cls` / `reg` / `pos`,
+/// `statistics_json`, no tokenizer), written by an independent gguf-py writer from the
+/// fixture's checkpoint, gives the reference's chunk on every backend from the prompt's token
+/// ids (the reference's `input_ids` up to the empty token; a text prompt is refused: no
+/// tokenizer); written in bf16 throughout, as vla.cpp's converter writes it, it gives the same
+/// chunk on cpu (the fixture's weights are bf16 values).
+#[test]
+fn vlacpp_layout_gives_the_references_chunk() {
+    let dir = fixture("openvla-oft-tiny");
+    let g = Golden::load(&dir);
+    let write = |name: &str, flags: &[&str]| {
+        let out = std::env::temp_dir().join(format!(
+            "vla-vlacpp-openvla-oft-{name}-{}.gguf",
+            std::process::id()
+        ));
+        let mut args = vec![dir.clone().into_os_string(), out.clone().into_os_string()];
+        args.extend(flags.iter().map(std::ffi::OsString::from));
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        support::interop("vlacpp_openvla_oft_writer.py", &args);
+        out
+    };
+    let n = g.usize("n_prompt");
+    let ids: Vec<i32> = g.meta["ids_model"].as_array().unwrap()[..n]
+        .iter()
+        .map(|x| x.as_i64().unwrap() as i32)
+        .collect();
+    let obs = Observation {
+        prompt: None,
+        tokens: Some(ids),
+        ..observation(&g)
+    };
+    let f32_file = write("f32", &[]);
+    for backend in support::golden::backends() {
+        let Some(mut p) = policy_on(GgufFile::open(&f32_file).unwrap(), backend) else {
+            continue;
+        };
+        let chunk = p.predict(&obs).unwrap();
+        assert_eq!((chunk.chunk_size, chunk.action_dim), (8, 7));
+        let what = format!("{backend}: vla.cpp-layout OpenVLA-OFT: actions");
+        check(&what, &chunk.actions, &g.f32("actions"), TOL);
+        if backend == CPU {
+            let err = p.predict(&observation(&g)).unwrap_err().to_string();
+            assert!(err.contains("tokenizer"), "a text prompt: {err}");
+        }
+    }
+    let bf16_file = write("bf16", &["--bf16"]);
+    let mut p = policy_on(GgufFile::open(&bf16_file).unwrap(), CPU).unwrap();
+    let got = p.predict(&obs).unwrap().actions;
+    let what = "cpu: vla.cpp-layout bf16 OpenVLA-OFT: actions";
+    check(what, &got, &g.f32("actions"), TOL);
+    for f in [f32_file, bf16_file] {
+        let _ = std::fs::remove_file(f);
+    }
+}

@@ -69,10 +69,11 @@ fn input(g: &Golden, name: &str) -> Tensor<'static> {
 }
 
 /// Every stage fed the reference's own input where the fixture has it.
-fn stages_match(backend: &str) {
-    let (file, g) = converted(&dir(), GgmlType::F32);
+fn stages_match(dir: &Path, backend: &str, tol: f32) {
+    let (file, g) = converted(dir, GgmlType::F32);
+    let name = dir.file_name().unwrap().to_string_lossy();
     let cfg = VlaAdapterConfig::read(&file).unwrap();
-    let Some(st) = Stages::labelled(backend, format!("vla-adapter-tiny {backend}"), TOL) else {
+    let Some(st) = Stages::labelled(backend, format!("{name} {backend}"), tol) else {
         return;
     };
     let s = cfg.vision.image_size;
@@ -174,8 +175,9 @@ fn stages_match(backend: &str) {
 }
 
 /// The chunk in world units from the cameras' bytes, the raw state and the task's text.
-fn chunk_matches(backend: &str) {
-    let (file, g) = converted(&dir(), GgmlType::F32);
+fn chunk_matches(dir: &Path, backend: &str) {
+    let (file, g) = converted(dir, GgmlType::F32);
+    let name = dir.file_name().unwrap().to_string_lossy();
     let Some(mut p) = policy_on(file, backend) else {
         return;
     };
@@ -183,7 +185,7 @@ fn chunk_matches(backend: &str) {
     assert_eq!((chunk.chunk_size, chunk.action_dim), (8, 7));
     assert!(chunk.warnings.is_empty(), "{:?}", chunk.warnings);
     check(
-        &format!("vla-adapter-tiny {backend}: actions"),
+        &format!("{name} {backend}: actions"),
         &chunk.actions,
         &g.f32("actions"),
         TOL,
@@ -192,12 +194,25 @@ fn chunk_matches(backend: &str) {
 
 backend_tests! {
     cpu_stages_match_the_reference, vulkan_stages_match_the_reference, ggml_stages_match_the_reference
-    => stages_match
+    => |b| stages_match(&dir(), b, TOL)
 }
 
 backend_tests! {
     cpu_chunk_matches_the_reference, vulkan_chunk_matches_the_reference, ggml_chunk_matches_the_reference
-    => chunk_matches
+    => |b| chunk_matches(&dir(), b)
+}
+
+/// The released sizes with random weights (~5.5 GB, not committed):
+/// `tools/golden/vla_adapter.py --upstream DIR --size full --out OUT`, then
+/// `VLA_VLA_ADAPTER_GOLDEN=OUT VLA_TEST_BACKEND=cpu cargo test --release --test
+/// vla_adapter_golden -- --ignored`.
+#[test]
+#[ignore = "needs VLA_VLA_ADAPTER_GOLDEN=<dir> made by tools/golden/vla_adapter.py --size full"]
+fn full_size_matches_the_reference() {
+    let dir = support::golden::env_dir("VLA_VLA_ADAPTER_GOLDEN");
+    let backend = support::golden::test_backend();
+    stages_match(&dir, &backend, TOL);
+    chunk_matches(&dir, &backend);
 }
 
 /// The processor's bicubic stretch of the 200 x 240 wrist frame and each tower's value map.

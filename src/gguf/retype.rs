@@ -172,7 +172,11 @@ pub fn is_quantizable(t: &TensorInfo, ty: GgmlType, scope: QuantScope) -> bool {
     // ACT's ResNet kernels are the vision tower's matrices (`matrix_dims`)
     let kernel =
         matrix_dims(t).filter(|_| matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16));
-    let is_vision = t.name.starts_with("vit.") || t.name.contains("vision") || kernel.is_some();
+    // `vis.`: Prismatic's towers and projector (OpenVLA-OFT, VLA-Adapter)
+    let is_vision = t.name.starts_with("vit.")
+        || t.name.starts_with("vis.")
+        || t.name.contains("vision")
+        || kernel.is_some();
     let is_expert = EXPERT.iter().any(|s| t.name.contains(s));
     let row = kernel
         .as_ref()

@@ -7,6 +7,13 @@ Rerun (offline; the venv and the upstream checkout are outside the repo, CI neve
     git -C /tmp/upstream/VLA-Adapter checkout 838a36d
     HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/vla_adapter.py \
         --upstream /tmp/upstream/VLA-Adapter                       # tests/fixtures/vla-adapter-tiny
+    HF_HUB_OFFLINE=1 /work/venv-lerobot061/bin/python tools/golden/vla_adapter.py \
+        --upstream /tmp/upstream/VLA-Adapter --size full --out DIR
+        # the released sizes (timm's towers unchanged, 24 and 27 blocks; Qwen2.5-0.5B: 896 wide,
+        # 24 layers, 14 / 2 heads, MLP 4864, the real 151936 embedding rows, more than the small
+        # tokenizer's): ~1.35 B parameters, model.safetensors ~4.8 GB f32; not committed; for
+        # tests/vla_adapter_golden.rs full_size_matches_the_reference (VLA_VLA_ADAPTER_GOLDEN=DIR)
+        # and tools/golden/bench_vla_adapter.py
 
 The venv is the lerobot 0.6.1 one of the other golden tools (torch 2.10, transformers 5.5.4, timm
 1.0.31); only the files under prismatic/ of the checkout are imported (its package __init__ files,
@@ -150,9 +157,16 @@ def import_reference(root):
     return mp, cp, heads, proj, constants
 
 
-def build(root, tok, gen):
+FULL_TEXT = dict(TEXT, hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864)
+
+
+def build(root, tok, gen, full=False):
+    global DINO, SIG, TEXT
+    if full:  # timm's own sizes; Qwen2.5-0.5B's
+        DINO, SIG, TEXT = dict(), dict(), FULL_TEXT
     mp, cp, heads, proj, constants = import_reference(root)
-    text = dict(TEXT, vocab_size=len(tok), bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+    vocab = 151936 if full else len(tok)
+    text = dict(TEXT, vocab_size=vocab, bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
                 eos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"))
     cfg = cp.OpenVLAConfig(vision_backbone_id="dinosiglip-vit-so-224px", llm_backbone_id="qwen25-0_5b-extra",
                            arch_specifier="no-align+fused-gelu-mlp", use_fused_vision_backbone=True,
@@ -233,6 +247,46 @@ def process(img, params):
     return towers
 
 
+def load_fixture(root, folder):
+    """The reference rebuilt from a folder this tool wrote, as the LIBERO client loads it: the VLA
+    from config.json + model.safetensors, the head and proprio projector from their .pt files
+    ("module." dropped, as load_component_state_dict does). Returns (vla, head, pp, golden, info)."""
+    from safetensors.torch import load_file
+    info = json.load(open(os.path.join(folder, "golden.json")))
+    global DINO, SIG, TEXT
+    if info["size"] == "full":
+        DINO, SIG, TEXT = dict(), dict(), FULL_TEXT
+    mp, cp, heads, proj, constants = import_reference(root)
+    cfg = cp.OpenVLAConfig.from_json_file(os.path.join(folder, "config.json"))
+    cfg._attn_implementation = "eager"
+    vla = mp.OpenVLAForActionPrediction(cfg).float().eval()
+    missing, unexpected = vla.load_state_dict(load_file(os.path.join(folder, "model.safetensors")), strict=False)
+    assert not unexpected and all("lm_head" in k for k in missing), (missing, unexpected)
+    vla.vision_backbone.set_num_images_in_input(len(info["frames"]))
+    vla.norm_stats = json.load(open(os.path.join(folder, "dataset_statistics.json")))
+    h = cfg.text_config.hidden_size
+    head = heads.L1RegressionActionHead(input_dim=h, hidden_dim=h, action_dim=constants.ACTION_DIM,
+                                        use_pro_version=True).float().eval()
+    pp = proj.ProprioProjector(llm_dim=h, proprio_dim=constants.PROPRIO_DIM).float().eval()
+    strip = lambda sd: {k.removeprefix("module."): v.float() for k, v in sd.items()}  # noqa: E731
+    head.load_state_dict(strip(torch.load(os.path.join(folder, "action_head--latest_checkpoint.pt"))))
+    pp.load_state_dict(strip(torch.load(os.path.join(folder, "proprio_projector--latest_checkpoint.pt"))))
+    for blk in head.model.mlp_resnet_blocks:  # the released model's bf16 table (module doc)
+        blk.rope.inv_freq = blk.rope.inv_freq.to(torch.bfloat16)
+    from safetensors.torch import load_file as lf
+    return vla, head, pp, lf(os.path.join(folder, "golden.safetensors")), info
+
+
+def recorded_inputs(root, g, info):
+    """predict_action's inputs from a folder's recorded cameras, ids and normalised state."""
+    pre = json.load(open(os.path.join(root, "pretrained_models", "configs", "preprocessor_config.json")))
+    towers = [process(g[f"image.{i}"], pre) for i in range(len(info["frames"]))]
+    pixel_values = torch.cat([torch.cat(t, 0) for t in towers], 0)[None]
+    ids = torch.tensor([info["ids"]])
+    return dict(input_ids=ids, unnorm_key=SUITE, proprio=g["proprio_norm"].double().numpy(),
+                pixel_values=pixel_values, attention_mask=torch.ones_like(ids))
+
+
 # ----------------------------------------------------------------------------- main
 
 def main():
@@ -240,6 +294,7 @@ def main():
     ap.add_argument("--upstream", required=True, help="a checkout of OpenHelix-Team/VLA-Adapter")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "..", "tests", "fixtures", "vla-adapter-tiny"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--size", choices=["tiny", "full"], default="tiny")
     args = ap.parse_args()
     root = os.path.abspath(args.upstream)
     out = os.path.abspath(args.out)
@@ -250,7 +305,7 @@ def main():
 
     import groot17 as g17  # the Qwen-layout tokenizer builder
     tok = g17.build_tokenizer(out)
-    vla, head, pp, mp, constants = build(root, tok, gen)
+    vla, head, pp, mp, constants = build(root, tok, gen, full=args.size == "full")
     stats = make_stats(gen)
     vla.norm_stats = stats
     imgs = frames(gen)
@@ -338,7 +393,7 @@ def main():
         "generator": "tools/golden/vla_adapter.py", "upstream": "OpenHelix-Team/VLA-Adapter 838a36d",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "timm": "1.0.31 (reported as 0.9.16 to the model's check)", "numpy": np.__version__},
-        "seed": args.seed, "suite": SUITE, "task": TASK, "prompt": prompt, "ids": ids[0].tolist(),
+        "seed": args.seed, "size": args.size, "suite": SUITE, "task": TASK, "prompt": prompt, "ids": ids[0].tolist(),
         "frames": FRAMES, "layers": LAYERS, "blocks": BLOCKS, "n_prompt": n,
         "sizes": {"dino": DINO, "sig": SIG, "text": TEXT},
     }

@@ -10,6 +10,7 @@ pub mod graphs;
 use super::openvla::{ActionIo, LmDims, OpenVlaArch, OpenVlaPolicy};
 use crate::config::limits::MAX_LAYERS;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
+use crate::gguf::GgufFile;
 use crate::graph::{GraphBuilder, NodeId};
 use crate::modules::prismatic::PrismaticConfig;
 use crate::Result;
@@ -139,5 +140,9 @@ impl OpenVlaArch for OpenVlaOftConfig {
 
     fn predict(&self, g: &mut GraphBuilder, n_prompt: usize) -> Result<NodeId> {
         graphs::predict(g, self, n_prompt)
+    }
+
+    fn translate(file: GgufFile) -> Result<GgufFile> {
+        crate::models::vlacpp::openvla_oft::translate(file)
     }
 }

@@ -1,8 +1,9 @@
 //! vla.cpp's own layouts, translated at load into ours, so that its files (float or
-//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 / N1.6 / N1.7, VLA-JEPA, Evo-1
-//! and VLA-Adapter, whose files vla.cpp's converters write with other names and keys than ours
-//! (docs/GGUF.md "vla.cpp's files"). VLA-Adapter's, whose keys are ours, is told by its
-//! tensor names and translated by its policy's constructor ([`vla_adapter`]).
+//! FoldQuant) serve as they are: pi0, pi0.5, SmolVLA, GR00T N1.5 / N1.6 / N1.7, VLA-JEPA, Evo-1,
+//! VLA-Adapter and OpenVLA-OFT, whose files vla.cpp's converters write with other names and
+//! keys than ours (docs/GGUF.md "vla.cpp's files"). VLA-Adapter's and OpenVLA-OFT's, whose
+//! keys are ours, are told by their tensor names and translated by their policy's constructor
+//! ([`vla_adapter`], [`openvla_oft`], sharing [`prismatic`]).
 //! Such a file is told from ours by its `<arch>.intermediate` key (ours: `lm_inter`), or
 //! GR00T's, VLA-JEPA's and Evo-1's `lm_hidden` ([`gr00t`], [`gr00t16`], [`gr00t17`],
 //! [`vla_jepa`], [`evo1`]).
@@ -46,7 +47,9 @@ mod gr00t;
 mod gr00t16;
 mod gr00t17;
 mod isaac;
+pub(crate) mod openvla_oft;
 mod pi;
+mod prismatic;
 pub(crate) mod vla_adapter;
 mod vla_jepa;
 

@@ -52,7 +52,9 @@ enum Command {
         /// ~10 GB; gr00t_n1_6: SigLIP2 + Qwen3 cut to 16 layers + DiT, ~12 GB; gr00t_n1_7:
         /// Qwen3-VL-2B cut to 16 layers + DiT, ~13 GB; vla_jepa: Qwen3-VL-2B + DiT-B, ~9 GB;
         /// evo1: InternViT-300M + Qwen2.5-0.5B cut to 14 layers + its head, ~3 GB; act:
-        /// ResNet-18 + lerobot's default transformer, two cameras at 480 x 640, ~0.2 GB).
+        /// ResNet-18 + lerobot's default transformer, two cameras at 480 x 640, ~0.2 GB;
+        /// vla_adapter: DINOv2 + SigLIP + Qwen2.5-0.5B + its head, ~5.6 GB; openvla_oft: DINOv2 +
+        /// SigLIP + Llama 2 7B, ~31 GB, 15.4 GB with --dtype bf16).
         #[arg(long)]
         full: bool,
         /// Type of the matmul weights: f32, f16 or bf16 (a smolvla model other than the f32
