@@ -85,8 +85,8 @@ enum Command {
     /// An OpenVLA-OFT checkpoint folder as its LIBERO evaluation loads it (config.json,
     /// model.safetensors, action_head--*checkpoint.pt, proprio_projector--*checkpoint.pt,
     /// dataset_statistics.json, the tokenizer files). Every suite's statistics are kept: the
-    /// server picks one with --embodiment. At 7.7 B parameters, --dtype bf16 or q8_0 keeps
-    /// the file at 15 or 8 GB.
+    /// server picks one with --embodiment. At 7.5 B parameters, --dtype bf16 keeps the file
+    /// at 15.3 GB (then `vla-quantize --type Q8_0 --vision --expert`: 8.5 GB).
     #[command(name = "openvla_oft")]
     OpenvlaOft(VlaAdapterArgs),
 }
