@@ -473,3 +473,47 @@ fn language_model_sites_fuse_their_norm() {
     let names: std::collections::BTreeSet<&str> = seen.iter().map(|s| s.0.as_str()).collect();
     assert_eq!(names.len(), seen.len(), "a site both fused and not");
 }
+
+/// The OpenVLA family's language model (`lm.blk`: Qwen2.5's q/k/v with biases, Llama 2's
+/// without) quantizes as another language model's: every projection a site, the towers and
+/// heads float; the integer path (cpu, vulkan) and dequant mode (ggml) give the float chunk.
+#[test]
+fn openvla_language_models_run_as_integers() {
+    use vla::models::openvla::random_writer;
+    use vla::models::presets::{openvla_oft_small_config, vla_adapter_small_config};
+    let mut oft = openvla_oft_small_config();
+    (oft.lm.hidden, oft.lm.inter, oft.lm.head_dim) = (64, 128, 16);
+    let mut va = vla_adapter_small_config();
+    (va.lm.hidden, va.lm.inter, va.lm.head_dim, va.lm.kv_heads) = (64, 128, 16, 4);
+    let models = [
+        (
+            "openvla_oft",
+            oft.lm.layers,
+            random_writer(&oft, 3, GgmlType::F32, None),
+        ),
+        (
+            "vla_adapter",
+            va.lm.layers,
+            random_writer(&va, 3, GgmlType::F32, None),
+        ),
+    ];
+    for (arch, layers, w) in models {
+        let float = GgufFile::from_bytes(w.unwrap().to_bytes().unwrap()).unwrap();
+        let bytes = fq_bytes(&float, Scheme::W8A8);
+        let q = GgufFile::from_bytes(bytes.clone()).unwrap();
+        let sites = FoldQuant::read(&q).unwrap().unwrap().sites(&q).unwrap();
+        assert_eq!(sites.len(), 7 * layers, "{arch}: sites");
+        assert!(sites.iter().all(|s| s.module == Module::Llm), "{arch}");
+        let cpu = chunk(q);
+        let cos = cosine(&cpu, &chunk(float));
+        eprintln!("{arch} W8A8 vs f32 on cpu: cosine {cos:.7}");
+        assert!(cos > 0.999, "{arch}: cosine vs f32 {cos}");
+        for (backend, integer) in [("vulkan", true), ("ggml", false)] {
+            let (got, dtypes) = chunk_on(GgufFile::from_bytes(bytes.clone()).unwrap(), backend);
+            assert_eq!(dtypes.contains("I8"), integer, "{arch} {backend}: {dtypes}");
+            let cos = cosine(&got, &cpu);
+            eprintln!("{arch} W8A8 cpu vs {backend}: cosine {cos:.7}");
+            assert!(cos > 0.9995, "{arch} {backend}: cosine {cos}");
+        }
+    }
+}

@@ -25,7 +25,7 @@ pub enum Module {
 
 impl Module {
     fn of(name: &str) -> Option<Module> {
-        if name.starts_with("vlm.") {
+        if name.starts_with("vlm.") || name.starts_with("lm.") {
             Some(Module::Llm)
         } else if name.starts_with("aex.") {
             Some(Module::Action)
@@ -109,8 +109,8 @@ fn site_kind(name: &str) -> Option<&'static str> {
 }
 
 /// Whether `name` (`<site>`, without `.weight`) is where vla.cpp quantizes: the language
-/// model's and an expert's decoder layers (`vlm.blk.{i}.*`, `aex.blk.{i}.*`: q, k, v, o,
-/// gate, up, down) and GR00T's DiT blocks (`aex.dit.{i}.*`: q, k, v, o, ff0, ff2). Towers,
+/// model's and an expert's decoder layers (`vlm.blk.{i}.*`, `aex.blk.{i}.*`, and the OpenVLA
+/// family's `lm.blk.{i}.*`: q, k, v, o, gate, up, down) and GR00T's DiT blocks (`aex.dit.{i}.*`: q, k, v, o, ff0, ff2). Towers,
 /// GR00T's VL self-attention, adaLN and encoders stay float.
 fn is_site_name(name: &str) -> bool {
     let mut parts = name.split('.');
@@ -126,7 +126,7 @@ fn is_site_name(name: &str) -> bool {
     let kind = site_kind(last);
     i.parse::<usize>().is_ok()
         && match (module, stack) {
-            ("vlm" | "aex", "blk") => matches!(kind, Some("qkv" | "o" | "gateup" | "down")),
+            ("vlm" | "aex" | "lm", "blk") => matches!(kind, Some("qkv" | "o" | "gateup" | "down")),
             ("aex", "dit") => matches!(kind, Some("qkv" | "o" | "ffn0" | "ffn2")),
             _ => false,
         }

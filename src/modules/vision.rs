@@ -170,7 +170,7 @@ impl VisionConfig {
 /// `image` `[3, S, S]` (already in the tower's value range) -> `[patches, hidden]`.
 /// Weights under `<prefix>.`: `patch_embd`, `pos_embd`,
 /// `blk.{i}.{ln1,attn_q,attn_k,attn_v,attn_o,ln2,fc1,fc2}`, and `post_ln` (SigLIP) or
-/// `class_embd`, `blk.{i}.{ls1,ls2}` (InternViT, [`TowerStyle`]).
+/// `class_embd`, `blk.{i}.{ls1,ls2}` (InternViT, [`TowerStyle`]; DINOv2 also `reg_embd`).
 pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> Result<NodeId> {
     let (d, p, pre) = (cfg.hidden, cfg.patch_size, Scope::new(cfg.prefix));
     let style = cfg.style;

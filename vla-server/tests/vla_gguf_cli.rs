@@ -128,10 +128,9 @@ fn demo_writes_small_models_of_each_arch() {
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("\"octo\"") || err.contains("'octo'"), "{err}");
+    let names = vla::models::arch_names().join(", ");
     assert!(
-        err.contains(
-            "[possible values: smolvla, pi0, pi05, gr00t_n1_5, gr00t_n1_6, gr00t_n1_7, vla_jepa, evo1, act]"
-        ),
+        err.contains(&format!("[possible values: {names}]")),
         "{err}"
     );
 }
