@@ -12,6 +12,7 @@
 #[macro_use]
 mod support;
 
+use support::golden::prismatic::towers_and_projector;
 use support::golden::{Stages, CPU};
 use support::{check, cosine, fixture, reopened, Golden};
 use vla::convert::openvla_oft;
@@ -20,8 +21,6 @@ use vla::layers::rms_norm;
 use vla::models::openvla::{self, OpenVlaArch};
 use vla::models::openvla_oft::{graphs, OpenVlaOftConfig, OpenVlaOftPolicy};
 use vla::modules::decoder::{DecoderStack, Rotary};
-use vla::modules::prismatic::project;
-use vla::modules::vision::vision_tower;
 use vla::policy::{Observation, Policy, RuntimeOptions};
 use vla::Tensor;
 
@@ -69,45 +68,8 @@ fn stages_match(backend: &str) {
     let Some(st) = Stages::labelled(backend, format!("openvla-oft-tiny {backend}"), TOL) else {
         return;
     };
-    let s = cfg.vision.image_size;
-    let cams = openvla::cameras(&cfg.vision);
-    for c in 0..2 {
-        for (t, (tower, dino)) in [("dino", true), ("sig", false)].into_iter().enumerate() {
-            let px = match c {
-                0 => {
-                    let px = cams[t].pixels(&g.u8_image("image.0")).unwrap();
-                    Tensor::from_f32(vec![3, s, s], px).unwrap()
-                }
-                _ => input(&g, &format!("pixels.1.{tower}")),
-            };
-            let vcfg = cfg.vision.tower(dino);
-            let mut exe = st.build(tower, &file, |gb| {
-                let x = gb.input("x", &[3, s, s]);
-                Ok(vec![vision_tower(gb, x, &vcfg)?])
-            });
-            let want = format!("{tower}.{c}");
-            st.check(&want, &exe.run1(&[("x", &px)]), &g.f32(&want));
-        }
-    }
-
-    // the projector over the reference's fused features
-    let n = cfg.vision.n_patches();
-    let (dw, sw) = (cfg.vision.dino.hidden, cfg.vision.sig.hidden);
-    let mut fused = Vec::new();
-    for c in 0..2 {
-        let (d, sg) = (g.f32(&format!("dino.{c}")), g.f32(&format!("sig.{c}")));
-        for r in 0..n {
-            fused.extend_from_slice(&d[r * dw..(r + 1) * dw]);
-            fused.extend_from_slice(&sg[r * sw..(r + 1) * sw]);
-        }
-    }
-    let fused = Tensor::from_f32(vec![2 * n, dw + sw], fused).unwrap();
+    towers_and_projector(&st, &g, &file, &cfg.vision, cfg.lm.hidden);
     let h = cfg.lm.hidden;
-    let mut exe = st.build("projector", &file, |gb| {
-        let x = gb.input("x", fused.shape());
-        Ok(vec![project(gb, x, &cfg.vision, h)?])
-    });
-    st.check("patches", &exe.run1(&[("x", &fused)]), &g.f32("patches"));
 
     // the proprio token and the language model's input
     let state = Tensor::from_f32(vec![1, 8], g.f32("proprio_norm")).unwrap();

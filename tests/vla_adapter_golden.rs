@@ -12,14 +12,13 @@
 mod support;
 
 use std::path::Path;
+use support::golden::prismatic::towers_and_projector;
 use support::golden::{Stages, CPU};
 use support::{check, cosine, fixture, reopened, Golden};
 use vla::convert::vla_adapter;
 use vla::gguf::{GgmlType, GgufFile};
 use vla::models::openvla::{self, OpenVlaArch};
 use vla::models::vla_adapter::{graphs, VlaAdapterConfig, VlaAdapterPolicy};
-use vla::modules::prismatic::project;
-use vla::modules::vision::vision_tower;
 use vla::policy::{Observation, Policy, RuntimeOptions};
 use vla::Tensor;
 
@@ -76,48 +75,7 @@ fn stages_match(dir: &Path, backend: &str, tol: f32) {
     let Some(st) = Stages::labelled(backend, format!("{name} {backend}"), tol) else {
         return;
     };
-    let s = cfg.vision.image_size;
-    // each tower per camera: camera 0 (224: no resize) from our pixels, camera 1 from the
-    // reference's (the host's resize is checked in `pixels_match_the_processor`)
-    let cams = openvla::cameras(&cfg.vision);
-    for c in 0..2 {
-        for (t, (tower, dino)) in [("dino", true), ("sig", false)].into_iter().enumerate() {
-            let px = match c {
-                0 => Tensor::from_f32(
-                    vec![3, s, s],
-                    cams[t].pixels(&g.u8_image("image.0")).unwrap(),
-                )
-                .unwrap(),
-                _ => input(&g, &format!("pixels.1.{tower}")),
-            };
-            let vcfg = cfg.vision.tower(dino);
-            let mut exe = st.build(tower, &file, |gb| {
-                let x = gb.input("x", &[3, s, s]);
-                Ok(vec![vision_tower(gb, x, &vcfg)?])
-            });
-            let want = format!("{tower}.{c}");
-            st.check(&want, &exe.run1(&[("x", &px)]), &g.f32(&want));
-        }
-    }
-
-    // the projector over the reference's fused features
-    let n = cfg.vision.n_patches();
-    let (dw, sw) = (cfg.vision.dino.hidden, cfg.vision.sig.hidden);
-    let mut fused = Vec::new();
-    for c in 0..2 {
-        let (d, sg) = (g.f32(&format!("dino.{c}")), g.f32(&format!("sig.{c}")));
-        for r in 0..n {
-            fused.extend_from_slice(&d[r * dw..(r + 1) * dw]);
-            fused.extend_from_slice(&sg[r * sw..(r + 1) * sw]);
-        }
-    }
-    let fused = Tensor::from_f32(vec![2 * n, dw + sw], fused).unwrap();
-    let h = cfg.lm.hidden;
-    let mut exe = st.build("projector", &file, |gb| {
-        let x = gb.input("x", fused.shape());
-        Ok(vec![project(gb, x, &cfg.vision, h)?])
-    });
-    st.check("patches", &exe.run1(&[("x", &fused)]), &g.f32("patches"));
+    towers_and_projector(&st, &g, &file, &cfg.vision, cfg.lm.hidden);
 
     // the language model's input from the prompt's ids and the reference's patches
     let mut ids = g.f32("ids");

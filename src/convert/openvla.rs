@@ -79,6 +79,26 @@ impl Checkpoint {
             .ok_or_else(|| ckpt_err(self.head.path(), format!("no {name}")))
     }
 
+    /// The head's residual blocks (`model.mlp_resnet_blocks.{i}` in its `.pt`), after checking
+    /// its input width: `action_dim` x the language model's width.
+    pub fn head_blocks(&self, io: &ActionIo, lm: &LmDims) -> Result<usize> {
+        let ln1 = self.head_shape("model.layer_norm1.weight")?[0];
+        if ln1 != io.action_dim * lm.hidden {
+            return Err(ckpt_err(
+                self.head.path(),
+                format!(
+                    "model.layer_norm1 has {ln1} features, not action_dim {} x hidden {}",
+                    io.action_dim, lm.hidden
+                ),
+            ));
+        }
+        let blocks = self.head.names().filter_map(|n| {
+            let rest = n.strip_prefix("model.mlp_resnet_blocks.")?;
+            rest.split('.').next()?.parse::<usize>().ok()
+        });
+        Ok(blocks.max().map_or(0, |m| m + 1))
+    }
+
     /// The towers: sizes from the weights, `num_images` from `opts`.
     pub fn vision(&self, opts: &Options) -> Result<PrismaticConfig> {
         let p = self.config.json();

@@ -2,7 +2,6 @@
 //! evaluation loads ([`super::openvla`]: Llama 2, no q/k/v biases), plus the L1 regression
 //! head (`L1RegressionActionHead`'s MLP-ResNet).
 
-use super::ckpt_err;
 use super::openvla::{self, pair, Checkpoint, Source};
 use crate::config;
 use crate::models::openvla_oft::{OftHead, OpenVlaOftConfig, ARCH};
@@ -28,25 +27,7 @@ pub fn convert(
     let c = Checkpoint::open(ckpt, super::Kind::OpenvlaOft)?;
     let lm = c.lm(1e4)?;
     let io = c.io(opts)?;
-    let blocks = c
-        .head
-        .names()
-        .filter_map(|n| {
-            let rest = n.strip_prefix("model.mlp_resnet_blocks.")?;
-            rest.split('.').next()?.parse::<usize>().ok()
-        })
-        .max()
-        .map_or(0, |m| m + 1);
-    let ln1 = c.head_shape("model.layer_norm1.weight")?[0];
-    if ln1 != io.action_dim * lm.hidden {
-        return Err(ckpt_err(
-            c.head.path(),
-            format!(
-                "model.layer_norm1 has {ln1} features, not action_dim {} x hidden {}",
-                io.action_dim, lm.hidden
-            ),
-        ));
-    }
+    let blocks = c.head_blocks(&io, &lm)?;
     let config = OpenVlaOftConfig {
         vision: c.vision(opts)?,
         head: OftHead {

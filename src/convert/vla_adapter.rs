@@ -29,26 +29,8 @@ pub fn convert(
     let dtype = super::float_dtype(opts.dtype)?;
     let c = Checkpoint::open(ckpt, super::Kind::VlaAdapter)?;
     let lm = c.lm(1e6)?;
-    let blocks = c
-        .head
-        .names()
-        .filter_map(|n| {
-            let rest = n.strip_prefix("model.mlp_resnet_blocks.")?;
-            rest.split('.').next()?.parse::<usize>().ok()
-        })
-        .max()
-        .map_or(0, |m| m + 1);
     let io = c.io(opts)?;
-    let ln1 = c.head_shape("model.layer_norm1.weight")?[0];
-    if ln1 != io.action_dim * lm.hidden {
-        return Err(ckpt_err(
-            c.head.path(),
-            format!(
-                "model.layer_norm1 has {ln1} features, not action_dim {} x hidden {}",
-                io.action_dim, lm.hidden
-            ),
-        ));
-    }
+    let blocks = c.head_blocks(&io, &lm)?;
     let config = VlaAdapterConfig {
         vision: c.vision(opts)?,
         action: HeadConfig {

@@ -285,6 +285,28 @@ pub fn ms_since(t0: Instant) -> f32 {
     t0.elapsed().as_secs_f32() * 1e3
 }
 
+/// Refuses the load options a one-pass arch has no use for: `--steps`, stepwise runs and
+/// `--statistics` (its file carries its own).
+pub fn one_pass_options(arch: &str, opts: &RuntimeOptions) -> Result<()> {
+    if opts.num_steps.is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "{arch} predicts in one pass: it has no denoising steps to set"
+        )));
+    }
+    if opts.stepwise {
+        return Err(Error::InvalidArgument(format!(
+            "{arch} predicts in one pass: stepwise runs are for flow policies"
+        )));
+    }
+    match &opts.statistics {
+        Some(p) => Err(Error::InvalidArgument(format!(
+            "--statistics {}: the {arch} file carries its own statistics",
+            p.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// The request's instruction as token ids: `tokens` as given, or else its prompt through
 /// `tokenize` (`missing` when the request has neither), each id checked against the
 /// vocabulary. Bounds on their number are the caller's ([`prompt_bound`]).

@@ -4,6 +4,7 @@
 //! intermediate fed the reference's own inputs), the chunk on a backend, and the bf16 and
 //! 16-bit activation bars.
 
+pub mod prismatic;
 mod stages;
 
 #[allow(unused_imports)]

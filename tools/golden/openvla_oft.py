@@ -404,25 +404,8 @@ def rerandomize(module, gen):
             t.data.copy_(v.to(torch.bfloat16).float())  # bf16-exact (module doc)
 
 
-def make_stats(gen):
-    def stat(d):
-        lo = (torch.rand(d, generator=gen) * -2.0 - 0.5).double()
-        hi = (torch.rand(d, generator=gen) * 2.0 + 0.5).double()
-        mask = [True] * (d - 1) + [False]
-        return {"mean": ((lo + hi) / 2).tolist(), "std": ((hi - lo) / 4).tolist(), "max": (hi + 0.3).tolist(),
-                "min": (lo - 0.3).tolist(), "q01": lo.tolist(), "q99": hi.tolist(), "mask": mask}
-    return {SUITE: {"action": stat(7), "proprio": stat(8), "num_transitions": 1000, "num_trajectories": 10}}
-
-
-def frames(gen):
-    """Smooth random frames (a gradient plus noise), as u8 [H, W, 3]."""
-    out = []
-    for h, w in FRAMES:
-        y, x = torch.meshgrid(torch.linspace(0, 1, h), torch.linspace(0, 1, w), indexing="ij")
-        base = torch.stack([y, x, (x + y) / 2], -1) * 180 + 30
-        img = (base + torch.rand((h, w, 3), generator=gen) * 60).clamp(0, 255).to(torch.uint8)
-        out.append(img)
-    return out
+# the same statistics and frames as VLA-Adapter's fixture
+from vla_adapter import frames, make_stats  # noqa: E402,F401
 
 
 def bidirectional(module, args, kwargs):

@@ -329,25 +329,10 @@ pub struct ActPolicy {
 impl ActPolicy {
     pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
         let cfg = ActConfig::read(&file)?;
-        if opts.num_steps.is_some() {
-            return Err(Error::InvalidArgument(
-                "act predicts in one pass: it has no denoising steps to set".into(),
-            ));
-        }
-        if opts.stepwise {
-            return Err(Error::InvalidArgument(
-                "act predicts in one pass: stepwise runs are for flow policies".into(),
-            ));
-        }
+        super::common::one_pass_options(ARCH, opts)?;
         if let Some(e) = &opts.embodiment {
             return Err(Error::InvalidArgument(format!(
                 "embodiment {e:?}: act carries a single set of normalisation statistics"
-            )));
-        }
-        if let Some(p) = &opts.statistics {
-            return Err(Error::InvalidArgument(format!(
-                "--statistics {}: an act file carries its own statistics",
-                p.display()
             )));
         }
         let file = kernels_as_matrices(file)?;

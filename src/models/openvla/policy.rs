@@ -6,7 +6,7 @@ use crate::config::limits::MAX_SEQUENCE;
 use crate::gguf::GgufFile;
 use crate::graph::{Graph, GraphBuilder};
 use crate::models::common::{
-    gguf_tokenizer, instruction_ids, ms_since, require_tokenizer, LoadedGraphs,
+    gguf_tokenizer, instruction_ids, ms_since, one_pass_options, require_tokenizer, LoadedGraphs,
 };
 use crate::policy::{
     ActionChunk, InstructionRows, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
@@ -34,22 +34,7 @@ impl<A: OpenVlaArch> OpenVlaPolicy<A> {
         let arch = A::ARCH;
         let file = A::translate(file)?;
         let cfg = A::read(&file)?;
-        if opts.num_steps.is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "{arch} predicts in one pass: it has no denoising steps to set"
-            )));
-        }
-        if opts.stepwise {
-            return Err(Error::InvalidArgument(format!(
-                "{arch} predicts in one pass: stepwise runs are for flow policies"
-            )));
-        }
-        if let Some(p) = &opts.statistics {
-            return Err(Error::InvalidArgument(format!(
-                "--statistics {}: a {arch} file carries its own statistics",
-                p.display()
-            )));
-        }
+        one_pass_options(arch, opts)?;
         let suite = suite(&file, opts.embodiment.as_deref())?;
         let a = cfg.io().clone();
         let state_norm = Normalizer::from_gguf(&file, "state", a.proprio_dim, suite.as_deref())?;
