@@ -102,28 +102,24 @@ fn stages_match(dir: &Path, backend: &str, tol: f32) {
         let state = gb.input("state", &[1, 8]);
         let p = openvla::proprio(gb, state, cfg.lm.hidden)?;
         let mut out = vec![p];
-        for &l in &LAYERS {
-            out.extend([states[l - 1].0, states[l - 1].1]);
-        }
+        out.extend(states.iter().map(|s| s.1));
+        out.extend(LAYERS.iter().map(|&l| states[l - 1].0));
         out.extend(graphs::head_rows(gb, &cfg, &states, p)?);
         Ok(out)
     });
     let out = exe.run(&[("x", &lm_in), ("state", &state)]);
     let v = |i: usize| out[i].to_vec_f32().unwrap();
     st.check("proprio_feat", &v(0), &g.f32("proprio_feat"));
-    for (k, &l) in LAYERS.iter().enumerate() {
-        st.check(
-            format!("task.{l}"),
-            &v(1 + 2 * k),
-            &g.f32(&format!("task.{l}")),
-        );
-        st.check(
-            format!("adapter.{l}"),
-            &v(2 + 2 * k),
-            &g.f32(&format!("adapter.{l}")),
-        );
+    let layers = cfg.lm.layers;
+    for l in 1..=layers {
+        let want = format!("adapter.{l}");
+        st.check(&want, &v(l), &g.f32(&want));
     }
-    let head = 1 + 2 * LAYERS.len();
+    for (k, &l) in LAYERS.iter().enumerate() {
+        let want = format!("task.{l}");
+        st.check(&want, &v(1 + layers + k), &g.f32(&want));
+    }
+    let head = 1 + layers + LAYERS.len();
     st.check("head.x0", &v(head), &g.f32("head.x0"));
     for b in BLOCKS {
         let want = format!("head.blk.{b}");

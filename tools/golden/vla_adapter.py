@@ -58,7 +58,8 @@ keys prefixed "module."), dataset_statistics.json, tokenizer files; golden.json 
 ids, versions) and golden.safetensors: image.{i} u8 [H, W, 3]; pixels.{i}.{dino,sig} [3, 224,
 224] for the wrist camera (the one the processor resizes); dino.{i} [256, 64], sig.{i} [256, 48]
 (each tower's output); patches [512, 32] (projector);
-lm_in [L, 32]; task.{l} [512, 32] and adapter.{l} [64, 32] for l in LAYERS (hidden_states[l] at the
+lm_in [L, 32]; adapter.{l} [64, 32] for every layer l and task.{l} [512, 32] for l in LAYERS
+(hidden_states[l] at the
 head's rows); proprio_norm [8]; proprio_feat [1, 32]; head.x0 [8, 32] (after fc1 + ReLU);
 head.blk.{i} [8, 32] for i in BLOCKS; rope.{n}.cos / .sin [n, 4] (the head's tables for 8, 65,
 512 positions); actions_norm [8, 7]; actions [8, 7] (unnormalised, as predict_action returns).
@@ -362,10 +363,11 @@ def main():
     n = ids.shape[1]
     npatch = 256 * len(FRAMES)
     golden["lm_in"] = rec["lm_in"]
-    for layer in LAYERS:
+    for layer in range(1, len(rec["hidden"])):
         hs = rec["hidden"][layer]
-        golden[f"task.{layer}"] = hs[:npatch]
         golden[f"adapter.{layer}"] = hs[npatch + n - 1: npatch + n - 1 + 64]
+        if layer in LAYERS:
+            golden[f"task.{layer}"] = hs[:npatch]
     for i, img in enumerate(imgs):
         golden[f"image.{i}"] = img
     golden["pixels.1.dino"], golden["pixels.1.sig"] = towers[1]
