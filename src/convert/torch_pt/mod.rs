@@ -30,6 +30,11 @@ impl TorchState {
     /// does.
     pub fn open(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| ckpt_err(path, e.to_string()))?;
+        Self::from_bytes(path, &bytes)
+    }
+
+    /// [`Self::open`] over the file's `bytes` (`path` names it in errors).
+    fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
         let err = |why: String| ckpt_err(path, why);
         let files = zip_entries(&bytes).map_err(err)?;
         let pkl = files
@@ -164,22 +169,30 @@ pub(super) struct TensorRef {
 
 impl TensorRef {
     fn read(&self, data: &[u8]) -> std::result::Result<Vec<f32>, String> {
-        let n: usize = self.shape.iter().product();
-        let mut want = 1;
+        let big = || "a tensor larger than its storage".to_owned();
+        let n = self
+            .shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(big)?;
+        let mut want = 1usize;
         for (d, s) in self.shape.iter().zip(&self.stride).rev() {
             if *d > 1 && *s != want {
                 return Err("not contiguous".into());
             }
-            want *= d;
+            want = want.checked_mul(*d).ok_or_else(big)?;
         }
         let size = match self.dtype {
             "FloatStorage" => 4,
             "DoubleStorage" => 8,
             _ => 2,
         };
-        let bytes = data
-            .get(self.offset * size..(self.offset + n) * size)
-            .ok_or("storage shorter than the tensor")?;
+        let range = self
+            .offset
+            .checked_add(n)
+            .and_then(|end| Some(self.offset.checked_mul(size)?..end.checked_mul(size)?))
+            .ok_or_else(big)?;
+        let bytes = data.get(range).ok_or("storage shorter than the tensor")?;
         Ok(match self.dtype {
             "FloatStorage" => bytes
                 .chunks_exact(4)
@@ -198,5 +211,35 @@ impl TensorRef {
                 .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
                 .collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `torch.save` file read back; the same file truncated anywhere or with any byte
+    /// changed is an error or a state dict, never a panic.
+    #[test]
+    fn reads_a_state_dict_and_survives_damage() {
+        let path =
+            crate::convert::fixture("vla-adapter-tiny/proprio_projector--latest_checkpoint.pt");
+        let bytes = std::fs::read(&path).unwrap();
+        let t = TorchState::from_bytes(&path, &bytes).unwrap();
+        assert_eq!(t.shape("fc1.weight"), Some(&[32, 8][..]));
+        assert_eq!(t.f32("fc2.bias").unwrap().len(), 32);
+        for cut in (0..bytes.len()).step_by(97) {
+            let _ = TorchState::from_bytes(&path, &bytes[..cut]);
+        }
+        let pkl = 0..bytes.len().min(2048);
+        for i in pkl {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut b = bytes.clone();
+                b[i] ^= flip;
+                let _ = TorchState::from_bytes(&path, &b);
+            }
+        }
+        let e = TorchState::from_bytes(&path, b"not a zip").err().unwrap();
+        assert!(e.to_string().contains("not a zip archive"), "{e}");
     }
 }

@@ -69,7 +69,10 @@ impl<'a> Unpickler<'a> {
     }
 
     fn line(&mut self) -> R<String> {
-        let end = self.b[self.at..]
+        let end = self
+            .b
+            .get(self.at..)
+            .ok_or("truncated pickle")?
             .iter()
             .position(|&c| c == b'\n')
             .ok_or("truncated pickle")?;
@@ -106,8 +109,8 @@ impl<'a> Unpickler<'a> {
         loop {
             let op = self.take(1)?[0];
             match op {
-                0x80 => self.at += 1, // PROTO
-                0x95 => self.at += 8, // FRAME
+                0x80 => drop(self.take(1)?), // PROTO
+                0x95 => drop(self.take(8)?), // FRAME
                 b'.' => return self.pop(),
                 b'(' => self.stack.push(Value::Mark),
                 b'}' => self.stack.push(Value::Dict(vec![])),
