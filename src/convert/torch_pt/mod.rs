@@ -36,7 +36,7 @@ impl TorchState {
     /// [`Self::open`] over the file's `bytes` (`path` names it in errors).
     fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
         let err = |why: String| ckpt_err(path, why);
-        let files = zip_entries(&bytes).map_err(err)?;
+        let files = zip_entries(bytes).map_err(err)?;
         let pkl = files
             .keys()
             .find(|n| n.ends_with("/data.pkl") || *n == "data.pkl")
