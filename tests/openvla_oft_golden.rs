@@ -12,16 +12,16 @@
 #[macro_use]
 mod support;
 
-use support::golden::prismatic::towers_and_projector;
+use support::golden::prismatic::{input, observation, policy_on, towers_and_projector};
 use support::golden::{Stages, CPU};
 use support::{check, cosine, fixture, reopened, Golden};
 use vla::convert::openvla_oft;
 use vla::gguf::{GgmlType, GgufFile};
 use vla::layers::rms_norm;
 use vla::models::openvla::{self, OpenVlaArch};
-use vla::models::openvla_oft::{graphs, OpenVlaOftConfig, OpenVlaOftPolicy};
+use vla::models::openvla_oft::{graphs, OpenVlaOftConfig};
 use vla::modules::decoder::{DecoderStack, Rotary};
-use vla::policy::{Observation, Policy, RuntimeOptions};
+use vla::policy::{Observation, Policy};
 use vla::Tensor;
 
 const TOL: f32 = 1e-4;
@@ -34,30 +34,6 @@ fn converted(dtype: GgmlType) -> (GgufFile, Golden) {
     };
     let c = openvla_oft::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
     (reopened(&c.writer), Golden::load(&dir))
-}
-
-fn observation(g: &Golden) -> Observation {
-    Observation {
-        images: (0..2).map(|i| g.u8_image(&format!("image.{i}"))).collect(),
-        state: g.f32("state"),
-        prompt: Some(g.meta["task"].as_str().unwrap().to_owned()),
-        tokens: None,
-        noise: None,
-        token_mask: None,
-    }
-}
-
-fn policy_on(file: GgufFile, backend: &str) -> Option<OpenVlaOftPolicy> {
-    support::open(backend)?;
-    let opts = RuntimeOptions {
-        backend: backend.into(),
-        ..Default::default()
-    };
-    Some(OpenVlaOftPolicy::new(file, &opts).unwrap())
-}
-
-fn input(g: &Golden, name: &str) -> Tensor<'static> {
-    Tensor::from_f32(g.st.shape(name).unwrap().to_vec(), g.f32(name)).unwrap()
 }
 
 /// Every stage fed the reference's own input (`hidden.{l}`: layer `l`'s output at the head's
@@ -141,7 +117,7 @@ fn stages_match(backend: &str) {
 /// The chunk in world units from the cameras' bytes, the raw state and the task's text.
 fn chunk_matches(backend: &str) {
     let (file, g) = converted(GgmlType::F32);
-    let Some(mut p) = policy_on(file, backend) else {
+    let Some(mut p) = policy_on::<OpenVlaOftConfig>(file, backend) else {
         return;
     };
     let chunk = p.predict(&observation(&g)).unwrap();
@@ -171,7 +147,7 @@ backend_tests! {
 #[test]
 fn the_prompt_is_the_references() {
     let (file, g) = converted(GgmlType::F32);
-    let p = policy_on(file, CPU).unwrap();
+    let p = policy_on::<OpenVlaOftConfig>(file, CPU).unwrap();
     let ids = p.model_ids(&observation(&g)).unwrap();
     // the model's whole input_ids: the prompt's n_prompt, then the action slots and the stop
     let n = g.usize("n_prompt");
@@ -191,7 +167,7 @@ fn the_prompt_is_the_references() {
 #[test]
 fn bf16_weights_keep_the_chunk() {
     let (file, g) = converted(GgmlType::BF16);
-    let mut p = policy_on(file, CPU).unwrap();
+    let mut p = policy_on::<OpenVlaOftConfig>(file, CPU).unwrap();
     let got = p.predict(&observation(&g)).unwrap().actions;
     let cos = cosine(&got, &g.f32("actions"));
     println!("bf16: cosine {cos:.6}");
@@ -231,7 +207,9 @@ fn vlacpp_layout_gives_the_references_chunk() {
     };
     let f32_file = write("f32", &[]);
     for backend in support::golden::backends() {
-        let Some(mut p) = policy_on(GgufFile::open(&f32_file).unwrap(), backend) else {
+        let Some(mut p) =
+            policy_on::<OpenVlaOftConfig>(GgufFile::open(&f32_file).unwrap(), backend)
+        else {
             continue;
         };
         let chunk = p.predict(&obs).unwrap();
@@ -244,7 +222,7 @@ fn vlacpp_layout_gives_the_references_chunk() {
         }
     }
     let bf16_file = write("bf16", &["--bf16"]);
-    let mut p = policy_on(GgufFile::open(&bf16_file).unwrap(), CPU).unwrap();
+    let mut p = policy_on::<OpenVlaOftConfig>(GgufFile::open(&bf16_file).unwrap(), CPU).unwrap();
     let got = p.predict(&obs).unwrap().actions;
     let what = "cpu: vla.cpp-layout bf16 OpenVLA-OFT: actions";
     check(what, &got, &g.f32("actions"), TOL);

@@ -12,14 +12,14 @@
 mod support;
 
 use std::path::Path;
-use support::golden::prismatic::towers_and_projector;
+use support::golden::prismatic::{input, observation, policy_on, towers_and_projector};
 use support::golden::{Stages, CPU};
 use support::{check, cosine, fixture, reopened, Golden};
 use vla::convert::vla_adapter;
 use vla::gguf::{GgmlType, GgufFile};
 use vla::models::openvla::{self, OpenVlaArch};
-use vla::models::vla_adapter::{graphs, VlaAdapterConfig, VlaAdapterPolicy};
-use vla::policy::{Observation, Policy, RuntimeOptions};
+use vla::models::vla_adapter::{graphs, VlaAdapterConfig};
+use vla::policy::Policy;
 use vla::Tensor;
 
 const TOL: f32 = 1e-4;
@@ -37,34 +37,6 @@ fn converted(dir: &Path, dtype: GgmlType) -> (GgufFile, Golden) {
     };
     let c = vla_adapter::convert(dir, &opts, &mut |_, _, _| {}).unwrap();
     (reopened(&c.writer), Golden::load(dir))
-}
-
-fn task(g: &Golden) -> String {
-    g.meta["task"].as_str().unwrap().to_owned()
-}
-
-fn observation(g: &Golden) -> Observation {
-    Observation {
-        images: (0..2).map(|i| g.u8_image(&format!("image.{i}"))).collect(),
-        state: g.f32("state"),
-        prompt: Some(task(g)),
-        tokens: None,
-        noise: None,
-        token_mask: None,
-    }
-}
-
-fn policy_on(file: GgufFile, backend: &str) -> Option<VlaAdapterPolicy> {
-    support::open(backend)?;
-    let opts = RuntimeOptions {
-        backend: backend.into(),
-        ..Default::default()
-    };
-    Some(VlaAdapterPolicy::new(file, &opts).unwrap())
-}
-
-fn input(g: &Golden, name: &str) -> Tensor<'static> {
-    Tensor::from_f32(g.st.shape(name).unwrap().to_vec(), g.f32(name)).unwrap()
 }
 
 /// Every stage fed the reference's own input where the fixture has it.
@@ -132,7 +104,7 @@ fn stages_match(dir: &Path, backend: &str, tol: f32) {
 fn chunk_matches(dir: &Path, backend: &str) {
     let (file, g) = converted(dir, GgmlType::F32);
     let name = dir.file_name().unwrap().to_string_lossy();
-    let Some(mut p) = policy_on(file, backend) else {
+    let Some(mut p) = policy_on::<VlaAdapterConfig>(file, backend) else {
         return;
     };
     let chunk = p.predict(&observation(&g)).unwrap();
@@ -207,7 +179,7 @@ fn rotary_tables_are_the_references() {
 #[test]
 fn the_prompt_is_the_references() {
     let (file, g) = converted(&dir(), GgmlType::F32);
-    let p = policy_on(file, CPU).unwrap();
+    let p = policy_on::<VlaAdapterConfig>(file, CPU).unwrap();
     let ids = p.prompt_ids(&observation(&g)).unwrap();
     let want: Vec<u32> = g.f32("ids").iter().map(|&x| x as u32).collect();
     assert_eq!(ids, want);
@@ -216,7 +188,7 @@ fn the_prompt_is_the_references() {
 #[test]
 fn bf16_weights_keep_the_chunk() {
     let (file, g) = converted(&dir(), GgmlType::BF16);
-    let mut p = policy_on(file, CPU).unwrap();
+    let mut p = policy_on::<VlaAdapterConfig>(file, CPU).unwrap();
     let got = p.predict(&observation(&g)).unwrap().actions;
     let cos = cosine(&got, &g.f32("actions"));
     println!("bf16: cosine {cos:.6}");
@@ -247,7 +219,9 @@ fn vlacpp_layout_gives_the_references_chunk() {
     obs.tokens = Some(g.f32("ids").iter().map(|&t| t as i32).collect());
     let f32_file = write("f32", &[]);
     for backend in support::golden::backends() {
-        let Some(mut p) = policy_on(GgufFile::open(&f32_file).unwrap(), backend) else {
+        let Some(mut p) =
+            policy_on::<VlaAdapterConfig>(GgufFile::open(&f32_file).unwrap(), backend)
+        else {
             continue;
         };
         let chunk = p.predict(&obs).unwrap();
@@ -260,7 +234,7 @@ fn vlacpp_layout_gives_the_references_chunk() {
         }
     }
     let bf16_file = write("bf16", &["--bf16"]);
-    let mut p = policy_on(GgufFile::open(&bf16_file).unwrap(), CPU).unwrap();
+    let mut p = policy_on::<VlaAdapterConfig>(GgufFile::open(&bf16_file).unwrap(), CPU).unwrap();
     let cos = cosine(&p.predict(&obs).unwrap().actions, &g.f32("actions"));
     println!("vla.cpp-layout bf16: cosine {cos:.6}");
     assert!(cos >= 0.999, "vla.cpp-layout bf16 chunk cosine {cos}");

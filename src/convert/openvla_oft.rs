@@ -2,7 +2,7 @@
 //! evaluation loads ([`super::openvla`]: Llama 2, no q/k/v biases), plus the L1 regression
 //! head (`L1RegressionActionHead`'s MLP-ResNet).
 
-use super::openvla::{self, pair, Checkpoint, Source};
+use super::openvla::{self, head, pair, Checkpoint, Source};
 use crate::config;
 use crate::models::openvla_oft::{OftHead, OpenVlaOftConfig, ARCH};
 use crate::Result;
@@ -41,13 +41,8 @@ pub fn convert(
     };
     config::check(&config, ARCH)?;
     let v = &config.vision;
-    let notes = vec![format!(
-        "DINOv2 {} x {} blocks ({} registers), SigLIP {} x {} blocks (the reference's penultimate), {} cameras; Llama {} x {} layers, bidirectional",
-        v.dino.hidden, v.dino.layers, v.registers, v.sig.hidden, v.sig.layers, v.num_images,
-        config.lm.hidden, config.lm.layers
-    )];
-    let mut plan = openvla::vision_plan(v);
-    plan.extend(openvla::lm_plan(config.lm.layers, false));
+    let notes = vec![openvla::sizes_note(v, "bidirectional Llama", &config.lm)];
+    let mut plan = openvla::shared_plan(v, config.lm.layers, false);
     plan.extend(head_plan(&config));
     let plan = openvla::Plan {
         tensors: plan,
@@ -56,18 +51,9 @@ pub fn convert(
     openvla::write(ckpt, &c, config, plan, dtype, notes, progress)
 }
 
-/// The L1 head (`model.` in its `.pt`).
+/// The L1 head's blocks (`model.` in its `.pt`).
 fn head_plan(cfg: &OpenVlaOftConfig) -> Vec<(String, Source)> {
     let mut v = Vec::new();
-    let head = |n: String| Source::Head(format!("model.{n}"));
-    for (a, c) in [
-        ("ln1", "layer_norm1"),
-        ("fc1", "fc1"),
-        ("ln2", "layer_norm2"),
-        ("fc2", "fc2"),
-    ] {
-        pair(&mut v, &format!("aex.head.{a}"), c, head);
-    }
     for i in 0..cfg.head.head_blocks {
         let (o, b) = (
             format!("aex.head.blk.{i}"),

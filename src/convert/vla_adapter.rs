@@ -4,7 +4,7 @@
 //! reference keeps but never runs, is left out).
 
 use super::ckpt_err;
-use super::openvla::{self, pair, Checkpoint, Source};
+use super::openvla::{self, head, pair, Checkpoint, Source};
 use crate::config;
 use crate::models::vla_adapter::{HeadConfig, VlaAdapterConfig, ARCH};
 use crate::Result;
@@ -56,13 +56,8 @@ pub fn convert(
         ));
     }
     let v = &config.vision;
-    let notes = vec![format!(
-        "DINOv2 {} x {} blocks ({} registers), SigLIP {} x {} blocks (the reference's penultimate), {} cameras; Qwen2.5 {} x {} layers",
-        v.dino.hidden, v.dino.layers, v.registers, v.sig.hidden, v.sig.layers, v.num_images,
-        config.lm.hidden, config.lm.layers
-    )];
-    let mut plan = openvla::vision_plan(v);
-    plan.extend(openvla::lm_plan(config.lm.layers, true));
+    let notes = vec![openvla::sizes_note(v, "Qwen2.5", &config.lm)];
+    let mut plan = openvla::shared_plan(v, config.lm.layers, true);
     plan.push((
         "action_queries.weight".into(),
         Source::Vla("action_queries.weight".into(), None),
@@ -75,18 +70,9 @@ pub fn convert(
     openvla::write(ckpt, &c, config, plan, dtype, notes, progress)
 }
 
-/// The bridge-attention head (`model.` in its `.pt`).
+/// The bridge-attention head's blocks (`model.` in its `.pt`).
 fn head_plan(cfg: &VlaAdapterConfig) -> Vec<(String, Source)> {
     let mut v = Vec::new();
-    let head = |n: String| Source::Head(format!("model.{n}"));
-    for (a, c) in [
-        ("ln1", "layer_norm1"),
-        ("fc1", "fc1"),
-        ("ln2", "layer_norm2"),
-        ("fc2", "fc2"),
-    ] {
-        pair(&mut v, &format!("aex.head.{a}"), c, head);
-    }
     for i in 0..cfg.action.head_blocks {
         let (o, b) = (
             format!("aex.head.blk.{i}"),

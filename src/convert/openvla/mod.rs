@@ -11,7 +11,7 @@
 mod plan;
 
 use plan::{check_component, ignored};
-pub(crate) use plan::{lm_plan, pair, vision_plan, Source};
+pub(crate) use plan::{head, pair, shared_plan, Source};
 
 use super::torch_pt::TorchState;
 use super::{ckpt_err, count_layers, JsonFile, Safetensors};
@@ -230,6 +230,15 @@ fn component(ckpt: &Path, what: &str) -> Result<PathBuf> {
             format!("several {what}--*checkpoint.pt files: keep the one to convert"),
         )),
     }
+}
+
+/// The conversion's first note: the towers' and the language model's sizes (`lm`: its name).
+pub(crate) fn sizes_note(v: &PrismaticConfig, lm: &str, dims: &LmDims) -> String {
+    format!(
+        "DINOv2 {} x {} blocks ({} registers), SigLIP {} x {} blocks (the reference's penultimate), {} cameras; {lm} {} x {} layers",
+        v.dino.hidden, v.dino.layers, v.registers, v.sig.hidden, v.sig.layers, v.num_images,
+        dims.hidden, dims.layers
+    )
 }
 
 /// Every tensor of the GGUF (statistics apart) and where it comes from; `head_unused`: a name

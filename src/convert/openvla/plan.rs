@@ -52,6 +52,32 @@ impl Source {
     }
 }
 
+/// What both archs' files share: the towers, projectors and language model ([`vision_plan`],
+/// [`lm_plan`]) and the L1 head's outer layers (`aex.head.{ln1,fc1,ln2,fc2}`); the head's
+/// blocks are each arch's.
+pub(crate) fn shared_plan(
+    v: &PrismaticConfig,
+    lm_layers: usize,
+    qkv_bias: bool,
+) -> Vec<(String, Source)> {
+    let mut plan = vision_plan(v);
+    plan.extend(lm_plan(lm_layers, qkv_bias));
+    for (a, c) in [
+        ("ln1", "layer_norm1"),
+        ("fc1", "fc1"),
+        ("ln2", "layer_norm2"),
+        ("fc2", "fc2"),
+    ] {
+        pair(&mut plan, &format!("aex.head.{a}"), c, head);
+    }
+    plan
+}
+
+/// A head tensor (`model.` in its `.pt`).
+pub(crate) fn head(n: String) -> Source {
+    Source::Head(format!("model.{n}"))
+}
+
 /// Our tensor `ours` with its `weight` and `bias` from `theirs`'s, made by `src`.
 pub(crate) fn pair(
     v: &mut Vec<(String, Source)>,

@@ -6,13 +6,37 @@
 use super::super::Golden;
 use super::Stages;
 use vla::gguf::GgufFile;
-use vla::models::openvla;
+use vla::models::openvla::{self, OpenVlaArch, OpenVlaPolicy};
 use vla::modules::prismatic::{project, PrismaticConfig};
 use vla::modules::vision::vision_tower;
+use vla::policy::{Observation, RuntimeOptions};
 use vla::Tensor;
 
-fn input(g: &Golden, name: &str) -> Tensor<'static> {
+/// A recorded tensor as a graph input.
+pub fn input(g: &Golden, name: &str) -> Tensor<'static> {
     Tensor::from_f32(g.st.shape(name).unwrap().to_vec(), g.f32(name)).unwrap()
+}
+
+/// The fixture's request: both cameras' bytes, the raw state, the task's text.
+pub fn observation(g: &Golden) -> Observation {
+    Observation {
+        images: (0..2).map(|i| g.u8_image(&format!("image.{i}"))).collect(),
+        state: g.f32("state"),
+        prompt: Some(g.meta["task"].as_str().unwrap().to_owned()),
+        tokens: None,
+        noise: None,
+        token_mask: None,
+    }
+}
+
+/// The policy of `file` on `backend`, `None` where [`super::super::open`] skips it.
+pub fn policy_on<A: OpenVlaArch>(file: GgufFile, backend: &str) -> Option<OpenVlaPolicy<A>> {
+    super::super::open(backend)?;
+    let opts = RuntimeOptions {
+        backend: backend.into(),
+        ..Default::default()
+    };
+    Some(OpenVlaPolicy::new(file, &opts).unwrap())
 }
 
 /// The towers of both cameras, then the projector to `hidden`.

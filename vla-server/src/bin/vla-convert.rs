@@ -17,12 +17,14 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
+use vla::convert::openvla;
 use vla::convert::{
     act, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, openvla_oft, pi0, smolvla, vla_adapter, vla_jepa,
     Kind,
 };
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
+use vla::models::openvla::OpenVlaArch;
 use vla::modules::vision::PatchPositions;
 
 #[derive(Parser)]
@@ -599,64 +601,71 @@ fn convert_act(args: ActArgs) -> Result<()> {
 }
 
 fn convert_vla_adapter(args: VlaAdapterArgs) -> Result<()> {
+    convert_openvla(args, vla_adapter::convert, |c| {
+        format!(
+            "vla_adapter, {}, Qwen2.5 {}x{}, {} action queries",
+            towers(&c.vision),
+            c.lm.hidden,
+            c.lm.layers,
+            c.action.num_tokens
+        )
+    })
+}
+
+fn convert_openvla_oft(args: VlaAdapterArgs) -> Result<()> {
+    convert_openvla(args, openvla_oft::convert, |c| {
+        format!(
+            "openvla_oft, {}, Llama {}x{} (bidirectional), L1 head {}x{}",
+            towers(&c.vision),
+            c.lm.hidden,
+            c.lm.layers,
+            c.head.head_hidden,
+            c.head.head_blocks
+        )
+    })
+}
+
+/// `vla::convert::{vla_adapter, openvla_oft}::convert`.
+type OpenVlaConvert<A> = fn(
+    &Path,
+    &openvla::Options,
+    &mut dyn FnMut(usize, usize, &str),
+) -> vla::Result<openvla::Converted<A>>;
+
+/// An OpenVLA-family conversion: `convert` the checkpoint, write it, say what it holds
+/// (`describe`, then the chunk and the weights' type).
+fn convert_openvla<A: OpenVlaArch>(
+    args: VlaAdapterArgs,
+    convert: OpenVlaConvert<A>,
+    describe: fn(&A) -> String,
+) -> Result<()> {
     let (ckpt, out, dtype) = args.common.checked()?;
-    let opts = vla_adapter::Options {
+    let opts = openvla::Options {
         dtype: Some(dtype.into()),
         num_images: args.head.num_images,
         chunk: args.head.chunk,
     };
-    let converted = with_progress(|p| vla_adapter::convert(&ckpt, &opts, p))?
+    let converted = with_progress(|p| convert(&ckpt, &opts, p))?
         .with_context(|| format!("cannot convert {}", ckpt.display()))?;
     let mb = finish(&converted.notes, &converted.writer, &out)?;
     let c = &converted.config;
     println!(
-        "wrote {} ({mb:.1} MB): vla_adapter, DINOv2 {}x{} + SigLIP {}x{} ({}px, {} cameras), Qwen2.5 {}x{}, {} action queries, chunk {}x{}, weights {}",
+        "wrote {} ({mb:.1} MB): {}, chunk {}x{}, weights {}",
         out.display(),
-        c.vision.dino.hidden,
-        c.vision.dino.layers,
-        c.vision.sig.hidden,
-        c.vision.sig.layers,
-        c.vision.image_size,
-        c.vision.num_images,
-        c.lm.hidden,
-        c.lm.layers,
-        c.action.num_tokens,
-        c.io.chunk,
-        c.io.action_dim,
+        describe(c),
+        c.io().chunk,
+        c.io().action_dim,
         GgmlType::from(dtype),
     );
     Ok(())
 }
 
-fn convert_openvla_oft(args: VlaAdapterArgs) -> Result<()> {
-    let (ckpt, out, dtype) = args.common.checked()?;
-    let opts = openvla_oft::Options {
-        dtype: Some(dtype.into()),
-        num_images: args.head.num_images,
-        chunk: args.head.chunk,
-    };
-    let converted = with_progress(|p| openvla_oft::convert(&ckpt, &opts, p))?
-        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
-    let mb = finish(&converted.notes, &converted.writer, &out)?;
-    let c = &converted.config;
-    println!(
-        "wrote {} ({mb:.1} MB): openvla_oft, DINOv2 {}x{} + SigLIP {}x{} ({}px, {} cameras), Llama {}x{} (bidirectional), L1 head {}x{}, chunk {}x{}, weights {}",
-        out.display(),
-        c.vision.dino.hidden,
-        c.vision.dino.layers,
-        c.vision.sig.hidden,
-        c.vision.sig.layers,
-        c.vision.image_size,
-        c.vision.num_images,
-        c.lm.hidden,
-        c.lm.layers,
-        c.head.head_hidden,
-        c.head.head_blocks,
-        c.io.chunk,
-        c.io.action_dim,
-        GgmlType::from(dtype),
-    );
-    Ok(())
+/// Prismatic's towers as the summary line says them.
+fn towers(v: &vla::modules::prismatic::PrismaticConfig) -> String {
+    format!(
+        "DINOv2 {}x{} + SigLIP {}x{} ({}px, {} cameras)",
+        v.dino.hidden, v.dino.layers, v.sig.hidden, v.sig.layers, v.image_size, v.num_images
+    )
 }
 
 fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
