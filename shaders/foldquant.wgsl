@@ -11,9 +11,12 @@
 //            scaled by c (block > 1), divided by ascale (AFTER); the row's amax (workgroup
 //            max); scale = max(clip * amax / qmax, 1e-12); codes = clamp(round_even(y *
 //            (1 / scale)), +-qmax), packed four to a word. The rotated row goes through `yr`.
+//            BITNET (BitNet's ActQuant, src/ops/ternary.rs): a = max(amax, 1e-5); codes =
+//            clamp(round_even(y * (127 / a)), -128, 127); scale = a / 127.
 //   fq_gemm  one invocation per output: the integer dot of the row's codes with a weight
 //            row's codes (dot4I8Packed under INT_DOT; W4: INT4 codes two a byte, low nibble
-//            first, widened to i8 lanes a word at a time), then ((f32(acc) * scale) * wscale)
+//            first, widened to i8 lanes a word at a time; W2: ternary codes sixteen a word,
+//            byte i bits 2j.. of word w holding column 16w + 4j + i as code + 1), then ((f32(acc) * scale) * wscale)
 //            + bias (BIAS; else + 0.0) (+ residual: RESIDUAL), with f32(acc) rounded to
 //            nearest-even by hand (WGSL leaves it unspecified past 2^24) and the product
 //            made opaque (xor with a run-time zero) so that it cannot contract into the add.
@@ -50,6 +53,7 @@ const WG: u32 = 64u;
 
 var<workgroup> red: array<f32, 64>;
 var<workgroup> row_scale: f32;
+var<workgroup> row_inv: f32;
 var<workgroup> row_rstd: f32;
 
 // x * x kept from contracting into the add that follows (xor with a run-time zero).
@@ -145,21 +149,33 @@ fn fq_act(
         workgroupBarrier();
     }
     if (li == 0u) {
+#if BITNET
+        let a = max(red[0], 1e-5);
+        row_inv = 127.0 / a;
+        row_scale = a / 127.0;
+#else
         var scale = (p.clip * red[0]) / p.qmax;
         if (scale < 1e-12) {
             scale = 1e-12;
         }
         row_scale = scale;
-        scales[row] = scale;
+        row_inv = 1.0 / scale;
+#endif
+        scales[row] = row_scale;
     }
     workgroupBarrier();
-    let inv = 1.0 / row_scale;
+    let inv = row_inv;
+#if BITNET
+    let lo = -128.0;
+#else
+    let lo = -p.qmax;
+#endif
     let words = p.k / 4u;
     for (var wd = li; wd < words; wd += WG) {
         var word = 0u;
         for (var i = 0u; i < 4u; i++) {
             let v = yr[base + 4u * wd + i] * inv;
-            let q = i32(min(max(round(v), -p.qmax), p.qmax));
+            let q = i32(min(max(round(v), lo), p.qmax));
             word |= (bitcast<u32>(q) & 0xffu) << (8u * i);
         }
         codes[row * words + wd] = word;
@@ -184,6 +200,15 @@ fn f32_rn(v: i32) -> f32 {
     let mag = f32(r) * f32(1u << shift);
     return select(mag, -mag, v < 0);
 }
+
+#if W2
+// The four ternary codes at bits 2j of w's bytes (stored code + 1) as four packed i8: the
+// bytes lifted by 0x80 so that subtracting 1 from each borrows from none.
+fn ternary_lanes(w: u32, j: u32) -> u32 {
+    let c = (w >> (2u * j)) & 0x03030303u;
+    return ((c | 0x80808080u) - 0x01010101u) ^ 0x80808080u;
+}
+#endif
 
 #if W4
 // The four two's-complement nibbles in h's low 16 bits (low nibble first) as four packed i8.
@@ -217,9 +242,17 @@ fn fq_gemm(
         acc += dot4(codes[r * words + 2u * t + 1u], nibble_lanes(ww >> 16u));
     }
 #else
+#if W2
+    // a weight word holds 16 codes: activation word t meets bits 2 (t % 4) of word t / 4
+    let wwords = p.k / 16u;
+    for (var t = 0u; t < words; t++) {
+        acc += dot4(codes[r * words + t], ternary_lanes(w[j * wwords + t / 4u], t % 4u));
+    }
+#else
     for (var t = 0u; t < words; t++) {
         acc += dot4(codes[r * words + t], w[j * words + t]);
     }
+#endif
 #endif
     store(acc, r, j);
 }
@@ -279,7 +312,11 @@ fn fq_gemm_tiled(
                 // activation word q meets half q % 2 of weight word q / 2
                 b = nibble_lanes(w[j * (words / 2u) + q / 2u] >> (16u * (q % 2u)));
 #else
+#if W2
+                b = ternary_lanes(w[j * (words / 4u) + q / 4u], q % 4u);
+#else
                 b = w[j * words + q];
+#endif
 #endif
             }
             w_tile[t] = b;

@@ -301,6 +301,7 @@ fn ascale_folds_both_ways() {
         let p = FqParams {
             weight_bits: 8,
             act_bits: 8,
+            act: vla::ops::foldquant::ActRule::FoldQuant,
             block: 64,
             clip: 1.0,
             fold: Some(order),

@@ -27,13 +27,16 @@ pub enum Kind {
     /// An OpenVLA-OFT checkpoint (`model_type` "openvla" over Llama 2, the L1 head's `.pt`
     /// files beside it).
     OpenvlaOft,
+    /// A BitVLA checkpoint (LLaVA's config over a BitNet `text_config`, the L1 head's `.pt`
+    /// files beside it).
+    Bitvla,
 }
 
 /// GR00T N1.7's packing step (GR00T N1.5's is `groot_pack_inputs_v3`).
 const N17_PACK: &str = "groot_n1_7_pack_inputs_v1";
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Smolvla,
         Kind::Pi0,
         Kind::Pi05,
@@ -45,6 +48,7 @@ impl Kind {
         Kind::Act,
         Kind::VlaAdapter,
         Kind::OpenvlaOft,
+        Kind::Bitvla,
     ];
 
     /// The `vla-convert` subcommand (and GGUF arch name).
@@ -61,6 +65,7 @@ impl Kind {
             Kind::Act => "act",
             Kind::VlaAdapter => "vla_adapter",
             Kind::OpenvlaOft => "openvla_oft",
+            Kind::Bitvla => "bitvla",
         }
     }
 
@@ -78,6 +83,7 @@ impl Kind {
             Kind::Act => "ACT",
             Kind::VlaAdapter => "VLA-Adapter",
             Kind::OpenvlaOft => "OpenVLA-OFT",
+            Kind::Bitvla => "BitVLA",
         }
     }
 }
@@ -109,6 +115,14 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
         ));
     }
     let json = read_json(&config)?;
+    // BitVLA: a BitNet language model, whatever the top model_type says (the evaluation picks
+    // its classes through auto_map)
+    let text = json
+        .pointer("/text_config/model_type")
+        .and_then(|t| t.as_str());
+    if text.is_some_and(|t| t.eq_ignore_ascii_case("bitnet")) {
+        return Ok(Kind::Bitvla);
+    }
     match json.get("model_type").and_then(|t| t.as_str()) {
         Some("Gr00tN1d6") => return Ok(Kind::Gr00tN16),
         Some("openvla") => return openvla(&config, &json),
@@ -219,6 +233,7 @@ mod tests {
             ("act-tiny", Kind::Act),
             ("vla-adapter-tiny", Kind::VlaAdapter),
             ("openvla-oft-tiny", Kind::OpenvlaOft),
+            ("bitvla-tiny", Kind::Bitvla),
         ];
         for (dir, kind) in cases {
             assert_eq!(detect(&fixture(dir)).unwrap(), kind, "{dir}");

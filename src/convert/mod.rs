@@ -3,6 +3,7 @@
 //! what they share: reading safetensors and JSON with errors that name the file and tensor.
 
 pub mod act;
+pub mod bitvla;
 pub mod cameras;
 pub mod detect;
 pub mod evo1;

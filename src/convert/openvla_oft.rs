@@ -2,7 +2,7 @@
 //! evaluation loads ([`super::openvla`]: Llama 2, no q/k/v biases), plus the L1 regression
 //! head (`L1RegressionActionHead`'s MLP-ResNet).
 
-use super::openvla::{self, head, pair, Checkpoint, Source};
+use super::openvla::{self, Checkpoint};
 use crate::config;
 use crate::models::openvla_oft::{OftHead, OpenVlaOftConfig, ARCH};
 use crate::Result;
@@ -43,24 +43,12 @@ pub fn convert(
     let v = &config.vision;
     let notes = vec![openvla::sizes_note(v, "bidirectional Llama", &config.lm)];
     let mut plan = openvla::shared_plan(v, config.lm.layers, false);
-    plan.extend(head_plan(&config));
+    plan.extend(openvla::head_blocks(config.head.head_blocks));
     let plan = openvla::Plan {
+        ignored: openvla::ignored(&config.vision),
+        ternary: Vec::new(),
         tensors: plan,
         head_unused: "",
     };
     openvla::write(ckpt, &c, config, plan, dtype, notes, progress)
-}
-
-/// The L1 head's blocks (`model.` in its `.pt`).
-fn head_plan(cfg: &OpenVlaOftConfig) -> Vec<(String, Source)> {
-    let mut v = Vec::new();
-    for i in 0..cfg.head.head_blocks {
-        let (o, b) = (
-            format!("aex.head.blk.{i}"),
-            format!("mlp_resnet_blocks.{i}"),
-        );
-        pair(&mut v, &format!("{o}.ln"), &format!("{b}.ffn.0"), head);
-        pair(&mut v, &format!("{o}.lin"), &format!("{b}.ffn.1"), head);
-    }
-    v
 }

@@ -64,6 +64,8 @@ pub fn convert(
     ));
     plan.extend(head_plan(&config));
     let plan = openvla::Plan {
+        ignored: openvla::ignored(&config.vision),
+        ternary: Vec::new(),
         tensors: plan,
         head_unused: "film_gen.",
     };

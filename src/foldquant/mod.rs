@@ -11,7 +11,7 @@ mod forms;
 pub use export::{export, Scheme};
 pub use forms::{dequantize_site, dequantized, integer_form};
 
-use crate::gguf::{GgmlType, GgufFile, TensorInfo};
+use crate::gguf::{GgmlType, GgufFile, TensorInfo, Value};
 use crate::ops::foldquant::{qmax, rotation_block_for, unpack_int4, FoldOrder};
 use crate::{Error, Result};
 
@@ -144,8 +144,17 @@ impl FoldQuant {
     pub fn read(file: &GgufFile) -> Result<Option<FoldQuant>> {
         let arch = file.architecture()?;
         let key = |k: &str| format!("{arch}.quant.{k}");
-        let has_i8 = file.tensors().iter().any(|t| t.ty == GgmlType::I8);
+        // ternary matrices (BitVLA's: I8 codes beside a `.scale` step) are not FoldQuant sites
+        let ternary = |name: &str| {
+            name.strip_suffix(".weight")
+                .is_some_and(|s| file.tensor_info(&format!("{s}.scale")).is_ok())
+        };
+        let has_i8 = (file.tensors().iter()).any(|t| t.ty == GgmlType::I8 && !ternary(&t.name));
         match file.get(&key("method")) {
+            // vla.cpp's BitVLA files say so
+            Some(Value::String(m)) if m == "absmean_ternary+per_token_int8" && !has_i8 => {
+                return Ok(None)
+            }
             None if has_i8 => {
                 return Err(bad(format!(
                     "I8 weights without {} (not a FoldQuant file)",

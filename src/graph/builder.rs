@@ -264,12 +264,14 @@ impl<'w> GraphBuilder<'w> {
             None => GgmlType::F32,
             Some(store) => {
                 let t = store.weight(name)?;
-                // FoldQuant's INT4 codes (I8, only FoldQuant stores it) hold two a byte: a
-                // matrix declared [N, K] is stored [N, K / 2] (`fq_site` checks the bits)
+                // FoldQuant's INT4 codes (I8, only integer sites store it) hold two a byte,
+                // ternary codes four: a matrix declared [N, K] is stored [N, K / 2] or
+                // [N, K / 4] (`fq_site` checks the bits)
                 let packed = t.dtype() == GgmlType::I8
                     && shape.len() == 2
-                    && shape[1].is_multiple_of(2)
-                    && t.shape() == [shape[0], shape[1] / 2];
+                    && [2, 4].iter().any(|&d| {
+                        shape[1].is_multiple_of(d) && t.shape() == [shape[0], shape[1] / d]
+                    });
                 if t.shape() != shape && !packed {
                     return Err(Error::InvalidArgument(format!(
                         "tensor {name:?} has shape {:?}, the config implies {shape:?}",
@@ -375,13 +377,14 @@ impl<'w> GraphBuilder<'w> {
         Ok(self.activation(Op::GatedMatMul { act, norm }, inputs, shape))
     }
 
-    /// The FoldQuant site whose codes are the I8 weight `w` (`<site>.weight`): its settings
+    /// The integer site whose codes are the I8 weight `w` (`<site>.weight`): its settings
     /// from `<site>.fq` (`[weight_bits, act_bits, block, clip, fold, fuse_norm]`, fold 0
-    /// none, 1 before, 2 after; written at load by `foldquant::integer_form`), the inputs
+    /// none, 1 before, 2 after; written at load by `foldquant::integer_form`; a seventh
+    /// value 1 selects BitNet's activation rule, which ternary sites use), the inputs
     /// after x: codes, `<site>.wscale`, and `<site>.ascale` when it folds one; and whether
     /// the site fuses the RMSNorm before it.
     fn fq_site(&mut self, w: NodeId) -> Result<(FqParams, Vec<NodeId>, bool)> {
-        use crate::ops::foldquant::FoldOrder;
+        use crate::ops::foldquant::{ActRule, FoldOrder};
         let (n, k) = (self.nodes[w.0].shape[0], self.nodes[w.0].shape[1]);
         let site = match &self.nodes[w.0].op {
             Op::Weight(name) => name.strip_suffix(".weight").map(str::to_owned),
@@ -394,11 +397,23 @@ impl<'w> GraphBuilder<'w> {
             ));
         };
         let f = store.weight(&format!("{site}.fq"))?.to_vec_f32()?;
-        let [wb, ab, block, clip, fold, fuse] = f[..] else {
+        let ([wb, ab, block, clip, fold, fuse], rule) = (f.get(..6).unwrap_or(&[]), f.get(6))
+        else {
             return Err(err(
                 "matmul",
-                format!("{site}.fq holds {} values, not 6", f.len()),
+                format!("{site}.fq holds {} values, not 6 or 7", f.len()),
             ));
+        };
+        let (wb, ab, block, clip, fold, fuse) = (*wb, *ab, *block, *clip, *fold, *fuse);
+        let act = match (f.len(), rule) {
+            (6, _) | (7, Some(0.0)) => ActRule::FoldQuant,
+            (7, Some(1.0)) => ActRule::BitNet,
+            _ => {
+                return Err(err(
+                    "matmul",
+                    format!("{site}.fq: {} values, activation rule {rule:?}", f.len()),
+                ))
+            }
         };
         let fold = match fold as u32 {
             0 => None,
@@ -406,18 +421,19 @@ impl<'w> GraphBuilder<'w> {
             _ => Some(FoldOrder::After),
         };
         let stored = store.weight(&format!("{site}.weight"))?.shape()[1];
-        let want = if wb == 4.0 { k / 2 } else { k };
-        if (wb != 4.0 && wb != 8.0) || stored != want {
+        let want = crate::ops::foldquant::row_bytes(k, wb as u32);
+        if ![2.0, 4.0, 8.0].contains(&wb) || stored != want {
             return Err(err(
                 "matmul",
                 format!(
-                    "{site}: {wb}-bit codes stored {stored} a row for K = {k} (INT4 holds two a byte)"
+                    "{site}: {wb}-bit codes stored {stored} a row for K = {k} (INT4 holds two a byte, ternary four)"
                 ),
             ));
         }
         let params = FqParams {
             weight_bits: wb as u32,
             act_bits: ab as u32,
+            act,
             block: block as usize,
             clip,
             fold,

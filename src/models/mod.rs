@@ -3,6 +3,7 @@
 //! flow-matching VLM + expert policies). docs/ARCHITECTURE.md says how to add one.
 
 pub mod act;
+pub mod bitvla;
 pub mod common;
 pub mod embodiment;
 pub mod evo1;
@@ -117,6 +118,14 @@ pub const ARCHS: &[Arch] = &[
         random: |full, seed, ty| match full {
             true => openvla::random_writer(&presets::openvla_oft_full_config(), seed, ty, None),
             false => openvla::random_writer(&presets::openvla_oft_small_config(), seed, ty, None),
+        },
+    },
+    Arch {
+        name: bitvla::ARCH,
+        open: |file, opts| Ok(Box::new(bitvla::BitvlaPolicy::new(file, opts)?)),
+        random: |full, seed, ty| match full {
+            true => bitvla::random_writer(&presets::bitvla_full_config(), seed, ty),
+            false => bitvla::random_writer(&presets::bitvla_small_config(), seed, ty),
         },
     },
     Arch {

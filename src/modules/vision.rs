@@ -50,13 +50,16 @@ pub enum TowerStyle {
     /// timm's SigLIP read at its last layer's output: no class token, exact-erf GELU MLPs
     /// (timm's default, where Hugging Face's SigLIP has tanh), no final norm.
     TimmSiglip,
+    /// Hugging Face's SigLIP read at its last layer's output, as LLaVA's
+    /// `vision_feature_layer` does (BitVLA): tanh-GELU MLPs, no final norm.
+    SiglipLast,
 }
 
 impl TowerStyle {
     /// Rows before the patches: class token and registers.
     pub fn prefix_rows(self) -> usize {
         match self {
-            TowerStyle::Siglip | TowerStyle::TimmSiglip => 0,
+            TowerStyle::Siglip | TowerStyle::TimmSiglip | TowerStyle::SiglipLast => 0,
             TowerStyle::InternVit => 1,
             TowerStyle::Dinov2 { registers } => 1 + registers,
         }
@@ -196,6 +199,25 @@ pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> 
         let reg = g.weight(&pre.pp("reg_embd.weight"), &[registers, d])?;
         x = g.concat(&[cls, reg, x], 0)?;
     }
+    for i in 0..cfg.layers {
+        x = tower_layer(g, x, cfg, i)?;
+    }
+    match style {
+        TowerStyle::Siglip => layer_norm(g, x, &pre.pp("post_ln"), cfg.ln_eps),
+        TowerStyle::TimmSiglip | TowerStyle::SiglipLast => Ok(x),
+        _ => g.slice(x, 0, style.prefix_rows(), cfg.n_patches()),
+    }
+}
+
+/// Layer `i` of a tower over `x` `[rows, hidden]` (every row: class token and registers
+/// included): attention and MLP blocks, pre-LN, LayerScale where the style has it.
+pub fn tower_layer(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    cfg: &VisionConfig,
+    i: usize,
+) -> Result<NodeId> {
+    let (d, style) = (cfg.hidden, cfg.style);
     let head_dim = d / cfg.heads;
     // LayerScale: a branch times its per-channel gain.
     let scaled = |g: &mut GraphBuilder, y: NodeId, name: &str| match style.layer_scale() {
@@ -205,39 +227,32 @@ pub fn vision_tower(g: &mut GraphBuilder, image: NodeId, cfg: &VisionConfig) -> 
         }
         false => Ok(y),
     };
-    for i in 0..cfg.layers {
-        let p = pre.pp("blk").pp(i);
-        let h = layer_norm(g, x, &p.pp("ln1"), cfg.ln_eps)?;
-        let heads = |g: &mut GraphBuilder, n: &str| {
-            let y = linear(g, h, &p.pp(n), d, true)?;
-            split_heads(g, y, cfg.heads, head_dim)
-        };
-        let (q, k, v) = (
-            heads(g, "attn_q")?,
-            heads(g, "attn_k")?,
-            heads(g, "attn_v")?,
-        );
-        let o = attend(g, q, &[(k, v)], None)?;
-        let o = linear(g, o, &p.pp("attn_o"), d, true)?;
-        let o = scaled(g, o, &p.pp("ls1.weight"))?;
-        x = g.add(x, o)?;
-        let h = layer_norm(g, x, &p.pp("ln2"), cfg.ln_eps)?;
-        let h = match style {
-            TowerStyle::Siglip => gelu_mlp(g, h, &p, cfg.inter)?,
-            _ => {
-                let h = linear(g, h, &p.pp("fc1"), cfg.inter, true)?;
-                let h = g.gelu_erf(h);
-                linear(g, h, &p.pp("fc2"), d, true)?
-            }
-        };
-        let h = scaled(g, h, &p.pp("ls2.weight"))?;
-        x = g.add(x, h)?;
-    }
-    match style {
-        TowerStyle::Siglip => layer_norm(g, x, &pre.pp("post_ln"), cfg.ln_eps),
-        TowerStyle::TimmSiglip => Ok(x),
-        _ => g.slice(x, 0, style.prefix_rows(), cfg.n_patches()),
-    }
+    let p = Scope::new(cfg.prefix).pp("blk").pp(i);
+    let h = layer_norm(g, x, &p.pp("ln1"), cfg.ln_eps)?;
+    let heads = |g: &mut GraphBuilder, n: &str| {
+        let y = linear(g, h, &p.pp(n), d, true)?;
+        split_heads(g, y, cfg.heads, head_dim)
+    };
+    let (q, k, v) = (
+        heads(g, "attn_q")?,
+        heads(g, "attn_k")?,
+        heads(g, "attn_v")?,
+    );
+    let o = attend(g, q, &[(k, v)], None)?;
+    let o = linear(g, o, &p.pp("attn_o"), d, true)?;
+    let o = scaled(g, o, &p.pp("ls1.weight"))?;
+    let x = g.add(x, o)?;
+    let h = layer_norm(g, x, &p.pp("ln2"), cfg.ln_eps)?;
+    let h = match style {
+        TowerStyle::Siglip | TowerStyle::SiglipLast => gelu_mlp(g, h, &p, cfg.inter)?,
+        _ => {
+            let h = linear(g, h, &p.pp("fc1"), cfg.inter, true)?;
+            let h = g.gelu_erf(h);
+            linear(g, h, &p.pp("fc2"), d, true)?
+        }
+    };
+    let h = scaled(g, h, &p.pp("ls2.weight"))?;
+    g.add(x, h)
 }
 
 /// `table [side*side, E]` -> the rows [`PatchPositions::Shifted`] picks: along each grid

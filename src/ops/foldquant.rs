@@ -12,6 +12,8 @@
 //! to `-qmax` as in C++), divisions are true divisions where the reference divides.
 
 use super::qgemm::{int_dots, IntTiles};
+pub use super::ternary::ActRule;
+use super::ternary::{self, bitnet_row};
 use crate::gguf::GgmlType;
 use crate::{Error, Result, Tensor};
 use rayon::prelude::*;
@@ -19,8 +21,10 @@ use rayon::prelude::*;
 /// The settings of one FoldQuant linear site (the graph's `Op::FqLinear`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FqParams {
+    /// 8, 4 (two codes a byte) or 2 (ternary, [`super::ternary`]'s packing).
     pub weight_bits: u32,
     pub act_bits: u32,
+    pub act: ActRule,
     /// Rotation block (1: none).
     pub block: usize,
     pub clip: f32,
@@ -142,6 +146,7 @@ pub struct ActPrologue<'a> {
     pub block: usize,
     pub bits: u32,
     pub clip: f32,
+    pub rule: ActRule,
 }
 
 /// One token row through the prologue: its codes and per-token scale.
@@ -158,7 +163,28 @@ pub fn act_row(x: &[f32], p: &ActPrologue) -> (Vec<i8>, f32) {
     if let Some((a, FoldOrder::After)) = p.ascale {
         divide(&mut y, a);
     }
-    quantize_row(&y, p.bits, p.clip)
+    match p.rule {
+        ActRule::FoldQuant => quantize_row(&y, p.bits, p.clip),
+        ActRule::BitNet => bitnet_row(&y),
+    }
+}
+
+/// The bytes a row of `k` codes is stored in at `bits` a code (8, 4 or 2).
+pub fn row_bytes(k: usize, bits: u32) -> usize {
+    match bits {
+        4 => k / 2,
+        2 => k / 4,
+        _ => k,
+    }
+}
+
+/// Stored codes (`bits` a code) as one i8 each.
+pub fn unpack_codes(stored: &[u8], bits: u32) -> Result<Vec<i8>> {
+    match bits {
+        4 => Ok(unpack_int4(stored)),
+        2 => ternary::unpack(stored),
+        _ => Ok(bytemuck::cast_slice(stored).to_vec()),
+    }
 }
 
 /// `Σ a·b` of two code rows, in i32 (exact in any order): the portable loop.
@@ -447,15 +473,18 @@ fn dots(acts: &[TokenCodes], wb: &[i8], k: usize, sums: &[i32]) -> Vec<i32> {
 }
 
 /// The codes of an FqLinear site packed once for the VNNI tile kernel ([`IntTiles`]; INT4
-/// unpacked first), or `None` where that kernel does not run. The cpu backend makes them at
-/// compile.
+/// and ternary codes unpacked first), or `None` where that kernel does not run (or the
+/// codes are damaged: the op then reports it). The cpu backend makes them at compile.
 pub fn int_tiles(codes: &Tensor, p: &FqParams) -> Option<IntTiles> {
     let [n, row] = codes.shape()[..] else {
         return None;
     };
     match p.weight_bits {
-        4 => IntTiles::new(&unpack_int4(codes.raw_bytes()), n, 2 * row),
-        _ => IntTiles::new(bytemuck::cast_slice(codes.raw_bytes()), n, row),
+        8 => IntTiles::new(bytemuck::cast_slice(codes.raw_bytes()), n, row),
+        bits => {
+            let all = unpack_codes(codes.raw_bytes(), bits).ok()?;
+            IntTiles::new(&all, n, all.len() / n.max(1))
+        }
     }
 }
 
@@ -485,8 +514,8 @@ pub fn linear(
         )));
     };
     let n = *n;
-    // INT4 codes are stored two a byte, low nibble first
-    let row_bytes = if p.weight_bits == 4 { k / 2 } else { k };
+    // INT4 codes are stored two a byte (low nibble first), ternary ones four
+    let row_bytes = row_bytes(k, p.weight_bits);
     if *ck != row_bytes || codes.dtype() != GgmlType::I8 || wscale.numel() != n {
         return Err(bad(format!(
             "x {xs:?}, codes {cs:?} {}, wscale {:?}",
@@ -532,6 +561,7 @@ pub fn linear(
         block: p.block,
         bits: p.act_bits,
         clip: p.clip,
+        rule: p.act,
     };
     // every row's codes first, then the weights streamed once for all rows (a block of
     // weight rows at a time against every row's codes)
@@ -545,7 +575,7 @@ pub fn linear(
     let tiled = tiles.filter(|t| t.shape() == (n, k) && acts.iter().all(|a| a.biased.len() == k));
     let mut out = match tiled {
         Some(t) => tiled_outputs(&acts, t, &ws, bias)?,
-        None => blocked_outputs(&acts, w, row_bytes, k, n, p, &ws, bias),
+        None => blocked_outputs(&acts, w, row_bytes, k, n, p, &ws, bias)?,
     };
     if let Some(res) = residual {
         out.iter_mut().zip(res).for_each(|(o, r)| *o += r);
@@ -590,7 +620,7 @@ fn blocked_outputs(
     p: &FqParams,
     ws: &[f32],
     bias: Option<&[f32]>,
-) -> Vec<f32> {
+) -> Result<Vec<f32>> {
     let rows = acts.len();
     const ROWS_PER_JOB: usize = 16;
     let blocks: Vec<Vec<f32>> = w
@@ -600,11 +630,11 @@ fn blocked_outputs(
             let n0 = b * ROWS_PER_JOB;
             let unpacked;
             let wb = match p.weight_bits {
-                4 => {
-                    unpacked = unpack_int4(bytemuck::cast_slice(stored));
+                8 => stored,
+                bits => {
+                    unpacked = unpack_codes(bytemuck::cast_slice(stored), bits)?;
                     &unpacked[..]
                 }
-                _ => stored,
             };
             let sums: Vec<i32> = wb
                 .chunks(k)
@@ -619,9 +649,9 @@ fn blocked_outputs(
                     part.push(epilogue(acc[t * nr + j], act.scale, ws[n0 + j], b));
                 }
             }
-            part
+            Ok(part)
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let mut out = vec![0f32; rows * n];
     for (b, part) in blocks.iter().enumerate() {
         let (n0, width) = (b * ROWS_PER_JOB, part.len() / rows.max(1));
@@ -629,7 +659,7 @@ fn blocked_outputs(
             out[r * n + n0..r * n + n0 + width].copy_from_slice(vals);
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -643,6 +673,7 @@ mod tests {
         block: 64,
         bits: 8,
         clip: 1.0,
+        rule: ActRule::FoldQuant,
     };
 
     /// vla.cpp's test input: a 32-bit LCG, each value `((s >> 8) & 0xFFFF) / 65535 * 2 - 1`
@@ -823,6 +854,7 @@ mod tests {
         let p = |weight_bits| FqParams {
             weight_bits,
             act_bits: 4,
+            act: ActRule::FoldQuant,
             block: 64,
             clip: 0.9,
             fold: None,
@@ -834,6 +866,67 @@ mod tests {
         assert_eq!(a.as_f32().unwrap(), b.as_f32().unwrap());
         // the stored width must match the bits
         assert!(linear(&x, &wide, &ws, None, None, Some(&bias), &p(4), None).is_err());
+    }
+
+    /// Ternary codes (BitNet sites): the packed weights give what the same codes one a byte
+    /// give, through the blocked and the tile path, and equal an independent loop: BitNet's
+    /// activation codes, exact integer sums, `(sum * act_scale) * step`.
+    #[test]
+    fn ternary_sites_match_an_independent_loop() {
+        let mut r = Lcg(5);
+        let (rows, k, n) = (7, 96, 41);
+        let (x, ws, bias) = site_inputs(&mut r, rows, k, n);
+        let codes: Vec<i8> = (0..n * k).map(|_| (r.next() * 1.4).round() as i8).collect();
+        let packed = ternary::pack(&codes, k).unwrap();
+        let packed = Tensor::from_bytes(vec![n, k / 4], GgmlType::I8, packed).unwrap();
+        let wide = Tensor::from_bytes(
+            vec![n, k],
+            GgmlType::I8,
+            bytemuck::cast_slice::<i8, u8>(&codes).to_vec(),
+        )
+        .unwrap();
+        let p = |weight_bits| FqParams {
+            weight_bits,
+            act_bits: 8,
+            act: ActRule::BitNet,
+            block: 1,
+            clip: 1.0,
+            fold: None,
+            norm: None,
+            addend: true,
+        };
+        let run = |codes: &Tensor, p: &FqParams, tiles: Option<&IntTiles>| {
+            let y = linear(&x, codes, &ws, None, None, Some(&bias), p, tiles).unwrap();
+            y.as_f32().unwrap().to_vec()
+        };
+        let codes = &codes;
+        let want: Vec<f32> = (x.as_f32().unwrap().chunks(k))
+            .flat_map(|row| {
+                let amax = row.iter().fold(1e-5f32, |m, v| m.max(v.abs()));
+                let s = 127.0 / amax;
+                let q: Vec<i32> = row
+                    .iter()
+                    .map(|&v| (v * s).round_ties_even().clamp(-128.0, 127.0) as i32)
+                    .collect();
+                let (ws, bias) = (ws.as_f32().unwrap(), bias.as_f32().unwrap());
+                (0..n)
+                    .map(move |j| {
+                        let acc: i32 = (0..k).map(|i| q[i] * i32::from(codes[j * k + i])).sum();
+                        (acc as f32 * (amax / 127.0)) * ws[j] + bias[j]
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(run(&packed, &p(2), None), want);
+        assert_eq!(run(&wide, &p(8), None), want);
+        if let Some(t) = int_tiles(&packed, &p(2)) {
+            assert_eq!(run(&packed, &p(2), Some(&t)), want);
+        }
+        // a stored code 3 is an error, never a number
+        let mut bad = packed.raw_bytes().to_vec();
+        bad[9] |= 0xC0;
+        let bad = Tensor::from_bytes(vec![n, k / 4], GgmlType::I8, bad).unwrap();
+        assert!(linear(&x, &bad, &ws, None, None, Some(&bias), &p(2), None).is_err());
     }
 
     /// The VNNI tile path (codes packed once) gives the blocked path's bits: W8 and packed
@@ -853,6 +946,7 @@ mod tests {
             let p = FqParams {
                 weight_bits: wbits,
                 act_bits: 8,
+                act: ActRule::FoldQuant,
                 block: 64,
                 clip: 1.0,
                 fold: None,

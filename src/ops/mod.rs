@@ -30,6 +30,7 @@ mod qgemm;
 mod rope;
 mod shape;
 mod softmax;
+pub mod ternary;
 
 pub use activation::{
     erf, erfc, geglu, gelu_erf, gelu_erf_f32, gelu_tanh, gelu_tanh_f32, relu, sigmoid, silu,

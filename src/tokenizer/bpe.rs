@@ -1,6 +1,6 @@
 //! Merging one pre-tokenized word.
 
-use super::{err, Tokenizer};
+use super::{byte_to_char, err, Tokenizer};
 use crate::Result;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -11,6 +11,13 @@ impl Tokenizer {
     /// Appends the ids of a byte-level `word`: its bytes as byte tokens, then merges by
     /// rank.
     pub(super) fn encode_word(&self, word: &str, out: &mut Vec<u32>) -> Result<()> {
+        if let Some(whole) = &self.whole {
+            let text: String = word.bytes().map(|b| byte_to_char()[b as usize]).collect();
+            if let Some(&id) = whole.get(&text) {
+                out.push(id);
+                return Ok(());
+            }
+        }
         let mut id = Vec::with_capacity(word.len());
         for b in word.bytes() {
             match self.byte_ids[b as usize].or(self.special.unk) {

@@ -159,7 +159,7 @@ impl Tokenizer {
         let pre_name = file.get_str(PRE_KEY)?;
         let pre = PreTokenizer::from_gguf_name(pre_name).ok_or_else(|| {
             err(format!(
-                "{PRE_KEY} {pre_name:?} is not supported (gpt2, smollm, qwen2)"
+                "{PRE_KEY} {pre_name:?} is not supported (gpt2, smollm, qwen2, llama-bpe)"
             ))
         })?;
         Tokenizer::new(tokens, types, &merges(file)?, pre, special)

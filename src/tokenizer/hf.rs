@@ -5,7 +5,7 @@
 //! in silence.
 
 use super::gguf::split_merge;
-use super::pretok::QWEN2_PATTERN;
+use super::pretok::{LLAMA3_PATTERN, QWEN2_PATTERN};
 use super::spm::SPACE;
 use super::{err, Model, PreTokenizer, SpecialTokens, TokenType, Tokenizer, MAX_TOKENS};
 use crate::{Error, Result};
@@ -50,7 +50,7 @@ impl Tokenizer {
         };
         let spm = matches!(kind, Model::SentencePiece { .. });
         let model = &root["model"];
-        check_model(model, spm)?;
+        check_model(model, spm, kind == Model::ByteLevel(PreTokenizer::Llama3))?;
 
         let vocab = model["vocab"]
             .as_object()
@@ -190,8 +190,9 @@ fn dense(entries: &[(u32, &str, TokenType)]) -> Result<Vec<(String, TokenType)>>
 }
 
 /// Checks the BPE model's options: each that changes tokenization must be off, except
-/// `byte_fallback`, which SentencePiece BPE needs (and byte-level BPE must not have).
-fn check_model(model: &Json, spm: bool) -> Result<()> {
+/// `byte_fallback`, which SentencePiece BPE needs (and byte-level BPE must not have), and
+/// `ignore_merges`, which goes with Llama 3's split (`llama3`) and only with it.
+fn check_model(model: &Json, spm: bool, llama3: bool) -> Result<()> {
     if model["type"].as_str() != Some("BPE") {
         return Err(err(format!(
             "model type {} is not supported (only BPE)",
@@ -204,8 +205,10 @@ fn check_model(model: &Json, spm: bool) -> Result<()> {
             return Err(err(format!("model.{key} {} is not supported", model[key])));
         }
     }
-    if model["ignore_merges"].as_bool() == Some(true) {
-        return Err(err("model.ignore_merges is not supported"));
+    if (model["ignore_merges"].as_bool() == Some(true)) != llama3 {
+        return Err(err(
+            "model.ignore_merges is supported with Llama 3's pre-tokenizer, which needs it",
+        ));
     }
     let byte_fallback = model["byte_fallback"].as_bool() == Some(true);
     match (spm, byte_fallback) {
@@ -306,9 +309,9 @@ fn pre_tokenizer(v: &Json, nfc: bool) -> Result<PreTokenizer> {
             && p["add_prefix_space"] == false
             && p["use_regex"].as_bool().unwrap_or(true) == regex
     };
-    let qwen2_split = |p: &Json| {
+    let split = |p: &Json, pattern: &str| {
         p["type"] == "Split"
-            && p["pattern"]["Regex"] == QWEN2_PATTERN
+            && p["pattern"]["Regex"] == pattern
             && p["behavior"] == "Isolated"
             && p["invert"] == false
     };
@@ -318,8 +321,10 @@ fn pre_tokenizer(v: &Json, nfc: bool) -> Result<PreTokenizer> {
         Some([first, bl]) if v["type"] == "Sequence" => {
             if digits(first) && byte_level(bl, true) {
                 Some(PreTokenizer::Gpt2Digits)
-            } else if qwen2_split(first) && byte_level(bl, false) {
+            } else if split(first, QWEN2_PATTERN) && byte_level(bl, false) {
                 Some(PreTokenizer::Qwen2)
+            } else if split(first, LLAMA3_PATTERN) && byte_level(bl, false) {
+                Some(PreTokenizer::Llama3)
             } else {
                 None
             }
@@ -329,7 +334,7 @@ fn pre_tokenizer(v: &Json, nfc: bool) -> Result<PreTokenizer> {
     let pre = pre.ok_or_else(|| {
         err(format!(
             "pre_tokenizer {v} is not supported (ByteLevel, optionally after \
-             Digits(individual_digits), or Qwen2's Split then ByteLevel)"
+             Digits(individual_digits), or Qwen2's or Llama 3's Split then ByteLevel)"
         ))
     })?;
     if nfc != (pre == PreTokenizer::Qwen2) {

@@ -135,6 +135,9 @@ pub struct Tokenizer {
     added: HashMap<u8, Vec<u32>>,
     /// What SentencePiece BPE needs besides; `None` for byte-level.
     spm: Option<Box<spm::Spm>>,
+    /// Every token by its text, where a word that is a token is that token without
+    /// merging (`ignore_merges`: Llama 3's); `None` otherwise.
+    whole: Option<HashMap<String, u32>>,
 }
 
 fn err(msg: impl Into<String>) -> Error {
@@ -239,8 +242,15 @@ impl Tokenizer {
         for list in added.values_mut() {
             list.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
         }
+        let whole = (model == Model::ByteLevel(PreTokenizer::Llama3)).then(|| {
+            (ids.iter())
+                .filter(|(_, &i)| !types[i as usize].is_added())
+                .map(|(&t, &i)| (t.to_owned(), i))
+                .collect()
+        });
         drop(ids);
         Ok(Tokenizer {
+            whole,
             tokens,
             types,
             merges: merge_ids,

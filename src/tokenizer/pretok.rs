@@ -16,6 +16,8 @@ use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 
 /// Qwen2's (and Qwen3's) `Split` pattern as its `tokenizer.json` spells it.
 pub(super) const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Llama 3's: Qwen2's with digits in runs of up to three.
+pub(super) const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Which split runs before BPE; the names are llama.cpp's `tokenizer.ggml.pre` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +28,9 @@ pub enum PreTokenizer {
     Gpt2Digits,
     /// NFC, then Qwen2's pattern (`qwen2`: Qwen2, Qwen2.5, Qwen3, and so Eagle 2.5).
     Qwen2,
+    /// Llama 3's pattern, and a word that is a token as a whole is that token
+    /// (`ignore_merges`; `llama-bpe`: Llama 3, and so BitNet b1.58 and BitVLA).
+    Llama3,
 }
 
 impl PreTokenizer {
@@ -34,6 +39,7 @@ impl PreTokenizer {
             "gpt2" => Some(Self::Gpt2),
             "smollm" => Some(Self::Gpt2Digits),
             "qwen2" => Some(Self::Qwen2),
+            "llama-bpe" => Some(Self::Llama3),
             _ => None,
         }
     }
@@ -43,6 +49,7 @@ impl PreTokenizer {
             Self::Gpt2 => "gpt2",
             Self::Gpt2Digits => "smollm",
             Self::Qwen2 => "qwen2",
+            Self::Llama3 => "llama-bpe",
         }
     }
 
@@ -75,6 +82,7 @@ impl PreTokenizer {
                 gpt2_split(&text[start..], &mut word);
             }
             Self::Qwen2 => regex_split(qwen2_regex(), true, text, &mut word),
+            Self::Llama3 => regex_split(llama3_regex(), true, text, &mut word),
         }
     }
 }
@@ -97,6 +105,15 @@ fn qwen2_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
         let pattern = QWEN2_PATTERN.replace(r"|\s+(?!\S)", "");
+        Regex::new(&pattern).expect("constant pattern")
+    })
+}
+
+/// [`LLAMA3_PATTERN`] without `\s+(?!\S)`, likewise.
+fn llama3_regex() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        let pattern = LLAMA3_PATTERN.replace(r"|\s+(?!\S)", "");
         Regex::new(&pattern).expect("constant pattern")
     })
 }

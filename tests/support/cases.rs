@@ -8,7 +8,7 @@ use vla::gguf::{GgmlType::F32, GgufFile, GgufWriter};
 use vla::models::common::gaussian_noise;
 use vla::models::openvla::{self, OpenVlaArch};
 use vla::models::pi0::{self, Variant};
-use vla::models::{act, presets, smolvla};
+use vla::models::{act, bitvla, presets, smolvla};
 use vla::policy::{Image, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions};
 
 /// Calls `$then!` with the list of cases, `name { field: value, ... }` for the fields of
@@ -26,8 +26,9 @@ macro_rules! arch_cases {
             vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
             evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
             act { gguf: |seed| act::random_writer(&presets::act_small_config(), seed, F32)?.to_bytes(), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePass(ACT_KEYS) },
-            openvla_oft { gguf: openvla_oft_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: openvla_oft_max_prompt } },
-            vla_adapter { gguf: vla_adapter_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: vla_adapter_max_prompt } },
+            openvla_oft { gguf: openvla_oft_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: openvla_oft_max_prompt, prefix: no_prefix } },
+            vla_adapter { gguf: vla_adapter_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: vla_adapter_max_prompt, prefix: no_prefix } },
+            bitvla { gguf: bitvla_gguf, state: StateInput::Direct, tolerance: INT8_ACTIVATIONS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: bitvla_max_prompt, prefix: bitvla_placeholders } },
         }
     };
 }
@@ -59,6 +60,35 @@ fn openvla_oft_gguf(seed: u64) -> vla::Result<Vec<u8>> {
 
 fn openvla_oft_max_prompt() -> usize {
     presets::openvla_oft_small_config().max_prompt()
+}
+
+/// The small BitVLA (random ternary weights) with the golden fixture's tokenizer (Llama 3's
+/// layout with BitVLA's placeholders at their ids, as the prompt's template needs).
+fn bitvla_gguf(seed: u64) -> vla::Result<Vec<u8>> {
+    let json = include_str!("../fixtures/bitvla-tiny/tokenizer.json");
+    let tok = vla::tokenizer::Tokenizer::from_hf_json(json)?;
+    let cfg = presets::bitvla_small_config();
+    let mut w = bitvla::random_writer(&cfg, seed, F32)?;
+    tok.write_gguf(&mut w)?;
+    w.to_bytes()
+}
+
+fn bitvla_max_prompt() -> usize {
+    presets::bitvla_small_config().max_prompt()
+}
+
+/// What BitVLA's token ids hold before the task's: every camera's image placeholders and the
+/// proprio placeholder (a client sends them, as vla.cpp's does).
+fn bitvla_placeholders() -> Vec<i32> {
+    let cfg = presets::bitvla_small_config();
+    let mut ids = vec![cfg.image_id as i32; cfg.image_rows()];
+    ids.push(cfg.proprio_id as i32);
+    ids
+}
+
+/// No ids before the task's.
+fn no_prefix() -> Vec<i32> {
+    Vec::new()
 }
 
 /// How the robot state reaches the model.
@@ -101,6 +131,18 @@ pub const F32_WEIGHTS: Tolerance = Tolerance {
     ggml_gpu: 5e-3,
 };
 
+/// Archs that round every linear's input to int8 codes (BitVLA's BitLinear): the backends'
+/// float rounding puts a few codes one step apart (a code moves its input by 1 / 127 of the
+/// row's largest value), which a random model's later layers carry on; the reference
+/// itself moves as far (its chunk by 4.5e-2 of a max 2 with SDPA instead of eager attention
+/// in SigLIP: tests/bitvla_golden.rs). Every integer site is exact on every backend (the
+/// op harness; the golden test's stages).
+pub const INT8_ACTIVATIONS: Tolerance = Tolerance {
+    wgpu: 5e-2,
+    ggml_cpu: 5e-2,
+    ggml_gpu: 5e-2,
+};
+
 /// What a request's fields mean to an arch, and where its GGUF keeps its sizes.
 #[derive(Clone, Copy, Debug)]
 pub enum Shape {
@@ -114,11 +156,13 @@ pub enum Shape {
     /// One pass that reads an instruction but no noise and has no steps (VLA-Adapter): its
     /// sizes under `io`, its vocabulary under `vocab`; `max_tokens()` is the longest
     /// instruction it takes (one longer is refused naming the bound), and graphs are compiled
-    /// per instruction length (rows = tokens).
+    /// per instruction length (rows = tokens). Token ids start with `prefix()` (BitVLA's
+    /// placeholders), then the task's.
     OnePassText {
         io: IoKeys,
         vocab: &'static str,
         max_tokens: fn() -> usize,
+        prefix: fn() -> Vec<i32>,
     },
 }
 
@@ -156,6 +200,20 @@ impl Shape {
     /// Whether the arch reads an instruction.
     pub fn reads_text(&self) -> bool {
         matches!(self, Shape::Flow | Shape::OnePassText { .. })
+    }
+
+    /// A request's token ids with `task` as the task's ([`Shape::OnePassText`]'s `prefix`
+    /// first).
+    pub fn ids(&self, task: Vec<i32>) -> Vec<i32> {
+        match self {
+            Shape::OnePassText { prefix, .. } => prefix().into_iter().chain(task).collect(),
+            _ => task,
+        }
+    }
+
+    /// The ids [`Self::ids`] puts before the task's.
+    pub fn prefix_len(&self) -> usize {
+        self.ids(Vec::new()).len()
     }
 
     /// A one-pass arch's size keys.
@@ -240,6 +298,15 @@ impl ArchCase {
         let key = format!("{}.{key}", file.architecture().unwrap());
         let v = file.get_u64(&key);
         v.unwrap_or_else(|e| panic!("{}: {key}: {e}", self.name)) as usize
+    }
+}
+
+impl ArchCase {
+    /// [`observation`] with the token ids the arch takes ([`Shape::ids`]).
+    pub fn observation(&self, info: &PolicyInfo, seed: u64) -> Observation {
+        let mut o = observation(info, seed);
+        o.tokens = o.tokens.map(|t| self.shape.ids(t));
+        o
     }
 }
 

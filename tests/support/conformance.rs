@@ -3,7 +3,7 @@
 //! from arch-independent APIs (`models::from_gguf`, [`Policy`], the GGUF's metadata), and
 //! every assert message starts with the case's name.
 
-use super::cases::{observation, ArchCase, Shape, StateInput};
+use super::cases::{ArchCase, Shape, StateInput};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use vla::gguf::GgufFile;
 use vla::policy::{
@@ -19,7 +19,7 @@ fn predict(case: &ArchCase, p: &mut dyn Policy, obs: &Observation, what: &str) -
 /// Same observation twice, and the same file loaded twice: the identical chunk on cpu.
 pub fn deterministic_on_cpu(case: &ArchCase) {
     let mut p = case.cpu();
-    let obs = observation(p.info(), 1);
+    let obs = case.observation(p.info(), 1);
     let a = predict(case, p.as_mut(), &obs, "first predict").actions;
     let b = predict(case, p.as_mut(), &obs, "second predict").actions;
     assert_eq!(a, b, "{}: the same observation twice", case.name);
@@ -68,7 +68,7 @@ pub fn info_and_chunk_shape(case: &ArchCase) {
         (1..=info.chunk_size).contains(&info.action_rows),
         "{n}: {info:?}"
     );
-    let chunk = predict(case, p.as_mut(), &observation(&info, 1), "predict");
+    let chunk = predict(case, p.as_mut(), &case.observation(&info, 1), "predict");
     assert_eq!(
         (chunk.chunk_size, chunk.action_dim),
         (info.action_rows, info.action_dim),
@@ -110,7 +110,7 @@ fn edit_image(obs: &mut Observation, v: usize) {
 pub fn chunk_depends_on_every_input(case: &ArchCase) {
     let n = case.name;
     let mut p = case.cpu();
-    let obs = observation(p.info(), 1);
+    let obs = case.observation(p.info(), 1);
     let base = predict(case, p.as_mut(), &obs, "base").actions;
     let mut edits: Vec<(String, Observation, bool)> = Vec::new();
     let mut o = obs.clone();
@@ -143,7 +143,7 @@ pub fn equivalent_inputs_give_the_same_chunk(case: &ArchCase) {
     let n = case.name;
     let mut p = case.cpu();
     let max_state = p.info().max_state_dim;
-    let obs = observation(p.info(), 1);
+    let obs = case.observation(p.info(), 1);
     let base = predict(case, p.as_mut(), &obs, "base").actions;
     let mut padded = obs.clone();
     padded.state.resize(max_state, 0.0);
@@ -169,7 +169,7 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
     let n = case.name;
     let mut p = case.cpu();
     let info = p.info().clone();
-    let good = observation(&info, 1);
+    let good = case.observation(&info, 1);
     let want = predict(case, p.as_mut(), &good, "good request").actions;
     let mut cases: Vec<(String, &str, Edit)> = vec![
         ("no images".into(), "image", Box::new(|o| o.images.clear())),
@@ -243,7 +243,11 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
         Shape::OnePass(_) => (0, 0),
     };
     let (chunk, dim) = (info.chunk_size, info.max_action_dim);
-    let tokens = |v: Vec<i32>| -> Edit { Box::new(move |o| o.tokens = Some(v.clone())) };
+    let shape = case.shape;
+    let tokens = |v: Vec<i32>| -> Edit {
+        let v = shape.ids(v);
+        Box::new(move |o| o.tokens = Some(v.clone()))
+    };
     let noise = |len: usize| -> Edit { Box::new(move |o| o.noise = Some(vec![0.0; len])) };
     let language: Vec<(String, &str, Edit)> = vec![
         (
@@ -256,7 +260,7 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
         (
             format!("{} tokens", max_tokens + 1),
             "token",
-            tokens(vec![1; max_tokens + 1]),
+            tokens(vec![1; max_tokens + 1 - shape.prefix_len()]),
         ),
         (
             "both prompt and tokens".into(),
@@ -303,7 +307,10 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
     // At the limits: as many tokens as the model holds, the last id of its vocabulary.
     if case.shape.reads_text() {
         let mut edge = good.clone();
-        edge.tokens = Some(vec![vocab as i32 - 1; max_tokens]);
+        edge.tokens = Some(
+            case.shape
+                .ids(vec![vocab as i32 - 1; max_tokens - case.shape.prefix_len()]),
+        );
         predict(case, p.as_mut(), &edge, "max_tokens ids of vocab_size - 1");
     }
     let again = predict(case, p.as_mut(), &good, "the good request after bad ones").actions;
@@ -323,7 +330,7 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
         return;
     }
     let mut p = load_on(case, backend, false);
-    let mut good = observation(p.info(), 1);
+    let mut good = case.observation(p.info(), 1);
     let (max, rows): (usize, fn(usize, usize) -> usize) = match case.shape {
         Shape::OnePass(_) => return unread_instruction_and_noise(case, p.as_mut(), &good),
         Shape::OnePassText { max_tokens, .. } => (max_tokens(), |l, _| l), // rows: see below
@@ -338,8 +345,11 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
         tokens,
         ..good.clone()
     };
-    // a one-pass arch takes no empty sequence: it starts with the prompt's first token
+    // a one-pass arch takes no empty sequence: it starts with the prompt's first token; the
+    // lengths are the task's ids, after the arch's prefix (BitVLA's placeholders)
     let least = usize::from(!case.shape.flow());
+    let pre = case.shape.prefix_len();
+    let max = max - pre;
     let mut lengths = vec![0, 1, TEXT_BUCKET - 1, TEXT_BUCKET, TEXT_BUCKET + 1, max];
     lengths.retain(|&l| (least..=max).contains(&l));
     if least > 0 && backend != "cpu" {
@@ -360,7 +370,7 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
         let chunk = predict(
             case,
             p.as_mut(),
-            &with(None, Some(vec![5; l])),
+            &with(None, Some(case.shape.ids(vec![5; l]))),
             &format!("{l} ids"),
         );
         assert!(
@@ -368,7 +378,7 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
             "{n}: {l} ids: {:?}",
             chunk.warnings
         );
-        let got = (chunk.instruction.tokens, chunk.instruction.rows);
+        let got = (chunk.instruction.tokens - pre, chunk.instruction.rows - pre);
         match case.shape.flow() {
             true => assert_eq!(got, (l, rows(l, max)), "{n}: {l} ids: (ids, rows)"),
             // the model's own ids may add a token (OpenVLA-OFT's empty token)
@@ -385,7 +395,7 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
         true => p.predict(&with(Some(&long), None)),
         // graphs per length (no cut): ids past the bound, which no text of the tokenizer's
         // size limit reaches
-        false => p.predict(&with(None, Some(vec![5; max + 1]))),
+        false => p.predict(&with(None, Some(case.shape.ids(vec![5; max + 1])))),
     };
     match (past, case.cuts_prompt) {
         (Ok(chunk), true) => {
@@ -397,7 +407,7 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
             assert_eq!(chunk.instruction.tokens, max, "{n}: cut prompt");
         }
         (Err(e), false) => assert!(
-            e.to_string().contains(&format!("bound of {max}")),
+            e.to_string().contains(&format!("bound of {}", max + pre)),
             "{n}: {e}"
         ),
         (got, _) => panic!("{n}: a prompt past the bound: {got:?}"),
@@ -462,7 +472,7 @@ pub fn prompt_without_a_tokenizer_is_an_error(case: &ArchCase) {
     let file = GgufFile::from_bytes(case.bytes_without_tokenizer()).unwrap();
     let mut p = vla::models::from_gguf(file, &opts)
         .unwrap_or_else(|e| panic!("{n}: load without a tokenizer: {e}"));
-    let obs = observation(p.info(), 1);
+    let obs = case.observation(p.info(), 1);
     let mut prompted = obs.clone();
     (prompted.tokens, prompted.prompt) = (None, Some("pick up the red cube".into()));
     let err = match p.predict(&prompted) {
@@ -484,7 +494,7 @@ pub fn agrees_with_cpu(case: &ArchCase, backend: &str) {
         return;
     }
     let mut p = load_on(case, backend, false);
-    let obs = observation(p.info(), 1);
+    let obs = case.observation(p.info(), 1);
     let got = predict(case, p.as_mut(), &obs, backend);
     let want = predict(case, case.cpu().as_mut(), &obs, "cpu");
     assert_eq!(got.chunk_size, want.chunk_size, "{n}: {backend}");
@@ -626,7 +636,7 @@ pub fn one_run_matches_stepwise(case: &ArchCase, backend: &str) {
         return;
     }
     let (mut one, mut steps) = (load_on(case, backend, false), load_on(case, backend, true));
-    let obs = observation(one.info(), 2);
+    let obs = case.observation(one.info(), 2);
     let a = predict(case, one.as_mut(), &obs, "one run");
     let b = predict(case, steps.as_mut(), &obs, "stepwise");
     assert_eq!(
@@ -676,7 +686,7 @@ pub fn bf16_tables_run_everywhere(case: &ArchCase) {
     );
     let bytes = w.to_bytes().unwrap();
     let mut p = case.cpu();
-    let obs = observation(p.info(), 1);
+    let obs = case.observation(p.info(), 1);
     let want = predict(case, p.as_mut(), &obs, "f32 on cpu").actions;
     let mut backends = vec!["cpu", "vulkan"];
     if cfg!(feature = "ggml") {
@@ -749,7 +759,7 @@ pub fn steps_option_sets_the_step_count(case: &ArchCase) {
         k,
         "{n}: info().num_steps with --steps {k}"
     );
-    let obs = observation(p.info(), 1);
+    let obs = case.observation(p.info(), 1);
     let got = predict(case, p.as_mut(), &obs, "--steps").actions;
     assert!(got.iter().all(|v| v.is_finite()), "{n}: --steps {k}");
     let base = predict(case, own.as_mut(), &obs, "own steps").actions;

@@ -206,6 +206,7 @@ impl<'c> Ctx<'c> {
 
     binary! {
         add => ggml_add,
+        div => ggml_div,
         mul => ggml_mul,
         mul_mat => ggml_mul_mat,
     }
@@ -226,6 +227,12 @@ impl<'c> Ctx<'c> {
     pub fn scale(self, a: T<'c>, s: f32) -> T<'c> {
         // SAFETY: as in `unary!`.
         T::new(unsafe { sys::ggml_scale(self.as_ptr(), a.as_ptr(), s) })
+    }
+
+    /// `a` clamped to `[lo, hi]`.
+    pub fn clamp(self, a: T<'c>, lo: f32, hi: f32) -> T<'c> {
+        // SAFETY: as in `unary!`.
+        T::new(unsafe { sys::ggml_clamp(self.as_ptr(), a.as_ptr(), lo, hi) })
     }
 
     /// `a * s + b`.

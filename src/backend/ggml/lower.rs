@@ -9,6 +9,7 @@ use super::ctx::{CGraph, Ctx, T};
 use super::ffi::{Build, Slot};
 use crate::gguf::GgmlType;
 use crate::graph::{AttentionMask, GateAct, Graph, NodeId, Op};
+use crate::ops::foldquant::{unpack_codes, ActRule, FqParams};
 use crate::ops::{RopeLayout, RopeMode};
 use crate::{Error, Result, Tensor};
 use llama_cpp_sys_2 as sys;
@@ -80,9 +81,15 @@ pub(crate) struct Weights<'w, 'c> {
 }
 
 /// Whether a node reads input `k` in the weight's stored type: every weight input
-/// ([`Op::weight_inputs`]; ggml refuses [`Op::FqLinear`], which runs dequantized here).
+/// ([`Op::weight_inputs`]) but an [`Op::FqLinear`]'s codes, which go in as F16 integers.
 fn reads_raw(op: &Op, k: usize) -> bool {
-    op.weight_inputs().contains(&k)
+    !matches!(op, Op::FqLinear(_)) && op.weight_inputs().contains(&k)
+}
+
+/// Integer sites ggml runs: BitNet's (ternary, or any width) without rotation, `ascale` or
+/// fused norm. FoldQuant's other sites load in dequant mode instead.
+fn runs_site(p: &FqParams) -> bool {
+    p.act == ActRule::BitNet && p.block == 1 && p.fold.is_none() && p.norm.is_none()
 }
 
 /// Pass 1: weight tensors in `ctx`, plus the constant masks of causal attention.
@@ -93,10 +100,19 @@ pub(crate) fn create_weights<'w, 'c>(
 ) -> Result<Weights<'w, 'c>> {
     let n = graph.nodes().len();
     let (mut want_raw, mut want_f32) = (vec![false; n], vec![false; n]);
+    // integer sites' codes, by weight node: their width
+    let mut codes = vec![None; n];
     for node in graph.nodes() {
         for (k, inp) in node.inputs.iter().enumerate() {
             if matches!(graph.node(*inp).op, Op::Weight(_)) {
-                if reads_raw(&node.op, k) {
+                if let (Op::FqLinear(p), 1) = (&node.op, k) {
+                    if !runs_site(p) {
+                        return Err(not_impl(
+                            "fq_linear (FoldQuant files run dequantized on ggml)",
+                        ));
+                    }
+                    codes[inp.0] = Some(p.weight_bits);
+                } else if reads_raw(&node.op, k) {
                     want_raw[inp.0] = true;
                 } else {
                     want_f32[inp.0] = true;
@@ -114,7 +130,35 @@ pub(crate) fn create_weights<'w, 'c>(
     };
     for (i, node) in graph.nodes().iter().enumerate() {
         let Op::Weight(name) = &node.op else { continue };
-        if !want_raw[i] && !want_f32[i] {
+        if !want_raw[i] && !want_f32[i] && codes[i].is_none() {
+            continue;
+        }
+        if let Some(bits) = codes[i] {
+            // the codes as F16 integers [N, K] (exact): ggml's matmul sums them exactly
+            let [rows, k] = node.shape[..] else {
+                return Err(not_impl(format!(
+                    "integer codes {name:?} of rank {}",
+                    node.shape.len()
+                )));
+            };
+            let stored = graph.weight_data(store, name)?;
+            let codes = unpack_codes(stored.raw_bytes(), bits)?;
+            if codes.len() != rows * k {
+                return Err(Error::shape(
+                    "fq_linear",
+                    format!("{name:?}: {} codes for [{rows}, {k}]", codes.len()),
+                ));
+            }
+            let f16: Vec<u8> = (codes.iter())
+                .flat_map(|&c| half::f16::from_f32(f32::from(c)).to_le_bytes())
+                .collect();
+            let tt = ctx.new_tensor_4d(sys::GGML_TYPE_F16, [k as i64, rows as i64, 1, 1]);
+            w.raw[i] = Some(tt);
+            w.uploads.push(Upload {
+                tensor: tt,
+                data: Tensor::from_bytes(vec![rows, k], GgmlType::F16, f16)?,
+                name: Some(name.clone()),
+            });
             continue;
         }
         let t: Tensor<'w> = graph.weight_data(store, name)?;
@@ -587,11 +631,7 @@ impl<'c> Lowerer<'_, 'c> {
                 ctx.cont(ctx.permute(self.val(inp[0]), ax))
             }
             Op::Reshape(s) => self.reshape(self.val(inp[0]), s),
-            Op::FqLinear(_) => {
-                return Err(not_impl(String::from(
-                    "fq_linear (FoldQuant files run dequantized on ggml)",
-                )))
-            }
+            Op::FqLinear(p) => self.int_site(i, p)?,
             Op::Embedding => {
                 let vocab = self.shape(inp[0])[0];
                 // ids from a graph input only, range-checked on the host each run.
@@ -600,6 +640,36 @@ impl<'c> Lowerer<'_, 'c> {
             }
         };
         Ok(Some(t))
+    }
+
+    /// A BitNet site ([`runs_site`]) as ggml ops, the cpu's arithmetic step for step: the
+    /// row's `a = max(amax, 1e-5)` (a max pool over the row), codes `round_even(clamp(x *
+    /// (127 / a), -128, 127))` (ties to even by adding and taking off 1.5 * 2^23), their
+    /// product with the F16 integer codes (exact: integers, sums below 2^24), then
+    /// `((acc * (a / 127)) * wscale) + bias`, or `+ 0` and the residual.
+    fn int_site(&mut self, i: usize, p: &FqParams) -> Result<T<'c>> {
+        let node = &self.graph.nodes()[i];
+        let (inp, shape) = (node.inputs.clone(), node.shape.clone());
+        let k = self.shape(inp[1])[1];
+        let n = shape[shape.len() - 1] as i64;
+        let rows = (self.graph.node(inp[0]).numel() / k) as i64;
+        let ctx = self.ctx;
+        let x = ctx.reshape_2d(self.val(inp[0]), k as i64, rows);
+        let amax = ctx.pool_2d_max(ctx.abs(x), k as i32, 1, k as i32, 1, 0, 0);
+        let a = ctx.clamp(amax, 1e-5, f32::MAX);
+        let c127 = self.constant([1, rows, 1, 1], vec![127.0; rows as usize]);
+        let s = ctx.div(c127, a);
+        const EVEN: f32 = 12_582_912.0; // 1.5 * 2^23
+        let q = ctx.clamp(ctx.mul(x, s), -128.0, 127.0);
+        let q = ctx.scale_bias(ctx.scale_bias(q, 1.0, EVEN), 1.0, -EVEN);
+        let acc = ctx.mul_mat(self.raw(inp[1]), q);
+        let y = ctx.mul(ctx.mul(acc, ctx.div(a, c127)), self.val(inp[2]));
+        let y = match p.addend.then(|| inp[inp.len() - 1]) {
+            Some(c) if self.shape(c).len() == 1 => ctx.add(y, self.val(c)),
+            Some(c) => ctx.add(y, ctx.reshape_2d(self.val(c), n, rows)),
+            None => y,
+        };
+        Ok(self.reshape(y, &shape))
     }
 
     fn attention(&mut self, i: usize, mask: AttentionMask, scale: f32) -> T<'c> {

@@ -10,8 +10,10 @@
 
 mod plan;
 
-use plan::{check_component, ignored};
-pub(crate) use plan::{head, pair, shared_plan, Source};
+use plan::check_component;
+pub(crate) use plan::{
+    head, head_blocks, head_outer, ignored, lm_plan, pair, proprio_plan, shared_plan, vla, Source,
+};
 
 use super::torch_pt::TorchState;
 use super::{ckpt_err, count_layers, JsonFile, Safetensors};
@@ -246,6 +248,10 @@ pub(crate) fn sizes_note(v: &PrismaticConfig, lm: &str, dims: &LmDims) -> String
 pub(crate) struct Plan {
     pub tensors: Vec<(String, Source)>,
     pub head_unused: &'static str,
+    /// Name prefixes of the VLA's tensors the reference never runs.
+    pub ignored: Vec<String>,
+    /// Our matrices stored ternary ([`crate::models::bitvla::add_ternary`]).
+    pub ternary: Vec<String>,
 }
 
 /// Writes `config`, the tokenizer, `plan`'s tensors and every suite's statistics, after
@@ -262,6 +268,8 @@ pub(crate) fn write<A: OpenVlaArch>(
     let Plan {
         tensors: plan,
         head_unused,
+        ignored,
+        ternary,
     } = plan;
     let stats = read_stats(ckpt, config.io(), &mut notes)?;
     let mut w = GgufWriter::new();
@@ -281,7 +289,6 @@ pub(crate) fn write<A: OpenVlaArch>(
         .filter(|(_, s)| matches!(s, Source::Vla(..)))
         .map(|(o, s)| (o.clone(), s.name().to_owned()))
         .collect();
-    let ignored = ignored(config.vision());
     let ignored: Vec<&str> = ignored.iter().map(String::as_str).collect();
     super::check_coverage(&c.st, &used, &[], &ignored)?;
     check_component(
@@ -297,6 +304,11 @@ pub(crate) fn write<A: OpenVlaArch>(
             .get(ours)
             .ok_or_else(|| ckpt_err(ckpt, format!("converter: {ours} is not a model tensor")))?;
         let vals = src.values(c, shape)?;
+        if let (true, &[n, k]) = (ternary.contains(ours), &shape[..]) {
+            crate::models::bitvla::add_ternary(&mut w, ours, n, k, &vals)?;
+            progress(done + 1, total, ours);
+            continue;
+        }
         let ty = match super::takes_float_dtype(ours, shape) && ours != "action_queries.weight" {
             true => dtype,
             false => GgmlType::F32,

@@ -62,6 +62,13 @@ pub(crate) fn shared_plan(
 ) -> Vec<(String, Source)> {
     let mut plan = vision_plan(v);
     plan.extend(lm_plan(lm_layers, qkv_bias));
+    plan.extend(head_outer());
+    plan
+}
+
+/// The L1 head's outer layers (`aex.head.{ln1,fc1,ln2,fc2}`).
+pub(crate) fn head_outer() -> Vec<(String, Source)> {
+    let mut plan = Vec::new();
     for (a, c) in [
         ("ln1", "layer_norm1"),
         ("fc1", "fc1"),
@@ -71,6 +78,20 @@ pub(crate) fn shared_plan(
         pair(&mut plan, &format!("aex.head.{a}"), c, head);
     }
     plan
+}
+
+/// The L1 head's residual blocks (`aex.head.blk.{i}.{ln,lin}` from `mlp_resnet_blocks`).
+pub(crate) fn head_blocks(blocks: usize) -> Vec<(String, Source)> {
+    let mut v = Vec::new();
+    for i in 0..blocks {
+        let (o, b) = (
+            format!("aex.head.blk.{i}"),
+            format!("mlp_resnet_blocks.{i}"),
+        );
+        pair(&mut v, &format!("{o}.ln"), &format!("{b}.ffn.0"), head);
+        pair(&mut v, &format!("{o}.lin"), &format!("{b}.ffn.1"), head);
+    }
+    v
 }
 
 /// A head tensor (`model.` in its `.pt`).
@@ -90,7 +111,7 @@ pub(crate) fn pair(
     }
 }
 
-fn vla(n: String) -> Source {
+pub(crate) fn vla(n: String) -> Source {
     Source::Vla(n, None)
 }
 
@@ -155,6 +176,13 @@ pub(crate) fn vision_plan(cfg: &PrismaticConfig) -> Vec<(String, Source)> {
             vla,
         );
     }
+    v.extend(proprio_plan());
+    v
+}
+
+/// The proprio projector (`aex.proprio.fc{1,2}`).
+pub(crate) fn proprio_plan() -> Vec<(String, Source)> {
+    let mut v = Vec::new();
     for f in ["fc1", "fc2"] {
         pair(&mut v, &format!("aex.proprio.{f}"), f, Source::Proprio);
     }
@@ -201,7 +229,7 @@ pub(crate) fn lm_plan(layers: usize, qkv_bias: bool) -> Vec<(String, Source)> {
 
 /// Checkpoint tensors inference never reads: each tower's last block and final norm (the
 /// references read the penultimate block), SigLIP's attention pool, the LM head.
-pub(super) fn ignored(cfg: &PrismaticConfig) -> Vec<String> {
+pub(crate) fn ignored(cfg: &PrismaticConfig) -> Vec<String> {
     let mut v: Vec<String> = [
         "vision_backbone.featurizer.norm.",
         "vision_backbone.fused_featurizer.norm.",

@@ -164,26 +164,38 @@ impl GgufFile {
     /// Adds tensor `name` of f32 `values` with ggml-order `dims`, held in memory (what a
     /// translation brings from beside the file: statistics).
     pub fn add_tensor_f32(&mut self, name: &str, dims: &[u64], values: &[f32]) -> Result<()> {
+        self.add_tensor(name, GgmlType::F32, dims, le_bytes(values))
+    }
+
+    /// Adds tensor `name` of type `ty`, ggml-order `dims` and encoded `bytes`, held in
+    /// memory (a translation's repacked weights).
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        ty: GgmlType,
+        dims: &[u64],
+        bytes: Vec<u8>,
+    ) -> Result<()> {
         if self.tensor_index.contains_key(name) {
             return Err(Error::InvalidArgument(format!(
                 "cannot add tensor {name:?}: the file has one of that name"
             )));
         }
-        if dims.iter().product::<u64>() != values.len() as u64 {
+        let want = ty.bytes_for(dims.iter().product::<u64>());
+        if want != Some(bytes.len() as u64) {
             return Err(Error::InvalidArgument(format!(
-                "tensor {name:?}: {} values for dims {dims:?}",
-                values.len()
+                "tensor {name:?}: {} bytes for {ty} of dims {dims:?}",
+                bytes.len()
             )));
         }
         self.tensor_index
             .insert(name.to_owned(), self.tensors.len());
         self.tensors.push(super::TensorInfo {
             name: name.to_owned(),
-            ty: GgmlType::F32,
+            ty,
             dims: dims.to_vec(),
             offset: 0,
         });
-        let bytes = le_bytes(values);
         self.substitutes.insert(name.to_owned(), bytes);
         Ok(())
     }

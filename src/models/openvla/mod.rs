@@ -1,4 +1,4 @@
-//! What the OpenVLA family shares (VLA-Adapter, OpenVLA-OFT): the language model's config
+//! What the OpenVLA family shares (VLA-Adapter, OpenVLA-OFT, BitVLA): the language model's config
 //! part (`lm.*`), the camera inputs and the graph's inputs (a frame per camera through
 //! Prismatic's two towers, [`crate::modules::prismatic`]), the proprio projector, OpenVLA's
 //! BOUNDS_Q99 statistics per suite, random-weight files, and the one-pass policy
@@ -23,7 +23,10 @@ use crate::Result;
 pub trait OpenVlaArch: Section + Clone + Default + Send + 'static {
     /// `general.architecture`.
     const ARCH: &'static str;
-    fn vision(&self) -> &PrismaticConfig;
+    /// How many cameras a request carries.
+    fn num_images(&self) -> usize;
+    /// One camera's host-side input (every camera's: the model's square frame).
+    fn camera(&self) -> CameraInput;
     fn lm(&self) -> &LmDims;
     fn io(&self) -> &ActionIo;
     /// The reference client's prompt around the task.
@@ -35,10 +38,22 @@ pub trait OpenVlaArch: Section + Clone + Default + Send + 'static {
     }
     /// The sequence's rows besides the prompt's.
     fn other_rows(&self) -> usize;
-    /// The predict graph for a prompt of `n_prompt` tokens: inputs [`IDS`] `[n_prompt + 1]`,
+    /// Where the model's ids place the images: 0 where they precede the prompt (the
+    /// default); BitVLA's prompt holds placeholders, whose run this finds and checks.
+    fn image_start(&self, _ids: &[u32]) -> Result<usize> {
+        Ok(0)
+    }
+    /// The prompt the graph is first compiled for: its length and [`Self::image_start`].
+    fn first_prompt(&self) -> PromptShape {
+        PromptShape {
+            len: 48, // LIBERO's tasks run 30-60 tokens
+            image_start: 0,
+        }
+    }
+    /// The predict graph for a prompt of `p.len` tokens: inputs [`IDS`] `[p.len + 1]`,
     /// [`STATE`] and each camera's [`frame_input`]; output the normalised chunk
     /// `[chunk, action_dim]`.
-    fn predict(&self, g: &mut GraphBuilder, n_prompt: usize) -> Result<NodeId>;
+    fn predict(&self, g: &mut GraphBuilder, p: PromptShape) -> Result<NodeId>;
     /// vla.cpp's layout of the arch translated at load ([`crate::models::vlacpp`]).
     fn translate(file: GgufFile) -> Result<GgufFile> {
         Ok(file)
@@ -68,10 +83,18 @@ pub trait OpenVlaArch: Section + Clone + Default + Send + 'static {
     }
 }
 
-/// The predict graph for a two-token prompt, weights declared only.
+/// What a predict graph is compiled for: the prompt's length (in the model's ids) and where
+/// its image placeholders start ([`OpenVlaArch::image_start`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PromptShape {
+    pub len: usize,
+    pub image_start: usize,
+}
+
+/// The predict graph for the first prompt, weights declared only.
 fn declaring_graph<A: OpenVlaArch>(cfg: &A) -> Result<Graph> {
     let mut g = GraphBuilder::over(None);
-    let out = cfg.predict(&mut g, 2)?;
+    let out = cfg.predict(&mut g, cfg.first_prompt())?;
     g.build(&[out])
 }
 
@@ -226,17 +249,18 @@ pub fn tower_pixels(
 ) -> Result<[NodeId; 2]> {
     let mut out = [x; 2];
     for ((cam, id), o) in cameras(vision).iter().zip(["dino", "sig"]).zip(&mut out) {
-        let plan = cam.frame_plan(cam.model_frame());
-        let y = frame_map(
-            g,
-            x,
-            &format!("pixels.{id}"),
-            &plan.scale,
-            Some(&plan.offset),
-        )?;
-        *o = g.permute(y, &[2, 0, 1])?;
+        *o = pixels(g, cam, x, id)?;
     }
     Ok(out)
+}
+
+/// A tower's pixels `[3, S, S]` from a frame `x` `[S, S, 3]` of bytes through `camera`'s
+/// value map (constants `pixels.<id>.*`).
+pub fn pixels(g: &mut GraphBuilder, camera: &CameraInput, x: NodeId, id: &str) -> Result<NodeId> {
+    let plan = camera.frame_plan(camera.model_frame());
+    let name = format!("pixels.{id}");
+    let y = frame_map(g, x, &name, &plan.scale, Some(&plan.offset))?;
+    g.permute(y, &[2, 0, 1])
 }
 
 /// Every camera's fused features through the projector: `[num_images * n_patches, out]`.

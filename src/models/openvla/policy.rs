@@ -1,7 +1,7 @@
 //! An OpenVLA-family policy served: the request's cameras, state and instruction to the
 //! chunk in one pass, one graph per prompt length.
 
-use super::{cameras, frame_input, OpenVlaArch, IDS, STATE};
+use super::{frame_input, OpenVlaArch, PromptShape, IDS, STATE};
 use crate::config::limits::MAX_SEQUENCE;
 use crate::gguf::GgufFile;
 use crate::graph::{Graph, GraphBuilder};
@@ -23,11 +23,8 @@ pub struct OpenVlaPolicy<A: OpenVlaArch> {
     camera: CameraInput,
     state_norm: Normalizer,
     action_norm: Normalizer,
-    graphs: LoadedGraphs<usize>,
+    graphs: LoadedGraphs<PromptShape>,
 }
-
-/// The prompt length the graph is first compiled for (LIBERO's tasks run 30-60 tokens).
-const FIRST_PROMPT: usize = 48;
 
 impl<A: OpenVlaArch> OpenVlaPolicy<A> {
     pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
@@ -40,13 +37,14 @@ impl<A: OpenVlaArch> OpenVlaPolicy<A> {
         let state_norm = Normalizer::from_gguf(&file, "state", a.proprio_dim, suite.as_deref())?;
         let action_norm = Normalizer::from_gguf(&file, "action", a.action_dim, suite.as_deref())?;
         let tokenizer = gguf_tokenizer(&file, cfg.lm().vocab)?;
-        let build = |f: &GgufFile| Self::build(f, &cfg, FIRST_PROMPT);
-        let graphs = LoadedGraphs::compile(file, opts, FIRST_PROMPT, build)?;
+        let first = cfg.first_prompt();
+        let build = |f: &GgufFile| Self::build(f, &cfg, first);
+        let graphs = LoadedGraphs::compile(file, opts, first, build)?;
         let mut info = graphs.info(arch);
-        let v = cfg.vision();
-        info.n_images = v.num_images;
-        info.image_height = v.image_size;
-        info.image_width = v.image_size;
+        let camera = cfg.camera();
+        info.n_images = cfg.num_images();
+        info.image_height = camera.height;
+        info.image_width = camera.width;
         info.max_state_dim = a.proprio_dim;
         info.state_dim = a.proprio_dim;
         info.chunk_size = a.chunk;
@@ -56,7 +54,6 @@ impl<A: OpenVlaArch> OpenVlaPolicy<A> {
         info.embodiment = suite;
         info.memory_bytes = graphs.memory_bytes();
         info.activation_bytes = graphs.activation_bytes();
-        let [camera, _] = cameras(v);
         Ok(OpenVlaPolicy {
             cfg,
             info,
@@ -68,9 +65,9 @@ impl<A: OpenVlaArch> OpenVlaPolicy<A> {
         })
     }
 
-    fn build(file: &GgufFile, cfg: &A, n_prompt: usize) -> Result<Vec<Graph>> {
+    fn build(file: &GgufFile, cfg: &A, p: PromptShape) -> Result<Vec<Graph>> {
         let mut g = GraphBuilder::new(file);
-        let out = cfg.predict(&mut g, n_prompt)?;
+        let out = cfg.predict(&mut g, p)?;
         Ok(vec![g.build(&[out])?])
     }
 
@@ -132,7 +129,7 @@ impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
         let t0 = Instant::now();
         let counters = self.graphs.counters();
         let (cfg, arch) = (&self.cfg, A::ARCH);
-        let n_images = cfg.vision().num_images;
+        let n_images = cfg.num_images();
         if obs.images.len() != n_images {
             return Err(Error::InvalidArgument(format!(
                 "{arch} takes {n_images} camera images, got {}",
@@ -142,6 +139,10 @@ impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
         let ids = self.prompt_ids(obs)?;
         let given = ids.len();
         let ids = self.cfg.model_ids(ids);
+        let shape = PromptShape {
+            len: ids.len(),
+            image_start: cfg.image_start(&ids)?,
+        };
         let a = cfg.io();
         let state = self
             .state_norm
@@ -160,7 +161,7 @@ impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
             .collect();
         named.push((IDS.into(), Tensor::from_f32(vec![n + 1], ids)?));
         named.push((STATE.into(), Tensor::from_f32(vec![1, state.len()], state)?));
-        self.graphs.select(n, |f| Self::build(f, cfg, n))?;
+        self.graphs.select(shape, |f| Self::build(f, cfg, shape))?;
         let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let out = self.graphs.exec(0).run(&inputs)?;
         let x = out[0].to_vec_f32()?;

@@ -3,10 +3,11 @@
 //! reference's transformers fork runs it), the final norm at the head's rows, and the L1
 //! head's MLP-ResNet.
 
-use super::OpenVlaOftConfig;
+use super::{OftHead, OpenVlaOftConfig};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::{layer_norm, linear, rms_norm, Scope};
 use crate::models::openvla;
+use crate::models::openvla::ActionIo;
 use crate::modules::decoder::{DecoderStack, Rotary};
 use crate::{Result, Tensor};
 
@@ -64,9 +65,19 @@ pub fn head_rows(
 /// `fc1` + ReLU and after each block, then the output `[chunk, action_dim]` (the stages a
 /// golden test checks).
 pub fn head(g: &mut GraphBuilder, cfg: &OpenVlaOftConfig, rows: NodeId) -> Result<Vec<NodeId>> {
-    let (io, hd) = (&cfg.io, &cfg.head);
+    l1_head(g, &cfg.io, &cfg.head, cfg.lm.hidden, rows)
+}
+
+/// [`head`] of any arch with OpenVLA-OFT's head (BitVLA's too), `hidden` the rows' width.
+pub fn l1_head(
+    g: &mut GraphBuilder,
+    io: &ActionIo,
+    hd: &OftHead,
+    hidden: usize,
+    rows: NodeId,
+) -> Result<Vec<NodeId>> {
     let s = Scope::new("aex.head");
-    let x = g.reshape(rows, &[io.chunk, io.action_dim * cfg.lm.hidden])?;
+    let x = g.reshape(rows, &[io.chunk, io.action_dim * hidden])?;
     let x = layer_norm(g, x, &s.pp("ln1"), hd.head_ln_eps)?;
     let x = linear(g, x, &s.pp("fc1"), hd.head_hidden, true)?;
     let mut x = g.relu(x);

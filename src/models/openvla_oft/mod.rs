@@ -7,12 +7,13 @@
 
 pub mod graphs;
 
-use super::openvla::{ActionIo, LmDims, OpenVlaArch, OpenVlaPolicy};
+use super::openvla::{self, ActionIo, LmDims, OpenVlaArch, OpenVlaPolicy, PromptShape};
 use crate::config::limits::MAX_LAYERS;
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::gguf::GgufFile;
 use crate::graph::{GraphBuilder, NodeId};
 use crate::modules::prismatic::PrismaticConfig;
+use crate::preprocess::CameraInput;
 use crate::Result;
 
 pub const ARCH: &str = "openvla_oft";
@@ -104,8 +105,13 @@ impl OpenVlaOftConfig {
 impl OpenVlaArch for OpenVlaOftConfig {
     const ARCH: &'static str = ARCH;
 
-    fn vision(&self) -> &PrismaticConfig {
-        &self.vision
+    fn num_images(&self) -> usize {
+        self.vision.num_images
+    }
+
+    fn camera(&self) -> CameraInput {
+        let [camera, _] = openvla::cameras(&self.vision);
+        camera
     }
 
     fn lm(&self) -> &LmDims {
@@ -138,8 +144,8 @@ impl OpenVlaArch for OpenVlaOftConfig {
         self.patch_rows() + self.slots() + 1
     }
 
-    fn predict(&self, g: &mut GraphBuilder, n_prompt: usize) -> Result<NodeId> {
-        graphs::predict(g, self, n_prompt)
+    fn predict(&self, g: &mut GraphBuilder, p: PromptShape) -> Result<NodeId> {
+        graphs::predict(g, self, p.len)
     }
 
     fn translate(file: GgufFile) -> Result<GgufFile> {

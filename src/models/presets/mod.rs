@@ -16,8 +16,8 @@ pub use gr00t::{
 };
 pub use gr00t16::{gr00t_n1_6_full_config, gr00t_n1_6_small_config};
 pub use openvla::{
-    openvla_oft_full_config, openvla_oft_small_config, vla_adapter_full_config,
-    vla_adapter_small_config,
+    bitvla_full_config, bitvla_small_config, openvla_oft_full_config, openvla_oft_small_config,
+    vla_adapter_full_config, vla_adapter_small_config,
 };
 
 use super::common::{add_random_tensors, ActionIo};

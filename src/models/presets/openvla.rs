@@ -1,5 +1,6 @@
-//! VLA-Adapter and OpenVLA-OFT presets.
+//! VLA-Adapter, OpenVLA-OFT and BitVLA presets.
 
+use crate::models::bitvla::{self, BitvlaConfig};
 use crate::models::openvla::{ActionIo, LmDims};
 use crate::models::openvla_oft::{OftHead, OpenVlaOftConfig};
 use crate::models::vla_adapter::{HeadConfig, VlaAdapterConfig};
@@ -168,5 +169,80 @@ pub fn openvla_oft_full_config() -> OpenVlaOftConfig {
             head_ln_eps: 1e-5,
         },
         empty_id: 29_871,
+    }
+}
+
+/// A small BitVLA-shaped config for tests and demos (the golden fixture's sizes): a SigLIP
+/// tower 48 wide, 3 layers of 16 heads, MLP 176, at the released 224 x 224 (patch 14: 256
+/// patches) on two cameras; BitNet 32 wide, 4 layers, 4 query / 1 key-value heads of 8, MLP
+/// 96, the released vocabulary (Llama 3's with BitVLA's tokens, 128264) and special ids; the
+/// L1 head 32 wide with 2 blocks; chunk 8, action 7, state 8.
+pub fn bitvla_small_config() -> BitvlaConfig {
+    let full = bitvla_full_config();
+    BitvlaConfig {
+        vision: bitvla::TowerConfig {
+            hidden: 48,
+            layers: 3,
+            heads: 16,
+            inter: 176,
+            ..full.vision
+        },
+        lm: LmDims {
+            hidden: 32,
+            layers: 4,
+            q_heads: 4,
+            kv_heads: 1,
+            head_dim: 8,
+            inter: 96,
+            ..full.lm
+        },
+        head: OftHead {
+            head_hidden: 32,
+            ..full.head
+        },
+        ..full
+    }
+}
+
+/// The released LIBERO models' sizes: SigLIP so400m/14 at 224 (26 of 27 layers, 1152 wide, 16
+/// heads, MLP 4304) on two cameras, BitNet b1.58-2B (30 layers, 2560 wide, 20 / 5 heads of 128,
+/// MLP 6912, rope 5e5, RMS epsilon 1e-5, vocabulary 128264), the L1 head 2560 wide with 2
+/// blocks, chunk 8, action 7, state 8; image placeholder 128010, proprio 128011, stop 128001.
+pub fn bitvla_full_config() -> BitvlaConfig {
+    BitvlaConfig {
+        vision: bitvla::TowerConfig {
+            hidden: 1152,
+            layers: 26,
+            heads: 16,
+            inter: 4304,
+            image_size: 224,
+            patch_size: 14,
+            ln_eps: 1e-6,
+            num_images: 2,
+        },
+        lm: LmDims {
+            hidden: 2560,
+            layers: 30,
+            q_heads: 20,
+            kv_heads: 5,
+            head_dim: 128,
+            inter: 6912,
+            vocab: 128_264,
+            rope_theta: 5e5,
+            rms_eps: 1e-5,
+        },
+        io: ActionIo {
+            chunk: 8,
+            action_dim: 7,
+            proprio_dim: 8,
+            stop_id: 128_001,
+        },
+        head: OftHead {
+            head_hidden: 2560,
+            head_blocks: 2,
+            head_ln_eps: 1e-5,
+        },
+        image_id: 128_010,
+        proprio_id: 128_011,
     }
 }

@@ -6,13 +6,14 @@
 
 pub mod graphs;
 
-use super::openvla::{ActionIo, LmDims, OpenVlaArch, OpenVlaPolicy};
+use super::openvla::{self, ActionIo, LmDims, OpenVlaArch, OpenVlaPolicy, PromptShape};
 use crate::config::limits::{MAX_CHUNK, MAX_LAYERS};
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::gguf::GgufFile;
 use crate::graph::{GraphBuilder, NodeId};
 use crate::modules::decoder::DecoderConfig;
 use crate::modules::prismatic::PrismaticConfig;
+use crate::preprocess::CameraInput;
 use crate::Result;
 
 pub const ARCH: &str = "vla_adapter";
@@ -122,8 +123,13 @@ impl VlaAdapterConfig {
 impl OpenVlaArch for VlaAdapterConfig {
     const ARCH: &'static str = ARCH;
 
-    fn vision(&self) -> &PrismaticConfig {
-        &self.vision
+    fn num_images(&self) -> usize {
+        self.vision.num_images
+    }
+
+    fn camera(&self) -> CameraInput {
+        let [camera, _] = openvla::cameras(&self.vision);
+        camera
     }
 
     fn lm(&self) -> &LmDims {
@@ -147,8 +153,8 @@ impl OpenVlaArch for VlaAdapterConfig {
         self.task_rows() + self.action.num_tokens + 1
     }
 
-    fn predict(&self, g: &mut GraphBuilder, n_prompt: usize) -> Result<NodeId> {
-        graphs::predict(g, self, n_prompt)
+    fn predict(&self, g: &mut GraphBuilder, p: PromptShape) -> Result<NodeId> {
+        graphs::predict(g, self, p.len)
     }
 
     fn translate(file: GgufFile) -> Result<GgufFile> {

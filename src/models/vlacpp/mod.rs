@@ -42,6 +42,7 @@ use super::pi0::{ARCH_PI0, ARCH_PI05};
 use super::smolvla::ARCH as SMOLVLA;
 use super::vla_jepa::ARCH as VLA_JEPA;
 
+pub(crate) mod bitvla;
 mod evo1;
 mod gr00t;
 mod gr00t16;

@@ -161,7 +161,7 @@ fn tower_tensors(
 }
 
 /// `statistics_json` as every suite's `state_*.<suite>` and `action_*.<suite>` tensors.
-fn statistics(file: &mut GgufFile, arch: &str) -> Result<()> {
+pub(super) fn statistics(file: &mut GgufFile, arch: &str) -> Result<()> {
     let k = format!("{arch}.statistics_json");
     let bad = |why: String| Error::InvalidArgument(format!("vla.cpp's {arch} file: {k}: {why}"));
     let text = match file.get(&k) {

@@ -19,8 +19,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use vla::convert::openvla;
 use vla::convert::{
-    act, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, openvla_oft, pi0, smolvla, vla_adapter, vla_jepa,
-    Kind,
+    act, bitvla, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, openvla_oft, pi0, smolvla, vla_adapter,
+    vla_jepa, Kind,
 };
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
@@ -91,6 +91,13 @@ enum Command {
     /// at 15.3 GB (then `vla-quantize --type Q8_0 --vision --expert`: 8.5 GB).
     #[command(name = "openvla_oft")]
     OpenvlaOft(VlaAdapterArgs),
+    /// A BitVLA checkpoint folder as its LIBERO evaluation loads it (config.json,
+    /// model.safetensors of bf16 master weights, action_head--*checkpoint.pt,
+    /// proprio_projector--*checkpoint.pt, dataset_statistics.json, the tokenizer files with
+    /// the chat template). Every BitLinear is quantized as the reference's forward does
+    /// (ternary, 2 bits a weight; --dtype applies to the float matrices); every suite's
+    /// statistics are kept: the server picks one with --embodiment.
+    Bitvla(VlaAdapterArgs),
 }
 
 #[derive(clap::Args)]
@@ -110,7 +117,7 @@ struct VlaAdapterArgs {
 /// What an OpenVLA-family checkpoint does not record: its evaluation's settings.
 #[derive(clap::Args, Clone, Copy)]
 struct OpenVlaArgs {
-    /// Cameras, each through both towers (the evaluation's num_images_in_input). Default: 2,
+    /// Cameras, each through the vision tower(s) (the evaluation's num_images_in_input). Default: 2,
     /// LIBERO's third-person and wrist views.
     #[arg(long, value_name = "N")]
     num_images: Option<usize>,
@@ -332,6 +339,7 @@ fn main() {
         Command::Act(args) => convert_act(args),
         Command::VlaAdapter(args) => convert_vla_adapter(args),
         Command::OpenvlaOft(args) => convert_openvla_oft(args),
+        Command::Bitvla(args) => convert_bitvla(args),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -625,7 +633,23 @@ fn convert_openvla_oft(args: VlaAdapterArgs) -> Result<()> {
     })
 }
 
-/// `vla::convert::{vla_adapter, openvla_oft}::convert`.
+fn convert_bitvla(args: VlaAdapterArgs) -> Result<()> {
+    convert_openvla(args, bitvla::convert, |c| {
+        format!(
+            "bitvla, SigLIP {}x{} ({}px, {} cameras), BitNet b1.58 {}x{} (ternary, bidirectional), L1 head {}x{}",
+            c.vision.hidden,
+            c.vision.layers,
+            c.vision.image_size,
+            c.vision.num_images,
+            c.lm.hidden,
+            c.lm.layers,
+            c.head.head_hidden,
+            c.head.head_blocks
+        )
+    })
+}
+
+/// `vla::convert::{vla_adapter, openvla_oft, bitvla}::convert`.
 type OpenVlaConvert<A> = fn(
     &Path,
     &openvla::Options,
@@ -798,6 +822,10 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
             head: a.openvla,
         }),
         OpenvlaOft => convert_openvla_oft(VlaAdapterArgs {
+            common,
+            head: a.openvla,
+        }),
+        Bitvla => convert_bitvla(VlaAdapterArgs {
             common,
             head: a.openvla,
         }),

@@ -24,7 +24,7 @@ fn served_round_trip(case: &cases::ArchCase) {
     let want = serde_json::from_str::<serde_json::Value>(&info_json(&info)).unwrap();
     assert_eq!(served, want, "{n}: INFO vs the in-process policy's");
     for seed in [2, 3] {
-        let obs = cases::observation(&info, seed);
+        let obs = case.observation(&info, seed);
         let resp = c.predict(&obs).unwrap_or_else(|e| panic!("{n}: {e}"));
         assert_eq!(
             (resp.chunk_size as usize, resp.action_dim as usize),

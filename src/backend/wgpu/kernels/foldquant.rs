@@ -8,7 +8,7 @@ use super::{dispatch, grid_1d, u32_of, Bind, Dispatch, NodeBuffers, TensorBuf};
 use crate::backend::wgpu::shader::Variant;
 use crate::backend::wgpu::{GpuContext, KernelSet};
 use crate::graph::{Node, Op};
-use crate::ops::foldquant::{qmax, FoldOrder};
+use crate::ops::foldquant::{qmax, ActRule, FoldOrder};
 use crate::{Error, Result};
 
 const SOURCE: &str = concat!(
@@ -47,10 +47,12 @@ pub(super) fn fq_linear(
             "fq_linear with codes {shape:?} over one storage binding"
         )));
     };
-    // K from x: INT4 codes are stored two a byte (`[N, K / 2]`), unpacked in `fq_gemm`
+    // K from x: INT4 codes are stored two a byte (`[N, K / 2]`), ternary codes four
+    // (`[N, K / 4]`), unpacked in `fq_gemm`
     let (n, k) = (shape[0], *bufs.inputs[0].shape().last().unwrap_or(&0));
     if k % 4 != 0
         || (p.weight_bits == 4 && k % 8 != 0)
+        || (p.weight_bits == 2 && k % 16 != 0)
         || !p.block.is_power_of_two()
         || p.block > 64
         || k % p.block != 0
@@ -93,7 +95,8 @@ pub(super) fn fq_linear(
     let act = Variant::new("foldquant", SOURCE, "fq_act")
         .define("BEFORE", p.fold == Some(FoldOrder::Before))
         .define("AFTER", p.fold == Some(FoldOrder::After))
-        .define("NORM", p.norm.is_some());
+        .define("NORM", p.norm.is_some())
+        .define("BITNET", p.act == ActRule::BitNet);
     let f = Bind::f32;
     let mut b = vec![(1, x), (3, f(&rotated)), (4, f(&codes)), (5, f(&scales))];
     b.extend(ascale.map(|a| (2, a)));
@@ -107,6 +110,7 @@ pub(super) fn fq_linear(
     let gemm = Variant::new("foldquant", SOURCE, entry)
         .define("INT_DOT", ctx.caps.int_dot)
         .define("W4", p.weight_bits == 4)
+        .define("W2", p.weight_bits == 2)
         .define("BIAS", addend.is_some() && !residual)
         .define("RESIDUAL", residual);
     let mut b = vec![
