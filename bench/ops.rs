@@ -249,11 +249,77 @@ fn bench_foldquant(c: &mut Criterion, backends: &[Box<dyn Backend>]) {
     group.finish();
 }
 
+/// BitNet b1.58-2B's linears at BitVLA's sequence (600 rows: 512 patches, the prompt, the
+/// action slots): ternary integer sites (`ternary/cpu/w2a8`, BitNet's activation rule) against
+/// the same products with f32 and Q8_0 weights, on the cpu backend (lavapipe would take
+/// minutes a sample).
+fn bench_ternary(c: &mut Criterion) {
+    let mut group = short_group(c, "ternary");
+    for &(m, n, k) in &[(600, 2560, 2560), (600, 6912, 2560), (600, 2560, 6912)] {
+        let w = values(n * k, 7);
+        let codes: Vec<i8> = w
+            .iter()
+            .map(|v| (v * 1.4).round().clamp(-1.0, 1.0) as i8)
+            .collect();
+        let packed = vla::ops::ternary::pack(&codes, k).unwrap();
+        let fq = vec![2.0, 8.0, 1.0, 1.0, 0.0, 0.0, 1.0];
+        let cases: Vec<(String, HashMap<String, Tensor>)> = vec![
+            (
+                "w2a8".into(),
+                HashMap::from([
+                    (
+                        "w.weight".to_owned(),
+                        Tensor::from_bytes(vec![n, k / 4], GgmlType::I8, packed).unwrap(),
+                    ),
+                    (
+                        "w.wscale".to_owned(),
+                        Tensor::from_f32(vec![n], vec![0.02; n]).unwrap(),
+                    ),
+                    ("w.fq".to_owned(), Tensor::from_f32(vec![7], fq).unwrap()),
+                ]),
+            ),
+            (
+                "F32".into(),
+                HashMap::from([(
+                    "w.weight".to_owned(),
+                    Tensor::from_f32(vec![n, k], w.clone()).unwrap(),
+                )]),
+            ),
+            (
+                "Q8_0".into(),
+                HashMap::from([(
+                    "w.weight".to_owned(),
+                    Tensor::from_bytes(
+                        vec![n, k],
+                        GgmlType::Q8_0,
+                        quant::quantize(GgmlType::Q8_0, &w).unwrap(),
+                    )
+                    .unwrap(),
+                )]),
+            ),
+        ];
+        let x = Tensor::from_f32(vec![m, k], values(m * k, 3)).unwrap();
+        group.throughput(Throughput::Elements((2 * m * n * k) as u64));
+        for (label, weights) in &cases {
+            let mut g = GraphBuilder::new(weights);
+            let xi = g.input("x", &[m, k]);
+            let wi = g.weight("w.weight", &[n, k]).unwrap();
+            let y = g.matmul(xi, wi).unwrap();
+            let graph = g.build(&[y]).unwrap();
+            let mut exe = CpuBackend.compile(&graph, weights).unwrap();
+            let id = BenchmarkId::new(format!("cpu/{label}"), format!("m{m}_n{n}_k{k}"));
+            group.bench_function(id, |bench| bench.iter(|| exe.run(&[("x", &x)]).unwrap()));
+        }
+    }
+    group.finish();
+}
+
 fn all(c: &mut Criterion) {
     let backends = backends();
     bench_matmul(c, &backends);
     bench_attention(c, &backends);
     bench_foldquant(c, &backends);
+    bench_ternary(c);
 }
 
 criterion_group!(benches, all);

@@ -7,7 +7,8 @@
 #   --work DIR   where the model files are generated (default /tmp/vla-gpu-bench; ~8.5 GB)
 #   --out DIR    where the table (gpu-bench.md) and raw JSON go (default: --work)
 #   --models LIST  ARCH:DTYPE entries, space-separated (default "smolvla:f32 pi05:f16 act:f32";
-#                any served arch, e.g. "act:f32 evo1:bf16 vla_adapter:bf16 openvla_oft:bf16")
+#                any served arch, e.g. "act:f32 evo1:bf16 vla_adapter:bf16 openvla_oft:bf16
+#                bitvla:f32" (BitVLA's ternary matrices run as integers whatever the DTYPE))
 #   --quick      small random-weight configs instead of the released sizes (checks the
 #                script itself, e.g. on lavapipe)
 #   --allow-cpu  go on when the only Vulkan adapter is a CPU one (llvmpipe)

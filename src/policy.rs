@@ -122,6 +122,10 @@ pub struct PolicyInfo {
     /// Whether the model reads a request's instruction (ACT reads none: a prompt or token
     /// ids are not used, and the reply says so).
     pub reads_instruction: bool,
+    /// Token ids a request's own ids must hold, as one run in this order: `(id, count)`
+    /// (BitVLA: every camera's image placeholder, then the proprio one); empty where the
+    /// model places its inputs itself.
+    pub placeholders: Vec<(u32, usize)>,
 }
 
 impl PolicyInfo {

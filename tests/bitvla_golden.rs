@@ -312,3 +312,54 @@ fn bf16_weights_keep_the_chunk() {
     println!("bf16: cosine {cos:.6}");
     assert!(cos >= 0.999, "bf16 chunk cosine {cos}");
 }
+
+/// vla.cpp's own `bitvla` layout (int2 Ladder tiles, fused `ffn_gate_up`, the tower's `fc2`
+/// padded, `statistics_json`, no tokenizer), written by an independent numpy + gguf-py writer
+/// from the layout's facts (tests/interop/vlacpp_bitvla_writer.py), gives the chunk of our own
+/// conversion of the same checkpoint bit for bit on every backend (the same codes, steps and
+/// float weights after translation: the same graphs). The checkpoint is 128 wide
+/// (tests/interop/bitvla_checkpoint.py, numpy only): vla.cpp's tiles take no narrower matrix,
+/// which the golden fixture's 48 / 32 widths are.
+#[test]
+fn vlacpp_layout_gives_our_conversions_chunk() {
+    let tmp = std::env::temp_dir().join(format!("vla-bitvla-vlacpp-{}", std::process::id()));
+    let ckpt = tmp.join("ckpt");
+    let theirs = tmp.join("vlacpp.gguf");
+    std::fs::create_dir_all(&tmp).unwrap();
+    support::interop("bitvla_checkpoint.py", &[ckpt.as_os_str()]);
+    support::interop(
+        "vlacpp_bitvla_writer.py",
+        &[ckpt.as_os_str(), theirs.as_os_str(), "--f32".as_ref()],
+    );
+    let opts = bitvla::Options {
+        dtype: Some(GgmlType::F32),
+        ..Default::default()
+    };
+    let ours = bitvla::convert(&ckpt, &opts, &mut |_, _, _| {}).unwrap();
+    let g = Golden::load(&fixture("bitvla-tiny"));
+    for backend in support::golden::backends() {
+        let Some(mut p) = policy_on::<BitvlaConfig>(reopened(&ours.writer), backend) else {
+            continue;
+        };
+        // vla.cpp's file has no tokenizer: the ids ours makes of the task
+        let ids = p.model_ids(&observation(&g)).unwrap();
+        let obs = vla::policy::Observation {
+            prompt: None,
+            tokens: Some(ids.iter().map(|&t| t as i32).collect()),
+            ..observation(&g)
+        };
+        let want = p.predict(&obs).unwrap().actions;
+        let file = GgufFile::open(&theirs).unwrap();
+        let mut q = policy_on::<BitvlaConfig>(file, backend).unwrap();
+        let got = q.predict(&obs).unwrap().actions;
+        assert_eq!(
+            got, want,
+            "{backend}: vla.cpp-layout BitVLA vs our conversion"
+        );
+        if backend == CPU {
+            let err = q.predict(&observation(&g)).unwrap_err().to_string();
+            assert!(err.contains("tokenizer"), "a text prompt: {err}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -240,7 +240,7 @@ impl<K: PartialEq> LoadedGraphs<K> {
             max_action_dim: 0,
             action_dim: 0,
             num_steps: 0,
-            param_count: file.tensors().iter().map(|t| t.n_elements()).sum(),
+            param_count: param_count(file),
             weight_dtypes: super::dtype_summary(file),
             backend: self.backend.clone(),
             memory_bytes: self.memory_bytes(),
@@ -252,8 +252,30 @@ impl<K: PartialEq> LoadedGraphs<K> {
             camera_names: camera_names(file),
             n_action_steps: None,
             reads_instruction: true,
+            placeholders: Vec::new(),
         }
     }
+}
+
+/// The parameters `file` holds: an integer site's packed codes (`<site>.weight` I8 beside a
+/// `<site>.fq` of weight bits `b`) count `8 / b` a byte.
+fn param_count(file: &GgufFile) -> u64 {
+    let per_byte = |name: &str| -> u64 {
+        let fq = name.strip_suffix(".weight").map(|s| format!("{s}.fq"));
+        let bits = fq
+            .and_then(|f| file.dequantize(&f).ok())
+            .and_then(|v| v.first().copied());
+        match bits {
+            Some(b) if b == 2.0 || b == 4.0 => (8.0 / b) as u64,
+            _ => 1,
+        }
+    };
+    (file.tensors().iter())
+        .map(|t| match t.ty == GgmlType::I8 {
+            true => t.n_elements() * per_byte(&t.name),
+            false => t.n_elements(),
+        })
+        .sum()
 }
 
 /// The file's camera names (`vla.camera_names`, written by the converters), or none.

@@ -262,8 +262,9 @@ def function(file, name, namespace, edit=None):
     return namespace[name]
 
 
-def import_reference(root):
-    """The fork's five modified transformers files and the wrapper, from the checkout `root`."""
+def import_reference(root, pixels="float32"):
+    """The fork's five modified transformers files and the wrapper, from the checkout `root`; the client
+    casts the pixels to `pixels` (the released client's bfloat16 is made float32 for the golden values)."""
     import transformers
     import transformers.models.llava  # noqa: F401  (lazy packages: their submodules are not imported yet)
     import transformers.models.siglip  # noqa: F401
@@ -316,7 +317,7 @@ def import_reference(root):
         function(bt, name, ns)
     cast = "pixel_values.to(DEVICE, dtype=torch.bfloat16)"
     client = function(os.path.join(oft, "experiments", "robot", "bitnet_utils.py"), "get_bitnet_vla_action", ns,
-                      edit=(cast, cast.replace("bfloat16", "float32")))
+                      edit=(cast, cast.replace("bfloat16", pixels)))
     return types.SimpleNamespace(fork=fork, consts=consts, heads=heads, proj=proj, bc=bc, cfgmod=cfgmod, wrap=wrap,
                                  ns=ns, client=client)
 

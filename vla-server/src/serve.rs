@@ -489,6 +489,7 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "embodiment": info.embodiment,
         "n_action_steps": info.n_action_steps,
         "reads_instruction": info.reads_instruction,
+        "placeholders": info.placeholders,
         "server": concat!("vla-server ", env!("CARGO_PKG_VERSION")),
     })
     .to_string()

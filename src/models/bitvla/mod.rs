@@ -22,6 +22,7 @@ use crate::graph::{GraphBuilder, NodeId};
 use crate::modules::vision::{PatchPositions, TowerStyle, VisionConfig};
 use crate::ops::ternary;
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
+use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
 pub const ARCH: &str = "bitvla";
@@ -241,12 +242,30 @@ impl OpenVlaArch for BitvlaConfig {
         Ok(start)
     }
 
-    fn first_prompt(&self) -> PromptShape {
-        // the template's own tokens around the placeholders (about 50 with a LIBERO task)
-        PromptShape {
-            len: self.image_rows() + 1 + 60,
-            image_start: 40,
-        }
+    fn placeholders(&self) -> Vec<(u32, usize)> {
+        vec![
+            (self.image_id as u32, self.image_rows()),
+            (self.proprio_id as u32, 1),
+        ]
+    }
+
+    /// A LIBERO task through the template where the file has a tokenizer (a task of another
+    /// length compiles its own graph on first sight); else the placeholders first, as
+    /// `vla-bench` sends them, and 32 ids after.
+    fn first_prompt(&self, tokenizer: Option<&Tokenizer>) -> PromptShape {
+        let task = "pick up the black bowl next to the plate and place it on the plate";
+        let ids = tokenizer.and_then(|t| t.encode(&self.prompt(task)).ok());
+        let shape = ids.and_then(|ids| {
+            let image_start = self.image_start(&ids).ok()?;
+            Some(PromptShape {
+                len: ids.len(),
+                image_start,
+            })
+        });
+        shape.unwrap_or(PromptShape {
+            len: self.image_rows() + 1 + 32,
+            image_start: 0,
+        })
     }
 
     fn predict(&self, g: &mut GraphBuilder, p: PromptShape) -> Result<NodeId> {

@@ -43,8 +43,13 @@ pub trait OpenVlaArch: Section + Clone + Default + Send + 'static {
     fn image_start(&self, _ids: &[u32]) -> Result<usize> {
         Ok(0)
     }
-    /// The prompt the graph is first compiled for: its length and [`Self::image_start`].
-    fn first_prompt(&self) -> PromptShape {
+    /// The placeholders a request's token ids must hold ([`crate::policy::PolicyInfo`]).
+    fn placeholders(&self) -> Vec<(u32, usize)> {
+        Vec::new()
+    }
+    /// The prompt the graph is first compiled for (its length and [`Self::image_start`]),
+    /// given the file's tokenizer where it has one.
+    fn first_prompt(&self, _tokenizer: Option<&Tokenizer>) -> PromptShape {
         PromptShape {
             len: 48, // LIBERO's tasks run 30-60 tokens
             image_start: 0,
@@ -94,7 +99,7 @@ pub struct PromptShape {
 /// The predict graph for the first prompt, weights declared only.
 fn declaring_graph<A: OpenVlaArch>(cfg: &A) -> Result<Graph> {
     let mut g = GraphBuilder::over(None);
-    let out = cfg.predict(&mut g, cfg.first_prompt())?;
+    let out = cfg.predict(&mut g, cfg.first_prompt(None))?;
     g.build(&[out])
 }
 

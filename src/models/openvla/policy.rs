@@ -37,7 +37,7 @@ impl<A: OpenVlaArch> OpenVlaPolicy<A> {
         let state_norm = Normalizer::from_gguf(&file, "state", a.proprio_dim, suite.as_deref())?;
         let action_norm = Normalizer::from_gguf(&file, "action", a.action_dim, suite.as_deref())?;
         let tokenizer = gguf_tokenizer(&file, cfg.lm().vocab)?;
-        let first = cfg.first_prompt();
+        let first = cfg.first_prompt(tokenizer.as_ref());
         let build = |f: &GgufFile| Self::build(f, &cfg, first);
         let graphs = LoadedGraphs::compile(file, opts, first, build)?;
         let mut info = graphs.info(arch);
@@ -52,6 +52,7 @@ impl<A: OpenVlaArch> OpenVlaPolicy<A> {
         info.max_action_dim = a.action_dim;
         info.action_dim = a.action_dim;
         info.embodiment = suite;
+        info.placeholders = cfg.placeholders();
         info.memory_bytes = graphs.memory_bytes();
         info.activation_bytes = graphs.activation_bytes();
         Ok(OpenVlaPolicy {

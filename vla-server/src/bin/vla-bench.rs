@@ -73,8 +73,9 @@ struct Args {
     /// backend, and the traffic it costs.
     #[arg(long, conflicts_with = "server")]
     stepwise: bool,
-    /// Instruction length of the synthetic request, in token ids (ids 1 to N; at most the
-    /// model's `tokenizer_max_length`). The prefill runs N rounded up to a bucket of 16 rows,
+    /// Instruction length of the synthetic request, in token ids (ids 1 to N, after the
+    /// placeholders the model asks for in INFO: BitVLA's; at most the model's
+    /// `tokenizer_max_length`). The prefill runs N rounded up to a bucket of 16 rows,
     /// so this changes the work as a prompt of that length does.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     tokens: u32,
@@ -121,13 +122,14 @@ fn main() -> ExitCode {
 }
 
 /// A synthetic observation of the right shape: fixed pixels (`(height, width)` frames),
-/// state and noise.
+/// state and noise; `tokens` instruction ids after the model's `placeholders` (INFO's).
 fn observation(
     n_images: usize,
     (height, width): (usize, usize),
     state_dim: usize,
     noise_len: usize,
     tokens: u32,
+    placeholders: &[(u32, usize)],
 ) -> Observation {
     let n = height * width * 3;
     let image = Image {
@@ -138,7 +140,12 @@ fn observation(
     Observation {
         images: vec![image; n_images],
         state: (0..state_dim).map(|i| (i as f32 * 0.37).sin()).collect(),
-        tokens: Some((1..=tokens as i32).collect()),
+        tokens: Some(
+            (placeholders.iter())
+                .flat_map(|&(id, n)| std::iter::repeat_n(id as i32, n))
+                .chain(1..=tokens as i32)
+                .collect(),
+        ),
         prompt: None,
         noise: Some((0..noise_len).map(|i| (i as f32 * 0.61).cos()).collect()),
         token_mask: None,
@@ -242,6 +249,7 @@ fn run(args: Args) -> Result<()> {
         } else {
             0
         },
+        &info.placeholders,
     );
     for _ in 0..args.warmup {
         policy.predict(&obs)?;
@@ -496,6 +504,7 @@ fn compare(args: &Args) -> Result<()> {
             info.state_dim,
             info.chunk_size * info.max_action_dim,
             args.tokens,
+            &info.placeholders,
         );
         let chunk = policy.predict(&obs)?.actions;
         for _ in 1..args.warmup {
@@ -584,6 +593,8 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
             true => args.tokens,
             false => 0,
         },
+        &serde_json::from_value::<Vec<(u32, usize)>>(info["placeholders"].clone())
+            .unwrap_or_default(),
     );
     let text = |k: &str| info[k].as_str().unwrap_or("?").to_owned();
     println!("server    {addr}: {} on {}", text("arch"), text("backend"));
