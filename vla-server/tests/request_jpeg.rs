@@ -28,6 +28,7 @@ fn info() -> PolicyInfo {
         camera_names: Vec::new(),
         n_action_steps: None,
         reads_instruction: true,
+        placeholders: Vec::new(),
     }
 }
 
