@@ -204,7 +204,7 @@ fn malformed_metadata_is_an_error() {
         ),
         (
             "other pre",
-            Box::new(|m| set(m, "tokenizer.ggml.pre", "llama-bpe".into())),
+            Box::new(|m| set(m, "tokenizer.ggml.pre", "deepseek-llm".into())),
         ),
         (
             "bos out of range",

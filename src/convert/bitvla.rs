@@ -221,32 +221,12 @@ fn bitnet(c: &Checkpoint) -> Result<LmDims> {
 
 /// The tower, projectors and language model.
 fn plan(cfg: &BitvlaConfig) -> Vec<(String, Source)> {
-    let mut v: Vec<(String, Source)> = Vec::new();
-    pair(
-        &mut v,
-        "vit.patch_embd",
-        &format!("{VT}embeddings.patch_embedding"),
-        vla,
-    );
-    v.push((
-        "vit.pos_embd.weight".into(),
-        vla(format!("{VT}embeddings.position_embedding.weight")),
-    ));
-    for i in 0..cfg.vision.layers {
-        let (o, b) = (format!("vit.blk.{i}"), format!("{VT}encoder.layers.{i}"));
-        for (a, t) in [
-            ("ln1", "layer_norm1"),
-            ("ln2", "layer_norm2"),
-            ("attn_q", "self_attn.q_proj"),
-            ("attn_k", "self_attn.k_proj"),
-            ("attn_v", "self_attn.v_proj"),
-            ("attn_o", "self_attn.out_proj"),
-            ("fc1", "mlp.fc1"),
-            ("fc2", "mlp.fc2"),
-        ] {
-            pair(&mut v, &format!("{o}.{a}"), &format!("{b}.{t}"), vla);
-        }
-    }
+    // the tower read at its last kept layer: no final norm
+    let mut v: Vec<(String, Source)> = super::siglip_name_map(VT, cfg.vision.layers)
+        .into_iter()
+        .filter(|(ours, _)| !ours.starts_with("vit.post_ln."))
+        .map(|(ours, theirs)| (ours, vla(theirs)))
+        .collect();
     for l in ["linear_1", "linear_2"] {
         pair(
             &mut v,

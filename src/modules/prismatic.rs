@@ -4,11 +4,13 @@
 //! 3-layer GELU MLP. Keys are vla.cpp's (`vit.*`); tensors `vis.d.*` (DINOv2), `vis.s.*`
 //! (SigLIP) in [`vision_tower`]'s names, `vis.proj.fc{1,2,3}`.
 
-use crate::config::limits::{MAX_IMAGES, MAX_LAYERS, MAX_PATCHES_PER_SIDE};
-use crate::config::{bounded, first_failing, positive, Keys, Section};
+use crate::config::limits::{MAX_IMAGES, MAX_LAYERS};
+use crate::config::{bounded, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
 use crate::layers::linear;
-use crate::modules::vision::{vision_tower, PatchPositions, TowerStyle, VisionConfig};
+use crate::modules::vision::{
+    check_geometry, vision_tower, PatchPositions, TowerStyle, VisionConfig,
+};
 use crate::Result;
 
 /// One tower's sizes: `vit.<tower>.{hidden,layers,heads,inter}` (`head_dim` written for
@@ -80,21 +82,7 @@ impl Section for PrismaticConfig {
         bounded("vit.dino.registers", self.registers, 0, MAX_LAYERS)?;
         positive("vit.proj_mid", self.proj_mid)?;
         bounded("vit.num_images", self.num_images, 1, MAX_IMAGES)?;
-        first_failing(&[
-            (
-                self.patch_size > 0 && self.image_size.is_multiple_of(self.patch_size),
-                "vit.image_size must be a multiple of vit.patch_size",
-            ),
-            (
-                self.image_size > 0
-                    && self.image_size / self.patch_size.max(1) <= MAX_PATCHES_PER_SIDE,
-                "patches per side (vit.image_size / vit.patch_size) must be 1 to 1024",
-            ),
-            (
-                self.ln_eps >= 0.0 && self.ln_eps.is_finite(),
-                "vit.ln_eps must be finite and >= 0",
-            ),
-        ])
+        check_geometry(self.image_size, self.patch_size, self.ln_eps)
     }
 }
 

@@ -30,6 +30,24 @@ pub struct VisionConfig {
     pub style: TowerStyle,
 }
 
+/// The checks of a tower's input side, patch and LayerNorm epsilon (`vit.*` keys).
+pub fn check_geometry(image_size: usize, patch_size: usize, ln_eps: f32) -> Result<(), String> {
+    first_failing(&[
+        (
+            patch_size > 0 && image_size.is_multiple_of(patch_size),
+            "vit.image_size must be a multiple of vit.patch_size",
+        ),
+        (
+            image_size > 0 && image_size / patch_size.max(1) <= MAX_PATCHES_PER_SIDE,
+            "patches per side (vit.image_size / vit.patch_size) must be 1 to 1024",
+        ),
+        (
+            ln_eps >= 0.0 && ln_eps.is_finite(),
+            "vit.ln_eps must be finite and >= 0",
+        ),
+    ])
+}
+
 /// How a tower's embeddings and layers are laid out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TowerStyle {

@@ -245,6 +245,21 @@ mod tests {
         assert_eq!(words(q, "x'Sa"), ["x", "'S", "a"]);
     }
 
+    /// Expected splits are `tokenizers` 0.21.4's for Llama 3's `Split(LLAMA3_PATTERN,
+    /// Isolated)`; no NFC (a combining mark stays apart).
+    #[test]
+    fn llama3_split_matches_hf() {
+        let l = PreTokenizer::Llama3;
+        assert_eq!(
+            words(l, "it's 12345ab!? 7"),
+            ["it", "'s", " ", "123", "45", "ab", "!?", " ", "7"]
+        );
+        assert_eq!(words(l, "a   b"), ["a", "  ", " b"]);
+        assert_eq!(words(l, "x \n\n y"), ["x", " \n\n", " y"]);
+        let text = l.normalize("e\u{301} 1234567");
+        assert_eq!(words(l, &text), ["e", "\u{301}", " ", "123", "456", "7"]);
+    }
+
     #[test]
     fn qwen2_normalizes_to_nfc() {
         let q = PreTokenizer::Qwen2;

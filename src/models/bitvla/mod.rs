@@ -15,11 +15,11 @@ pub mod graphs;
 use super::common::SplitMix64;
 use super::openvla::{self, ActionIo, LmDims, OpenVlaArch, OpenVlaPolicy, PromptShape};
 use super::openvla_oft::OftHead;
-use crate::config::limits::{MAX_IMAGES, MAX_LAYERS, MAX_PATCHES_PER_SIDE};
+use crate::config::limits::{MAX_IMAGES, MAX_LAYERS};
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter};
 use crate::graph::{GraphBuilder, NodeId};
-use crate::modules::vision::{PatchPositions, TowerStyle, VisionConfig};
+use crate::modules::vision::{check_geometry, PatchPositions, TowerStyle, VisionConfig};
 use crate::ops::ternary;
 use crate::preprocess::{CameraInput, PadAlign, PixelMap, Resize};
 use crate::tokenizer::Tokenizer;
@@ -70,25 +70,11 @@ impl Section for TowerConfig {
         bounded("vit.layers", self.layers, 1, MAX_LAYERS)?;
         bounded("vit.heads", self.heads, 1, self.hidden)?;
         bounded("vit.num_images", self.num_images, 1, MAX_IMAGES)?;
-        first_failing(&[
-            (
-                self.hidden.is_multiple_of(self.heads),
-                "vit.hidden must be a multiple of vit.heads",
-            ),
-            (
-                self.patch_size > 0 && self.image_size.is_multiple_of(self.patch_size),
-                "vit.image_size must be a multiple of vit.patch_size",
-            ),
-            (
-                self.image_size > 0
-                    && self.image_size / self.patch_size.max(1) <= MAX_PATCHES_PER_SIDE,
-                "patches per side (vit.image_size / vit.patch_size) must be 1 to 1024",
-            ),
-            (
-                self.ln_eps >= 0.0 && self.ln_eps.is_finite(),
-                "vit.ln_eps must be finite and >= 0",
-            ),
-        ])
+        first_failing(&[(
+            self.hidden.is_multiple_of(self.heads),
+            "vit.hidden must be a multiple of vit.heads",
+        )])?;
+        check_geometry(self.image_size, self.patch_size, self.ln_eps)
     }
 }
 
