@@ -473,7 +473,7 @@ fn dots(acts: &[TokenCodes], wb: &[i8], k: usize, sums: &[i32]) -> Vec<i32> {
 }
 
 /// The codes of an FqLinear site packed once for the VNNI tile kernel ([`IntTiles`]; INT4
-/// and ternary codes unpacked first), or `None` where that kernel does not run (or the
+/// codes unpacked first, ternary ones kept two bits a code), or `None` where that kernel does not run (or the
 /// codes are damaged: the op then reports it). The cpu backend makes them at compile.
 pub fn int_tiles(codes: &Tensor, p: &FqParams) -> Option<IntTiles> {
     let [n, row] = codes.shape()[..] else {
@@ -481,6 +481,8 @@ pub fn int_tiles(codes: &Tensor, p: &FqParams) -> Option<IntTiles> {
     };
     match p.weight_bits {
         8 => IntTiles::new(bytemuck::cast_slice(codes.raw_bytes()), n, row),
+        // ternary tiles keep two bits a code
+        2 => IntTiles::ternary(codes.raw_bytes(), n, 4 * row),
         bits => {
             let all = unpack_codes(codes.raw_bytes(), bits).ok()?;
             IntTiles::new(&all, n, all.len() / n.max(1))

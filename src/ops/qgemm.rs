@@ -268,6 +268,29 @@ impl IntTiles {
         Some(IntTiles { k, n, tiles })
     }
 
+    /// Ternary codes `[n, k]` as stored ([`super::ternary`]'s packing, `k / 4` bytes a row)
+    /// packed into the VNNI kernel's tiles two bits a code, or `None` where that kernel does
+    /// not run (as [`Self::new`]) or a code is damaged (the op then reports it).
+    pub fn ternary(stored: &[u8], n: usize, k: usize) -> Option<Self> {
+        let on = simd::detected() && std::env::var("VLA_CPU_INT8").as_deref() != Ok("0");
+        if !on || k == 0 || !k.is_multiple_of(QK) || stored.len() != n * k / 4 {
+            return None;
+        }
+        let tiles = (0..n.div_ceil(NT))
+            .into_par_iter()
+            .map(|t| {
+                let rows = NT.min(n - t * NT);
+                let codes =
+                    super::ternary::unpack(&stored[t * NT * k / 4..(t * NT + rows) * k / 4])
+                        .ok()?;
+                let mut p = simd::Packed::default();
+                p.pack_ternary(&codes, rows, k);
+                Some(p)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(IntTiles { k, n, tiles })
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         self.tiles.iter().map(simd::Packed::bytes).sum()
@@ -293,12 +316,18 @@ pub fn int_dots(biased: &[&[u8]], w: &IntTiles) -> Result<Vec<i32>> {
     if m == 0 || n == 0 {
         return Ok(res);
     }
+    // each row's sum of biased codes: the ternary tiles' correction
+    let sums: Vec<i32> = biased
+        .iter()
+        .map(|r| r.iter().map(|&b| i32::from(b)).sum())
+        .collect();
     let dst = SendPtr(res.as_mut_ptr() as *mut f32);
     w.tiles.par_iter().enumerate().for_each(|(t, tile)| {
         let rows = NT.min(n - t * NT);
+        let out = (dst.get() as *mut i32).wrapping_add(t * NT);
         // SAFETY: this tile alone writes columns t*NT..t*NT+rows of the m x n result (row
         // stride n); every token row holds k bytes (checked above).
-        unsafe { simd::int_tile(biased, tile, rows, (dst.get() as *mut i32).add(t * NT), n) };
+        unsafe { simd::int_tile(biased, &sums, tile, rows, out, n) };
     });
     Ok(res)
 }
@@ -320,6 +349,8 @@ mod simd {
         scales: Vec<f32>,
         corr: Vec<i32>,
         kb: usize,
+        /// Ternary codes two bits a code ([`Packed::pack_ternary`]).
+        ternary: bool,
     }
 
     impl Packed {
@@ -389,31 +420,120 @@ mod simd {
                 self.corr[j] = 128 * row.iter().map(|&v| i32::from(v)).sum::<i32>();
             }
         }
+
+        /// Packs ternary `codes [rows, k]` (each -1, 0 or 1; rows <= [`NT`]) two bits a
+        /// code: per 32-block `b` and half `h`, two 64-byte vectors `P` (0, 1) whose byte
+        /// `c*4 + e` holds in bits `2j..2j+1` the code + 1 of column `h*16 + c`, element
+        /// `b*32 + (4P + j)*4 + e`: `P` shifted right by `2j` and masked to 2 bits is group
+        /// `4P + j`'s `vpdpbusd` operand (the codes + 1, unsigned). `corr` as
+        /// [`Self::pack_codes`]; the kernel also takes off each row's sum of biased codes.
+        pub(crate) fn pack_ternary(&mut self, codes: &[i8], rows: usize, k: usize) {
+            let kb = k / QK;
+            self.kb = kb;
+            self.ternary = true;
+            self.codes.clear();
+            self.codes.resize(kb * 256, 0);
+            self.scales.clear();
+            self.corr.clear();
+            self.corr.resize(NT, 0);
+            for (j, row) in codes.chunks_exact(k).take(rows).enumerate() {
+                let (h, c) = (j / 16, j % 16);
+                for (b, q) in row.chunks_exact(QK).enumerate() {
+                    for (i, &v) in q.iter().enumerate() {
+                        let (g, e) = (i / 4, i % 4);
+                        let at = b * 256 + h * 128 + (g / 4) * 64 + c * 4 + e;
+                        self.codes[at] |= (((v + 1) as u8) << (2 * (g % 4))) as i8;
+                    }
+                }
+                self.corr[j] = 128 * row.iter().map(|&v| i32::from(v)).sum::<i32>();
+            }
+        }
     }
 
     /// `out[i * ldo + j] = Σ x_i·w_j` (exact int32) for every token row `i` and column
-    /// `j < rows` of one tile packed by [`Packed::pack_codes`].
+    /// `j < rows` of one tile packed by [`Packed::pack_codes`] or [`Packed::pack_ternary`]
+    /// (`sums`: each row's sum of biased codes, which the ternary tiles take off).
     ///
     /// # Safety
     /// Those elements must be writable and written by no one else during the call; every
     /// row of `x` holds `p.kb * 32` bytes.
-    pub(crate) unsafe fn int_tile(x: &[&[u8]], p: &Packed, rows: usize, out: *mut i32, ldo: usize) {
+    pub(crate) unsafe fn int_tile(
+        x: &[&[u8]],
+        sums: &[i32],
+        p: &Packed,
+        rows: usize,
+        out: *mut i32,
+        ldo: usize,
+    ) {
         assert!(
             detected(),
             "the VNNI kernel needs avx512f, avx512bw and avx512vnni"
         );
-        assert!(rows <= NT && x.iter().all(|r| r.len() == p.kb * QK));
+        assert!(rows <= NT && x.iter().all(|r| r.len() == p.kb * QK) && sums.len() == x.len());
         let mut i = 0;
         // SAFETY: features checked; rows and lengths asserted; `out` as the caller promised.
         unsafe {
             while i + 6 <= x.len() {
-                int_rows::<6>(&x[i..i + 6], p, rows, out.add(i * ldo), ldo);
+                let (xs, ss, o) = (&x[i..i + 6], &sums[i..i + 6], out.add(i * ldo));
+                match p.ternary {
+                    true => ternary_rows::<6>(xs, ss, p, rows, o, ldo),
+                    false => int_rows::<6>(xs, p, rows, o, ldo),
+                }
                 i += 6;
             }
             while i < x.len() {
-                int_rows::<1>(&x[i..i + 1], p, rows, out.add(i * ldo), ldo);
+                let (xs, ss, o) = (&x[i..i + 1], &sums[i..i + 1], out.add(i * ldo));
+                match p.ternary {
+                    true => ternary_rows::<1>(xs, ss, p, rows, o, ldo),
+                    false => int_rows::<1>(xs, p, rows, o, ldo),
+                }
                 i += 1;
             }
+        }
+    }
+
+    /// [`int_rows`] over ternary tiles: each group's operand decoded from its 2-bit
+    /// vector (a shift and a mask: the codes + 1), the sums then less `corr` and the row's
+    /// sum of biased codes: `Σ (x + 128)(w + 1) - 128 Σ w - Σ (x + 128) = Σ x w`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn ternary_rows<const R: usize>(
+        x: &[&[u8]],
+        sums: &[i32],
+        p: &Packed,
+        rows: usize,
+        out: *mut i32,
+        ldo: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_si512(); 2]; R];
+        let (pc, mask) = (p.codes.as_ptr(), _mm512_set1_epi8(3));
+        for b in 0..p.kb {
+            let v: [__m512i; 4] =
+                std::array::from_fn(|i| _mm512_loadu_si512(pc.add(b * 256 + i * 64) as *const _));
+            for g in 0..8 {
+                let shift = _mm_cvtsi32_si128(2 * (g as i32 % 4));
+                let op =
+                    |h: usize| _mm512_and_si512(_mm512_srl_epi16(v[2 * h + g / 4], shift), mask);
+                let (w0, w1) = (op(0), op(1));
+                for r in 0..R {
+                    let xc = &x[r][b * QK + g * 4..b * QK + g * 4 + 4];
+                    let xb = _mm512_set1_epi32(i32::from_le_bytes([xc[0], xc[1], xc[2], xc[3]]));
+                    acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], xb, w0);
+                    acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], xb, w1);
+                }
+            }
+        }
+        let corr = [
+            _mm512_loadu_si512(p.corr.as_ptr() as *const _),
+            _mm512_loadu_si512(p.corr.as_ptr().add(16) as *const _),
+        ];
+        let mut buf = [0i32; NT];
+        for (r, a) in acc.iter().enumerate() {
+            let s = _mm512_set1_epi32(sums[r]);
+            for (h, c) in corr.iter().enumerate() {
+                let y = _mm512_sub_epi32(_mm512_sub_epi32(a[h], *c), s);
+                _mm512_storeu_si512(buf.as_mut_ptr().add(16 * h) as *mut _, y);
+            }
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), out.add(r * ldo), rows);
         }
     }
 
@@ -607,9 +727,18 @@ mod simd {
         }
 
         pub(crate) fn pack_codes(&mut self, _: &[i8], _: usize, _: usize) {}
+
+        pub(crate) fn pack_ternary(&mut self, _: &[i8], _: usize, _: usize) {}
     }
 
-    pub(crate) unsafe fn int_tile(_: &[&[u8]], _: &Packed, _: usize, _: *mut i32, _: usize) {
+    pub(crate) unsafe fn int_tile(
+        _: &[&[u8]],
+        _: &[i32],
+        _: &Packed,
+        _: usize,
+        _: *mut i32,
+        _: usize,
+    ) {
         unreachable!("IntTiles::new is None without VNNI")
     }
 
