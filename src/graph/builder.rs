@@ -422,11 +422,13 @@ impl<'w> GraphBuilder<'w> {
         };
         let stored = store.weight(&format!("{site}.weight"))?.shape()[1];
         let want = crate::ops::foldquant::row_bytes(k, wb as u32);
-        if ![2.0, 4.0, 8.0].contains(&wb) || stored != want {
+        // ternary rows are whole 16-code words (crate::ops::ternary)
+        let whole = wb != 2.0 || k.is_multiple_of(crate::ops::ternary::CODES_PER_WORD);
+        if ![2.0, 4.0, 8.0].contains(&wb) || stored != want || !whole {
             return Err(err(
                 "matmul",
                 format!(
-                    "{site}: {wb}-bit codes stored {stored} a row for K = {k} (INT4 holds two a byte, ternary four)"
+                    "{site}: {wb}-bit codes stored {stored} a row for K = {k} (INT4 holds two a byte, ternary four in rows of whole 16-code words)"
                 ),
             ));
         }
