@@ -91,6 +91,8 @@ pub fn convert(
         head_unused: "",
         ignored,
         ternary,
+        // bf16 in the checkpoint: `--dtype bf16` keeps it exactly, at half the memory
+        float_extra: vec!["token_embd.weight".into()],
     };
     openvla::write(ckpt, &c, config, plan, dtype, notes, progress)
 }

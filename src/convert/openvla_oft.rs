@@ -47,6 +47,7 @@ pub fn convert(
     let plan = openvla::Plan {
         ignored: openvla::ignored(&config.vision),
         ternary: Vec::new(),
+        float_extra: Vec::new(),
         tensors: plan,
         head_unused: "",
     };

@@ -66,6 +66,7 @@ pub fn convert(
     let plan = openvla::Plan {
         ignored: openvla::ignored(&config.vision),
         ternary: Vec::new(),
+        float_extra: Vec::new(),
         tensors: plan,
         head_unused: "film_gen.",
     };

@@ -252,6 +252,9 @@ pub(crate) struct Plan {
     pub ignored: Vec<String>,
     /// Our matrices stored ternary ([`crate::models::bitvla::add_ternary`]).
     pub ternary: Vec<String>,
+    /// Tensors besides the matmul weights that take `--dtype` (BitVLA's token table: bf16
+    /// in its checkpoint and in vla.cpp's files).
+    pub float_extra: Vec<String>,
 }
 
 /// Writes `config`, the tokenizer, `plan`'s tensors and every suite's statistics, after
@@ -270,6 +273,7 @@ pub(crate) fn write<A: OpenVlaArch>(
         head_unused,
         ignored,
         ternary,
+        float_extra,
     } = plan;
     let stats = read_stats(ckpt, config.io(), &mut notes)?;
     let mut w = GgufWriter::new();
@@ -309,7 +313,8 @@ pub(crate) fn write<A: OpenVlaArch>(
             progress(done + 1, total, ours);
             continue;
         }
-        let ty = match super::takes_float_dtype(ours, shape) && ours != "action_queries.weight" {
+        let matrix = super::takes_float_dtype(ours, shape) && ours != "action_queries.weight";
+        let ty = match matrix || float_extra.contains(ours) {
             true => dtype,
             false => GgmlType::F32,
         };

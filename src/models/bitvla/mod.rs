@@ -344,7 +344,8 @@ pub fn add_ternary(
 }
 
 /// A random-weight file of `cfg`'s sizes: the ternary matrices as [`add_ternary`] stores
-/// them, the other matrices of type `ty`, the rest f32 ([`openvla::random_writer`]).
+/// them, the other matrices and the token table of type `ty` (as `vla-convert bitvla
+/// --dtype`), the rest f32 ([`openvla::random_writer`]).
 pub fn random_writer(cfg: &BitvlaConfig, seed: u64, ty: GgmlType) -> Result<GgufWriter<'static>> {
     let mut w = openvla::random_writer(cfg, seed, ty, None)?;
     let shapes = cfg.tensor_shapes()?;
@@ -358,5 +359,11 @@ pub fn random_writer(cfg: &BitvlaConfig, seed: u64, ty: GgmlType) -> Result<Gguf
         w.remove_tensor(name)?;
         add_ternary(&mut w, name, n, k, &v)?;
     }
+    let (vocab, h) = (cfg.lm.vocab, cfg.lm.hidden);
+    let table: Vec<f32> = (0..vocab * h)
+        .map(|_| ((rng.next_f64() * 2.0 - 1.0) * 0.5) as f32)
+        .collect();
+    w.remove_tensor("token_embd.weight")?;
+    w.add_f32("token_embd.weight", ty, &[h as u64, vocab as u64], &table)?;
     Ok(w)
 }
