@@ -1,5 +1,5 @@
 //! An OpenVLA-family policy served: the request's cameras, state and instruction to the
-//! chunk in one pass, one graph per prompt length.
+//! chunk in one pass, one graph per prompt shape (length, where the images sit).
 
 use super::{frame_input, OpenVlaArch, PromptShape, IDS, STATE};
 use crate::config::limits::MAX_SEQUENCE;
