@@ -476,27 +476,29 @@ mod simd {
             while i + 6 <= x.len() {
                 let (xs, ss, o) = (&x[i..i + 6], &sums[i..i + 6], out.add(i * ldo));
                 match p.ternary {
-                    true => ternary_rows::<6>(xs, ss, p, rows, o, ldo),
-                    false => int_rows::<6>(xs, p, rows, o, ldo),
+                    true => int_rows::<6, true>(xs, ss, p, rows, o, ldo),
+                    false => int_rows::<6, false>(xs, ss, p, rows, o, ldo),
                 }
                 i += 6;
             }
             while i < x.len() {
                 let (xs, ss, o) = (&x[i..i + 1], &sums[i..i + 1], out.add(i * ldo));
                 match p.ternary {
-                    true => ternary_rows::<1>(xs, ss, p, rows, o, ldo),
-                    false => int_rows::<1>(xs, p, rows, o, ldo),
+                    true => int_rows::<1, true>(xs, ss, p, rows, o, ldo),
+                    false => int_rows::<1, false>(xs, ss, p, rows, o, ldo),
                 }
                 i += 1;
             }
         }
     }
 
-    /// [`int_rows`] over ternary tiles: each group's operand decoded from its 2-bit
-    /// vector (a shift and a mask: the codes + 1), the sums then less `corr` and the row's
-    /// sum of biased codes: `Σ (x + 128)(w + 1) - 128 Σ w - Σ (x + 128) = Σ x w`.
+    /// `Σ x·w` of `R` token rows with the tile's columns `< rows`: per 32-block and group of
+    /// 4 codes, one `vpdpbusd` a 16-column half and row, then less `corr`. With `TERNARY`
+    /// each group's operand is decoded from its 2-bit vector (a shift and a mask: the codes +
+    /// 1) and the row's sum of biased codes comes off too: `Σ (x + 128)(w + 1) - 128 Σ w -
+    /// Σ (x + 128) = Σ x w`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn ternary_rows<const R: usize>(
+    unsafe fn int_rows<const R: usize, const TERNARY: bool>(
         x: &[&[u8]],
         sums: &[i32],
         p: &Packed,
@@ -507,13 +509,28 @@ mod simd {
         let mut acc = [[_mm512_setzero_si512(); 2]; R];
         let (pc, mask) = (p.codes.as_ptr(), _mm512_set1_epi8(3));
         for b in 0..p.kb {
+            // a ternary block's four 2-bit vectors: two a half
             let v: [__m512i; 4] =
-                std::array::from_fn(|i| _mm512_loadu_si512(pc.add(b * 256 + i * 64) as *const _));
+                match TERNARY {
+                    true => std::array::from_fn(|i| {
+                        _mm512_loadu_si512(pc.add(b * 256 + i * 64) as *const _)
+                    }),
+                    false => [_mm512_setzero_si512(); 4],
+                };
             for g in 0..8 {
-                let shift = _mm_cvtsi32_si128(2 * (g as i32 % 4));
-                let op =
-                    |h: usize| _mm512_and_si512(_mm512_srl_epi16(v[2 * h + g / 4], shift), mask);
-                let (w0, w1) = (op(0), op(1));
+                let (w0, w1) = match TERNARY {
+                    true => {
+                        let shift = _mm_cvtsi32_si128(2 * (g as i32 % 4));
+                        let op = |h: usize| {
+                            _mm512_and_si512(_mm512_srl_epi16(v[2 * h + g / 4], shift), mask)
+                        };
+                        (op(0), op(1))
+                    }
+                    false => (
+                        _mm512_loadu_si512(pc.add(b * 1024 + g * 64) as *const _),
+                        _mm512_loadu_si512(pc.add(b * 1024 + 512 + g * 64) as *const _),
+                    ),
+                };
                 for r in 0..R {
                     let xc = &x[r][b * QK + g * 4..b * QK + g * 4 + 4];
                     let xb = _mm512_set1_epi32(i32::from_le_bytes([xc[0], xc[1], xc[2], xc[3]]));
@@ -528,48 +545,11 @@ mod simd {
         ];
         let mut buf = [0i32; NT];
         for (r, a) in acc.iter().enumerate() {
-            let s = _mm512_set1_epi32(sums[r]);
+            let s = _mm512_set1_epi32(if TERNARY { sums[r] } else { 0 });
             for (h, c) in corr.iter().enumerate() {
                 let y = _mm512_sub_epi32(_mm512_sub_epi32(a[h], *c), s);
                 _mm512_storeu_si512(buf.as_mut_ptr().add(16 * h) as *mut _, y);
             }
-            std::ptr::copy_nonoverlapping(buf.as_ptr(), out.add(r * ldo), rows);
-        }
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn int_rows<const R: usize>(
-        x: &[&[u8]],
-        p: &Packed,
-        rows: usize,
-        out: *mut i32,
-        ldo: usize,
-    ) {
-        let mut acc = [[_mm512_setzero_si512(); 2]; R];
-        let pc = p.codes.as_ptr();
-        for b in 0..p.kb {
-            for g in 0..8 {
-                let w0 = _mm512_loadu_si512(pc.add(b * 1024 + g * 64) as *const _);
-                let w1 = _mm512_loadu_si512(pc.add(b * 1024 + 512 + g * 64) as *const _);
-                for r in 0..R {
-                    let xc = &x[r][b * QK + g * 4..b * QK + g * 4 + 4];
-                    let xb = _mm512_set1_epi32(i32::from_le_bytes([xc[0], xc[1], xc[2], xc[3]]));
-                    acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], xb, w0);
-                    acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], xb, w1);
-                }
-            }
-        }
-        let corr = [
-            _mm512_loadu_si512(p.corr.as_ptr() as *const _),
-            _mm512_loadu_si512(p.corr.as_ptr().add(16) as *const _),
-        ];
-        let mut buf = [0i32; NT];
-        for (r, a) in acc.iter().enumerate() {
-            _mm512_storeu_si512(buf.as_mut_ptr() as *mut _, _mm512_sub_epi32(a[0], corr[0]));
-            _mm512_storeu_si512(
-                buf.as_mut_ptr().add(16) as *mut _,
-                _mm512_sub_epi32(a[1], corr[1]),
-            );
             std::ptr::copy_nonoverlapping(buf.as_ptr(), out.add(r * ldo), rows);
         }
     }
