@@ -4,7 +4,7 @@
 use super::{FoldQuant, Module, Site};
 use crate::gguf::{GgmlType, GgufFile};
 use crate::ops::foldquant::{rotate, unpack_int4, FoldOrder};
-use crate::Result;
+use crate::{Error, Result};
 
 /// The f32 `[n, k]` matrix a site stands for (dequant mode): per row `code * wscale`, then
 /// back to the float frame: the rotation (its own inverse), and the division by `ascale`
@@ -94,6 +94,53 @@ pub fn integer_form(mut file: GgufFile, fq: &FoldQuant, sites: &[Site]) -> Resul
         let bits = (s.weight_bits as f32, s.act_bits as f32);
         let params = [bits.0, bits.1, s.block as f32, clip, fold, fuse];
         file.add_tensor_f32(&format!("{}.fq", s.name), &[6], &params)?;
+    }
+    Ok(file)
+}
+
+/// The ternary matrices of `file` (BitVLA's: an I8 `<site>.weight` beside a `<site>.scale`,
+/// its step), by `<site>`: not FoldQuant's sites, and in whatever packing the file holds.
+pub fn ternary_sites(file: &GgufFile) -> Vec<String> {
+    (file.tensors().iter())
+        .filter(|t| t.ty == GgmlType::I8)
+        .filter_map(|t| t.name.strip_suffix(".weight"))
+        .filter(|site| file.tensor_info(&format!("{site}.scale")).is_ok())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `file` with each ternary matrix ([`ternary_sites`], in `crate::ops::ternary`'s packing,
+/// `[N, K / 4]`) in the form the integer sites run ([`crate::graph::Op::FqLinear`]):
+/// `<site>.wscale` `[N]` (the step, once per output) and `<site>.fq` (2-bit weights, 8-bit
+/// activations, BitNet's rule); the codes stay where they lie in the file. A file in this
+/// form already is returned as it is.
+pub fn ternary_form(mut file: GgufFile) -> Result<GgufFile> {
+    let bad = |why: String| Error::InvalidArgument(why);
+    for site in ternary_sites(&file) {
+        if file.tensor_info(&format!("{site}.wscale")).is_ok() {
+            continue;
+        }
+        let dims = &file.tensor_info(&format!("{site}.weight"))?.dims;
+        let &[_, n] = &dims[..] else {
+            return Err(bad(format!(
+                "{site}.weight: ternary codes of dims {dims:?}, not rows [K / 4, N]"
+            )));
+        };
+        let step = file.dequantize(&format!("{site}.scale"))?;
+        let [step] = step[..] else {
+            return Err(bad(format!(
+                "{site}.scale holds {} values, not 1 (one step per ternary matrix)",
+                step.len()
+            )));
+        };
+        if !(step.is_finite() && step > 0.0) {
+            return Err(bad(format!(
+                "{site}.scale is {step}: a ternary step is finite and positive"
+            )));
+        }
+        file.add_tensor_f32(&format!("{site}.wscale"), &[n], &vec![step; n as usize])?;
+        let fq = [2.0, 8.0, 1.0, 1.0, 0.0, 0.0, 1.0];
+        file.add_tensor_f32(&format!("{site}.fq"), &[fq.len() as u64], &fq)?;
     }
     Ok(file)
 }

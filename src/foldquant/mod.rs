@@ -9,7 +9,7 @@ mod export;
 mod forms;
 
 pub use export::{export, Scheme};
-pub use forms::{dequantize_site, dequantized, integer_form};
+pub use forms::{dequantize_site, dequantized, integer_form, ternary_form, ternary_sites};
 
 use crate::gguf::{GgmlType, GgufFile, TensorInfo, Value};
 use crate::ops::foldquant::{qmax, rotation_block_for, unpack_int4, FoldOrder};
@@ -144,12 +144,12 @@ impl FoldQuant {
     pub fn read(file: &GgufFile) -> Result<Option<FoldQuant>> {
         let arch = file.architecture()?;
         let key = |k: &str| format!("{arch}.quant.{k}");
-        // ternary matrices (BitVLA's: I8 codes beside a `.scale` step) are not FoldQuant sites
-        let ternary = |name: &str| {
-            name.strip_suffix(".weight")
-                .is_some_and(|s| file.tensor_info(&format!("{s}.scale")).is_ok())
-        };
-        let has_i8 = (file.tensors().iter()).any(|t| t.ty == GgmlType::I8 && !ternary(&t.name));
+        // ternary matrices (BitVLA's) are not FoldQuant sites
+        let ternary = ternary_sites(file);
+        let has_i8 = (file.tensors().iter()).any(|t| {
+            let site = t.name.strip_suffix(".weight").unwrap_or(&t.name);
+            t.ty == GgmlType::I8 && !ternary.iter().any(|s| s == site)
+        });
         match file.get(&key("method")) {
             // vla.cpp's BitVLA files say so
             Some(Value::String(m)) if m == "absmean_ternary+per_token_int8" && !has_i8 => {

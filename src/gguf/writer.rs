@@ -136,15 +136,6 @@ impl<'a> GgufWriter<'a> {
         Ok(())
     }
 
-    /// Removes tensor `name` (to add it again in another form).
-    pub fn remove_tensor(&mut self, name: &str) -> Result<()> {
-        if !self.names.remove(name) {
-            return Err(Error::TensorNotFound(name.to_owned()));
-        }
-        self.tensors.retain(|(t, _)| t.name != name);
-        Ok(())
-    }
-
     /// Encodes f32 values as `ty` (quantizing with ggml's reference rounding) and adds them.
     pub fn add_f32(
         &mut self,

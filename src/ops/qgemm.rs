@@ -246,6 +246,8 @@ pub struct IntTiles {
     k: usize,
     n: usize,
     tiles: Vec<simd::Packed>,
+    /// Packed two bits a code ([`Self::ternary`]).
+    ternary: bool,
 }
 
 impl IntTiles {
@@ -265,7 +267,12 @@ impl IntTiles {
                 p
             })
             .collect();
-        Some(IntTiles { k, n, tiles })
+        Some(IntTiles {
+            k,
+            n,
+            tiles,
+            ternary: false,
+        })
     }
 
     /// Ternary codes `[n, k]` as stored ([`super::ternary`]'s packing, `k / 4` bytes a row)
@@ -288,7 +295,12 @@ impl IntTiles {
                 Some(p)
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(IntTiles { k, n, tiles })
+        Some(IntTiles {
+            k,
+            n,
+            tiles,
+            ternary: true,
+        })
     }
 
     /// Bytes held.
@@ -316,11 +328,13 @@ pub fn int_dots(biased: &[&[u8]], w: &IntTiles) -> Result<Vec<i32>> {
     if m == 0 || n == 0 {
         return Ok(res);
     }
-    // each row's sum of biased codes: the ternary tiles' correction
-    let sums: Vec<i32> = biased
-        .iter()
-        .map(|r| r.iter().map(|&b| i32::from(b)).sum())
-        .collect();
+    // each row's sum of biased codes: the ternary tiles' correction (unread otherwise)
+    let sums: Vec<i32> = match w.ternary {
+        true => (biased.iter())
+            .map(|r| r.iter().map(|&b| i32::from(b)).sum())
+            .collect(),
+        false => vec![0; m],
+    };
     let dst = SendPtr(res.as_mut_ptr() as *mut f32);
     w.tiles.par_iter().enumerate().for_each(|(t, tile)| {
         let rows = NT.min(n - t * NT);

@@ -46,20 +46,16 @@ src/kernels/bitvla/bitnet_kernels.h for the tile addressing):
 `--f32` / `--bf16` force every float tensor to that type (vla.cpp writes the source's).
 """
 import glob
-import io
 import json
 import os
-import pickle
 import re
 import struct
 import sys
-import zipfile
-from collections import OrderedDict
 
 import numpy as np
 import gguf
 
-from vlacpp_prismatic import SAFETENSORS, STORAGES, Writer, bf16, count, widen
+from vlacpp_prismatic import SAFETENSORS, Writer, bf16, count, load_pt, widen
 
 ARCH = "bitvla"
 VIS = "vision_tower.vision_model."
@@ -107,47 +103,6 @@ def read_safetensors(ckpt):
             a, b = v["data_offsets"]
             dict.__setitem__(out, k, (path, 8 + n + a, 8 + n + b, v["dtype"], v["shape"]))
     return out
-
-
-class _Storage:
-    def __init__(self, values, dtype):
-        self.values, self.dtype = values, dtype
-
-
-def _rebuild(storage, offset, shape, stride, *_):
-    a = storage.values[offset:]
-    arr = np.lib.stride_tricks.as_strided(a, shape=shape, strides=[s * a.itemsize for s in stride]).copy()
-    return arr, {"bf16": "BF16", "<f4": "F32", "<f2": "F16", "<f8": "F64"}[storage.dtype]
-
-
-class _Unpickler(pickle.Unpickler):
-    """A `torch.save`d state dict (OrderedDict of `_rebuild_tensor_v2` over `data/<key>`
-    storages), each tensor as (float32 array, source dtype); any other global is refused."""
-
-    def __init__(self, z, root):
-        super().__init__(io.BytesIO(z.read(f"{root}data.pkl")))
-        self.z, self.root = z, root
-
-    def find_class(self, module, name):
-        if (module, name) == ("collections", "OrderedDict"):
-            return OrderedDict
-        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-            return _rebuild
-        if module == "torch" and name in STORAGES:
-            return STORAGES[name]
-        raise pickle.UnpicklingError(f"{module}.{name}: not part of a state dict")
-
-    def persistent_load(self, pid):
-        _, dtype, key, _, _ = pid
-        return _Storage(widen(self.z.read(f"{self.root}data/{key}"), dtype), dtype)
-
-
-def read_pt(path):
-    """vla.cpp's `load_pt_module`: a leading `module.` dropped from every key."""
-    z = zipfile.ZipFile(path)
-    pkl = next(n for n in z.namelist() if n.endswith("data.pkl"))
-    sd = _Unpickler(z, pkl[: -len("data.pkl")]).load()
-    return {(k[7:] if k.startswith("module.") else k): v for k, v in sd.items()}
 
 
 def sidecar(ckpt, stem):
@@ -244,8 +199,8 @@ def main(ckpt, out, *flags):
         sys.exit(f"config.json model_type is {cfg.get('model_type')!r}, expected 'openvla'")
     vcfg, tcfg = cfg.get("vision_config") or {}, cfg.get("text_config") or {}
     sd = read_safetensors(ckpt)
-    ah = read_pt(sidecar(ckpt, "action_head"))
-    pp = read_pt(sidecar(ckpt, "proprio_projector"))
+    ah = load_pt(sidecar(ckpt, "action_head"), keep_dtype=True)
+    pp = load_pt(sidecar(ckpt, "proprio_projector"), keep_dtype=True)
     stats_path = os.path.join(ckpt, "dataset_statistics.json")
     if not os.path.exists(stats_path):
         sys.exit(f"missing {stats_path}")

@@ -60,10 +60,20 @@ def safetensors(path):
     return out
 
 
+# a storage's dtype as a GGUF type name
+STORED = {"<f4": "F32", "<f8": "F64", "<f2": "F16", "bf16": "BF16"}
+
+
+class _Storage:
+    def __init__(self, values, dtype):
+        self.values, self.dtype = values, dtype
+
+
 def _rebuild(storage, offset, shape, stride, *_):
-    """`torch._utils._rebuild_tensor_v2` over a storage's values."""
-    a = storage[offset:]
-    return np.lib.stride_tricks.as_strided(a, shape=shape, strides=[s * a.itemsize for s in stride]).copy()
+    """`torch._utils._rebuild_tensor_v2` over a storage: (float32 values, the source dtype)."""
+    a = storage.values[offset:]
+    arr = np.lib.stride_tricks.as_strided(a, shape=shape, strides=[s * a.itemsize for s in stride]).copy()
+    return arr, STORED[storage.dtype]
 
 
 class _Unpickler(pickle.Unpickler):
@@ -85,16 +95,16 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         _, dtype, key, _, _ = pid
-        return widen(self.z.read(f"{self.root}data/{key}"), dtype)
+        return _Storage(widen(self.z.read(f"{self.root}data/{key}"), dtype), dtype)
 
 
-def load_pt(path):
-    """A `torch.save`d state dict as float32 arrays, a leading `module.` dropped (vla.cpp's
-    `load_pt_module`)."""
+def load_pt(path, keep_dtype=False):
+    """A `torch.save`d state dict as float32 arrays (with `keep_dtype`: (array, source GGUF type
+    name) pairs), a leading `module.` dropped (vla.cpp's `load_pt_module`)."""
     z = zipfile.ZipFile(path)
     pkl = next(n for n in z.namelist() if n.endswith("data.pkl"))
     sd = _Unpickler(z, pkl[: -len("data.pkl")]).load()
-    return {(k[7:] if k.startswith("module.") else k): np.asarray(v, np.float32) for k, v in sd.items()}
+    return {(k[7:] if k.startswith("module.") else k): (v if keep_dtype else v[0]) for k, v in sd.items()}
 
 
 def bf16(a):

@@ -2,7 +2,7 @@
 //! the proprio feature, the prompt's embeddings with the placeholders replaced, BitNet over
 //! the whole sequence with no mask (the reference's `use_bi_attn`), the final norm at the
 //! head's rows and OpenVLA-OFT's L1 head. Every ternary matrix is an integer site: the
-//! graph builder makes one where a matmul meets I8 codes ([`super::ternary_form`]).
+//! graph builder makes one where a matmul meets I8 codes ([`crate::foldquant::ternary_form`]).
 
 use super::BitvlaConfig;
 use crate::graph::{GraphBuilder, NodeId};

@@ -8,7 +8,7 @@
 //! [`OpenVlaPolicy`]. Keys and tensor names are vla.cpp's `bitvla` layout where it has them;
 //! ternary matrices are stored in [`crate::ops::ternary`]'s packing (`<site>.weight` I8
 //! `[N, K / 4]`, `<site>.scale` F32 `[1]`: the step) and run as integer sites
-//! ([`ternary_form`]).
+//! ([`crate::foldquant::ternary_form`]).
 
 pub mod graphs;
 
@@ -259,45 +259,8 @@ impl OpenVlaArch for BitvlaConfig {
     }
 
     fn translate(file: GgufFile) -> Result<GgufFile> {
-        ternary_form(crate::models::vlacpp::bitvla::translate(file)?)
+        crate::foldquant::ternary_form(crate::models::vlacpp::bitvla::translate(file)?)
     }
-}
-
-/// `file` with each ternary matrix (`<site>.weight` I8 beside a `<site>.scale` F32 `[1]`)
-/// in the form the integer sites run ([`crate::graph::Op::FqLinear`]): `<site>.wscale`
-/// `[N]` (the step, once per output) and `<site>.fq` (2-bit weights, 8-bit activations,
-/// BitNet's rule); the codes stay where they lie in the file.
-pub fn ternary_form(mut file: GgufFile) -> Result<GgufFile> {
-    let sites: Vec<(String, u64)> = file
-        .tensors()
-        .iter()
-        .filter(|t| t.ty == GgmlType::I8)
-        .filter_map(|t| {
-            let site = t.name.strip_suffix(".weight")?;
-            Some((site.to_owned(), *t.dims.get(1)?))
-        })
-        .filter(|(site, _)| file.tensor_info(&format!("{site}.scale")).is_ok())
-        // once: a file in this form already keeps it
-        .filter(|(site, _)| file.tensor_info(&format!("{site}.wscale")).is_err())
-        .collect();
-    for (site, n) in sites {
-        let step = file.dequantize(&format!("{site}.scale"))?;
-        let [step] = step[..] else {
-            return Err(Error::InvalidArgument(format!(
-                "{site}.scale holds {} values, not 1 (one step per ternary matrix)",
-                step.len()
-            )));
-        };
-        if !(step.is_finite() && step > 0.0) {
-            return Err(Error::InvalidArgument(format!(
-                "{site}.scale is {step}: a ternary step is finite and positive"
-            )));
-        }
-        file.add_tensor_f32(&format!("{site}.wscale"), &[n], &vec![step; n as usize])?;
-        let fq = [2.0, 8.0, 1.0, 1.0, 0.0, 0.0, 1.0];
-        file.add_tensor_f32(&format!("{site}.fq"), &[fq.len() as u64], &fq)?;
-    }
-    Ok(file)
 }
 
 /// Whether tensor `name` is one of BitVLA's ternary matrices: every linear of the tower's and
@@ -345,25 +308,18 @@ pub fn add_ternary(
 
 /// A random-weight file of `cfg`'s sizes: the ternary matrices as [`add_ternary`] stores
 /// them, the other matrices and the token table of type `ty` (as `vla-convert bitvla
-/// --dtype`), the rest f32 ([`openvla::random_writer`]).
+/// --dtype`), the rest f32 ([`openvla::random_writer_with`]).
 pub fn random_writer(cfg: &BitvlaConfig, seed: u64, ty: GgmlType) -> Result<GgufWriter<'static>> {
-    let mut w = openvla::random_writer(cfg, seed, ty, None)?;
-    let shapes = cfg.tensor_shapes()?;
+    let table = |name: &str| name == "token_embd.weight";
+    let mut w = openvla::random_writer_with(cfg, seed, ty, None, table, is_ternary)?;
     let mut rng = SplitMix64(seed ^ 0x7E57_7E57);
-    for (name, shape) in shapes.iter().filter(|(n, _)| is_ternary(n)) {
+    for (name, shape) in cfg.tensor_shapes()?.iter().filter(|(n, _)| is_ternary(n)) {
         let [n, k] = shape[..] else { continue };
         let bound = (3.0 / k as f64).sqrt();
         let v: Vec<f32> = (0..n * k)
             .map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32)
             .collect();
-        w.remove_tensor(name)?;
         add_ternary(&mut w, name, n, k, &v)?;
     }
-    let (vocab, h) = (cfg.lm.vocab, cfg.lm.hidden);
-    let table: Vec<f32> = (0..vocab * h)
-        .map(|_| ((rng.next_f64() * 2.0 - 1.0) * 0.5) as f32)
-        .collect();
-    w.remove_tensor("token_embd.weight")?;
-    w.add_f32("token_embd.weight", ty, &[h as u64, vocab as u64], &table)?;
     Ok(w)
 }

@@ -325,6 +325,19 @@ pub fn random_writer<A: OpenVlaArch>(
     ty: GgmlType,
     tokenizer: Option<&Tokenizer>,
 ) -> Result<GgufWriter<'static>> {
+    random_writer_with(cfg, seed, ty, tokenizer, |_| false, |_| false)
+}
+
+/// [`random_writer`] where `also_typed` names the tensors besides the matmul weights that
+/// take `ty`, and `skip` those the caller adds itself (BitVLA's ternary matrices).
+pub fn random_writer_with<A: OpenVlaArch>(
+    cfg: &A,
+    seed: u64,
+    ty: GgmlType,
+    tokenizer: Option<&Tokenizer>,
+    also_typed: impl Fn(&str) -> bool,
+    skip: impl Fn(&str) -> bool,
+) -> Result<GgufWriter<'static>> {
     let mut w = GgufWriter::new();
     cfg.write(&mut w)?;
     w.add_metadata("general.name", format!("{} random-weight model", A::ARCH))?;
@@ -333,9 +346,10 @@ pub fn random_writer<A: OpenVlaArch>(
     }
     let shapes = cfg.tensor_shapes()?;
     let matmul = matmul_weights(&[declaring_graph(cfg)?]);
-    let (masks, rest): (Vec<_>, Vec<_>) =
-        shapes.into_iter().partition(|(n, _)| n.ends_with("_mask"));
-    let matrix = |name: &str| matmul.contains(name);
+    let (masks, rest): (Vec<_>, Vec<_>) = (shapes.into_iter())
+        .filter(|(n, _)| !skip(n))
+        .partition(|(n, _)| n.ends_with("_mask"));
+    let matrix = |name: &str| matmul.contains(name) || also_typed(name);
     super::common::add_random_tensors(&mut w, &rest, seed, ty, matrix)?;
     for (name, shape) in masks {
         let d = shape[0];
