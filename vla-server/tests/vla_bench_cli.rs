@@ -2,6 +2,36 @@
 
 use std::process::Command;
 
+/// The tests that write full-size files (GBs) take turns: less disk at once, and peak RSS read
+/// without the other's load.
+#[cfg(target_os = "linux")]
+static FULL_SIZE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A fresh folder of this process's own under the temp dir (a leftover of an earlier run with
+/// the same pid is cleared first).
+#[cfg(target_os = "linux")]
+fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `vla-gguf demo --full --dtype DTYPE PATH`; its stderr in the failure message.
+#[cfg(target_os = "linux")]
+fn full_demo(path: &std::path::Path, dtype: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vla-gguf"))
+        .args(["demo", "--full", "--force", "--dtype", dtype])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "vla-gguf demo --full --dtype {dtype}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn bench(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_vla-bench"))
         .args(args)
@@ -110,19 +140,11 @@ fn the_instruction_length_is_a_flag() {
 #[cfg(target_os = "linux")]
 #[test]
 fn weight_dtype_peaks_near_the_files_of_that_type() {
-    let dir = std::env::temp_dir().join(format!("vla-wdtype-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let _turn = FULL_SIZE.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("vla-wdtype");
     let (f32_file, bf16_file) = (dir.join("f32.gguf"), dir.join("bf16.gguf"));
-    for (path, dtype) in [(&f32_file, "f32"), (&bf16_file, "bf16")] {
-        let ok = Command::new(env!("CARGO_BIN_EXE_vla-gguf"))
-            .args(["demo", "--full", "--dtype", dtype])
-            .arg(path)
-            .output()
-            .unwrap()
-            .status
-            .success();
-        assert!(ok, "vla-gguf demo --full --dtype {dtype}");
-    }
+    full_demo(&f32_file, "f32");
+    full_demo(&bf16_file, "bf16");
     let peak = |args: &[&str]| -> f64 {
         let (ok, out, err) = bench(&[args, &["--iters", "1", "--warmup", "0", "--json"]].concat());
         assert!(ok, "{err}");
@@ -150,16 +172,10 @@ fn weight_dtype_peaks_near_the_files_of_that_type() {
 #[cfg(target_os = "linux")]
 #[test]
 fn vlacpp_layout_loads_without_a_copy() {
-    let dir = std::env::temp_dir().join(format!("vla-vlacpp-mem-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let _turn = FULL_SIZE.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("vla-vlacpp-mem");
     let (ours, theirs) = (dir.join("ours.gguf"), dir.join("vlacpp.gguf"));
-    let ok = Command::new(env!("CARGO_BIN_EXE_vla-gguf"))
-        .args(["demo", "--full", "--dtype", "f32"])
-        .arg(&ours)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "vla-gguf demo --full");
+    full_demo(&ours, "f32");
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/interop/vlacpp_smolvla_relayout.py");
     let out = Command::new("python3")
