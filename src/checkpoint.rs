@@ -178,16 +178,20 @@ impl Safetensors {
         ))
     }
 
-    /// An I64 tensor's values, row-major (token ids, positions).
+    /// An integer tensor's values (I64, or I32 widened), row-major (token ids, positions).
     pub fn i64(&self, name: &str) -> Result<Vec<i64>> {
         match self.bytes(name)? {
             (Dtype::I64, bytes) => Ok(bytes
                 .chunks_exact(8)
                 .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
                 .collect()),
+            (Dtype::I32, bytes) => Ok(bytes
+                .chunks_exact(4)
+                .map(|c| i64::from(i32::from_le_bytes(c.try_into().expect("4 bytes"))))
+                .collect()),
             (other, _) => Err(ckpt_err(
                 &self.path,
-                format!("tensor {name:?} has dtype {other:?}, expected I64"),
+                format!("tensor {name:?} has dtype {other:?}, expected I64 or I32"),
             )),
         }
     }

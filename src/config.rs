@@ -95,8 +95,14 @@ pub fn check<S: Section>(s: &S, arch: &str) -> Result<()> {
 
 /// Checks `section`, then writes `<arch>.architecture` and its keys under `<arch>.`.
 pub fn write<S: Section + Clone>(section: &S, w: &mut GgufWriter, arch: &str) -> Result<()> {
-    check(section, arch)?;
     w.add_metadata(format!("{arch}.architecture"), arch)?;
+    write_keys(section, w, arch)
+}
+
+/// Checks `section`, then writes its keys under `<arch>.` (an arch whose
+/// `<arch>.architecture` names a variant writes that itself).
+pub fn write_keys<S: Section + Clone>(section: &S, w: &mut GgufWriter, arch: &str) -> Result<()> {
+    check(section, arch)?;
     section.clone().keys(&mut Schema { w, arch })
 }
 

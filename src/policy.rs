@@ -126,9 +126,30 @@ pub struct PolicyInfo {
     /// (BitVLA: every camera's image placeholder, then the proprio one); empty where the
     /// model places its inputs itself.
     pub placeholders: Vec<(u32, usize)>,
+    /// The shape of a request's noise where it is not `[chunk_size, max_action_dim]`
+    /// (Octo's DDPM draws a fresh noise each step: `[steps + 1, horizon * dim]`).
+    pub noise_shape: Option<[usize; 2]>,
+    /// Each image's own size `[height, width]` where the cameras differ and the model takes
+    /// only those (Octo: primary 256, wrist 128); empty where every camera is
+    /// `image_height x image_width` or any size is resized.
+    pub image_sizes: Vec<[usize; 2]>,
 }
 
 impl PolicyInfo {
+    /// Each image's size `[height, width]`, in request order.
+    pub fn frame_sizes(&self) -> Vec<[usize; 2]> {
+        match self.image_sizes.is_empty() {
+            true => vec![[self.image_height, self.image_width]; self.n_images],
+            false => self.image_sizes.clone(),
+        }
+    }
+
+    /// The shape of a request's noise: `[rows, values a row]`.
+    pub fn noise_dims(&self) -> [usize; 2] {
+        self.noise_shape
+            .unwrap_or([self.chunk_size, self.max_action_dim])
+    }
+
     /// The chunk's shape for people: `"50 x 6"`, or `"40 x 7 (first 16 returned)"`.
     pub fn chunk_text(&self) -> String {
         let shape = format!("{} x {}", self.chunk_size, self.action_dim);

@@ -30,13 +30,15 @@ pub enum Kind {
     /// A BitVLA checkpoint (LLaVA's config over a BitNet `text_config`, the L1 head's `.pt`
     /// files beside it).
     Bitvla,
+    /// An Octo checkpoint (`OctoModel.save_pretrained`: `config.json`'s `model` spec).
+    Octo,
 }
 
 /// GR00T N1.7's packing step (GR00T N1.5's is `groot_pack_inputs_v3`).
 const N17_PACK: &str = "groot_n1_7_pack_inputs_v1";
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Smolvla,
         Kind::Pi0,
         Kind::Pi05,
@@ -49,6 +51,7 @@ impl Kind {
         Kind::VlaAdapter,
         Kind::OpenvlaOft,
         Kind::Bitvla,
+        Kind::Octo,
     ];
 
     /// The `vla-convert` subcommand (and GGUF arch name).
@@ -66,6 +69,7 @@ impl Kind {
             Kind::VlaAdapter => "vla_adapter",
             Kind::OpenvlaOft => "openvla_oft",
             Kind::Bitvla => "bitvla",
+            Kind::Octo => "octo",
         }
     }
 
@@ -84,6 +88,7 @@ impl Kind {
             Kind::VlaAdapter => "VLA-Adapter",
             Kind::OpenvlaOft => "OpenVLA-OFT",
             Kind::Bitvla => "BitVLA",
+            Kind::Octo => "Octo",
         }
     }
 }
@@ -122,6 +127,9 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
         .and_then(|t| t.as_str());
     if text.is_some_and(|t| t.eq_ignore_ascii_case("bitnet")) {
         return Ok(Kind::Bitvla);
+    }
+    if json.pointer("/model/readouts").is_some() && json.pointer("/model/heads").is_some() {
+        return Ok(Kind::Octo);
     }
     match json.get("model_type").and_then(|t| t.as_str()) {
         Some("Gr00tN1d6") => return Ok(Kind::Gr00tN16),

@@ -11,6 +11,8 @@ pub mod gr00t;
 pub mod gr00t_n1_6;
 pub mod gr00t_n1_7;
 mod json;
+pub mod msgpack;
+pub mod octo;
 pub mod openvla;
 pub mod openvla_oft;
 pub mod pi0;

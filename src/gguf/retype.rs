@@ -130,10 +130,12 @@ pub fn is_matmul_weight(t: &TensorInfo) -> bool {
 }
 
 /// The `[C * KH * KW, O]` matrix (ggml order) of a convolution kernel `[KW, KH, C, O]`
-/// that a matmul multiplies (ACT's ResNet, `bb.*`: im2col then a product); `None` for
-/// anything else.
+/// that a matmul multiplies (im2col then a product: ACT's ResNet, `bb.*`; Octo's stems,
+/// `octo.obs.*`); `None` for anything else.
 pub fn matrix_dims(t: &TensorInfo) -> Option<Vec<u64>> {
-    let conv = t.name.starts_with("bb.") && t.name.ends_with(".weight") && t.dims.len() == 4;
+    let conv = (t.name.starts_with("bb.") || t.name.starts_with("octo.obs."))
+        && t.name.ends_with(".weight")
+        && t.dims.len() == 4;
     conv.then(|| vec![t.dims[0] * t.dims[1] * t.dims[2], t.dims[3]])
 }
 

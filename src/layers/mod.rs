@@ -181,10 +181,23 @@ pub fn ada_rms_norm(
 
 /// `fc2(gelu_tanh(fc1(x)))` with biases, `inter` wide (ViT-style MLP).
 pub fn gelu_mlp(g: &mut GraphBuilder, x: NodeId, prefix: &str, inter: usize) -> Result<NodeId> {
+    let (fc1, fc2) = (format!("{prefix}.fc1"), format!("{prefix}.fc2"));
+    gelu_mlp_named(g, x, &fc1, &fc2, inter)
+}
+
+/// `down(gelu_tanh(up(x)))` with biases, `inter` wide, the two linear maps named `up` and
+/// `down`.
+pub fn gelu_mlp_named(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    up: &str,
+    down: &str,
+    inter: usize,
+) -> Result<NodeId> {
     let d = width(g, x);
-    let h = linear(g, x, &format!("{prefix}.fc1"), inter, true)?;
+    let h = linear(g, x, up, inter, true)?;
     let h = g.gelu_tanh(h);
-    linear(g, h, &format!("{prefix}.fc2"), d, true)
+    linear(g, h, down, d, true)
 }
 
 /// `[S, H * D]` -> `[S, H, D]`.

@@ -253,6 +253,8 @@ impl<K: PartialEq> LoadedGraphs<K> {
             n_action_steps: None,
             reads_instruction: true,
             placeholders: Vec::new(),
+            noise_shape: None,
+            image_sizes: Vec::new(),
         }
     }
 }
@@ -529,6 +531,21 @@ impl SplitMix64 {
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// The file with its convolution kernels read as matrices `[O, C * KH * KW]` (what the
+/// convolutions multiply by, [`crate::gguf::matrix_dims`]), header only; kernels already 2-D
+/// (`vla-quantize` stores packed ones so) stay.
+pub fn kernels_as_matrices(mut file: GgufFile) -> Result<GgufFile> {
+    let convs: Vec<(String, Vec<u64>)> = file
+        .tensors()
+        .iter()
+        .filter_map(|t| Some((t.name.clone(), crate::gguf::matrix_dims(t)?)))
+        .collect();
+    for (name, dims) in convs {
+        file.reshape_tensor(&name, &dims)?;
+    }
+    Ok(file)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod flow;
 pub mod gr00t;
 pub mod gr00t_n1_6;
 pub mod gr00t_n1_7;
+pub mod octo;
 pub mod openvla;
 pub mod openvla_oft;
 pub mod pi0;
@@ -134,6 +135,14 @@ pub const ARCHS: &[Arch] = &[
         random: |full, seed, ty| match full {
             true => openvla::random_writer(&presets::vla_adapter_full_config(), seed, ty, None),
             false => openvla::random_writer(&presets::vla_adapter_small_config(), seed, ty, None),
+        },
+    },
+    Arch {
+        name: octo::ARCH,
+        open: |file, opts| Ok(Box::new(octo::OctoPolicy::new(file, opts)?)),
+        random: |full, seed, ty| match full {
+            true => octo::random_writer(&presets::octo_full_config(), seed, ty),
+            false => octo::random_writer(&presets::octo_small_config(), seed, ty),
         },
     },
 ];

@@ -139,13 +139,12 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
     let noise = match req.noise.is_empty() {
         true => None,
         false => {
-            let want = info.chunk_size * info.max_action_dim;
-            if req.noise.len() != want {
+            let [rows, cols] = info.noise_dims();
+            if req.noise.len() != rows * cols {
                 return Err(Error::bad_request(format!(
-                    "noise: {} values, expected {want} (chunk_size {} x max_action_dim {}) or none",
+                    "noise: {} values, expected {} ({rows} x {cols}: noise_shape in INFO) or none",
                     req.noise.len(),
-                    info.chunk_size,
-                    info.max_action_dim
+                    rows * cols
                 )));
             }
             finite("noise", &req.noise)?;

@@ -490,6 +490,8 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "n_action_steps": info.n_action_steps,
         "reads_instruction": info.reads_instruction,
         "placeholders": info.placeholders,
+        "noise_shape": info.noise_dims(),
+        "image_sizes": info.frame_sizes(),
         "server": concat!("vla-server ", env!("CARGO_PKG_VERSION")),
     })
     .to_string()

@@ -29,6 +29,8 @@ fn info() -> PolicyInfo {
         n_action_steps: None,
         reads_instruction: true,
         placeholders: Vec::new(),
+        noise_shape: None,
+        image_sizes: Vec::new(),
     }
 }
 

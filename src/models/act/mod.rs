@@ -278,21 +278,6 @@ pub fn kernel_side(name: &str) -> Option<usize> {
     })
 }
 
-/// The file with the ResNet's kernels read as matrices `[O, C * KH * KW]` (what the
-/// convolutions multiply by, [`crate::gguf::matrix_dims`]), header only; kernels already 2-D
-/// (`vla-quantize` stores packed ones so) stay.
-pub fn kernels_as_matrices(mut file: GgufFile) -> Result<GgufFile> {
-    let convs: Vec<(String, Vec<u64>)> = file
-        .tensors()
-        .iter()
-        .filter_map(|t| Some((t.name.clone(), crate::gguf::matrix_dims(t)?)))
-        .collect();
-    for (name, dims) in convs {
-        file.reshape_tensor(&name, &dims)?;
-    }
-    Ok(file)
-}
-
 /// Per camera and channel, the affine map `x * a + b` of `(x - mean) / (std + 1e-8)`.
 pub fn pixel_maps(file: &GgufFile, cfg: &ActConfig) -> Result<Vec<[[f32; 2]; 3]>> {
     let read = |name: &str| -> Result<Vec<f32>> {
@@ -335,7 +320,7 @@ impl ActPolicy {
                 "embodiment {e:?}: act carries a single set of normalisation statistics"
             )));
         }
-        let file = kernels_as_matrices(file)?;
+        let file = super::common::kernels_as_matrices(file)?;
         let pixels = pixel_maps(&file, &cfg)?;
         let state_norm = match cfg.state_dim {
             0 => None,

@@ -6,6 +6,7 @@ mod act;
 mod evo1;
 mod gr00t;
 mod gr00t16;
+mod octo;
 mod openvla;
 
 pub use act::{act_full_config, act_small_config};
@@ -15,6 +16,7 @@ pub use gr00t::{
     vla_jepa_full_config, vla_jepa_small_config,
 };
 pub use gr00t16::{gr00t_n1_6_full_config, gr00t_n1_6_small_config};
+pub use octo::{octo_full_config, octo_small_config};
 pub use openvla::{
     bitvla_full_config, bitvla_small_config, openvla_oft_full_config, openvla_oft_small_config,
     vla_adapter_full_config, vla_adapter_small_config,

@@ -121,24 +121,26 @@ fn main() -> ExitCode {
     }
 }
 
-/// A synthetic observation of the right shape: fixed pixels (`(height, width)` frames),
+/// A synthetic observation of the right shape: fixed pixels (frames of `sizes`, one each),
 /// state and noise; `tokens` instruction ids after the model's `placeholders` (INFO's).
 fn observation(
-    n_images: usize,
-    (height, width): (usize, usize),
+    sizes: &[[usize; 2]],
     state_dim: usize,
     noise_len: usize,
     tokens: u32,
     placeholders: &[(u32, usize)],
 ) -> Observation {
-    let n = height * width * 3;
-    let image = Image {
+    let image = |&[height, width]: &[usize; 2]| Image {
         height,
         width,
-        data: ImageData::RgbU8((0..n).map(|i| (i * 37 % 256) as u8).collect()),
+        data: ImageData::RgbU8(
+            (0..height * width * 3)
+                .map(|i| (i * 37 % 256) as u8)
+                .collect(),
+        ),
     };
     Observation {
-        images: vec![image; n_images],
+        images: sizes.iter().map(image).collect(),
         state: (0..state_dim).map(|i| (i as f32 * 0.37).sin()).collect(),
         tokens: Some(
             (placeholders.iter())
@@ -232,17 +234,20 @@ fn run(args: Args) -> Result<()> {
     let load_rss = peak_rss_mib();
     let info = policy.info().clone();
     let frame = args.frame.unwrap_or((info.image_height, info.image_width));
+    let sizes = match args.frame {
+        Some((h, w)) => vec![[h, w]; info.n_images],
+        None => info.frame_sizes(),
+    };
     // a one-pass policy (ACT) has no denoising stages and reads no noise; INFO says whether
     // the model reads an instruction
     let one_pass = info.num_steps == 0;
     let obs = observation(
-        info.n_images,
-        frame,
+        &sizes,
         info.state_dim,
         if one_pass {
             0
         } else {
-            info.chunk_size * info.max_action_dim
+            info.noise_dims().iter().product()
         },
         if info.reads_instruction {
             args.tokens
@@ -498,11 +503,14 @@ fn compare(args: &Args) -> Result<()> {
         let mut policy = vla::models::from_gguf(file, &opts)
             .with_context(|| format!("loading {}", path.display()))?;
         let info = policy.info().clone();
+        let sizes = match args.frame {
+            Some((h, w)) => vec![[h, w]; info.n_images],
+            None => info.frame_sizes(),
+        };
         let obs = observation(
-            info.n_images,
-            args.frame.unwrap_or((info.image_height, info.image_width)),
+            &sizes,
             info.state_dim,
-            info.chunk_size * info.max_action_dim,
+            info.noise_dims().iter().product(),
             args.tokens,
             &info.placeholders,
         );
@@ -578,16 +586,24 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
             .with_context(|| format!("INFO lacks {k}"))
     };
     let one_pass = get("num_steps")? == 0;
+    let n_images = get("n_images")?;
+    let sizes = match (
+        args.frame,
+        serde_json::from_value::<Vec<[usize; 2]>>(info["image_sizes"].clone()),
+    ) {
+        (Some((h, w)), _) => vec![[h, w]; n_images],
+        (None, Ok(s)) if s.len() == n_images => s,
+        (None, _) => vec![[get("image_height")?, get("image_width")?]; n_images],
+    };
     let obs = observation(
-        get("n_images")?,
-        match args.frame {
-            Some(f) => f,
-            None => (get("image_height")?, get("image_width")?),
-        },
+        &sizes,
         get("state_dim")?,
         match one_pass {
             true => 0,
-            false => get("chunk_size")? * get("max_action_dim")?,
+            false => match serde_json::from_value::<[usize; 2]>(info["noise_shape"].clone()) {
+                Ok([rows, cols]) => rows * cols,
+                Err(_) => get("chunk_size")? * get("max_action_dim")?,
+            },
         },
         match info["reads_instruction"].as_bool().unwrap_or(true) {
             true => args.tokens,

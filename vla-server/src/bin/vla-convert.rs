@@ -19,7 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use vla::convert::openvla;
 use vla::convert::{
-    act, bitvla, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, openvla_oft, pi0, smolvla, vla_adapter,
+    act, bitvla, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, octo, openvla_oft, pi0, smolvla, vla_adapter,
     vla_jepa, Kind,
 };
 use vla::gguf::GgmlType;
@@ -98,6 +98,22 @@ enum Command {
     /// (ternary, 2 bits a weight; --dtype applies to the float matrices); every suite's
     /// statistics are kept: the server picks one with --embodiment.
     Bitvla(VlaAdapterArgs),
+    /// An Octo checkpoint folder as OctoModel.save_pretrained writes it (config.json,
+    /// dataset_statistics.json, <step>/default/checkpoint), with the T5 tokenizer (the
+    /// text processor's folder, a t5* folder beside config.json, or --tokenizer). Every
+    /// dataset's statistics are kept: the server picks one with --embodiment.
+    Octo(OctoArgs),
+}
+
+#[derive(clap::Args)]
+struct OctoArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    tokenizer: TokenizerArgs,
+    /// The checkpoint step to read (a <step> folder); default: the latest.
+    #[arg(long, value_name = "N")]
+    step: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -337,6 +353,7 @@ fn main() {
         Command::VlaJepa(args) => convert_vla_jepa(args),
         Command::Evo1(args) => convert_evo1(args),
         Command::Act(args) => convert_act(args),
+        Command::Octo(args) => convert_octo(args),
         Command::VlaAdapter(args) => convert_vla_adapter(args),
         Command::OpenvlaOft(args) => convert_openvla_oft(args),
         Command::Bitvla(args) => convert_bitvla(args),
@@ -608,6 +625,35 @@ fn convert_act(args: ActArgs) -> Result<()> {
     Ok(())
 }
 
+fn convert_octo(args: OctoArgs) -> Result<()> {
+    let (ckpt, out, dtype) = args.common.checked()?;
+    let opts = octo::Options {
+        dtype: Some(dtype.into()),
+        tokenizer: args.tokenizer.tokenizer,
+        no_tokenizer: args.tokenizer.no_tokenizer,
+        step: args.step,
+    };
+    let converted = with_progress(|p| octo::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): octo, transformer {}x{} ({} heads), T5 {}x{}, window {}, {} head {}x{}, weights {}",
+        out.display(),
+        c.d,
+        c.layers,
+        c.heads,
+        c.t5_d,
+        c.t5_layers,
+        c.window,
+        c.head.name(),
+        c.horizon,
+        c.action_dim,
+        GgmlType::from(dtype),
+    );
+    Ok(())
+}
+
 fn convert_vla_adapter(args: VlaAdapterArgs) -> Result<()> {
     convert_openvla(args, vla_adapter::convert, |c| {
         format!(
@@ -746,9 +792,13 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
         (
             "--tokenizer",
             a.tokenizer.is_some(),
-            &[Smolvla, Pi0, Pi05, Gr00tN15],
+            &[Smolvla, Pi0, Pi05, Gr00tN15, Octo],
         ),
-        ("--no-tokenizer", a.no_tokenizer, &[Smolvla, Pi0, Pi05]),
+        (
+            "--no-tokenizer",
+            a.no_tokenizer,
+            &[Smolvla, Pi0, Pi05, Octo],
+        ),
         (
             "--num-images",
             a.openvla.num_images.is_some(),
@@ -817,6 +867,11 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
             backbone: a.backbone,
         }),
         Act => convert_act(ActArgs { common }),
+        Octo => convert_octo(OctoArgs {
+            common,
+            tokenizer,
+            step: None,
+        }),
         VlaAdapter => convert_vla_adapter(VlaAdapterArgs {
             common,
             head: a.openvla,

@@ -1,0 +1,451 @@
+//! Octo (octo-models/octo, JAX): SmallStem convolutional tokenizers per camera, a T5
+//! encoder for the instruction, a block-causal transformer over a window of steps with
+//! readout tokens, and a DDPM head (an MLP-ResNet denoising 20 steps, fresh noise each
+//! step) or an L1 head. One graph a predict; the mask, the schedule and the proprio bins
+//! are the host's ([`rules`]).
+
+pub mod config;
+pub mod graphs;
+pub mod rules;
+pub mod stats;
+
+pub use config::{Head, OctoConfig};
+pub use stats::{DatasetStats, Stats};
+
+use super::common::{ms_since, LoadedGraphs};
+use crate::gguf::{GgmlType, GgufFile, GgufWriter};
+use crate::graph::{Graph, GraphBuilder};
+use crate::policy::{
+    ActionChunk, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
+};
+use crate::preprocess::FrameKey;
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result, Tensor};
+use rules::{Group, Role, Step};
+use std::time::Instant;
+
+pub const ARCH: &str = "octo";
+
+/// The Fourier features of each step's time, in the reverse process's order: `[cos(f),
+/// sin(f)]` with `f = (2 pi t) w` in f32 as the reference computes it (`2 * jnp.pi * t @
+/// w.T`, `w` the head's `time_fourier` kernel, `[time_dim / 2]`).
+pub fn time_features(w: &[f32], steps: &[Step]) -> Vec<f32> {
+    let two_pi = 2.0 * std::f64::consts::PI;
+    steps
+        .iter()
+        .flat_map(|s| {
+            let a = (two_pi as f32) * s.t as f32;
+            let f: Vec<f64> = w.iter().map(|&w| f64::from(a * w)).collect();
+            let cos = f.iter().map(|v| v.cos() as f32);
+            let sin = f.iter().map(|v| v.sin() as f32);
+            cos.chain(sin).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The groups of the sequence the transformer reads: the language prefix, then each step's
+/// (cameras, proprio, the task again, the readouts).
+pub fn token_groups(cfg: &OctoConfig) -> (Vec<Group>, Vec<Group>) {
+    let prefix = vec![Group {
+        role: Role::Task,
+        len: cfg.lang_tokens,
+    }];
+    let mut step: Vec<Group> = cfg
+        .cameras()
+        .map(|(_, s)| Group {
+            role: Role::Obs,
+            len: s.grid() * s.grid(),
+        })
+        .collect();
+    if cfg.proprio_dim > 0 {
+        step.push(Group {
+            role: Role::Obs,
+            len: cfg.proprio_dim,
+        });
+    }
+    if cfg.repeat_task_tokens {
+        step.push(Group {
+            role: Role::Obs,
+            len: cfg.lang_tokens,
+        });
+    }
+    step.push(Group {
+        role: Role::Readout(0),
+        len: cfg.readouts,
+    });
+    (prefix, step)
+}
+
+/// The transformer's mask when the first `padded` steps of the window are padding (their
+/// cameras and proprio never attended to; the task repeated there still is, as in Octo).
+pub fn sequence_mask(cfg: &OctoConfig, padded: usize) -> Vec<f32> {
+    let (prefix, step) = token_groups(cfg);
+    let ncams = cfg.cameras().count() + usize::from(cfg.proprio_dim > 0);
+    let valid = |t: Option<usize>, group: usize| match t {
+        Some(t) => t >= padded || group >= ncams,
+        None => true,
+    };
+    rules::attention_mask(&prefix, &step, cfg.window, &valid, cfg.correct_attention)
+}
+
+/// An Octo policy.
+pub struct OctoPolicy {
+    cfg: OctoConfig,
+    info: PolicyInfo,
+    stats: Stats,
+    tokenizer: Option<Tokenizer>,
+    /// The proprio's bin edges (`BinTokenizer`) and whether the bins are uniform.
+    bins: Option<(Vec<f32>, bool)>,
+    graphs: LoadedGraphs<()>,
+}
+
+impl OctoPolicy {
+    pub fn new(file: GgufFile, opts: &RuntimeOptions) -> Result<Self> {
+        let cfg = OctoConfig::read(&file)?;
+        if opts.stepwise {
+            return Err(Error::InvalidArgument(
+                "octo runs its DDPM steps in one graph: stepwise runs are for flow policies".into(),
+            ));
+        }
+        if opts.num_steps.is_some_and(|n| n != cfg.steps) {
+            return Err(Error::InvalidArgument(format!(
+                "octo denoises in the {} steps it was trained with (its DDPM schedule)",
+                cfg.steps
+            )));
+        }
+        let all = DatasetStats::read(&file)?;
+        let (name, stats) = all.select(opts.embodiment.as_deref())?;
+        let tokenizer = super::common::gguf_tokenizer(&file, cfg.t5_vocab)?;
+        let bins = match cfg.proprio_dim {
+            0 => None,
+            _ => {
+                let thr = file.dequantize("octo.obs.proprio.bin_thresholds")?;
+                let uniform = match file.get_str("octo.proprio.bin_type") {
+                    Ok(t) => t == "uniform",
+                    // vla.cpp's files do not say: evenly spaced edges are uniform bins
+                    Err(_) => rules::uniform_bins(&thr),
+                };
+                Some((thr, uniform))
+            }
+        };
+        if cfg.proprio_dim > 0 && stats.proprio.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "dataset {name:?}: no proprio statistics, which this model's proprio tokens need"
+            )));
+        }
+        let file = standardize_stems(file, &cfg)?;
+        let file = super::common::kernels_as_matrices(file)?;
+        let keep = stats.keep_mask(&cfg)?;
+        let steps = rules::ddpm_steps(cfg.steps, cfg.schedule_s);
+        let tff = match cfg.head {
+            Head::Diffusion => time_features(
+                &file.dequantize("octo.head.diffusion.time_fourier.weight")?,
+                &steps,
+            ),
+            Head::L1 => vec![],
+        };
+        let frames = Self::frame_keys(&cfg);
+        let build = |f: &GgufFile| -> Result<Vec<Graph>> {
+            Ok(vec![graphs::predict(
+                GraphBuilder::new(f),
+                &cfg,
+                &frames,
+                &tff,
+                &steps,
+                keep.as_deref(),
+            )?])
+        };
+        let graphs = LoadedGraphs::compile(file, opts, (), build)?;
+        let mut info = graphs.info(ARCH);
+        let ncams = cfg.cameras().count();
+        let first = cfg.cameras().next().map(|(_, s)| s.side).unwrap_or(0);
+        info.n_images = ncams * cfg.window;
+        info.image_height = first;
+        info.image_width = first;
+        info.image_sizes = (0..cfg.window)
+            .flat_map(|_| cfg.cameras().map(|(_, s)| [s.side, s.side]))
+            .collect();
+        // every window step's proprio, oldest first
+        info.state_dim = cfg.window * cfg.proprio_dim;
+        info.max_state_dim = cfg.window * cfg.proprio_dim;
+        info.chunk_size = cfg.horizon;
+        info.action_rows = cfg.horizon;
+        info.max_action_dim = cfg.action_dim;
+        info.action_dim = stats.action.mean.len();
+        info.num_steps = match cfg.head {
+            Head::Diffusion => cfg.steps,
+            Head::L1 => 0,
+        };
+        info.noise_shape =
+            (cfg.head == Head::Diffusion).then_some([cfg.steps + 1, cfg.horizon * cfg.action_dim]);
+        info.embodiment = Some(name.clone());
+        info.camera_names = (0..cfg.window)
+            .flat_map(|t| {
+                let back = cfg.window - 1 - t;
+                cfg.cameras().map(move |(c, _)| match back {
+                    0 => c.to_owned(),
+                    b => format!("{c}@t-{b}"),
+                })
+            })
+            .collect();
+        info.memory_bytes = graphs.memory_bytes();
+        info.activation_bytes = graphs.activation_bytes();
+        Ok(OctoPolicy {
+            cfg,
+            info,
+            stats,
+            tokenizer,
+            bins,
+            graphs,
+        })
+    }
+
+    pub fn config(&self) -> &OctoConfig {
+        &self.cfg
+    }
+
+    /// Every frame as bytes at its camera's size, window steps oldest first.
+    fn frame_keys(cfg: &OctoConfig) -> Vec<FrameKey> {
+        (0..cfg.window)
+            .flat_map(|_| {
+                cfg.cameras().map(|(_, s)| FrameKey {
+                    height: s.side,
+                    width: s.side,
+                    bytes: true,
+                })
+            })
+            .collect()
+    }
+
+    /// The request's frames as the graph's inputs, and how many leading steps are padding:
+    /// a request may carry the whole window (oldest first) or only the current step's
+    /// frames, the earlier steps then padding (as Octo's history wrapper pads an episode's
+    /// first steps).
+    fn frames(&self, obs: &Observation) -> Result<(Vec<Tensor<'static>>, usize)> {
+        let cfg = &self.cfg;
+        let sides: Vec<(&str, usize)> = cfg.cameras().map(|(c, s)| (c, s.side)).collect();
+        let ncams = sides.len();
+        let n = obs.images.len();
+        if n == 0 || !n.is_multiple_of(ncams) || n / ncams > cfg.window {
+            return Err(Error::InvalidArgument(format!(
+                "octo takes {} images per step ({}), for the last 1..={} steps of its window: got {n}",
+                ncams,
+                sides.iter().map(|s| s.0).collect::<Vec<_>>().join(", "),
+                cfg.window
+            )));
+        }
+        let padded = cfg.window - n / ncams;
+        let mut out = Vec::with_capacity(cfg.window * ncams);
+        for t in 0..cfg.window {
+            for (c, &(cam, side)) in sides.iter().enumerate() {
+                let shape = vec![side, side, 3];
+                if t < padded {
+                    out.push(Tensor::from_u8(shape, vec![0; side * side * 3])?);
+                    continue;
+                }
+                let img = &obs.images[(t - padded) * ncams + c];
+                crate::preprocess::image::check_size(img)?;
+                if (img.height, img.width) != (side, side) {
+                    return Err(Error::InvalidArgument(format!(
+                        "{cam} camera: {}x{} frame, octo takes {side}x{side} (resize as the policy's data was)",
+                        img.width, img.height
+                    )));
+                }
+                out.push(match &img.data {
+                    ImageData::RgbU8(d) => Tensor::from_u8(shape, d.clone())?,
+                    ImageData::RgbF32(_) => {
+                        return Err(Error::InvalidArgument(format!(
+                            "{cam} camera: octo takes 8-bit frames (its reference casts uint8 pixels), not floats"
+                        )))
+                    }
+                });
+            }
+        }
+        Ok((out, padded))
+    }
+
+    /// Each window step's proprio as one-hot bins `[proprio_dim * bins]` (padded steps': all
+    /// zero, never attended to); none where the model takes no proprio. The request's state
+    /// is the given steps' proprio, oldest first.
+    fn proprio_bins(&self, obs: &Observation, padded: usize) -> Result<Vec<Vec<f32>>> {
+        let cfg = &self.cfg;
+        let (pd, n) = (cfg.proprio_dim, cfg.proprio_bins);
+        let Some((thr, uniform)) = &self.bins else {
+            crate::preprocess::normalize::state_values(obs, 0, 0)?;
+            return Ok(vec![]);
+        };
+        let given = (cfg.window - padded) * pd;
+        let state = crate::preprocess::normalize::state_values(obs, given, given)?;
+        let mut out = vec![vec![0.0; pd * n]; padded];
+        for x in state.chunks(pd) {
+            let z = self.stats.normalize_proprio(x)?;
+            let mut one_hot = vec![0.0; pd * n];
+            for (i, &v) in z.iter().enumerate() {
+                one_hot[i * n + rules::bin(v, thr, *uniform)] = 1.0;
+            }
+            out.push(one_hot);
+        }
+        Ok(out)
+    }
+
+    /// The instruction's T5 ids padded to the model's length, and their key mask.
+    fn instruction(&self, obs: &Observation) -> Result<(Vec<f32>, Vec<f32>)> {
+        let s = self.cfg.lang_tokens;
+        let tok = self.tokenizer.as_ref();
+        let ids = super::common::instruction_ids(obs, self.cfg.t5_vocab, "", |p| {
+            super::common::require_tokenizer(tok)?.encode(p)
+        })?;
+        if ids.len() > s {
+            return Err(super::common::prompt_bound(ids.len(), s));
+        }
+        let mut t: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
+        let mut mask = vec![0.0; ids.len()];
+        t.resize(s, 0.0);
+        mask.resize(s, graphs::MASKED);
+        Ok((t, mask))
+    }
+}
+
+impl Policy for OctoPolicy {
+    fn info(&self) -> &PolicyInfo {
+        &self.info
+    }
+
+    fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
+        let t0 = Instant::now();
+        let counters = self.graphs.counters();
+        let cfg = &self.cfg;
+        let (frames, padded) = self.frames(obs)?;
+        let (ids, t5_mask) = self.instruction(obs)?;
+        let mask = sequence_mask(cfg, padded);
+        let n = (mask.len() as f64).sqrt() as usize;
+        let mut named: Vec<(String, Tensor)> = frames
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (format!("image.{i}"), t))
+            .collect();
+        let s = cfg.lang_tokens;
+        named.push((graphs::TOKENS.into(), Tensor::from_f32(vec![s], ids)?));
+        named.push((
+            graphs::T5_MASK.into(),
+            Tensor::from_f32(vec![1, 1, s], t5_mask)?,
+        ));
+        let buckets = rules::t5_buckets(s, cfg.t5_buckets, cfg.t5_max_distance);
+        named.push((
+            graphs::T5_BUCKETS.into(),
+            Tensor::from_f32(vec![s * s], buckets)?,
+        ));
+        named.push((graphs::MASK.into(), Tensor::from_f32(vec![n, n], mask)?));
+        for (t, bins) in self.proprio_bins(obs, padded)?.into_iter().enumerate() {
+            let shape = vec![cfg.proprio_dim, cfg.proprio_bins];
+            named.push((graphs::proprio_input(t), Tensor::from_f32(shape, bins)?));
+        }
+        if cfg.head == Head::Diffusion {
+            let [rows, cols] = self.info.noise_dims();
+            let noise = super::common::noise_or_draw(obs, rows, cols, Default::default())?;
+            named.push((
+                graphs::NOISE.into(),
+                Tensor::from_f32(vec![rows, cols], noise)?,
+            ));
+        }
+        let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let out = self.graphs.exec(0).run(&inputs)?;
+        let mut x = out[0].to_vec_f32()?;
+        if cfg.head == Head::L1 {
+            let m = cfg.max_action;
+            x.iter_mut().for_each(|v| *v = (*v / m).tanh() * m);
+        }
+        self.info.memory_bytes = self.graphs.memory_bytes();
+        self.info.activation_bytes = self.graphs.activation_bytes();
+        self.info.scratch_bytes = self.graphs.scratch_bytes();
+        let actions = self.stats.unnormalize_rows(&x, cfg.action_dim);
+        Ok(ActionChunk {
+            actions,
+            chunk_size: cfg.horizon,
+            action_dim: self.info.action_dim,
+            times: StageTimes {
+                vision_ms: None,
+                prefill_ms: None,
+                denoise_ms: None,
+                total_ms: ms_since(t0),
+            },
+            counters: self.graphs.counters().since(&counters),
+            warnings: vec![],
+            instruction: Default::default(),
+        })
+    }
+
+    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
+        self.graphs.profile()
+    }
+}
+
+/// The file with every stem convolution's kernel weight-standardised (SmallStem's
+/// `StdConv` standardises at use; the file keeps the trained kernel, as vla.cpp's does).
+pub fn standardize_stems(mut file: GgufFile, cfg: &OctoConfig) -> Result<GgufFile> {
+    for (cam, stem) in cfg.cameras() {
+        for i in 0..config::STEM_STAGES {
+            let name = format!("{ARCH}.obs.{cam}.stem.{i}.conv.weight");
+            let dims = file.tensor_info(&name)?.dims.clone();
+            let w = file.dequantize(&name)?;
+            let o = stem.widths[i].max(1);
+            file.replace_f32(&name, &dims, &rules::standardize(&w, w.len() / o))?;
+        }
+    }
+    Ok(file)
+}
+
+/// A random-weight Octo file of `cfg`'s sizes (matrices of type `ty`, the rest f32) with
+/// one dataset's statistics (`random`).
+pub fn random_writer(cfg: &OctoConfig, seed: u64, ty: GgmlType) -> Result<GgufWriter<'static>> {
+    let mut w = GgufWriter::new();
+    cfg.write(&mut w)?;
+    w.add_metadata("general.name", "octo random-weight model")?;
+    let shapes = tensor_shapes(cfg)?;
+    let matrix = |name: &str| name.starts_with("octo.blk.") || name.starts_with("octo.t5.blk.");
+    super::common::add_random_tensors(&mut w, &shapes, seed, ty, matrix)?;
+    stats::write_random(&mut w, cfg)?;
+    Ok(w)
+}
+
+/// Every weight the graph reads, with its stored shape (convolution kernels 4-D, `[O, C,
+/// KH, KW]`).
+pub fn tensor_shapes(cfg: &OctoConfig) -> Result<Vec<(String, Vec<usize>)>> {
+    let steps = rules::ddpm_steps(cfg.steps, cfg.schedule_s);
+    let tff = vec![0.0; steps.len() * cfg.time_dim];
+    let frames = OctoPolicy::frame_keys(cfg);
+    let g = graphs::predict(GraphBuilder::over(None), cfg, &frames, &tff, &steps, None)?;
+    let mut shapes = crate::graph::declared_weights(&[g])?;
+    for (name, shape) in &mut shapes {
+        if let Some(k) = kernel_side(cfg, name) {
+            let (o, cols) = (shape[0], shape[1]);
+            *shape = vec![o, cols / (k * k), k, k];
+        }
+    }
+    if cfg.head == Head::Diffusion {
+        shapes.push((
+            "octo.head.diffusion.time_fourier.weight".into(),
+            vec![cfg.time_dim / 2, 1],
+        ));
+    }
+    if cfg.proprio_dim > 0 {
+        shapes.push((
+            "octo.obs.proprio.bin_thresholds".into(),
+            vec![cfg.proprio_bins + 1],
+        ));
+    }
+    Ok(shapes)
+}
+
+/// The side of the square kernel `name` holds, for the stems' convolutions.
+pub fn kernel_side(cfg: &OctoConfig, name: &str) -> Option<usize> {
+    let rest = name.strip_prefix("octo.obs.")?.strip_suffix(".weight")?;
+    let (cam, part) = rest.split_once('.')?;
+    let c = config::CAMERAS.iter().position(|c| *c == cam)?;
+    let stem = cfg.stems[c].as_ref()?;
+    match part {
+        "patch_embd" => Some(stem.patch),
+        p if p.starts_with("stem.") && p.ends_with(".conv") => Some(3),
+        _ => None,
+    }
+}

@@ -1,0 +1,68 @@
+//! Octo's sizes: octo-small-1.5 (ViT-S, two cameras, T5-base, the diffusion head) and a
+//! small model of the same structure for the demo and tests.
+
+use crate::models::octo::config::{Stem, CAMERAS};
+use crate::models::octo::{Head, OctoConfig};
+
+/// octo-small-1.5: a 384-wide, 12-block, 6-head transformer (MLP 1536), the primary camera
+/// at 256 (SmallStem16: 256 tokens) and the wrist at 128 (64), T5-base (12 layers, 768
+/// wide, 12 heads, ReLU FFN 3072, vocab 32128), window 2, one readout, the DDPM head
+/// (horizon 4 x 7, 20 steps, MLP-ResNet 3 x 256, time features 32).
+pub fn octo_full_config() -> OctoConfig {
+    let stem = |side| Stem {
+        side,
+        in_channels: 6,
+        widths: [32, 96, 192, 384],
+        patch: 1,
+        features: 512,
+    };
+    OctoConfig {
+        d: 384,
+        layers: 12,
+        heads: 6,
+        ffn: 1536,
+        window: 2,
+        max_horizon: 10,
+        stems: vec![Some(stem(256)), Some(stem(128))],
+        t5_d: 768,
+        t5_layers: 12,
+        t5_heads: 12,
+        t5_kv: 64,
+        t5_ffn: 3072,
+        t5_vocab: 32128,
+        ..OctoConfig::empty()
+    }
+}
+
+/// The demo's and tests' Octo: the full model's structure at small sizes (primary 64,
+/// wrist 32, stems 32 wide, a 32-wide transformer, a 24-wide T5).
+pub fn octo_small_config() -> OctoConfig {
+    let stem = |side| Stem {
+        side,
+        in_channels: 6,
+        widths: [32, 32, 32, 64],
+        patch: 1,
+        features: 48,
+    };
+    debug_assert_eq!(CAMERAS.len(), 2);
+    OctoConfig {
+        d: 32,
+        layers: 2,
+        heads: 4,
+        ffn: 64,
+        window: 2,
+        max_horizon: 10,
+        stems: vec![Some(stem(64)), Some(stem(32))],
+        t5_d: 24,
+        t5_layers: 2,
+        t5_heads: 3,
+        t5_kv: 8,
+        t5_ffn: 40,
+        t5_vocab: 400,
+        time_dim: 8,
+        hidden: 32,
+        blocks: 2,
+        head: Head::Diffusion,
+        ..OctoConfig::empty()
+    }
+}
