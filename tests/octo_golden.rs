@@ -424,3 +424,94 @@ fn bf16_weights_stay_close() {
     println!("octo bf16: chunk cosine {cos:.6}");
     assert!(cos >= support::golden::BF16_MIN_COSINE, "cosine {cos}");
 }
+
+/// vla.cpp's layout of the same checkpoint, written independently
+/// (tests/interop/vlacpp_octo_writer.py: numpy, msgpack and gguf-py, as vla.cpp's converter
+/// names and shapes every tensor) runs as our conversion does, bit for bit, on every backend,
+/// and so matches the reference. (Its keys do not say which attention rule or whether the
+/// task repeats: vla.cpp's runtime assumes octo-small-1.5's, as ours then does; the December
+/// rule fixture is not such a model.)
+#[test]
+fn vlacpp_layout_gives_our_conversions_chunk() {
+    let dir = fixture("octo-tiny");
+    let tmp = std::env::temp_dir().join(format!("vla-octo-vlacpp-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let theirs = tmp.join("vlacpp.gguf");
+    support::interop(
+        "vlacpp_octo_writer.py",
+        &[dir.as_os_str(), theirs.as_os_str()],
+    );
+    let g = Golden::load(&dir);
+    for backend in support::golden::backends() {
+        let (file, _) = converted(&dir, GgmlType::F32);
+        let cfg = OctoConfig::read(&file).unwrap();
+        let Some(mut ours) = policy(file, backend, "bridge_dataset") else {
+            continue;
+        };
+        let obs = observation(&g, &dir, &cfg, "bridge_dataset");
+        let want = ours.predict(&obs).unwrap().actions;
+        let file = GgufFile::open(&theirs).unwrap();
+        let mut p = policy(file, backend, "bridge_dataset").unwrap();
+        let got = p.predict(&obs).unwrap().actions;
+        assert_eq!(
+            got, want,
+            "{backend}: vla.cpp-layout Octo vs our conversion"
+        );
+        check(
+            &format!("{backend}: vla.cpp layout"),
+            &got,
+            &g.f32("actions"),
+            TOL,
+        );
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// The converter ships the checkpoint's T5 tokenizer (its `t5-tiny` folder, SentencePiece
+/// unigram with T5's normalizer): the task's text gives the reference's ids (12 pieces and
+/// `</s>`), so the text request's chunk is the ids request's; a text of more than 16 tokens,
+/// which the reference's tokenizer would cut, is refused naming the bound.
+#[test]
+fn text_prompt_tokenizes_as_octo() {
+    let dir = fixture("octo-tiny");
+    let opts = octo::Options {
+        dtype: Some(GgmlType::F32),
+        ..Default::default()
+    };
+    let c = octo::convert(&dir, &opts, &mut |_, _, _| {}).unwrap();
+    assert!(
+        c.notes.iter().any(|n| n.contains("spiece.model")),
+        "the SentencePiece model ships too (vla.cpp reads it): {:?}",
+        c.notes
+    );
+    let file = reopened(&c.writer);
+    let tok = vla::tokenizer::Tokenizer::from_gguf(&file).unwrap();
+    let prompt = g_prompt(&dir);
+    let want: Vec<u32> = ids(&Golden::load(&dir)).iter().map(|&i| i as u32).collect();
+    assert_eq!(tok.encode(&prompt).unwrap(), want, "{prompt:?}");
+    let g = Golden::load(&dir);
+    let cfg = OctoConfig::read(&file).unwrap();
+    let mut p = policy(file, "cpu", "bridge_dataset").unwrap();
+    let by_ids = p
+        .predict(&observation(&g, &dir, &cfg, "bridge_dataset"))
+        .unwrap();
+    let text = Observation {
+        tokens: None,
+        prompt: Some(prompt.clone()),
+        ..observation(&g, &dir, &cfg, "bridge_dataset")
+    };
+    assert_eq!(p.predict(&text).unwrap().actions, by_ids.actions);
+    let long = Observation {
+        prompt: Some(format!("{prompt} then put the red block back on the table")),
+        ..text
+    };
+    let err = p.predict(&long).unwrap_err().to_string();
+    assert!(err.contains("bound of 16"), "{err}");
+}
+
+fn g_prompt(dir: &Path) -> String {
+    Golden::load(dir).meta["prompt"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}

@@ -4,7 +4,8 @@
 //! SentencePiece BPE converted by transformers with its ids (tools/golden/tokenizer_spm.py).
 //! Encoding must match exactly, from the tokenizer.json and after a round trip through GGUF
 //! metadata; for SentencePiece also from the metadata llama.cpp's converter writes (scores,
-//! no merges). The Qwen2 family's (NFC, Qwen2's split) is in tokenizer/qwen2.rs.
+//! no merges). The Qwen2 family's (NFC, Qwen2's split) is in tokenizer/qwen2.rs, T5's
+//! Unigram in tokenizer/t5.rs.
 
 use serde_json::Value;
 use vla::gguf::{GgufFile, GgufWriter, Value as Meta, ValueType};
@@ -14,6 +15,8 @@ use vla::Error;
 // A submodule, not a test target of its own: it shares this file's helpers.
 #[path = "tokenizer/qwen2.rs"]
 mod qwen2;
+#[path = "tokenizer/t5.rs"]
+mod t5;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokenizer");
 

@@ -1,8 +1,8 @@
 //! Reading a Hugging Face `tokenizer.json`, for converters that ship the tokenizer in
-//! the GGUF. Only what byte-level BPE of the GPT-2 and Qwen2 families and Gemma-style
-//! SentencePiece BPE use is accepted; any other normalizer, pre-tokenizer, model option or
-//! post-processor is an error naming it, so a converted model never tokenizes differently
-//! in silence.
+//! the GGUF. Only what byte-level BPE of the GPT-2 and Qwen2 families, Gemma-style
+//! SentencePiece BPE and T5's Unigram (hf_unigram.rs) use is accepted; any other
+//! normalizer, pre-tokenizer, model option or post-processor is an error naming it, so a
+//! converted model never tokenizes differently in silence.
 
 use super::gguf::split_merge;
 use super::pretok::{LLAMA3_PATTERN, QWEN2_PATTERN};
@@ -41,6 +41,9 @@ impl Tokenizer {
 
     /// [`Tokenizer::from_hf_json`] of a parsed `tokenizer.json`.
     pub(super) fn from_hf_value(root: &Json) -> Result<Self> {
+        if root["model"]["type"] == "Unigram" {
+            return Self::from_hf_unigram(root);
+        }
         let kind = match normalizer(&root["normalizer"])? {
             Normalizer::SentencePiece(add_space_prefix) => {
                 check_split(&root["pre_tokenizer"])?;
@@ -91,7 +94,13 @@ impl Tokenizer {
             // As llama.cpp's converter types SentencePiece's unknown piece.
             types[unk as usize] = TokenType::Unknown;
         }
-        let bos = leading_bos(&root["post_processor"])?;
+        let (bos, eos) = template(&root["post_processor"])?;
+        if eos.is_some() {
+            return Err(err(format!(
+                "post-processor template {} is not supported (only a leading BOS)",
+                root["post_processor"]["single"]
+            )));
+        }
         let special = SpecialTokens {
             bos,
             unk,
@@ -112,6 +121,7 @@ impl Tokenizer {
                 add_space_prefix,
                 special,
             ),
+            Model::Unigram => unreachable!("read by from_hf_unigram"),
         }
     }
 }
@@ -127,7 +137,7 @@ fn id_of(v: &Json, token: &str) -> Result<u32> {
         })
 }
 
-fn added_token(a: &Json, kind: Model) -> Result<(u32, &str, TokenType)> {
+pub(super) fn added_token(a: &Json, kind: Model) -> Result<(u32, &str, TokenType)> {
     let content = a["content"]
         .as_str()
         .ok_or_else(|| err(format!("added token {a} has no content")))?;
@@ -140,12 +150,17 @@ fn added_token(a: &Json, kind: Model) -> Result<(u32, &str, TokenType)> {
     }
     // A normalized added token is matched in the normalized text; we match all in the
     // original text, which is the same only where the normalizer changes nothing: for
-    // Replace(" ", "▁") alone, a token without spaces or "▁".
+    // Replace(" ", "▁") alone, a token without spaces or "▁"; never for Unigram's.
+    // `tokenizers`' default: special tokens are not normalized, others are.
+    let normalized = a["normalized"]
+        .as_bool()
+        .unwrap_or(a["special"].as_bool() != Some(true));
+    if normalized && kind == Model::Unigram {
+        return Err(err(format!(
+            "added token {content:?} is normalized, which is not supported for Unigram"
+        )));
+    }
     if let Model::SentencePiece { add_space_prefix } = kind {
-        // `tokenizers`' default: special tokens are not normalized, others are.
-        let normalized = a["normalized"]
-            .as_bool()
-            .unwrap_or(a["special"].as_bool() != Some(true));
         if normalized && (add_space_prefix || content.contains([' ', SPACE])) {
             return Err(err(format!(
                 "added token {content:?} is normalized, which is not supported with this normalizer"
@@ -348,47 +363,58 @@ fn pre_tokenizer(v: &Json, nfc: bool) -> Result<PreTokenizer> {
     Ok(pre)
 }
 
-/// The BOS id a post-processor puts before the text, if any. `ByteLevel` only adjusts
-/// offsets; `TemplateProcessing` may add a leading special token and nothing else.
-fn leading_bos(v: &Json) -> Result<Option<u32>> {
+/// The ids a post-processor puts before and after the text (BOS, EOS), if any. `ByteLevel`
+/// only adjusts offsets; `TemplateProcessing`'s single-sequence template may hold a special
+/// token before and one after `$A`, and nothing else.
+pub(super) fn template(v: &Json) -> Result<(Option<u32>, Option<u32>)> {
     match v["type"].as_str() {
-        None if v.is_null() => Ok(None),
-        Some("ByteLevel") => Ok(None),
+        None if v.is_null() => Ok((None, None)),
+        Some("ByteLevel") => Ok((None, None)),
         Some("Sequence") => {
-            let mut bos = None;
+            let (mut bos, mut eos) = (None, None);
             for p in v["processors"]
                 .as_array()
                 .map(Vec::as_slice)
                 .unwrap_or_default()
             {
-                bos = leading_bos(p)?.or(bos);
+                let (b, e) = template(p)?;
+                (bos, eos) = (b.or(bos), e.or(eos));
             }
-            Ok(bos)
+            Ok((bos, eos))
         }
         Some("TemplateProcessing") => {
             let single = v["single"]
                 .as_array()
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let seq = |p: &Json| p["Sequence"]["id"] == "A";
-            match single {
-                [a] if seq(a) => Ok(None),
-                [s, a] if seq(a) => {
-                    let name = s["SpecialToken"]["id"]
-                        .as_str()
-                        .ok_or_else(|| err(format!("template item {s} is not a special token")))?;
-                    match v["special_tokens"][name]["ids"]
-                        .as_array()
-                        .map(Vec::as_slice)
-                    {
-                        Some([id]) => id_of(id, name).map(Some),
-                        _ => Err(err(format!(
-                            "template special token {name:?} is not one id"
-                        ))),
-                    }
+            let special = |s: &Json| {
+                let name = s["SpecialToken"]["id"]
+                    .as_str()
+                    .ok_or_else(|| err(format!("template item {s} is not a special token")))?;
+                match v["special_tokens"][name]["ids"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                {
+                    Some([id]) => id_of(id, name),
+                    _ => Err(err(format!(
+                        "template special token {name:?} is not one id"
+                    ))),
                 }
+            };
+            let Some(a) = single.iter().position(|p| p["Sequence"]["id"] == "A") else {
+                return Err(err(format!(
+                    "post-processor template {} has no $A",
+                    v["single"]
+                )));
+            };
+            match (&single[..a], &single[a + 1..]) {
+                ([], []) => Ok((None, None)),
+                ([b], []) => Ok((Some(special(b)?), None)),
+                ([], [e]) => Ok((None, Some(special(e)?))),
+                ([b], [e]) => Ok((Some(special(b)?), Some(special(e)?))),
                 _ => Err(err(format!(
-                    "post-processor template {} is not supported (only a leading BOS)",
+                    "post-processor template {} is not supported (at most a special token \
+                     before and one after the text)",
                     v["single"]
                 ))),
             }

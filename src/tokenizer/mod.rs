@@ -1,17 +1,20 @@
-//! BPE tokenization of two kinds, chosen by the file ([`Model`]):
+//! Tokenization of three kinds, chosen by the file ([`Model`]):
 //!
 //! - byte-level BPE (the GPT-2 family, which SmolLM2 and so SmolVLA belong to, and
 //!   Qwen2/Qwen3, which Eagle 2.5 and so GR00T N1.5 use): llama.cpp's
 //!   `tokenizer.ggml.model = "gpt2"`, a `tokenizer.json` without normalizer (Qwen2: NFC);
 //! - SentencePiece BPE with byte fallback (Gemma, and so PaliGemma, which pi0 and pi0.5
 //!   tokenize with): llama.cpp's `"llama"`, a `tokenizer.json` whose normalizer replaces
-//!   `" "` by `"▁"` (U+2581).
+//!   `" "` by `"▁"` (U+2581);
+//! - SentencePiece Unigram (T5, whose encoder Octo uses): llama.cpp's `"t5"`, a
+//!   `tokenizer.json` with a `Unigram` model; see unigram.rs (and charsmap.rs for its
+//!   normalizer), whose doc covers its encoding and differences.
 //!
-//! Either is loaded from llama.cpp's `tokenizer.ggml.*` GGUF metadata (see docs/GGUF.md) or
+//! Each is loaded from llama.cpp's `tokenizer.ggml.*` GGUF metadata (see docs/GGUF.md) or
 //! from a Hugging Face `tokenizer.json` (for converters), and written back as GGUF metadata.
 //!
 //! [`Tokenizer::encode`] follows Hugging Face `tokenizers`, the reference the tests compare
-//! against. Both kinds first split added tokens out literally (leftmost, then longest).
+//! against. All kinds first split added tokens out literally (leftmost, then longest).
 //! Byte-level BPE then normalizes (Qwen2: NFC) and pre-tokenizes the rest
 //! ([`PreTokenizer`]), maps each word's UTF-8 bytes to GPT-2's byte characters and merges
 //! lowest rank first. SentencePiece BPE replaces each space by `▁` (and puts a `▁` before
@@ -38,15 +41,19 @@
 //! normalized added token the SentencePiece normalizer could change) are refused.
 
 mod bpe;
+mod charsmap;
 pub mod demo;
 mod gguf;
 mod hf;
 mod hf_folder;
+mod hf_unigram;
 mod pretok;
 mod spm;
+mod unigram;
 
 pub use hf_folder::hf_tokenizer_in;
 pub use pretok::{byte_to_char, char_to_byte, PreTokenizer};
+pub use unigram::MAX_PIECE_BYTES;
 
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -97,7 +104,7 @@ impl TokenType {
     }
 }
 
-/// Ids with a role, and whether `encode` starts with BOS.
+/// Ids with a role, and whether `encode` starts with BOS and ends with EOS.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpecialTokens {
     pub bos: Option<u32>,
@@ -105,10 +112,13 @@ pub struct SpecialTokens {
     pub pad: Option<u32>,
     pub unk: Option<u32>,
     pub add_bos: bool,
+    /// Only for [`Model::Unigram`] (T5's `$A </s>` post-processor).
+    pub add_eos: bool,
 }
 
 /// The tokenization algorithm, chosen by the file: llama.cpp's `tokenizer.ggml.model`
-/// (`gpt2` or `llama`), or a `tokenizer.json`'s normalizer (none, or `" "` -> `"▁"`).
+/// (`gpt2`, `llama` or `t5`), or a `tokenizer.json`'s model and normalizer (BPE with none,
+/// or with `" "` -> `"▁"`; Unigram).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Model {
     /// Byte-level BPE after the given pre-tokenizer (GPT-2 family, SmolLM2, Qwen2).
@@ -117,6 +127,9 @@ pub enum Model {
     /// `add_space_prefix`, each piece of text between added tokens gets a leading `▁`
     /// (SentencePiece's dummy prefix: Llama has it, Gemma not).
     SentencePiece { add_space_prefix: bool },
+    /// SentencePiece Unigram (T5, and so Octo): the charsmap normalizer, `Metaspace`, the
+    /// best segmentation by piece scores, EOS appended (see `unigram.rs`).
+    Unigram,
 }
 
 #[derive(Clone, Debug)]
@@ -133,8 +146,10 @@ pub struct Tokenizer {
     byte_ids: [Option<u32>; 256],
     /// Added tokens by first byte, longest first, for leftmost-longest matching.
     added: HashMap<u8, Vec<u32>>,
-    /// What SentencePiece BPE needs besides; `None` for byte-level.
+    /// What SentencePiece BPE needs besides; `None` for the other kinds.
     spm: Option<Box<spm::Spm>>,
+    /// What Unigram needs besides; `None` for the other kinds.
+    unigram: Option<Box<unigram::Unigram>>,
     /// Every token by its text, where a word that is a token is that token without
     /// merging (`ignore_merges`: Llama 3's); `None` otherwise.
     whole: Option<HashMap<String, u32>>,
@@ -144,8 +159,9 @@ fn err(msg: impl Into<String>) -> Error {
     Error::Tokenizer(msg.into())
 }
 
-/// Checks that every special id is in a vocabulary of `n` tokens.
-fn check_special(special: &SpecialTokens, n: usize) -> Result<()> {
+/// Checks that every special id is in a vocabulary of `n` tokens, and that BOS and EOS
+/// exist where they are added (EOS only by Unigram: the BPE kinds' files never ask for it).
+fn check_special(special: &SpecialTokens, n: usize, model: Model) -> Result<()> {
     for (what, id) in [
         ("bos", special.bos),
         ("eos", special.eos),
@@ -160,6 +176,12 @@ fn check_special(special: &SpecialTokens, n: usize) -> Result<()> {
     }
     if special.add_bos && special.bos.is_none() {
         return Err(err("add_bos is set but there is no bos token"));
+    }
+    if special.add_eos && special.eos.is_none() {
+        return Err(err("add_eos is set but there is no eos token"));
+    }
+    if special.add_eos && model != Model::Unigram {
+        return Err(err("add_eos is only supported for Unigram tokenizers"));
     }
     Ok(())
 }
@@ -192,7 +214,7 @@ impl Tokenizer {
         if types.len() != n {
             return Err(err(format!("{} token types for {n} tokens", types.len())));
         }
-        check_special(&special, n)?;
+        check_special(&special, n, model)?;
         // The first of duplicate strings wins, as a merge or byte lookup needs one id.
         let mut ids: HashMap<&str, u32> = HashMap::with_capacity(n);
         for (i, t) in tokens.iter().enumerate() {
@@ -230,6 +252,7 @@ impl Tokenizer {
             *slot = match model {
                 Model::ByteLevel(_) => ids.get(byte_to_char()[b].encode_utf8(&mut [0; 4]) as &str),
                 Model::SentencePiece { .. } => ids.get(spm::byte_token(b as u8).as_str()),
+                Model::Unigram => None,
             }
             .copied();
         }
@@ -260,6 +283,7 @@ impl Tokenizer {
             byte_ids,
             added,
             spm: None,
+            unigram: None,
         })
     }
 
@@ -277,7 +301,7 @@ impl Tokenizer {
 
     /// The same tokenizer with other special ids (checked as in [`Tokenizer::new`]).
     pub fn with_special(mut self, special: SpecialTokens) -> Result<Self> {
-        check_special(&special, self.tokens.len())?;
+        check_special(&special, self.tokens.len(), self.model)?;
         self.special = special;
         Ok(self)
     }
@@ -286,11 +310,11 @@ impl Tokenizer {
         self.model
     }
 
-    /// The pre-tokenizer of byte-level BPE; `None` for SentencePiece.
+    /// The pre-tokenizer of byte-level BPE; `None` for the SentencePiece kinds.
     pub fn pre_tokenizer(&self) -> Option<PreTokenizer> {
         match self.model {
             Model::ByteLevel(pre) => Some(pre),
-            Model::SentencePiece { .. } => None,
+            Model::SentencePiece { .. } | Model::Unigram => None,
         }
     }
 
@@ -300,7 +324,7 @@ impl Tokenizer {
         self.tokens.get(id as usize).map(String::as_str)
     }
 
-    /// Token ids for `text`, with BOS first when the tokenizer adds it.
+    /// Token ids for `text`, with BOS first and EOS last when the tokenizer adds them.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         if text.len() > MAX_TEXT_BYTES {
             return Err(err(format!(
@@ -319,6 +343,9 @@ impl Tokenizer {
             rest = &rest[start + self.tokens[id as usize].len()..];
         }
         self.encode_plain(rest, &mut out)?;
+        if self.special.add_eos {
+            out.extend(self.special.eos);
+        }
         Ok(out)
     }
 
@@ -341,6 +368,9 @@ impl Tokenizer {
 
     /// Encodes text that holds no added token.
     fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
+        if let Some(u) = &self.unigram {
+            return self.encode_unigram(u, text, out);
+        }
         match (self.model, &self.spm) {
             (Model::ByteLevel(pre), _) => {
                 let text = pre.normalize(text);
@@ -355,7 +385,9 @@ impl Tokenizer {
             (Model::SentencePiece { add_space_prefix }, Some(spm)) => {
                 self.encode_spm(spm, text, add_space_prefix, out)
             }
-            (Model::SentencePiece { .. }, None) => unreachable!("built with Spm"),
+            (Model::SentencePiece { .. }, None) | (Model::Unigram, _) => {
+                unreachable!("built with Spm or Unigram")
+            }
         }
     }
 
@@ -370,6 +402,11 @@ impl Tokenizer {
             };
             if self.spm.is_some() {
                 spm::decode_token(t, &mut bytes);
+                continue;
+            }
+            if self.unigram.is_some() {
+                let text = t.replace(spm::SPACE, " ");
+                bytes.extend(text.as_bytes());
                 continue;
             }
             if self.types[id as usize].is_added() {

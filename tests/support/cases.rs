@@ -8,7 +8,7 @@ use vla::gguf::{GgmlType::F32, GgufFile, GgufWriter};
 use vla::models::common::gaussian_noise;
 use vla::models::openvla::{self, OpenVlaArch};
 use vla::models::pi0::{self, Variant};
-use vla::models::{act, bitvla, presets, smolvla};
+use vla::models::{act, bitvla, octo, presets, smolvla};
 use vla::policy::{Image, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions};
 
 /// Calls `$then!` with the list of cases, `name { field: value, ... }` for the fields of
@@ -29,6 +29,7 @@ macro_rules! arch_cases {
             openvla_oft { gguf: openvla_oft_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: openvla_oft_max_prompt, prefix: no_prefix } },
             vla_adapter { gguf: vla_adapter_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: vla_adapter_max_prompt, prefix: no_prefix } },
             bitvla { gguf: bitvla_gguf, state: StateInput::Direct, tolerance: INT8_ACTIVATIONS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: bitvla_max_prompt, prefix: bitvla_placeholders } },
+            octo { gguf: octo_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Sampled { vocab: octo_vocab, max_tokens: octo_max_prompt } },
         }
     };
 }
@@ -84,6 +85,23 @@ fn bitvla_placeholders() -> Vec<i32> {
     let mut ids = vec![cfg.image_id as i32; cfg.image_rows()];
     ids.push(cfg.proprio_id as i32);
     ids
+}
+
+/// The small Octo (three proprio dimensions) with the golden fixture's T5 tokenizer.
+fn octo_gguf(seed: u64) -> vla::Result<Vec<u8>> {
+    let json = include_str!("../fixtures/octo-tiny/t5-tiny/tokenizer.json");
+    let tok = vla::tokenizer::Tokenizer::from_hf_json(json)?;
+    let mut w = octo::random_writer(&presets::octo_small_config(), seed, F32)?;
+    tok.write_gguf(&mut w)?;
+    w.to_bytes()
+}
+
+fn octo_vocab() -> usize {
+    presets::octo_small_config().t5_vocab
+}
+
+fn octo_max_prompt() -> usize {
+    presets::octo_small_config().lang_tokens
 }
 
 /// No ids before the task's.
@@ -164,6 +182,14 @@ pub enum Shape {
         max_tokens: fn() -> usize,
         prefix: fn() -> Vec<i32>,
     },
+    /// A sampler run in one graph (Octo's DDPM): it reads an instruction padded to
+    /// `max_tokens()` (one longer is refused naming the bound) from a vocabulary of
+    /// `vocab()`, and the request's noise (INFO's `noise_shape`: a draw per step), but runs
+    /// no steps apart; its cameras take their own sizes only (INFO's `image_sizes`).
+    Sampled {
+        vocab: fn() -> usize,
+        max_tokens: fn() -> usize,
+    },
 }
 
 /// The `<arch>.<key>` names of a one-pass arch's sizes.
@@ -197,9 +223,17 @@ impl Shape {
         matches!(self, Shape::Flow)
     }
 
+    /// Whether the arch reads the request's noise.
+    pub fn reads_noise(&self) -> bool {
+        matches!(self, Shape::Flow | Shape::Sampled { .. })
+    }
+
     /// Whether the arch reads an instruction.
     pub fn reads_text(&self) -> bool {
-        matches!(self, Shape::Flow | Shape::OnePassText { .. })
+        matches!(
+            self,
+            Shape::Flow | Shape::OnePassText { .. } | Shape::Sampled { .. }
+        )
     }
 
     /// A request's token ids with `task` as the task's ([`Shape::OnePassText`]'s `prefix`
@@ -219,7 +253,7 @@ impl Shape {
     /// A one-pass arch's size keys.
     pub fn io(&self) -> Option<IoKeys> {
         match self {
-            Shape::Flow => None,
+            Shape::Flow | Shape::Sampled { .. } => None,
             Shape::OnePass(k) | Shape::OnePassText { io: k, .. } => Some(*k),
         }
     }
@@ -311,18 +345,22 @@ impl ArchCase {
 }
 
 /// A valid observation for `info`, varied by `seed`: camera views of odd, non-square sizes
-/// other than the model's (resize-with-pad, up and down), five token ids in 1..200 (which
-/// every case's vocabulary holds), the real state and explicit noise.
+/// other than the model's (resize-with-pad, up and down; each camera's own size where the
+/// model takes only that), five token ids in 1..200 (which every case's vocabulary holds),
+/// the real state and explicit noise.
 pub fn observation(info: &PolicyInfo, seed: u64) -> Observation {
     let (h, w) = (info.image_height, info.image_width);
+    let fixed = (!info.image_sizes.is_empty()).then_some(&info.image_sizes);
     let images = (0..info.n_images)
-        .map(|v| match v % 2 {
-            0 => image(
+        .map(|v| match (fixed, v % 2) {
+            // cameras that take their own size only (Octo)
+            (Some(sizes), _) => image(sizes[v][0], sizes[v][1], seed * 8 + v as u64),
+            (None, 0) => image(
                 (h * 3 / 4 + 2 * v) | 1,
                 (w * 5 / 4) | 1,
                 seed * 8 + v as u64,
             ),
-            _ => image(
+            (None, _) => image(
                 (h * 9 / 8 + 2 * v) | 1,
                 (w * 3 / 4) | 1,
                 seed * 8 + v as u64,
@@ -341,7 +379,7 @@ pub fn observation(info: &PolicyInfo, seed: u64) -> Observation {
         prompt: None,
         tokens: Some(tokens),
         noise: Some(gaussian_noise(
-            info.chunk_size * info.max_action_dim,
+            info.noise_dims().iter().product(),
             seed + 42,
         )),
         token_mask: None,

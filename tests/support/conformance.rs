@@ -36,6 +36,11 @@ pub fn info_and_chunk_shape(case: &ArchCase) {
     let file = GgufFile::from_bytes(case.bytes()).unwrap();
     assert_eq!(info.arch, file.architecture().unwrap(), "{n}: info.arch");
     let keys = match case.shape.io() {
+        None if matches!(case.shape, Shape::Sampled { .. }) => vec![
+            ("action.horizon", info.chunk_size),
+            ("diffusion.steps", info.num_steps),
+            ("action.dim", info.max_action_dim),
+        ],
         None => vec![
             ("n_images", info.n_images),
             ("chunk_size", info.chunk_size),
@@ -128,7 +133,7 @@ pub fn chunk_depends_on_every_input(case: &ArchCase) {
     }
     let mut o = obs.clone();
     o.noise.as_mut().unwrap()[3] += 0.5;
-    edits.push(("noise".into(), o, case.shape.flow()));
+    edits.push(("noise".into(), o, case.shape.reads_noise()));
     for (what, o, changes) in edits {
         let got = predict(case, p.as_mut(), &o, &what).actions;
         match changes {
@@ -240,6 +245,7 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
         Shape::OnePassText {
             vocab, max_tokens, ..
         } => (case.meta(vocab), max_tokens()),
+        Shape::Sampled { vocab, max_tokens } => (vocab(), max_tokens()),
         Shape::OnePass(_) => (0, 0),
     };
     let (chunk, dim) = (info.chunk_size, info.max_action_dim);
@@ -280,7 +286,7 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
     if case.shape.reads_text() {
         cases.extend(language);
     }
-    if flow {
+    if case.shape.reads_noise() {
         cases.extend(noises);
     }
     if case.shape.reads_text() && vocab <= 100_000 {
@@ -335,8 +341,10 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
         Shape::OnePass(_) => return unread_instruction_and_noise(case, p.as_mut(), &good),
         Shape::OnePassText { max_tokens, .. } => (max_tokens(), |l, _| l), // rows: see below
         Shape::Flow => (case.meta("tokenizer_max_length"), text_rows),
+        // the instruction always padded to the bound
+        Shape::Sampled { max_tokens, .. } => (max_tokens(), |_, max| max),
     };
-    if !case.shape.flow() {
+    if !case.shape.reads_noise() {
         good.noise = None; // not read: the reply would say so
     }
     let first = predict(case, p.as_mut(), &good, "good request").actions;
@@ -347,7 +355,8 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
     };
     // a one-pass arch takes no empty sequence: it starts with the prompt's first token; the
     // lengths are the task's ids, after the arch's prefix (BitVLA's placeholders)
-    let least = usize::from(!case.shape.flow());
+    let padded = matches!(case.shape, Shape::Flow | Shape::Sampled { .. });
+    let least = usize::from(!padded);
     let pre = case.shape.prefix_len();
     let max = max - pre;
     let mut lengths = vec![0, 1, TEXT_BUCKET - 1, TEXT_BUCKET, TEXT_BUCKET + 1, max];
@@ -379,7 +388,7 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
             chunk.warnings
         );
         let got = (chunk.instruction.tokens - pre, chunk.instruction.rows - pre);
-        match case.shape.flow() {
+        match padded {
             true => assert_eq!(got, (l, rows(l, max)), "{n}: {l} ids: (ids, rows)"),
             // the model's own ids may add a token (OpenVLA-OFT's empty token)
             false => assert!(
@@ -522,7 +531,8 @@ fn frames_go_up_as_they_arrive(
     backend: &str,
 ) {
     let n = case.name;
-    // ACT never resizes: its frames go up as they are
+    // ACT never resizes: its frames go up as they are; Octo's cameras take their own sizes
+    // only (as its reference: the client resizes)
     let on_device = matches!(n, "smolvla" | "pi0" | "pi05" | "vla_jepa" | "act");
     let mut taller = obs.clone();
     for img in &mut taller.images {
@@ -530,6 +540,14 @@ fn frames_go_up_as_they_arrive(
         if let ImageData::RgbU8(d) = &mut img.data {
             d.extend_from_within(..);
         }
+    }
+    if !p.info().image_sizes.is_empty() {
+        let e = p.predict(&taller).err().map(|e| e.to_string());
+        assert!(
+            e.as_deref().is_some_and(|e| e.contains("image")),
+            "{n}: frames of another size: {e:?}"
+        );
+        return;
     }
     let on_wire = |bytes: usize| match backend.starts_with("ggml") {
         true => bytes.div_ceil(32) * 34,

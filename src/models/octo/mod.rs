@@ -96,7 +96,18 @@ pub struct OctoPolicy {
     tokenizer: Option<Tokenizer>,
     /// The proprio's bin edges (`BinTokenizer`) and whether the bins are uniform.
     bins: Option<(Vec<f32>, bool)>,
-    graphs: LoadedGraphs<()>,
+    /// What the graphs are built from besides the file and config.
+    head: HeadInputs,
+    /// One set of graphs per kind of frames (bytes, or floats in [0, 1]).
+    graphs: LoadedGraphs<bool>,
+}
+
+/// The host's constants of the head: the DDPM steps, their time features, the embodiment's
+/// action mask.
+struct HeadInputs {
+    steps: Vec<Step>,
+    tff: Vec<f32>,
+    keep: Option<Vec<f32>>,
 }
 
 impl OctoPolicy {
@@ -144,18 +155,9 @@ impl OctoPolicy {
             ),
             Head::L1 => vec![],
         };
-        let frames = Self::frame_keys(&cfg);
-        let build = |f: &GgufFile| -> Result<Vec<Graph>> {
-            Ok(vec![graphs::predict(
-                GraphBuilder::new(f),
-                &cfg,
-                &frames,
-                &tff,
-                &steps,
-                keep.as_deref(),
-            )?])
-        };
-        let graphs = LoadedGraphs::compile(file, opts, (), build)?;
+        let head = HeadInputs { steps, tff, keep };
+        let graphs =
+            LoadedGraphs::compile(file, opts, true, |f| Self::build(f, &cfg, &head, true))?;
         let mut info = graphs.info(ARCH);
         let ncams = cfg.cameras().count();
         let first = cfg.cameras().next().map(|(_, s)| s.side).unwrap_or(0);
@@ -196,22 +198,42 @@ impl OctoPolicy {
             stats,
             tokenizer,
             bins,
+            head,
             graphs,
         })
+    }
+
+    fn build(
+        file: &GgufFile,
+        cfg: &OctoConfig,
+        head: &HeadInputs,
+        bytes: bool,
+    ) -> Result<Vec<Graph>> {
+        let frames = Self::frame_keys(cfg, bytes);
+        let g = GraphBuilder::new(file);
+        let keep = head.keep.as_deref();
+        Ok(vec![graphs::predict(
+            g,
+            cfg,
+            &frames,
+            &head.tff,
+            &head.steps,
+            keep,
+        )?])
     }
 
     pub fn config(&self) -> &OctoConfig {
         &self.cfg
     }
 
-    /// Every frame as bytes at its camera's size, window steps oldest first.
-    fn frame_keys(cfg: &OctoConfig) -> Vec<FrameKey> {
+    /// Every frame at its camera's size (bytes, or floats), window steps oldest first.
+    fn frame_keys(cfg: &OctoConfig, bytes: bool) -> Vec<FrameKey> {
         (0..cfg.window)
             .flat_map(|_| {
-                cfg.cameras().map(|(_, s)| FrameKey {
+                cfg.cameras().map(move |(_, s)| FrameKey {
                     height: s.side,
                     width: s.side,
-                    bytes: true,
+                    bytes,
                 })
             })
             .collect()
@@ -221,7 +243,7 @@ impl OctoPolicy {
     /// a request may carry the whole window (oldest first) or only the current step's
     /// frames, the earlier steps then padding (as Octo's history wrapper pads an episode's
     /// first steps).
-    fn frames(&self, obs: &Observation) -> Result<(Vec<Tensor<'static>>, usize)> {
+    fn frames(&self, obs: &Observation) -> Result<(Vec<Tensor<'static>>, usize, bool)> {
         let cfg = &self.cfg;
         let sides: Vec<(&str, usize)> = cfg.cameras().map(|(c, s)| (c, s.side)).collect();
         let ncams = sides.len();
@@ -235,33 +257,39 @@ impl OctoPolicy {
             )));
         }
         let padded = cfg.window - n / ncams;
+        let bytes = matches!(obs.images[0].data, ImageData::RgbU8(_));
         let mut out = Vec::with_capacity(cfg.window * ncams);
         for t in 0..cfg.window {
             for (c, &(cam, side)) in sides.iter().enumerate() {
                 let shape = vec![side, side, 3];
+                let len = side * side * 3;
                 if t < padded {
-                    out.push(Tensor::from_u8(shape, vec![0; side * side * 3])?);
+                    out.push(match bytes {
+                        true => Tensor::from_u8(shape, vec![0; len])?,
+                        false => Tensor::from_f32(shape, vec![0.0; len])?,
+                    });
                     continue;
                 }
                 let img = &obs.images[(t - padded) * ncams + c];
                 crate::preprocess::image::check_size(img)?;
                 if (img.height, img.width) != (side, side) {
                     return Err(Error::InvalidArgument(format!(
-                        "{cam} camera: {}x{} frame, octo takes {side}x{side} (resize as the policy's data was)",
+                        "{cam} camera image: {}x{}, octo takes {side}x{side} images (resize them as the policy's training data was: Octo's data pipeline and gym wrappers use TF's lanczos3 with antialiasing)",
                         img.width, img.height
                     )));
                 }
-                out.push(match &img.data {
-                    ImageData::RgbU8(d) => Tensor::from_u8(shape, d.clone())?,
-                    ImageData::RgbF32(_) => {
-                        return Err(Error::InvalidArgument(format!(
-                            "{cam} camera: octo takes 8-bit frames (its reference casts uint8 pixels), not floats"
-                        )))
+                out.push(match (&img.data, bytes) {
+                    (ImageData::RgbU8(d), true) => Tensor::from_u8(shape, d.clone())?,
+                    (ImageData::RgbF32(d), false) => Tensor::from_f32(shape, d.clone())?,
+                    _ => {
+                        return Err(Error::InvalidArgument(
+                            "images: all bytes or all floats, not a mix".into(),
+                        ))
                     }
                 });
             }
         }
-        Ok((out, padded))
+        Ok((out, padded, bytes))
     }
 
     /// Each window step's proprio as one-hot bins `[proprio_dim * bins]` (padded steps': all
@@ -315,8 +343,12 @@ impl Policy for OctoPolicy {
         let t0 = Instant::now();
         let counters = self.graphs.counters();
         let cfg = &self.cfg;
-        let (frames, padded) = self.frames(obs)?;
+        let (frames, padded, bytes) = self.frames(obs)?;
         let (ids, t5_mask) = self.instruction(obs)?;
+        let tokens = t5_mask.iter().filter(|&&m| m == 0.0).count();
+        let head = &self.head;
+        self.graphs
+            .select(bytes, |f| Self::build(f, cfg, head, bytes))?;
         let mask = sequence_mask(cfg, padded);
         let n = (mask.len() as f64).sqrt() as usize;
         let mut named: Vec<(String, Tensor)> = frames
@@ -371,7 +403,10 @@ impl Policy for OctoPolicy {
             },
             counters: self.graphs.counters().since(&counters),
             warnings: vec![],
-            instruction: Default::default(),
+            instruction: crate::policy::InstructionRows {
+                tokens,
+                rows: cfg.lang_tokens,
+            },
         })
     }
 
@@ -401,9 +436,20 @@ pub fn random_writer(cfg: &OctoConfig, seed: u64, ty: GgmlType) -> Result<GgufWr
     let mut w = GgufWriter::new();
     cfg.write(&mut w)?;
     w.add_metadata("general.name", "octo random-weight model")?;
-    let shapes = tensor_shapes(cfg)?;
+    let thresholds = "octo.obs.proprio.bin_thresholds";
+    let shapes: Vec<_> = tensor_shapes(cfg)?
+        .into_iter()
+        .filter(|(n, _)| n != thresholds)
+        .collect();
     let matrix = |name: &str| name.starts_with("octo.blk.") || name.starts_with("octo.t5.blk.");
     super::common::add_random_tensors(&mut w, &shapes, seed, ty, matrix)?;
+    if cfg.proprio_dim > 0 {
+        // uniform bins over [-2, 2], as Octo's proprio tokenizers are configured
+        let n = cfg.proprio_bins;
+        let edges: Vec<f32> = (0..=n).map(|i| -2.0 + 4.0 * i as f32 / n as f32).collect();
+        w.add_f32(thresholds, GgmlType::F32, &[n as u64 + 1], &edges)?;
+        w.add_metadata(format!("{ARCH}.proprio.bin_type"), "uniform")?;
+    }
     stats::write_random(&mut w, cfg)?;
     Ok(w)
 }
@@ -413,7 +459,7 @@ pub fn random_writer(cfg: &OctoConfig, seed: u64, ty: GgmlType) -> Result<GgufWr
 pub fn tensor_shapes(cfg: &OctoConfig) -> Result<Vec<(String, Vec<usize>)>> {
     let steps = rules::ddpm_steps(cfg.steps, cfg.schedule_s);
     let tff = vec![0.0; steps.len() * cfg.time_dim];
-    let frames = OctoPolicy::frame_keys(cfg);
+    let frames = OctoPolicy::frame_keys(cfg, true);
     let g = graphs::predict(GraphBuilder::over(None), cfg, &frames, &tff, &steps, None)?;
     let mut shapes = crate::graph::declared_weights(&[g])?;
     for (name, shape) in &mut shapes {

@@ -35,7 +35,8 @@ pub fn octo_full_config() -> OctoConfig {
 }
 
 /// The demo's and tests' Octo: the full model's structure at small sizes (primary 64,
-/// wrist 32, stems 32 wide, a 32-wide transformer, a 24-wide T5).
+/// wrist 32, stems 32 wide, a 32-wide transformer, a 24-wide T5), plus 3 proprio
+/// dimensions in 8 bins (as Octo's finetunes add).
 pub fn octo_small_config() -> OctoConfig {
     let stem = |side| Stem {
         side,
@@ -59,6 +60,8 @@ pub fn octo_small_config() -> OctoConfig {
         t5_kv: 8,
         t5_ffn: 40,
         t5_vocab: 400,
+        proprio_dim: 3,
+        proprio_bins: 8,
         time_dim: 8,
         hidden: 32,
         blocks: 2,

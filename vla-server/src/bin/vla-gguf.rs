@@ -55,7 +55,8 @@ enum Command {
         /// ResNet-18 + lerobot's default transformer, two cameras at 480 x 640, ~0.2 GB;
         /// vla_adapter: DINOv2 + SigLIP + Qwen2.5-0.5B + its head, ~5.6 GB; openvla_oft: DINOv2 +
         /// SigLIP + Llama 2 7B, ~30 GB, 15.3 GB with --dtype bf16; bitvla: ternary SigLIP +
-        /// BitNet b1.58 2B (2 bits a weight) + its head, ~2.2 GB).
+        /// BitNet b1.58 2B (2 bits a weight) + its head, ~2.2 GB; octo: octo-small-1.5 with
+        /// T5-base, ~0.55 GB).
         #[arg(long)]
         full: bool,
         /// Type of the matmul weights: f32, f16 or bf16 (a smolvla model other than the f32
