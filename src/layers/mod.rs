@@ -88,6 +88,31 @@ pub fn plain_layer_norm(g: &mut GraphBuilder, x: NodeId, eps: f32) -> Result<Nod
     g.layer_norm(x, ones, zeros, eps)
 }
 
+/// GroupNorm over a channels-last map `x [P, C]` (statistics per group of `C / groups`
+/// channels over all positions) with gain and bias `<prefix>.weight` / `.bias`: the groups
+/// brought together, a plain LayerNorm over each, and back.
+pub fn group_norm(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    prefix: &str,
+    groups: usize,
+    eps: f32,
+) -> Result<NodeId> {
+    let (p, c) = (g.shape(x)[0], width(g, x));
+    let cg = c / groups.max(1);
+    let y = g.reshape(x, &[p, groups, cg])?;
+    let y = g.permute(y, &[1, 0, 2])?;
+    let y = g.reshape(y, &[groups, p * cg])?;
+    let y = plain_layer_norm(g, y, eps)?;
+    let y = g.reshape(y, &[groups, p, cg])?;
+    let y = g.permute(y, &[1, 0, 2])?;
+    let y = g.reshape(y, &[p, c])?;
+    let w = g.weight(&format!("{prefix}.weight"), &[c])?;
+    let b = g.weight(&format!("{prefix}.bias"), &[c])?;
+    let y = g.mul(y, w)?;
+    g.add(y, b)
+}
+
 /// A `[d]` graph constant of `value` (one node per (d, value)).
 fn filled(g: &mut GraphBuilder, d: usize, value: f32) -> Result<NodeId> {
     let t = Tensor::from_f32(vec![d], vec![value; d])?;

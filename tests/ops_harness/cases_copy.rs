@@ -1,4 +1,5 @@
-//! Patch embedding, sliding windows (im2col, a conv as im2col + matmul, max pooling), data
+//! Patch embedding, sliding windows (im2col, a conv as im2col + matmul, GroupNorm and Octo's
+//! SmallStem stage, max pooling), data
 //! movement (slice / permute / concat) and reshape views, including
 //! graphs shaped to make the wgpu buffer planner reuse slots (a planner that lets a later
 //! node overwrite a slot still needed by a reshape view, or an input, shows up here).
@@ -98,6 +99,48 @@ fn windows(c: &mut Cases) {
                 let cols = g.im2col(x, Window::square(k, 2, k / 2))?;
                 let (wt, b) = (g.stored_weight("w")?, g.stored_weight("b")?);
                 g.matmul_add(cols, wt, b)
+            },
+        );
+    }
+    // GroupNorm over a channels-last map [P, C] (Octo's SmallStem: the groups brought
+    // together, a LayerNorm over each, and back), odd sizes, one and several channels a group
+    for (p, ch, groups) in [(25, 32, 32), (143, 64, 32), (7, 12, 4), (1600, 32, 32)] {
+        let x = c.tensor(&[p, ch]);
+        let (w, b) = (c.tensor(&[ch]), c.tensor(&[ch]));
+        c.add(
+            format!("group_norm [{p}, {ch}] {groups} groups"),
+            vec![("gn.weight", w), ("gn.bias", b)],
+            vec![("x", x)],
+            super::NMSE_DEFAULT,
+            move |g| {
+                let x = g.input("x", &[p, ch]);
+                vla::layers::group_norm(g, x, "gn", groups, 1e-6)
+            },
+        );
+    }
+    // a SmallStem stage: a 3x3 stride-2 conv, GroupNorm, ReLU, on an odd-sized map
+    for (shape, o) in [([21, 17, 6], 32), ([10, 10, 32], 64)] {
+        let x = c.tensor(&shape);
+        let cols = shape[2] * 9;
+        let (wt, b) = (c.weight(&[o, cols], GgmlType::F32), c.tensor(&[o]));
+        let (gw, gb) = (c.tensor(&[o]), c.tensor(&[o]));
+        c.add(
+            format!("smallstem stage {shape:?} o{o}"),
+            vec![
+                ("conv.weight", wt),
+                ("conv.bias", b),
+                ("gn.weight", gw),
+                ("gn.bias", gb),
+            ],
+            vec![("x", x)],
+            NMSE_MATMUL,
+            move |g| {
+                let x = g.input("x", &shape);
+                let y = vla::layers::conv2d(g, x, "conv", o, Window::square(3, 2, 1))?;
+                let (h, w) = (g.shape(y)[0], g.shape(y)[1]);
+                let y = g.reshape(y, &[h * w, o])?;
+                let y = vla::layers::group_norm(g, y, "gn", 32, 1e-6)?;
+                Ok(g.relu(y))
             },
         );
     }

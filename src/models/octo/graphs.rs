@@ -36,25 +36,6 @@ pub fn frame_input(cfg: &OctoConfig, step: usize, cam: usize) -> String {
     format!("image.{}", step * cfg.cameras().count() + cam)
 }
 
-/// GroupNorm over a channels-last map `x [P, C]` (statistics per group of channels over
-/// all positions) with gain and bias `<prefix>.weight` / `.bias`: the groups brought
-/// together, a plain LayerNorm over each, and back.
-pub fn group_norm(g: &mut GraphBuilder, x: NodeId, prefix: &str, groups: usize) -> Result<NodeId> {
-    let (p, c) = (g.shape(x)[0], g.shape(x)[1]);
-    let cg = c / groups;
-    let y = g.reshape(x, &[p, groups, cg])?;
-    let y = g.permute(y, &[1, 0, 2])?;
-    let y = g.reshape(y, &[groups, p * cg])?;
-    let y = layers::plain_layer_norm(g, y, GN_EPS)?;
-    let y = g.reshape(y, &[groups, p, cg])?;
-    let y = g.permute(y, &[1, 0, 2])?;
-    let y = g.reshape(y, &[p, c])?;
-    let w = g.weight(&format!("{prefix}.weight"), &[c])?;
-    let b = g.weight(&format!("{prefix}.bias"), &[c])?;
-    let y = g.mul(y, w)?;
-    g.add(y, b)
-}
-
 /// A camera's frame `[side, side, 3]` (bytes, or floats in [0, 1]) as SmallStem takes it:
 /// in [-1, 1], with the goal image's channels (a language task's zeros, so -1) stacked on
 /// where the stem takes six.
@@ -82,7 +63,7 @@ pub fn stem(g: &mut GraphBuilder, p: &Scope, stem: &Stem, x: NodeId) -> Result<V
         let y = layers::conv2d(g, x, &s.pp("conv"), w, Window::square(3, 2, 1))?;
         let (h, ww) = (g.shape(y)[0], g.shape(y)[1]);
         let y = g.reshape(y, &[h * ww, w])?;
-        let y = group_norm(g, y, &s.pp("gn"), GN_GROUPS)?;
+        let y = layers::group_norm(g, y, &s.pp("gn"), GN_GROUPS, GN_EPS)?;
         let y = g.relu(y);
         x = g.reshape(y, &[h, ww, w])?;
         maps.push(x);
