@@ -81,6 +81,11 @@ pub struct PolicyInfo {
     pub arch: String,
     /// Camera views a request must carry.
     pub n_images: usize,
+    /// Steps of history a request carries (Octo's window; 1 elsewhere): `n_images` and the
+    /// state are that many steps' views and states, oldest first, and a request may carry
+    /// only the last steps' (the earlier then padding, as the reference's history wrapper
+    /// pads an episode's first steps).
+    pub window: usize,
     /// The model's own input size; requests may send any size up to the protocol limit.
     pub image_height: usize,
     pub image_width: usize,

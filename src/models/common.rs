@@ -217,6 +217,14 @@ impl<K: PartialEq> LoadedGraphs<K> {
         self.execs().map(|e| e.stats().scratch_bytes).sum::<u64>()
     }
 
+    /// `info`'s memory figures after a run: weights plus peak activations, the activations,
+    /// the backend's scratch.
+    pub fn report_memory(&self, info: &mut PolicyInfo) {
+        info.memory_bytes = self.memory_bytes();
+        info.activation_bytes = self.activation_bytes();
+        info.scratch_bytes = self.scratch_bytes();
+    }
+
     /// Of [`Self::memory_bytes`], the kept sets' peak activations.
     pub fn activation_bytes(&self) -> u64 {
         self.execs()
@@ -255,6 +263,7 @@ impl<K: PartialEq> LoadedGraphs<K> {
             placeholders: Vec::new(),
             noise_shape: None,
             image_sizes: Vec::new(),
+            window: 1,
         }
     }
 }

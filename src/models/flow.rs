@@ -484,9 +484,7 @@ impl<A: FlowArch> FlowPolicy<A> {
             self.info.stage_flops = flops.clone();
             self.info.kv_bytes = handed * self.act_bytes;
         }
-        self.info.memory_bytes = self.graphs.memory_bytes();
-        self.info.activation_bytes = self.graphs.activation_bytes();
-        self.info.scratch_bytes = self.graphs.scratch_bytes();
+        self.graphs.report_memory(&mut self.info);
         if !compiled {
             return Ok(());
         }
@@ -640,9 +638,7 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
             false => self.run_once(req)?,
         };
         // the cpu backend measures its activations' peak as it runs
-        self.info.memory_bytes = self.graphs.memory_bytes();
-        self.info.activation_bytes = self.graphs.activation_bytes();
-        self.info.scratch_bytes = self.graphs.scratch_bytes();
+        self.graphs.report_memory(&mut self.info);
         let io = &self.spec.io;
         let mut x = x;
         x.truncate(self.spec.output_rows * io.max_action_dim);

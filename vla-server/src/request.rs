@@ -88,13 +88,22 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
             "images: {n} views, expected 1..={MAX_VIEWS}"
         )));
     }
-    if n != info.n_images {
-        return Err(Error::bad_request(format!(
-            "images: {n} views, this model takes {}",
-            info.n_images
-        )));
-    }
-    let order = camera_order(&req.image_names, info)?;
+    // a model over a window of steps (Octo) takes the last steps' views too, the earlier
+    // steps then padding, as its reference's history wrapper pads an episode's first steps
+    let steps = info.window.max(1);
+    let per_step = info.n_images / steps;
+    let given = match n == info.n_images {
+        true => steps,
+        false if steps > 1 && per_step > 0 && n.is_multiple_of(per_step) => n / per_step,
+        false => {
+            return Err(Error::bad_request(format!(
+                "images: {n} views, this model takes {}",
+                info.n_images
+            )))
+        }
+    };
+    let names = &info.camera_names[info.camera_names.len().min((steps - given) * per_step)..];
+    let order = camera_order(&req.image_names, n, names)?;
     let images = order
         .iter()
         .map(|&i| image(&req.images[i]).map_err(|e| prefix(&format!("images[{i}]"), e)))
@@ -127,12 +136,15 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
     if prompt.is_some() && tokens.is_some() {
         return Err(Error::bad_request("set prompt or lang_tokens, not both"));
     }
-    if ![info.state_dim, info.max_state_dim].contains(&req.state.len()) {
+    // the given steps' state (all of it for a model without a window)
+    let (state_dim, max_state_dim) = (
+        info.state_dim / steps * given,
+        info.max_state_dim / steps * given,
+    );
+    if ![state_dim, max_state_dim].contains(&req.state.len()) {
         return Err(Error::bad_request(format!(
-            "state: {} values, expected {} (or {} zero-padded)",
+            "state: {} values, expected {state_dim} (or {max_state_dim} zero-padded)",
             req.state.len(),
-            info.state_dim,
-            info.max_state_dim
         )));
     }
     finite("state", &req.state)?;
@@ -161,14 +173,13 @@ pub fn observation(req: &PredictRequest, info: &PolicyInfo) -> Result<Observatio
     })
 }
 
-/// Which sent image goes to each of the model's cameras: as sent without `names`, else by
-/// name (the model's `camera_names`, or their part after `observation.images.`).
-fn camera_order(names: &[String], info: &PolicyInfo) -> Result<Vec<usize>> {
-    let n = info.n_images;
+/// Which of the `n` sent images goes to each of the model's cameras: as sent without
+/// `names`, else by name (`model`: the model's `camera_names` for the views sent, or their
+/// part after `observation.images.`).
+fn camera_order(names: &[String], n: usize, model: &[String]) -> Result<Vec<usize>> {
     if names.is_empty() {
         return Ok((0..n).collect());
     }
-    let model = &info.camera_names;
     if model.is_empty() {
         return Err(Error::bad_request(
             "image_names: this model's file keeps no camera names (convert it again with \

@@ -492,6 +492,7 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "placeholders": info.placeholders,
         "noise_shape": info.noise_dims(),
         "image_sizes": info.frame_sizes(),
+        "window": info.window,
         "server": concat!("vla-server ", env!("CARGO_PKG_VERSION")),
     })
     .to_string()

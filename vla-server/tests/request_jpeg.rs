@@ -31,6 +31,7 @@ fn info() -> PolicyInfo {
         placeholders: Vec::new(),
         noise_shape: None,
         image_sizes: Vec::new(),
+        window: 1,
     }
 }
 

@@ -162,6 +162,7 @@ impl OctoPolicy {
         let ncams = cfg.cameras().count();
         let first = cfg.cameras().next().map(|(_, s)| s.side).unwrap_or(0);
         info.n_images = ncams * cfg.window;
+        info.window = cfg.window;
         info.image_height = first;
         info.image_width = first;
         info.image_sizes = (0..cfg.window)
@@ -387,9 +388,7 @@ impl Policy for OctoPolicy {
             let m = cfg.max_action;
             x.iter_mut().for_each(|v| *v = (*v / m).tanh() * m);
         }
-        self.info.memory_bytes = self.graphs.memory_bytes();
-        self.info.activation_bytes = self.graphs.activation_bytes();
-        self.info.scratch_bytes = self.graphs.scratch_bytes();
+        self.graphs.report_memory(&mut self.info);
         let actions = self.stats.unnormalize_rows(&x, cfg.action_dim);
         Ok(ActionChunk {
             actions,

@@ -224,41 +224,4 @@ mod tests {
         let got: Vec<usize> = (-19..=21).map(|r| t5_bucket(r, 32, 128)).collect();
         assert_eq!(got, want);
     }
-
-    #[test]
-    fn the_december_rule_hands_first_tokens_to_the_group_before() {
-        let sizes = [2, 3];
-        let right: Vec<usize> = (0..5).map(|i| group_of(i, &sizes, true)).collect();
-        let left: Vec<usize> = (0..5).map(|i| group_of(i, &sizes, false)).collect();
-        assert_eq!(right, [0, 0, 1, 1, 1]);
-        assert_eq!(left, [0, 0, 0, 1, 1]);
-    }
-
-    #[test]
-    fn readouts_read_and_are_not_read() {
-        let prefix = [Group {
-            role: Role::Task,
-            len: 1,
-        }];
-        let step = [
-            Group {
-                role: Role::Obs,
-                len: 1,
-            },
-            Group {
-                role: Role::Readout(0),
-                len: 1,
-            },
-        ];
-        let m = attention_mask(&prefix, &step, 2, &|_, _| true, true);
-        // tokens: task, obs0, ro0, obs1, ro1
-        let want = [
-            [1., 0., 0., 0., 0.],
-            [1., 1., 0., 0., 0.],
-            [1., 1., 1., 0., 0.],
-            [1., 1., 0., 1., 0.],
-            [1., 1., 0., 1., 1.],
-        ];
-        assert_eq!(m, want.concat());
-    }
 }

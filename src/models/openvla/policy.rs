@@ -166,9 +166,7 @@ impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
         let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
         let out = self.graphs.exec(0).run(&inputs)?;
         let x = out[0].to_vec_f32()?;
-        self.info.memory_bytes = self.graphs.memory_bytes();
-        self.info.activation_bytes = self.graphs.activation_bytes();
-        self.info.scratch_bytes = self.graphs.scratch_bytes();
+        self.graphs.report_memory(&mut self.info);
         let dim = a.action_dim;
         let warnings = match obs.noise.as_ref().is_some_and(|n| !n.is_empty()) {
             true => vec![format!(

@@ -76,3 +76,40 @@ macro_rules! served_tests {
 }
 
 arch_cases!(served_tests);
+
+/// A model over a window of steps (Octo's 2) served a request with only the last step's views
+/// and state (an episode's first step, the earlier step padding, as the reference's history
+/// wrapper pads it): the in-process policy's chunk for the same views; a partial step is
+/// refused.
+#[test]
+fn a_window_model_takes_the_last_steps() {
+    let case = cases::case("octo");
+    let policy = || {
+        let file = GgufFile::from_bytes(case.bytes()).unwrap();
+        vla::models::from_gguf(file, &RuntimeOptions::default()).unwrap()
+    };
+    let server = Running::serve(policy(), ServeOptions::default());
+    let mut reference = policy();
+    let info = reference.info().clone();
+    assert!(info.window > 1, "{info:?}");
+    let obs = case.observation(&info, 2);
+    let per = info.n_images / info.window;
+    let last = Observation {
+        images: obs.images[info.n_images - per..].to_vec(),
+        state: obs.state[obs.state.len() - info.state_dim / info.window..].to_vec(),
+        ..obs.clone()
+    };
+    let want = reference.predict(&last).unwrap().actions;
+    assert_ne!(
+        want,
+        reference.predict(&obs).unwrap().actions,
+        "padding changes the chunk"
+    );
+    let mut c = server.client();
+    let got = c.predict(&last).unwrap().action_chunk;
+    assert_eq!(got, want, "served vs in-process, the last step only");
+    let mut short = last.clone();
+    short.images.pop();
+    let err = c.predict(&short).expect_err("a partial step").to_string();
+    assert!(err.contains("this model takes"), "{err}");
+}
