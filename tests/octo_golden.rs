@@ -430,18 +430,26 @@ fn bf16_weights_stay_close() {
 /// names and shapes every tensor) runs as our conversion does, bit for bit, on every backend,
 /// and so matches the reference. (Its keys do not say which attention rule or whether the
 /// task repeats: vla.cpp's runtime assumes octo-small-1.5's, as ours then does; the December
-/// rule fixture is not such a model.)
+/// rule fixture is not such a model.) Its tokenizer, SentencePiece's own model, tokenizes the
+/// task's text into the ids the chunk is made from.
 #[test]
 fn vlacpp_layout_gives_our_conversions_chunk() {
     let dir = fixture("octo-tiny");
     let tmp = std::env::temp_dir().join(format!("vla-octo-vlacpp-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let theirs = tmp.join("vlacpp.gguf");
+    let spm = dir.join("t5-tiny");
     support::interop(
         "vlacpp_octo_writer.py",
-        &[dir.as_os_str(), theirs.as_os_str()],
+        &[
+            dir.as_os_str(),
+            theirs.as_os_str(),
+            "--tokenizer".as_ref(),
+            spm.as_os_str(),
+        ],
     );
     let g = Golden::load(&dir);
+    let prompt = g_prompt(&dir);
     for backend in support::golden::backends() {
         let (file, _) = converted(&dir, GgmlType::F32);
         let cfg = OctoConfig::read(&file).unwrap();
@@ -462,6 +470,18 @@ fn vlacpp_layout_gives_our_conversions_chunk() {
             &got,
             &g.f32("actions"),
             TOL,
+        );
+        // Its tokenizer is SentencePiece's model (`octo.tokenizer.spm_model`): the task's
+        // text gives the ids, and so the chunk.
+        let text = Observation {
+            tokens: None,
+            prompt: Some(prompt.clone()),
+            ..obs
+        };
+        assert_eq!(
+            p.predict(&text).unwrap().actions,
+            got,
+            "{backend}: vla.cpp-layout Octo, text prompt vs ids"
         );
     }
     let _ = std::fs::remove_dir_all(&tmp);

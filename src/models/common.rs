@@ -405,13 +405,21 @@ pub fn gguf_tokenizer(file: &GgufFile, vocab_size: usize) -> Result<Option<Token
     let tokenizer = Tokenizer::in_gguf(file)
         .then(|| Tokenizer::from_gguf(file))
         .transpose()?;
-    if let Some(t) = tokenizer.as_ref().filter(|t| t.len() > vocab_size) {
-        return Err(Error::InvalidArgument(format!(
-            "the tokenizer has {} tokens, more than the model's vocab_size {vocab_size}",
-            t.len()
-        )));
+    if let Some(t) = &tokenizer {
+        check_tokenizer_vocab(t, vocab_size)?;
     }
     Ok(tokenizer)
+}
+
+/// Checks that every id of `tokenizer` is inside the model's vocabulary.
+pub fn check_tokenizer_vocab(tokenizer: &Tokenizer, vocab_size: usize) -> Result<()> {
+    if tokenizer.len() > vocab_size {
+        return Err(Error::InvalidArgument(format!(
+            "the tokenizer has {} tokens, more than the model's vocab_size {vocab_size}",
+            tokenizer.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The tokenizer, or the error a text prompt gets from a model without one.

@@ -12,6 +12,8 @@
 //!
 //! Each is loaded from llama.cpp's `tokenizer.ggml.*` GGUF metadata (see docs/GGUF.md) or
 //! from a Hugging Face `tokenizer.json` (for converters), and written back as GGUF metadata.
+//! A SentencePiece Unigram model is also read from its own serialized model (`spiece.model`,
+//! which vla.cpp's Octo files carry; see spm_model.rs).
 //!
 //! [`Tokenizer::encode`] follows Hugging Face `tokenizers`, the reference the tests compare
 //! against. All kinds first split added tokens out literally (leftmost, then longest).
@@ -49,6 +51,7 @@ mod hf_folder;
 mod hf_unigram;
 mod pretok;
 mod spm;
+mod spm_model;
 mod unigram;
 
 pub use hf_folder::hf_tokenizer_in;

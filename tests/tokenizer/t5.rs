@@ -450,3 +450,274 @@ fn long_t5_text_is_quick() {
     assert_eq!(tok.encode(&unknown).unwrap(), [meta, 2, 1]);
     assert!(tok.encode(&"a".repeat(MAX_TEXT_BYTES + 1)).is_err());
 }
+
+/// The T5 tokenizer of the Octo fixture: SentencePiece's own model and transformers'
+/// conversion of it (the same 300 pieces, then T5's 100 `<extra_id_N>`).
+const OCTO_T5_DIR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/octo-tiny/t5-tiny"
+);
+
+fn spiece() -> Vec<u8> {
+    std::fs::read(format!("{OCTO_T5_DIR}/spiece.model")).unwrap()
+}
+
+/// `texts` encoded by both; they must agree except where transformers' ids hold an
+/// `<extra_id_N>` (ids from `pieces` on), which spiece.model does not have. Returns how many
+/// texts agree.
+fn agree(spm: &Tokenizer, hf: &Tokenizer, texts: &[String], pieces: u32) -> usize {
+    let mut bad = Vec::new();
+    let mut same = 0;
+    for text in texts {
+        let want = hf.encode(text).unwrap();
+        let got = spm.encode(text).unwrap();
+        if got == want {
+            same += 1;
+        } else if !want.iter().any(|&i| i >= pieces) {
+            bad.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} texts differ:\n{}",
+        bad.len(),
+        texts.len(),
+        bad.join("\n")
+    );
+    same
+}
+
+#[test]
+fn spm_model_encodes_as_its_conversion() {
+    let spm = Tokenizer::from_spm_model(&spiece()).unwrap();
+    let json = std::fs::read_to_string(format!("{OCTO_T5_DIR}/tokenizer.json")).unwrap();
+    let hf = Tokenizer::from_hf_json(&json).unwrap();
+    assert_eq!(spm.model(), Model::Unigram);
+    assert_eq!((spm.len(), hf.len()), (300, 400));
+    for id in 0..300 {
+        assert_eq!(spm.token(id), hf.token(id), "{id}");
+    }
+    let s = spm.special();
+    assert_eq!(
+        (s.bos, s.eos, s.pad, s.unk, s.add_bos, s.add_eos),
+        (None, Some(1), Some(0), Some(2), false, true)
+    );
+    assert_eq!(spm.encode("").unwrap(), [1]);
+
+    // The golden texts of the other T5 fixture (its own vocabulary, so these ids are not
+    // golden.json's): all but those with `<extra_id_N>` agree.
+    let g = golden();
+    let texts: Vec<String> = (g["texts"].as_array().unwrap().iter())
+        .map(|t| t.as_str().unwrap().to_owned())
+        .collect();
+    let same = agree(&spm, &hf, &texts, 300);
+    assert!(same + 20 >= texts.len(), "{same} of {}", texts.len());
+
+    // Random strings of pieces, whitespace, characters the charsmap rewrites, characters
+    // outside the vocabulary and the special tokens.
+    let mut frags: Vec<String> = (3..300)
+        .map(|i| spm.token(i).unwrap().replace('▁', " "))
+        .collect();
+    for f in [
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\u{3000}",
+        "ｅ\u{301}",
+        "e\u{301}",
+        "①",
+        "Ⅻ",
+        "ﬁ",
+        "㎏",
+        "™",
+        "Ｆｕｌｌ",
+        "１２",
+        "é",
+        "ß",
+        "🦾",
+        "中",
+        "\u{1}",
+        "<pad>",
+        "</s>",
+        "<unk>",
+        "<",
+        ">",
+        "▁",
+        "x",
+        "Q",
+        ".",
+        ",",
+    ] {
+        frags.push(f.to_owned());
+    }
+    let mut seed = 0x2545f491u32;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed as usize
+    };
+    let texts: Vec<String> = (0..400)
+        .map(|_| {
+            let n = 1 + next() % 12;
+            (0..n)
+                .map(|_| frags[next() % frags.len()].as_str())
+                .collect()
+        })
+        .collect();
+    assert_eq!(agree(&spm, &hf, &texts, 300), texts.len());
+}
+
+/// Appends a protobuf varint.
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A length-delimited field.
+fn bytes_field(number: u64, bytes: &[u8], out: &mut Vec<u8>) {
+    varint((number << 3) | 2, out);
+    varint(bytes.len() as u64, out);
+    out.extend(bytes);
+}
+
+#[test]
+fn small_spm_model_reads_as_protobuf_says() {
+    // `<pad>`, `</s>`, `<unk>` and four pieces (types and scores as SentencePiece writes
+    // them; a NORMAL piece's type left out), then T5's trainer ids with bos_id -1 as the
+    // 10-byte varint protobuf writes, and no normalizer_spec (its defaults: a dummy prefix,
+    // extra whitespace removed, no charsmap).
+    let mut m = Vec::new();
+    for (text, score, ty) in [
+        ("<pad>", 0.0f32, 3),
+        ("</s>", 0.0, 3),
+        ("<unk>", 0.0, 2),
+        ("▁", -2.0, 1),
+        ("a", -3.0, 1),
+        ("b", -3.0, 1),
+        ("▁ab", -1.0, 1),
+    ] {
+        let mut p = Vec::new();
+        bytes_field(1, text.as_bytes(), &mut p);
+        p.push(0x15); // field 2, fixed32
+        p.extend(score.to_le_bytes());
+        if ty != 1 {
+            p.push(0x18); // field 3, varint
+            varint(ty, &mut p);
+        }
+        bytes_field(1, &p, &mut m);
+    }
+    let mut t = Vec::new();
+    for (number, v) in [(3u64, 1u64), (40, 2), (41, u64::MAX), (42, 1), (43, 0)] {
+        varint(number << 3, &mut t);
+        varint(v, &mut t);
+    }
+    bytes_field(2, &t, &mut m);
+    let tok = Tokenizer::from_spm_model(&m).unwrap();
+    let s = tok.special();
+    assert_eq!(
+        (s.bos, s.eos, s.pad, s.unk, s.add_bos, s.add_eos),
+        (None, Some(1), Some(0), Some(2), false, true)
+    );
+    // "▁ab" beats "▁" "a" "b"; two spaces collapse to one "▁"; "x" is unknown; "</s>" and
+    // "<unk>" are matched literally.
+    assert_eq!(tok.encode("ab  b x ").unwrap(), [6, 3, 5, 3, 2, 1]);
+    assert_eq!(tok.encode("a</s><unk>").unwrap(), [3, 4, 1, 2, 1]);
+}
+
+#[test]
+fn hostile_spm_models_are_errors() {
+    let good = spiece();
+    let n = good.len();
+    assert!(Tokenizer::from_spm_model(&good).is_ok());
+    // Cut anywhere: an error or (at a field's end) fewer pieces; never a panic. Cut inside
+    // the charsmap, the last field: an error.
+    for cut in (0..n).step_by(n / 400 + 1) {
+        let _ = Tokenizer::from_spm_model(&good[..cut]);
+    }
+    for cut in [0, n - 1, n - 1000, n / 2] {
+        let e = Tokenizer::from_spm_model(&good[..cut]).expect_err("cut");
+        println!("cut at {cut}: {e}");
+    }
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    // Field 1 (a piece) claiming 2^63 bytes, and 2^32 + 5.
+    for len in [1u64 << 63, (1 << 32) + 5] {
+        let mut b = good.clone();
+        b.push(0x0a);
+        varint(len, &mut b);
+        b.extend([0; 8]);
+        cases.push(("huge length", b));
+    }
+    let mut b = good.clone();
+    b.push(0x08);
+    b.extend([0xff; 11]);
+    cases.push(("varint of 11 bytes", b));
+    // Known fields with the wrong wire type: pieces as a varint, trainer_spec as a fixed32,
+    // normalizer_spec as a fixed64, a group.
+    for tail in [
+        &[0x08, 0x01][..],
+        &[0x15, 0, 0, 0, 0],
+        &[0x19, 0, 0, 0, 0, 0, 0, 0, 0],
+        &[0x0b, 0x0c],
+    ] {
+        let mut b = good.clone();
+        b.extend(tail);
+        cases.push(("wrong wire type", b));
+    }
+    // A piece's score as a varint, its type 7; a field numbered 0.
+    for piece in [
+        &[0x0a, 0x01, b'x', 0x10, 0x00][..],
+        &[0x0a, 0x01, b'x', 0x18, 0x07],
+    ] {
+        let mut b = good.clone();
+        b.push(0x0a);
+        varint(piece.len() as u64, &mut b);
+        b.extend(piece);
+        cases.push(("bad piece", b));
+    }
+    let mut b = good.clone();
+    b.extend([0x00, 0x00]);
+    cases.push(("field 0", b));
+    // A BPE model; byte fallback; unk_id outside; a repeated piece.
+    for spec in [
+        &[0x18, 0x02][..],
+        &[0x98, 0x02, 0x01],
+        &[0xc0, 0x02, 0xe8, 0x07],
+    ] {
+        let mut b = good.clone();
+        b.push(0x12);
+        varint(spec.len() as u64, &mut b);
+        b.extend(spec);
+        cases.push(("trainer_spec", b));
+    }
+    let mut b = good.clone();
+    b.extend([0x0a, 0x07, 0x0a, 0x05, b'<', b'p', b'a', b'd', b'>']);
+    cases.push(("repeated piece", b));
+    for (what, bytes) in cases {
+        let e = Tokenizer::from_spm_model(&bytes)
+            .map(|_| ())
+            .expect_err(what);
+        println!("{what}: {e}");
+    }
+    // Random bytes flipped: each model either loads and encodes, or is an error.
+    let mut seed = 0x9e3779b9u32;
+    for round in 0..40 {
+        let mut b = good.clone();
+        for _ in 0..1 + round {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            // Mostly the pieces and specs, before the charsmap's bulk.
+            let i = seed as usize % 6000.min(n);
+            b[i] = (seed >> 24) as u8;
+        }
+        if let Ok(t) = Tokenizer::from_spm_model(&b) {
+            let _ = t.encode("pick up the ｒｅｄ cube ① </s>");
+        }
+    }
+}

@@ -123,11 +123,14 @@ fn demo_writes_small_models_of_each_arch() {
         "demo",
         dir.path().join("x.gguf").to_str().unwrap(),
         "--arch",
-        "octo",
+        "no_such_arch",
     ]);
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("\"octo\"") || err.contains("'octo'"), "{err}");
+    assert!(
+        err.contains("\"no_such_arch\"") || err.contains("'no_such_arch'"),
+        "{err}"
+    );
     let names = vla::models::arch_names().join(", ");
     assert!(
         err.contains(&format!("[possible values: {names}]")),

@@ -5,15 +5,18 @@
 //! are the host's ([`rules`]).
 
 pub mod config;
+mod file;
 pub mod graphs;
 pub mod rules;
 pub mod stats;
 
 pub use config::{Head, OctoConfig};
+pub use file::{kernel_side, random_writer, standardize_stems, tensor_shapes};
+pub use rules::{sequence_mask, time_features, token_groups};
 pub use stats::{DatasetStats, Stats};
 
 use super::common::{ms_since, LoadedGraphs};
-use crate::gguf::{GgmlType, GgufFile, GgufWriter};
+use crate::gguf::GgufFile;
 use crate::graph::{Graph, GraphBuilder};
 use crate::policy::{
     ActionChunk, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
@@ -21,72 +24,10 @@ use crate::policy::{
 use crate::preprocess::FrameKey;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
-use rules::{Group, Role, Step};
+use rules::Step;
 use std::time::Instant;
 
 pub const ARCH: &str = "octo";
-
-/// The Fourier features of each step's time, in the reverse process's order: `[cos(f),
-/// sin(f)]` with `f = (2 pi t) w` in f32 as the reference computes it (`2 * jnp.pi * t @
-/// w.T`, `w` the head's `time_fourier` kernel, `[time_dim / 2]`).
-pub fn time_features(w: &[f32], steps: &[Step]) -> Vec<f32> {
-    let two_pi = 2.0 * std::f64::consts::PI;
-    steps
-        .iter()
-        .flat_map(|s| {
-            let a = (two_pi as f32) * s.t as f32;
-            let f: Vec<f64> = w.iter().map(|&w| f64::from(a * w)).collect();
-            let cos = f.iter().map(|v| v.cos() as f32);
-            let sin = f.iter().map(|v| v.sin() as f32);
-            cos.chain(sin).collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// The groups of the sequence the transformer reads: the language prefix, then each step's
-/// (cameras, proprio, the task again, the readouts).
-pub fn token_groups(cfg: &OctoConfig) -> (Vec<Group>, Vec<Group>) {
-    let prefix = vec![Group {
-        role: Role::Task,
-        len: cfg.lang_tokens,
-    }];
-    let mut step: Vec<Group> = cfg
-        .cameras()
-        .map(|(_, s)| Group {
-            role: Role::Obs,
-            len: s.grid() * s.grid(),
-        })
-        .collect();
-    if cfg.proprio_dim > 0 {
-        step.push(Group {
-            role: Role::Obs,
-            len: cfg.proprio_dim,
-        });
-    }
-    if cfg.repeat_task_tokens {
-        step.push(Group {
-            role: Role::Obs,
-            len: cfg.lang_tokens,
-        });
-    }
-    step.push(Group {
-        role: Role::Readout(0),
-        len: cfg.readouts,
-    });
-    (prefix, step)
-}
-
-/// The transformer's mask when the first `padded` steps of the window are padding (their
-/// cameras and proprio never attended to; the task repeated there still is, as in Octo).
-pub fn sequence_mask(cfg: &OctoConfig, padded: usize) -> Vec<f32> {
-    let (prefix, step) = token_groups(cfg);
-    let ncams = cfg.cameras().count() + usize::from(cfg.proprio_dim > 0);
-    let valid = |t: Option<usize>, group: usize| match t {
-        Some(t) => t >= padded || group >= ncams,
-        None => true,
-    };
-    rules::attention_mask(&prefix, &step, cfg.window, &valid, cfg.correct_attention)
-}
 
 /// An Octo policy.
 pub struct OctoPolicy {
@@ -126,7 +67,10 @@ impl OctoPolicy {
         }
         let all = DatasetStats::read(&file)?;
         let (name, stats) = all.select(opts.embodiment.as_deref())?;
-        let tokenizer = super::common::gguf_tokenizer(&file, cfg.t5_vocab)?;
+        let tokenizer = match super::common::gguf_tokenizer(&file, cfg.t5_vocab)? {
+            Some(t) => Some(t),
+            None => file::vlacpp_tokenizer(&file, cfg.t5_vocab)?,
+        };
         let bins = match cfg.proprio_dim {
             0 => None,
             _ => {
@@ -411,86 +355,5 @@ impl Policy for OctoPolicy {
 
     fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
         self.graphs.profile()
-    }
-}
-
-/// The file with every stem convolution's kernel weight-standardised (SmallStem's
-/// `StdConv` standardises at use; the file keeps the trained kernel, as vla.cpp's does).
-pub fn standardize_stems(mut file: GgufFile, cfg: &OctoConfig) -> Result<GgufFile> {
-    for (cam, stem) in cfg.cameras() {
-        for i in 0..config::STEM_STAGES {
-            let name = format!("{ARCH}.obs.{cam}.stem.{i}.conv.weight");
-            let dims = file.tensor_info(&name)?.dims.clone();
-            let w = file.dequantize(&name)?;
-            let o = stem.widths[i].max(1);
-            file.replace_f32(&name, &dims, &rules::standardize(&w, w.len() / o))?;
-        }
-    }
-    Ok(file)
-}
-
-/// A random-weight Octo file of `cfg`'s sizes (matrices of type `ty`, the rest f32) with
-/// one dataset's statistics (`random`).
-pub fn random_writer(cfg: &OctoConfig, seed: u64, ty: GgmlType) -> Result<GgufWriter<'static>> {
-    let mut w = GgufWriter::new();
-    cfg.write(&mut w)?;
-    w.add_metadata("general.name", "octo random-weight model")?;
-    let thresholds = "octo.obs.proprio.bin_thresholds";
-    let shapes: Vec<_> = tensor_shapes(cfg)?
-        .into_iter()
-        .filter(|(n, _)| n != thresholds)
-        .collect();
-    let matrix = |name: &str| name.starts_with("octo.blk.") || name.starts_with("octo.t5.blk.");
-    super::common::add_random_tensors(&mut w, &shapes, seed, ty, matrix)?;
-    if cfg.proprio_dim > 0 {
-        // uniform bins over [-2, 2], as Octo's proprio tokenizers are configured
-        let n = cfg.proprio_bins;
-        let edges: Vec<f32> = (0..=n).map(|i| -2.0 + 4.0 * i as f32 / n as f32).collect();
-        w.add_f32(thresholds, GgmlType::F32, &[n as u64 + 1], &edges)?;
-        w.add_metadata(format!("{ARCH}.proprio.bin_type"), "uniform")?;
-    }
-    stats::write_random(&mut w, cfg)?;
-    Ok(w)
-}
-
-/// Every weight the graph reads, with its stored shape (convolution kernels 4-D, `[O, C,
-/// KH, KW]`).
-pub fn tensor_shapes(cfg: &OctoConfig) -> Result<Vec<(String, Vec<usize>)>> {
-    let steps = rules::ddpm_steps(cfg.steps, cfg.schedule_s);
-    let tff = vec![0.0; steps.len() * cfg.time_dim];
-    let frames = OctoPolicy::frame_keys(cfg, true);
-    let g = graphs::predict(GraphBuilder::over(None), cfg, &frames, &tff, &steps, None)?;
-    let mut shapes = crate::graph::declared_weights(&[g])?;
-    for (name, shape) in &mut shapes {
-        if let Some(k) = kernel_side(cfg, name) {
-            let (o, cols) = (shape[0], shape[1]);
-            *shape = vec![o, cols / (k * k), k, k];
-        }
-    }
-    if cfg.head == Head::Diffusion {
-        shapes.push((
-            "octo.head.diffusion.time_fourier.weight".into(),
-            vec![cfg.time_dim / 2, 1],
-        ));
-    }
-    if cfg.proprio_dim > 0 {
-        shapes.push((
-            "octo.obs.proprio.bin_thresholds".into(),
-            vec![cfg.proprio_bins + 1],
-        ));
-    }
-    Ok(shapes)
-}
-
-/// The side of the square kernel `name` holds, for the stems' convolutions.
-pub fn kernel_side(cfg: &OctoConfig, name: &str) -> Option<usize> {
-    let rest = name.strip_prefix("octo.obs.")?.strip_suffix(".weight")?;
-    let (cam, part) = rest.split_once('.')?;
-    let c = config::CAMERAS.iter().position(|c| *c == cam)?;
-    let stem = cfg.stems[c].as_ref()?;
-    match part {
-        "patch_embd" => Some(stem.patch),
-        p if p.starts_with("stem.") && p.ends_with(".conv") => Some(3),
-        _ => None,
     }
 }

@@ -1,7 +1,9 @@
 //! What Octo computes on the host, exactly as the reference does: the token sequence's
 //! layout and its block-causal attention mask (`BlockTransformer.generate_attention_mask`,
 //! both the December rule and `use_correct_attention`), T5's relative-position buckets, the
-//! DDPM schedule, the proprio bins.
+//! DDPM schedule and its time features, the proprio bins.
+
+use super::OctoConfig;
 
 /// How a token group attends: Octo's `AttentionRule`s as `OctoTransformer` sets them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,6 +209,68 @@ pub fn bin(x: f32, thresholds: &[f32], uniform: bool) -> usize {
     (0..n)
         .find(|&i| x < thresholds[i + 1] && x >= thresholds[i])
         .unwrap_or(0)
+}
+
+/// The Fourier features of each step's time, in the reverse process's order: `[cos(f),
+/// sin(f)]` with `f = (2 pi t) w` in f32 as the reference computes it (`2 * jnp.pi * t @
+/// w.T`, `w` the head's `time_fourier` kernel, `[time_dim / 2]`).
+pub fn time_features(w: &[f32], steps: &[Step]) -> Vec<f32> {
+    let two_pi = 2.0 * std::f64::consts::PI;
+    steps
+        .iter()
+        .flat_map(|s| {
+            let a = (two_pi as f32) * s.t as f32;
+            let f: Vec<f64> = w.iter().map(|&w| f64::from(a * w)).collect();
+            let cos = f.iter().map(|v| v.cos() as f32);
+            let sin = f.iter().map(|v| v.sin() as f32);
+            cos.chain(sin).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The groups of the sequence the transformer reads: the language prefix, then each step's
+/// (cameras, proprio, the task again, the readouts).
+pub fn token_groups(cfg: &OctoConfig) -> (Vec<Group>, Vec<Group>) {
+    let prefix = vec![Group {
+        role: Role::Task,
+        len: cfg.lang_tokens,
+    }];
+    let mut step: Vec<Group> = cfg
+        .cameras()
+        .map(|(_, s)| Group {
+            role: Role::Obs,
+            len: s.grid() * s.grid(),
+        })
+        .collect();
+    if cfg.proprio_dim > 0 {
+        step.push(Group {
+            role: Role::Obs,
+            len: cfg.proprio_dim,
+        });
+    }
+    if cfg.repeat_task_tokens {
+        step.push(Group {
+            role: Role::Obs,
+            len: cfg.lang_tokens,
+        });
+    }
+    step.push(Group {
+        role: Role::Readout(0),
+        len: cfg.readouts,
+    });
+    (prefix, step)
+}
+
+/// The transformer's mask when the first `padded` steps of the window are padding (their
+/// cameras and proprio never attended to; the task repeated there still is, as in Octo).
+pub fn sequence_mask(cfg: &OctoConfig, padded: usize) -> Vec<f32> {
+    let (prefix, step) = token_groups(cfg);
+    let ncams = cfg.cameras().count() + usize::from(cfg.proprio_dim > 0);
+    let valid = |t: Option<usize>, group: usize| match t {
+        Some(t) => t >= padded || group >= ncams,
+        None => true,
+    };
+    attention_mask(&prefix, &step, cfg.window, &valid, cfg.correct_attention)
 }
 
 #[cfg(test)]
