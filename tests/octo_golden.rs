@@ -346,6 +346,17 @@ fn chunk_matches_octo(dir: &Path, backend: &str) {
         };
         let chunk = p.predict(&observation(&g, dir, &cfg, dataset)).unwrap();
         assert!(chunk.warnings.is_empty(), "{:?}", chunk.warnings);
+        if cfg.head == Head::L1 {
+            // the L1 head draws no noise: a request's is not read, and the reply says so
+            let ha = cfg.horizon * cfg.action_dim;
+            let noisy = Observation {
+                noise: Some(vec![0.5; ha]),
+                ..observation(&g, dir, &cfg, dataset)
+            };
+            let got = p.predict(&noisy).unwrap();
+            assert_eq!(got.actions, chunk.actions, "noise changed the L1 chunk");
+            assert!(got.warnings.iter().any(|w| w.contains("noise")), "{got:?}");
+        }
         let want_v = g.f32(want);
         assert_eq!(chunk.actions.len(), want_v.len(), "{want}");
         check(

@@ -135,8 +135,7 @@ impl OctoPolicy {
                 })
             })
             .collect();
-        info.memory_bytes = graphs.memory_bytes();
-        info.activation_bytes = graphs.activation_bytes();
+        graphs.report_memory(&mut info);
         Ok(OctoPolicy {
             cfg,
             info,
@@ -184,10 +183,10 @@ impl OctoPolicy {
             .collect()
     }
 
-    /// The request's frames as the graph's inputs, and how many leading steps are padding:
-    /// a request may carry the whole window (oldest first) or only the current step's
-    /// frames, the earlier steps then padding (as Octo's history wrapper pads an episode's
-    /// first steps).
+    /// The request's frames as the graph's inputs, how many leading steps are padding and
+    /// whether the frames are bytes: a request may carry the whole window (oldest first) or
+    /// only its last steps' frames, the earlier steps then padding (as Octo's history wrapper
+    /// pads an episode's first steps).
     fn frames(&self, obs: &Observation) -> Result<(Vec<Tensor<'static>>, usize, bool)> {
         let cfg = &self.cfg;
         let sides: Vec<(&str, usize)> = cfg.cameras().map(|(c, s)| (c, s.side)).collect();
@@ -279,6 +278,17 @@ impl OctoPolicy {
     }
 }
 
+/// The reply's warning where a request brings noise to the L1 head, which draws none.
+fn unread_noise(cfg: &OctoConfig, obs: &Observation) -> Vec<String> {
+    let noise = obs.noise.as_ref().is_some_and(|n| !n.is_empty());
+    match (cfg.head, noise) {
+        (Head::L1, true) => {
+            vec!["octo's L1 head predicts without noise: the request's noise was not used".into()]
+        }
+        _ => vec![],
+    }
+}
+
 impl Policy for OctoPolicy {
     fn info(&self) -> &PolicyInfo {
         &self.info
@@ -345,7 +355,7 @@ impl Policy for OctoPolicy {
                 total_ms: ms_since(t0),
             },
             counters: self.graphs.counters().since(&counters),
-            warnings: vec![],
+            warnings: unread_noise(cfg, obs),
             instruction: crate::policy::InstructionRows {
                 tokens,
                 rows: cfg.lang_tokens,
