@@ -229,7 +229,7 @@ fn stages_match_octo(dir: &Path, backend: &str) {
         .collect();
     let proprio = proprio_inputs(&g, &cfg);
     let mut exe = st.build("sequence", &file, |gb| {
-        Ok(vec![graphs::sequence(gb, &cfg, &keys)?.0])
+        Ok(vec![graphs::sequence(gb, &cfg, &keys)?])
     });
     let mut inputs: Vec<(&str, &Tensor)> = frames.iter().map(|(n, t)| (n.as_str(), t)).collect();
     inputs.extend(proprio.iter().map(|(n, t)| (n.as_str(), t)));

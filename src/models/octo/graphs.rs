@@ -52,8 +52,8 @@ pub fn stem_input(g: &mut GraphBuilder, name: &str, key: FrameKey, stem: &Stem) 
     g.concat(&[x, goal], 2)
 }
 
-/// SmallStem: four 3x3 stride-2 convolutions (weight-standardised by the converter), each
-/// with GroupNorm and ReLU, then the patch convolution: the maps after each stage, then the
+/// SmallStem: four 3x3 stride-2 convolutions (their kernels weight-standardised at load,
+/// [`super::standardize_stems`]), each with GroupNorm and ReLU, then the patch convolution: the maps after each stage, then the
 /// tokens `[grid * grid, features]`.
 pub fn stem(g: &mut GraphBuilder, p: &Scope, stem: &Stem, x: NodeId) -> Result<Vec<NodeId>> {
     let mut maps = Vec::with_capacity(STEM_STAGES + 1);
@@ -145,28 +145,18 @@ pub fn t5_encoder(g: &mut GraphBuilder, cfg: &OctoConfig) -> Result<NodeId> {
     layers::rms_norm(g, x, &t5.pp("output_norm"), T5_EPS)
 }
 
-/// Each window step's stem maps, per camera (see [`stem`]).
-pub type StemMaps = Vec<Vec<Vec<NodeId>>>;
-
 /// The transformer's input `[N, D]`: the language tokens (projected, plus their positions),
 /// then per window step each camera's tokens, the proprio's, the task again
-/// (`repeat_task_tokens`) and the readouts' positions. Also each step's stem maps per camera
-/// and T5's output.
-pub fn sequence(
-    g: &mut GraphBuilder,
-    cfg: &OctoConfig,
-    frames: &[FrameKey],
-) -> Result<(NodeId, StemMaps, NodeId)> {
+/// (`repeat_task_tokens`) and the readouts' positions.
+pub fn sequence(g: &mut GraphBuilder, cfg: &OctoConfig, frames: &[FrameKey]) -> Result<NodeId> {
     let d = cfg.d;
     let t5 = t5_encoder(g, cfg)?;
     let lang = layers::linear(g, t5, "octo.task.language.proj", d, true)?;
     let pos = g.weight("octo.task.language.pos_embd", &[cfg.lang_tokens, d])?;
     let lang = g.add(lang, pos)?;
     let mut all = vec![lang];
-    let mut maps = vec![];
     let ncams = cfg.cameras().count();
     for step in 0..cfg.window {
-        let mut step_maps = vec![];
         for (c, (cam, stem)) in cfg.cameras().enumerate() {
             let p = Scope::new(format!("octo.obs.{cam}"));
             let key = frames[step * ncams + c];
@@ -177,7 +167,6 @@ pub fn sequence(
             let n = g.shape(tokens)[0];
             let pos = step_rows(g, cfg, &p.pp("pos_embd"), n, step)?;
             all.push(g.add(tokens, pos)?);
-            step_maps.push(m);
         }
         if cfg.proprio_dim > 0 {
             // each dimension's bin, one-hot: its product picks the bin's column
@@ -196,9 +185,8 @@ pub fn sequence(
             cfg.readouts,
             step,
         )?);
-        maps.push(step_maps);
     }
-    Ok((g.concat(&all, 0)?, maps, t5))
+    g.concat(&all, 0)
 }
 
 /// Transformer block `i` over `x [N, D]` under the mask node `mask` (`[N, N]`).
@@ -395,7 +383,7 @@ pub fn predict(
     keep: Option<&[f32]>,
 ) -> Result<Graph> {
     g.stage("tokens");
-    let (x, _, _) = sequence(&mut g, cfg, frames)?;
+    let x = sequence(&mut g, cfg, frames)?;
     g.stage("transformer");
     let outs = transformer(&mut g, cfg, x)?;
     let readouts = last_readouts(&mut g, cfg, *outs.last().expect("the output norm"))?;
