@@ -182,10 +182,9 @@ pub(super) fn bad(why: String) -> Error {
     Error::InvalidArgument(format!("{ARCH} config: {why}"))
 }
 
-/// A tensor's GGUF dims, numpy order (outermost first).
+/// A tensor's row-major shape.
 fn dims(file: &GgufFile, name: &str) -> Result<Vec<usize>> {
-    let t = file.tensor_info(name)?;
-    Ok(t.dims.iter().rev().map(|&d| d as usize).collect())
+    Ok(file.tensor_info(name)?.shape())
 }
 
 impl OctoConfig {

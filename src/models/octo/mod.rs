@@ -39,6 +39,10 @@ pub struct OctoPolicy {
     bins: Option<(Vec<f32>, bool)>,
     /// What the graphs are built from besides the file and config.
     head: HeadInputs,
+    /// The transformer's mask with the first `i` window steps padding, for each `i`, and
+    /// T5's position buckets: the host's constants, made once.
+    masks: Vec<Tensor<'static>>,
+    buckets: Tensor<'static>,
     /// One set of graphs per kind of frames (bytes, or floats in [0, 1]).
     graphs: LoadedGraphs<bool>,
 }
@@ -100,6 +104,16 @@ impl OctoPolicy {
             Head::L1 => vec![],
         };
         let head = HeadInputs { steps, tff, keep };
+        let masks = (0..cfg.window)
+            .map(|padded| {
+                let m = sequence_mask(&cfg, padded);
+                let n = (m.len() as f64).sqrt() as usize;
+                Tensor::from_f32(vec![n, n], m)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let s = cfg.lang_tokens;
+        let buckets = rules::t5_buckets(s, cfg.t5_buckets, cfg.t5_max_distance);
+        let buckets = Tensor::from_f32(vec![s * s], buckets)?;
         let graphs =
             LoadedGraphs::compile(file, opts, true, |f| Self::build(f, &cfg, &head, true))?;
         let mut info = graphs.info(ARCH);
@@ -143,6 +157,8 @@ impl OctoPolicy {
             tokenizer,
             bins,
             head,
+            masks,
+            buckets,
             graphs,
         })
     }
@@ -304,8 +320,6 @@ impl Policy for OctoPolicy {
         let head = &self.head;
         self.graphs
             .select(bytes, |f| Self::build(f, cfg, head, bytes))?;
-        let mask = sequence_mask(cfg, padded);
-        let n = (mask.len() as f64).sqrt() as usize;
         let mut named: Vec<(String, Tensor)> = frames
             .into_iter()
             .enumerate()
@@ -317,12 +331,8 @@ impl Policy for OctoPolicy {
             graphs::T5_MASK.into(),
             Tensor::from_f32(vec![1, 1, s], t5_mask)?,
         ));
-        let buckets = rules::t5_buckets(s, cfg.t5_buckets, cfg.t5_max_distance);
-        named.push((
-            graphs::T5_BUCKETS.into(),
-            Tensor::from_f32(vec![s * s], buckets)?,
-        ));
-        named.push((graphs::MASK.into(), Tensor::from_f32(vec![n, n], mask)?));
+        named.push((graphs::T5_BUCKETS.into(), self.buckets.view()));
+        named.push((graphs::MASK.into(), self.masks[padded].view()));
         for (t, bins) in self.proprio_bins(obs, padded)?.into_iter().enumerate() {
             let shape = vec![cfg.proprio_dim, cfg.proprio_bins];
             named.push((graphs::proprio_input(t), Tensor::from_f32(shape, bins)?));

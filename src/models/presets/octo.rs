@@ -4,18 +4,25 @@
 use crate::models::octo::config::{Stem, CAMERAS};
 use crate::models::octo::{Head, OctoConfig};
 
+/// SmallStem16 stems (6 input channels: the frame and the goal image) for the primary and
+/// the wrist camera ([`CAMERAS`]' order), each of `widths` and `features`.
+fn stems(primary: usize, wrist: usize, widths: [usize; 4], features: usize) -> Vec<Option<Stem>> {
+    debug_assert_eq!(CAMERAS.len(), 2);
+    let stem = |side| Stem {
+        side,
+        in_channels: 6,
+        widths,
+        patch: 1,
+        features,
+    };
+    vec![Some(stem(primary)), Some(stem(wrist))]
+}
+
 /// octo-small-1.5: a 384-wide, 12-block, 6-head transformer (MLP 1536), the primary camera
 /// at 256 (SmallStem16: 256 tokens) and the wrist at 128 (64), T5-base (12 layers, 768
 /// wide, 12 heads, ReLU FFN 3072, vocab 32128), window 2, one readout, the DDPM head
 /// (horizon 4 x 7, 20 steps, MLP-ResNet 3 x 256, time features 32).
 pub fn octo_full_config() -> OctoConfig {
-    let stem = |side| Stem {
-        side,
-        in_channels: 6,
-        widths: [32, 96, 192, 384],
-        patch: 1,
-        features: 512,
-    };
     OctoConfig {
         d: 384,
         layers: 12,
@@ -23,7 +30,7 @@ pub fn octo_full_config() -> OctoConfig {
         ffn: 1536,
         window: 2,
         max_horizon: 10,
-        stems: vec![Some(stem(256)), Some(stem(128))],
+        stems: stems(256, 128, [32, 96, 192, 384], 512),
         t5_d: 768,
         t5_layers: 12,
         t5_heads: 12,
@@ -38,14 +45,6 @@ pub fn octo_full_config() -> OctoConfig {
 /// wrist 32, stems 32 wide, a 32-wide transformer, a 24-wide T5), plus 3 proprio
 /// dimensions in 8 bins (as Octo's finetunes add).
 pub fn octo_small_config() -> OctoConfig {
-    let stem = |side| Stem {
-        side,
-        in_channels: 6,
-        widths: [32, 32, 32, 64],
-        patch: 1,
-        features: 48,
-    };
-    debug_assert_eq!(CAMERAS.len(), 2);
     OctoConfig {
         d: 32,
         layers: 2,
@@ -53,7 +52,7 @@ pub fn octo_small_config() -> OctoConfig {
         ffn: 64,
         window: 2,
         max_horizon: 10,
-        stems: vec![Some(stem(64)), Some(stem(32))],
+        stems: stems(64, 32, [32, 32, 32, 64], 48),
         t5_d: 24,
         t5_layers: 2,
         t5_heads: 3,
