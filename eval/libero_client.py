@@ -14,6 +14,7 @@ below, in one place:
 | gr00t_n1_7 | agentview, wrist | 8-D, padded | 8 of 16 (lerobot 0.6.1 `libero_sim`, after NVIDIA's rollout) | `binarize01_inverted`: `-sign(2a - 1)` (lerobot 0.6.1 `libero_sim` decode) |
 | vla_jepa | agentview, wrist | 8-D | all rows (7, lerobot `n_action_steps`) | as returned: the model already snaps it to -1 if > 0.5 else 1 |
 | evo1 | agentview, wrist | 8-D, padded | all rows (lerobot `n_action_steps` 50) | `binarize01_inverted`: -1 if a > 0.5 else 1 (vla.cpp; lerobot `binarize_gripper`) |
+| turbovla | agentview, wrist (exactly 256 x 256: the model takes no other size) | 8-D | all rows (12: the reference's `execute_steps` None) | as returned: the server applies the reference's sign rule (+1 where a >= 0, else -1) |
 
 Common to all: both cameras rendered at `--resolution` (256, as openpi and lerobot) and
 rotated 180 degrees (LIBERO renders upside down relative to every public LIBERO dataset);
@@ -66,6 +67,7 @@ ARCHS = {
     "gr00t_n1_7": ArchSpec(8, "binarize01_inverted", "lerobot 0.6.1 groot libero_sim: 8 of 16 actions, -sign(2a-1)"),
     "vla_jepa": ArchSpec(None, "raw", "lerobot vla_jepa n_action_steps 7; the model snaps the gripper"),
     "evo1": ArchSpec(None, "binarize01_inverted", "lerobot evo1 n_action_steps 50; vla.cpp -1 if a > 0.5 else 1"),
+    "turbovla": ArchSpec(None, "raw", "TurboVLA evaluation/policy.py: the whole chunk; the server signs the gripper"),
 }
 DEFAULT_SPEC = ArchSpec(None, "raw", "unknown arch: whole chunk, gripper as returned")
 

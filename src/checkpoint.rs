@@ -146,6 +146,11 @@ impl Safetensors {
         self.tensors.get(name).map(|(_, t)| &t.shape[..])
     }
 
+    /// The element type tensor `name` is stored in.
+    pub fn dtype(&self, name: &str) -> Option<Dtype> {
+        self.tensors.get(name).map(|(_, t)| t.dtype)
+    }
+
     /// The tensor's shape, or an error naming it.
     pub fn require_shape(&self, name: &str) -> Result<&[usize]> {
         self.shape(name)

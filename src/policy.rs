@@ -131,6 +131,9 @@ pub struct PolicyInfo {
     /// (BitVLA: every camera's image placeholder, then the proprio one); empty where the
     /// model places its inputs itself.
     pub placeholders: Vec<(u32, usize)>,
+    /// The ids a request's own ids must start and end with, where the model asks for its
+    /// tokenizer's whole encoding (TurboVLA: BERT's `[CLS]` and `[SEP]`).
+    pub wrap_ids: Option<[u32; 2]>,
     /// The shape of a request's noise where it is not `[chunk_size, max_action_dim]`
     /// (Octo's DDPM draws a fresh noise each step: `[steps + 1, horizon * dim]`).
     pub noise_shape: Option<[usize; 2]>,

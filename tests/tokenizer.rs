@@ -5,7 +5,7 @@
 //! Encoding must match exactly, from the tokenizer.json and after a round trip through GGUF
 //! metadata; for SentencePiece also from the metadata llama.cpp's converter writes (scores,
 //! no merges). The Qwen2 family's (NFC, Qwen2's split) is in tokenizer/qwen2.rs, T5's
-//! Unigram in tokenizer/t5.rs.
+//! Unigram in tokenizer/t5.rs, BERT's WordPiece in tokenizer/wordpiece.rs.
 
 use serde_json::Value;
 use vla::gguf::{GgufFile, GgufWriter, Value as Meta, ValueType};
@@ -17,6 +17,8 @@ use vla::Error;
 mod qwen2;
 #[path = "tokenizer/t5.rs"]
 mod t5;
+#[path = "tokenizer/wordpiece.rs"]
+mod wordpiece;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tokenizer");
 
@@ -203,7 +205,7 @@ fn malformed_metadata_is_an_error() {
         ),
         (
             "other model",
-            Box::new(|m| set(m, "tokenizer.ggml.model", "bert".into())),
+            Box::new(|m| set(m, "tokenizer.ggml.model", "rwkv".into())),
         ),
         (
             "other pre",

@@ -32,13 +32,16 @@ pub enum Kind {
     Bitvla,
     /// An Octo checkpoint (`OctoModel.save_pretrained`: `config.json`'s `model` spec).
     Octo,
+    /// A TurboVLA checkpoint (H-EmbodVis/TurboVLA: its `.pth`, a folder holding one, or a
+    /// folder with `model.safetensors` and the model_config as `config.json`).
+    Turbovla,
 }
 
 /// GR00T N1.7's packing step (GR00T N1.5's is `groot_pack_inputs_v3`).
 const N17_PACK: &str = "groot_n1_7_pack_inputs_v1";
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Smolvla,
         Kind::Pi0,
         Kind::Pi05,
@@ -52,6 +55,7 @@ impl Kind {
         Kind::OpenvlaOft,
         Kind::Bitvla,
         Kind::Octo,
+        Kind::Turbovla,
     ];
 
     /// The `vla-convert` subcommand (and GGUF arch name).
@@ -70,6 +74,7 @@ impl Kind {
             Kind::OpenvlaOft => "openvla_oft",
             Kind::Bitvla => "bitvla",
             Kind::Octo => "octo",
+            Kind::Turbovla => "turbovla",
         }
     }
 
@@ -89,6 +94,7 @@ impl Kind {
             Kind::OpenvlaOft => "OpenVLA-OFT",
             Kind::Bitvla => "BitVLA",
             Kind::Octo => "Octo",
+            Kind::Turbovla => "TurboVLA",
         }
     }
 }
@@ -96,9 +102,12 @@ impl Kind {
 /// The kind of the lerobot checkpoint folder `ckpt`, or an error saying what the folder is
 /// not (no folder, no `config.json`, a policy type vla-rs does not serve).
 pub fn detect(ckpt: &Path) -> Result<Kind> {
+    if ckpt.is_file() && turbovla_pth(ckpt) {
+        return Ok(Kind::Turbovla);
+    }
     if !ckpt.is_dir() {
         let what = if ckpt.exists() {
-            "is not a folder"
+            "is not a folder (nor a TurboVLA .pth)"
         } else {
             "does not exist"
         };
@@ -113,6 +122,10 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
     }
     let config = ckpt.join("config.json");
     if !config.is_file() {
+        let pth = super::turbovla::torch_file(ckpt).ok().flatten();
+        if pth.is_some_and(|p| turbovla_pth(&p)) {
+            return Ok(Kind::Turbovla);
+        }
         return Err(ckpt_err(
             ckpt,
             "no config.json: not a lerobot checkpoint folder (a training run's checkpoint is \
@@ -130,6 +143,9 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
     }
     if json.pointer("/model/readouts").is_some() && json.pointer("/model/heads").is_some() {
         return Ok(Kind::Octo);
+    }
+    if super::turbovla::is_turbovla_config(&json) {
+        return Ok(Kind::Turbovla);
     }
     match json.get("model_type").and_then(|t| t.as_str()) {
         Some("Gr00tN1d6") => return Ok(Kind::Gr00tN16),
@@ -162,6 +178,13 @@ pub fn detect(ckpt: &Path) -> Result<Kind> {
             ));
         }
     })
+}
+
+/// Whether `file` is a `torch.save`d dict whose `model_config` is TurboVLA's (only the
+/// pickle is read, no tensor).
+fn turbovla_pth(file: &Path) -> bool {
+    let config = super::torch_pt::TorchCheckpoint::peek(file, "model_config");
+    config.is_ok_and(|c| c.is_some_and(|c| super::turbovla::is_turbovla_config(&c)))
 }
 
 /// An OpenVLA-family checkpoint: VLA-Adapter over Qwen2.5, OpenVLA-OFT over Llama 2 (its
@@ -242,6 +265,7 @@ mod tests {
             ("vla-adapter-tiny", Kind::VlaAdapter),
             ("openvla-oft-tiny", Kind::OpenvlaOft),
             ("bitvla-tiny", Kind::Bitvla),
+            ("turbovla-tiny/turbovla.pth", Kind::Turbovla),
         ];
         for (dir, kind) in cases {
             assert_eq!(detect(&fixture(dir)).unwrap(), kind, "{dir}");

@@ -20,6 +20,7 @@ pub mod qwen;
 pub mod qwen_vl;
 pub mod smolvla;
 pub mod torch_pt;
+pub mod turbovla;
 pub mod vla_adapter;
 pub mod vla_jepa;
 

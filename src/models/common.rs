@@ -261,6 +261,7 @@ impl<K: PartialEq> LoadedGraphs<K> {
             n_action_steps: None,
             reads_instruction: true,
             placeholders: Vec::new(),
+            wrap_ids: None,
             noise_shape: None,
             image_sizes: Vec::new(),
             window: 1,

@@ -20,6 +20,7 @@ pub mod prefix;
 pub mod presets;
 pub mod prompt;
 pub mod smolvla;
+pub mod turbovla;
 pub mod vla_adapter;
 pub mod vla_jepa;
 pub mod vlacpp;
@@ -143,6 +144,14 @@ pub const ARCHS: &[Arch] = &[
         random: |full, seed, ty| match full {
             true => octo::random_writer(&presets::octo_full_config(), seed, ty),
             false => octo::random_writer(&presets::octo_small_config(), seed, ty),
+        },
+    },
+    Arch {
+        name: turbovla::ARCH,
+        open: |file, opts| Ok(Box::new(turbovla::TurboPolicy::new(file, opts)?)),
+        random: |full, seed, ty| match full {
+            true => turbovla::demo_writer(&presets::turbovla_full_config(), seed, ty),
+            false => turbovla::demo_writer(&presets::turbovla_small_config(), seed, ty),
         },
     },
 ];

@@ -1,7 +1,9 @@
 //! Model parts shared across architectures, composed from [`crate::layers`]: a SigLIP-style
-//! vision tower, decoder-LM layers, and flow-matching helpers.
+//! vision tower, DINOv3, BERT, decoder-LM layers, and flow-matching helpers.
 
+pub mod bert;
 pub mod decoder;
+pub mod dinov3;
 pub mod dit;
 pub mod evo1_head;
 pub mod flow;

@@ -7,7 +7,7 @@
 use crate::config::limits::{MAX_LAYERS, MAX_PATCHES_PER_SIDE};
 use crate::config::{bounded, first_failing, positive, Keys, Section};
 use crate::graph::{GraphBuilder, NodeId};
-use crate::layers::{attend, gelu_mlp, layer_norm, linear, split_heads, Scope};
+use crate::layers::{attend, gelu_mlp, layer_norm, linear, rope_tables, split_heads, Scope};
 use crate::modules::flow::names;
 use crate::{Error, Result};
 
@@ -235,6 +235,38 @@ pub fn tower_layer(
     cfg: &VisionConfig,
     i: usize,
 ) -> Result<NodeId> {
+    tower_layer_rotary(g, x, cfg, i, None)
+}
+
+/// Rotary tables for a tower's patch rows: `cos`, `sin` `[patches, 1, head_dim]`
+/// ([`crate::layers::rope_tables`]), the rows before the patches (class token, registers)
+/// left unrotated.
+#[derive(Clone, Copy, Debug)]
+pub struct PatchRotary {
+    pub cos: NodeId,
+    pub sin: NodeId,
+    pub skip: usize,
+}
+
+impl PatchRotary {
+    /// `x` `[rows, heads, head_dim]` with its patch rows rotated.
+    pub fn apply(&self, g: &mut GraphBuilder, x: NodeId) -> Result<NodeId> {
+        let rows = g.shape(x)[0];
+        let head = g.slice(x, 0, 0, self.skip)?;
+        let rest = g.slice(x, 0, self.skip, rows - self.skip)?;
+        let rest = rope_tables(g, rest, self.cos, self.sin)?;
+        g.concat(&[head, rest], 0)
+    }
+}
+
+/// [`tower_layer`] with the queries' and keys' patch rows rotated by `rotary` (DINOv3).
+pub fn tower_layer_rotary(
+    g: &mut GraphBuilder,
+    x: NodeId,
+    cfg: &VisionConfig,
+    i: usize,
+    rotary: Option<&PatchRotary>,
+) -> Result<NodeId> {
     let (d, style) = (cfg.hidden, cfg.style);
     let head_dim = d / cfg.heads;
     // LayerScale: a branch times its per-channel gain.
@@ -251,11 +283,15 @@ pub fn tower_layer(
         let y = linear(g, h, &p.pp(n), d, true)?;
         split_heads(g, y, cfg.heads, head_dim)
     };
-    let (q, k, v) = (
+    let (mut q, mut k, v) = (
         heads(g, "attn_q")?,
         heads(g, "attn_k")?,
         heads(g, "attn_v")?,
     );
+    if let Some(r) = rotary {
+        q = r.apply(g, q)?;
+        k = r.apply(g, k)?;
+    }
     let o = attend(g, q, &[(k, v)], None)?;
     let o = linear(g, o, &p.pp("attn_o"), d, true)?;
     let o = scaled(g, o, &p.pp("ls1.weight"))?;

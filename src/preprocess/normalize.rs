@@ -24,8 +24,13 @@ pub fn state_values(obs: &Observation, real: usize, max: usize) -> Result<&[f32]
 /// lerobot's normalisation of states and actions, per dimension.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Normalizer {
-    /// `(x - mean) / (std + 1e-8)`; inverse `x * std + mean`.
-    MeanStd { mean: Vec<f32>, std: Vec<f32> },
+    /// `(x - mean) / (std + eps)` (lerobot's eps 1e-8 from a file;
+    /// TurboVLA's 1e-6); inverse `x * std + mean`.
+    MeanStd {
+        mean: Vec<f32>,
+        std: Vec<f32>,
+        eps: f32,
+    },
     /// `2 (x - q01) / (q99 - q01) - 1` (a zero range counts as 1e-8); inverse accordingly.
     /// Also lerobot's generic MIN_MAX, with min and max in place of the quantiles
     /// ([`Normalizer::lerobot_min_max`]).
@@ -134,6 +139,7 @@ impl Normalizer {
             Ok(Normalizer::MeanStd {
                 mean: read("mean")?,
                 std: read("std")?,
+                eps: NORM_EPS,
             })
         } else if has("q01") {
             Ok(Normalizer::Quantiles {
@@ -164,7 +170,7 @@ impl Normalizer {
 
     pub fn normalize(&self, i: usize, x: f32) -> f32 {
         match self {
-            Normalizer::MeanStd { mean, std } => (x - mean[i]) / (std[i] + NORM_EPS),
+            Normalizer::MeanStd { mean, std, eps } => (x - mean[i]) / (std[i] + eps),
             Normalizer::Quantiles { q01, q99 } => {
                 2.0 * (x - q01[i]) / quantile_range(q01[i], q99[i]) - 1.0
             }
@@ -222,7 +228,7 @@ impl Normalizer {
 
     pub fn unnormalize(&self, i: usize, x: f32) -> f32 {
         match self {
-            Normalizer::MeanStd { mean, std } => x * std[i] + mean[i],
+            Normalizer::MeanStd { mean, std, .. } => x * std[i] + mean[i],
             Normalizer::Quantiles { q01, q99 } => {
                 (x + 1.0) * quantile_range(q01[i], q99[i]) / 2.0 + q01[i]
             }

@@ -95,3 +95,43 @@ pub fn smollm2_like() -> Result<Tokenizer> {
         special,
     )
 }
+
+/// A WordPiece vocabulary of exactly `size` tokens (at least 1200) laid out as
+/// bert-base-uncased's where BERT models rely on ids: `[PAD]` 0, `[unusedN]` fillers,
+/// `[UNK]` 100, `[CLS]` 101, `[SEP]` 102, `[MASK]` 103, the ASCII symbols and digits from
+/// `!` at 999 (so `.` is 1012 and `?` 1029), the letters and their `##` continuations,
+/// `words`, then fillers up to `size`. Uncased, as bert-base-uncased.
+pub fn bert_like_wordpiece(words: &[&str], size: usize) -> Result<Tokenizer> {
+    let mut tokens: Vec<String> = vec!["[PAD]".into()];
+    let mut unused = 0;
+    let mut filler = |tokens: &mut Vec<String>, upto: usize| {
+        while tokens.len() < upto {
+            tokens.push(format!("[unused{unused}]"));
+            unused += 1;
+        }
+    };
+    filler(&mut tokens, 100);
+    tokens.extend(["[UNK]", "[CLS]", "[SEP]", "[MASK]"].map(String::from));
+    filler(&mut tokens, 999);
+    let symbols = (b'!'..=b'@').chain(b'['..=b'`').chain(b'{'..=b'~');
+    tokens.extend(symbols.map(|c| (c as char).to_string()));
+    tokens.extend(('a'..='z').map(String::from));
+    tokens.extend(
+        ('a'..='z')
+            .chain('0'..='9')
+            .map(|c| format!("{}{c}", super::CONTINUATION)),
+    );
+    for w in words {
+        if !tokens.iter().any(|t| t == w) {
+            tokens.push((*w).to_owned());
+        }
+    }
+    if tokens.len() > size {
+        return Err(crate::Error::Tokenizer(format!(
+            "a {size}-token demo vocabulary: the layout and words take {}",
+            tokens.len()
+        )));
+    }
+    filler(&mut tokens, size);
+    Tokenizer::from_wordpiece_tokens(tokens, super::BertNormalizer::UNCASED)
+}

@@ -7,17 +7,17 @@ use crate::gguf::{GgufFile, GgufWriter, Value, ValueType};
 use crate::{Error, Result};
 
 pub const MODEL_KEY: &str = "tokenizer.ggml.model";
-const PRE_KEY: &str = "tokenizer.ggml.pre";
-const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
-const TYPES_KEY: &str = "tokenizer.ggml.token_type";
+pub(super) const PRE_KEY: &str = "tokenizer.ggml.pre";
+pub(super) const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
+pub(super) const TYPES_KEY: &str = "tokenizer.ggml.token_type";
 const SCORES_KEY: &str = "tokenizer.ggml.scores";
 const MERGES_KEY: &str = "tokenizer.ggml.merges";
-const ADD_BOS_KEY: &str = "tokenizer.ggml.add_bos_token";
+pub(super) const ADD_BOS_KEY: &str = "tokenizer.ggml.add_bos_token";
 const ADD_EOS_KEY: &str = "tokenizer.ggml.add_eos_token";
 const ADD_PREFIX_KEY: &str = "tokenizer.ggml.add_space_prefix";
 const REMOVE_WS_KEY: &str = "tokenizer.ggml.remove_extra_whitespaces";
 const CHARSMAP_KEY: &str = "tokenizer.ggml.precompiled_charsmap";
-const ID_KEYS: [&str; 4] = [
+pub(super) const ID_KEYS: [&str; 4] = [
     "tokenizer.ggml.bos_token_id",
     "tokenizer.ggml.eos_token_id",
     "tokenizer.ggml.padding_token_id",
@@ -29,11 +29,13 @@ const BPE_MODEL: &str = "gpt2";
 const SPM_MODEL: &str = "llama";
 /// The `tokenizer.ggml.pre` llama.cpp's converter writes for SentencePiece and T5 (which it
 /// ignores). For `t5` it names transformers' current conversion (see [`t5_pre`]).
-const SPM_PRE: &str = "default";
+pub(super) const SPM_PRE: &str = "default";
 /// llama.cpp's name for SentencePiece Unigram (T5).
 const T5_MODEL: &str = "t5";
+/// llama.cpp's name for WordPiece (BERT).
+pub(super) const BERT_MODEL: &str = "bert";
 
-fn strings<'f>(file: &'f GgufFile, key: &str) -> Result<Vec<&'f str>> {
+pub(super) fn strings<'f>(file: &'f GgufFile, key: &str) -> Result<Vec<&'f str>> {
     file.get_array(key)?
         .iter()
         .map(|v| {
@@ -47,7 +49,7 @@ fn strings<'f>(file: &'f GgufFile, key: &str) -> Result<Vec<&'f str>> {
 }
 
 /// An optional bool, `default` when absent.
-fn flag(file: &GgufFile, key: &str, default: bool) -> Result<bool> {
+pub(super) fn flag(file: &GgufFile, key: &str, default: bool) -> Result<bool> {
     match file.get(key) {
         Some(_) => file.get_bool(key),
         None => Ok(default),
@@ -66,7 +68,7 @@ fn merges(file: &GgufFile) -> Result<Vec<(&str, &str)>> {
 }
 
 /// `tokenizer.ggml.tokens` and `token_type` (all normal when absent).
-fn vocab(file: &GgufFile) -> Result<(Vec<String>, Vec<TokenType>)> {
+pub(super) fn vocab(file: &GgufFile) -> Result<(Vec<String>, Vec<TokenType>)> {
     let tokens: Vec<String> = strings(file, TOKENS_KEY)?
         .into_iter()
         .map(str::to_owned)
@@ -87,7 +89,7 @@ fn vocab(file: &GgufFile) -> Result<(Vec<String>, Vec<TokenType>)> {
 }
 
 /// The four `tokenizer.ggml.*_token_id`s (bos, eos, pad, unk), each optional.
-fn special_ids(file: &GgufFile) -> Result<[Option<u32>; 4]> {
+pub(super) fn special_ids(file: &GgufFile) -> Result<[Option<u32>; 4]> {
     let mut ids = [None; 4];
     for (slot, key) in ids.iter_mut().zip(ID_KEYS) {
         if file.get(key).is_some() {
@@ -124,10 +126,14 @@ impl Tokenizer {
         if model == T5_MODEL {
             return unigram_from_gguf(file);
         }
+        if model == BERT_MODEL {
+            return super::gguf_bert::wordpiece_from_gguf(file);
+        }
         if model != BPE_MODEL && model != SPM_MODEL {
             return Err(err(format!(
                 "{MODEL_KEY} {model:?} is not supported (only {BPE_MODEL:?}, byte-level BPE, \
-                 {SPM_MODEL:?}, SentencePiece BPE, and {T5_MODEL:?}, Unigram)"
+                 {SPM_MODEL:?}, SentencePiece BPE, {T5_MODEL:?}, Unigram, and {BERT_MODEL:?}, \
+                 WordPiece)"
             )));
         }
         let spm = model == SPM_MODEL;
@@ -198,9 +204,12 @@ impl Tokenizer {
         if let Some(u) = &self.unigram {
             return self.write_unigram(u, w);
         }
+        if let Some(wp) = self.wordpiece_options() {
+            return self.write_wordpiece(wp, w);
+        }
         let (model, pre) = match self.model {
             Model::ByteLevel(pre) => (BPE_MODEL, pre.gguf_name()),
-            Model::SentencePiece { .. } | Model::Unigram => (SPM_MODEL, SPM_PRE),
+            Model::SentencePiece { .. } | Model::Unigram | Model::WordPiece => (SPM_MODEL, SPM_PRE),
         };
         w.add_metadata(MODEL_KEY, model)?;
         w.add_metadata(PRE_KEY, pre)?;
@@ -212,7 +221,9 @@ impl Tokenizer {
         w.add_metadata(TYPES_KEY, Value::Array(ValueType::I32, types))?;
         let with_merges = match self.model {
             Model::ByteLevel(_) => true,
-            Model::SentencePiece { .. } | Model::Unigram => !self.scores_reproduce_merges(),
+            Model::SentencePiece { .. } | Model::Unigram | Model::WordPiece => {
+                !self.scores_reproduce_merges()
+            }
         };
         if with_merges {
             let merges: Vec<String> = self

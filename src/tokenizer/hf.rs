@@ -1,8 +1,8 @@
 //! Reading a Hugging Face `tokenizer.json`, for converters that ship the tokenizer in
 //! the GGUF. Only what byte-level BPE of the GPT-2 and Qwen2 families, Gemma-style
-//! SentencePiece BPE and T5's Unigram (hf_unigram.rs) use is accepted; any other
-//! normalizer, pre-tokenizer, model option or post-processor is an error naming it, so a
-//! converted model never tokenizes differently in silence.
+//! SentencePiece BPE, T5's Unigram (hf_unigram.rs) and BERT's WordPiece (hf_wordpiece.rs)
+//! use is accepted; any other normalizer, pre-tokenizer, model option or post-processor is
+//! an error naming it, so a converted model never tokenizes differently in silence.
 
 use super::gguf::split_merge;
 use super::pretok::{LLAMA3_PATTERN, QWEN2_PATTERN};
@@ -43,6 +43,9 @@ impl Tokenizer {
     pub(super) fn from_hf_value(root: &Json) -> Result<Self> {
         if root["model"]["type"] == "Unigram" {
             return Self::from_hf_unigram(root);
+        }
+        if root["model"]["type"] == "WordPiece" {
+            return Self::from_hf_wordpiece(root);
         }
         let kind = match normalizer(&root["normalizer"])? {
             Normalizer::SentencePiece(add_space_prefix) => {
@@ -121,12 +124,12 @@ impl Tokenizer {
                 add_space_prefix,
                 special,
             ),
-            Model::Unigram => unreachable!("read by from_hf_unigram"),
+            Model::Unigram | Model::WordPiece => unreachable!("read by from_hf_unigram/wordpiece"),
         }
     }
 }
 
-fn id_of(v: &Json, token: &str) -> Result<u32> {
+pub(super) fn id_of(v: &Json, token: &str) -> Result<u32> {
     v.as_u64()
         .and_then(|id| u32::try_from(id).ok())
         .filter(|&id| (id as usize) < MAX_TOKENS)
@@ -150,14 +153,14 @@ pub(super) fn added_token(a: &Json, kind: Model) -> Result<(u32, &str, TokenType
     }
     // A normalized added token is matched in the normalized text; we match all in the
     // original text, which is the same only where the normalizer changes nothing: for
-    // Replace(" ", "▁") alone, a token without spaces or "▁"; never for Unigram's.
+    // Replace(" ", "▁") alone, a token without spaces or "▁"; never for Unigram's or BERT's.
     // `tokenizers`' default: special tokens are not normalized, others are.
     let normalized = a["normalized"]
         .as_bool()
         .unwrap_or(a["special"].as_bool() != Some(true));
-    if normalized && kind == Model::Unigram {
+    if normalized && matches!(kind, Model::Unigram | Model::WordPiece) {
         return Err(err(format!(
-            "added token {content:?} is normalized, which is not supported for Unigram"
+            "added token {content:?} is normalized, which is not supported for {kind:?}"
         )));
     }
     if let Model::SentencePiece { add_space_prefix } = kind {
@@ -178,7 +181,7 @@ pub(super) fn added_token(a: &Json, kind: Model) -> Result<(u32, &str, TokenType
 /// One token per id from 0 to the largest; an id given twice must name the same string
 /// (special tokens are usually in both `vocab` and `added_tokens`). Unused ids become
 /// `[PAD<id>]` placeholders, as llama.cpp's converter writes them.
-fn dense(entries: &[(u32, &str, TokenType)]) -> Result<Vec<(String, TokenType)>> {
+pub(super) fn dense(entries: &[(u32, &str, TokenType)]) -> Result<Vec<(String, TokenType)>> {
     let n = entries
         .iter()
         .map(|&(id, ..)| id as usize + 1)

@@ -4,6 +4,8 @@
 //! GR00T N1.5 holds them) is read as transformers' conversion to the fast tokenizer reads
 //! it: NFC, Qwen2's `Split` then `ByteLevel`, BPE over `vocab.json` and `merges.txt`, the
 //! added tokens of `tokenizer_config.json`'s `added_tokens_decoder` (else `added_tokens.json`).
+//! A folder with only BERT's `vocab.txt` (and `tokenizer_config.json`) is read as
+//! transformers' `BertTokenizerFast` reads it (hf_wordpiece.rs).
 
 use super::pretok::QWEN2_PATTERN;
 use super::{err, Tokenizer};
@@ -30,11 +32,13 @@ fn read_json(path: &Path) -> Result<Json> {
 pub fn hf_tokenizer_in(dir: &Path) -> bool {
     dir.join("tokenizer.json").is_file()
         || (dir.join("vocab.json").is_file() && dir.join("merges.txt").is_file())
+        || dir.join("vocab.txt").is_file()
 }
 
 impl Tokenizer {
     /// A `tokenizer.json` file, or a folder holding one, or a folder holding Qwen2's
-    /// `vocab.json` + `merges.txt` + `tokenizer_config.json` (see the module docs).
+    /// `vocab.json` + `merges.txt` + `tokenizer_config.json`, or BERT's `vocab.txt` (see the
+    /// module docs).
     pub fn from_hf_path(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         if !path.is_dir() {
@@ -46,9 +50,12 @@ impl Tokenizer {
         }
         if !hf_tokenizer_in(path) {
             return Err(err(format!(
-                "{}: no tokenizer.json, nor vocab.json + merges.txt",
+                "{}: no tokenizer.json, nor vocab.json + merges.txt, nor vocab.txt",
                 path.display()
             )));
+        }
+        if !(path.join("vocab.json").is_file() && path.join("merges.txt").is_file()) {
+            return super::hf_wordpiece::from_vocab_folder(path);
         }
         Self::from_hf_value(&slow_files_as_json(path)?)
     }

@@ -8,7 +8,9 @@
 //!   `" "` by `"▁"` (U+2581);
 //! - SentencePiece Unigram (T5, whose encoder Octo uses): llama.cpp's `"t5"`, a
 //!   `tokenizer.json` with a `Unigram` model; see unigram.rs (and charsmap.rs for its
-//!   normalizer), whose doc covers its encoding and differences.
+//!   normalizer), whose doc covers its encoding and differences;
+//! - WordPiece (BERT, whose encoder TurboVLA uses): llama.cpp's `"bert"`, a `tokenizer.json`
+//!   with a `WordPiece` model, or a folder with only `vocab.txt`; see wordpiece.rs.
 //!
 //! Each is loaded from llama.cpp's `tokenizer.ggml.*` GGUF metadata (see docs/GGUF.md) or
 //! from a Hugging Face `tokenizer.json` (for converters), and written back as GGUF metadata.
@@ -46,17 +48,22 @@ mod bpe;
 mod charsmap;
 pub mod demo;
 mod gguf;
+mod gguf_bert;
 mod hf;
 mod hf_folder;
 mod hf_unigram;
+mod hf_wordpiece;
 mod pretok;
 mod spm;
 mod spm_model;
 mod unigram;
+mod wordpiece;
+mod wordpiece_tables;
 
 pub use hf_folder::hf_tokenizer_in;
 pub use pretok::{byte_to_char, char_to_byte, PreTokenizer};
 pub use unigram::MAX_PIECE_BYTES;
+pub use wordpiece::{BertNormalizer, WordPieceOptions, CONTINUATION};
 
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -115,7 +122,8 @@ pub struct SpecialTokens {
     pub pad: Option<u32>,
     pub unk: Option<u32>,
     pub add_bos: bool,
-    /// Only for [`Model::Unigram`] (T5's `$A </s>` post-processor).
+    /// Only for [`Model::Unigram`] (T5's `$A </s>` post-processor) and
+    /// [`Model::WordPiece`] (BERT's `[CLS] $A [SEP]`: BOS is `[CLS]`, EOS `[SEP]`).
     pub add_eos: bool,
 }
 
@@ -133,6 +141,9 @@ pub enum Model {
     /// SentencePiece Unigram (T5, and so Octo): the charsmap normalizer, `Metaspace`, the
     /// best segmentation by piece scores, EOS appended (see `unigram.rs`).
     Unigram,
+    /// WordPiece (BERT, and so TurboVLA): `BertNormalizer`, `BertPreTokenizer`, greedy
+    /// longest match with `##` continuations (see `wordpiece.rs`).
+    WordPiece,
 }
 
 #[derive(Clone, Debug)]
@@ -153,6 +164,8 @@ pub struct Tokenizer {
     spm: Option<Box<spm::Spm>>,
     /// What Unigram needs besides; `None` for the other kinds.
     unigram: Option<Box<unigram::Unigram>>,
+    /// What WordPiece needs besides; `None` for the other kinds.
+    wordpiece: Option<Box<wordpiece::WordPiece>>,
     /// Every token by its text, where a word that is a token is that token without
     /// merging (`ignore_merges`: Llama 3's); `None` otherwise.
     whole: Option<HashMap<String, u32>>,
@@ -183,8 +196,10 @@ fn check_special(special: &SpecialTokens, n: usize, model: Model) -> Result<()> 
     if special.add_eos && special.eos.is_none() {
         return Err(err("add_eos is set but there is no eos token"));
     }
-    if special.add_eos && model != Model::Unigram {
-        return Err(err("add_eos is only supported for Unigram tokenizers"));
+    if special.add_eos && !matches!(model, Model::Unigram | Model::WordPiece) {
+        return Err(err(
+            "add_eos is only supported for Unigram and WordPiece tokenizers",
+        ));
     }
     Ok(())
 }
@@ -255,7 +270,7 @@ impl Tokenizer {
             *slot = match model {
                 Model::ByteLevel(_) => ids.get(byte_to_char()[b].encode_utf8(&mut [0; 4]) as &str),
                 Model::SentencePiece { .. } => ids.get(spm::byte_token(b as u8).as_str()),
-                Model::Unigram => None,
+                Model::Unigram | Model::WordPiece => None,
             }
             .copied();
         }
@@ -287,6 +302,7 @@ impl Tokenizer {
             added,
             spm: None,
             unigram: None,
+            wordpiece: None,
         })
     }
 
@@ -317,7 +333,7 @@ impl Tokenizer {
     pub fn pre_tokenizer(&self) -> Option<PreTokenizer> {
         match self.model {
             Model::ByteLevel(pre) => Some(pre),
-            Model::SentencePiece { .. } | Model::Unigram => None,
+            Model::SentencePiece { .. } | Model::Unigram | Model::WordPiece => None,
         }
     }
 
@@ -374,6 +390,10 @@ impl Tokenizer {
         if let Some(u) = &self.unigram {
             return self.encode_unigram(u, text, out);
         }
+        if let Some(w) = &self.wordpiece {
+            self.encode_wordpiece(w, text, out);
+            return Ok(());
+        }
         match (self.model, &self.spm) {
             (Model::ByteLevel(pre), _) => {
                 let text = pre.normalize(text);
@@ -388,8 +408,8 @@ impl Tokenizer {
             (Model::SentencePiece { add_space_prefix }, Some(spm)) => {
                 self.encode_spm(spm, text, add_space_prefix, out)
             }
-            (Model::SentencePiece { .. }, None) | (Model::Unigram, _) => {
-                unreachable!("built with Spm or Unigram")
+            (Model::SentencePiece { .. }, None) | (Model::Unigram | Model::WordPiece, _) => {
+                unreachable!("built with Spm, Unigram or WordPiece")
             }
         }
     }
@@ -397,6 +417,9 @@ impl Tokenizer {
     /// Text for `ids` (lossy where the ids split a UTF-8 sequence; out-of-range ids show
     /// as U+FFFD). For debugging: no cleanup of spaces, special tokens kept.
     pub fn decode(&self, ids: &[u32]) -> String {
+        if self.wordpiece.is_some() {
+            return self.decode_wordpiece(ids);
+        }
         let mut bytes = Vec::new();
         for &id in ids {
             let Some(t) = self.tokens.get(id as usize) else {

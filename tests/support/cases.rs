@@ -8,7 +8,7 @@ use vla::gguf::{GgmlType::F32, GgufFile, GgufWriter};
 use vla::models::common::gaussian_noise;
 use vla::models::openvla::{self, OpenVlaArch};
 use vla::models::pi0::{self, Variant};
-use vla::models::{act, bitvla, octo, presets, smolvla};
+use vla::models::{act, bitvla, octo, presets, smolvla, turbovla};
 use vla::policy::{Image, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions};
 
 /// Calls `$then!` with the list of cases, `name { field: value, ... }` for the fields of
@@ -26,10 +26,11 @@ macro_rules! arch_cases {
             vla_jepa { gguf: |seed| with_tokenizer(&presets::vla_jepa_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Flow },
             evo1 { gguf: |seed| with_tokenizer(&presets::evo1_small_config(), seed), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: true, shape: Shape::Flow },
             act { gguf: |seed| act::random_writer(&presets::act_small_config(), seed, F32)?.to_bytes(), state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePass(ACT_KEYS) },
-            openvla_oft { gguf: openvla_oft_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: openvla_oft_max_prompt, prefix: no_prefix } },
-            vla_adapter { gguf: vla_adapter_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: vla_adapter_max_prompt, prefix: no_prefix } },
-            bitvla { gguf: bitvla_gguf, state: StateInput::Direct, tolerance: INT8_ACTIVATIONS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: bitvla_max_prompt, prefix: bitvla_placeholders } },
+            openvla_oft { gguf: openvla_oft_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: openvla_oft_max_prompt, prefix: no_ids, suffix: no_ids, padded: false } },
+            vla_adapter { gguf: vla_adapter_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: vla_adapter_max_prompt, prefix: no_ids, suffix: no_ids, padded: false } },
+            bitvla { gguf: bitvla_gguf, state: StateInput::Direct, tolerance: INT8_ACTIVATIONS, cuts_prompt: false, shape: Shape::OnePassText { io: OPENVLA_KEYS, vocab: "lm.vocab", max_tokens: bitvla_max_prompt, prefix: bitvla_placeholders, suffix: no_ids, padded: false } },
             octo { gguf: octo_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::Sampled { vocab: octo_vocab, max_tokens: octo_max_prompt } },
+            turbovla { gguf: turbovla_gguf, state: StateInput::Direct, tolerance: F32_WEIGHTS, cuts_prompt: false, shape: Shape::OnePassText { io: TURBOVLA_KEYS, vocab: "vocab_size", max_tokens: turbovla_max_prompt, prefix: bert_cls, suffix: bert_sep, padded: true } },
         }
     };
 }
@@ -104,9 +105,27 @@ fn octo_max_prompt() -> usize {
     presets::octo_small_config().lang_tokens
 }
 
-/// No ids before the task's.
-fn no_prefix() -> Vec<i32> {
+/// No ids around the task's.
+fn no_ids() -> Vec<i32> {
     Vec::new()
+}
+
+/// The small TurboVLA with its demo vocabulary (bert-base-uncased's special ids).
+fn turbovla_gguf(seed: u64) -> vla::Result<Vec<u8>> {
+    turbovla::demo_writer(&presets::turbovla_small_config(), seed, F32)?.to_bytes()
+}
+
+fn turbovla_max_prompt() -> usize {
+    presets::turbovla_small_config().text_len
+}
+
+/// BERT's whole encoding: `[CLS]` first, `[SEP]` last (TurboVLA).
+fn bert_cls() -> Vec<i32> {
+    vec![presets::turbovla_small_config().special.cls as i32]
+}
+
+fn bert_sep() -> Vec<i32> {
+    vec![presets::turbovla_small_config().special.sep as i32]
 }
 
 /// How the robot state reaches the model.
@@ -174,13 +193,16 @@ pub enum Shape {
     /// One pass that reads an instruction but no noise and has no steps (VLA-Adapter): its
     /// sizes under `io`, its vocabulary under `vocab`; `max_tokens()` is the longest
     /// instruction it takes (one longer is refused naming the bound), and graphs are compiled
-    /// per instruction length (rows = tokens). Token ids start with `prefix()` (BitVLA's
-    /// placeholders), then the task's.
+    /// per instruction length (rows = tokens), or with `padded` every instruction fills
+    /// `max_tokens()` rows (TurboVLA). Token ids are `prefix()` (BitVLA's placeholders,
+    /// BERT's `[CLS]`), the task's, then `suffix()` (BERT's `[SEP]`).
     OnePassText {
         io: IoKeys,
         vocab: &'static str,
         max_tokens: fn() -> usize,
         prefix: fn() -> Vec<i32>,
+        suffix: fn() -> Vec<i32>,
+        padded: bool,
     },
     /// A sampler run in one graph (Octo's DDPM): it reads an instruction padded to
     /// `max_tokens()` (one longer is refused naming the bound) from a vocabulary of
@@ -205,6 +227,14 @@ pub struct IoKeys {
 pub const ACT_KEYS: IoKeys = IoKeys {
     n_images: "num_views",
     chunk_size: "chunk_size",
+    state_dim: "state_dim",
+    action_dim: "action_dim",
+};
+
+/// vla.cpp's `turbovla` keys.
+pub const TURBOVLA_KEYS: IoKeys = IoKeys {
+    n_images: "num_views",
+    chunk_size: "action_horizon",
     state_dim: "state_dim",
     action_dim: "action_dim",
 };
@@ -237,17 +267,27 @@ impl Shape {
     }
 
     /// A request's token ids with `task` as the task's ([`Shape::OnePassText`]'s `prefix`
-    /// first).
+    /// first, its `suffix` last).
     pub fn ids(&self, task: Vec<i32>) -> Vec<i32> {
         match self {
-            Shape::OnePassText { prefix, .. } => prefix().into_iter().chain(task).collect(),
+            Shape::OnePassText { prefix, suffix, .. } => {
+                prefix().into_iter().chain(task).chain(suffix()).collect()
+            }
             _ => task,
         }
     }
 
-    /// The ids [`Self::ids`] puts before the task's.
-    pub fn prefix_len(&self) -> usize {
+    /// The ids [`Self::ids`] puts around the task's.
+    pub fn affix_len(&self) -> usize {
         self.ids(Vec::new()).len()
+    }
+
+    /// The ids [`Self::ids`] puts after the task's.
+    pub fn suffix_len(&self) -> usize {
+        match self {
+            Shape::OnePassText { suffix, .. } => suffix().len(),
+            _ => 0,
+        }
     }
 
     /// A one-pass arch's size keys.

@@ -119,8 +119,9 @@ pub fn chunk_depends_on_every_input(case: &ArchCase) {
     let base = predict(case, p.as_mut(), &obs, "base").actions;
     let mut edits: Vec<(String, Observation, bool)> = Vec::new();
     let mut o = obs.clone();
-    let t = o.tokens.as_mut().unwrap().last_mut().unwrap();
-    *t = *t % 199 + 1;
+    let ids = o.tokens.as_mut().unwrap();
+    let last = ids.len() - 1 - case.shape.suffix_len();
+    ids[last] = ids[last] % 199 + 1;
     edits.push(("last token".into(), o, case.shape.reads_text()));
     let mut o = obs.clone();
     let last = o.state.len() - 1;
@@ -266,7 +267,7 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
         (
             format!("{} tokens", max_tokens + 1),
             "token",
-            tokens(vec![1; max_tokens + 1 - shape.prefix_len()]),
+            tokens(vec![1; max_tokens + 1 - shape.affix_len()]),
         ),
         (
             "both prompt and tokens".into(),
@@ -315,7 +316,7 @@ pub fn bad_requests_are_errors(case: &ArchCase) {
         let mut edge = good.clone();
         edge.tokens = Some(
             case.shape
-                .ids(vec![vocab as i32 - 1; max_tokens - case.shape.prefix_len()]),
+                .ids(vec![vocab as i32 - 1; max_tokens - case.shape.affix_len()]),
         );
         predict(case, p.as_mut(), &edge, "max_tokens ids of vocab_size - 1");
     }
@@ -339,7 +340,12 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
     let mut good = case.observation(p.info(), 1);
     let (max, rows): (usize, fn(usize, usize) -> usize) = match case.shape {
         Shape::OnePass(_) => return unread_instruction_and_noise(case, p.as_mut(), &good),
-        Shape::OnePassText { max_tokens, .. } => (max_tokens(), |l, _| l), // rows: see below
+        Shape::OnePassText {
+            max_tokens, padded, ..
+        } => match padded {
+            true => (max_tokens(), |_, max| max),
+            false => (max_tokens(), |l, _| l), // rows: see below
+        },
         Shape::Flow => (case.meta("tokenizer_max_length"), text_rows),
         // the instruction always padded to the bound
         Shape::Sampled { max_tokens, .. } => (max_tokens(), |_, max| max),
@@ -355,9 +361,12 @@ pub fn instructions_of_any_length(case: &ArchCase, backend: &str) {
     };
     // a one-pass arch takes no empty sequence: it starts with the prompt's first token; the
     // lengths are the task's ids, after the arch's prefix (BitVLA's placeholders)
-    let padded = matches!(case.shape, Shape::Flow | Shape::Sampled { .. });
+    let padded = matches!(
+        case.shape,
+        Shape::Flow | Shape::Sampled { .. } | Shape::OnePassText { padded: true, .. }
+    );
     let least = usize::from(!padded);
-    let pre = case.shape.prefix_len();
+    let pre = case.shape.affix_len();
     let max = max - pre;
     let mut lengths = vec![0, 1, TEXT_BUCKET - 1, TEXT_BUCKET, TEXT_BUCKET + 1, max];
     lengths.retain(|&l| (least..=max).contains(&l));

@@ -490,6 +490,7 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "n_action_steps": info.n_action_steps,
         "reads_instruction": info.reads_instruction,
         "placeholders": info.placeholders,
+        "wrap_ids": info.wrap_ids,
         "noise_shape": info.noise_dims(),
         "image_sizes": info.frame_sizes(),
         "window": info.window,

@@ -29,6 +29,7 @@ fn info() -> PolicyInfo {
         n_action_steps: None,
         reads_instruction: true,
         placeholders: Vec::new(),
+        wrap_ids: None,
         noise_shape: None,
         image_sizes: Vec::new(),
         window: 1,

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug)]
 pub(super) enum Value {
     None,
-    Bool,
+    Bool(bool),
     Int(i64),
-    Float,
+    Float(f64),
     Str(String),
     Tuple(Vec<Value>),
     List(Vec<Value>),
@@ -27,12 +27,66 @@ pub(super) enum Value {
     Mark,
 }
 
+/// How deeply [`Value::to_json`] follows nested containers.
+const MAX_DEPTH: usize = 64;
+
 impl Value {
     pub(super) fn kind(&self) -> String {
         match self {
             Value::Opaque(what) => format!("an object made by {what}"),
-            other => format!("{other:?}").chars().take(40).collect(),
+            Value::Tensor(_) => "a tensor".into(),
+            Value::Storage { .. } => "a storage".into(),
+            Value::Global(m, n) => format!("the callable {m}.{n}"),
+            Value::List(v) => format!("a list of {} items", v.len()),
+            Value::Tuple(v) => format!("a tuple of {} items", v.len()),
+            Value::Dict(v) => format!("a dict of {} entries", v.len()),
+            Value::Str(t) => format!("the string {:?}", t.chars().take(40).collect::<String>()),
+            other => format!("{other:?}"),
         }
+    }
+
+    /// Plain data as JSON: None, bools, integers, finite floats, strings, lists and tuples
+    /// (arrays), dicts whose keys are strings or integers (objects; integer keys written
+    /// as `json.dumps` writes them). Anything else (a tensor, an object some callable would
+    /// make) is an error naming it.
+    pub(super) fn to_json(&self) -> R<serde_json::Value> {
+        self.json_at(0)
+    }
+
+    fn json_at(&self, depth: usize) -> R<serde_json::Value> {
+        use serde_json::Value as J;
+        if depth > MAX_DEPTH {
+            return Err(format!("containers nested over {MAX_DEPTH} deep"));
+        }
+        Ok(match self {
+            Value::None => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Int(i) => J::from(*i),
+            Value::Float(x) => serde_json::Number::from_f64(*x)
+                .map(J::Number)
+                .ok_or_else(|| format!("the float {x} (JSON has no such number)"))?,
+            Value::Str(s) => J::String(s.clone()),
+            Value::List(items) | Value::Tuple(items) => J::Array(
+                items
+                    .iter()
+                    .map(|v| v.json_at(depth + 1))
+                    .collect::<R<_>>()?,
+            ),
+            Value::Dict(entries) => {
+                let mut map = serde_json::Map::new();
+                for (k, v) in entries {
+                    let key = match k {
+                        Value::Str(s) => s.clone(),
+                        Value::Int(i) => i.to_string(),
+                        other => return Err(format!("a dict key that is {}", other.kind())),
+                    };
+                    let v = v.json_at(depth + 1).map_err(|e| format!("{key:?}: {e}"))?;
+                    map.insert(key, v);
+                }
+                J::Object(map)
+            }
+            other => return Err(format!("not plain data but {}", other.kind())),
+        })
     }
 }
 
@@ -117,7 +171,7 @@ impl<'a> Unpickler<'a> {
                 b']' => self.stack.push(Value::List(vec![])),
                 b')' => self.stack.push(Value::Tuple(vec![])),
                 b'N' => self.stack.push(Value::None),
-                0x88 | 0x89 => self.stack.push(Value::Bool),
+                0x88 | 0x89 => self.stack.push(Value::Bool(op == 0x88)),
                 b't' => {
                     let items = self.pop_mark()?;
                     self.stack.push(Value::Tuple(items));
@@ -169,8 +223,9 @@ impl<'a> Unpickler<'a> {
                     self.stack.push(Value::Int(i64::from_le_bytes(buf)));
                 }
                 b'G' => {
-                    self.take(8)?;
-                    self.stack.push(Value::Float);
+                    let b = self.take(8)?;
+                    let bits = b.try_into().map_err(|_| "truncated pickle")?;
+                    self.stack.push(Value::Float(f64::from_be_bytes(bits)));
                 }
                 b'C' | b'B' => {
                     let n = self.uint(if op == b'C' { 1 } else { 4 })?;
@@ -301,6 +356,11 @@ fn reduce(f: Value, args: Value) -> R<Value> {
     };
     match (m.as_str(), n.as_str()) {
         ("collections", "OrderedDict") => Ok(Value::Dict(vec![])),
+        // an `nn.Parameter` saved as such: its tensor (requires_grad and hooks dropped)
+        ("torch._utils", "_rebuild_parameter") => match a.into_iter().next() {
+            Some(t @ Value::Tensor(_)) => Ok(t),
+            _ => Err("_rebuild_parameter of something other than a tensor".into()),
+        },
         ("torch._utils", "_rebuild_tensor_v2") => match a.as_slice() {
             [Value::Storage { dtype, key }, Value::Int(offset), size, stride, ..] => {
                 let shape = ints(size)?;

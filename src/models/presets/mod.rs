@@ -8,6 +8,7 @@ mod gr00t;
 mod gr00t16;
 mod octo;
 mod openvla;
+mod turbovla;
 
 pub use act::{act_full_config, act_small_config};
 pub use evo1::{evo1_full_config, evo1_small_config};
@@ -21,6 +22,7 @@ pub use openvla::{
     bitvla_full_config, bitvla_small_config, openvla_oft_full_config, openvla_oft_small_config,
     vla_adapter_full_config, vla_adapter_small_config,
 };
+pub use turbovla::{turbovla_full_config, turbovla_small_config};
 
 use super::common::{add_random_tensors, ActionIo};
 use super::flow::FlowArch;

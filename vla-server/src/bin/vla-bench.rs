@@ -122,13 +122,15 @@ fn main() -> ExitCode {
 }
 
 /// A synthetic observation of the right shape: fixed pixels (frames of `sizes`, one each),
-/// state and noise; `tokens` instruction ids after the model's `placeholders` (INFO's).
+/// state and noise; `tokens` instruction ids after the model's `placeholders`, between its
+/// `wrap` ids where it has them (INFO's).
 fn observation(
     sizes: &[[usize; 2]],
     state_dim: usize,
     noise_len: usize,
     tokens: u32,
     placeholders: &[(u32, usize)],
+    wrap: Option<[u32; 2]>,
 ) -> Observation {
     let image = |&[height, width]: &[usize; 2]| Image {
         height,
@@ -143,9 +145,14 @@ fn observation(
         images: sizes.iter().map(image).collect(),
         state: (0..state_dim).map(|i| (i as f32 * 0.37).sin()).collect(),
         tokens: Some(
-            (placeholders.iter())
-                .flat_map(|&(id, n)| std::iter::repeat_n(id as i32, n))
+            (wrap.map(|[first, _]| first as i32).into_iter())
+                .chain(
+                    placeholders
+                        .iter()
+                        .flat_map(|&(id, n)| std::iter::repeat_n(id as i32, n)),
+                )
                 .chain(1..=tokens as i32)
+                .chain(wrap.map(|[_, last]| last as i32))
                 .collect(),
         ),
         prompt: None,
@@ -255,6 +262,7 @@ fn run(args: Args) -> Result<()> {
             0
         },
         &info.placeholders,
+        info.wrap_ids,
     );
     for _ in 0..args.warmup {
         policy.predict(&obs)?;
@@ -513,6 +521,7 @@ fn compare(args: &Args) -> Result<()> {
             info.noise_dims().iter().product(),
             args.tokens,
             &info.placeholders,
+            info.wrap_ids,
         );
         let chunk = policy.predict(&obs)?.actions;
         for _ in 1..args.warmup {
@@ -611,6 +620,7 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
         },
         &serde_json::from_value::<Vec<(u32, usize)>>(info["placeholders"].clone())
             .unwrap_or_default(),
+        serde_json::from_value::<Option<[u32; 2]>>(info["wrap_ids"].clone()).unwrap_or_default(),
     );
     let text = |k: &str| info[k].as_str().unwrap_or("?").to_owned();
     println!("server    {addr}: {} on {}", text("arch"), text("backend"));

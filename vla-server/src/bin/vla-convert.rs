@@ -11,6 +11,7 @@
 //! vla-convert vla_jepa --ckpt path/to/lerobot_vla_jepa_ckpt --out vla_jepa.gguf [--backbone DIR] [--jepa DIR]
 //! vla-convert evo1 --ckpt path/to/lerobot_evo1_ckpt --out evo1.gguf [--backbone DIR]
 //! vla-convert act --ckpt path/to/lerobot_act_ckpt --out act.gguf
+//! vla-convert turbovla --ckpt turbovla_libero.pth --out turbovla.gguf --statistics libero [--bert DIR] [--dinov3 DIR]
 //! ```
 
 use anyhow::{bail, Context, Result};
@@ -19,8 +20,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use vla::convert::openvla;
 use vla::convert::{
-    act, bitvla, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, octo, openvla_oft, pi0, smolvla, vla_adapter,
-    vla_jepa, Kind,
+    act, bitvla, evo1, gr00t, gr00t_n1_6, gr00t_n1_7, octo, openvla_oft, pi0, smolvla, turbovla,
+    vla_adapter, vla_jepa, Kind,
 };
 use vla::gguf::GgmlType;
 use vla::models::flow::FlowArch;
@@ -40,11 +41,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Any lerobot checkpoint folder (or an Isaac-GR00T N1.6 one): the arch is read from its
-    /// config.json ("type"; GR00T N1.5 or N1.7 from its pre-processor; N1.6 from
-    /// "model_type") and the matching conversion runs. Takes every
-    /// subcommand's options; one that does not apply to the checkpoint is refused.
-    Auto(AutoArgs),
+    /// Any lerobot checkpoint folder (or an Isaac-GR00T N1.6 one, or a TurboVLA .pth): the
+    /// arch is read from its config.json ("type"; GR00T N1.5 or N1.7 from its pre-processor;
+    /// N1.6 from "model_type"; TurboVLA from its model_config) and the matching conversion
+    /// runs. Takes every subcommand's options; one that does not apply to the checkpoint is
+    /// refused.
+    Auto(Box<AutoArgs>),
     /// A lerobot SmolVLA checkpoint folder: config.json, model.safetensors and the
     /// policy_preprocessor / policy_postprocessor files holding the normaliser statistics.
     Smolvla(SmolvlaArgs),
@@ -103,6 +105,54 @@ enum Command {
     /// text processor's folder, a t5* folder beside config.json, or --tokenizer). Every
     /// dataset's statistics are kept: the server picks one with --embodiment.
     Octo(OctoArgs),
+    /// A TurboVLA checkpoint (H-EmbodVis/TurboVLA): the released .pth
+    /// (torch.save of model_state_dict + model_config), or a folder with model.safetensors
+    /// and config.json (the model_config), with the BERT folder (config.json, vocab.txt or
+    /// tokenizer.json) and the normalisation statistics, which the checkpoint does not carry.
+    /// Written in vla.cpp's `turbovla` layout (DINOv3's LayerScale folded), plus the
+    /// statistics and the BERT tokenizer, so the server takes text.
+    Turbovla(TurbovlaArgs),
+}
+
+#[derive(clap::Args)]
+struct TurbovlaArgs {
+    /// The checkpoint: the .pth file (e.g. turbovla_libero.pth), a folder holding exactly one,
+    /// or a folder with model.safetensors + config.json.
+    #[arg(long, value_name = "FILE_OR_DIR")]
+    ckpt: PathBuf,
+    /// The GGUF file to write.
+    #[arg(long, value_name = "MODEL.gguf")]
+    out: PathBuf,
+    /// Type of the matrices (norms, biases, tables, the patch kernel and statistics stay f32);
+    /// default: every tensor as stored, as vla.cpp writes it (f32 and bf16 kept, f16 as f32).
+    #[arg(long, value_enum)]
+    dtype: Option<Dtype>,
+    /// Overwrite --out if it exists.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    turbo: TurboOptions,
+}
+
+/// What a TurboVLA checkpoint does not hold.
+#[derive(clap::Args, Clone)]
+struct TurboOptions {
+    /// The normalisation statistics, required (the reference's evaluation code holds them, not
+    /// the checkpoint): `libero` for the released LIBERO model's numbers, or a JSON file with
+    /// state_mean, state_std, action_min, action_max (arrays) and an optional
+    /// gripper_sign_dim (the action dimension whose sign becomes the gripper command).
+    #[arg(long, value_name = "libero|FILE.json")]
+    statistics: Option<PathBuf>,
+    /// The BERT folder (config.json for the head count; vocab.txt or tokenizer.json, shipped in
+    /// the GGUF); default: model_config.text.model_name_or_path as a folder (beside the
+    /// checkpoint, as written, or a hub repository in the Hugging Face cache).
+    #[arg(long, value_name = "DIR")]
+    bert: Option<PathBuf>,
+    /// DINOv3's config.json or its folder (num_attention_heads, rope_theta,
+    /// num_register_tokens); default: model_config.vision.model_name_or_path as a folder, else
+    /// ViT-B/16's values where that name says dinov3-vitb16 (as vla.cpp).
+    #[arg(long, value_name = "FILE_OR_DIR")]
+    dinov3: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -147,15 +197,17 @@ struct OpenVlaArgs {
 #[derive(clap::Args)]
 struct Common {
     /// The lerobot checkpoint folder (config.json, model.safetensors, policy_*processor*
-    /// files: a training run's checkpoints/<step>/pretrained_model).
+    /// files: a training run's checkpoints/<step>/pretrained_model); `auto` also takes a
+    /// TurboVLA .pth.
     #[arg(long, value_name = "DIR")]
     ckpt: PathBuf,
     /// The GGUF file to write.
     #[arg(long, value_name = "MODEL.gguf")]
     out: PathBuf,
-    /// Type of the 2-D matmul weights (norms, biases, embeddings and statistics stay f32).
-    #[arg(long, value_enum, default_value_t = Dtype::F32)]
-    dtype: Dtype,
+    /// Type of the 2-D matmul weights (norms, biases, embeddings and statistics stay f32);
+    /// default: f32 (for a TurboVLA checkpoint, `auto` keeps each tensor's stored type).
+    #[arg(long, value_enum)]
+    dtype: Option<Dtype>,
     /// Overwrite --out if it exists.
     #[arg(long)]
     force: bool,
@@ -315,6 +367,8 @@ struct AutoArgs {
     no_tokenizer: bool,
     #[command(flatten)]
     openvla: OpenVlaArgs,
+    #[command(flatten)]
+    turbo: TurboOptions,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -343,7 +397,7 @@ impl From<Dtype> for GgmlType {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Auto(args) => convert_auto(args),
+        Command::Auto(args) => convert_auto(*args),
         Command::Smolvla(args) => convert_smolvla(args),
         Command::Pi0(args) => convert_pi(args, Kind::Pi0),
         Command::Pi05(args) => convert_pi(args, Kind::Pi05),
@@ -357,6 +411,7 @@ fn main() {
         Command::VlaAdapter(args) => convert_vla_adapter(args),
         Command::OpenvlaOft(args) => convert_openvla_oft(args),
         Command::Bitvla(args) => convert_bitvla(args),
+        Command::Turbovla(args) => convert_turbovla(args),
     };
     if let Err(e) = result {
         eprintln!("vla-convert: {e:#}");
@@ -389,7 +444,8 @@ impl Common {
                 self.out.display()
             );
         }
-        Ok((self.ckpt, self.out, self.dtype))
+        let dtype = self.dtype.unwrap_or(Dtype::F32);
+        Ok((self.ckpt, self.out, dtype))
     }
 }
 
@@ -654,6 +710,41 @@ fn convert_octo(args: OctoArgs) -> Result<()> {
     Ok(())
 }
 
+fn convert_turbovla(args: TurbovlaArgs) -> Result<()> {
+    let (ckpt, out) = (args.ckpt, args.out);
+    if out.exists() && !args.force {
+        bail!("{} exists; pass --force to overwrite it", out.display());
+    }
+    let opts = turbovla::Options {
+        dtype: args.dtype.map(GgmlType::from),
+        statistics: args.turbo.statistics,
+        bert: args.turbo.bert,
+        dinov3: args.turbo.dinov3,
+    };
+    let converted = with_progress(|p| turbovla::convert(&ckpt, &opts, p))?
+        .with_context(|| format!("cannot convert {}", ckpt.display()))?;
+    let mb = finish(&converted.notes, &converted.writer, &out)?;
+    let c = &converted.config;
+    println!(
+        "wrote {} ({mb:.1} MB): turbovla, DINOv3 {}x{} ({}px, {} views), BERT {}x{}, fusion {}x{}, decoder {}x{}, chunk {}x{}, weights {}",
+        out.display(),
+        c.vit.hidden,
+        c.vit.layers,
+        c.vit.image_size,
+        c.num_views,
+        c.bert.hidden,
+        c.bert.layers,
+        c.hidden,
+        c.fusion_layers,
+        c.hidden,
+        c.decoder_layers,
+        c.horizon,
+        c.action_dim,
+        opts.dtype.map_or("as stored".to_owned(), |d| d.to_string()),
+    );
+    Ok(())
+}
+
 fn convert_vla_adapter(args: VlaAdapterArgs) -> Result<()> {
     convert_openvla(args, vla_adapter::convert, |c| {
         format!(
@@ -776,7 +867,7 @@ fn convert_smolvla(args: SmolvlaArgs) -> Result<()> {
 fn convert_auto(a: AutoArgs) -> Result<()> {
     use Kind::*;
     let kind = vla::convert::detect(&a.common.ckpt)?;
-    let given: [(&str, bool, &[Kind]); 12] = [
+    let given: [(&str, bool, &[Kind]); 15] = [
         ("--vlm-config", a.vlm_config.is_some(), &[Smolvla]),
         ("--vit-positions", a.vit_positions.is_some(), &[Smolvla]),
         ("--sizes", a.sizes.is_some(), &[Pi0, Pi05]),
@@ -805,6 +896,9 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
             &[VlaAdapter],
         ),
         ("--chunk", a.openvla.chunk.is_some(), &[VlaAdapter]),
+        ("--statistics", a.turbo.statistics.is_some(), &[Turbovla]),
+        ("--bert", a.turbo.bert.is_some(), &[Turbovla]),
+        ("--dinov3", a.turbo.dinov3.is_some(), &[Turbovla]),
     ];
     for (flag, set, takes) in given {
         if set && !takes.contains(&kind) {
@@ -883,6 +977,13 @@ fn convert_auto(a: AutoArgs) -> Result<()> {
         Bitvla => convert_bitvla(VlaAdapterArgs {
             common,
             head: a.openvla,
+        }),
+        Turbovla => convert_turbovla(TurbovlaArgs {
+            ckpt: common.ckpt,
+            out: common.out,
+            dtype: common.dtype,
+            force: common.force,
+            turbo: a.turbo,
         }),
     }
 }

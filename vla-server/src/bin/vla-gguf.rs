@@ -279,9 +279,14 @@ fn demo(out: &std::path::Path, arch: &str, full: bool, dtype: &str, force: bool)
     (entry.random)(full, 0x5eed, ty)?
         .write_to_file(out)
         .with_context(|| format!("cannot write {}", out.display()))?;
+    let tokenizer = vla::tokenizer::Tokenizer::in_gguf(&vla::gguf::GgufFile::open(out)?);
     println!(
-        "{}: {arch} with random {dtype} weights, no tokenizer (send token ids)",
-        out.display()
+        "{}: {arch} with random {dtype} weights, {}",
+        out.display(),
+        match tokenizer {
+            true => "a demo tokenizer",
+            false => "no tokenizer (send token ids)",
+        }
     );
     Ok(())
 }
