@@ -8,7 +8,8 @@
 #   --out DIR    where the table (gpu-bench.md) and raw JSON go (default: --work)
 #   --models LIST  ARCH:DTYPE entries, space-separated (default "smolvla:f32 pi05:f16 act:f32";
 #                any served arch, e.g. "act:f32 evo1:bf16 vla_adapter:bf16 openvla_oft:bf16
-#                bitvla:f32" (BitVLA's ternary matrices run as integers whatever the DTYPE))
+#                bitvla:f32 octo:f32 turbovla:f32" (BitVLA's ternary matrices run as integers
+#                whatever the DTYPE))
 #   --quick      small random-weight configs instead of the released sizes (checks the
 #                script itself, e.g. on lavapipe)
 #   --allow-cpu  go on when the only Vulkan adapter is a CPU one (llvmpipe)
@@ -31,7 +32,7 @@
 # `cp target/release/{vla-bench,vla-gguf,vla-quantize} DIR` (~17 MiB stripped).
 set -uo pipefail
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${VLA_BIN:-$here/../target/release}"
 work=/tmp/vla-gpu-bench
