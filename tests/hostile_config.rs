@@ -119,3 +119,59 @@ fn hostile_act_metadata_fails_the_load_naming_the_key() {
         assert!(err.contains(key), "act.{key} = {value:?}: {err}");
     }
 }
+
+/// TurboVLA's keys (vla.cpp's `turbovla` layout): hostile sizes, head counts that do not
+/// divide their widths, special ids outside the vocabulary and text groups that do not add up
+/// fail the load naming the key.
+#[test]
+fn hostile_turbovla_metadata_fails_the_load_naming_the_key() {
+    use vla::gguf::ValueType;
+    use vla::models::{presets, turbovla};
+    let bytes = turbovla::demo_writer(&presets::turbovla_small_config(), 1, GgmlType::F32)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let opts = RuntimeOptions::default();
+    assert!(from_gguf(GgufFile::from_bytes(bytes.clone()).unwrap(), &opts).is_ok());
+    let huge = 1u32 << 24;
+    let ints = |v: &[i32]| Value::Array(ValueType::I32, v.iter().map(|&x| Value::I32(x)).collect());
+    let cases: Vec<(&str, Value)> = vec![
+        ("hidden", 0u32.into()),
+        ("vit_layers", huge.into()),
+        ("vit_heads", 3u32.into()),
+        ("text_heads", 0u32.into()),
+        ("fusion_heads", 5u32.into()),
+        ("action_heads", 7u32.into()),
+        ("num_fusion_layers", 3u32.into()),
+        ("action_horizon", huge.into()),
+        ("num_views", 0u32.into()),
+        ("image_size", 70u32.into()),
+        ("rope_theta", Value::F32(-1.0)),
+        ("max_text_length", 1u32.into()),
+        ("pad_to_longest", 2u32.into()),
+        ("period_token_id", huge.into()),
+    ];
+    // a group whose lengths do not add up to its tokens
+    let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+    let (mut w, _) = vla::gguf::retype(&file, |_| None, |_, _| {}).unwrap();
+    for (key, value) in [
+        ("text_groups.count", Value::U32(1)),
+        ("text_groups.tokens", ints(&[101, 7, 102])),
+        ("text_groups.lengths", ints(&[4])),
+        ("text_groups.pad_to", ints(&[5])),
+    ] {
+        w.set_metadata(format!("turbovla.{key}"), value).unwrap();
+    }
+    let grouped = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    let err = from_gguf(grouped, &opts).err().unwrap().to_string();
+    assert!(err.contains("text_groups"), "{err}");
+    for (key, value) in cases {
+        let file = with_metadata(&bytes, &format!("turbovla.{key}"), value.clone());
+        let err = match from_gguf(file, &opts) {
+            Ok(_) => panic!("turbovla.{key} = {value:?} loaded"),
+            Err(e) => e.to_string(),
+        };
+        println!("turbovla.{key} = {value:?}: {err}");
+        assert!(err.contains(key), "turbovla.{key} = {value:?}: {err}");
+    }
+}

@@ -139,6 +139,12 @@ impl Section for TurboConfig {
         let v = &self.vit;
         bounded("vit_layers", v.layers, 1, MAX_LAYERS)?;
         bounded("num_register_tokens", v.registers, 0, 64)?;
+        if v.patch_size == 0 || !v.image_size.is_multiple_of(v.patch_size) {
+            return Err(format!(
+                "image_size {} must be a multiple of patch_size {}",
+                v.image_size, v.patch_size
+            ));
+        }
         crate::modules::vision::check_geometry(v.image_size, v.patch_size, 0.0)?;
         let b = &self.bert;
         bounded("text_layers", b.layers, 1, MAX_LAYERS)?;

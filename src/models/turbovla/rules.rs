@@ -116,15 +116,21 @@ mod tests {
     }
 
     #[test]
-    fn an_unpadded_last_sep_stands_alone() {
+    fn an_unpadded_last_sep_closes_no_block() {
+        // the [SEP] in the last column stands alone, so the words before it (after the
+        // last `.` or `?`, here after [CLS]) form no block: each attends to itself, at 0
         let c = TurboConfig {
             pad_to_longest: true,
             ..cfg()
         };
         let plan = TextPlan::new(&c, &[101, 7, 8, 102], None);
         assert_eq!(plan.len, 4);
-        assert_eq!(plan.positions, [0., 0., 1., 0.]);
+        assert_eq!(plan.positions, [0.; 4]);
         assert_eq!(&plan.mask[12..16], [0., 0., 0., 1.]);
+        assert_eq!(&plan.mask[4..8], [0., 1., 0., 0.]);
+        // a `.` before it closes the block
+        let plan = TextPlan::new(&c, &[101, 7, 1012, 102], None);
+        assert_eq!(plan.positions, [0., 0., 1., 0.]);
         assert_eq!(&plan.mask[4..8], [0., 1., 1., 0.]);
     }
 
