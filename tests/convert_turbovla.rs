@@ -366,7 +366,10 @@ fn the_statistics_are_required_and_checked() {
     };
     let e = convert_err(&pth, &o);
     println!("{e}");
-    assert!(e.contains("state_mean has 3 values, the model 8"), "{e}");
+    assert!(
+        e.contains("state_mean has 3 values, the model takes 8"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -479,7 +482,7 @@ fn edit_json(dir: &Path, rel: &str, edit: impl FnOnce(&mut Json)) {
 #[test]
 fn the_bert_and_dinov3_configs_are_checked() {
     let (t, config) = fixture_state();
-    let cases: [(&str, &str, Json, &str); 6] = [
+    let cases: [(&str, &str, Json, &str); 7] = [
         (
             "bert/config.json",
             "layer_norm_eps",
@@ -516,6 +519,12 @@ fn the_bert_and_dinov3_configs_are_checked() {
             Json::from(3),
             "does not divide",
         ),
+        (
+            "dinov3/preprocessor_config.json",
+            "image_mean",
+            serde_json::json!([0.5, 0.5, 0.5]),
+            "other than ImageNet's",
+        ),
     ];
     for (file, key, value, says) in cases {
         let dir = st_checkpoint(&t, &config, Dtype::F32);
@@ -551,4 +560,45 @@ fn the_bert_and_dinov3_configs_are_checked() {
         ..o
     };
     file_of(dir.path(), &o);
+}
+
+/// A checkpoint whose view table is 2-D (`[views, hidden]`, which vla.cpp's converter writes
+/// as stored) converts and serves the chunk of the 3-D one.
+#[test]
+fn a_flat_view_table_gives_the_same_chunk() {
+    use vla::policy::{Observation, Policy, RuntimeOptions};
+    let (mut t, config) = fixture_state();
+    for (n, s, _) in t.iter_mut() {
+        if n == "view_embedding" {
+            s.remove(0);
+        }
+    }
+    let st = st_checkpoint(&t, &config, Dtype::F32);
+    let (flat, _) = file_of(st.path(), &opts());
+    assert_eq!(flat.tensor_info("view_emb").unwrap().shape().len(), 2);
+    let (full, _) = file_of(&fixture().join("turbovla.pth"), &opts());
+    let chunk = |file: GgufFile| {
+        let mut p =
+            vla::models::turbovla::TurboPolicy::new(file, &RuntimeOptions::default()).unwrap();
+        let info = p.info().clone();
+        let s = info.image_height;
+        let obs = Observation {
+            images: (0..info.n_images)
+                .map(|i| vla::policy::Image {
+                    height: s,
+                    width: s,
+                    data: vla::policy::ImageData::RgbU8(
+                        (0..s * s * 3)
+                            .map(|j| ((j * 7 + i * 31) % 256) as u8)
+                            .collect(),
+                    ),
+                })
+                .collect(),
+            state: vec![0.1; info.state_dim],
+            prompt: Some("put the bowl on the plate".into()),
+            ..Default::default()
+        };
+        p.predict(&obs).unwrap().actions
+    };
+    assert_eq!(chunk(flat), chunk(full));
 }

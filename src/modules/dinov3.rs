@@ -2,7 +2,7 @@
 //! before the final norm: a class token and register tokens before the patches, no position
 //! table but axial 2-D rotary embeddings on the patches' queries and keys, LayerScale
 //! (folded into `attn_o` and `fc2` by the converters), exact-erf GELU MLPs. Tensors in
-//! vla.cpp's names: `vit.cls_token` `[hidden]`, `vit.register_tokens` `[registers, hidden]`,
+//! vla.cpp's names: `vit.cls_token` `[1, hidden]`, `vit.register_tokens` `[registers, hidden]`,
 //! `vit.patch_embed.{weight,bias}` (the kernel as the matrix `[hidden, 3 * patch^2]`),
 //! `vit.blk.{i}.{ln1,attn_q,attn_k,attn_v,attn_o,ln2,fc1,fc2}`.
 

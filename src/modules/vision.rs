@@ -252,6 +252,12 @@ impl PatchRotary {
     /// `x` `[rows, heads, head_dim]` with its patch rows rotated.
     pub fn apply(&self, g: &mut GraphBuilder, x: NodeId) -> Result<NodeId> {
         let rows = g.shape(x)[0];
+        if rows < self.skip {
+            return Err(crate::Error::InvalidArgument(format!(
+                "rotary: {rows} rows, {} before the patches",
+                self.skip
+            )));
+        }
         let head = g.slice(x, 0, 0, self.skip)?;
         let rest = g.slice(x, 0, self.skip, rows - self.skip)?;
         let rest = rope_tables(g, rest, self.cos, self.sin)?;

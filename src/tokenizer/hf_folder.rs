@@ -32,7 +32,6 @@ fn read_json(path: &Path) -> Result<Json> {
 pub fn hf_tokenizer_in(dir: &Path) -> bool {
     dir.join("tokenizer.json").is_file()
         || (dir.join("vocab.json").is_file() && dir.join("merges.txt").is_file())
-        || dir.join("vocab.txt").is_file()
 }
 
 impl Tokenizer {
@@ -48,7 +47,7 @@ impl Tokenizer {
         if json.is_file() {
             return Self::from_hf_file(json);
         }
-        if !hf_tokenizer_in(path) {
+        if !hf_tokenizer_in(path) && !path.join("vocab.txt").is_file() {
             return Err(err(format!(
                 "{}: no tokenizer.json, nor vocab.json + merges.txt, nor vocab.txt",
                 path.display()

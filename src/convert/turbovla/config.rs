@@ -273,6 +273,9 @@ pub(super) fn dinov3(
         ),
     };
     check_keys(&file, &json, "DINOv3", &DINOV3_KEYS)?;
+    if let Some(dir) = file.parent() {
+        check_pixels(&dir.join("preprocessor_config.json"))?;
+    }
     notes.push(format!(
         "DINOv3: {} ({heads} heads, rope_theta {theta})",
         file.display()
@@ -350,14 +353,10 @@ pub(super) fn special_ids(tok: &Tokenizer, dir: &Path) -> Result<SpecialIds> {
     Ok(special)
 }
 
-/// The training instructions' groups: each instruction's ids (`tok(instruction,
-/// truncation=True, max_length=pad_to)`, as vla.cpp), sorted by instruction as vla.cpp sorts.
-pub(super) fn text_groups(
-    path: &Path,
-    text: &Section,
-    tok: &Tokenizer,
-    sep: u32,
-) -> Result<Vec<TextGroup>> {
+/// The training instructions' groups: each instruction's ids (as vla.cpp's `tok(instruction,
+/// truncation=True, max_length=pad_to)`, where an instruction longer than its group is
+/// refused instead of cut), sorted by instruction as vla.cpp sorts.
+pub(super) fn text_groups(path: &Path, text: &Section, tok: &Tokenizer) -> Result<Vec<TextGroup>> {
     let Some(groups) = text.get("padding_length_by_instruction") else {
         return Ok(vec![]);
     };
@@ -384,12 +383,51 @@ pub(super) fn text_groups(
                         ),
                     )
                 })?;
-            let mut tokens = tok.encode(instruction)?;
+            let tokens = tok.encode(instruction)?;
             if tokens.len() > pad_to {
-                tokens.truncate(pad_to - 1);
-                tokens.push(sep);
+                // the reference would cut it to its group's length, where a request of the
+                // whole text is not that group (vla.cpp keys groups by the cut ids): refused
+                return Err(ckpt_err(
+                    path,
+                    format!(
+                        "padding_length_by_instruction[{instruction:?}] = {pad_to}: its {} tokens do not fit (a training instruction is padded, never cut)",
+                        tokens.len()
+                    ),
+                ));
             }
             Ok(TextGroup { tokens, pad_to })
         })
         .collect()
+}
+
+/// The reference's LIBERO processor maps pixels with the DINOv3 folder's
+/// `preprocessor_config.json` (`image_mean`, `image_std`, `rescale_factor`); the runtime
+/// takes ImageNet's and 1/255 (as vla.cpp), so other values are refused. A folder without the
+/// file gets the processor's defaults, those same values.
+fn check_pixels(path: &Path) -> Result<()> {
+    if !path.is_file() {
+        return Ok(());
+    }
+    let json = read_json(path)?;
+    let (mean, std) = crate::preprocess::PixelMap::IMAGENET.mean_std();
+    let same = |key: &str, want: &[f32]| match json.get(key).filter(|v| !v.is_null()) {
+        None => true,
+        Some(v) => v.as_array().is_some_and(|a| {
+            a.len() == want.len()
+                && a.iter()
+                    .zip(want)
+                    .all(|(x, &w)| x.as_f64().map(|x| x as f32) == Some(w))
+        }),
+    };
+    let rescale = json.get("rescale_factor").filter(|v| !v.is_null());
+    let rescale_ok = rescale.is_none_or(|v| v.as_f64().map(|x| x as f32) == Some(1.0 / 255.0));
+    if same("image_mean", &mean) && same("image_std", &std) && rescale_ok {
+        return Ok(());
+    }
+    Err(ckpt_err(
+        path,
+        "image_mean / image_std / rescale_factor other than ImageNet's and 1/255: the runtime \
+         normalises the frames with those (as vla.cpp)"
+            .to_owned(),
+    ))
 }

@@ -197,7 +197,9 @@ pub fn convert(
         other => {
             return Err(ckpt_err(
                 w.path(),
-                format!("{VIEW_EMB} has shape {other:?}, expected [1, views, hidden]"),
+                format!(
+                "{VIEW_EMB} has shape {other:?}, expected [1, views, hidden] or [views, hidden]"
+            ),
             ))
         }
     };
@@ -254,8 +256,9 @@ pub fn convert(
         pad_to_longest: padding.is_none(),
         special,
         groups: vec![],
+        flat_views: view_shape.len() == 2,
     };
-    cfg.groups = text_groups(cp, &text, &tok, special.sep as u32)?;
+    cfg.groups = text_groups(cp, &text, &tok)?;
     crate::config::check(&cfg, ARCH)?;
     stats.check(cfg.state_dim, cfg.action_dim)?;
     notes.push(match cfg.pad_to_longest {

@@ -51,6 +51,7 @@ pub fn turbovla_full_config() -> TurboConfig {
         pad_to_longest: false,
         special: SpecialIds::default(),
         groups: vec![],
+        flat_views: false,
     }
 }
 

@@ -77,6 +77,9 @@ pub struct TurboConfig {
     pub pad_to_longest: bool,
     pub special: SpecialIds,
     pub groups: Vec<TextGroup>,
+    /// `view_emb` stored `[views, hidden]` (a checkpoint's 2-D table, which vla.cpp writes
+    /// as stored) rather than `[1, views, hidden]`; from the tensor, not a key.
+    pub flat_views: bool,
 }
 
 impl Section for TurboConfig {
@@ -146,6 +149,15 @@ impl Section for TurboConfig {
             ));
         }
         crate::modules::vision::check_geometry(v.image_size, v.patch_size, 0.0)?;
+        if self.num_views * v.n_patches() > MAX_SEQUENCE {
+            return Err(format!(
+                "num_views {} x {} patches (image_size {} / patch_size {}, squared) is more than {MAX_SEQUENCE} image tokens",
+                self.num_views,
+                v.n_patches(),
+                v.image_size,
+                v.patch_size
+            ));
+        }
         let b = &self.bert;
         bounded("text_layers", b.layers, 1, MAX_LAYERS)?;
         bounded("num_fusion_layers", self.fusion_layers, 1, MAX_LAYERS)?;
@@ -285,6 +297,7 @@ impl TurboConfig {
             pad_to_longest: false,
             special: SpecialIds::default(),
             groups: vec![],
+            flat_views: false,
         }
     }
 
@@ -303,6 +316,7 @@ impl TurboConfig {
         cfg.state_hidden = rows(file, "state.proj.1.weight")?;
         cfg.action_hidden = rows(file, "act.proj.0.weight")?;
         cfg.groups = read_groups(file)?;
+        cfg.flat_views = dims(file, "view_emb")?.len() == 2;
         config::read(file, ARCH, cfg)
     }
 

@@ -59,7 +59,10 @@ pub fn image_tokens(g: &mut GraphBuilder, cfg: &TurboConfig, towers: &[NodeId]) 
     let x = g.concat(towers, 0)?;
     let x = vision_projection(g, cfg, x)?;
     let x = g.reshape(x, &[v, n, d])?;
-    let views = g.weight("view_emb", &[1, v, d])?;
+    let views = match cfg.flat_views {
+        true => g.weight("view_emb", &[v, d])?,
+        false => g.weight("view_emb", &[1, v, d])?,
+    };
     let views = g.reshape(views, &[v, 1, d])?;
     let x = g.add(x, views)?;
     g.reshape(x, &[v * n, d])
@@ -83,7 +86,10 @@ pub fn text_tokens(
     len: usize,
 ) -> Result<NodeId> {
     let (rows, d) = (g.shape(hidden)[0], cfg.bert.hidden);
-    let x = match len - rows {
+    let extra = len.checked_sub(rows).ok_or_else(|| {
+        crate::Error::InvalidArgument(format!("text tokens: {rows} BERT rows for {len} text rows"))
+    })?;
+    let x = match extra {
         0 => hidden,
         extra => {
             let zeros = Tensor::from_f32(vec![extra, d], vec![0.0; extra * d])?;

@@ -163,9 +163,9 @@ impl TurboPolicy {
                 "instruction: token ids must be BERT's whole encoding, [CLS] ({cls}) first and [SEP] ({sep}) last (then only padding, {pad})"
             )));
         }
-        if !cfg.pad_to_longest && given > cfg.text_len {
+        if given > cfg.text_len {
             return Err(Error::InvalidArgument(format!(
-                "instruction: {given} tokens, more than this model's bound of {} (turbovla.max_text_length: the reference pads to it and would cut the rest); shorten it",
+                "instruction: {given} tokens, more than this model's bound of {} (turbovla.max_text_length: the reference would cut the rest); shorten it",
                 cfg.text_len
             )));
         }

@@ -153,10 +153,15 @@ impl TurboStats {
             ("action_max", &self.action_max, action_dim),
         ];
         for (name, v, n) in sizes {
-            if v.len() != n || v.iter().any(|x| !x.is_finite()) {
+            if v.len() != n {
                 return Err(Error::InvalidArgument(format!(
-                    "{ARCH} statistics: {name} has {} values, the model {n} (all finite)",
+                    "{ARCH} statistics: {name} has {} values, the model takes {n}",
                     v.len()
+                )));
+            }
+            if let Some(x) = v.iter().find(|x| !x.is_finite()) {
+                return Err(Error::InvalidArgument(format!(
+                    "{ARCH} statistics: {name} holds {x}: every value must be finite"
                 )));
             }
         }
@@ -192,15 +197,19 @@ impl TurboStats {
         }
     }
 
-    /// The normalised chunk `x` (`tanh`'s output, rows of `dim`) in the robot's units: the
-    /// bounds mapped back, the gripper's dimension `+1` where its value is >= 0, else `-1`
-    /// (the reference's rule, dead band 0).
+    /// The normalised chunk `x` (`tanh`'s output, rows of `dim`) in the robot's units: NaN
+    /// as 0 (the reference's `sanitize_pred_chunk`), the bounds mapped back, the gripper's
+    /// dimension `+1` where its value is >= 0, else `-1` (the reference's rule, dead band 0).
     pub fn actions(&self, x: &[f32], dim: usize) -> Vec<f32> {
         let bounds = Normalizer::MinMax {
             min: self.action_min.clone(),
             max: self.action_max.clone(),
         };
-        let mut out = bounds.unnormalize_rows(x, dim, dim);
+        let x: Vec<f32> = x
+            .iter()
+            .map(|&v| if v.is_nan() { 0.0 } else { v })
+            .collect();
+        let mut out = bounds.unnormalize_rows(&x, dim, dim);
         if let Some(d) = self.gripper_sign_dim {
             for (row, a) in x.chunks(dim).zip(out.chunks_mut(dim)) {
                 a[d] = if row[d] < 0.0 { -1.0 } else { 1.0 };

@@ -74,8 +74,8 @@ struct Args {
     #[arg(long, conflicts_with = "server")]
     stepwise: bool,
     /// Instruction length of the synthetic request, in token ids (ids 1 to N, after the
-    /// placeholders the model asks for in INFO: BitVLA's; at most the model's
-    /// `tokenizer_max_length`). The prefill runs N rounded up to a bucket of 16 rows,
+    /// placeholders the model asks for in INFO: BitVLA's; between its `wrap_ids`:
+    /// TurboVLA's `[CLS]` and `[SEP]`, 2 more; at most the model's bound). The prefill runs N rounded up to a bucket of 16 rows,
     /// so this changes the work as a prompt of that length does.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     tokens: u32,
