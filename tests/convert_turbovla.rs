@@ -602,3 +602,66 @@ fn a_flat_view_table_gives_the_same_chunk() {
     };
     assert_eq!(chunk(flat), chunk(full));
 }
+
+/// A bf16 checkpoint converted without `--dtype` keeps every tensor bf16 (norms, biases and
+/// tables too, as vla.cpp writes it) and serves on every backend, close to the f32 chunk.
+#[test]
+fn a_bf16_checkpoint_as_stored_serves_everywhere() {
+    use vla::policy::{Image, ImageData, Observation, Policy, RuntimeOptions};
+    let (t, config) = fixture_state();
+    let st = st_checkpoint(&t, &config, Dtype::BF16);
+    let (f32_file, _) = file_of(&fixture().join("turbovla.pth"), &opts());
+    let obs = |n: usize, s: usize, state: usize| Observation {
+        images: (0..n)
+            .map(|i| Image {
+                height: s,
+                width: s,
+                data: ImageData::RgbU8(
+                    (0..s * s * 3)
+                        .map(|j| ((j * 5 + i * 17) % 256) as u8)
+                        .collect(),
+                ),
+            })
+            .collect(),
+        state: vec![0.2; state],
+        prompt: Some("pick up the black bowl".into()),
+        ..Default::default()
+    };
+    let run = |file: GgufFile, backend: &str| -> Option<Vec<f32>> {
+        let opts = RuntimeOptions {
+            backend: backend.into(),
+            ..Default::default()
+        };
+        let mut p = vla::models::turbovla::TurboPolicy::new(file, &opts).ok()?;
+        let i = p.info().clone();
+        Some(
+            p.predict(&obs(i.n_images, i.image_height, i.state_dim))
+                .unwrap()
+                .actions,
+        )
+    };
+    let want = run(f32_file, "cpu").unwrap();
+    for backend in ["cpu", "vulkan", "ggml"] {
+        let (file, _) = file_of(st.path(), &opts());
+        assert!(
+            file.tensors()
+                .iter()
+                .all(|t| t.ty == vla::gguf::GgmlType::BF16
+                    || t.name.ends_with("attn_k.bias")
+                    || t.name.starts_with("state_")
+                    || t.name.starts_with("action_")),
+            "bf16 as stored"
+        );
+        let got =
+            run(file, backend).unwrap_or_else(|| panic!("{backend}: the bf16 file does not load"));
+        let dot: f64 = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| f64::from(*a) * f64::from(*b))
+            .sum();
+        let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        let cos = dot / (norm(&got) * norm(&want));
+        println!("{backend}: bf16 as stored, cosine {cos:.6}");
+        assert!(cos > 0.99, "{backend}: cosine {cos}");
+    }
+}
