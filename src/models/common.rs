@@ -319,6 +319,13 @@ pub fn ms_since(t0: Instant) -> f32 {
     t0.elapsed().as_secs_f32() * 1e3
 }
 
+/// The reply's warning where a request brings noise to `who`, which draws none (vla.cpp's
+/// clients send noise to every arch).
+pub fn unread_noise(obs: &Observation, who: &str) -> Option<String> {
+    let noise = obs.noise.as_ref().is_some_and(|n| !n.is_empty());
+    noise.then(|| format!("{who} predicts without noise: the request's noise was not used"))
+}
+
 /// Refuses the load options a one-pass arch has no use for: `--steps`, stepwise runs and
 /// `--statistics` (its file carries its own).
 pub fn one_pass_options(arch: &str, opts: &RuntimeOptions) -> Result<()> {

@@ -45,7 +45,7 @@ pub struct FramePlan {
 
 impl PixelMap {
     /// `(slope, offset)` of channel `c`'s map.
-    fn affine(self, c: usize) -> (f32, f32) {
+    pub fn affine(self, c: usize) -> (f32, f32) {
         match self {
             PixelMap::MinusOneToOne => (2.0, -1.0),
             PixelMap::MeanStd { mean, std } => (1.0 / std[c], -mean[c] / std[c]),

@@ -413,10 +413,7 @@ impl ActPolicy {
 /// What a request carries that ACT does not read, as reply warnings (vla.cpp's clients send
 /// noise and token ids to every arch).
 fn unread_fields(obs: &Observation) -> Vec<String> {
-    let mut w = Vec::new();
-    if obs.noise.as_ref().is_some_and(|n| !n.is_empty()) {
-        w.push("act predicts without noise: the request's noise was not used".to_owned());
-    }
+    let mut w: Vec<String> = super::common::unread_noise(obs, ARCH).into_iter().collect();
     let tokens = obs.tokens.as_ref().is_some_and(|t| !t.is_empty());
     if obs.prompt.as_ref().is_some_and(|p| !p.is_empty()) || tokens {
         w.push("act takes no instruction: the request's prompt was not used".to_owned());
@@ -464,10 +461,8 @@ impl Policy for ActPolicy {
             chunk_size: cfg.chunk_size,
             action_dim: dim,
             times: StageTimes {
-                vision_ms: None,
-                prefill_ms: None,
-                denoise_ms: None,
                 total_ms: ms_since(t0),
+                ..Default::default()
             },
             counters: self.graphs.counters().since(&counters),
             warnings: unread_fields(obs),

@@ -296,12 +296,11 @@ impl OctoPolicy {
 
 /// The reply's warning where a request brings noise to the L1 head, which draws none.
 fn unread_noise(cfg: &OctoConfig, obs: &Observation) -> Vec<String> {
-    let noise = obs.noise.as_ref().is_some_and(|n| !n.is_empty());
-    match (cfg.head, noise) {
-        (Head::L1, true) => {
-            vec!["octo's L1 head predicts without noise: the request's noise was not used".into()]
-        }
-        _ => vec![],
+    match cfg.head {
+        Head::L1 => super::common::unread_noise(obs, "octo's L1 head")
+            .into_iter()
+            .collect(),
+        Head::Diffusion => vec![],
     }
 }
 
@@ -359,10 +358,8 @@ impl Policy for OctoPolicy {
             chunk_size: cfg.horizon,
             action_dim: self.info.action_dim,
             times: StageTimes {
-                vision_ms: None,
-                prefill_ms: None,
-                denoise_ms: None,
                 total_ms: ms_since(t0),
+                ..Default::default()
             },
             counters: self.graphs.counters().since(&counters),
             warnings: unread_noise(cfg, obs),

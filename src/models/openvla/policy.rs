@@ -168,21 +168,16 @@ impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
         let x = out[0].to_vec_f32()?;
         self.graphs.report_memory(&mut self.info);
         let dim = a.action_dim;
-        let warnings = match obs.noise.as_ref().is_some_and(|n| !n.is_empty()) {
-            true => vec![format!(
-                "{arch} predicts without noise: the request's noise was not used"
-            )],
-            false => vec![],
-        };
+        let warnings = crate::models::common::unread_noise(obs, arch)
+            .into_iter()
+            .collect();
         Ok(ActionChunk {
             actions: self.action_norm.unnormalize_rows(&x, dim, dim),
             chunk_size: a.chunk,
             action_dim: dim,
             times: StageTimes {
-                vision_ms: None,
-                prefill_ms: None,
-                denoise_ms: None,
                 total_ms: ms_since(t0),
+                ..Default::default()
             },
             counters: self.graphs.counters().since(&counters),
             warnings,

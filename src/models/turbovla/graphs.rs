@@ -30,10 +30,11 @@ pub fn frame_input(v: usize) -> String {
 /// A view's frame (bytes, or floats in [0, 1]) normalised with ImageNet's statistics, as
 /// DINOv3's processor does: `[3, S, S]`.
 pub fn pixels(g: &mut GraphBuilder, name: &str, key: FrameKey) -> Result<NodeId> {
-    let unit = if key.bytes { 255.0 } else { 1.0 };
-    let (mean, std) = PixelMap::IMAGENET.mean_std();
-    let scale = std.map(|s| 1.0 / (unit * s));
-    let offset = [0, 1, 2].map(|c| -mean[c] / std[c]);
+    // as a frame plan maps a frame at the model's size (preprocess::frames)
+    let unit = if key.bytes { 1.0 / 255.0 } else { 1.0 };
+    let maps = [0, 1, 2].map(|c| PixelMap::IMAGENET.affine(c));
+    let scale = maps.map(|(slope, _)| slope * unit);
+    let offset = maps.map(|(_, offset)| offset);
     let id = format!("turbovla.pixels.{}", if key.bytes { "u8" } else { "f32" });
     let x = layers::scaled_frame(g, (name, key), &id, &scale, Some(&offset))?;
     g.permute(x, &[2, 0, 1])

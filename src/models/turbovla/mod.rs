@@ -189,14 +189,6 @@ fn statistics(file: &GgufFile, opts: &RuntimeOptions) -> Result<TurboStats> {
     }
 }
 
-/// The reply's warning where a request brings noise, which TurboVLA does not read.
-fn unread_noise(obs: &Observation) -> Vec<String> {
-    match obs.noise.as_ref().is_some_and(|n| !n.is_empty()) {
-        true => vec!["turbovla predicts without noise: the request's noise was not used".into()],
-        false => vec![],
-    }
-}
-
 impl Policy for TurboPolicy {
     fn info(&self) -> &PolicyInfo {
         &self.info
@@ -270,13 +262,11 @@ impl Policy for TurboPolicy {
             chunk_size: cfg.horizon,
             action_dim: cfg.action_dim,
             times: StageTimes {
-                vision_ms: None,
-                prefill_ms: None,
-                denoise_ms: None,
                 total_ms: ms_since(t0),
+                ..Default::default()
             },
             counters: self.graphs.counters().since(&counters),
-            warnings: unread_noise(obs),
+            warnings: super::common::unread_noise(obs, ARCH).into_iter().collect(),
             instruction: crate::policy::InstructionRows {
                 tokens: n_ids,
                 rows: plan.len,
