@@ -61,6 +61,37 @@ fn check_cases(tok: &Tokenizer, cases: &Value) {
     );
 }
 
+/// The golden ids under `key` (one list per golden text), with those a variant changes
+/// (`[index, ids]` pairs) replaced (t5.rs, wordpiece.rs).
+fn want(g: &Value, key: &str, changed: Option<&Value>) -> Vec<Vec<u32>> {
+    let mut all: Vec<Vec<u32>> = g[key].as_array().unwrap().iter().map(ids).collect();
+    for pair in changed.and_then(Value::as_array).into_iter().flatten() {
+        all[pair[0].as_u64().unwrap() as usize] = ids(&pair[1]);
+    }
+    all
+}
+
+/// Every golden text encoded by `tok`; panics listing all mismatches.
+fn check(tok: &Tokenizer, g: &Value, want: &[Vec<u32>]) {
+    let texts = g["texts"].as_array().unwrap();
+    assert_eq!(texts.len(), want.len());
+    let mut bad = Vec::new();
+    for (t, want) in texts.iter().zip(want) {
+        let text = t.as_str().unwrap();
+        let got = tok.encode(text).unwrap();
+        if got != *want {
+            bad.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} texts differ:\n{}",
+        bad.len(),
+        texts.len(),
+        bad.join("\n")
+    );
+}
+
 fn through_gguf(tok: &Tokenizer) -> Tokenizer {
     let mut w = GgufWriter::new();
     tok.write_gguf(&mut w).unwrap();

@@ -5,7 +5,7 @@
 //! older conversions (golden.json). Both made by tools/golden/tokenizer_t5.py. Encoding
 //! must match exactly, from the tokenizer.json and after a round trip through GGUF metadata.
 
-use super::{get, load_meta, meta_of, set};
+use super::{check, get, load_meta, meta_of, set, want};
 use serde_json::Value;
 use vla::gguf::{Value as Meta, ValueType};
 use vla::tokenizer::{Model, SpecialTokens, Tokenizer, MAX_TEXT_BYTES};
@@ -35,42 +35,6 @@ fn tok() -> Tokenizer {
     tok.with_special(special).unwrap()
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    (v.as_array().unwrap().iter())
-        .map(|i| i.as_u64().unwrap() as u32)
-        .collect()
-}
-
-/// The golden ids, with those a variant changes (`[index, ids]` pairs) replaced.
-fn want(g: &Value, changed: Option<&Value>) -> Vec<Vec<u32>> {
-    let mut all: Vec<Vec<u32>> = g["ids"].as_array().unwrap().iter().map(ids).collect();
-    for pair in changed.and_then(Value::as_array).into_iter().flatten() {
-        all[pair[0].as_u64().unwrap() as usize] = ids(&pair[1]);
-    }
-    all
-}
-
-/// Every golden text encoded by `tok`; panics listing all mismatches.
-fn check(tok: &Tokenizer, g: &Value, want: &[Vec<u32>]) {
-    let texts = g["texts"].as_array().unwrap();
-    assert_eq!(texts.len(), want.len());
-    let mut bad = Vec::new();
-    for (t, want) in texts.iter().zip(want) {
-        let text = t.as_str().unwrap();
-        let got = tok.encode(text).unwrap();
-        if got != *want {
-            bad.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
-        }
-    }
-    assert!(
-        bad.is_empty(),
-        "{} of {} texts differ:\n{}",
-        bad.len(),
-        texts.len(),
-        bad.join("\n")
-    );
-}
-
 #[test]
 fn t5_encodes_as_hf_tokenizers() {
     let g = golden();
@@ -80,9 +44,9 @@ fn t5_encodes_as_hf_tokenizers() {
     let s = tok.special();
     assert_eq!((s.eos, s.unk, s.bos), (Some(1), Some(2), None));
     assert!(s.add_eos && !s.add_bos);
-    check(&tok, &g, &want(&g, None));
+    check(&tok, &g, &want(&g, "ids", None));
     // The golden texts reach the unknown token, fused runs of it, and the added tokens.
-    let all = want(&g, None);
+    let all = want(&g, "ids", None);
     assert!(all.iter().filter(|i| i.contains(&2)).count() >= 20);
     let extra0 = (0..tok.len() as u32)
         .find(|&i| tok.token(i) == Some("<extra_id_0>"))
@@ -117,7 +81,7 @@ fn t5_gguf_round_trip_encodes_the_same() {
     assert_eq!(back.model(), Model::Unigram);
     assert_eq!(back.special(), tok.special());
     assert_eq!(back.len(), tok.len());
-    check(&back, &g, &want(&g, None));
+    check(&back, &g, &want(&g, "ids", None));
     assert_eq!(meta_of(&back), meta);
 
     // llama.cpp's defaults for t5: EOS added, no BOS, a dummy prefix; the charsmap may be i8.
@@ -136,7 +100,7 @@ fn t5_gguf_round_trip_encodes_the_same() {
         "tokenizer.ggml.precompiled_charsmap",
         Meta::Array(ValueType::I8, i8s.collect()),
     );
-    check(&load_meta(defaults).unwrap(), &g, &want(&g, None));
+    check(&load_meta(defaults).unwrap(), &g, &want(&g, "ids", None));
 }
 
 /// The golden variant `name` as a tokenizer.json: its normalizer (with the fixture's
@@ -177,7 +141,7 @@ fn t5_conversion_variants_encode_as_hf_tokenizers() {
     ] {
         let tok = Tokenizer::from_hf_json(&variant_json(&g, name).to_string())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let want = want(&g, Some(&g[format!("variant_{name}_ids")]));
+        let want = want(&g, "ids", Some(&g[format!("variant_{name}_ids")]));
         check(&tok, &g, &want);
         let meta = meta_of(&tok);
         assert_eq!(

@@ -8,7 +8,7 @@
 //! exactly, from the tokenizer.json, from the bare vocab.txt, and after a round trip
 //! through GGUF metadata (llama.cpp's `bert` model).
 
-use super::{get, load_meta, meta_of, set};
+use super::{check, get, load_meta, meta_of, set, want};
 use serde_json::Value;
 use vla::gguf::{Value as Meta, ValueType};
 use vla::tokenizer::{BertNormalizer, Model, SpecialTokens, Tokenizer, MAX_TEXT_BYTES};
@@ -40,42 +40,6 @@ fn plain(tok: Tokenizer) -> Tokenizer {
         ..tok.special()
     };
     tok.with_special(special).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    (v.as_array().unwrap().iter())
-        .map(|i| i.as_u64().unwrap() as u32)
-        .collect()
-}
-
-/// The golden ids under `key`, with those a variant changes (`[index, ids]` pairs) replaced.
-fn want(g: &Value, key: &str, changed: Option<&Value>) -> Vec<Vec<u32>> {
-    let mut all: Vec<Vec<u32>> = g[key].as_array().unwrap().iter().map(ids).collect();
-    for pair in changed.and_then(Value::as_array).into_iter().flatten() {
-        all[pair[0].as_u64().unwrap() as usize] = ids(&pair[1]);
-    }
-    all
-}
-
-/// Every golden text encoded by `tok`; panics listing all mismatches.
-fn check(tok: &Tokenizer, g: &Value, want: &[Vec<u32>]) {
-    let texts = g["texts"].as_array().unwrap();
-    assert_eq!(texts.len(), want.len());
-    let mut bad = Vec::new();
-    for (t, want) in texts.iter().zip(want) {
-        let text = t.as_str().unwrap();
-        let got = tok.encode(text).unwrap();
-        if got != *want {
-            bad.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
-        }
-    }
-    assert!(
-        bad.is_empty(),
-        "{} of {} texts differ:\n{}",
-        bad.len(),
-        texts.len(),
-        bad.join("\n")
-    );
 }
 
 /// Both golden sets: with `[CLS]`/`[SEP]` and without.
