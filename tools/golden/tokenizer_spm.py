@@ -49,6 +49,7 @@ import sentencepiece as spm
 import tokenizers
 import transformers
 from transformers import GemmaTokenizerFast
+from _golden_json import compact
 
 OUT = os.path.join("tests", "fixtures", "tokenizer")
 VOCAB_SIZE = 1000
@@ -205,21 +206,6 @@ def train(dir):
         minloglevel=2,
     )
     return prefix + ".model"
-
-
-def compact(golden):
-    """JSON with one line per list item (a case, a score), to keep the fixture small."""
-    def item(v):
-        return json.dumps(v, ensure_ascii=True, separators=(",", ":"))
-
-    lines = []
-    for k, v in golden.items():
-        if isinstance(v, list):
-            body = ",\n  ".join(item(x) for x in v)
-            lines.append(f" {item(k)}: [\n  {body}\n ]")
-        else:
-            lines.append(f" {item(k)}: {item(v)}")
-    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def main():

@@ -59,6 +59,7 @@ import tokenizers
 import transformers
 from sentencepiece import sentencepiece_model_pb2
 from transformers import T5TokenizerFast
+from _golden_json import compact
 
 OUT = os.path.join("tests", "fixtures", "tokenizer", "t5-unigram")
 ALL_RULES = "--all-rules" in sys.argv[1:]
@@ -384,21 +385,6 @@ def without_charsmap(normalizer):
     if normalizer["type"] == "Sequence":
         return dict(normalizer, normalizers=[without_charsmap(n) for n in normalizer["normalizers"]])
     return normalizer
-
-
-def compact(golden):
-    """JSON with one line per list item, to keep the fixture small."""
-    def item(v):
-        return json.dumps(v, ensure_ascii=True, separators=(",", ":"))
-
-    lines = []
-    for k, v in golden.items():
-        if isinstance(v, list):
-            body = ",\n  ".join(item(x) for x in v)
-            lines.append(f" {item(k)}: [\n  {body}\n ]")
-        else:
-            lines.append(f" {item(k)}: {item(v)}")
-    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def main():

@@ -60,6 +60,7 @@ import tokenizers
 import transformers
 from tokenizers import normalizers, pre_tokenizers
 from transformers import BertTokenizerFast
+from _golden_json import compact
 
 OUT = os.path.join("tests", "fixtures", "tokenizer", "bert-wordpiece")
 UNUSED_BEFORE = 99  # [unused0]..[unused98] at ids 1..99, as bert-base-uncased
@@ -516,21 +517,6 @@ def write_tables():
     with open(TABLES, "w", encoding="utf-8") as f:
         f.write(text)
     print(f"tables: {len(removed)} + {len(marks)} + {len(punct)} ranges -> {TABLES}")
-
-
-def compact(golden):
-    """JSON with one line per list item, to keep the fixture small."""
-    def item(v):
-        return json.dumps(v, ensure_ascii=True, separators=(",", ":"))
-
-    lines = []
-    for k, v in golden.items():
-        if isinstance(v, list):
-            body = ",\n  ".join(item(x) for x in v)
-            lines.append(f" {item(k)}: [\n  {body}\n ]")
-        else:
-            lines.append(f" {item(k)}: {item(v)}")
-    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def main():
