@@ -27,6 +27,23 @@ pub struct FrameKey {
     pub bytes: bool,
 }
 
+/// `img` as it arrived, checked, with its key: `[height, width, 3]`, bytes stay bytes (the
+/// one-pass archs that run at the frame's own size, or refuse any other).
+pub fn as_sent(img: &Image) -> Result<(FrameKey, Tensor<'static>)> {
+    check_size(img)?;
+    let shape = vec![img.height, img.width, 3];
+    let (bytes, t) = match &img.data {
+        ImageData::RgbU8(d) => (true, Tensor::from_u8(shape, d.clone())?),
+        ImageData::RgbF32(d) => (false, Tensor::from_f32(shape, d.clone())?),
+    };
+    let key = FrameKey {
+        height: img.height,
+        width: img.width,
+        bytes,
+    };
+    Ok((key, t))
+}
+
 /// How a graph turns an uploaded frame ([`FrameKey`]) into the tower's `[3, H, W]` input:
 /// `out_c = rows · (scale_c x_c) · colsᵀ + offset_c`, or without `resize`
 /// `scale_c x_c + offset_c` (then channels first).

@@ -10,9 +10,7 @@ use super::common::{ms_since, LoadedGraphs};
 use crate::config::{self, bounded, positive, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter, Value, ValueType};
 use crate::graph::{declared_weights, Graph, GraphBuilder};
-use crate::policy::{
-    ActionChunk, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
-};
+use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::preprocess::{normalize::state_values, FrameKey, Normalizer};
 use crate::{Error, Result, Tensor};
 use std::time::Instant;
@@ -392,20 +390,7 @@ impl ActPolicy {
         }
         obs.images
             .iter()
-            .map(|img| {
-                crate::preprocess::image::check_size(img)?;
-                let shape = vec![img.height, img.width, 3];
-                let (bytes, t) = match &img.data {
-                    ImageData::RgbU8(d) => (true, Tensor::from_u8(shape, d.clone())?),
-                    ImageData::RgbF32(d) => (false, Tensor::from_f32(shape, d.clone())?),
-                };
-                let key = FrameKey {
-                    height: img.height,
-                    width: img.width,
-                    bytes,
-                };
-                Ok((key, t))
-            })
+            .map(crate::preprocess::frames::as_sent)
             .collect()
     }
 }

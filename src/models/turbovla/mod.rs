@@ -19,9 +19,7 @@ pub use stats::TurboStats;
 use super::common::{ms_since, LoadedGraphs};
 use crate::gguf::GgufFile;
 use crate::graph::{Graph, GraphBuilder};
-use crate::policy::{
-    ActionChunk, ImageData, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
-};
+use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::preprocess::{FrameKey, Normalizer};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
@@ -117,23 +115,13 @@ impl TurboPolicy {
             .iter()
             .enumerate()
             .map(|(i, img)| {
-                crate::preprocess::image::check_size(img)?;
-                if (img.height, img.width) != (s, s) {
+                let (key, t) = crate::preprocess::frames::as_sent(img)?;
+                if (key.height, key.width) != (s, s) {
                     return Err(Error::InvalidArgument(format!(
                         "image {i}: {}x{}, turbovla takes {s}x{s} frames (the reference refuses other sizes; resize on the client)",
-                        img.width, img.height
+                        key.width, key.height
                     )));
                 }
-                let shape = vec![s, s, 3];
-                let (bytes, t) = match &img.data {
-                    ImageData::RgbU8(d) => (true, Tensor::from_u8(shape, d.clone())?),
-                    ImageData::RgbF32(d) => (false, Tensor::from_f32(shape, d.clone())?),
-                };
-                let key = FrameKey {
-                    height: s,
-                    width: s,
-                    bytes,
-                };
                 Ok((key, t))
             })
             .collect()
