@@ -65,6 +65,9 @@ pub struct ActionChunk {
     pub warnings: Vec<String>,
     /// The instruction's token ids and the rows the compiled graphs gave it.
     pub instruction: InstructionRows,
+    /// How many requests the run that made this chunk served: 1 alone, more in a batched
+    /// run ([`Policy::predict_batch`]), whose times and counters are this chunk's too.
+    pub batch: usize,
 }
 
 /// Graphs are compiled for instruction lengths in buckets: `rows` is the bucket `tokens` ids
@@ -171,6 +174,15 @@ impl PolicyInfo {
 pub trait Policy: Send {
     fn info(&self) -> &PolicyInfo;
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk>;
+    /// Several observations (one per robot, say) at once: a chunk or an error for each, in
+    /// order, each chunk what [`Policy::predict`] gives that observation alone. Requests that
+    /// one compiled graph serves (the same camera frame sizes, instruction bucket, ...) run
+    /// together as one batched graph, compiled on first sight of that batch size; the rest
+    /// run group by group. A request the model refuses gets its error; the others their
+    /// chunks. Each chunk's times are its group's run.
+    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
+        batch.iter().map(|obs| self.predict(obs)).collect()
+    }
     /// Every kernel dispatch of the last predict with its device time, where the backend
     /// was opened to profile ([`crate::backend::Executable::profile`]).
     fn profile(&self) -> Option<Vec<KernelTime>> {
@@ -204,6 +216,11 @@ pub struct RuntimeOptions {
     /// with the host between them (image tokens, keys and values and x cross the bus),
     /// instead of one run of the whole predict. For reference and per-stage timing.
     pub stepwise: bool,
+    /// Batched predicts ([`Policy::predict_batch`]): multiply the requests' rows by each
+    /// weight in one product (`true`), or run every op on each request's rows as a predict
+    /// alone does (`false`: each chunk bit for bit the unbatched one). `None`: stacked on
+    /// every backend but `cpu`, which is compute-bound at one request.
+    pub stack_batch: Option<bool>,
 }
 
 impl Default for RuntimeOptions {
@@ -218,6 +235,7 @@ impl Default for RuntimeOptions {
             act_dtype: Default::default(),
             threads: None,
             stepwise: false,
+            stack_batch: None,
         }
     }
 }

@@ -72,6 +72,26 @@ macro_rules! conformance_tests {
             }
 
             #[test]
+            fn batch_matches_alone_on_cpu() {
+                let case = case(stringify!($name));
+                crate::support::batching::batch_matches_alone(&case, "cpu", None);
+                crate::support::batching::batch_matches_alone(&case, "cpu", Some(true));
+            }
+
+            #[test]
+            fn batch_matches_alone_on_vulkan() {
+                let case = case(stringify!($name));
+                crate::support::batching::batch_matches_alone(&case, "vulkan", None);
+            }
+
+            #[cfg(feature = "ggml")]
+            #[test]
+            fn batch_matches_alone_on_ggml() {
+                let case = case(stringify!($name));
+                crate::support::batching::batch_matches_alone(&case, "ggml", None);
+            }
+
+            #[test]
             fn steps_option_sets_the_step_count() {
                 check::steps_option_sets_the_step_count(&case(stringify!($name)));
             }

@@ -212,22 +212,7 @@ impl<'w> GraphBuilder<'w> {
                         None => self.input_u8(full, &n.shape),
                     }
                 }
-                Op::Weight(name) => match graph.constants.get(name) {
-                    Some(c) => self.constant(name, c.clone())?,
-                    None => match self.weight_nodes.get(name) {
-                        Some(&id) if self.nodes[id.0].shape == n.shape => id,
-                        Some(_) => {
-                            return Err(Error::InvalidArgument(format!(
-                                "tensor {name:?} is declared with two shapes"
-                            )))
-                        }
-                        None => {
-                            let id = self.push(n.op.clone(), vec![], n.shape.clone(), n.dtype);
-                            self.weight_nodes.insert(name.clone(), id);
-                            id
-                        }
-                    },
-                },
+                Op::Weight(name) => self.leaf_weight(graph, name, n)?,
                 op => {
                     let inputs: Vec<NodeId> = n.inputs.iter().map(|i| map[i.0]).collect();
                     let key = format!("{op:?} {inputs:?} {:?}", n.shape);
@@ -244,6 +229,31 @@ impl<'w> GraphBuilder<'w> {
             map.push(id);
         }
         Ok(graph.outputs.iter().map(|o| map[o.0]).collect())
+    }
+
+    /// `graph`'s weight node `n` (named `name`) in this graph: its constant, or the store's
+    /// weight of the same shape and dtype, one node per name.
+    pub(super) fn leaf_weight(&mut self, graph: &Graph, name: &str, n: &Node) -> Result<NodeId> {
+        if let Some(c) = graph.constants.get(name) {
+            return self.constant(name, c.clone());
+        }
+        match self.weight_nodes.get(name) {
+            Some(&id) if self.nodes[id.0].shape == n.shape => Ok(id),
+            Some(_) => Err(Error::InvalidArgument(format!(
+                "tensor {name:?} is declared with two shapes"
+            ))),
+            None => {
+                let id = self.push(n.op.clone(), vec![], n.shape.clone(), n.dtype);
+                self.weight_nodes.insert(name.to_owned(), id);
+                Ok(id)
+            }
+        }
+    }
+
+    /// An op of another graph's kind on nodes of this one, its output `shape` worked out by
+    /// the caller ([`Graph::batched`]).
+    pub(super) fn push_op(&mut self, op: Op, inputs: Vec<NodeId>, shape: Vec<usize>) -> NodeId {
+        self.activation(op, inputs, shape)
     }
 
     /// The weight `name`, which the model declares to be `shape` (row-major): the one place

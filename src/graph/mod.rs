@@ -5,8 +5,10 @@
 //! it). Every node's shape is inferred when it is added, so a backend can plan buffers
 //! before any data exists; [`GraphBuilder::build`] drops the ops no output depends on. Activations are f32; weights keep their stored dtype.
 
+mod batch;
 mod builder;
 
+pub use batch::{batch_input, request_part};
 pub use builder::GraphBuilder;
 
 use crate::gguf::{GgmlType, GgufFile};

@@ -78,16 +78,21 @@ impl ActionIo {
 /// its weights there at each run).
 pub struct LoadedGraphs<K: PartialEq = ()> {
     sets: Vec<(K, Vec<Box<dyn Executable>>)>,
+    /// A set's graph for several requests at once, by key and batch size
+    /// ([`super::batch`]), the most recently used last, [`Self::keep`] at most.
+    pub(super) batched: Vec<((K, usize), Box<dyn Executable>)>,
+    /// Whether batched graphs stack the requests' rows ([`RuntimeOptions::stack_batch`]).
+    pub(super) stack: bool,
     /// How many sets are kept: several where the backend borrows the weights, one where each
     /// executable holds its own copy of them (wgpu, ggml) or of their integer tiles (cpu
     /// with quantized weights).
-    keep: usize,
+    pub(super) keep: usize,
     /// What compiled them, kept for [`Self::select`].
-    compiler: Box<dyn Backend>,
+    pub(super) compiler: Box<dyn Backend>,
     /// The run counters of executables dropped.
-    retired: RunCounters,
+    pub(super) retired: RunCounters,
     backend: String,
-    file: Arc<GgufFile>,
+    pub(super) file: Arc<GgufFile>,
 }
 
 /// Compiled sets kept where the backend borrows every weight from the file (cpu, float
@@ -116,6 +121,8 @@ impl<K: PartialEq> LoadedGraphs<K> {
         let quantized = file.tensors().iter().any(|t| t.ty.is_quantized());
         let mut graphs = LoadedGraphs {
             sets: Vec::new(),
+            batched: Vec::new(),
+            stack: opts.stack_batch.unwrap_or(opts.backend != "cpu"),
             keep: match compiler.borrows_weights() && !quantized {
                 true => KEEP_BORROWING,
                 false => 1,
@@ -178,7 +185,8 @@ impl<K: PartialEq> LoadedGraphs<K> {
     }
 
     fn execs(&self) -> impl Iterator<Item = &Box<dyn Executable>> {
-        self.sets.iter().flat_map(|(_, e)| e)
+        let batched = self.batched.iter().map(|(_, e)| e);
+        self.sets.iter().flat_map(|(_, e)| e).chain(batched)
     }
 
     /// The backend's run counters, summed over the graphs (those dropped too).
@@ -201,10 +209,12 @@ impl<K: PartialEq> LoadedGraphs<K> {
     /// Bytes the backend holds: weights plus peak activations of the kept sets (weights
     /// counted once where several sets are kept: they borrow the same file's).
     pub fn memory_bytes(&self) -> u64 {
+        let batched = self.batched.iter().map(|(_, e)| e.stats().weight_bytes);
         let set_weights = self
             .sets
             .iter()
-            .map(|(_, execs)| execs.iter().map(|e| e.stats().weight_bytes).sum::<u64>());
+            .map(|(_, execs)| execs.iter().map(|e| e.stats().weight_bytes).sum::<u64>())
+            .chain(batched);
         let weights = match self.keep > 1 {
             true => set_weights.max().unwrap_or(0),
             false => set_weights.sum(),

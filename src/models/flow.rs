@@ -11,11 +11,13 @@
 //! crosses the bus. `RuntimeOptions::stepwise` runs the three graphs separately with the
 //! host integrating between them: the reference the one-run path is tested against.
 
+use super::batch::{self, Named, OneRun, Outputs, Staged};
 use super::common::{
     gguf_tokenizer, instruction_ids, ms_since, noise_or_draw, prompt_bound, require_tokenizer,
     steps_override, text_rows, ActionIo, LoadedGraphs, NoiseDraw,
 };
 use super::embodiment::{self, Embodiments};
+use crate::backend::RunCounters;
 use crate::config::Section;
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::graph::{declared_weights, Graph, GraphBuilder, WeightStore};
@@ -508,11 +510,10 @@ impl<A: FlowArch> FlowPolicy<A> {
         Ok(())
     }
 
-    /// The whole predict in one run of [`predict_graph`]: x at the schedule's end, and the
-    /// stage times where the backend can tell the stages apart.
-    fn run_once(&mut self, req: Request) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+    /// A request's inputs to [`predict_graph`], by name.
+    fn named(&self, req: Request) -> Result<Named> {
         let io = &self.spec.io;
-        let mut named: Vec<(String, Tensor)> = Vec::new();
+        let mut named: Named = Vec::new();
         for (i, (_, f)) in req.frames.into_iter().enumerate() {
             named.push((format!("{}.frame.{i}", STAGES[VISION]), f));
         }
@@ -524,10 +525,7 @@ impl<A: FlowArch> FlowPolicy<A> {
         }
         let noise = Tensor::from_f32(vec![io.chunk_size, io.max_action_dim], req.noise)?;
         named.push(("noise".into(), noise));
-        let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let exec = self.graphs.exec(0);
-        let out = exec.run(&inputs)?;
-        Ok((out[0].to_vec_f32()?, exec.stage_ms()))
+        Ok(named)
     }
 
     /// The three stage graphs with the host between them: image tokens and keys and values
@@ -627,20 +625,80 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
     }
 
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
+        if !self.stepwise {
+            return batch::predict_batch(self, std::slice::from_ref(obs)).remove(0);
+        }
         let t0 = Instant::now();
         let counters = self.graphs.counters();
         let mut req = self.request(obs)?;
         let frames: Vec<FrameKey> = req.frames.iter().map(|(k, _)| *k).collect();
         self.select_graphs(frames, req.instruction.rows)?;
-        let (warnings, instruction) = (std::mem::take(&mut req.warnings), req.instruction);
-        let (x, stages) = match self.stepwise {
-            true => self.run_stepwise(req)?,
-            false => self.run_once(req)?,
-        };
+        let ctx = (std::mem::take(&mut req.warnings), req.instruction);
+        let (x, stages) = self.run_stepwise(req)?;
+        let mut chunk = self.finish(obs, ctx, vec![x], stages.as_deref())?;
+        self.graphs.report_memory(&mut self.info);
+        chunk.times.total_ms = ms_since(t0);
+        chunk.counters = self.graphs.counters().since(&counters);
+        Ok(chunk)
+    }
+
+    /// Stepwise runs (the host between the stages) take the requests in turn.
+    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
+        if self.stepwise {
+            return batch.iter().map(|obs| self.predict(obs)).collect();
+        }
+        let out = batch::predict_batch(self, batch);
         // the cpu backend measures its activations' peak as it runs
         self.graphs.report_memory(&mut self.info);
+        out
+    }
+
+    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
+        self.graphs.profile()
+    }
+}
+
+impl<A: FlowArch> OneRun for FlowPolicy<A> {
+    type Key = GraphKey;
+    /// The reply's warnings and the instruction's rows.
+    type Ctx = (Vec<String>, InstructionRows);
+
+    fn stage(&self, obs: &Observation) -> Result<Staged<GraphKey, Self::Ctx>> {
+        let mut req = self.request(obs)?;
+        let key = (
+            req.frames.iter().map(|(k, _)| *k).collect(),
+            req.instruction.rows,
+        );
+        let ctx = (std::mem::take(&mut req.warnings), req.instruction);
+        Ok(Staged {
+            key,
+            inputs: self.named(req)?,
+            ctx,
+        })
+    }
+
+    fn run(&mut self, key: &GraphKey, requests: Vec<Named>) -> Result<Outputs> {
+        let (frames, rows) = key;
+        if requests.len() == 1 {
+            self.select_graphs(frames.clone(), *rows)?;
+        }
+        let cfg = self.cfg.with_text_rows(*rows);
+        let flops = std::cell::Cell::new((Vec::new(), 0));
+        let build = set_builder(&cfg, &self.spec, frames, false, &flops);
+        self.graphs.run(key, requests, build)
+    }
+
+    /// x at the schedule's end to the chunk: the returned rows, unnormalised (and made
+    /// absolute where the file has relative groups).
+    fn finish(
+        &mut self,
+        obs: &Observation,
+        (warnings, instruction): Self::Ctx,
+        outputs: Vec<Vec<f32>>,
+        stages: Option<&[f32]>,
+    ) -> Result<ActionChunk> {
         let io = &self.spec.io;
-        let mut x = x;
+        let mut x = outputs.into_iter().next().unwrap_or_default();
         x.truncate(self.spec.output_rows * io.max_action_dim);
         let (clip, snap) = (self.spec.clip.actions, self.spec.gripper);
         let mut actions = unnormalize_actions(
@@ -653,24 +711,25 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
         if let Some(r) = &self.relative {
             r.apply(&mut actions, &obs.state);
         }
-        let stage = |k: usize| stages.as_ref().map(|s| s[k]);
+        let stage = |k: usize| stages.and_then(|s| s.get(k).copied());
         Ok(ActionChunk {
             actions,
             chunk_size: self.spec.output_rows,
-            action_dim: self.spec.io.action_dim,
+            action_dim: io.action_dim,
             times: StageTimes {
                 vision_ms: stage(0),
                 prefill_ms: stage(1),
                 denoise_ms: stage(2),
-                total_ms: ms_since(t0),
+                total_ms: 0.0,
             },
-            counters: self.graphs.counters().since(&counters),
+            counters: Default::default(),
+            batch: 1,
             warnings,
             instruction,
         })
     }
 
-    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
-        self.graphs.profile()
+    fn counters(&self) -> RunCounters {
+        self.graphs.counters()
     }
 }

@@ -3,6 +3,7 @@
 //! flow-matching VLM + expert policies). docs/ARCHITECTURE.md says how to add one.
 
 pub mod act;
+pub mod batch;
 pub mod bitvla;
 pub mod common;
 pub mod embodiment;

@@ -1,12 +1,13 @@
 //! Shared by the golden tests: reading a fixture made by `tools/golden/*.py`, opening
 //! backends (GPU backends fail loudly without an adapter; `VLA_ALLOW_NO_GPU=1` turns that
 //! into a warning), and comparing against the reference. The arch cases and the checks every
-//! arch passes (tests/conformance.rs runs them): [`cases`], [`conformance`]. The golden tests'
+//! arch passes (tests/conformance.rs runs them): [`cases`], [`conformance`], [`batching`]. The golden tests'
 //! skeleton (fixture, backends, stage checks): [`golden`].
 #![allow(dead_code)]
 
 #[macro_use]
 pub mod cases;
+pub mod batching;
 pub mod conformance;
 #[macro_use]
 pub mod golden;

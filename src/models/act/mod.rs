@@ -6,14 +6,15 @@
 
 pub mod graphs;
 
-use super::common::{ms_since, LoadedGraphs};
+use super::batch::{self, Named, OneRun, Outputs, Staged};
+use super::common::LoadedGraphs;
+use crate::backend::RunCounters;
 use crate::config::{self, bounded, positive, Keys, Section};
 use crate::gguf::{GgmlType, GgufFile, GgufWriter, Value, ValueType};
 use crate::graph::{declared_weights, Graph, GraphBuilder};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::preprocess::{normalize::state_values, FrameKey, Normalizer};
 use crate::{Error, Result, Tensor};
-use std::time::Instant;
 
 pub const ARCH: &str = "act";
 /// lerobot's normaliser epsilon, added to the image statistics' std.
@@ -412,47 +413,13 @@ impl Policy for ActPolicy {
     }
 
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        let t0 = Instant::now();
-        let counters = self.graphs.counters();
-        let frames = self.frames(obs)?;
-        let cfg = &self.cfg;
-        let state = match &self.state_norm {
-            Some(n) => Some(n.normalize_state(obs, cfg.state_dim, cfg.state_dim)?),
-            None => {
-                state_values(obs, 0, 0)?;
-                None
-            }
-        };
-        let key: Vec<FrameKey> = frames.iter().map(|(k, _)| *k).collect();
-        let pixels = &self.pixels;
-        self.graphs
-            .select(key.clone(), |f| Self::build(f, cfg, &key, pixels))?;
-        let mut named: Vec<(String, Tensor)> = frames
-            .into_iter()
-            .enumerate()
-            .map(|(i, (_, t))| (graphs::frame_input(i), t))
-            .collect();
-        if let Some(s) = state {
-            named.push((graphs::STATE.into(), Tensor::from_f32(vec![1, s.len()], s)?));
-        }
-        let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let out = self.graphs.exec(0).run(&inputs)?;
-        let x = out[0].to_vec_f32()?;
+        batch::predict_batch(self, std::slice::from_ref(obs)).remove(0)
+    }
+
+    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
+        let out = batch::predict_batch(self, batch);
         self.graphs.report_memory(&mut self.info);
-        let dim = cfg.action_dim;
-        let actions = self.action_norm.unnormalize_rows(&x, dim, dim);
-        Ok(ActionChunk {
-            actions,
-            chunk_size: cfg.chunk_size,
-            action_dim: dim,
-            times: StageTimes {
-                total_ms: ms_since(t0),
-                ..Default::default()
-            },
-            counters: self.graphs.counters().since(&counters),
-            warnings: unread_fields(obs),
-            instruction: Default::default(),
-        })
+        out
     }
 
     fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
@@ -470,4 +437,65 @@ pub fn random_writer(cfg: &ActConfig, seed: u64, ty: GgmlType) -> Result<GgufWri
     let matrix = |name: &str| kernel_side(name).is_none() && !["pos_1d", "dec.pos"].contains(&name);
     super::common::add_random_tensors(&mut w, &shapes, seed, ty, matrix)?;
     Ok(w)
+}
+
+impl OneRun for ActPolicy {
+    type Key = Vec<FrameKey>;
+    type Ctx = ();
+
+    fn stage(&self, obs: &Observation) -> Result<Staged<Vec<FrameKey>, ()>> {
+        let frames = self.frames(obs)?;
+        let cfg = &self.cfg;
+        let state = match &self.state_norm {
+            Some(n) => Some(n.normalize_state(obs, cfg.state_dim, cfg.state_dim)?),
+            None => {
+                state_values(obs, 0, 0)?;
+                None
+            }
+        };
+        let key: Vec<FrameKey> = frames.iter().map(|(k, _)| *k).collect();
+        let mut named: Named = frames
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, t))| (graphs::frame_input(i), t))
+            .collect();
+        if let Some(s) = state {
+            named.push((graphs::STATE.into(), Tensor::from_f32(vec![1, s.len()], s)?));
+        }
+        Ok(Staged {
+            key,
+            inputs: named,
+            ctx: (),
+        })
+    }
+
+    fn run(&mut self, key: &Vec<FrameKey>, requests: Vec<Named>) -> Result<Outputs> {
+        let (cfg, pixels) = (&self.cfg, &self.pixels);
+        self.graphs
+            .run(key, requests, |f| Self::build(f, cfg, key, pixels))
+    }
+
+    fn finish(
+        &mut self,
+        obs: &Observation,
+        _: (),
+        outputs: Vec<Vec<f32>>,
+        _: Option<&[f32]>,
+    ) -> Result<ActionChunk> {
+        let dim = self.cfg.action_dim;
+        Ok(ActionChunk {
+            actions: self.action_norm.unnormalize_rows(&outputs[0], dim, dim),
+            chunk_size: self.cfg.chunk_size,
+            action_dim: dim,
+            times: StageTimes::default(),
+            counters: Default::default(),
+            batch: 1,
+            warnings: unread_fields(obs),
+            instruction: Default::default(),
+        })
+    }
+
+    fn counters(&self) -> RunCounters {
+        self.graphs.counters()
+    }
 }

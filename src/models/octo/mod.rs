@@ -15,7 +15,9 @@ pub use file::{kernel_side, random_writer, standardize_stems, tensor_shapes};
 pub use rules::{sequence_mask, time_features, token_groups};
 pub use stats::{DatasetStats, Stats};
 
-use super::common::{ms_since, LoadedGraphs};
+use super::batch::{self, Named, OneRun, Outputs, Staged};
+use super::common::LoadedGraphs;
+use crate::backend::RunCounters;
 use crate::gguf::GgufFile;
 use crate::graph::{Graph, GraphBuilder};
 use crate::policy::{
@@ -25,7 +27,6 @@ use crate::preprocess::FrameKey;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
 use rules::Step;
-use std::time::Instant;
 
 pub const ARCH: &str = "octo";
 
@@ -310,16 +311,32 @@ impl Policy for OctoPolicy {
     }
 
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        let t0 = Instant::now();
-        let counters = self.graphs.counters();
+        batch::predict_batch(self, std::slice::from_ref(obs)).remove(0)
+    }
+
+    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
+        let out = batch::predict_batch(self, batch);
+        self.graphs.report_memory(&mut self.info);
+        out
+    }
+
+    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
+        self.graphs.profile()
+    }
+}
+
+impl OneRun for OctoPolicy {
+    /// Whether the frames came as bytes.
+    type Key = bool;
+    /// The instruction's tokens.
+    type Ctx = usize;
+
+    fn stage(&self, obs: &Observation) -> Result<Staged<bool, usize>> {
         let cfg = &self.cfg;
         let (frames, padded, bytes) = self.frames(obs)?;
         let (ids, t5_mask) = self.instruction(obs)?;
         let tokens = t5_mask.iter().filter(|&&m| m == 0.0).count();
-        let head = &self.head;
-        self.graphs
-            .select(bytes, |f| Self::build(f, cfg, head, bytes))?;
-        let mut named: Vec<(String, Tensor)> = frames
+        let mut named: Named = frames
             .into_iter()
             .enumerate()
             .map(|(i, t)| (format!("image.{i}"), t))
@@ -330,8 +347,8 @@ impl Policy for OctoPolicy {
             graphs::T5_MASK.into(),
             Tensor::from_f32(vec![1, 1, s], t5_mask)?,
         ));
-        named.push((graphs::T5_BUCKETS.into(), self.buckets.view()));
-        named.push((graphs::MASK.into(), self.masks[padded].view()));
+        named.push((graphs::T5_BUCKETS.into(), self.buckets.clone()));
+        named.push((graphs::MASK.into(), self.masks[padded].clone()));
         for (t, bins) in self.proprio_bins(obs, padded)?.into_iter().enumerate() {
             let shape = vec![cfg.proprio_dim, cfg.proprio_bins];
             named.push((graphs::proprio_input(t), Tensor::from_f32(shape, bins)?));
@@ -344,24 +361,39 @@ impl Policy for OctoPolicy {
                 Tensor::from_f32(vec![rows, cols], noise)?,
             ));
         }
-        let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let out = self.graphs.exec(0).run(&inputs)?;
-        let mut x = out[0].to_vec_f32()?;
+        Ok(Staged {
+            key: bytes,
+            inputs: named,
+            ctx: tokens,
+        })
+    }
+
+    fn run(&mut self, key: &bool, requests: Vec<Named>) -> Result<Outputs> {
+        let (cfg, head, bytes) = (&self.cfg, &self.head, *key);
+        self.graphs
+            .run(key, requests, |f| Self::build(f, cfg, head, bytes))
+    }
+
+    fn finish(
+        &mut self,
+        obs: &Observation,
+        tokens: usize,
+        outputs: Vec<Vec<f32>>,
+        _: Option<&[f32]>,
+    ) -> Result<ActionChunk> {
+        let cfg = &self.cfg;
+        let mut x = outputs.into_iter().next().unwrap_or_default();
         if cfg.head == Head::L1 {
             let m = cfg.max_action;
             x.iter_mut().for_each(|v| *v = (*v / m).tanh() * m);
         }
-        self.graphs.report_memory(&mut self.info);
-        let actions = self.stats.unnormalize_rows(&x, cfg.action_dim);
         Ok(ActionChunk {
-            actions,
+            actions: self.stats.unnormalize_rows(&x, cfg.action_dim),
             chunk_size: cfg.horizon,
             action_dim: self.info.action_dim,
-            times: StageTimes {
-                total_ms: ms_since(t0),
-                ..Default::default()
-            },
-            counters: self.graphs.counters().since(&counters),
+            times: StageTimes::default(),
+            counters: Default::default(),
+            batch: 1,
             warnings: unread_noise(cfg, obs),
             instruction: crate::policy::InstructionRows {
                 tokens,
@@ -370,7 +402,7 @@ impl Policy for OctoPolicy {
         })
     }
 
-    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
-        self.graphs.profile()
+    fn counters(&self) -> RunCounters {
+        self.graphs.counters()
     }
 }

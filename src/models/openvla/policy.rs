@@ -2,11 +2,13 @@
 //! chunk in one pass, one graph per prompt shape (length, where the images sit).
 
 use super::{frame_input, OpenVlaArch, PromptShape, IDS, STATE};
+use crate::backend::RunCounters;
 use crate::config::limits::MAX_SEQUENCE;
 use crate::gguf::GgufFile;
 use crate::graph::{Graph, GraphBuilder};
+use crate::models::batch::{self, Named, OneRun, Outputs, Staged};
 use crate::models::common::{
-    gguf_tokenizer, instruction_ids, ms_since, one_pass_options, require_tokenizer, LoadedGraphs,
+    gguf_tokenizer, instruction_ids, one_pass_options, require_tokenizer, LoadedGraphs,
 };
 use crate::policy::{
     ActionChunk, InstructionRows, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes,
@@ -14,7 +16,6 @@ use crate::policy::{
 use crate::preprocess::{normalize, CameraInput, Normalizer};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
-use std::time::Instant;
 
 pub struct OpenVlaPolicy<A: OpenVlaArch> {
     cfg: A,
@@ -127,8 +128,26 @@ impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
     }
 
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        let t0 = Instant::now();
-        let counters = self.graphs.counters();
+        batch::predict_batch(self, std::slice::from_ref(obs)).remove(0)
+    }
+
+    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
+        let out = batch::predict_batch(self, batch);
+        self.graphs.report_memory(&mut self.info);
+        out
+    }
+
+    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
+        self.graphs.profile()
+    }
+}
+
+impl<A: OpenVlaArch> OneRun for OpenVlaPolicy<A> {
+    type Key = PromptShape;
+    /// The ids the request gave and the rows the model read.
+    type Ctx = InstructionRows;
+
+    fn stage(&self, obs: &Observation) -> Result<Staged<PromptShape, InstructionRows>> {
         let (cfg, arch) = (&self.cfg, A::ARCH);
         let n_images = cfg.num_images();
         if obs.images.len() != n_images {
@@ -148,7 +167,7 @@ impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
         let state = self
             .state_norm
             .normalize_state(obs, a.proprio_dim, a.proprio_dim)?;
-        let mut named: Vec<(String, Tensor)> = Vec::new();
+        let mut named: Named = Vec::new();
         for (i, img) in obs.images.iter().enumerate() {
             // the towers differ in their value maps alone: one frame for both
             let (_, frame) = self.camera.frame(img)?;
@@ -162,33 +181,47 @@ impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
             .collect();
         named.push((IDS.into(), Tensor::from_f32(vec![n + 1], ids)?));
         named.push((STATE.into(), Tensor::from_f32(vec![1, state.len()], state)?));
-        self.graphs.select(shape, |f| Self::build(f, cfg, shape))?;
-        let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let out = self.graphs.exec(0).run(&inputs)?;
-        let x = out[0].to_vec_f32()?;
-        self.graphs.report_memory(&mut self.info);
-        let dim = a.action_dim;
-        let warnings = crate::models::common::unread_noise(obs, arch)
-            .into_iter()
-            .collect();
-        Ok(ActionChunk {
-            actions: self.action_norm.unnormalize_rows(&x, dim, dim),
-            chunk_size: a.chunk,
-            action_dim: dim,
-            times: StageTimes {
-                total_ms: ms_since(t0),
-                ..Default::default()
-            },
-            counters: self.graphs.counters().since(&counters),
-            warnings,
-            instruction: InstructionRows {
+        Ok(Staged {
+            key: shape,
+            inputs: named,
+            ctx: InstructionRows {
                 tokens: given,
                 rows: n,
             },
         })
     }
 
-    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
-        self.graphs.profile()
+    fn run(&mut self, key: &PromptShape, requests: Vec<Named>) -> Result<Outputs> {
+        let cfg = &self.cfg;
+        self.graphs
+            .run(key, requests, |f| Self::build(f, cfg, *key))
+    }
+
+    fn finish(
+        &mut self,
+        obs: &Observation,
+        instruction: InstructionRows,
+        outputs: Vec<Vec<f32>>,
+        _: Option<&[f32]>,
+    ) -> Result<ActionChunk> {
+        let a = self.cfg.io();
+        let dim = a.action_dim;
+        let warnings = crate::models::common::unread_noise(obs, A::ARCH)
+            .into_iter()
+            .collect();
+        Ok(ActionChunk {
+            actions: self.action_norm.unnormalize_rows(&outputs[0], dim, dim),
+            chunk_size: a.chunk,
+            action_dim: dim,
+            times: StageTimes::default(),
+            counters: Default::default(),
+            batch: 1,
+            warnings,
+            instruction,
+        })
+    }
+
+    fn counters(&self) -> RunCounters {
+        self.graphs.counters()
     }
 }

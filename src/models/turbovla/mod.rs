@@ -16,14 +16,15 @@ pub use file::{demo_writer, is_matrix, random_writer, tensor_shapes};
 pub use rules::TextPlan;
 pub use stats::TurboStats;
 
-use super::common::{ms_since, LoadedGraphs};
+use super::batch::{self, Named, OneRun, Outputs, Staged};
+use super::common::LoadedGraphs;
+use crate::backend::RunCounters;
 use crate::gguf::GgufFile;
 use crate::graph::{Graph, GraphBuilder};
 use crate::policy::{ActionChunk, Observation, Policy, PolicyInfo, RuntimeOptions, StageTimes};
 use crate::preprocess::{FrameKey, Normalizer};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result, Tensor};
-use std::time::Instant;
 
 pub const ARCH: &str = "turbovla";
 
@@ -183,8 +184,26 @@ impl Policy for TurboPolicy {
     }
 
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        let t0 = Instant::now();
-        let counters = self.graphs.counters();
+        batch::predict_batch(self, std::slice::from_ref(obs)).remove(0)
+    }
+
+    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
+        let out = batch::predict_batch(self, batch);
+        self.graphs.report_memory(&mut self.info);
+        out
+    }
+
+    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
+        self.graphs.profile()
+    }
+}
+
+impl OneRun for TurboPolicy {
+    type Key = GraphKey;
+    /// The instruction's ids and rows.
+    type Ctx = crate::policy::InstructionRows;
+
+    fn stage(&self, obs: &Observation) -> Result<Staged<GraphKey, Self::Ctx>> {
         let frames = self.frames(obs)?;
         let (ids, padded) = self.instruction(obs)?;
         let cfg = &self.cfg;
@@ -208,14 +227,12 @@ impl Policy for TurboPolicy {
             plan.bert_len,
             plan.len,
         );
-        self.graphs
-            .select(key.clone(), |f| Self::build(f, cfg, &key))?;
         let rows = cfg.num_views * cfg.vit.n_patches();
         let keys: Vec<f32> = (0..rows).flat_map(|_| plan.keys.iter().copied()).collect();
         let (b, l) = (plan.bert_len, plan.len);
         let n_ids = ids.len();
         let ids: Vec<f32> = plan.ids.iter().map(|&i| i as f32).collect();
-        let mut named: Vec<(String, Tensor)> = frames
+        let mut named: Named = frames
             .into_iter()
             .enumerate()
             .map(|(v, (_, t))| (graphs::frame_input(v), t))
@@ -240,29 +257,43 @@ impl Policy for TurboPolicy {
                 Tensor::from_f32(vec![1, cfg.state_dim], state)?,
             ),
         ]);
-        let inputs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let out = self.graphs.exec(0).run(&inputs)?;
-        let x: Vec<f32> = out[0].to_vec_f32()?.iter().map(|v| v.tanh()).collect();
-        self.graphs.report_memory(&mut self.info);
-        let actions = self.stats.actions(&x, cfg.action_dim);
-        Ok(ActionChunk {
-            actions,
-            chunk_size: cfg.horizon,
-            action_dim: cfg.action_dim,
-            times: StageTimes {
-                total_ms: ms_since(t0),
-                ..Default::default()
-            },
-            counters: self.graphs.counters().since(&counters),
-            warnings: super::common::unread_noise(obs, ARCH).into_iter().collect(),
-            instruction: crate::policy::InstructionRows {
+        Ok(Staged {
+            key,
+            inputs: named,
+            ctx: crate::policy::InstructionRows {
                 tokens: n_ids,
                 rows: plan.len,
             },
         })
     }
 
-    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
-        self.graphs.profile()
+    fn run(&mut self, key: &GraphKey, requests: Vec<Named>) -> Result<Outputs> {
+        let cfg = &self.cfg;
+        self.graphs.run(key, requests, |f| Self::build(f, cfg, key))
+    }
+
+    fn finish(
+        &mut self,
+        obs: &Observation,
+        instruction: Self::Ctx,
+        outputs: Vec<Vec<f32>>,
+        _: Option<&[f32]>,
+    ) -> Result<ActionChunk> {
+        let cfg = &self.cfg;
+        let x: Vec<f32> = outputs[0].iter().map(|v| v.tanh()).collect();
+        Ok(ActionChunk {
+            actions: self.stats.actions(&x, cfg.action_dim),
+            chunk_size: cfg.horizon,
+            action_dim: cfg.action_dim,
+            times: StageTimes::default(),
+            counters: Default::default(),
+            batch: 1,
+            warnings: super::common::unread_noise(obs, ARCH).into_iter().collect(),
+            instruction,
+        })
+    }
+
+    fn counters(&self) -> RunCounters {
+        self.graphs.counters()
     }
 }
