@@ -7,7 +7,9 @@ use super::cases::ArchCase;
 use vla::policy::{ImageData, Observation, RuntimeOptions};
 
 /// `stack` as [`RuntimeOptions::stack_batch`]: without stacking each chunk must be the
-/// chunk alone bit for bit; stacked, within 1e-6 of its largest value.
+/// chunk alone bit for bit; stacked, within 5e-6 of its largest value (ulps: a taller
+/// product may take another kernel, a tile where one request took the matrix-vector one,
+/// which sums in another order; lavapipe's worst is 2.8e-6, GR00T N1.6).
 pub fn batch_matches_alone(case: &ArchCase, backend: &str, stack: Option<bool>) {
     let n = case.name;
     if super::open(backend).is_none() {
@@ -46,7 +48,7 @@ pub fn batch_matches_alone(case: &ArchCase, backend: &str, stack: Option<bool>) 
             (Ok(g), Ok(w)) if exact => assert_eq!(g.actions, w.actions, "{what}"),
             (Ok(g), Ok(w)) => {
                 let scale = super::max_abs(&w.actions).max(1e-6);
-                super::check(&what, &g.actions, &w.actions, 1e-6 * scale);
+                super::check(&what, &g.actions, &w.actions, 5e-6 * scale);
             }
             (Err(g), Err(w)) => assert_eq!(g.to_string(), w.to_string(), "{what}"),
             (g, w) => panic!(
