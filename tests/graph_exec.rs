@@ -336,3 +336,85 @@ fn handed_over_counts_what_one_stage_leaves_the_next() {
     assert_eq!(graph.handed_over("prefill", "denoise"), 3 * 32);
     assert_eq!(graph.handed_over("denoise", "prefill"), 0);
 }
+
+/// A block with products, a residual, rope and attention, batched for 3 requests: each
+/// request apart is the same ops (its outputs bit for bit the graph's alone, 3 times the
+/// products), stacked the products run once over the requests' rows (close to it).
+#[test]
+fn batched_graph_runs_each_request_as_alone() {
+    use std::collections::HashMap;
+    use vla::graph::{batch_input, request_part, AttentionMask, Op};
+    use vla::ops::{RopeConfig, RopeLayout, RopeMode};
+    let (s, d, heads) = (5, 8, 2);
+    let mut store: HashMap<String, Tensor<'static>> = HashMap::new();
+    for (k, name) in ["wq", "wo"].iter().enumerate() {
+        let w = Tensor::from_f32(vec![d, d], values(d * d, 20 + k as u32)).unwrap();
+        store.insert(name.to_string(), w);
+    }
+    let mut g = GraphBuilder::new(&store);
+    let x = g.input("x", &[s, d]);
+    let pos = g.input("pos", &[s]);
+    let (wq, wo) = (
+        g.weight("wq", &[d, d]).unwrap(),
+        g.weight("wo", &[d, d]).unwrap(),
+    );
+    let q = g.matmul(x, wq).unwrap();
+    let q = g.reshape(q, &[s, heads, d / heads]).unwrap();
+    let cfg = RopeConfig::new(RopeMode::Neox, 10000.0);
+    assert_eq!(cfg.layout, RopeLayout::SeqHeadDim);
+    let q = g.rope(q, pos, cfg).unwrap();
+    let a = g
+        .attention(q, &[(q, q)], AttentionMask::Causal, None, None)
+        .unwrap();
+    let a = g.reshape(a, &[s, d]).unwrap();
+    let y = g.matmul_add(a, wo, x).unwrap();
+    let graph = g.build(&[y]).unwrap();
+    let products = |g: &vla::graph::Graph| {
+        let m = g
+            .nodes()
+            .iter()
+            .filter(|n| matches!(n.op, Op::MatMul { .. }));
+        m.count()
+    };
+    let requests: Vec<[Tensor; 2]> = (0..3)
+        .map(|b| {
+            let pos: Vec<f32> = (0..s).map(|i| (i + 2 * b) as f32).collect();
+            [
+                Tensor::from_f32(vec![s, d], values(s * d, 7 + b as u32)).unwrap(),
+                Tensor::from_f32(vec![s], pos).unwrap(),
+            ]
+        })
+        .collect();
+    let alone: Vec<Vec<f32>> = (requests.iter())
+        .map(|[x, p]| {
+            let mut exe = CpuBackend.compile(&graph, &store).unwrap();
+            exe.run(&[("x", x), ("pos", p)]).unwrap()[0]
+                .to_vec_f32()
+                .unwrap()
+        })
+        .collect();
+    assert!(graph.batched(0, true).is_err(), "a batch of none");
+    for stack in [false, true] {
+        let batched = graph.batched(3, stack).unwrap();
+        let want = if stack { 2 } else { 6 };
+        assert_eq!(products(&batched), want, "products, stack {stack}");
+        let names: Vec<[String; 2]> = (0..3)
+            .map(|b| [batch_input(b, "x"), batch_input(b, "pos")])
+            .collect();
+        let inputs: Vec<(&str, &Tensor)> = (names.iter().zip(&requests))
+            .flat_map(|(n, r)| [(n[0].as_str(), &r[0]), (n[1].as_str(), &r[1])])
+            .collect();
+        let mut exe = CpuBackend.compile(&batched, &store).unwrap();
+        let out = exe.run(&inputs).unwrap()[0].to_vec_f32().unwrap();
+        for (b, want) in alone.iter().enumerate() {
+            let got = request_part(&out, 3, b);
+            let err = (got.iter().zip(want))
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            match stack {
+                false => assert_eq!(got, &want[..], "request {b} apart"),
+                true => assert!(err < 1e-5, "request {b} stacked: {err}"),
+            }
+        }
+    }
+}
