@@ -626,7 +626,7 @@ impl<A: FlowArch> Policy for FlowPolicy<A> {
 
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
         if !self.stepwise {
-            return batch::predict_batch(self, std::slice::from_ref(obs)).remove(0);
+            return self.predict_batch(std::slice::from_ref(obs)).remove(0);
         }
         let t0 = Instant::now();
         let counters = self.graphs.counters();

@@ -7,6 +7,7 @@ use crate::{Error, Result};
 use clap::Parser;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use vla::backend::ActDtype;
 use vla::config::limits::MAX_STEPS;
 use vla::gguf::GgmlType;
@@ -85,6 +86,18 @@ pub struct ServerArgs {
     /// Pending requests beyond which new ones are answered "queue full" [default: 16]
     #[arg(long, value_name = "N")]
     pub max_queue: Option<usize>,
+    /// Batch requests across clients (several robots on one model): when the model is free
+    /// it takes up to N queued requests and runs them as one batched predict, each client
+    /// getting its own chunk. Pays on GPUs, which one request leaves mostly idle; on the cpu
+    /// backend a predict is compute-bound and gains little. 1..=256, at most --max-queue
+    /// [default: 1]
+    #[arg(long, value_name = "N")]
+    pub max_batch: Option<usize>,
+    /// With --max-batch above 1: how long the oldest queued request may wait for others to
+    /// fill a batch while the model is free (0: run what is queued now). Up to 10000
+    /// [default: 0]
+    #[arg(long, value_name = "MS")]
+    pub batch_wait_ms: Option<u64>,
     /// Log verbosity on stderr: error | warn | info | debug | trace [default: info]
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -120,6 +133,8 @@ struct RuntimeKeys {
     threads: Option<usize>,
     queue: Option<String>,
     max_queue: Option<usize>,
+    max_batch: Option<usize>,
+    batch_wait_ms: Option<u64>,
     log_level: Option<String>,
     openpi_bind: Option<String>,
     openpi_keys: Option<String>,
@@ -241,13 +256,23 @@ impl Settings {
                 )))
             }
         };
-        let max_queue = args
-            .max_queue
-            .or(file.max_queue)
-            .unwrap_or(ServeOptions::default().max_queue);
-        if max_queue == 0 {
-            return Err(Error::Config("max_queue 0: expected at least 1".into()));
-        }
+        let defaults = ServeOptions::default();
+        let serve = ServeOptions {
+            queue,
+            max_queue: args
+                .max_queue
+                .or(file.max_queue)
+                .unwrap_or(defaults.max_queue),
+            max_batch: args
+                .max_batch
+                .or(file.max_batch)
+                .unwrap_or(defaults.max_batch),
+            batch_wait: match args.batch_wait_ms.or(file.batch_wait_ms) {
+                Some(ms) => Duration::from_millis(ms),
+                None => defaults.batch_wait,
+            },
+        };
+        serve.validate()?;
         let log_level = args
             .log_level
             .or(file.log_level)
@@ -306,8 +331,9 @@ impl Settings {
                 flash_attn: args.flash_attn.or(file.flash_attn),
                 threads,
                 stepwise: false,
+                stack_batch: None,
             },
-            serve: ServeOptions { queue, max_queue },
+            serve,
             log_level,
         })
     }
@@ -421,6 +447,20 @@ mod tests {
             (&["--steps", "0"], "1..=1000"),
             (&["--queue", "lifo"], "latest or fifo"),
             (&["--log-level", "loud"], "log_level"),
+            (&["--max-queue", "0"], "max_queue 0: expected at least 1"),
+            (&["--max-batch", "0"], "max_batch 0: expected 1..=256"),
+            (
+                &["--max-batch", "257", "--max-queue", "300"],
+                "expected 1..=256",
+            ),
+            (
+                &["--max-batch", "32"],
+                "max_batch 32 is more than max_queue 16",
+            ),
+            (
+                &["--batch-wait-ms", "10001"],
+                "batch_wait_ms 10001: expected 0..=10000",
+            ),
         ] {
             let e = Settings::resolve(args(flags), no_env)
                 .unwrap_err()
@@ -452,5 +492,36 @@ mod tests {
         assert_eq!(s.runtime.weight_dtype, Some(GgmlType::BF16));
         assert_eq!(s.runtime.flash_attn, Some(true));
         assert_eq!(s.serve.queue, QueueMode::Fifo);
+    }
+
+    #[test]
+    fn batching_is_off_by_default_and_set_like_the_queue() {
+        let s = Settings::resolve(args(&[]), no_env).unwrap();
+        assert_eq!((s.serve.max_batch, s.serve.batch_wait), (1, Duration::ZERO));
+        let (_f, path) = config(r#"{"runtime": {"max_batch": 4, "batch_wait_ms": 5}}"#);
+        let s = Settings::resolve(args(&["--config", &path]), no_env).unwrap();
+        assert_eq!(
+            (s.serve.max_batch, s.serve.batch_wait),
+            (4, Duration::from_millis(5))
+        );
+        let s = Settings::resolve(
+            args(&[
+                "--config",
+                &path,
+                "--max-batch",
+                "8",
+                "--batch-wait-ms",
+                "0",
+            ]),
+            no_env,
+        )
+        .unwrap();
+        assert_eq!((s.serve.max_batch, s.serve.batch_wait), (8, Duration::ZERO));
+        // the file's value is checked as the flag's is
+        let (_g, path) = config(r#"{"runtime": {"max_batch": 0}}"#);
+        let e = Settings::resolve(args(&["--config", &path]), no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_batch 0"), "{e}");
     }
 }

@@ -2,18 +2,19 @@
 //!
 //! The loop thread does all socket I/O (zmq sockets are single-threaded): it decodes and
 //! checks each request, answers ping/info and bad requests at once, queues predict jobs and
-//! hands them to the worker one at a time. The worker sends each finished reply back over
-//! an inproc PAIR socket, so the loop wakes on it as on a client message.
+//! hands them to the worker a batch at a time (one job unless [`ServeOptions::max_batch`] is
+//! above 1). The worker runs a batch as one [`Policy::predict_batch`] and sends each finished
+//! reply back over an inproc PAIR socket, so the loop wakes on it as on a client message.
 
 use crate::proto::{Control, ErrorCode, PredictRequest, PredictResponse};
 use crate::{request, Error, Result};
 use prost::Message;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vla::policy::{Observation, Policy, PolicyInfo};
+use vla::policy::{ActionChunk, Observation, Policy, PolicyInfo};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueMode {
@@ -23,11 +24,56 @@ pub enum QueueMode {
     Fifo,
 }
 
+/// How the serve loop queues requests and hands them to the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServeOptions {
     pub queue: QueueMode,
     /// Pending (not yet started) requests beyond which new ones are answered "queue full".
     pub max_queue: usize,
+    /// Queued requests the worker takes at once and runs as one [`Policy::predict_batch`]
+    /// (several clients' requests in one batched graph): 1 runs each alone. At most
+    /// `max_queue` and [`MAX_BATCH`].
+    pub max_batch: usize,
+    /// While the worker is idle and fewer than `max_batch` requests are queued, how long the
+    /// oldest may wait for more to fill the batch; zero runs what is queued at once. At most
+    /// [`MAX_BATCH_WAIT`]; unused with `max_batch` 1.
+    pub batch_wait: Duration,
+}
+
+/// The largest [`ServeOptions::max_batch`].
+pub const MAX_BATCH: usize = 256;
+/// The longest [`ServeOptions::batch_wait`].
+pub const MAX_BATCH_WAIT: Duration = Duration::from_secs(10);
+
+impl ServeOptions {
+    /// Checks the values against each other and their bounds; the messages name the config
+    /// keys (`max_queue`, `max_batch`, `batch_wait_ms`).
+    pub fn validate(&self) -> Result<()> {
+        if self.max_queue == 0 {
+            return Err(Error::Config("max_queue 0: expected at least 1".into()));
+        }
+        if !(1..=MAX_BATCH).contains(&self.max_batch) {
+            return Err(Error::Config(format!(
+                "max_batch {}: expected 1..={MAX_BATCH} (1: each request runs alone)",
+                self.max_batch
+            )));
+        }
+        if self.max_batch > self.max_queue {
+            return Err(Error::Config(format!(
+                "max_batch {} is more than max_queue {}: a batch is taken from the queued \
+                 requests, so raise max_queue (--max-queue) to at least {}",
+                self.max_batch, self.max_queue, self.max_batch
+            )));
+        }
+        if self.batch_wait > MAX_BATCH_WAIT {
+            return Err(Error::Config(format!(
+                "batch_wait_ms {}: expected 0..={}",
+                self.batch_wait.as_millis(),
+                MAX_BATCH_WAIT.as_millis()
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Display for QueueMode {
@@ -44,6 +90,8 @@ impl Default for ServeOptions {
         ServeOptions {
             queue: QueueMode::Latest,
             max_queue: 16,
+            max_batch: 1,
+            batch_wait: Duration::ZERO,
         }
     }
 }
@@ -64,10 +112,18 @@ pub struct ServeStats {
 }
 
 struct Job {
+    reply_to: ReplyTo,
+    obs: Observation,
+    /// When its client's place in the queue was taken: a request that supersedes another
+    /// keeps it, so a client sending faster than the batch wait is not held back for ever.
+    queued: Instant,
+}
+
+/// Where a job's reply goes, and when its request arrived.
+struct ReplyTo {
     /// The ROUTER envelope to answer to: identity, and the empty delimiter if the client sent one.
     envelope: Vec<Vec<u8>>,
     request_id: u64,
-    obs: Observation,
     received: Instant,
 }
 
@@ -75,16 +131,21 @@ pub struct Server {
     router: zmq::Socket,
     /// Receives the worker's finished replies.
     done: zmq::Socket,
-    jobs: Option<mpsc::Sender<Job>>,
+    jobs: Option<mpsc::Sender<Vec<Job>>>,
     worker: Option<JoinHandle<()>>,
     info: PolicyInfo,
-    info_json: String,
+    /// INFO's policy part ([`info_json`]), built once; each INFO adds the serving part.
+    info_fields: serde_json::Map<String, serde_json::Value>,
     opts: ServeOptions,
     endpoint: String,
     /// Where in-process front ends connect a DEALER.
     inproc_endpoint: String,
     queue: VecDeque<Job>,
-    busy: bool,
+    /// Jobs handed to the worker whose replies have not come back: the loop hands it the
+    /// next batch at 0.
+    running: usize,
+    /// Batches run so far, by size.
+    batches: BTreeMap<usize, u64>,
     stats: ServeStats,
     // Dropped last: sockets above must close before the context terminates.
     ctx: zmq::Context,
@@ -94,6 +155,7 @@ impl Server {
     /// Binds `endpoint` (e.g. `tcp://*:5555`, or `tcp://127.0.0.1:*` for any free port) and
     /// starts the worker that owns `policy`.
     pub fn bind(policy: Box<dyn Policy>, endpoint: &str, opts: ServeOptions) -> Result<Server> {
+        opts.validate()?;
         let ctx = zmq::Context::new();
         let router = ctx.socket(zmq::ROUTER)?;
         router.set_linger(1000)?;
@@ -120,8 +182,11 @@ impl Server {
         let worker_done = ctx.socket(zmq::PAIR)?;
         worker_done.connect(&inproc)?;
         let info = policy.info().clone();
-        let info_json = info_json(&info);
-        let (tx, rx) = mpsc::channel::<Job>();
+        let info_fields = match serde_json::from_str(&info_json(&info)) {
+            Ok(serde_json::Value::Object(fields)) => fields,
+            _ => unreachable!("info_json writes an object"),
+        };
+        let (tx, rx) = mpsc::channel::<Vec<Job>>();
         let worker = std::thread::Builder::new()
             .name("vla-worker".into())
             .spawn(move || work(policy, rx, worker_done))
@@ -132,12 +197,13 @@ impl Server {
             jobs: Some(tx),
             worker: Some(worker),
             info,
-            info_json,
+            info_fields,
             opts,
             endpoint,
             inproc_endpoint,
             queue: VecDeque::new(),
-            busy: false,
+            running: 0,
+            batches: BTreeMap::new(),
             stats: ServeStats::default(),
             ctx,
         })
@@ -152,9 +218,18 @@ impl Server {
         &self.info
     }
 
-    /// INFO's reply, as JSON.
-    pub fn info_json(&self) -> &str {
-        &self.info_json
+    /// INFO's reply, as JSON: the policy's [`info_json`], the batching options
+    /// (`max_batch`, `batch_wait_ms`) and the batch sizes run so far (`batches`:
+    /// `{"SIZE": COUNT, ...}`).
+    pub fn info_json(&self) -> String {
+        let mut fields = self.info_fields.clone();
+        fields.insert("max_batch".into(), self.opts.max_batch.into());
+        fields.insert(
+            "batch_wait_ms".into(),
+            (self.opts.batch_wait.as_millis() as u64).into(),
+        );
+        fields.insert("batches".into(), serde_json::json!(self.batches));
+        serde_json::Value::Object(fields).to_string()
     }
 
     /// The context and inproc endpoint an in-process front end connects a DEALER to: its
@@ -164,15 +239,17 @@ impl Server {
     }
 
     /// Serves until `stop` is set; then answers queued requests "shutting down", lets the
-    /// running one finish and returns.
+    /// running batch finish and returns.
     pub fn run(mut self, stop: &AtomicBool) -> Result<ServeStats> {
+        // Shorter while the queue waits for a batch to fill, so it is dispatched on time.
+        let mut timeout_ms = POLL_MS;
         while !stop.load(Ordering::Relaxed) {
             let (client, finished) = {
                 let mut items = [
                     self.router.as_poll_item(zmq::POLLIN),
                     self.done.as_poll_item(zmq::POLLIN),
                 ];
-                match zmq::poll(&mut items, POLL_MS) {
+                match zmq::poll(&mut items, timeout_ms) {
                     Ok(_) => {}
                     Err(zmq::Error::EINTR) => continue,
                     Err(e) => return Err(e.into()),
@@ -192,7 +269,11 @@ impl Server {
                     self.on_message(frames)?;
                 }
             }
-            self.dispatch()?;
+            timeout_ms = match self.dispatch()? {
+                // whole milliseconds, rounded up: the wait is over when the poll returns
+                Some(wait) => (wait.as_micros().div_ceil(1000) as i64).clamp(1, POLL_MS),
+                None => POLL_MS,
+            };
         }
         self.shut_down()
     }
@@ -234,18 +315,24 @@ impl Server {
             Ok(Control::Info) => {
                 let resp = PredictResponse {
                     request_id: id,
-                    info_json: self.info_json.clone(),
+                    info_json: self.info_json(),
                     ..Default::default()
                 };
                 self.reply(&envelope, &resp)
             }
             Ok(Control::Predict) => match request::observation(&req, &self.info) {
-                Ok(obs) => self.enqueue(Job {
-                    envelope,
-                    request_id: id,
-                    obs,
-                    received: Instant::now(),
-                }),
+                Ok(obs) => {
+                    let now = Instant::now();
+                    self.enqueue(Job {
+                        reply_to: ReplyTo {
+                            envelope,
+                            request_id: id,
+                            received: now,
+                        },
+                        obs,
+                        queued: now,
+                    })
+                }
                 Err(e) => self.reply(&envelope, &error_response(id, &e)),
             },
             Err(_) => {
@@ -261,14 +348,15 @@ impl Server {
         }
     }
 
-    fn enqueue(&mut self, job: Job) -> Result<()> {
+    fn enqueue(&mut self, mut job: Job) -> Result<()> {
         if self.opts.queue == QueueMode::Latest {
             if let Some(old) = self
                 .queue
                 .iter_mut()
-                .find(|j| j.envelope[0] == job.envelope[0])
+                .find(|j| j.reply_to.envelope[0] == job.reply_to.envelope[0])
             {
-                let old = std::mem::replace(old, job);
+                job.queued = old.queued;
+                let old = std::mem::replace(old, job).reply_to;
                 let msg = format!(
                     "superseded by a newer request from the same client (request {})",
                     old.request_id
@@ -284,25 +372,42 @@ impl Server {
                 "queue full ({} pending requests); retry later",
                 self.queue.len()
             );
+            let to = &job.reply_to;
             return self.reply(
-                &job.envelope,
-                &PredictResponse::error(job.request_id, ErrorCode::QueueFull, msg),
+                &to.envelope,
+                &PredictResponse::error(to.request_id, ErrorCode::QueueFull, msg),
             );
         }
         self.queue.push_back(job);
         Ok(())
     }
 
-    fn dispatch(&mut self) -> Result<()> {
-        if self.busy {
-            return Ok(());
+    /// Hands the idle worker the next batch: up to `max_batch` jobs from the queue's front,
+    /// in queue order. While fewer are queued and the oldest has waited less than
+    /// `batch_wait`, it holds them back and returns how much longer to wait.
+    fn dispatch(&mut self) -> Result<Option<Duration>> {
+        let Some(tx) = &self.jobs else {
+            return Ok(None);
+        };
+        let Some(oldest) = self.queue.front() else {
+            return Ok(None);
+        };
+        if self.running > 0 {
+            return Ok(None);
         }
-        if let (Some(job), Some(tx)) = (self.queue.pop_front(), &self.jobs) {
-            tx.send(job)
-                .map_err(|_| Error::Config("the worker thread has stopped".into()))?;
-            self.busy = true;
+        if self.queue.len() < self.opts.max_batch {
+            let waited = oldest.queued.elapsed();
+            if waited < self.opts.batch_wait {
+                return Ok(Some(self.opts.batch_wait - waited));
+            }
         }
-        Ok(())
+        let n = self.queue.len().min(self.opts.max_batch);
+        let batch: Vec<Job> = self.queue.drain(..n).collect();
+        tx.send(batch)
+            .map_err(|_| Error::Config("the worker thread has stopped".into()))?;
+        self.running = n;
+        *self.batches.entry(n).or_default() += 1;
+        Ok(None)
     }
 
     /// Sends the worker's finished reply (envelope frames + payload) to its client.
@@ -315,7 +420,7 @@ impl Server {
             }
             // A client gone since it asked is dropped by ROUTER silently, as it should be.
             self.router.send_multipart(frames, 0)?;
-            self.busy = false;
+            self.running = self.running.saturating_sub(1);
         }
         Ok(())
     }
@@ -343,15 +448,16 @@ impl Server {
 
     fn shut_down(mut self) -> Result<ServeStats> {
         for job in std::mem::take(&mut self.queue) {
+            let to = job.reply_to;
             let resp = PredictResponse::error(
-                job.request_id,
+                to.request_id,
                 ErrorCode::ShuttingDown,
                 "the server is shutting down",
             );
-            self.reply(&job.envelope, &resp)?;
+            self.reply(&to.envelope, &resp)?;
         }
         self.jobs = None; // the worker's loop ends once its channel closes
-        while self.busy {
+        while self.running > 0 {
             let mut items = [self.done.as_poll_item(zmq::POLLIN)];
             match zmq::poll(&mut items, POLL_MS) {
                 Ok(_) | Err(zmq::Error::EINTR) => {}
@@ -410,53 +516,75 @@ fn error_response(request_id: u64, e: &Error) -> PredictResponse {
     PredictResponse::error(request_id, code, e.to_string())
 }
 
-/// The worker: runs each job and sends `[envelope..., reply, ok flag]` back.
-fn work(mut policy: Box<dyn Policy>, jobs: mpsc::Receiver<Job>, done: zmq::Socket) {
-    while let Ok(job) = jobs.recv() {
+/// The worker: runs each batch as one predict and sends each job's
+/// `[envelope..., reply, ok flag]` back, in batch order.
+fn work(mut policy: Box<dyn Policy>, batches: mpsc::Receiver<Vec<Job>>, done: zmq::Socket) {
+    while let Ok(batch) = batches.recv() {
+        let (reply_to, obs): (Vec<ReplyTo>, Vec<Observation>) =
+            batch.into_iter().map(|j| (j.reply_to, j.obs)).unzip();
         let t0 = Instant::now();
-        let result =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy.predict(&job.obs)));
-        let resp = match result {
-            Ok(Ok(chunk)) => PredictResponse {
-                request_id: job.request_id,
-                chunk_size: chunk.chunk_size as u32,
-                action_dim: chunk.action_dim as u32,
-                action_chunk: chunk.actions,
-                latency_ms_inference: ms(t0.elapsed()),
-                // 0 where the backend ran the predict as one submission (not separable)
-                latency_ms_vision: chunk.times.vision_ms.unwrap_or(0.0),
-                latency_ms_prefill: chunk.times.prefill_ms.unwrap_or(0.0),
-                latency_ms_denoise: chunk.times.denoise_ms.unwrap_or(0.0),
-                latency_ms_total: ms(job.received.elapsed()),
-                warnings: chunk.warnings,
-                ..Default::default()
-            },
-            Ok(Err(e)) => error_response(job.request_id, &Error::Vla(e)),
-            Err(_) => {
-                tracing::error!("the model panicked on request {}", job.request_id);
-                PredictResponse::error(
-                    job.request_id,
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match obs.as_slice() {
+                [one] => vec![policy.predict(one)],
+                all => policy.predict_batch(all),
+            }));
+        let inference_ms = ms(t0.elapsed());
+        drop(obs);
+        if reply_to.len() > 1 {
+            tracing::debug!("batch of {}: {inference_ms:.1} ms", reply_to.len());
+        }
+        let panicked = outcome.is_err();
+        let mut results = outcome.unwrap_or_default().into_iter();
+        for to in reply_to {
+            let resp = match results.next() {
+                Some(Ok(chunk)) => chunk_response(&to, chunk, inference_ms),
+                Some(Err(e)) => error_response(to.request_id, &Error::Vla(e)),
+                None if panicked => {
+                    tracing::error!("the model panicked on request {}", to.request_id);
+                    PredictResponse::error(
+                        to.request_id,
+                        ErrorCode::Internal,
+                        "internal error: the model panicked",
+                    )
+                }
+                None => PredictResponse::error(
+                    to.request_id,
                     ErrorCode::Internal,
-                    "internal error: the model panicked",
-                )
+                    "internal error: the model returned no result for this request",
+                ),
+            };
+            if resp.error.is_empty() {
+                tracing::debug!("request {}: {:.1} ms", to.request_id, resp.latency_ms_total);
+            } else {
+                tracing::warn!("request {} failed: {}", to.request_id, resp.error);
             }
-        };
-        if resp.error.is_empty() {
-            tracing::debug!(
-                "request {}: {:.1} ms",
-                job.request_id,
-                resp.latency_ms_total
-            );
-        } else {
-            tracing::warn!("request {} failed: {}", job.request_id, resp.error);
+            let ok = resp.error.is_empty() as u8;
+            let mut frames = to.envelope;
+            frames.push(resp.encode_to_vec());
+            frames.push(vec![ok]);
+            if done.send_multipart(frames, 0).is_err() {
+                return; // the loop is gone
+            }
         }
-        let ok = resp.error.is_empty() as u8;
-        let mut frames = job.envelope;
-        frames.push(resp.encode_to_vec());
-        frames.push(vec![ok]);
-        if done.send_multipart(frames, 0).is_err() {
-            return; // the loop is gone
-        }
+    }
+}
+
+/// The reply carrying `chunk`: the model call's time is its batch's, the total its own
+/// request's, from receipt to now.
+fn chunk_response(to: &ReplyTo, chunk: ActionChunk, inference_ms: f32) -> PredictResponse {
+    PredictResponse {
+        request_id: to.request_id,
+        chunk_size: chunk.chunk_size as u32,
+        action_dim: chunk.action_dim as u32,
+        action_chunk: chunk.actions,
+        latency_ms_inference: inference_ms,
+        // 0 where the backend ran the predict as one submission (not separable)
+        latency_ms_vision: chunk.times.vision_ms.unwrap_or(0.0),
+        latency_ms_prefill: chunk.times.prefill_ms.unwrap_or(0.0),
+        latency_ms_denoise: chunk.times.denoise_ms.unwrap_or(0.0),
+        latency_ms_total: ms(to.received.elapsed()),
+        warnings: chunk.warnings,
+        ..Default::default()
     }
 }
 
@@ -464,7 +592,8 @@ fn ms(d: Duration) -> f32 {
     d.as_secs_f32() * 1e3
 }
 
-/// The reply to an INFO request.
+/// The policy's part of the reply to an INFO request ([`Server::info_json`] adds the
+/// serving options and counts).
 pub fn info_json(info: &PolicyInfo) -> String {
     serde_json::json!({
         "arch": info.arch,

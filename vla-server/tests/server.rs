@@ -17,6 +17,9 @@ use vla_server::serve::{QueueMode, ServeOptions, ServeStats, Server};
 #[macro_use]
 #[path = "../../tests/support/cases.rs"]
 mod cases;
+/// Requests of several clients run as one batch (`max_batch`).
+#[path = "server/batch.rs"]
+mod batch;
 #[path = "server/served.rs"]
 mod served;
 
@@ -495,6 +498,7 @@ fn clients_get_their_own_answers_concurrently() {
     let server = Running::start(ServeOptions {
         queue: QueueMode::Fifo,
         max_queue: 64,
+        ..ServeOptions::default()
     });
     let addr = server.addr.clone();
     let handles: Vec<_> = (0..8u32)
@@ -532,6 +536,7 @@ fn latest_queue_supersedes_and_fifo_queue_fills() {
     let server = Running::start(ServeOptions {
         queue: QueueMode::Latest,
         max_queue: 16,
+        ..ServeOptions::default()
     });
     let mut c = server.client();
     let ids: Vec<u64> = (1..=4).collect();
@@ -557,6 +562,7 @@ fn latest_queue_supersedes_and_fifo_queue_fills() {
     let server = Running::start(ServeOptions {
         queue: QueueMode::Fifo,
         max_queue: 1,
+        ..ServeOptions::default()
     });
     let mut c = server.client();
     for id in 1..=5u64 {

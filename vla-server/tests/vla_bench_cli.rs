@@ -53,30 +53,132 @@ fn reports_every_stage_and_memory() {
     }
 }
 
+/// A vla-server child on a free port (the demo model), killed when dropped.
+struct Served {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vla-server"))
+            .args(["--demo", "--bind", "tcp://127.0.0.1:*"])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+        let addr = lines
+            .by_ref()
+            .map(|l| l.unwrap())
+            .find_map(|l| {
+                l.strip_prefix("listening on ")
+                    .map(|rest| rest.split_whitespace().next().unwrap().to_owned())
+            })
+            .expect("server did not start");
+        Served { child, addr }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn measures_a_running_server() {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_vla-server"))
-        .args(["--demo", "--bind", "tcp://127.0.0.1:*"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(server.stdout.take().unwrap()));
-    let addr = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find_map(|l| {
-            l.strip_prefix("listening on ")
-                .map(|rest| rest.split_whitespace().next().unwrap().to_owned())
-        })
-        .expect("server did not start");
-    let (ok, out, err) = bench(&["--server", &addr, "--iters", "2", "--warmup", "0"]);
-    server.kill().unwrap();
-    server.wait().unwrap();
+    let server = Served::start(&[]);
+    let (ok, out, err) = bench(&["--server", &server.addr, "--iters", "2", "--warmup", "0"]);
+    drop(server);
     assert!(ok, "{err}");
     assert!(
         out.contains("smolvla on cpu") && out.contains("round trip"),
         "{out}"
     );
+}
+
+/// `--batch 2`: batched predicts of 1 and 2 observations after the usual run, a row per size
+/// in the table and in `--json`'s `"batch"`.
+#[test]
+fn batch_times_each_batch_size() {
+    let args = [
+        "--demo", "--iters", "1", "--warmup", "0", "--steps", "2", "--batch", "2",
+    ];
+    let (ok, out, err) = bench(&args);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("predict_batch of N observations") && out.contains("chunks/s"),
+        "{out}"
+    );
+    let (ok, out, err) = bench(&[&args[..], &["--json"]].concat());
+    assert!(ok, "{err}");
+    let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let rows = json["batch"].as_array().unwrap_or_else(|| panic!("{out}"));
+    let sizes: Vec<u64> = rows.iter().map(|r| r["size"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [1, 2], "{out}");
+    for r in rows {
+        let get = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("no {k} in {r}"));
+        assert!(
+            get("min_ms") <= get("median_ms") && get("median_ms") <= get("max_ms"),
+            "{r}"
+        );
+        assert_eq!(get("latency_ms"), get("median_ms"), "{r}");
+        let want = get("size") / (get("median_ms") / 1e3);
+        assert!((get("chunks_per_s") - want).abs() <= 1e-6 * want, "{r}");
+    }
+    assert_eq!(rows[0]["throughput_ratio"], 1.0, "{out}");
+    // the usual run's fields are all still there
+    assert!(json["total_ms"].is_object(), "{out}");
+}
+
+/// `--server ADDR --clients 2` against a server batching two: every request is counted once
+/// among the batches the server reports, in the table and in `--json`.
+#[test]
+fn clients_measure_a_batching_server() {
+    let server = Served::start(&["--max-batch", "2", "--batch-wait-ms", "100"]);
+    let run = |json: bool| {
+        let mut args = vec![
+            "--server",
+            &server.addr,
+            "--clients",
+            "2",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+        ];
+        if json {
+            args.push("--json");
+        }
+        let (ok, out, err) = bench(&args);
+        assert!(ok, "{err}");
+        out
+    };
+    let out = run(false);
+    for row in ["clients   2", "throughput", "round trip", "batches"] {
+        assert!(out.contains(row), "no {row:?} in:\n{out}");
+    }
+    let out = run(true);
+    let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (&json["clients"], &json["requests"], &json["max_batch"]),
+        (&2.into(), &4.into(), &2.into()),
+        "{out}"
+    );
+    assert!(
+        json["chunks_per_s"].as_f64().is_some_and(|c| c > 0.0),
+        "{out}"
+    );
+    let ran: u64 = json["batches"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{out}"))
+        .iter()
+        .map(|(size, n)| size.parse::<u64>().unwrap() * n.as_u64().unwrap())
+        .sum();
+    assert_eq!(ran, 4, "the batches run while measuring: {out}");
 }
 
 #[test]

@@ -33,6 +33,27 @@ fn a_bind_address_without_a_scheme_says_tcp() {
     assert!(err.contains("tcp://HOST:PORT"), "{err}");
 }
 
+/// Batching options out of range are refused before the model loads, saying what is allowed.
+#[test]
+fn bad_batching_options_are_one_clear_line() {
+    for (args, needle) in [
+        (&["--max-batch", "0"][..], "max_batch 0: expected 1..=256"),
+        (
+            &["--max-batch", "64"],
+            "max_batch 64 is more than max_queue 16",
+        ),
+        (
+            &["--max-batch", "2", "--batch-wait-ms", "60000"],
+            "batch_wait_ms 60000: expected 0..=10000",
+        ),
+    ] {
+        let (ok, err) = serve(&[&["--demo"], args].concat());
+        assert!(!ok, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
 /// A running vla-server on a free port, with its stderr kept for [`Running::stop`].
 struct Running {
     child: std::process::Child,

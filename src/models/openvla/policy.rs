@@ -128,7 +128,7 @@ impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
     }
 
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        batch::predict_batch(self, std::slice::from_ref(obs)).remove(0)
+        self.predict_batch(std::slice::from_ref(obs)).remove(0)
     }
 
     fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {

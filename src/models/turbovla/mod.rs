@@ -184,7 +184,7 @@ impl Policy for TurboPolicy {
     }
 
     fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        batch::predict_batch(self, std::slice::from_ref(obs)).remove(0)
+        self.predict_batch(std::slice::from_ref(obs)).remove(0)
     }
 
     fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {

@@ -11,12 +11,16 @@ use vla::gguf::GgufFile;
 use vla::policy::{Image, ImageData, Observation, RuntimeOptions};
 use vla_server::client::Client;
 
+/// `--batch` and `--clients`.
+#[path = "bench/batched.rs"]
+mod batched;
+
 #[derive(Parser)]
 #[command(
     name = "vla-bench",
     version,
     about = "Measure a VLA policy's latency per stage and its memory",
-    after_help = "Examples:\n  vla-bench --demo --backend vulkan --iters 20\n  vla-bench smolvla.gguf --backend cpu --threads 2\n  vla-bench --server tcp://127.0.0.1:5555 --iters 100"
+    after_help = "Examples:\n  vla-bench --demo --backend vulkan --iters 20\n  vla-bench smolvla.gguf --backend cpu --threads 2\n  vla-bench smolvla.gguf --backend vulkan --batch 8\n  vla-bench --server tcp://127.0.0.1:5555 --iters 100\n  vla-bench --server tcp://127.0.0.1:5555 --clients 4 --iters 50"
 )]
 struct Args {
     /// The model file (a GGUF).
@@ -65,9 +69,23 @@ struct Args {
     /// the dataset_statistics.json its converter writes beside them).
     #[arg(long, value_name = "FILE.json")]
     statistics: Option<std::path::PathBuf>,
-    /// Print one JSON object (stage times, counters, memory) instead of the tables.
-    #[arg(long, conflicts_with_all = ["server", "compare"])]
+    /// Print one JSON object (stage times, counters, memory; with --batch its rows; with
+    /// --server the --clients measure's, one client unless given) instead of the tables.
+    #[arg(long, conflicts_with = "compare")]
     json: bool,
+    /// After the usual run, time batched predicts (several robots' requests run as one, as
+    /// vla-server --max-batch runs them) of 1 to N copies of the observation, each with its
+    /// own noise (sizes 1 to 8, past 8: 1, 2, 4, 8, ... and N): per size the batch's time
+    /// (each request's latency), chunks/s, and the throughput against one at a time. Pays on
+    /// GPUs; on cpu a predict is compute-bound and gains little.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256), conflicts_with_all = ["server", "compare"])]
+    batch: Option<u32>,
+    /// With --server: K clients at once, each on its own connection sending --iters
+    /// requests (after --warmup) with its own noise: total throughput (chunks/s),
+    /// per-request latency, and the batch sizes the server ran meanwhile (vla-server
+    /// --max-batch batches across clients).
+    #[arg(long, value_name = "K", requires = "server", value_parser = clap::value_parser!(u32).range(1..=256))]
+    clients: Option<u32>,
     /// Run vision, prefill and each denoise step as separate backend runs with the host
     /// between them (the path before device-resident predict): stage times on every
     /// backend, and the traffic it costs.
@@ -156,8 +174,23 @@ fn observation(
                 .collect(),
         ),
         prompt: None,
-        noise: Some((0..noise_len).map(|i| (i as f32 * 0.61).cos()).collect()),
+        noise: Some(noise(noise_len, 0)),
         token_mask: None,
+    }
+}
+
+/// The synthetic noise of `len` values; each `seed` another draw (0: the observation's).
+fn noise(len: usize, seed: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| (i as f32 * 0.61 + seed as f32 * 1.7).cos())
+        .collect()
+}
+
+/// `obs` with the noise of `seed` (none where it has none): another robot's request.
+fn seeded(obs: &Observation, seed: usize) -> Observation {
+    Observation {
+        noise: obs.noise.as_ref().map(|n| noise(n.len(), seed)),
+        ..obs.clone()
     }
 }
 
@@ -304,6 +337,15 @@ fn run(args: Args) -> Result<()> {
         )?),
         false => None,
     };
+    let batches = match args.batch {
+        Some(n) => Some(batched::time_batches(
+            policy.as_mut(),
+            |k| seeded(&obs, k),
+            &batched::sizes(n as usize),
+            args.iters,
+        )?),
+        None => None,
+    };
     if args.json {
         let stat = |k: usize| {
             let v = sorted(&rows, k);
@@ -341,6 +383,9 @@ fn run(args: Args) -> Result<()> {
                         "ms": r.ms, "gflops": r.gflops(), "gbps": r.gbps()})
                 })
                 .collect();
+        }
+        if let Some(rows) = &batches {
+            out["batch"] = batched::batches_json(rows);
         }
         println!("{out}");
         return Ok(());
@@ -423,6 +468,9 @@ fn run(args: Args) -> Result<()> {
     if let Some(p) = &profile {
         print_profile(p, info.num_steps);
     }
+    if let Some(rows) = &batches {
+        batched::print_batches(rows, args.iters);
+    }
     Ok(())
 }
 
@@ -495,6 +543,7 @@ fn runtime_options(args: &Args) -> Result<RuntimeOptions> {
         weight_dtype,
         act_dtype: vla::backend::ActDtype::from_name(&args.act_dtype)?,
         stepwise: args.stepwise,
+        stack_batch: None,
         embodiment: args.embodiment.clone(),
         statistics: args.statistics.clone(),
         ..Default::default()
@@ -622,6 +671,17 @@ fn bench_server(addr: &str, args: &Args) -> Result<()> {
             .unwrap_or_default(),
         serde_json::from_value::<Option<[u32; 2]>>(info["wrap_ids"].clone()).unwrap_or_default(),
     );
+    if args.clients.is_some() || args.json {
+        let clients = args.clients.unwrap_or(1) as usize;
+        return batched::bench_clients(
+            addr,
+            &info,
+            |k| seeded(&obs, k),
+            clients,
+            (args.iters, args.warmup),
+            args.json,
+        );
+    }
     let text = |k: &str| info[k].as_str().unwrap_or("?").to_owned();
     println!("server    {addr}: {} on {}", text("arch"), text("backend"));
     for _ in 0..args.warmup {

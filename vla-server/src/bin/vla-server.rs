@@ -81,7 +81,7 @@ fn run(args: ServerArgs) -> Result<()> {
             let front = vla_server::openpi::Frontend {
                 keys: o.keys.clone(),
                 api_key: o.api_key.clone(),
-                metadata: vla_server::openpi::metadata(server.info_json()),
+                metadata: vla_server::openpi::metadata(&server.info_json()),
                 ctx,
                 endpoint: endpoint.to_owned(),
             };
@@ -128,6 +128,22 @@ fn run(args: ServerArgs) -> Result<()> {
         "  queue     {}, at most {} pending",
         settings.serve.queue, settings.serve.max_queue
     )?;
+    let serve = settings.serve;
+    if serve.max_batch > 1 {
+        writeln!(
+            out,
+            "  batch     up to {} requests a predict, waiting up to {} ms to fill one",
+            serve.max_batch,
+            serve.batch_wait.as_millis()
+        )?;
+        tracing::info!(
+            "batching requests across clients: up to {} a predict, waiting up to {} ms",
+            serve.max_batch,
+            serve.batch_wait.as_millis()
+        );
+    } else if !serve.batch_wait.is_zero() {
+        tracing::warn!("--batch-wait-ms has no effect with --max-batch 1 (no batching)");
+    }
     if let (Some(addr), Some(o)) = (openpi, &settings.openpi) {
         writeln!(
             out,

@@ -20,7 +20,17 @@ fn served_round_trip(case: &cases::ArchCase) {
     let mut reference = policy();
     let info = reference.info().clone();
     let mut c = server.client();
-    let served = c.info().unwrap();
+    let mut served = c.info().unwrap();
+    // the server's own part: its batching options and the batches run so far
+    let serving = ["max_batch", "batch_wait_ms", "batches"].map(|k| {
+        let v = served.as_object_mut().unwrap().remove(k);
+        v.unwrap_or_else(|| panic!("{n}: INFO lacks {k}"))
+    });
+    assert_eq!(
+        serving,
+        [1.into(), 0.into(), serde_json::json!({})],
+        "{n}: INFO's serving part"
+    );
     let want = serde_json::from_str::<serde_json::Value>(&info_json(&info)).unwrap();
     assert_eq!(served, want, "{n}: INFO vs the in-process policy's");
     for seed in [2, 3] {
