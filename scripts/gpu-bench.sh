@@ -232,6 +232,27 @@ if [[ $has_cuda == 0 ]]; then
 fi
 
 say ""
+say "## Batched predicts (vla-bench --batch 8: N requests in one run, default kernels)"
+say ""
+say "| model | N | batch ms (median) | chunks/s | vs N = 1 |"
+say "|---|---|---|---|---|"
+for m in "${models[@]}"; do
+    f=$(model_file "$m")
+    label=$(model_label "$m")
+    j="$out/$(basename "$f" .gguf)-batch.json"
+    if ! timeout 300 "$bench" "$f" --backend vulkan --iters 2 --warmup 1 --batch 8 \
+        --json >"$j" 2>"$j.err"; then
+        say "| $label | failed: $(tail -1 "$j.err") | | | |"
+        continue
+    fi
+    python3 - "$j" "$label" <<'PY' | while read -r row; do say "$row"; done
+import json, sys
+for r in json.load(open(sys.argv[1]))["batch"]:
+    print(f"| {sys.argv[2]} | {r['size']} | {r['median_ms']:.1f} | {r['chunks_per_s']:.1f} | {r['throughput_ratio']:.2f}x |")
+PY
+done
+
+say ""
 say "## Kernel profiles (one profiled predict after one warm-up, default kernels; top 30 rows)"
 for m in "${models[@]}"; do
     f=$(model_file "$m")
