@@ -418,3 +418,50 @@ fn batched_graph_runs_each_request_as_alone() {
         }
     }
 }
+
+/// On wgpu, a graph compiled over the same store as a live executable (a batched predict
+/// beside the one-request predict) uploads no weights of its own: sibling products' fused
+/// weights and single ones alike. Once no executable holds them, they are uploaded again.
+#[test]
+fn wgpu_executables_over_one_store_share_its_weights() {
+    use std::collections::HashMap;
+    let b = backend::open("vulkan").expect("vulkan: scripts/test.sh installs lavapipe");
+    let (s, d) = (4, 16);
+    let mut store: HashMap<String, Tensor<'static>> = HashMap::new();
+    for (k, name) in ["wq", "wk", "wv", "wo"].iter().enumerate() {
+        let w = Tensor::from_f32(vec![d, d], values(d * d, 40 + k as u32)).unwrap();
+        store.insert(name.to_string(), w);
+    }
+    let mut g = GraphBuilder::new(&store);
+    let x = g.input("x", &[s, d]);
+    let mut ys = Vec::new();
+    for name in ["wq", "wk", "wv"] {
+        let w = g.weight(name, &[d, d]).unwrap();
+        ys.push(g.matmul(x, w).unwrap());
+    }
+    let qk = g.add(ys[0], ys[1]).unwrap();
+    let y = g.add(qk, ys[2]).unwrap();
+    let wo = g.weight("wo", &[d, d]).unwrap();
+    let out = g.matmul(y, wo).unwrap();
+    let graph = g.build(&[out]).unwrap();
+    let batched = graph.batched(2, true).unwrap();
+    let first = b.compile(&graph, &store).unwrap();
+    let own = first.stats().weight_bytes;
+    assert!(
+        own >= 4 * (4 * d * d) as u64,
+        "the first uploads every weight: {own}"
+    );
+    let second = b.compile(&batched, &store).unwrap();
+    assert_eq!(
+        second.stats().weight_bytes,
+        0,
+        "the batched graph shares them"
+    );
+    drop((first, second));
+    let third = b.compile(&graph, &store).unwrap();
+    assert_eq!(
+        third.stats().weight_bytes,
+        own,
+        "uploaded again once none holds them"
+    );
+}

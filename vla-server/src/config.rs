@@ -98,6 +98,11 @@ pub struct ServerArgs {
     /// [default: 0]
     #[arg(long, value_name = "MS")]
     pub batch_wait_ms: Option<u64>,
+    /// Batched predicts: run each matrix product once over all the requests' rows (true),
+    /// or every op on each request's rows apart, each chunk bit for bit the one alone
+    /// (false). Default: stacked on GPUs, apart on the cpu backend.
+    #[arg(long, value_name = "BOOL")]
+    pub stack_batch: Option<bool>,
     /// Log verbosity on stderr: error | warn | info | debug | trace [default: info]
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -135,6 +140,7 @@ struct RuntimeKeys {
     max_queue: Option<usize>,
     max_batch: Option<usize>,
     batch_wait_ms: Option<u64>,
+    stack_batch: Option<bool>,
     log_level: Option<String>,
     openpi_bind: Option<String>,
     openpi_keys: Option<String>,
@@ -331,7 +337,7 @@ impl Settings {
                 flash_attn: args.flash_attn.or(file.flash_attn),
                 threads,
                 stepwise: false,
-                stack_batch: None,
+                stack_batch: args.stack_batch.or(file.stack_batch),
             },
             serve,
             log_level,
@@ -523,5 +529,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("max_batch 0"), "{e}");
+        // how a batch runs: the backend's default, the file's choice, the flag's
+        assert_eq!(s.runtime.stack_batch, None);
+        let (_h, path) = config(r#"{"runtime": {"stack_batch": false}}"#);
+        let s = Settings::resolve(args(&["--config", &path]), no_env).unwrap();
+        assert_eq!(s.runtime.stack_batch, Some(false));
+        let flag = args(&["--config", &path, "--stack-batch", "true"]);
+        let s = Settings::resolve(flag, no_env).unwrap();
+        assert_eq!(s.runtime.stack_batch, Some(true));
     }
 }

@@ -21,8 +21,8 @@ pub(super) enum Place {
     Slot(usize),
     /// A weight, uploaded in its stored dtype (chunked by rows) and/or as f32.
     Weight {
-        raw: Vec<Chunk>,
-        f32: Option<wgpu::Buffer>,
+        raw: Arc<Vec<Chunk>>,
+        f32: Option<Arc<wgpu::Buffer>>,
     },
 }
 
@@ -42,6 +42,9 @@ pub(crate) struct WgpuExecutable {
     ctx: Arc<GpuContext>,
     graph: Graph,
     places: Vec<Place>,
+    /// Sibling products' fused weights (`fuse::Plan`): the dispatches read them; kept here
+    /// so that executables compiled later over the same store share them.
+    fused_uploads: Vec<Arc<fuse::Fused>>,
     /// Per node, the dtype its value is stored in ([`store_dtypes`]).
     stores: Vec<ActDtype>,
     slots: Vec<wgpu::Buffer>,
@@ -110,7 +113,7 @@ impl WgpuExecutable {
         let mut places: Vec<Option<Place>> = (0..nodes.len()).map(|_| None).collect();
         for p in plan.fused_params() {
             places[p.0] = Some(Place::Weight {
-                raw: Vec::new(),
+                raw: Arc::default(),
                 f32: None,
             });
         }
@@ -121,25 +124,40 @@ impl WgpuExecutable {
             if places[i].is_some() {
                 continue; // a fused sibling's
             }
+            // shared with a live executable over the same store; a constant is the graph's
+            let shared = |kind: &str| {
+                let carried = graph.constants.contains_key(name);
+                (!carried).then(|| super::shared::key(weights, &format!("{name} {kind}")))
+            };
             let t = graph.weight_data(weights, name)?;
-            let mut raw = Vec::new();
+            let mut raw = Arc::default();
             if raw_use[i] {
-                raw = upload_rows(&ctx, name, &t, max_binding)?;
+                let make = || upload_rows(&ctx, name, &t, max_binding);
+                let (chunks, now) = ctx.shared.raw.get_or(shared("raw"), make)?;
                 // as uploaded: quantized blocks repacked (a scale word a block)
-                weight_bytes += raw.iter().map(|c| c.buffer.size()).sum::<u64>();
+                if now {
+                    weight_bytes += chunks.iter().map(|c| c.buffer.size()).sum::<u64>();
+                }
+                raw = chunks;
             }
             // (a reshape of a weight or a weight output reads it as f32 too; a weight nothing
             // reads gets no buffer)
             let f32 = if f32_use[i] {
-                let v = t.to_vec_f32()?;
-                if 4 * v.len() as u64 > max_binding {
-                    return Err(Error::Gpu(format!(
-                        "weight {name:?} as f32 ({} bytes) exceeds the adapter's storage binding limit ({max_binding})",
-                        4 * v.len()
-                    )));
+                let make = || {
+                    let v = t.to_vec_f32()?;
+                    if 4 * v.len() as u64 > max_binding {
+                        return Err(Error::Gpu(format!(
+                            "weight {name:?} as f32 ({} bytes) exceeds the adapter's storage binding limit ({max_binding})",
+                            4 * v.len()
+                        )));
+                    }
+                    Ok(upload(&ctx, name, bytemuck::cast_slice(&v)))
+                };
+                let (buffer, now) = ctx.shared.f32.get_or(shared("f32"), make)?;
+                if now {
+                    weight_bytes += buffer.size();
                 }
-                weight_bytes += 4 * v.len() as u64;
-                Some(upload(&ctx, name, bytemuck::cast_slice(&v)))
+                Some(buffer)
             } else {
                 None
             };
@@ -283,6 +301,7 @@ impl WgpuExecutable {
             ctx,
             graph: graph.clone(),
             places,
+            fused_uploads: plan.uploads().to_vec(),
             stores,
             slots,
             dispatches,

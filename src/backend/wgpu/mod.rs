@@ -7,6 +7,7 @@ pub use act::store_dtypes;
 mod fuse;
 mod kernels;
 mod shader;
+mod shared;
 mod slots;
 mod timer;
 mod upload;
@@ -222,6 +223,8 @@ pub(crate) struct GpuContext {
     pub caps: Caps,
     pub options: WgpuOptions,
     pub pipelines: shader::PipelineCache,
+    /// Weights the live executables uploaded, which later ones over the same store share.
+    pub shared: shared::SharedWeights,
 }
 
 /// A wgpu device with its kernels; cheap to clone.
@@ -353,11 +356,12 @@ impl WgpuBackend {
                 caps,
                 options,
                 pipelines: shader::PipelineCache::default(),
+                shared: Default::default(),
             }),
         })
     }
 
-    /// The same device with other options (its own pipeline cache).
+    /// The same device with other options (its own pipeline cache and shared weights).
     pub fn reconfigured(&self, options: WgpuOptions) -> Self {
         let c = &self.ctx;
         WgpuBackend {
@@ -369,6 +373,8 @@ impl WgpuBackend {
                 caps: c.caps,
                 options,
                 pipelines: shader::PipelineCache::default(),
+                // uploads may depend on the options: none shared with the other
+                shared: Default::default(),
             }),
         }
     }

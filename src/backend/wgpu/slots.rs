@@ -86,7 +86,7 @@ pub(super) fn plan(
             }
             let f32 = f32.clone().expect("a reshape reads its input as f32");
             places[i] = Some(Place::Weight {
-                raw: Vec::new(),
+                raw: Default::default(),
                 f32: Some(f32),
             });
         }

@@ -91,6 +91,11 @@ struct Args {
     /// backend, and the traffic it costs.
     #[arg(long, conflicts_with = "server")]
     stepwise: bool,
+    /// With --batch: run each matrix product once over all the requests' rows (true) or
+    /// every op on each request's rows apart (false); default: stacked on GPUs, apart on
+    /// the cpu backend (vla-server --stack-batch).
+    #[arg(long, value_name = "BOOL", requires = "batch")]
+    stack_batch: Option<bool>,
     /// Instruction length of the synthetic request, in token ids (ids 1 to N, after the
     /// placeholders the model asks for in INFO: BitVLA's; between its `wrap_ids`:
     /// TurboVLA's `[CLS]` and `[SEP]`, 2 more; at most the model's bound). The prefill runs N rounded up to a bucket of 16 rows,
@@ -543,7 +548,7 @@ fn runtime_options(args: &Args) -> Result<RuntimeOptions> {
         weight_dtype,
         act_dtype: vla::backend::ActDtype::from_name(&args.act_dtype)?,
         stepwise: args.stepwise,
-        stack_batch: None,
+        stack_batch: args.stack_batch,
         embodiment: args.embodiment.clone(),
         statistics: args.statistics.clone(),
         ..Default::default()

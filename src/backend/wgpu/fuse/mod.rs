@@ -80,7 +80,7 @@ pub(super) fn positions(order: &[usize]) -> Vec<usize> {
 #[derive(Default)]
 pub(super) struct Plan {
     pub groups: Vec<Siblings>,
-    uploads: Vec<Fused>,
+    uploads: Vec<std::sync::Arc<Fused>>,
     /// per group, its upload
     upload_of: Vec<usize>,
     role: Vec<Option<Role>>,
@@ -102,8 +102,12 @@ impl Plan {
             match plan.groups[..k].iter().position(|h| h.params == g.params) {
                 Some(j) => plan.upload_of.push(plan.upload_of[j]),
                 None => {
-                    let (f, bytes) = g.upload(ctx, graph, weights)?;
-                    plan.uploaded_bytes += bytes;
+                    let key = g.shared_key(graph, weights);
+                    let make = || g.upload(ctx, graph, weights);
+                    let (f, now) = ctx.shared.fused.get_or(key, make)?;
+                    if now {
+                        plan.uploaded_bytes += f.bytes();
+                    }
                     plan.upload_of.push(plan.uploads.len());
                     plan.uploads.push(f);
                 }
@@ -132,6 +136,12 @@ impl Plan {
     /// Node `i`'s part in the plan (none when nothing fuses).
     pub fn role(&self, i: usize) -> Option<Role> {
         self.role.get(i).copied().flatten()
+    }
+
+    /// The groups' uploads, which the executable keeps (for executables compiled later to
+    /// share while it lives).
+    pub fn uploads(&self) -> &[std::sync::Arc<Fused>] {
+        &self.uploads
     }
 
     /// Group `k`'s weights (and biases) as uploaded.

@@ -3,6 +3,7 @@
 //! layer's query, key and value projections), found and uploaded as one product.
 
 use super::super::kernels::{Chunk, TensorBuf};
+use super::super::shared::WeightKey;
 use super::super::upload::{upload, upload_rows};
 use super::super::GpuContext;
 use super::NodeFacts;
@@ -120,6 +121,12 @@ pub(crate) struct Fused {
 }
 
 impl Fused {
+    /// Bytes uploaded: the weights' chunks and the biases.
+    pub fn bytes(&self) -> u64 {
+        let bias = self.bias.as_ref().map_or(0, |(b, _)| b.size());
+        self.chunks.iter().map(|c| c.buffer.size()).sum::<u64>() + bias
+    }
+
     /// The concatenated weight as the matmul kernels take it.
     pub fn weight(&self) -> TensorBuf<'_> {
         TensorBuf::Raw {
@@ -149,14 +156,34 @@ impl Siblings {
         })
     }
 
-    /// Uploads the group's weights and biases concatenated; returns them and the bytes
-    /// uploaded.
+    /// The key its upload is shared under ([`crate::backend::wgpu`]'s `shared`): its
+    /// weights' and biases' names in `store`; none where one is a constant of the graph.
+    pub fn shared_key(&self, graph: &Graph, store: &dyn WeightStore) -> Option<WeightKey> {
+        let mut names = Vec::new();
+        for &m in &self.members {
+            let node = graph.node(NodeId(m));
+            let params = [Some(node.inputs[1]), node.addend()];
+            for p in params.into_iter().flatten() {
+                match &graph.node(p).op {
+                    Op::Weight(name) if !graph.constants.contains_key(name) => names.push(name),
+                    _ => return None,
+                }
+            }
+        }
+        let joined: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
+        Some(super::super::shared::key(
+            store,
+            &format!("fused {}", joined.join(" ")),
+        ))
+    }
+
+    /// Uploads the group's weights and biases concatenated.
     pub fn upload(
         &self,
         ctx: &GpuContext,
         graph: &Graph,
         store: &dyn WeightStore,
-    ) -> Result<(Fused, u64)> {
+    ) -> Result<Fused> {
         let param = |m: usize, k: usize| graph.node(graph.node(NodeId(m)).inputs[k]);
         let data = |node: &Node| match &node.op {
             Op::Weight(name) => graph.weight_data(store, name),
@@ -188,9 +215,7 @@ impl Siblings {
         let weight = Tensor::from_bytes(vec![columns, depth], dtype, bytes)?;
         let max_binding = ctx.limits.max_storage_buffer_binding_size;
         let chunks = upload_rows(ctx, &name, &weight, max_binding)?;
-        let mut uploaded: u64 = chunks.iter().map(|c| c.buffer.size()).sum();
         let bias = (!bias.is_empty()).then(|| {
-            uploaded += 4 * bias.len() as u64;
             (
                 upload(ctx, &name, bytemuck::cast_slice(&bias)),
                 vec![columns],
@@ -202,7 +227,7 @@ impl Siblings {
             dtype,
             bias,
         };
-        Ok((fused, uploaded))
+        Ok(fused)
     }
 }
 
