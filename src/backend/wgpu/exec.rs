@@ -44,7 +44,7 @@ pub(crate) struct WgpuExecutable {
     places: Vec<Place>,
     /// Sibling products' fused weights (`fuse::Plan`): the dispatches read them; kept here
     /// so that executables compiled later over the same store share them.
-    fused_uploads: Vec<Arc<fuse::Fused>>,
+    _fused_uploads: Vec<Arc<fuse::Fused>>,
     /// Per node, the dtype its value is stored in ([`store_dtypes`]).
     stores: Vec<ActDtype>,
     slots: Vec<wgpu::Buffer>,
@@ -301,7 +301,7 @@ impl WgpuExecutable {
             ctx,
             graph: graph.clone(),
             places,
-            fused_uploads: plan.uploads().to_vec(),
+            _fused_uploads: plan.uploads().to_vec(),
             stores,
             slots,
             dispatches,
