@@ -36,7 +36,7 @@ pub trait OneRun {
     fn stage(&self, obs: &Observation) -> Result<Staged<Self::Key, Self::Ctx>>;
     /// Runs `requests` (one or more) in the set `key`, compiling it on first sight
     /// ([`LoadedGraphs::run`]).
-    fn run(&mut self, key: &Self::Key, requests: Vec<Named>) -> Result<Outputs>;
+    fn run(&mut self, key: &Self::Key, requests: &[Named]) -> Result<Outputs>;
     /// The chunk from a request's outputs; the caller sets its total time and counters.
     fn finish(
         &mut self,
@@ -77,25 +77,41 @@ pub fn predict_batch<P: OneRun>(p: &mut P, batch: &[Observation]) -> Vec<Result<
             })
             .unzip();
         let before = p.counters();
-        match p.run(&key, inputs) {
-            Ok((outputs, stage_ms)) => {
-                let counters = p.counters().since(&before);
-                for ((&j, ctx), outs) in group.iter().zip(ctxs).zip(outputs) {
-                    let chunk = p.finish(&batch[j], ctx, outs, stage_ms.as_deref());
-                    out[j] = Some(chunk.map(|mut c| {
-                        c.times.total_ms = ms_since(t0);
-                        c.counters = counters;
-                        c.batch = group.len();
-                        c
-                    }));
-                }
-            }
-            Err(e) if group.len() == 1 => out[group[0]] = Some(Err(e)),
+        let ran = match p.run(&key, &inputs) {
+            Ok(ran) => vec![(group.len(), Ok(ran))],
+            Err(e) if group.len() == 1 => vec![(1, Err(e))],
+            // a batch the backend cannot run (its memory, say): each request alone
             Err(e) => {
-                let why = format!("a batched run of {} requests failed: {e}", group.len());
-                for &j in &group {
-                    out[j] = Some(Err(Error::InvalidArgument(why.clone())));
+                tracing::warn!(
+                    "a batch of {} failed ({e}); running each alone",
+                    group.len()
+                );
+                let mut alone = |i: &Named| p.run(&key, std::slice::from_ref(i));
+                inputs.iter().map(|i| (1, alone(i))).collect()
+            }
+        };
+        let counters = p.counters().since(&before);
+        let mut ctxs = ctxs.into_iter();
+        let mut next = group.iter();
+        for (size, result) in ran {
+            let (ctxs, js): (Vec<_>, Vec<usize>) = (ctxs.by_ref().take(size))
+                .zip(next.by_ref().take(size).copied())
+                .unzip();
+            let (outputs, stage_ms) = match result {
+                Ok(o) => o,
+                Err(e) => {
+                    out[js[0]] = Some(Err(e));
+                    continue;
                 }
+            };
+            for ((j, ctx), outs) in js.into_iter().zip(ctxs).zip(outputs) {
+                let chunk = p.finish(&batch[j], ctx, outs, stage_ms.as_deref());
+                out[j] = Some(chunk.map(|mut c| {
+                    c.times.total_ms = ms_since(t0);
+                    c.counters = counters;
+                    c.batch = size;
+                    c
+                }));
             }
         }
     }
@@ -103,6 +119,38 @@ pub fn predict_batch<P: OneRun>(p: &mut P, batch: &[Observation]) -> Vec<Result<
         .map(|r| r.expect("every request answered"))
         .collect()
 }
+
+/// The [`Policy`](crate::policy::Policy) methods of a [`OneRun`] policy whose compiled
+/// sets are `self.graphs` and whose info is `self.info`, inside its `impl Policy`: a predict
+/// is a batch of one, and the memory figures follow each batch's runs.
+macro_rules! one_run_policy {
+    () => {
+        fn info(&self) -> &$crate::policy::PolicyInfo {
+            &self.info
+        }
+
+        fn predict(
+            &mut self,
+            obs: &$crate::policy::Observation,
+        ) -> $crate::Result<$crate::policy::ActionChunk> {
+            self.predict_batch(std::slice::from_ref(obs)).remove(0)
+        }
+
+        fn predict_batch(
+            &mut self,
+            batch: &[$crate::policy::Observation],
+        ) -> Vec<$crate::Result<$crate::policy::ActionChunk>> {
+            let out = $crate::models::batch::predict_batch(self, batch);
+            self.graphs.report_memory(&mut self.info);
+            out
+        }
+
+        fn profile(&self) -> Option<Vec<$crate::backend::KernelTime>> {
+            self.graphs.profile()
+        }
+    };
+}
+pub(crate) use one_run_policy;
 
 impl<K: PartialEq + Clone> LoadedGraphs<K> {
     /// Runs `requests` in the set `key`: one request in the set's own graph
@@ -112,7 +160,7 @@ impl<K: PartialEq + Clone> LoadedGraphs<K> {
     pub fn run(
         &mut self,
         key: &K,
-        requests: Vec<Named>,
+        requests: &[Named],
         build: impl Fn(&GgufFile) -> Result<Vec<Graph>>,
     ) -> Result<Outputs> {
         let n = requests.len();

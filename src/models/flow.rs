@@ -677,7 +677,7 @@ impl<A: FlowArch> OneRun for FlowPolicy<A> {
         })
     }
 
-    fn run(&mut self, key: &GraphKey, requests: Vec<Named>) -> Result<Outputs> {
+    fn run(&mut self, key: &GraphKey, requests: &[Named]) -> Result<Outputs> {
         let (frames, rows) = key;
         if requests.len() == 1 {
             self.select_graphs(frames.clone(), *rows)?;

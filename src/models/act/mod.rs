@@ -408,23 +408,7 @@ fn unread_fields(obs: &Observation) -> Vec<String> {
 }
 
 impl Policy for ActPolicy {
-    fn info(&self) -> &PolicyInfo {
-        &self.info
-    }
-
-    fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        self.predict_batch(std::slice::from_ref(obs)).remove(0)
-    }
-
-    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
-        let out = batch::predict_batch(self, batch);
-        self.graphs.report_memory(&mut self.info);
-        out
-    }
-
-    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
-        self.graphs.profile()
-    }
+    batch::one_run_policy!();
 }
 
 /// A random-weight ACT file of `cfg`'s sizes (matrices of type `ty`, kernels and the rest
@@ -469,7 +453,7 @@ impl OneRun for ActPolicy {
         })
     }
 
-    fn run(&mut self, key: &Vec<FrameKey>, requests: Vec<Named>) -> Result<Outputs> {
+    fn run(&mut self, key: &Vec<FrameKey>, requests: &[Named]) -> Result<Outputs> {
         let (cfg, pixels) = (&self.cfg, &self.pixels);
         self.graphs
             .run(key, requests, |f| Self::build(f, cfg, key, pixels))

@@ -306,23 +306,7 @@ fn unread_noise(cfg: &OctoConfig, obs: &Observation) -> Vec<String> {
 }
 
 impl Policy for OctoPolicy {
-    fn info(&self) -> &PolicyInfo {
-        &self.info
-    }
-
-    fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        self.predict_batch(std::slice::from_ref(obs)).remove(0)
-    }
-
-    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
-        let out = batch::predict_batch(self, batch);
-        self.graphs.report_memory(&mut self.info);
-        out
-    }
-
-    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
-        self.graphs.profile()
-    }
+    batch::one_run_policy!();
 }
 
 impl OneRun for OctoPolicy {
@@ -368,7 +352,7 @@ impl OneRun for OctoPolicy {
         })
     }
 
-    fn run(&mut self, key: &bool, requests: Vec<Named>) -> Result<Outputs> {
+    fn run(&mut self, key: &bool, requests: &[Named]) -> Result<Outputs> {
         let (cfg, head, bytes) = (&self.cfg, &self.head, *key);
         self.graphs
             .run(key, requests, |f| Self::build(f, cfg, head, bytes))

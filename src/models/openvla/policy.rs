@@ -123,23 +123,7 @@ pub fn suite(file: &GgufFile, chosen: Option<&str>) -> Result<Option<String>> {
 }
 
 impl<A: OpenVlaArch> Policy for OpenVlaPolicy<A> {
-    fn info(&self) -> &PolicyInfo {
-        &self.info
-    }
-
-    fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        self.predict_batch(std::slice::from_ref(obs)).remove(0)
-    }
-
-    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
-        let out = batch::predict_batch(self, batch);
-        self.graphs.report_memory(&mut self.info);
-        out
-    }
-
-    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
-        self.graphs.profile()
-    }
+    batch::one_run_policy!();
 }
 
 impl<A: OpenVlaArch> OneRun for OpenVlaPolicy<A> {
@@ -191,7 +175,7 @@ impl<A: OpenVlaArch> OneRun for OpenVlaPolicy<A> {
         })
     }
 
-    fn run(&mut self, key: &PromptShape, requests: Vec<Named>) -> Result<Outputs> {
+    fn run(&mut self, key: &PromptShape, requests: &[Named]) -> Result<Outputs> {
         let cfg = &self.cfg;
         self.graphs
             .run(key, requests, |f| Self::build(f, cfg, *key))

@@ -179,23 +179,7 @@ fn statistics(file: &GgufFile, opts: &RuntimeOptions) -> Result<TurboStats> {
 }
 
 impl Policy for TurboPolicy {
-    fn info(&self) -> &PolicyInfo {
-        &self.info
-    }
-
-    fn predict(&mut self, obs: &Observation) -> Result<ActionChunk> {
-        self.predict_batch(std::slice::from_ref(obs)).remove(0)
-    }
-
-    fn predict_batch(&mut self, batch: &[Observation]) -> Vec<Result<ActionChunk>> {
-        let out = batch::predict_batch(self, batch);
-        self.graphs.report_memory(&mut self.info);
-        out
-    }
-
-    fn profile(&self) -> Option<Vec<crate::backend::KernelTime>> {
-        self.graphs.profile()
-    }
+    batch::one_run_policy!();
 }
 
 impl OneRun for TurboPolicy {
@@ -267,7 +251,7 @@ impl OneRun for TurboPolicy {
         })
     }
 
-    fn run(&mut self, key: &GraphKey, requests: Vec<Named>) -> Result<Outputs> {
+    fn run(&mut self, key: &GraphKey, requests: &[Named]) -> Result<Outputs> {
         let cfg = &self.cfg;
         self.graphs.run(key, requests, |f| Self::build(f, cfg, key))
     }
