@@ -182,10 +182,7 @@ impl Server {
         let worker_done = ctx.socket(zmq::PAIR)?;
         worker_done.connect(&inproc)?;
         let info = policy.info().clone();
-        let info_fields = match serde_json::from_str(&info_json(&info)) {
-            Ok(serde_json::Value::Object(fields)) => fields,
-            _ => unreachable!("info_json writes an object"),
-        };
+        let info_fields = info_fields(&info);
         let (tx, rx) = mpsc::channel::<Vec<Job>>();
         let worker = std::thread::Builder::new()
             .name("vla-worker".into())
@@ -595,7 +592,12 @@ fn ms(d: Duration) -> f32 {
 /// The policy's part of the reply to an INFO request ([`Server::info_json`] adds the
 /// serving options and counts).
 pub fn info_json(info: &PolicyInfo) -> String {
-    serde_json::json!({
+    serde_json::Value::Object(info_fields(info)).to_string()
+}
+
+/// [`info_json`]'s fields.
+fn info_fields(info: &PolicyInfo) -> serde_json::Map<String, serde_json::Value> {
+    let serde_json::Value::Object(fields) = serde_json::json!({
         "arch": info.arch,
         "n_images": info.n_images,
         "camera_names": info.camera_names,
@@ -624,6 +626,8 @@ pub fn info_json(info: &PolicyInfo) -> String {
         "image_sizes": info.frame_sizes(),
         "window": info.window,
         "server": concat!("vla-server ", env!("CARGO_PKG_VERSION")),
-    })
-    .to_string()
+    }) else {
+        unreachable!("a json! object")
+    };
+    fields
 }
