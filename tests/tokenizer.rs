@@ -83,11 +83,15 @@ fn check(tok: &Tokenizer, g: &Value, want: &[Vec<u32>]) {
             bad.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
         }
     }
+    none_differ(&bad, texts.len());
+}
+
+/// Fails listing `bad`, the texts (of `n`) whose ids differ from the reference's.
+fn none_differ(bad: &[String], n: usize) {
     assert!(
         bad.is_empty(),
-        "{} of {} texts differ:\n{}",
+        "{} of {n} texts differ:\n{}",
         bad.len(),
-        texts.len(),
         bad.join("\n")
     );
 }
