@@ -2,7 +2,8 @@
 //!
 //! `cargo bench --bench ops` (all), `cargo bench --bench ops -- matmul` (a filter).
 //! Throughput is reported as elements/s where one "element" is one FLOP (matmul,
-//! attention), so criterion's "Melem/s" reads as MFLOP/s. Backends: cpu plus
+//! attention), so criterion's "Melem/s" reads as MFLOP/s, to be read against the CPU's peaks
+//! printed first (`vla::ops::peak`, measured on this machine). Backends: cpu plus
 //! `VLA_BENCH_BACKENDS` (default `vulkan`); one that cannot open is reported and skipped.
 
 use criterion::measurement::WallTime;
@@ -314,7 +315,20 @@ fn bench_ternary(c: &mut Criterion) {
     group.finish();
 }
 
+/// This CPU's peak per instruction path, what the cpu rows' Melem/s (MFLOP/s, or MOPS for
+/// the integer kernels) are to be read against.
+fn print_peaks() {
+    let threads = rayon::current_num_threads();
+    for p in vla::ops::peak::measure() {
+        eprintln!(
+            "cpu peak: {} {:.1} {} on 1 thread, {:.1} on {threads}",
+            p.path, p.one_thread, p.unit, p.all_threads
+        );
+    }
+}
+
 fn all(c: &mut Criterion) {
+    print_peaks();
     let backends = backends();
     bench_matmul(c, &backends);
     bench_attention(c, &backends);

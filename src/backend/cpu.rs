@@ -1,10 +1,12 @@
 //! The reference backend: each node is one call into [`crate::ops`].
 
+use super::shared::{self, Cache};
 use super::{match_inputs, Backend, ExecStats, Executable, RunCounters, SharedStore, WeightStore};
 use crate::graph::{AttentionMask, GateAct, Graph, Op};
 use crate::ops::{self, Mask};
 use crate::{Error, Result, Tensor};
 use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 pub struct CpuBackend;
@@ -26,8 +28,7 @@ impl Backend for CpuBackend {
         weights: &'w dyn WeightStore,
     ) -> Result<Box<dyn Executable + 'w>> {
         let resolved = resolve(graph, |name| graph.weight_data(weights, name))?;
-        let (prepared, bytes) = prepare(graph, &resolved)?;
-        release_packed(graph, &prepared, weights);
+        let (prepared, bytes) = prepare(graph, &resolved, weights)?;
         Ok(Box::new(CpuExecutable::new(
             graph,
             Weights::Resolved(resolved),
@@ -39,9 +40,8 @@ impl Backend for CpuBackend {
     /// Weights are viewed in the shared store at each run (a lookup per weight, no copy).
     fn compile_shared(&self, graph: &Graph, weights: SharedStore) -> Result<Box<dyn Executable>> {
         let resolved = resolve(graph, |name| graph.weight_view(&*weights, name))?;
-        let (prepared, bytes) = prepare(graph, &resolved)?;
+        let (prepared, bytes) = prepare(graph, &resolved, &*weights)?;
         drop(resolved);
-        release_packed(graph, &prepared, &*weights);
         Ok(Box::new(CpuExecutable::new(
             graph,
             Weights::Shared(weights),
@@ -66,17 +66,26 @@ fn resolve<'s>(
         .collect()
 }
 
-/// The integer kernel's tiles of every quantized matmul weight and FoldQuant site's codes,
-/// made once at compile (otherwise each run repacks them: most of a 50-row matmul's time),
-/// and the bytes the weights take: a packed weight's tiles in place of its file bytes,
-/// which [`release_packed`] lets go.
-fn prepare(graph: &Graph, resolved: &[Option<Tensor>]) -> Result<(Vec<Option<Prepared>>, u64)> {
+/// The kernels' layouts of every matmul weight (f32 panels, quantized weights' integer
+/// tiles) and FoldQuant site's codes, made once at compile (otherwise each run repacks
+/// them: most of a 50-row matmul's time) or taken from a live executable over the same
+/// store, and the bytes the weights take: a packed weight's layout in place of its file
+/// bytes (none for a layout another executable made). The store is told at once that a
+/// packed weight will not be read again soon (the runs read the layout): a mapped file lets
+/// its pages go, so a model does not hold its file's pages beside its layouts, nor peak at
+/// both while they are made.
+fn prepare(
+    graph: &Graph,
+    resolved: &[Option<Tensor>],
+    store: &dyn WeightStore,
+) -> Result<(Vec<Option<Arc<Prepared>>>, u64)> {
+    static SHARED: LazyLock<Cache<Prepared>> = LazyLock::new(Cache::default);
     let mut bytes: u64 = resolved
         .iter()
         .flatten()
         .map(|t| t.raw_bytes().len() as u64)
         .sum();
-    let mut prepared: Vec<Option<Prepared>> = (0..resolved.len()).map(|_| None).collect();
+    let mut prepared: Vec<Option<Arc<Prepared>>> = (0..resolved.len()).map(|_| None).collect();
     for node in graph.nodes() {
         if !(node.op.is_float_product() || matches!(node.op, Op::FqLinear(_))) {
             continue;
@@ -85,32 +94,36 @@ fn prepare(graph: &Graph, resolved: &[Option<Tensor>]) -> Result<(Vec<Option<Pre
             let (Some(t), None) = (&resolved[w], &prepared[w]) else {
                 continue;
             };
-            prepared[w] = match &node.op {
-                Op::FqLinear(p) => ops::foldquant::int_tiles(t, p).map(Prepared::FqCodes),
-                _ => ops::PackedWeight::new(t)?.map(Prepared::Matmul),
+            let Op::Weight(name) = &graph.nodes()[w].op else {
+                continue;
             };
-            if let Some(p) = &prepared[w] {
-                bytes = bytes - t.raw_bytes().len() as u64 + p.bytes();
+            // a constant is the graph's own; a site's tiles depend on its codes' width too
+            let kind = match &node.op {
+                Op::FqLinear(p) => format!("{name} fq{}", p.weight_bits),
+                _ => format!("{name} matmul"),
+            };
+            let key = (!graph.constants.contains_key(name)).then(|| shared::key(store, &kind));
+            let made = SHARED.get_or_maybe(key, || {
+                Ok(match &node.op {
+                    Op::FqLinear(p) => ops::foldquant::int_tiles(t, p).map(Prepared::FqCodes),
+                    _ => ops::PackedWeight::new(t)?.map(Prepared::Matmul),
+                })
+            })?;
+            let Some((p, now)) = made else { continue };
+            bytes -= t.raw_bytes().len() as u64;
+            if now {
+                bytes += p.bytes();
             }
+            store.read_for_now(name);
+            prepared[w] = Some(p);
         }
     }
     Ok((prepared, bytes))
 }
 
-/// Tells the store that the weights now in tiles will not be read again soon (the runs read
-/// their tiles): a mapped file lets their pages go, so a quantized model does not hold its
-/// file's pages beside its tiles.
-fn release_packed(graph: &Graph, prepared: &[Option<Prepared>], store: &dyn WeightStore) {
-    for (node, p) in graph.nodes().iter().zip(prepared) {
-        if let (Op::Weight(name), Some(_)) = (&node.op, p) {
-            store.read_for_now(name);
-        }
-    }
-}
-
-/// A weight in the integer kernel's tiles, made at compile.
+/// A weight in its kernel's layout, made at compile.
 enum Prepared {
-    /// A block-quantized matmul weight (Q8_0, Q4_0, Q5_0).
+    /// A matmul weight: f32 panels or a block-quantized weight's integer tiles.
     Matmul(ops::PackedWeight),
     /// A FoldQuant site's codes.
     FqCodes(ops::IntTiles),
@@ -136,8 +149,8 @@ enum Weights<'w> {
 struct CpuExecutable<'w> {
     graph: Graph,
     weights: Weights<'w>,
-    /// Per weight node: its integer kernel's tiles, where a matmul or FoldQuant site reads it.
-    prepared: Vec<Option<Prepared>>,
+    /// Per weight node: its kernel's layout, where a matmul or FoldQuant site reads it.
+    prepared: Vec<Option<Arc<Prepared>>>,
     last_use: Vec<usize>,
     /// Im2Col nodes that are not run: their one reader, a matmul, makes the receptive
     /// fields a block at a time ([`ops::conv_matmul`]).
@@ -152,7 +165,7 @@ impl<'w> CpuExecutable<'w> {
     fn new(
         graph: &Graph,
         weights: Weights<'w>,
-        prepared: Vec<Option<Prepared>>,
+        prepared: Vec<Option<Arc<Prepared>>>,
         bytes: u64,
     ) -> Self {
         let (folded, last_use) = folded_im2col(graph);
@@ -272,7 +285,7 @@ impl Executable for CpuExecutable<'_> {
                 None => arg(0),
             };
             // input k's integer-kernel tiles, made at compile
-            let packed = |k: usize| match &self.prepared[node.inputs[k].0] {
+            let packed = |k: usize| match self.prepared[node.inputs[k].0].as_deref() {
                 Some(Prepared::Matmul(p)) => Some(p),
                 _ => None,
             };
@@ -372,7 +385,7 @@ impl Executable for CpuExecutable<'_> {
                     let ascale = p.fold.map(|_| arg(3));
                     let gain = p.norm.map(|_| arg(3 + usize::from(p.fold.is_some())));
                     let addend = p.addend.then(|| arg(node.inputs.len() - 1));
-                    let tiles = match &self.prepared[node.inputs[1].0] {
+                    let tiles = match self.prepared[node.inputs[1].0].as_deref() {
                         Some(Prepared::FqCodes(t)) => Some(t),
                         _ => None,
                     };

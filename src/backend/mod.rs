@@ -6,6 +6,7 @@ mod cpu;
 #[cfg(feature = "ggml")]
 pub mod ggml;
 pub mod profile;
+mod shared;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 

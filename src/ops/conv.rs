@@ -3,8 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::matmul::{linear, matmul_add_packed};
-use super::qgemm::PackedWeight;
+use super::matmul::{linear, matmul_add_packed, PackedWeight};
 use super::{f32s, out};
 use crate::{Error, Result, Tensor};
 

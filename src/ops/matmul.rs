@@ -2,10 +2,12 @@
 //! dtype) and batched `bmm`.
 
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 use super::fdot;
 use super::kernels::{sgemm, Dst, Mat, SendPtr};
-use super::qgemm::{self, PackedWeight};
+use super::panels::{self, F32Panels};
+use super::qgemm::{self, BlockTiles};
 use super::{f32s, out};
 use crate::{Error, Result, Tensor};
 
@@ -145,6 +147,40 @@ fn gemm_xwt(
     Ok(res)
 }
 
+/// A matmul weight in the layout its kernel reads, made once (the cpu backend makes it at
+/// compile) so no run repacks it.
+pub enum PackedWeight {
+    /// An f32 weight in 32-column panels (where the CPU has avx512f: `panels`).
+    F32(F32Panels),
+    /// A block-quantized weight's integer tiles (Q8_0, Q4_0, Q5_0 where the CPU has
+    /// AVX512-VNNI: `qgemm`).
+    Blocks(BlockTiles),
+}
+
+impl PackedWeight {
+    /// `w [n, k]` packed for its kernel, or `None` where no packed kernel runs for it here.
+    pub fn new(w: &Tensor) -> Result<Option<Self>> {
+        if w.is_f32() {
+            let [n, k] = w.shape()[..] else {
+                return Ok(None);
+            };
+            if !panels::enabled() {
+                return Ok(None);
+            }
+            return Ok(Some(Self::F32(F32Panels::new(w.as_f32()?, n, k))));
+        }
+        Ok(BlockTiles::new(w)?.map(Self::Blocks))
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Self::F32(p) => p.bytes(),
+            Self::Blocks(t) => t.bytes(),
+        }
+    }
+}
+
 /// `x @ w^T`: `x [.., M, K]` (any leading dims, or just `[K]`) times a 2-D weight `w [N, K]`
 /// (out, in) of dtype F32, F16, BF16 or a block-quantized type (Q8_0, Q4_0, Q4_1, Q5_0,
 /// Q5_1, ...), giving `[.., M, N]`. Q8_0/Q4_0/Q5_0 weights run on the integer kernel where
@@ -160,7 +196,8 @@ pub fn matmul_add(x: &Tensor, w: &Tensor, c: Option<&Tensor>) -> Result<Tensor<'
     matmul_add_packed(x, w, None, c)
 }
 
-/// [`matmul_add`] with `w`'s integer-path tiles made beforehand ([`PackedWeight::new`] of `w`).
+/// [`matmul_add`] with `w` in its kernel's layout made beforehand ([`PackedWeight::new`] of
+/// `w`).
 pub fn matmul_add_packed(
     x: &Tensor,
     w: &Tensor,
@@ -186,21 +223,11 @@ pub fn matmul_add_packed(
     }
     let m: usize = xs[..xs.len() - 1].iter().product();
     let xd = f32s(x)?;
-    let addend = match c {
-        None => None,
-        Some(c) if c.shape() == [n] => {
-            let row = f32s(c)?;
-            Some(
-                row.iter()
-                    .copied()
-                    .cycle()
-                    .take(m * n)
-                    .collect::<Vec<f32>>(),
-            )
-        }
-        Some(c) if c.numel() == m * n && c.shape().last() == Some(&n) => {
-            Some(f32s(c)?.into_owned())
-        }
+    // the addend: a bias row, or the output's first values
+    let (row, full) = match c {
+        None => (None, None),
+        Some(c) if c.shape() == [n] => (Some(f32s(c)?), None),
+        Some(c) if c.numel() == m * n && c.shape().last() == Some(&n) => (None, Some(f32s(c)?)),
         Some(c) => {
             return Err(Error::shape(
                 "matmul",
@@ -211,7 +238,17 @@ pub fn matmul_add_packed(
             ))
         }
     };
-    let res = if w.is_f32() {
+    let res = if let Some(PackedWeight::F32(p)) = packed {
+        if p.shape() != (n, k) {
+            return Err(Error::shape("matmul", "packed weight is not the weight's"));
+        }
+        // the bias goes in as the sums are stored, not as a copy per row first
+        let accumulate = full.is_some();
+        let mut res = full.map_or_else(|| vec![0.0f32; m * n], Cow::into_owned);
+        p.xwt(&xd, m, row.as_deref(), accumulate, &mut res);
+        res
+    } else if w.is_f32() {
+        let addend = addend(row, full, m);
         gemm_xwt(
             &xd,
             m,
@@ -222,7 +259,12 @@ pub fn matmul_add_packed(
             fdot::enabled(),
         )?
     } else if qgemm::enabled(w.dtype()) {
-        let mut y = qgemm::xwt(&xd, m, k, w, n, packed)?;
+        let addend = addend(row, full, m);
+        let tiles = match packed {
+            Some(PackedWeight::Blocks(t)) => Some(t),
+            _ => None,
+        };
+        let mut y = qgemm::xwt(&xd, m, k, w, n, tiles)?;
         if let Some(c) = addend {
             y.par_iter_mut()
                 .zip(c.par_iter())
@@ -230,11 +272,20 @@ pub fn matmul_add_packed(
         }
         y
     } else {
+        let addend = addend(row, full, m);
         gemm_xwt(&xd, m, k, Weight::Packed(w), n, addend, false)?
     };
     let mut shape = xs.to_vec();
     *shape.last_mut().expect("rank >= 1") = n;
     out(shape, res)
+}
+
+/// The output's first values: a bias `row` repeated for each of the `m` rows, or `full`.
+fn addend(row: Option<Cow<[f32]>>, full: Option<Cow<[f32]>>, m: usize) -> Option<Vec<f32>> {
+    match (row, full) {
+        (Some(row), _) => Some(row.repeat(m)),
+        (None, full) => full.map(Cow::into_owned),
+    }
 }
 
 /// `x @ w^T + bias`, with `bias` of shape `[N]` (any dtype).
@@ -428,9 +479,17 @@ mod tests {
             assert_eq!(y.shape(), &[m, n]);
             let want = naive_xwt(&x, &w, m, k, n);
             assert_close(y.as_f32().unwrap(), &want, 1e-5);
-            // The gemm crate's path too, where the dot-form kernel took the call above.
+            // The gemm crate's path too, where the dot-form kernel took the call above, and
+            // the panels the cpu backend packs (where the CPU has avx512f), with a bias.
             let crate_path = gemm_xwt(&x, m, k, Weight::F32(&w), n, None, false).unwrap();
             assert_close(&crate_path, &want, 1e-5);
+            if let Some(p) = PackedWeight::new(&wt).unwrap() {
+                let bias = r.vec(n);
+                let bt = Tensor::from_f32(vec![n], bias.clone()).unwrap();
+                let y = matmul_add_packed(&xt, &wt, Some(&p), Some(&bt)).unwrap();
+                let with_bias: Vec<f32> = (0..m * n).map(|i| want[i] + bias[i % n]).collect();
+                assert_close(y.as_f32().unwrap(), &with_bias, 1e-5);
+            }
         }
     }
 

@@ -147,14 +147,14 @@ pub(crate) fn reference(
 
 /// `x [m, k] @ w^T` for a symmetric block-quantized `w [n, k]` on the fastest kernel this
 /// CPU has; panels of 32-column tiles in parallel, each packed from the weight's blocks into
-/// a per-thread scratch (or taken from `packed`, the same tiles made once: [`PackedWeight`]).
+/// a per-thread scratch (or taken from `packed`, the same tiles made once: [`BlockTiles`]).
 pub(crate) fn xwt(
     x: &[f32],
     m: usize,
     k: usize,
     w: &Tensor,
     n: usize,
-    packed: Option<&PackedWeight>,
+    packed: Option<&BlockTiles>,
 ) -> Result<Vec<f32>> {
     let mut res = vec![0.0f32; m * n];
     if m == 0 || n == 0 || k == 0 {
@@ -208,12 +208,12 @@ pub(crate) fn xwt(
 /// A symmetric block-quantized weight's 32-column tiles packed once (the cpu backend makes
 /// them at compile for the matmuls' weights, so no run repacks them): codes one a byte plus
 /// an f32 scale and an i32 correction per 32-block, ~1.25 bytes a weight.
-pub struct PackedWeight {
+pub struct BlockTiles {
     k: usize,
     tiles: Vec<simd::Packed>,
 }
 
-impl PackedWeight {
+impl BlockTiles {
     /// `w [n, k]` packed, or `None` where the integer path does not run for it
     /// ([`enabled`], K a multiple of 32).
     pub fn new(w: &Tensor) -> Result<Option<Self>> {
@@ -231,7 +231,7 @@ impl PackedWeight {
                 Ok(p)
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Some(PackedWeight { k, tiles }))
+        Ok(Some(BlockTiles { k, tiles }))
     }
 
     /// Bytes held.
@@ -819,7 +819,7 @@ mod tests {
                 // The SIMD kernel, where this CPU has it, bit for bit.
                 if simd::detected() {
                     let fast = xwt(&x, m, k, &wt, n, None).unwrap();
-                    let packed = PackedWeight::new(&wt).unwrap().expect("VNNI runs");
+                    let packed = BlockTiles::new(&wt).unwrap().expect("VNNI runs");
                     let pre = xwt(&x, m, k, &wt, n, Some(&packed)).unwrap();
                     assert_eq!(pre, port, "{ty} {m}x{k}x{n} prepacked");
                     assert_eq!(fast, port, "{ty} {m}x{k}x{n}");

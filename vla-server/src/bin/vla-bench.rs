@@ -20,7 +20,7 @@ mod batched;
     name = "vla-bench",
     version,
     about = "Measure a VLA policy's latency per stage and its memory",
-    after_help = "Examples:\n  vla-bench --demo --backend vulkan --iters 20\n  vla-bench smolvla.gguf --backend cpu --threads 2\n  vla-bench smolvla.gguf --backend vulkan --batch 8\n  vla-bench --server tcp://127.0.0.1:5555 --iters 100\n  vla-bench --server tcp://127.0.0.1:5555 --clients 4 --iters 50"
+    after_help = "Examples:\n  vla-bench --demo --backend vulkan --iters 20\n  vla-bench smolvla.gguf --backend cpu --threads 2\n  vla-bench --peak --threads 2\n  vla-bench smolvla.gguf --backend vulkan --batch 8\n  vla-bench --server tcp://127.0.0.1:5555 --iters 100\n  vla-bench --server tcp://127.0.0.1:5555 --clients 4 --iters 50"
 )]
 struct Args {
     /// The model file (a GGUF).
@@ -108,6 +108,12 @@ struct Args {
     /// times.
     #[arg(long, conflicts_with_all = ["server", "compare", "stepwise"])]
     profile: bool,
+    /// Measure this CPU's peak rate per instruction path (f32 FMA, bf16 and int8 dot
+    /// products: register-only loops on one thread and on all --threads at once) and print
+    /// them first; alone, just that. The kernels' GFLOP/s and GOPS (here, in the profiles
+    /// and the ops bench) are to be read against these, on the machine they ran on.
+    #[arg(long, conflicts_with_all = ["server", "compare"])]
+    peak: bool,
     /// Camera frames of this size, WIDTHxHEIGHT (e.g. 640x480), as u8; default: the
     /// model's input size. Where the model's reference resizes floats (SmolVLA, pi0, pi0.5,
     /// VLA-JEPA) the backend resizes them; the first predict compiles for the size.
@@ -199,6 +205,30 @@ fn seeded(obs: &Observation, seed: usize) -> Observation {
     }
 }
 
+/// This CPU's peak per instruction path ([`vla::ops::peak`]).
+fn print_peaks() {
+    let peaks = vla::ops::peak::measure();
+    let threads = rayon::current_num_threads();
+    println!("cpu peak  (register-only loops; 2 operations per multiply-add)");
+    println!(
+        "  {:<34} {:>12} {:>12}",
+        "path",
+        "1 thread",
+        format!("{threads} threads")
+    );
+    for p in &peaks {
+        println!(
+            "  {:<34} {:>12} {:>12}",
+            p.path,
+            format!("{:.1} {}", p.one_thread, p.unit),
+            format!("{:.1} {}", p.all_threads, p.unit)
+        );
+    }
+    if peaks.is_empty() {
+        println!("  (no measured path on this CPU)");
+    }
+}
+
 /// min / median / max of each column, in ms.
 fn report(names: &[&str], rows: &[Vec<f32>]) {
     println!(
@@ -260,6 +290,12 @@ fn run(args: Args) -> Result<()> {
         return compare(&args);
     }
     let model = args.model.as_ref().or(args.ckpt.as_ref());
+    if args.peak {
+        print_peaks();
+        if model.is_none() && !args.demo {
+            return Ok(());
+        }
+    }
     let file = match (model, args.demo) {
         (Some(p), _) => GgufFile::open(p).with_context(|| format!("opening {}", p.display()))?,
         (None, true) => GgufFile::from_bytes(vla::models::demo_gguf()?)?,
