@@ -233,9 +233,12 @@ impl Executable for CpuExecutable<'_> {
         let (mut live, mut peak) = (0u64, 0u64);
         let starts: Vec<usize> = self.graph.stages().iter().map(|s| s.1).collect();
         let mut marks = Vec::with_capacity(starts.len() + 1);
-        // VLA_CPU_PROFILE=1: time per op kind, printed after each run.
-        let profile = std::env::var("VLA_CPU_PROFILE").is_ok_and(|v| v == "1");
-        let mut by_kind: BTreeMap<&'static str, (usize, f64, u64)> = BTreeMap::new();
+        // VLA_CPU_PROFILE=1: time per op kind, printed after each run; =shapes: per op kind
+        // and output shape.
+        let setting = std::env::var("VLA_CPU_PROFILE");
+        let by_shape = setting.as_deref() == Ok("shapes");
+        let profile = by_shape || setting.as_deref() == Ok("1");
+        let mut by_kind: BTreeMap<String, (usize, f64, u64)> = BTreeMap::new();
         // the last matmul-read RMSNorm, (input, gain) -> rows: q, k and v read the same one
         let mut last_norm: Option<((usize, usize), Tensor<'static>)> = None;
         for (i, node) in self.graph.nodes().iter().enumerate() {
@@ -408,7 +411,11 @@ impl Executable for CpuExecutable<'_> {
                 ));
             }
             if let Some(t) = t_op {
-                let e = by_kind.entry(node.op.kind()).or_default();
+                let key = match by_shape {
+                    true => format!("{} {:?}", node.op.kind(), node.shape),
+                    false => node.op.kind().to_owned(),
+                };
+                let e = by_kind.entry(key).or_default();
                 let flops = self.graph.node_flops(i);
                 *e = (e.0 + 1, e.1 + t.elapsed().as_secs_f64(), e.2 + flops);
             }

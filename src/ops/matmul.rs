@@ -6,9 +6,10 @@ use std::borrow::Cow;
 
 use super::fdot;
 use super::kernels::{sgemm, Dst, Mat, SendPtr};
-use super::panels::{self, F32Panels};
+use super::panels::{self, Panels};
 use super::qgemm::{self, BlockTiles};
 use super::{f32s, out};
+use crate::gguf::GgmlType;
 use crate::{Error, Result, Tensor};
 
 /// Where the `[N, K]` weight rows come from.
@@ -150,8 +151,9 @@ fn gemm_xwt(
 /// A matmul weight in the layout its kernel reads, made once (the cpu backend makes it at
 /// compile) so no run repacks it.
 pub enum PackedWeight {
-    /// An f32 weight in 32-column panels (where the CPU has avx512f: `panels`).
-    F32(F32Panels),
+    /// A float weight (f32, bf16, f16) in 32-column panels (where the CPU has avx512f:
+    /// `panels`).
+    Panels(Panels),
     /// A block-quantized weight's integer tiles (Q8_0, Q4_0, Q5_0 where the CPU has
     /// AVX512-VNNI: `qgemm`).
     Blocks(BlockTiles),
@@ -160,14 +162,11 @@ pub enum PackedWeight {
 impl PackedWeight {
     /// `w [n, k]` packed for its kernel, or `None` where no packed kernel runs for it here.
     pub fn new(w: &Tensor) -> Result<Option<Self>> {
-        if w.is_f32() {
-            let [n, k] = w.shape()[..] else {
-                return Ok(None);
-            };
+        if matches!(w.dtype(), GgmlType::F32 | GgmlType::BF16 | GgmlType::F16) {
             if !panels::enabled() {
                 return Ok(None);
             }
-            return Ok(Some(Self::F32(F32Panels::new(w.as_f32()?, n, k))));
+            return Ok(Panels::new(w)?.map(Self::Panels));
         }
         Ok(BlockTiles::new(w)?.map(Self::Blocks))
     }
@@ -175,7 +174,7 @@ impl PackedWeight {
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         match self {
-            Self::F32(p) => p.bytes(),
+            Self::Panels(p) => p.bytes(),
             Self::Blocks(t) => t.bytes(),
         }
     }
@@ -238,7 +237,7 @@ pub fn matmul_add_packed(
             ))
         }
     };
-    let res = if let Some(PackedWeight::F32(p)) = packed {
+    let res = if let Some(PackedWeight::Panels(p)) = packed {
         if p.shape() != (n, k) {
             return Err(Error::shape("matmul", "packed weight is not the weight's"));
         }
@@ -259,13 +258,12 @@ pub fn matmul_add_packed(
             fdot::enabled(),
         )?
     } else if qgemm::enabled(w.dtype()) {
-        let addend = addend(row, full, m);
         let tiles = match packed {
             Some(PackedWeight::Blocks(t)) => Some(t),
             _ => None,
         };
-        let mut y = qgemm::xwt(&xd, m, k, w, n, tiles)?;
-        if let Some(c) = addend {
+        let mut y = qgemm::xwt(&xd, m, k, w, n, tiles, row.as_deref())?;
+        if let Some(c) = full {
             y.par_iter_mut()
                 .zip(c.par_iter())
                 .for_each(|(y, c)| *y += c);
@@ -549,6 +547,14 @@ mod tests {
         let wt = Tensor::from_bytes(vec![n, k], GgmlType::F16, bytes).unwrap();
         let y = matmul(&xt, &wt).unwrap();
         assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wh, m, k, n), 1e-5);
+        // and from the panels the cpu backend packs, where it does
+        let packed = |wt: &Tensor| {
+            let p = PackedWeight::new(wt).unwrap()?;
+            Some(matmul_add_packed(&xt, wt, Some(&p), None).unwrap())
+        };
+        if let Some(y) = packed(&wt) {
+            assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wh, m, k, n), 1e-5);
+        }
 
         let wb: Vec<f32> = w.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
         let bytes: Vec<u8> = w
@@ -558,6 +564,9 @@ mod tests {
         let wt = Tensor::from_bytes(vec![n, k], GgmlType::BF16, bytes).unwrap();
         let y = matmul(&xt, &wt).unwrap();
         assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wb, m, k, n), 1e-5);
+        if let Some(y) = packed(&wt) {
+            assert_close(y.as_f32().unwrap(), &naive_xwt(&x, &wb, m, k, n), 1e-5);
+        }
         // Sanity: bf16 rounding is visible, so the oracle really used the rounded weights.
         assert!(wb.iter().zip(&w).any(|(a, b)| a != b));
     }
@@ -621,7 +630,7 @@ mod tests {
             if qgemm::enabled(ty) {
                 assert_eq!(
                     via.as_f32().unwrap(),
-                    qgemm::xwt(&x, m, k, &wt, n, None).unwrap()
+                    qgemm::xwt(&x, m, k, &wt, n, None, None).unwrap()
                 );
             } else {
                 assert_eq!(via.as_f32().unwrap(), y.as_f32().unwrap());

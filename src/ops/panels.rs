@@ -1,5 +1,7 @@
-//! `x @ w^T` for an f32 weight packed once into panels of 32 output columns (AVX-512 on
-//! x86_64), the cpu backend's default f32 matmul where the CPU has avx512f.
+//! `x @ w^T` for a float weight (f32, bf16 or f16) packed once into panels of 32 output
+//! columns (AVX-512 on x86_64), the cpu backend's float matmul where the CPU has avx512f.
+//! A 16-bit weight stays 16-bit in its panels (half the bytes to stream: a 50-row product
+//! waits on memory) and is widened to f32 as it is loaded; the arithmetic is f32 throughout.
 //!
 //! A panel holds 32 weight rows transposed, K-major (`panel[p * 32 + j] = w[n0 + j, p]`),
 //! so one step along K loads two contiguous vectors of weights and broadcasts one value of
@@ -16,6 +18,8 @@
 use rayon::prelude::*;
 
 use super::kernels::SendPtr;
+use crate::gguf::GgmlType;
+use crate::{Error, Result, Tensor};
 
 /// Output columns per panel (two 16-lane vectors).
 const NR: usize = 32;
@@ -34,36 +38,64 @@ pub(crate) fn enabled() -> bool {
         )
 }
 
-/// An f32 weight `[n, k]` in 32-column panels, zero past the last row.
-pub struct F32Panels {
+/// A float weight `[n, k]` in 32-column panels, zero past the last row, in its stored
+/// element type.
+pub struct Panels {
     n: usize,
     k: usize,
-    data: Vec<f32>,
+    data: Data,
 }
 
-impl F32Panels {
-    /// `w [n, k]` (row-major) packed, panels in parallel.
-    pub(crate) fn new(w: &[f32], n: usize, k: usize) -> Self {
-        assert!(w.len() >= n * k, "F32Panels: weight too short");
-        let mut data = vec![0.0f32; n.div_ceil(NR) * NR * k];
-        if k > 0 {
-            data.par_chunks_mut(NR * k)
-                .enumerate()
-                .for_each(|(t, panel)| {
-                    let rows = NR.min(n - t * NR);
-                    for (j, row) in w[t * NR * k..][..rows * k].chunks_exact(k).enumerate() {
-                        for (p, &v) in row.iter().enumerate() {
-                            panel[p * NR + j] = v;
-                        }
-                    }
-                });
-        }
-        F32Panels { n, k, data }
+/// The panels' values.
+enum Data {
+    F32(Vec<f32>),
+    /// bf16 or f16 bits.
+    Half(Vec<u16>, Half),
+}
+
+/// Which 16-bit float a panel holds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Half {
+    Bf16,
+    F16,
+}
+
+impl Panels {
+    /// `w [n, k]` (row-major, F32, BF16 or F16) packed, panels in parallel; `None` for
+    /// another dtype or shape.
+    pub(crate) fn new(w: &Tensor) -> Result<Option<Self>> {
+        let [n, k] = w.shape()[..] else {
+            return Ok(None);
+        };
+        let data = match w.dtype() {
+            GgmlType::F32 => Data::F32(pack(w.as_f32()?, n, k)),
+            t @ (GgmlType::BF16 | GgmlType::F16) => {
+                let bits: Vec<u16> = w
+                    .raw_bytes()
+                    .chunks_exact(2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                    .collect();
+                if bits.len() < n * k {
+                    return Err(Error::shape("matmul", "weight shorter than its shape"));
+                }
+                let half = if t == GgmlType::BF16 {
+                    Half::Bf16
+                } else {
+                    Half::F16
+                };
+                Data::Half(pack(&bits, n, k), half)
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(Panels { n, k, data }))
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
-        4 * self.data.len() as u64
+        match &self.data {
+            Data::F32(v) => 4 * v.len() as u64,
+            Data::Half(v, _) => 2 * v.len() as u64,
+        }
     }
 
     /// The weight's shape, `(n, k)`.
@@ -85,12 +117,9 @@ impl F32Panels {
         let (n, k) = (self.n, self.k);
         assert!(
             x.len() >= m * k && out.len() >= m * n,
-            "F32Panels: operand too short"
+            "Panels: operand too short"
         );
-        assert!(
-            bias.is_none_or(|b| b.len() == n),
-            "F32Panels: bias is not [n]"
-        );
+        assert!(bias.is_none_or(|b| b.len() == n), "Panels: bias is not [n]");
         if m == 0 || n == 0 {
             return;
         }
@@ -127,29 +156,98 @@ impl F32Panels {
         let panels_per_task = panels.div_ceil(tasks.div_ceil(mt).max(1)).max(1);
         let nt = panels.div_ceil(panels_per_task);
         let dst = SendPtr(out.as_mut_ptr());
-        (0..mt * nt).into_par_iter().for_each(|t| {
-            let (i0, t0) = ((t % mt) * rows_per_tile, (t / mt) * panels_per_task);
-            let (i1, t1) = (
-                (i0 + rows_per_tile).min(m),
-                (t0 + panels_per_task).min(panels),
-            );
-            for panel in t0..t1 {
-                let cols = NR.min(n - panel * NR);
-                let w = &self.data[panel * NR * k..][..NR * k];
-                // the task's next panel, fetched while this one is multiplied
-                let next = (panel + 1 < t1).then(|| &self.data[(panel + 1) * NR * k..][..NR * k]);
-                let epilogue = simd::Epilogue {
-                    bias: bias.map(|b| &b[panel * NR..][..cols]),
-                    accumulate,
-                };
-                // SAFETY: rows i0..i1 of x (stride ldx >= k) hold k values each, the panels
-                // NR * k; this task alone writes out[i0..i1, panel's columns].
-                unsafe {
-                    let o = dst.get().add(panel * NR);
-                    simd::panel(x, ldx, k, (w, next), (i0, i1), o, n, cols, epilogue)
-                };
-            }
-        });
+        let tiles = Tiles {
+            x,
+            ldx,
+            m,
+            n,
+            k,
+            rows_per_tile,
+            panels_per_task,
+            bias,
+            accumulate,
+            dst,
+        };
+        let tasks = 0..mt * nt;
+        match &self.data {
+            Data::F32(w) => tasks.into_par_iter().for_each(|t| tiles.run::<f32>(w, t)),
+            Data::Half(w, Half::Bf16) => tasks
+                .into_par_iter()
+                .for_each(|t| tiles.run::<simd::Bf16>(bits(w), t)),
+            Data::Half(w, Half::F16) => tasks
+                .into_par_iter()
+                .for_each(|t| tiles.run::<simd::F16>(bits(w), t)),
+        }
+    }
+}
+
+/// `w [n, k]` in 32-column panels, K-major, zero past the last row; panels in parallel.
+fn pack<T: Copy + Default + Send + Sync>(w: &[T], n: usize, k: usize) -> Vec<T> {
+    assert!(w.len() >= n * k, "Panels: weight too short");
+    let mut data = vec![T::default(); n.div_ceil(NR) * NR * k];
+    if k > 0 {
+        data.par_chunks_mut(NR * k)
+            .enumerate()
+            .for_each(|(t, panel)| {
+                let rows = NR.min(n - t * NR);
+                for (j, row) in w[t * NR * k..][..rows * k].chunks_exact(k).enumerate() {
+                    for (p, &v) in row.iter().enumerate() {
+                        panel[p * NR + j] = v;
+                    }
+                }
+            });
+    }
+    data
+}
+
+/// 16-bit panels as the kernel's element type.
+fn bits<T: simd::Elem>(w: &[u16]) -> &[T] {
+    // SAFETY: the half element types are `repr(transparent)` over u16.
+    unsafe { std::slice::from_raw_parts(w.as_ptr() as *const T, w.len()) }
+}
+
+/// One product's operands and the split of its output into tasks.
+struct Tiles<'a> {
+    x: &'a [f32],
+    ldx: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    rows_per_tile: usize,
+    panels_per_task: usize,
+    bias: Option<&'a [f32]>,
+    accumulate: bool,
+    dst: SendPtr,
+}
+
+impl Tiles<'_> {
+    /// Task `t`: a tile of rows times a run of panels of `data`.
+    fn run<T: simd::Elem>(&self, data: &[T], t: usize) {
+        let (n, k) = (self.n, self.k);
+        let mt = self.m.div_ceil(self.rows_per_tile);
+        let (i0, t0) = (
+            (t % mt) * self.rows_per_tile,
+            (t / mt) * self.panels_per_task,
+        );
+        let i1 = (i0 + self.rows_per_tile).min(self.m);
+        let t1 = (t0 + self.panels_per_task).min(n.div_ceil(NR));
+        for panel in t0..t1 {
+            let cols = NR.min(n - panel * NR);
+            let w = &data[panel * NR * k..][..NR * k];
+            // the task's next panel, fetched while this one is multiplied
+            let next = (panel + 1 < t1).then(|| &data[(panel + 1) * NR * k..][..NR * k]);
+            let epilogue = simd::Epilogue {
+                bias: self.bias.map(|b| &b[panel * NR..][..cols]),
+                accumulate: self.accumulate,
+            };
+            // SAFETY: rows i0..i1 of x (stride ldx >= k) hold k values each, the panels
+            // NR * k; this task alone writes out[i0..i1, panel's columns].
+            unsafe {
+                let o = self.dst.get().add(panel * NR);
+                let x = (self.x, self.ldx);
+                simd::panel(x, k, (w, next), (i0, i1), o, n, cols, epilogue)
+            };
+        }
     }
 }
 
@@ -160,6 +258,48 @@ mod simd {
 
     pub(super) fn detected() -> bool {
         std::is_x86_feature_detected!("avx512f")
+    }
+
+    /// A panel element: 16 of them loaded as f32 lanes.
+    pub(crate) trait Elem: Copy + Send + Sync {
+        /// # Safety
+        /// avx512f; `p` points at 16 readable values.
+        unsafe fn load16(p: *const Self) -> __m512;
+    }
+
+    /// bf16 bits (the high half of an f32).
+    #[derive(Clone, Copy)]
+    #[repr(transparent)]
+    pub(crate) struct Bf16(#[allow(dead_code)] u16);
+
+    /// IEEE half bits.
+    #[derive(Clone, Copy)]
+    #[repr(transparent)]
+    pub(crate) struct F16(#[allow(dead_code)] u16);
+
+    impl Elem for f32 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load16(p: *const f32) -> __m512 {
+            _mm512_loadu_ps(p)
+        }
+    }
+
+    impl Elem for Bf16 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load16(p: *const Bf16) -> __m512 {
+            let h = _mm256_loadu_si256(p as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+        }
+    }
+
+    impl Elem for F16 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load16(p: *const F16) -> __m512 {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+        }
     }
 
     /// What a block adds to its sums before it stores them: the panel's bias (its length
@@ -182,11 +322,10 @@ mod simd {
     /// (stride `ldo`) are the caller's alone; `cols` <= 32 and the bias, if any, holds
     /// `cols` values.
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn panel(
-        x: &[f32],
-        ldx: usize,
+    pub(super) unsafe fn panel<T: Elem>(
+        (x, ldx): (&[f32], usize),
         k: usize,
-        (w, next): (&[f32], Option<&[f32]>),
+        (w, next): (&[T], Option<&[T]>),
         (i0, i1): (usize, usize),
         out: *mut f32,
         ldo: usize,
@@ -214,18 +353,18 @@ mod simd {
             // SAFETY: as the caller promised, for rows i..i + rows.
             unsafe {
                 match rows {
-                    12 => block::<12>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    11 => block::<11>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    10 => block::<10>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    9 => block::<9>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    8 => block::<8>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    7 => block::<7>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    6 => block::<6>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    5 => block::<5>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    4 => block::<4>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    3 => block::<3>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    2 => block::<2>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
-                    _ => block::<1>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    12 => block::<12, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    11 => block::<11, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    10 => block::<10, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    9 => block::<9, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    8 => block::<8, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    7 => block::<7, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    6 => block::<6, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    5 => block::<5, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    4 => block::<4, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    3 => block::<3, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    2 => block::<2, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
+                    _ => block::<1, T>(xp, ldx, (w.as_ptr(), pf), k, (o, ldo), mask, epilogue),
                 }
             }
             i += rows;
@@ -236,10 +375,10 @@ mod simd {
     /// epilogue; `mask` says which of the 32 columns are stored; `pf`, unless null, a panel
     /// to prefetch.
     #[target_feature(enable = "avx512f")]
-    unsafe fn block<const R: usize>(
+    unsafe fn block<const R: usize, T: Elem>(
         x: *const f32,
         ldx: usize,
-        (w, pf): (*const f32, *const f32),
+        (w, pf): (*const T, *const T),
         k: usize,
         (out, ldo): (*mut f32, usize),
         mask: u32,
@@ -247,14 +386,18 @@ mod simd {
     ) {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         if !pf.is_null() {
+            // a step's 32 values are 128 bytes of f32 (two lines), 64 of a half
+            let wide = std::mem::size_of::<T>() == 4;
             for p in 0..k {
                 _mm_prefetch::<_MM_HINT_T1>(pf.add(p * NR) as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(pf.add(p * NR + 16) as *const i8);
-                step::<R>(&mut acc, x, ldx, w, p);
+                if wide {
+                    _mm_prefetch::<_MM_HINT_T1>(pf.add(p * NR + 16) as *const i8);
+                }
+                step::<R, T>(&mut acc, x, ldx, w, p);
             }
         } else {
             for p in 0..k {
-                step::<R>(&mut acc, x, ldx, w, p);
+                step::<R, T>(&mut acc, x, ldx, w, p);
             }
         }
         let (m0, m1) = (mask as u16, (mask >> 16) as u16);
@@ -285,21 +428,19 @@ mod simd {
     /// One step of K: 2R FMAs.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn step<const R: usize>(
+    unsafe fn step<const R: usize, T: Elem>(
         acc: &mut [[__m512; 2]; R],
         x: *const f32,
         ldx: usize,
-        w: *const f32,
+        w: *const T,
         p: usize,
     ) {
-        {
-            let w0 = _mm512_loadu_ps(w.add(p * NR));
-            let w1 = _mm512_loadu_ps(w.add(p * NR + 16));
-            for (r, a) in acc.iter_mut().enumerate() {
-                let xv = _mm512_set1_ps(*x.add(r * ldx + p));
-                a[0] = _mm512_fmadd_ps(xv, w0, a[0]);
-                a[1] = _mm512_fmadd_ps(xv, w1, a[1]);
-            }
+        let w0 = T::load16(w.add(p * NR));
+        let w1 = T::load16(w.add(p * NR + 16));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let xv = _mm512_set1_ps(*x.add(r * ldx + p));
+            a[0] = _mm512_fmadd_ps(xv, w0, a[0]);
+            a[1] = _mm512_fmadd_ps(xv, w1, a[1]);
         }
     }
 }
@@ -316,12 +457,20 @@ mod simd {
         pub accumulate: bool,
     }
 
+    pub(crate) trait Elem: Copy + Send + Sync {}
+    impl Elem for f32 {}
+    #[derive(Clone, Copy)]
+    pub(crate) struct Bf16(#[allow(dead_code)] u16);
+    impl Elem for Bf16 {}
+    #[derive(Clone, Copy)]
+    pub(crate) struct F16(#[allow(dead_code)] u16);
+    impl Elem for F16 {}
+
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn panel(
-        _: &[f32],
+    pub(super) unsafe fn panel<T: Elem>(
+        _: (&[f32], usize),
         _: usize,
-        _: usize,
-        _: (&[f32], Option<&[f32]>),
+        _: (&[T], Option<&[T]>),
         _: (usize, usize),
         _: *mut f32,
         _: usize,
@@ -335,12 +484,13 @@ mod simd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::quant;
     use crate::ops::testutil::Rng;
 
     #[test]
     fn matches_f64_loops_over_odd_shapes() {
         if !simd::detected() {
-            eprintln!("NOTE: no avx512f on this CPU: the f32 panel kernel was not exercised");
+            eprintln!("NOTE: no avx512f on this CPU: the panel kernel was not exercised");
             return;
         }
         let mut r = Rng::new(11);
@@ -365,27 +515,46 @@ mod tests {
             let w = r.vec(n * k);
             let c = r.vec(m * n);
             let bias = r.vec(n);
-            let mut got = c.clone();
-            // accumulating into c, then a fresh output with a bias
-            let panels = F32Panels::new(&w, n, k);
-            panels.xwt(&x, m, None, true, &mut got);
-            let mut with_bias = vec![f32::NAN; m * n];
-            panels.xwt(&x, m, Some(&bias), false, &mut with_bias);
-            for i in 0..m {
-                for j in 0..n {
-                    let dot = (0..k)
-                        .map(|p| x[i * k + p] as f64 * w[j * k + p] as f64)
-                        .sum::<f64>();
-                    let tol = |want: f64| 1e-5 * (1.0 + want.abs()) * (k as f64).sqrt();
-                    let (b, want) = (with_bias[i * n + j] as f64, bias[j] as f64 + dot);
-                    assert!((b - want).abs() <= tol(want), "{m}x{k}x{n} bias ({i}, {j})");
-                    let want = c[i * n + j] as f64 + dot;
-                    let g = got[i * n + j] as f64;
-                    assert!(
-                        (g - want).abs() <= tol(want),
-                        "{m}x{k}x{n} at ({i}, {j}): {g} vs {want}"
-                    );
-                }
+            // each stored type, against the values it stores
+            for ty in [GgmlType::F32, GgmlType::BF16, GgmlType::F16] {
+                let bytes = quant::quantize(ty, &w).unwrap();
+                let wt = Tensor::from_bytes(vec![n, k], ty, bytes).unwrap();
+                let mut w = vec![0.0f32; n * k];
+                wt.dequantize_rows(0, &mut w).unwrap();
+                let panels = Panels::new(&wt).unwrap().expect("a float type");
+                check(&panels, (&x, &w, &c, &bias), (m, k, n), ty);
+            }
+        }
+    }
+
+    /// Accumulating into `c`, then a fresh output with `bias`, against f64 sums.
+    fn check(
+        panels: &Panels,
+        (x, w, c, bias): (&[f32], &[f32], &[f32], &[f32]),
+        (m, k, n): (usize, usize, usize),
+        ty: GgmlType,
+    ) {
+        let mut got = c.to_vec();
+        panels.xwt(x, m, None, true, &mut got);
+        let mut with_bias = vec![f32::NAN; m * n];
+        panels.xwt(x, m, Some(bias), false, &mut with_bias);
+        for i in 0..m {
+            for j in 0..n {
+                let dot = (0..k)
+                    .map(|p| x[i * k + p] as f64 * w[j * k + p] as f64)
+                    .sum::<f64>();
+                let tol = |want: f64| 1e-5 * (1.0 + want.abs()) * (k as f64).sqrt();
+                let (b, want) = (with_bias[i * n + j] as f64, bias[j] as f64 + dot);
+                assert!(
+                    (b - want).abs() <= tol(want),
+                    "{ty} {m}x{k}x{n} bias ({i}, {j})"
+                );
+                let want = c[i * n + j] as f64 + dot;
+                let g = got[i * n + j] as f64;
+                assert!(
+                    (g - want).abs() <= tol(want),
+                    "{ty} {m}x{k}x{n} at ({i}, {j}): {g} vs {want}"
+                );
             }
         }
     }

@@ -145,9 +145,11 @@ pub(crate) fn reference(
     }
 }
 
-/// `x [m, k] @ w^T` for a symmetric block-quantized `w [n, k]` on the fastest kernel this
-/// CPU has; panels of 32-column tiles in parallel, each packed from the weight's blocks into
-/// a per-thread scratch (or taken from `packed`, the same tiles made once: [`BlockTiles`]).
+/// `x [m, k] @ w^T (+ bias)` for a symmetric block-quantized `w [n, k]` on the fastest
+/// kernel this CPU has; panels of 32-column tiles in parallel, each packed from the weight's
+/// blocks into a per-thread scratch (or taken from `packed`, the same tiles made once:
+/// [`BlockTiles`]). A bias `[n]` is added to each tile's columns as the tile is done, while
+/// they are in cache.
 pub(crate) fn xwt(
     x: &[f32],
     m: usize,
@@ -155,6 +157,7 @@ pub(crate) fn xwt(
     w: &Tensor,
     n: usize,
     packed: Option<&BlockTiles>,
+    bias: Option<&[f32]>,
 ) -> Result<Vec<f32>> {
     let mut res = vec![0.0f32; m * n];
     if m == 0 || n == 0 || k == 0 {
@@ -178,6 +181,9 @@ pub(crate) fn xwt(
             ));
         }
     }
+    if bias.is_some_and(|b| b.len() != n) {
+        return Err(Error::shape("matmul", format!("bias is not [{n}]")));
+    }
     let xq = QuantRows::new(x, m, k);
     let tiles = n.div_ceil(NT);
     let per_task = tiles.div_ceil(4 * rayon::current_num_threads()).clamp(1, 4);
@@ -199,6 +205,16 @@ pub(crate) fn xwt(
                 // result, and the kernel writes only those (rows i < m, columns < rows,
                 // row stride n).
                 unsafe { simd::tile(&xq, m, tile, rows, dst.get().add(n0), n) };
+                if let Some(b) = bias {
+                    let b = &b[n0..n0 + rows];
+                    for i in 0..m {
+                        // SAFETY: as above, row i's columns n0..n0+rows are this task's.
+                        let o = unsafe {
+                            std::slice::from_raw_parts_mut(dst.get().add(i * n + n0), rows)
+                        };
+                        o.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                    }
+                }
             }
             Ok(())
         })?;
@@ -818,11 +834,16 @@ mod tests {
                 }
                 // The SIMD kernel, where this CPU has it, bit for bit.
                 if simd::detected() {
-                    let fast = xwt(&x, m, k, &wt, n, None).unwrap();
+                    let fast = xwt(&x, m, k, &wt, n, None, None).unwrap();
                     let packed = BlockTiles::new(&wt).unwrap().expect("VNNI runs");
-                    let pre = xwt(&x, m, k, &wt, n, Some(&packed)).unwrap();
+                    let pre = xwt(&x, m, k, &wt, n, Some(&packed), None).unwrap();
                     assert_eq!(pre, port, "{ty} {m}x{k}x{n} prepacked");
                     assert_eq!(fast, port, "{ty} {m}x{k}x{n}");
+                    // a bias: the same sums, each plus its column's bias
+                    let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.37 - 1.0).collect();
+                    let biased = xwt(&x, m, k, &wt, n, Some(&packed), Some(&bias)).unwrap();
+                    let want: Vec<f32> = (0..m * n).map(|i| port[i] + bias[i % n]).collect();
+                    assert_eq!(biased, want, "{ty} {m}x{k}x{n} with a bias");
                 } else {
                     eprintln!(
                         "NOTE: no AVX512-VNNI on this CPU: the VNNI kernel was not exercised"
@@ -873,6 +894,6 @@ mod tests {
             quant::quantize(GgmlType::Q8_0, &[0.5; 32]).unwrap(),
         )
         .unwrap();
-        assert!(xwt(&[0.0; 33], 1, 33, &w, 1, None).is_err());
+        assert!(xwt(&[0.0; 33], 1, 33, &w, 1, None, None).is_err());
     }
 }
