@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::kernels::SendPtr;
+use super::kernels::{spaced_rows, SendPtr};
 
 /// Activation rows and weight rows per register block.
 const MR: usize = 6;
@@ -37,20 +37,8 @@ pub(crate) fn xwt_add(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, out: &
     if m == 0 || n == 0 || k == 0 {
         return;
     }
-    // Rows whose stride is a multiple of 4 KiB land in the same L1 sets (ten streams on an
-    // 8-way cache): such activations are read from a copy with a padded stride.
-    let padded;
-    let (x, ldx) = if k.is_multiple_of(1024) {
-        let ldx = k + 16;
-        let mut p = vec![0.0f32; m * ldx];
-        p.par_chunks_mut(ldx)
-            .zip(x.par_chunks(k))
-            .for_each(|(d, s)| d[..k].copy_from_slice(s));
-        padded = p;
-        (&padded[..], ldx)
-    } else {
-        (x, k)
-    };
+    let (x, ldx) = spaced_rows(x, m, k);
+    let x = &x[..];
     // A few rows (an action expert's 50) stay one tile, so each weight row is read once.
     let rows_per_tile = if m <= SMALL_M {
         m

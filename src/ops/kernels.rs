@@ -6,6 +6,9 @@
 //! reference fast even in the (opt-level 1) test profile. Results differ from a sequential
 //! sum only by floating-point reassociation.
 
+use rayon::prelude::*;
+use std::borrow::Cow;
+
 /// The AVX-512 lane mask of the first `min(n, 16)` lanes: a vector's worth of a row's
 /// last `n` values (the masked tails of the AVX-512 kernels here and in `fdot` and
 /// `attention_kernels`).
@@ -173,6 +176,21 @@ impl SendPtr {
     pub(crate) fn get(self) -> *mut f32 {
         self.0
     }
+}
+
+/// `x [m, k]` as rows the AVX-512 kernels read side by side, and their stride: rows whose
+/// stride is a multiple of 4 KiB land in the same L1 sets (ten or twelve streams on a 8- or
+/// 12-way cache), so such rows are read from a copy with a padded stride.
+pub(crate) fn spaced_rows(x: &[f32], m: usize, k: usize) -> (Cow<'_, [f32]>, usize) {
+    if !k.is_multiple_of(1024) {
+        return (Cow::Borrowed(x), k);
+    }
+    let ldx = k + 16;
+    let mut p = vec![0.0f32; m * ldx];
+    p.par_chunks_mut(ldx)
+        .zip(x.par_chunks(k))
+        .for_each(|(d, s)| d[..k].copy_from_slice(s));
+    (Cow::Owned(p), ldx)
 }
 
 pub(crate) fn dot_portable(a: &[f32], b: &[f32]) -> f32 {

@@ -17,7 +17,7 @@
 
 use rayon::prelude::*;
 
-use super::kernels::SendPtr;
+use super::kernels::{spaced_rows, SendPtr};
 use crate::gguf::GgmlType;
 use crate::{Error, Result, Tensor};
 
@@ -25,8 +25,12 @@ use crate::{Error, Result, Tensor};
 const NR: usize = 32;
 /// Activation rows per register block.
 const MR: usize = 12;
-/// Bytes of activation rows a task keeps in L2.
+/// Bytes of activation rows a task keeps in L2 (a tile of rows, one chunk of K).
 const TILE_BYTES: usize = 512 << 10;
+/// K in chunks of this many: a panel's chunk (32 KiB of f32) stays in L1 while every row
+/// block of the tile passes it, and a tile keeps its rows in L2 however long K is (Gemma's
+/// 16384 would leave 8 rows a tile, each reading the whole weight from memory).
+const KC: usize = 256;
 
 /// Whether this kernel runs here: the CPU has avx512f and `VLA_CPU_F32` names no other
 /// kernel.
@@ -135,21 +139,10 @@ impl Panels {
             }
             return;
         }
-        // Rows whose stride is a multiple of 4 KiB land in the same L1 sets (twelve
-        // streams): such activations are read from a copy with a padded stride.
-        let padded;
-        let (x, ldx) = if k.is_multiple_of(1024) {
-            let ldx = k + 16;
-            let mut p = vec![0.0f32; m * ldx];
-            p.par_chunks_mut(ldx)
-                .zip(x.par_chunks(k))
-                .for_each(|(d, s)| d[..k].copy_from_slice(s));
-            padded = p;
-            (&padded[..], ldx)
-        } else {
-            (x, k)
-        };
-        let rows_per_tile = (TILE_BYTES / (4 * k)).clamp(MR, m.next_multiple_of(MR)) / MR * MR;
+        let (x, ldx) = spaced_rows(x, m, k);
+        let x = &x[..];
+        let rows_per_tile =
+            (TILE_BYTES / (4 * k.min(KC))).clamp(MR, m.next_multiple_of(MR)) / MR * MR;
         let panels = n.div_ceil(NR);
         let tasks = 4 * rayon::current_num_threads();
         let mt = m.div_ceil(rows_per_tile);
@@ -231,22 +224,30 @@ impl Tiles<'_> {
         );
         let i1 = (i0 + self.rows_per_tile).min(self.m);
         let t1 = (t0 + self.panels_per_task).min(n.div_ceil(NR));
-        for panel in t0..t1 {
-            let cols = NR.min(n - panel * NR);
-            let w = &data[panel * NR * k..][..NR * k];
-            // the task's next panel, fetched while this one is multiplied
-            let next = (panel + 1 < t1).then(|| &data[(panel + 1) * NR * k..][..NR * k]);
-            let epilogue = simd::Epilogue {
-                bias: self.bias.map(|b| &b[panel * NR..][..cols]),
-                accumulate: self.accumulate,
-            };
-            // SAFETY: rows i0..i1 of x (stride ldx >= k) hold k values each, the panels
-            // NR * k; this task alone writes out[i0..i1, panel's columns].
-            unsafe {
-                let o = self.dst.get().add(panel * NR);
-                let x = (self.x, self.ldx);
-                simd::panel(x, k, (w, next), (i0, i1), o, n, cols, epilogue)
-            };
+        for k0 in (0..k).step_by(KC) {
+            let kn = KC.min(k - k0);
+            for panel in t0..t1 {
+                let cols = NR.min(n - panel * NR);
+                let chunk = |panel: usize| &data[panel * NR * k + k0 * NR..][..NR * kn];
+                // the task's next panel (its same chunk), fetched while this one is multiplied
+                let next = (panel + 1 < t1).then(|| chunk(panel + 1));
+                // the bias once, and the sums of the chunks before added
+                let epilogue = simd::Epilogue {
+                    bias: self
+                        .bias
+                        .filter(|_| k0 == 0)
+                        .map(|b| &b[panel * NR..][..cols]),
+                    accumulate: self.accumulate || k0 > 0,
+                };
+                // SAFETY: rows i0..i1 of x (stride ldx >= k) hold k values each, so from k0
+                // on kn; a chunk is NR * kn values; this task alone writes out[i0..i1, the
+                // panel's columns].
+                unsafe {
+                    let o = self.dst.get().add(panel * NR);
+                    let x = (&self.x[k0..], self.ldx);
+                    simd::panel(x, kn, (chunk(panel), next), (i0, i1), o, n, cols, epilogue)
+                };
+            }
         }
     }
 }
@@ -312,9 +313,10 @@ mod simd {
 
     /// `out[i, j] = x_i · w_j (+ bias_j) (+ out[i, j])` for rows `i0..i1` and the panel's
     /// columns (as many as its bias, else `cols`),
-    /// blocks of rows as even as `MR` allows (50 rows: five of 10). The first block also
-    /// prefetches `next` (the panel to come) into L2, a step of K at a time: the first
-    /// pass over a panel from memory would otherwise wait on it.
+    /// blocks of rows as even as `MR` allows (50 rows: five of 10). The blocks also prefetch
+    /// `next` (the panel to come) into L2, each its share of the panel's lines, one line a
+    /// step of K: the first pass over a panel from memory would otherwise wait on it, and
+    /// fetching it all during one block asks more of memory than a core gets.
     ///
     /// # Safety
     /// The CPU has avx512f; rows `i0..i1` of `x` (stride `ldx`) hold `k` values each, `w`
@@ -346,9 +348,16 @@ mod simd {
             } else {
                 (1u32 << cols) - 1
             };
+            // this block's share of the next panel's cache lines, one fetched a step
             let pf = match next {
-                Some(n) if b == 0 => n.as_ptr(),
-                _ => std::ptr::null(),
+                Some(n) => {
+                    let lines = (NR * k * std::mem::size_of::<T>()).div_ceil(64);
+                    let share = lines.div_ceil(blocks);
+                    let first = (b * share).min(lines);
+                    let bytes = n.as_ptr() as *const i8;
+                    (bytes.add(64 * first), share.min(lines - first))
+                }
+                None => (std::ptr::null(), 0),
             };
             // SAFETY: as the caller promised, for rows i..i + rows.
             unsafe {
@@ -372,31 +381,35 @@ mod simd {
     }
 
     /// An `R` x 32 register block (R <= 12) over the whole of K, stored to `out` after the
-    /// epilogue; `mask` says which of the 32 columns are stored; `pf`, unless null, a panel
-    /// to prefetch.
+    /// epilogue; `mask` says which of the 32 columns are stored; `pf`: cache lines to
+    /// prefetch (a start and a count), one a step.
     #[target_feature(enable = "avx512f")]
     unsafe fn block<const R: usize, T: Elem>(
         x: *const f32,
         ldx: usize,
-        (w, pf): (*const T, *const T),
+        (w, pf): (*const T, (*const i8, usize)),
         k: usize,
         (out, ldo): (*mut f32, usize),
         mask: u32,
         epilogue: Epilogue,
     ) {
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        if !pf.is_null() {
-            // a step's 32 values are 128 bytes of f32 (two lines), 64 of a half
-            let wide = std::mem::size_of::<T>() == 4;
+        let (pf, lines) = pf;
+        if lines > k {
+            // one block for a whole f32 panel: two lines a step (at most 2k in all)
             for p in 0..k {
-                _mm_prefetch::<_MM_HINT_T1>(pf.add(p * NR) as *const i8);
-                if wide {
-                    _mm_prefetch::<_MM_HINT_T1>(pf.add(p * NR + 16) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(pf.add(64 * p));
+                if p + k < lines {
+                    _mm_prefetch::<_MM_HINT_T1>(pf.add(64 * (p + k)));
                 }
                 step::<R, T>(&mut acc, x, ldx, w, p);
             }
         } else {
-            for p in 0..k {
+            for p in 0..lines {
+                _mm_prefetch::<_MM_HINT_T1>(pf.add(64 * p));
+                step::<R, T>(&mut acc, x, ldx, w, p);
+            }
+            for p in lines..k {
                 step::<R, T>(&mut acc, x, ldx, w, p);
             }
         }
