@@ -16,8 +16,8 @@ impl Backend for CpuBackend {
         format!("cpu ({} threads)", rayon::current_num_threads())
     }
 
-    /// Weights are borrowed; only quantized matmul weights' integer tiles are made per
-    /// executable.
+    /// Weights are borrowed, or packed for their kernels once per model: an executable over
+    /// the same store as a live one shares that one's packed weights (`prepare`).
     fn borrows_weights(&self) -> bool {
         true
     }
@@ -66,7 +66,7 @@ fn resolve<'s>(
         .collect()
 }
 
-/// The kernels' layouts of every matmul weight (f32 panels, quantized weights' integer
+/// The kernels' layouts of every matmul weight (float panels, quantized weights' integer
 /// tiles) and FoldQuant site's codes, made once at compile (otherwise each run repacks
 /// them: most of a 50-row matmul's time) or taken from a live executable over the same
 /// store, and the bytes the weights take: a packed weight's layout in place of its file
@@ -123,7 +123,7 @@ fn prepare(
 
 /// A weight in its kernel's layout, made at compile.
 enum Prepared {
-    /// A matmul weight: f32 panels or a block-quantized weight's integer tiles.
+    /// A matmul weight: float panels or a block-quantized weight's integer tiles.
     Matmul(ops::PackedWeight),
     /// A FoldQuant site's codes.
     FqCodes(ops::IntTiles),
