@@ -70,7 +70,8 @@ fn resolve<'s>(
 /// tiles) and FoldQuant site's codes, made once at compile (otherwise each run repacks
 /// them: most of a 50-row matmul's time) or taken from a live executable over the same
 /// store, and the bytes the weights take: a packed weight's layout in place of its file
-/// bytes (none for a layout another executable made). The store is told at once that a
+/// bytes (none for a layout another executable made); not for float weights the store keeps
+/// re-encoded (those would be held twice). The store is told at once that a
 /// packed weight will not be read again soon (the runs read the layout): a mapped file lets
 /// its pages go, so a model does not hold its file's pages beside its layouts, nor peak at
 /// both while they are made.
@@ -97,6 +98,11 @@ fn prepare(
             let Op::Weight(name) = &graph.nodes()[w].op else {
                 continue;
             };
+            // a float weight the store re-encoded and keeps (`--weight-dtype`) is multiplied
+            // where it lies: panels of it would hold it twice
+            if !t.dtype().is_quantized() && store.keeps_a_copy(name) {
+                continue;
+            }
             // a constant is the graph's own; a site's tiles depend on its codes' width too
             let kind = match &node.op {
                 Op::FqLinear(p) => format!("{name} fq{}", p.weight_bits),

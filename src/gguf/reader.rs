@@ -243,6 +243,12 @@ impl GgufFile {
         Ok(())
     }
 
+    /// Whether tensor `name` is held re-encoded in memory (a substitute for the file's
+    /// bytes, [`crate::gguf::retyped`]).
+    pub fn is_substitute(&self, name: &str) -> bool {
+        self.substitutes.contains_key(name)
+    }
+
     /// The tensor's raw bytes, borrowed from the file (or its substitute).
     pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
         if !self.substitutes.is_empty() {

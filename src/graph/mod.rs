@@ -23,6 +23,12 @@ pub trait WeightStore: Sync {
     /// Says that a backend holding its own copy has read tensor `name` for now: a mapped
     /// file lets its pages go (read again if the tensor is); nothing for other stores.
     fn read_for_now(&self, _name: &str) {}
+    /// Whether tensor `name` is a copy the store made and keeps (a weight re-encoded at
+    /// load), which no [`Self::read_for_now`] lets go: a backend's own copy of it would
+    /// hold its bytes twice.
+    fn keeps_a_copy(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 impl WeightStore for GgufFile {
@@ -35,6 +41,10 @@ impl WeightStore for GgufFile {
         if let Ok(info) = self.tensor_info(name) {
             self.release(info);
         }
+    }
+
+    fn keeps_a_copy(&self, name: &str) -> bool {
+        self.is_substitute(name)
     }
 }
 

@@ -1,7 +1,7 @@
 //! `x @ w^T` for a float weight (f32, bf16 or f16) packed once into panels of 32 output
 //! columns (AVX-512 on x86_64), the cpu backend's float matmul where the CPU has avx512f.
-//! A 16-bit weight stays 16-bit in its panels (half the bytes to stream: a 50-row product
-//! waits on memory) and is widened to f32 as it is loaded; the arithmetic is f32 throughout.
+//! A 16-bit weight stays 16-bit in its panels (half the bytes to hold and to stream) and is
+//! widened to f32 as it is loaded; the arithmetic is f32 throughout.
 //!
 //! A panel holds 32 weight rows transposed, K-major (`panel[p * 32 + j] = w[n0 + j, p]`),
 //! so one step along K loads two contiguous vectors of weights and broadcasts one value of
@@ -10,10 +10,11 @@
 //! form that keeps both of a core's 512-bit FMA ports busy (Intel's server cores issue two
 //! a cycle). The weight is packed when the executable is compiled, so no run repacks it
 //! (the `gemm` crate repacks its operand on every call: a sixth of a SigLIP predict) and a
-//! 50-row product costs its FMAs. Each task keeps a tile of activation rows in L2 and
-//! streams its panels past it. `VLA_CPU_F32=dot` takes the dot-form kernel (`fdot`) and
-//! `VLA_CPU_F32=gemm` the `gemm` crate instead. Sums differ from a sequential loop only by
-//! reassociation (K is summed in order, one FMA at a time, per output).
+//! 50-row product costs its FMAs. K goes in chunks of 256; each task keeps a tile of
+//! activation rows in L2 and streams its panels' chunks past it. `VLA_CPU_F32=dot` takes the
+//! dot-form kernel (`fdot`) and `VLA_CPU_F32=gemm` the `gemm` crate instead. Sums differ
+//! from a sequential loop only by reassociation (each chunk of K summed in order, one FMA at
+//! a time per output, the chunks' sums added to the output in turn).
 
 use rayon::prelude::*;
 
@@ -174,7 +175,9 @@ impl Panels {
     }
 }
 
-/// `w [n, k]` in 32-column panels, K-major, zero past the last row; panels in parallel.
+/// `w [n, k]` in 32-column panels, K-major, zero past the last row; panels in parallel,
+/// each written 64 steps of K at a time (8 KiB of f32), so a long panel (Gemma's 16384
+/// steps: 2 MiB) is not pulled through the cache once for each of its 32 rows.
 fn pack<T: Copy + Default + Send + Sync>(w: &[T], n: usize, k: usize) -> Vec<T> {
     assert!(w.len() >= n * k, "Panels: weight too short");
     let mut data = vec![T::default(); n.div_ceil(NR) * NR * k];
@@ -182,10 +185,13 @@ fn pack<T: Copy + Default + Send + Sync>(w: &[T], n: usize, k: usize) -> Vec<T> 
         data.par_chunks_mut(NR * k)
             .enumerate()
             .for_each(|(t, panel)| {
-                let rows = NR.min(n - t * NR);
-                for (j, row) in w[t * NR * k..][..rows * k].chunks_exact(k).enumerate() {
-                    for (p, &v) in row.iter().enumerate() {
-                        panel[p * NR + j] = v;
+                let rows = &w[t * NR * k..][..NR.min(n - t * NR) * k];
+                for p0 in (0..k).step_by(64) {
+                    let p1 = (p0 + 64).min(k);
+                    for (j, row) in rows.chunks_exact(k).enumerate() {
+                        for (p, &v) in (p0..p1).zip(&row[p0..p1]) {
+                            panel[p * NR + j] = v;
+                        }
                     }
                 }
             });

@@ -696,8 +696,9 @@ mod simd {
                 let w0 = _mm512_loadu_si512(pc.add(b * 1024 + g * 64) as *const _);
                 let w1 = _mm512_loadu_si512(pc.add(b * 1024 + 512 + g * 64) as *const _);
                 for r in 0..R {
-                    let xc = &xr[r].0[b * QK + g * 4..b * QK + g * 4 + 4];
-                    let xb = _mm512_set1_epi32(i32::from_le_bytes([xc[0], xc[1], xc[2], xc[3]]));
+                    // four codes of row r: inside its k bytes (b < kb, g < 8)
+                    let xc = xr[r].0.as_ptr().add(b * QK + g * 4) as *const i32;
+                    let xb = _mm512_set1_epi32(xc.read_unaligned());
                     dot[r][0] = _mm512_dpbusd_epi32(dot[r][0], xb, w0);
                     dot[r][1] = _mm512_dpbusd_epi32(dot[r][1], xb, w1);
                 }
