@@ -83,9 +83,9 @@ pub struct LoadedGraphs<K: PartialEq = ()> {
     pub(super) batched: Vec<((K, usize), Box<dyn Executable>)>,
     /// Whether batched graphs stack the requests' rows ([`RuntimeOptions::stack_batch`]).
     pub(super) stack: bool,
-    /// How many sets are kept: several where the backend borrows the weights, one where each
-    /// executable holds its own copy of them (wgpu, ggml) or of their integer tiles (cpu
-    /// with quantized weights).
+    /// How many sets are kept: several where the backend borrows the weights or shares what
+    /// it makes of them between executables (cpu), one where each executable holds its own
+    /// copy of them (wgpu, ggml).
     pub(super) keep: usize,
     /// What compiled them, kept for [`Self::select`].
     pub(super) compiler: Box<dyn Backend>,
@@ -95,8 +95,8 @@ pub struct LoadedGraphs<K: PartialEq = ()> {
     pub(super) file: Arc<GgufFile>,
 }
 
-/// Compiled sets kept where the backend borrows every weight from the file (cpu, float
-/// weights).
+/// Compiled sets kept where the backend borrows every weight from the file or shares its
+/// packed forms of them between executables (cpu).
 const KEEP_BORROWING: usize = 4;
 
 impl<K: PartialEq> LoadedGraphs<K> {
@@ -118,12 +118,11 @@ impl<K: PartialEq> LoadedGraphs<K> {
             None => file,
         };
         let compiler = super::open_backend(opts)?;
-        let quantized = file.tensors().iter().any(|t| t.ty.is_quantized());
         let mut graphs = LoadedGraphs {
             sets: Vec::new(),
             batched: Vec::new(),
             stack: opts.stack_batch.unwrap_or(opts.backend != "cpu"),
-            keep: match compiler.borrows_weights() && !quantized {
+            keep: match compiler.borrows_weights() {
                 true => KEEP_BORROWING,
                 false => 1,
             },
