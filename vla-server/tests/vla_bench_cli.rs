@@ -53,6 +53,29 @@ fn reports_every_stage_and_memory() {
     }
 }
 
+/// `--peak` alone prints this CPU's peak per instruction path and runs no model; with a model
+/// the peaks come first, then the usual table; it takes no `--json` (whose output is one
+/// object).
+#[test]
+fn peak_alone_and_before_a_run() {
+    let (ok, out, err) = bench(&["--peak", "--threads", "1"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("cpu peak") && !out.contains("total"), "{out}");
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        assert!(
+            out.contains("f32 FMA (AVX2)") && out.contains("GFLOP/s"),
+            "{out}"
+        );
+    }
+    let (ok, out, err) = bench(&["--peak", "--demo", "--iters", "1", "--warmup", "0"]);
+    assert!(ok, "{err}");
+    let (peak, total) = (out.find("cpu peak"), out.find("total"));
+    assert!(peak.is_some() && peak < total, "{out}");
+    let (ok, _, err) = bench(&["--peak", "--demo", "--json"]);
+    assert!(!ok && err.contains("--json"), "{err}");
+}
+
 /// A vla-server child on a free port (the demo model), killed when dropped.
 struct Served {
     child: std::process::Child,

@@ -112,7 +112,7 @@ struct Args {
     /// products: register-only loops on one thread and on all --threads at once) and print
     /// them first; alone, just that. The kernels' GFLOP/s and GOPS (here, in the profiles
     /// and the ops bench) are to be read against these, on the machine they ran on.
-    #[arg(long, conflicts_with_all = ["server", "compare"])]
+    #[arg(long, conflicts_with_all = ["server", "compare", "json"])]
     peak: bool,
     /// Camera frames of this size, WIDTHxHEIGHT (e.g. 640x480), as u8; default: the
     /// model's input size. Where the model's reference resizes floats (SmolVLA, pi0, pi0.5,
