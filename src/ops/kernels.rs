@@ -179,7 +179,7 @@ impl SendPtr {
 }
 
 /// `x [m, k]` as rows the AVX-512 kernels read side by side, and their stride: rows whose
-/// stride is a multiple of 4 KiB land in the same L1 sets (ten or twelve streams on a 8- or
+/// stride is a multiple of 4 KiB land in the same L1 sets (ten or twelve streams on an 8- or
 /// 12-way cache), so such rows are read from a copy with a padded stride.
 pub(crate) fn spaced_rows(x: &[f32], m: usize, k: usize) -> (Cow<'_, [f32]>, usize) {
     if !k.is_multiple_of(1024) {
