@@ -9,7 +9,6 @@ use super::kernels::{sgemm, Dst, Mat, SendPtr};
 use super::panels::{self, Panels};
 use super::qgemm::{self, BlockTiles};
 use super::{f32s, out};
-use crate::gguf::GgmlType;
 use crate::{Error, Result, Tensor};
 
 /// Where the `[N, K]` weight rows come from.
@@ -162,11 +161,10 @@ pub enum PackedWeight {
 impl PackedWeight {
     /// `w [n, k]` packed for its kernel, or `None` where no packed kernel runs for it here.
     pub fn new(w: &Tensor) -> Result<Option<Self>> {
-        if matches!(w.dtype(), GgmlType::F32 | GgmlType::BF16 | GgmlType::F16) {
-            if !panels::enabled() {
-                return Ok(None);
+        if panels::enabled() {
+            if let Some(p) = Panels::new(w)? {
+                return Ok(Some(Self::Panels(p)));
             }
-            return Ok(Panels::new(w)?.map(Self::Panels));
         }
         Ok(BlockTiles::new(w)?.map(Self::Blocks))
     }

@@ -51,18 +51,11 @@ pub struct Panels {
     data: Data,
 }
 
-/// The panels' values.
+/// The panels' values, in the weight's own type.
 enum Data {
     F32(Vec<f32>),
-    /// bf16 or f16 bits.
-    Half(Vec<u16>, Half),
-}
-
-/// Which 16-bit float a panel holds.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Half {
-    Bf16,
-    F16,
+    Bf16(Vec<simd::Bf16>),
+    F16(Vec<simd::F16>),
 }
 
 impl Panels {
@@ -74,22 +67,8 @@ impl Panels {
         };
         let data = match w.dtype() {
             GgmlType::F32 => Data::F32(pack(w.as_f32()?, n, k)),
-            t @ (GgmlType::BF16 | GgmlType::F16) => {
-                let bits: Vec<u16> = w
-                    .raw_bytes()
-                    .chunks_exact(2)
-                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
-                    .collect();
-                if bits.len() < n * k {
-                    return Err(Error::shape("matmul", "weight shorter than its shape"));
-                }
-                let half = if t == GgmlType::BF16 {
-                    Half::Bf16
-                } else {
-                    Half::F16
-                };
-                Data::Half(pack(&bits, n, k), half)
-            }
+            GgmlType::BF16 => Data::Bf16(pack(&halves(w, n * k, simd::Bf16)?, n, k)),
+            GgmlType::F16 => Data::F16(pack(&halves(w, n * k, simd::F16)?, n, k)),
             _ => return Ok(None),
         };
         Ok(Some(Panels { n, k, data }))
@@ -98,8 +77,9 @@ impl Panels {
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         match &self.data {
-            Data::F32(v) => 4 * v.len() as u64,
-            Data::Half(v, _) => 2 * v.len() as u64,
+            Data::F32(v) => std::mem::size_of_val(&v[..]) as u64,
+            Data::Bf16(v) => std::mem::size_of_val(&v[..]) as u64,
+            Data::F16(v) => std::mem::size_of_val(&v[..]) as u64,
         }
     }
 
@@ -164,15 +144,23 @@ impl Panels {
         };
         let tasks = 0..mt * nt;
         match &self.data {
-            Data::F32(w) => tasks.into_par_iter().for_each(|t| tiles.run::<f32>(w, t)),
-            Data::Half(w, Half::Bf16) => tasks
-                .into_par_iter()
-                .for_each(|t| tiles.run::<simd::Bf16>(bits(w), t)),
-            Data::Half(w, Half::F16) => tasks
-                .into_par_iter()
-                .for_each(|t| tiles.run::<simd::F16>(bits(w), t)),
+            Data::F32(w) => tasks.into_par_iter().for_each(|t| tiles.run(w, t)),
+            Data::Bf16(w) => tasks.into_par_iter().for_each(|t| tiles.run(w, t)),
+            Data::F16(w) => tasks.into_par_iter().for_each(|t| tiles.run(w, t)),
         }
     }
+}
+
+/// The 16-bit values of `w` (its first `len`), each wrapped by `make`.
+fn halves<T>(w: &Tensor, len: usize, make: fn(u16) -> T) -> Result<Vec<T>> {
+    let bytes = w.raw_bytes();
+    if bytes.len() < 2 * len {
+        return Err(Error::shape("matmul", "weight shorter than its shape"));
+    }
+    Ok(bytes[..2 * len]
+        .chunks_exact(2)
+        .map(|b| make(u16::from_le_bytes([b[0], b[1]])))
+        .collect())
 }
 
 /// `w [n, k]` in 32-column panels, K-major, zero past the last row; panels in parallel,
@@ -197,12 +185,6 @@ fn pack<T: Copy + Default + Send + Sync>(w: &[T], n: usize, k: usize) -> Vec<T> 
             });
     }
     data
-}
-
-/// 16-bit panels as the kernel's element type.
-fn bits<T: simd::Elem>(w: &[u16]) -> &[T] {
-    // SAFETY: the half element types are `repr(transparent)` over u16.
-    unsafe { std::slice::from_raw_parts(w.as_ptr() as *const T, w.len()) }
 }
 
 /// One product's operands and the split of its output into tasks.
@@ -274,15 +256,15 @@ mod simd {
         unsafe fn load16(p: *const Self) -> __m512;
     }
 
-    /// bf16 bits (the high half of an f32).
-    #[derive(Clone, Copy)]
+    /// bf16 bits (the high half of an f32), read by [`Elem::load16`] through a pointer.
+    #[derive(Clone, Copy, Default)]
     #[repr(transparent)]
-    pub(crate) struct Bf16(#[allow(dead_code)] u16);
+    pub(crate) struct Bf16(#[allow(dead_code)] pub(crate) u16);
 
-    /// IEEE half bits.
-    #[derive(Clone, Copy)]
+    /// IEEE half bits, read likewise.
+    #[derive(Clone, Copy, Default)]
     #[repr(transparent)]
-    pub(crate) struct F16(#[allow(dead_code)] u16);
+    pub(crate) struct F16(#[allow(dead_code)] pub(crate) u16);
 
     impl Elem for f32 {
         #[inline]
@@ -478,11 +460,11 @@ mod simd {
 
     pub(crate) trait Elem: Copy + Send + Sync {}
     impl Elem for f32 {}
-    #[derive(Clone, Copy)]
-    pub(crate) struct Bf16(#[allow(dead_code)] u16);
+    #[derive(Clone, Copy, Default)]
+    pub(crate) struct Bf16(#[allow(dead_code)] pub(crate) u16);
     impl Elem for Bf16 {}
-    #[derive(Clone, Copy)]
-    pub(crate) struct F16(#[allow(dead_code)] u16);
+    #[derive(Clone, Copy, Default)]
+    pub(crate) struct F16(#[allow(dead_code)] pub(crate) u16);
     impl Elem for F16 {}
 
     #[allow(clippy::too_many_arguments)]
